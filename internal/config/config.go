@@ -1,0 +1,116 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// SchemaVersion is the version of this configuration's shape.
+const SchemaVersion = 1
+
+// Config is everything the daemon can be told at start.
+type Config struct {
+	Version     int           // SchemaVersion
+	Socket      string        // unix socket path
+	Group       string        // group owning the socket (mode 0660); "" = root's group
+	StateDir    string        // persisted records (0700)
+	LogDir      string        // per-process logs
+	Sim         string        // "" = NVML; "N" or "NxSIZE" simulated GPUs
+	SimDir      string        // shared simulated-GPU state; default <socket dir>/sim
+	KillGrace   time.Duration // TERM -> KILL grace of kill
+	LogMaxBytes int64         // per-process log cap before rotation
+	LogKeep     int           // rotated log files kept
+	GPUPoll     time.Duration // GPU sampling interval
+	InitPath    string        // binary re-executed as each PID namespace's init; default: this executable
+	LogLevel    string        // debug, info, warn, error
+	LogFormat   string        // json or console
+}
+
+// Default returns the built-in configuration.
+func Default() Config {
+	return Config{
+		Version:     SchemaVersion,
+		Socket:      api.DefaultSocket,
+		StateDir:    "/var/lib/gpusched",
+		LogDir:      "/var/log/gpusched",
+		KillGrace:   10 * time.Second,
+		LogMaxBytes: 64 << 20,
+		LogKeep:     1,
+		GPUPoll:     time.Second,
+		LogLevel:    "info",
+		LogFormat:   "json",
+	}
+}
+
+// Load builds the configuration from defaults, $GPUSCHED_SOCKET and args
+// (flags override the environment), then validates it.
+func Load(args []string, stderr io.Writer) (Config, error) {
+	c := Default()
+	if p := os.Getenv(api.SocketEnv); p != "" {
+		c.Socket = p
+	}
+	fs := flag.NewFlagSet("gpuschedd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c.bind(fs)
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if c.SimDir == "" {
+		c.SimDir = filepath.Join(filepath.Dir(c.Socket), "sim")
+	}
+	return c, c.Validate()
+}
+
+func (c *Config) bind(fs *flag.FlagSet) {
+	fs.StringVar(&c.Socket, "socket", c.Socket, "unix socket to serve (also $"+api.SocketEnv+")")
+	fs.StringVar(&c.Group, "group", c.Group, "group owning the socket, which is mode 0660")
+	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for persisted state")
+	fs.StringVar(&c.LogDir, "log-dir", c.LogDir, "directory for managed processes' logs")
+	fs.StringVar(&c.Sim, "sim", c.Sim, "simulate GPUs instead of NVML: N or NxSIZE (e.g. 2x24G)")
+	fs.StringVar(&c.SimDir, "sim-dir", c.SimDir, "shared simulated-GPU state (default: <socket dir>/sim)")
+	fs.DurationVar(&c.KillGrace, "kill-grace", c.KillGrace, "default time between SIGTERM and SIGKILL on kill")
+	fs.Int64Var(&c.LogMaxBytes, "log-max-bytes", c.LogMaxBytes, "rotate a process log past this size")
+	fs.IntVar(&c.LogKeep, "log-keep", c.LogKeep, "rotated log files kept per process")
+	fs.DurationVar(&c.GPUPoll, "gpu-poll", c.GPUPoll, "GPU sampling interval")
+	fs.StringVar(&c.InitPath, "init-path", c.InitPath, "binary run as each process's PID-namespace init (default: this executable)")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "json or console")
+}
+
+// Validate reports the first problem with c, naming the setting.
+func (c Config) Validate() error {
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(c.Version == SchemaVersion, "config version %d: this daemon understands %d", c.Version, SchemaVersion)
+	check(filepath.IsAbs(c.Socket), "--socket %q: must be an absolute path", c.Socket)
+	check(len(c.Socket) < 108, "--socket %q: longer than a unix socket path may be (107 bytes)", c.Socket)
+	check(filepath.IsAbs(c.StateDir), "--state-dir %q: must be an absolute path", c.StateDir)
+	check(filepath.IsAbs(c.LogDir), "--log-dir %q: must be an absolute path", c.LogDir)
+	check(c.SimDir == "" || filepath.IsAbs(c.SimDir), "--sim-dir %q: must be an absolute path", c.SimDir)
+	check(c.InitPath == "" || filepath.IsAbs(c.InitPath), "--init-path %q: must be an absolute path", c.InitPath)
+	check(c.KillGrace > 0, "--kill-grace %v: must be positive", c.KillGrace)
+	check(c.LogMaxBytes >= 4096, "--log-max-bytes %d: must be at least 4096", c.LogMaxBytes)
+	check(c.LogKeep >= 0 && c.LogKeep <= 100, "--log-keep %d: must be 0..100", c.LogKeep)
+	check(c.GPUPoll >= 10*time.Millisecond, "--gpu-poll %v: must be at least 10ms", c.GPUPoll)
+	check(c.LogFormat == "json" || c.LogFormat == "console", "--log-format %q: must be json or console", c.LogFormat)
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("--log-level %q: must be debug, info, warn or error", c.LogLevel))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,168 @@
+package nsinit
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestMain(m *testing.M) {
+	if IsInit() {
+		os.Exit(Main())
+	}
+	os.Exit(m.Run())
+}
+
+type tree struct {
+	t      *testing.T
+	dir    string
+	log    *os.File
+	status *os.File
+}
+
+func newTree(t *testing.T) *tree {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: starts processes in new PID namespaces")
+	}
+	dir := t.TempDir()
+	log, err := os.OpenFile(filepath.Join(dir, "log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := os.OpenFile(filepath.Join(dir, "status"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { log.Close(); status.Close() })
+	return &tree{t: t, dir: dir, log: log, status: status}
+}
+
+func (tr *tree) spec(argv ...string) Spec {
+	exe, err := os.Executable()
+	if err != nil {
+		tr.t.Fatal(err)
+	}
+	return Spec{InitPath: exe, Argv: argv, Env: []string{"PATH=/usr/bin:/bin"}, Dir: tr.dir, Log: tr.log, Status: tr.status}
+}
+
+// wait reaps the init and returns its exit report.
+func (tr *tree) wait(st *Started) ExitReport {
+	tr.t.Helper()
+	var ws unix.WaitStatus
+	if _, err := unix.Wait4(st.InitPID, &ws, 0, nil); err != nil {
+		tr.t.Fatal(err)
+	}
+	unix.Close(st.Pidfd)
+	r, err := ReadExitReport(filepath.Join(tr.dir, "status"))
+	if err != nil {
+		tr.t.Fatal(err)
+	}
+	return r
+}
+
+func (tr *tree) logText() string {
+	b, _ := os.ReadFile(filepath.Join(tr.dir, "log"))
+	return string(b)
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func TestStartRunsCommandInOwnNamespace(t *testing.T) {
+	tr := newTree(t)
+	var recorded int
+	s := tr.spec("grep", "NSpid", "/proc/self/status")
+	s.Recorded = func(pid int, start uint64) error { recorded = pid; return nil }
+	st, err := Start(ctx(t), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if recorded != st.InitPID || st.PID == st.InitPID || st.PID <= 0 {
+		t.Fatalf("recorded %d, started %+v", recorded, st)
+	}
+	r := tr.wait(st)
+	if r.Code == nil || *r.Code != 0 {
+		t.Fatalf("report %+v, want code 0", r)
+	}
+	// NSpid lists the host pid, then the pid in the command's own namespace.
+	if f := strings.Fields(tr.logText()); len(f) != 3 || f[1] != strconv.Itoa(st.PID) {
+		t.Fatalf("log %q: command (host pid %d) not in its own PID namespace", tr.logText(), st.PID)
+	}
+}
+
+func TestExitCodeIsReported(t *testing.T) {
+	tr := newTree(t)
+	st, err := Start(ctx(t), tr.spec("sh", "-c", "exit 3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := tr.wait(st); r.Code == nil || *r.Code != 3 {
+		t.Fatalf("report %+v, want code 3", r)
+	}
+}
+
+func TestStartMissingCommand(t *testing.T) {
+	tr := newTree(t)
+	_, err := Start(ctx(t), tr.spec("no-such-command-xyz"))
+	if !errors.Is(err, ErrCommand) || !strings.Contains(err.Error(), "no-such-command-xyz") {
+		t.Fatalf("err = %v, want ErrCommand naming the command", err)
+	}
+	r, err := ReadExitReport(filepath.Join(tr.dir, "status"))
+	if err != nil || !strings.Contains(r.Error, "not found") {
+		t.Fatalf("report %+v, %v", r, err)
+	}
+}
+
+func TestRecordFailureStartsNothing(t *testing.T) {
+	tr := newTree(t)
+	marker := filepath.Join(tr.dir, "ran")
+	s := tr.spec("touch", marker)
+	s.Recorded = func(int, uint64) error { return errors.New("disk full") }
+	if _, err := Start(ctx(t), s); err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("command ran although its record was not written")
+	}
+}
+
+func TestTermIsForwardedToWholeTree(t *testing.T) {
+	tr := newTree(t)
+	// The shell waits on a background sleep; both must get SIGTERM.
+	st, err := Start(ctx(t), tr.spec("sh", "-c", `sleep 1000 & echo up; wait`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.PidfdSendSignal(st.Pidfd, unix.SIGTERM, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	r := tr.wait(st)
+	if r.Signal != int(unix.SIGTERM) {
+		t.Fatalf("report %+v, want signal TERM", r)
+	}
+}
+
+func TestNiceAppliesToCommand(t *testing.T) {
+	tr := newTree(t)
+	s := tr.spec("sh", "-c", `cut -d" " -f19 /proc/self/stat`)
+	s.Nice = 7
+	st, err := Start(ctx(t), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.wait(st)
+	if got := strings.TrimSpace(tr.logText()); got != "7" {
+		t.Fatalf("nice of command = %q, want 7", got)
+	}
+}

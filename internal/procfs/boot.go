@@ -1,0 +1,16 @@
+package procfs
+
+import (
+	"os"
+	"strings"
+)
+
+// BootID returns the kernel's boot id; it changes on every boot, so a
+// recorded (pid, start time) from another boot names nothing alive.
+func BootID() (string, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return "", err
+	}
+	return strings.TrimSpace(string(b)), nil
+}

@@ -1,0 +1,77 @@
+package procfs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strconv"
+	"syscall"
+)
+
+// ErrGone reports that a process does not exist (any more).
+var ErrGone = errors.New("process is gone")
+
+// Stat holds the fields of /proc/<pid>/stat the daemon uses.
+type Stat struct {
+	PID       int
+	State     byte // R, S, D, Z, T, ...
+	PPID      int
+	PGRP      int
+	Session   int
+	StartTime uint64 // clock ticks after boot
+}
+
+// ReadStat parses /proc/<pid>/stat. A missing process gives ErrGone.
+func ReadStat(pid int) (Stat, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+			return Stat{}, fmt.Errorf("pid %d: %w", pid, ErrGone)
+		}
+		return Stat{}, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	return parseStat(pid, b)
+}
+
+// parseStat splits after the last ')' since comm may hold spaces and parens.
+func parseStat(pid int, b []byte) (Stat, error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return Stat{}, fmt.Errorf("pid %d: malformed stat", pid)
+	}
+	f := bytes.Fields(b[i+2:])
+	// f[0] is field 3 (state); starttime is field 22, so f[19].
+	if len(f) < 20 {
+		return Stat{}, fmt.Errorf("pid %d: short stat", pid)
+	}
+	s := Stat{PID: pid, State: f[0][0]}
+	var err error
+	if s.PPID, err = strconv.Atoi(string(f[1])); err != nil {
+		return Stat{}, fmt.Errorf("pid %d: ppid: %w", pid, err)
+	}
+	if s.PGRP, err = strconv.Atoi(string(f[2])); err != nil {
+		return Stat{}, fmt.Errorf("pid %d: pgrp: %w", pid, err)
+	}
+	if s.Session, err = strconv.Atoi(string(f[3])); err != nil {
+		return Stat{}, fmt.Errorf("pid %d: session: %w", pid, err)
+	}
+	if s.StartTime, err = strconv.ParseUint(string(f[19]), 10, 64); err != nil {
+		return Stat{}, fmt.Errorf("pid %d: starttime: %w", pid, err)
+	}
+	return s, nil
+}
+
+// StartTime returns the start time of pid in clock ticks after boot.
+func StartTime(pid int) (uint64, error) {
+	s, err := ReadStat(pid)
+	return s.StartTime, err
+}
+
+// Alive reports whether pid is running and is still the process that
+// started at start (a zombie counts as gone).
+func Alive(pid int, start uint64) bool {
+	s, err := ReadStat(pid)
+	return err == nil && s.StartTime == start && s.State != 'Z' && s.State != 'X'
+}

@@ -1,0 +1,83 @@
+package procfs
+
+import (
+	"os"
+	"sort"
+	"strconv"
+)
+
+// Tree maps parent pids to their children, read from one scan of /proc.
+type Tree struct {
+	parent   map[int]int
+	children map[int][]int
+}
+
+// ScanTree reads every process's parent. Processes that vanish during the
+// scan are skipped.
+func ScanTree() (*Tree, error) {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	t := &Tree{parent: make(map[int]int, len(names)), children: make(map[int][]int)}
+	for _, n := range names {
+		pid, err := strconv.Atoi(n)
+		if err != nil {
+			continue
+		}
+		s, err := ReadStat(pid)
+		if err != nil {
+			continue
+		}
+		t.parent[pid] = s.PPID
+		t.children[s.PPID] = append(t.children[s.PPID], pid)
+	}
+	for _, c := range t.children {
+		sort.Ints(c)
+	}
+	return t, nil
+}
+
+// Parent returns pid's parent and whether pid was seen.
+func (t *Tree) Parent(pid int) (int, bool) {
+	p, ok := t.parent[pid]
+	return p, ok
+}
+
+// Children returns pid's direct children, sorted.
+func (t *Tree) Children(pid int) []int { return t.children[pid] }
+
+// Descendants returns every process below root (not root itself), in
+// breadth-first order.
+func (t *Tree) Descendants(root int) []int {
+	var out []int
+	queue := append([]int(nil), t.children[root]...)
+	for len(queue) > 0 {
+		pid := queue[0]
+		queue = queue[1:]
+		out = append(out, pid)
+		queue = append(queue, t.children[pid]...)
+	}
+	return out
+}
+
+// RootOf walks up from pid and returns the first ancestor (or pid itself)
+// for which isRoot is true.
+func (t *Tree) RootOf(pid int, isRoot func(int) bool) (int, bool) {
+	for depth := 0; pid > 1 && depth < 4096; depth++ {
+		if isRoot(pid) {
+			return pid, true
+		}
+		p, ok := t.parent[pid]
+		if !ok {
+			return 0, false
+		}
+		pid = p
+	}
+	return 0, false
+}

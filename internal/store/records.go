@@ -1,0 +1,130 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// ErrNotFound is returned for a key with no record.
+var ErrNotFound = errors.New("record not found")
+
+const (
+	ext           = ".json"
+	quarantineDir = "quarantine"
+)
+
+// Records is a directory of JSON records, one file per key, mode 0600.
+type Records struct {
+	dir string
+}
+
+// OpenRecords creates dir (0700) when needed.
+func OpenRecords(dir string) (*Records, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir %s: %w", dir, err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir %s: %w", dir, err)
+	}
+	return &Records{dir: dir}, nil
+}
+
+// Dir is the directory holding the records.
+func (r *Records) Dir() string { return r.dir }
+
+func (r *Records) path(key string) (string, error) {
+	if key == "" || strings.ContainsAny(key, "/\x00") || key == "." || key == ".." || strings.HasPrefix(key, ".") {
+		return "", fmt.Errorf("record key %q: invalid", key)
+	}
+	return filepath.Join(r.dir, key+ext), nil
+}
+
+// Put stores v under key, atomically.
+func (r *Records) Put(key string, v any) error {
+	p, err := r.path(key)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("record %s: %w", key, err)
+	}
+	return WriteFile(p, append(b, '\n'), 0o600)
+}
+
+// Get decodes the record under key into v.
+func (r *Records) Get(key string, v any) error {
+	p, err := r.path(key)
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("record %s: %w", key, ErrNotFound)
+		}
+		return fmt.Errorf("record %s: %w", key, err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("record %s: %w", key, err)
+	}
+	return nil
+}
+
+// Delete removes the record under key; a missing record is not an error.
+func (r *Records) Delete(key string) error {
+	p, err := r.path(key)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("record %s: %w", key, err)
+	}
+	return syncDir(r.dir)
+}
+
+// Keys lists the stored keys, sorted. Leftover temp files are removed.
+func (r *Records) Keys() ([]string, error) {
+	ents, err := os.ReadDir(r.dir)
+	if err != nil {
+		return nil, fmt.Errorf("state dir %s: %w", r.dir, err)
+	}
+	keys := []string{}
+	for _, e := range ents {
+		n := e.Name()
+		switch {
+		case e.IsDir():
+		case strings.HasPrefix(n, ".") && strings.Contains(n, ".tmp"):
+			os.Remove(filepath.Join(r.dir, n))
+		case strings.HasSuffix(n, ext):
+			keys = append(keys, strings.TrimSuffix(n, ext))
+		}
+	}
+	sort.Strings(keys)
+	return keys, nil
+}
+
+// Quarantine moves a bad record aside (into quarantine/, with a timestamp)
+// so it no longer loads but is kept for inspection.
+func (r *Records) Quarantine(key string) (string, error) {
+	p, err := r.path(key)
+	if err != nil {
+		return "", err
+	}
+	qdir := filepath.Join(r.dir, quarantineDir)
+	if err := os.MkdirAll(qdir, 0o700); err != nil {
+		return "", err
+	}
+	dst := filepath.Join(qdir, fmt.Sprintf("%s.%d%s", key, time.Now().UnixNano(), ext))
+	if err := os.Rename(p, dst); err != nil {
+		return "", fmt.Errorf("quarantine record %s: %w", key, err)
+	}
+	return dst, syncDir(r.dir)
+}

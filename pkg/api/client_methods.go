@@ -1,0 +1,91 @@
+package api
+
+import "context"
+
+// Hello returns the daemon's version, capabilities and the caller's identity.
+func (c *Client) Hello(ctx context.Context) (*Hello, error) {
+	var h Hello
+	return &h, c.Call(ctx, MethodHello, nil, &h)
+}
+
+// Run starts a managed process.
+func (c *Client) Run(ctx context.Context, p RunParams) (*Process, error) {
+	var out Process
+	return &out, c.Call(ctx, MethodRun, p, &out)
+}
+
+// Kill ends a process tree (see KillParams) and returns its final state.
+func (c *Client) Kill(ctx context.Context, p KillParams) (*Process, error) {
+	var out Process
+	return &out, c.Call(ctx, MethodKill, p, &out)
+}
+
+// Status returns the daemon overview.
+func (c *Client) Status(ctx context.Context) (*Status, error) {
+	var out Status
+	return &out, c.Call(ctx, MethodStatus, nil, &out)
+}
+
+// Process returns one process by name.
+func (c *Client) Process(ctx context.Context, name string) (*Process, error) {
+	var out Process
+	return &out, c.Call(ctx, MethodStatus, StatusParams{Name: name}, &out)
+}
+
+// PS lists the processes the caller may see, sorted by name.
+func (c *Client) PS(ctx context.Context, p PSParams) ([]Process, error) {
+	var out PSResult
+	if err := c.Call(ctx, MethodPS, p, &out); err != nil {
+		return nil, err
+	}
+	return out.Processes, nil
+}
+
+// Logs returns the last lines of a process's log.
+func (c *Client) Logs(ctx context.Context, name string, lines int) ([]string, error) {
+	var out LogsResult
+	if err := c.Call(ctx, MethodLogs, LogsParams{Name: name, Lines: &lines}, &out); err != nil {
+		return nil, err
+	}
+	return out.Lines, nil
+}
+
+// FollowLogs hands the last lines and then every new line to onLine until
+// the process exits, onLine fails or ctx ends.
+func (c *Client) FollowLogs(ctx context.Context, name string, lines int, onLine func(string) error) error {
+	var out LogsResult
+	return c.Stream(ctx, MethodLogs, LogsParams{Name: name, Lines: &lines, Follow: true}, func(e *Event) error {
+		if e.Type == EventLog {
+			return onLine(e.Line)
+		}
+		return nil
+	}, &out)
+}
+
+// Wait blocks until the process exits (or timeout passes; 0 = forever),
+// handing each state change to onEvent when it is not nil.
+func (c *Client) Wait(ctx context.Context, p WaitParams, onEvent func(*Event) error) (*Process, error) {
+	var out Process
+	return &out, c.Stream(ctx, MethodWait, p, onEvent, &out)
+}
+
+// Rm forgets an exited process and returns its last record.
+func (c *Client) Rm(ctx context.Context, name string) (*Process, error) {
+	var out Process
+	return &out, c.Call(ctx, MethodRm, NameParams{Name: name}, &out)
+}
+
+// Events streams events to onEvent until it returns an error or ctx ends.
+// The first event is always of type "subscribed".
+func (c *Client) Events(ctx context.Context, p EventsParams, onEvent func(*Event) error) error {
+	return c.Stream(ctx, MethodEvents, p, onEvent, nil)
+}
+
+// GPUs lists the GPUs with their memory and processes.
+func (c *Client) GPUs(ctx context.Context) ([]GPU, error) {
+	var out GPUsResult
+	if err := c.Call(ctx, MethodGPUs, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.GPUs, nil
+}

@@ -1,0 +1,32 @@
+package api
+
+// Method names. docs/protocol.md documents each one.
+const (
+	MethodHello  = "hello"
+	MethodRun    = "run"
+	MethodKill   = "kill"
+	MethodStatus = "status"
+	MethodPS     = "ps"
+	MethodLogs   = "logs"
+	MethodWait   = "wait"
+	MethodRm     = "rm"
+	MethodEvents = "events"
+	MethodGPUs   = "gpus"
+)
+
+// MethodAliases maps accepted alternative spellings to their method.
+var MethodAliases = map[string]string{
+	"version": MethodHello,
+	"list":    MethodPS,
+}
+
+// Capabilities this protocol version offers; hello reports them.
+const (
+	CapRun      = "run"
+	CapLogs     = "logs.follow"
+	CapEvents   = "events"
+	CapPIDNS    = "pidns"
+	CapSimGPU   = "gpu.sim"
+	CapNVML     = "gpu.nvml"
+	CapPeerCred = "peercred"
+)

@@ -1,0 +1,74 @@
+package api
+
+// RunParams starts a managed process. Cmd is an argv; no shell is involved.
+type RunParams struct {
+	Name string            `json:"name"`
+	Cmd  []string          `json:"cmd"`
+	Dir  string            `json:"dir,omitempty"`  // absolute; default: the caller's cwd
+	GPU  *GPURef           `json:"gpu,omitempty"`  // one GPU; shorthand for GPUs
+	GPUs []GPURef          `json:"gpus,omitempty"` // default: every GPU
+	Env  map[string]string `json:"env,omitempty"`  // the whole environment, plus GPUSCHED_*/CUDA_*
+	Nice int               `json:"nice,omitempty"` // -20..19; below 0 needs root
+	User string            `json:"user,omitempty"` // root only: run as this user
+}
+
+// NameParams names one process.
+type NameParams struct {
+	Name string `json:"name"`
+}
+
+// StatusParams: without Name, status returns the overview (Status); with
+// Name, that process (Process).
+type StatusParams struct {
+	Name string `json:"name,omitempty"`
+}
+
+// KillParams ends a process tree. Without Signal: SIGTERM to every process
+// of the tree, then SIGKILL after Grace; the call returns once it exited.
+// With Signal: that one signal to the tree, returning at once.
+type KillParams struct {
+	Name   string   `json:"name"`
+	Signal string   `json:"signal,omitempty"`
+	Grace  Duration `json:"grace,omitempty"`
+}
+
+// PSParams filters the process list.
+type PSParams struct {
+	User string `json:"user,omitempty"` // only processes of this user
+}
+
+// PSResult lists processes sorted by name.
+type PSResult struct {
+	Processes []Process `json:"processes"`
+}
+
+// LogsParams reads a process's log. Lines defaults to 100; -1 means all
+// retained lines. Follow streams new lines as log events until the process
+// exits (or the caller disconnects).
+type LogsParams struct {
+	Name   string `json:"name"`
+	Lines  *int   `json:"lines,omitempty"`
+	Follow bool   `json:"follow,omitempty"`
+}
+
+// LogsResult holds the last lines, oldest first.
+type LogsResult struct {
+	Name  string   `json:"name"`
+	Lines []string `json:"lines"`
+}
+
+// WaitParams waits until a process exits; Timeout 0 waits forever.
+type WaitParams struct {
+	Name    string   `json:"name"`
+	Timeout Duration `json:"timeout,omitempty"`
+}
+
+// EventsParams subscribes to events, of one process when Name is set.
+type EventsParams struct {
+	Name string `json:"name,omitempty"`
+}
+
+// GPUsResult lists GPUs by index.
+type GPUsResult struct {
+	GPUs []GPU `json:"gpus"`
+}

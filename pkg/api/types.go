@@ -1,0 +1,134 @@
+package api
+
+import "time"
+
+// State is where a managed process is in its lifecycle.
+type State string
+
+// Process states. Later capabilities add more (frozen, hibernated, ...).
+const (
+	StateStarting State = "starting" // init spawned, command not yet confirmed running
+	StateRunning  State = "running"  // command running
+	StateExited   State = "exited"   // tree gone; Exit says how
+)
+
+// Exit says how a managed process ended. Exactly one of Code, Signal or
+// Unknown is set.
+type Exit struct {
+	Code    *int   `json:"code,omitempty"`    // exit status, when it exited by itself
+	Signal  string `json:"signal,omitempty"`  // "SIGKILL", when a signal ended it
+	Unknown bool   `json:"unknown,omitempty"` // ended while nobody could observe how
+	Reason  string `json:"reason,omitempty"`  // why, when the daemon knows more than the status
+}
+
+// Identity is a caller or owner, as read from SO_PEERCRED.
+type Identity struct {
+	UID    uint32   `json:"uid"`
+	GID    uint32   `json:"gid"`
+	Groups []uint32 `json:"groups"`
+	User   string   `json:"user"`
+	PID    int      `json:"pid,omitempty"`
+}
+
+// ProcessGPU is one GPU visible to a managed process and the memory its
+// whole process tree uses there.
+type ProcessGPU struct {
+	Index   int    `json:"index"`
+	UUID    string `json:"uuid"`
+	UsedMiB uint64 `json:"used_mib"`
+}
+
+// Process is one managed process tree.
+type Process struct {
+	Name      string       `json:"name"`
+	ID        string       `json:"id"`
+	State     State        `json:"state"`
+	PID       int          `json:"pid"`      // host pid of the command, 0 before it starts
+	InitPID   int          `json:"init_pid"` // host pid of its PID namespace's init
+	UID       uint32       `json:"uid"`
+	GID       uint32       `json:"gid"`
+	User      string       `json:"user"`
+	Cmd       []string     `json:"cmd"`
+	Dir       string       `json:"dir"`
+	Nice      int          `json:"nice"`
+	GPUs      []ProcessGPU `json:"gpus"`
+	VRAMMiB   uint64       `json:"vram_mib"` // sum over GPUs
+	Log       string       `json:"log"`
+	CreatedAt time.Time    `json:"created_at"`
+	StartedAt time.Time    `json:"started_at,omitzero"`
+	ExitedAt  time.Time    `json:"exited_at,omitzero"`
+	Exit      *Exit        `json:"exit,omitempty"`
+}
+
+// GPUProcess is one process holding memory on a GPU, managed or not.
+type GPUProcess struct {
+	PID     int    `json:"pid"`
+	UsedMiB uint64 `json:"used_mib"`
+	Managed string `json:"managed,omitempty"` // managed process name, "" when external
+}
+
+// GPU is one device as the backend last sampled it.
+type GPU struct {
+	Index       int          `json:"index"`
+	UUID        string       `json:"uuid"`
+	Name        string       `json:"name"`
+	TotalMiB    uint64       `json:"total_mib"`
+	UsedMiB     uint64       `json:"used_mib"`
+	FreeMiB     uint64       `json:"free_mib"`
+	UtilPercent *int         `json:"util_percent,omitempty"`
+	PowerWatts  *float64     `json:"power_watts,omitempty"`
+	Processes   []GPUProcess `json:"processes"`
+}
+
+// GPUSummary is a GPU's memory at a glance, as status reports it.
+type GPUSummary struct {
+	Index    int    `json:"index"`
+	UUID     string `json:"uuid"`
+	TotalMiB uint64 `json:"total_mib"`
+	UsedMiB  uint64 `json:"used_mib"`
+	FreeMiB  uint64 `json:"free_mib"`
+}
+
+// Hello is the daemon's self-description.
+type Hello struct {
+	Protocol     int      `json:"protocol"`
+	Version      string   `json:"version"`
+	Backend      string   `json:"backend"` // "nvml" or "sim"
+	Capabilities []string `json:"capabilities"`
+	Caller       Identity `json:"caller"`
+}
+
+// Status is the daemon overview: what `status` without a name returns.
+type Status struct {
+	Version       string        `json:"version"`
+	Protocol      int           `json:"protocol"`
+	Backend       string        `json:"backend"`
+	StartedAt     time.Time     `json:"started_at"`
+	UptimeSeconds float64       `json:"uptime_seconds"`
+	Processes     int           `json:"processes"` // visible to the caller
+	States        map[State]int `json:"states"`    // visible processes by state
+	GPUs          []GPUSummary  `json:"gpus"`
+}
+
+// EventType says what an Event reports.
+type EventType string
+
+// Event types.
+const (
+	EventSubscribed EventType = "subscribed" // first line of an events stream
+	EventProcess    EventType = "process"    // a process changed state (or appeared)
+	EventRemoved    EventType = "removed"    // a process was forgotten (rm, replaced)
+	EventLog        EventType = "log"        // one log line of a followed process
+)
+
+// Event is one streamed item.
+type Event struct {
+	Seq       uint64    `json:"seq,omitempty"`
+	Time      time.Time `json:"time,omitzero"`
+	Type      EventType `json:"type"`
+	Name      string    `json:"name,omitempty"`
+	State     State     `json:"state,omitempty"`
+	PrevState State     `json:"prev_state,omitempty"`
+	Process   *Process  `json:"process,omitempty"`
+	Line      string    `json:"line,omitempty"`
+}
