@@ -55,7 +55,7 @@ func Main() int {
 		return fail(125, errors.New("daemon went away before the command started"))
 	}
 
-	path, err := lookPath(argv[0])
+	path, err := LookPath(argv[0], os.Getenv("PATH"), "")
 	if err != nil {
 		return fail(127, err)
 	}
@@ -101,28 +101,6 @@ func supervise(pid int, sigs <-chan os.Signal, status *os.File) int {
 		}
 	}
 	return 125
-}
-
-// lookPath resolves a bare command name against the command's own PATH, or
-// DefaultPath when it has none.
-func lookPath(name string) (string, error) {
-	if strings.Contains(name, "/") {
-		return name, nil
-	}
-	search := DefaultPath
-	if p, ok := os.LookupEnv("PATH"); ok {
-		search = p
-	}
-	for _, dir := range strings.Split(search, ":") {
-		if dir == "" {
-			dir = "."
-		}
-		p := dir + "/" + name
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s: executable file not found in PATH", name)
 }
 
 // hostPIDOf maps a pid of the init's namespace to the host's: /proc is the

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"time"
+)
+
+// config is the job's behaviour, from its flags.
+type config struct {
+	vramMiB  uint64        // per visible GPU
+	ramp     time.Duration // time to grow to vramMiB; 0: at once
+	hold     time.Duration // time to run once grown; 0: until killed
+	exitCode int
+	oomOnce  string // marker file: fail with OOM once, when it is absent
+	hostMiB  uint64 // host memory filled with a verifiable pattern
+	tick     time.Duration
+}
+
+func parseFlags(args []string) (config, error) {
+	fs := flag.NewFlagSet("gpusched-simjob", flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	var cfg config
+	var ramp, hold, tick float64
+	fs.Uint64Var(&cfg.vramMiB, "vram", 0, "simulated VRAM to hold on each visible GPU, in `MiB`")
+	fs.Float64Var(&ramp, "ramp", 0, "grow to --vram in about 10 steps over this many `seconds` (0: at once)")
+	fs.Float64Var(&hold, "hold", 0, "keep running this many `seconds` after reaching --vram (0: until killed)")
+	fs.IntVar(&cfg.exitCode, "exit-code", 0, "exit status after --hold")
+	fs.StringVar(&cfg.oomOnce, "oom-once", "", "if `MARKERFILE` is absent, create it and fail with a CUDA out-of-memory error")
+	fs.Uint64Var(&cfg.hostMiB, "host-mem", 0, "host memory to fill with a pattern checked every second and on SIGUSR1, in `MiB`")
+	fs.Float64Var(&tick, "tick", 0, "print \"tick N\" every this many `seconds` (0: never)")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if cfg.exitCode < 0 || cfg.exitCode > 255 {
+		return config{}, fmt.Errorf("--exit-code %d: must be 0 to 255", cfg.exitCode)
+	}
+	var err error
+	for _, d := range []struct {
+		name string
+		secs float64
+		dst  *time.Duration
+	}{{"ramp", ramp, &cfg.ramp}, {"hold", hold, &cfg.hold}, {"tick", tick, &cfg.tick}} {
+		if *d.dst, err = seconds(d.name, d.secs); err != nil {
+			return config{}, err
+		}
+	}
+	return cfg, nil
+}
+
+// seconds converts a non-negative number of seconds to a duration.
+func seconds(name string, s float64) (time.Duration, error) {
+	if math.IsNaN(s) || s < 0 || s > 1e9 {
+		return 0, errors.New("--" + name + ": must be 0 or a positive number of seconds")
+	}
+	return time.Duration(s * float64(time.Second)), nil
+}

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/gpusched/gpusched/internal/simgpu"
+)
+
+// envVisible lists the GPUs a job may use, as the daemon sets it.
+const envVisible = "CUDA_VISIBLE_DEVICES"
+
+// vram is the job's simulated GPU memory on its visible GPUs.
+type vram struct {
+	reg   *simgpu.Registry
+	pid   int // host pid
+	start uint64
+	devs  []simgpu.Device // in CUDA ordinal order
+	held  uint64          // MiB held on each device
+}
+
+// openVRAM finds the sim directory and the visible GPUs from the environment.
+func openVRAM(pid int, start uint64) (*vram, error) {
+	dir, okDir := os.LookupEnv(simgpu.EnvDir)
+	list, okList := os.LookupEnv(envVisible)
+	if !okDir || dir == "" || !okList {
+		return nil, fmt.Errorf("--vram needs %s (the daemon's sim directory) and %s (the GPUs to use)", simgpu.EnvDir, envVisible)
+	}
+	reg, err := simgpu.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	devs, err := reg.Visible(list)
+	if err != nil {
+		return nil, fmt.Errorf("%s=%q: %w", envVisible, list, err)
+	}
+	if len(devs) == 0 {
+		return nil, fmt.Errorf("%s=%q names no GPU", envVisible, list)
+	}
+	return &vram{reg: reg, pid: pid, start: start, devs: devs}, nil
+}
+
+// uuids returns the visible GPUs' UUIDs, comma-separated.
+func (v *vram) uuids() string {
+	ids := make([]string, len(v.devs))
+	for i, d := range v.devs {
+		ids[i] = d.UUID
+	}
+	return strings.Join(ids, ",")
+}
+
+// grow allocates up to total MiB on every visible GPU. On a device that is
+// out of memory it returns a PyTorch-style message.
+func (v *vram) grow(total uint64) error {
+	if total <= v.held {
+		return nil
+	}
+	step := total - v.held
+	for i, d := range v.devs {
+		err := v.reg.Allocate(v.pid, v.start, d.UUID, step)
+		var oom *simgpu.OutOfMemoryError
+		if errors.As(err, &oom) {
+			return fmt.Errorf("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate %d MiB. "+
+				"GPU %d has a total capacity of %d MiB of which %d MiB is free. (simulated on %s)",
+				step, i, oom.Device.TotalMiB, oom.FreeMiB, d.UUID)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	v.held = total
+	return nil
+}
+
+// release frees all the job's simulated memory.
+func (v *vram) release() error { return v.reg.Release(v.pid) }

@@ -1,0 +1,40 @@
+// Command gpuschedd is the gpusched daemon: it owns the machine's GPUs and
+// serves the JSON-lines protocol on a Unix socket. Re-executed as
+// "gpusched-init", the same binary is the init of one managed process tree.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/daemon"
+	"github.com/gpusched/gpusched/internal/nsinit"
+)
+
+func main() {
+	if nsinit.IsInit() {
+		os.Exit(nsinit.Main())
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	cfg, err := config.Load(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err == nil {
+		var d *daemon.Daemon
+		if d, err = daemon.New(cfg); err == nil {
+			err = d.Run(ctx)
+		}
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(os.Stderr, "gpuschedd: %v\n", err)
+		os.Exit(1)
+	}
+}

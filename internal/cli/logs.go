@@ -1,0 +1,62 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gpusched/gpusched/pkg/api"
+	"github.com/spf13/cobra"
+)
+
+// newLogsCmd builds `logs`.
+func newLogsCmd(a *app) *cobra.Command {
+	var (
+		lines  int
+		follow bool
+	)
+	cmd := &cobra.Command{
+		Use:   "logs NAME",
+		Short: "Print a process's log",
+		Long: `Print the last lines of NAME's log (stdout and stderr together). With -f,
+keep printing new lines until the process exits or Ctrl-C. With --json and
+-f, each line is printed as its log event.`,
+		Args: oneName,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p := api.LogsParams{Name: args[0], Lines: &lines, Follow: follow}
+			if follow {
+				return a.followLogs(cmd.Context(), p)
+			}
+			var res api.LogsResult
+			return a.call(cmd.Context(), api.MethodLogs, p, &res, func() error {
+				for _, l := range res.Lines {
+					if _, err := fmt.Fprintln(a.stdout, l); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().IntVarP(&lines, "lines", "n", 100, "print the last `N` lines (-1: all retained lines)")
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new lines until the process exits")
+	return cmd
+}
+
+// followLogs prints log events until the process exits or Ctrl-C.
+func (a *app) followLogs(ctx context.Context, p api.LogsParams) error {
+	err := a.stream(ctx, api.MethodLogs, p, func(e *api.Event) error {
+		switch {
+		case e.Type != api.EventLog:
+			return nil
+		case a.json:
+			return writeEvent(a.stdout, e)
+		}
+		_, err := fmt.Fprintln(a.stdout, e.Line)
+		return err
+	}, nil)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,42 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Exit statuses of gpuschedctl.
+const (
+	exitOK      = 0
+	exitFailure = 1 // the call failed, or wait saw a process not exit 0
+	exitUsage   = 2 // bad flags or arguments
+)
+
+// Main runs gpuschedctl with args (without the program name) and returns
+// its exit status.
+func Main(args []string, stdout, stderr io.Writer) int {
+	return execute(context.Background(), args, stdout, stderr)
+}
+
+// execute is Main under a caller-supplied context.
+func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRoot(&app{stdout: stdout, stderr: stderr})
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return exitOK
+	}
+	var status exitStatus
+	if errors.As(err, &status) {
+		return int(status)
+	}
+	fmt.Fprintf(stderr, "gpuschedctl: %s\n", errorLine(err))
+	var usage *usageError
+	if errors.As(err, &usage) {
+		fmt.Fprint(stderr, "\n"+cmd.UsageString())
+		return exitUsage
+	}
+	return exitFailure
+}

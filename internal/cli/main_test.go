@@ -1,0 +1,106 @@
+package cli
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+func TestCallErrorIsOneLineWithoutUsage(t *testing.T) {
+	tests := []struct {
+		name   string
+		method string
+		resp   api.Response
+		args   []string
+		want   string
+	}{
+		{"not found", api.MethodStatus, failure(api.CodeNotFound, `process "x" not found`),
+			[]string{"status", "x"}, `gpuschedctl: process "x" not found (not_found)` + "\n"},
+		{"conflict", api.MethodRm, failure(api.CodeConflict, `process "x" is running; kill it first`),
+			[]string{"rm", "x"}, `gpuschedctl: process "x" is running; kill it first (conflict)` + "\n"},
+		{"permission", api.MethodKill, failure(api.CodePermissionDenied, `process "x" belongs to bob`),
+			[]string{"kill", "x"}, `gpuschedctl: process "x" belongs to bob (permission_denied)` + "\n"},
+		{"no code", api.MethodPS, api.Response{Error: "boom"},
+			[]string{"ps"}, "gpuschedctl: boom\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := newFakeDaemon(t, map[string]handler{tt.method: answer(tt.resp)})
+			out, errOut, code := ctl(t, d, tt.args...)
+			if code != 1 || out != "" || errOut != tt.want {
+				t.Errorf("code %d, stdout %q, stderr %q; want 1, \"\", %q", code, out, errOut, tt.want)
+			}
+		})
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"ps", "--bogus"}, "unknown flag: --bogus"},
+		{[]string{"--json", "gpus", "extra"}, "unexpected arguments: extra"},
+		{[]string{}, "missing command"},
+		{[]string{"sttaus"}, `unknown command "sttaus"; did you mean status?`},
+		{[]string{"run", "x", "sleep", "1"}, "put the command after --"},
+		{[]string{"run", "--", "sleep"}, "missing process NAME before --"},
+		{[]string{"run", "x", "y", "--", "sleep"}, "unexpected arguments before --: y"},
+		{[]string{"run", "x", "--"}, "missing command after --"},
+		{[]string{"run", "x", "--env", "NOEQUALS", "--", "true"}, `bad --env "NOEQUALS": want KEY=VALUE`},
+		{[]string{"run", "x", "--gpu", "-1", "--", "true"}, `bad --gpu "-1": GPU index -1 is negative`},
+		{[]string{"kill"}, "missing process NAME"},
+		{[]string{"status", "a", "b"}, "unexpected arguments after a: b"},
+		{[]string{"logs", "x", "-n", "many"}, `invalid argument "many" for "-n, --lines"`},
+		{[]string{"wait", "x", "--timeout", "soon"}, `invalid argument "soon" for "--timeout"`},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			d := newFakeDaemon(t, nil)
+			out, errOut, code := ctl(t, d, tt.args...)
+			first, rest, _ := strings.Cut(errOut, "\n")
+			if code != 2 || out != "" {
+				t.Errorf("code %d, stdout %q; want 2, nothing", code, out)
+			}
+			if !strings.HasPrefix(first, "gpuschedctl: ") || !strings.Contains(first, tt.want) {
+				t.Errorf("first stderr line %q, want gpuschedctl: ...%s", first, tt.want)
+			}
+			if !strings.Contains(rest, "Usage:") {
+				t.Errorf("no usage after a usage error:\n%s", errOut)
+			}
+			if reqs := d.requests(); len(reqs) > 0 {
+				t.Errorf("usage error still called the daemon: %+v", reqs)
+			}
+		})
+	}
+}
+
+func TestHelpGoesToStdout(t *testing.T) {
+	out, errOut, code := ctl(t, nil, "wait", "--help")
+	if code != 0 || errOut != "" || !strings.Contains(out, "Exit status: 0 when the process exited with code 0") {
+		t.Errorf("code %d, stderr %q, stdout:\n%s", code, errOut, out)
+	}
+}
+
+func TestDaemonNotRunning(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "missing.sock")
+	for _, args := range [][]string{{"ps"}, {"logs", "-f", "x"}, {"--json", "version"}} {
+		out, errOut, code := ctl(t, nil, append([]string{"--socket", sock}, args...)...)
+		want := "gpuschedctl: gpusched daemon is not running at " + sock
+		if code != 1 || out != "" || !strings.HasPrefix(errOut, want) ||
+			!strings.Contains(errOut, "gpuschedd --sim 1") || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%v: code %d, stdout %q, stderr %q", args, code, out, errOut)
+		}
+	}
+}
+
+func TestSocketFromEnvironment(t *testing.T) {
+	d := newFakeDaemon(t, map[string]handler{api.MethodPS: answer(result(api.PSResult{Processes: []api.Process{}}))})
+	t.Setenv(api.SocketEnv, d.path)
+	if _, errOut, code := ctl(t, nil, "ps"); code != 0 {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	d.only(t)
+}

@@ -1,0 +1,55 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/gpusched/gpusched/pkg/api"
+	"github.com/spf13/cobra"
+)
+
+// newPSCmd builds `ps`.
+func newPSCmd(a *app) *cobra.Command {
+	var user string
+	cmd := &cobra.Command{
+		Use:     "ps",
+		Aliases: []string{"list"},
+		Short:   "List managed processes",
+		Long: `List the managed processes you may see, sorted by name. AGE/EXIT is the
+time since start for a live process and how it ended for an exited one.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var res api.PSResult
+			return a.call(cmd.Context(), api.MethodPS, api.PSParams{User: user}, &res, func() error {
+				return writePS(a.stdout, res.Processes)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&user, "user", "", "only processes of `USER`")
+	return cmd
+}
+
+// writePS prints the process table in the order given.
+func writePS(w io.Writer, procs []api.Process) error {
+	t := newTable(w)
+	fmt.Fprintf(t, "NAME\tSTATE\tPID\tUSER\tGPUS\tVRAM\tAGE/EXIT\tCMD\n")
+	for i := range procs {
+		p := &procs[i]
+		fmt.Fprintf(t, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n",
+			p.Name, p.State, p.PID, p.User, gpuIndexes(p.GPUs), mib(p.VRAMMiB), ageOrExit(p), cmdline(p.Cmd))
+	}
+	return t.Flush()
+}
+
+// ageOrExit is how long a live process has run, or how an exited one ended.
+func ageOrExit(p *api.Process) string {
+	if p.State == api.StateExited {
+		return exitText(p.Exit)
+	}
+	start := p.StartedAt
+	if start.IsZero() {
+		start = p.CreatedAt
+	}
+	return age(time.Since(start))
+}

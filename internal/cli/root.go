@@ -1,0 +1,104 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/gpusched/gpusched/pkg/api"
+	"github.com/spf13/cobra"
+)
+
+// app holds the global flags and output streams shared by every command.
+type app struct {
+	stdout, stderr io.Writer
+	socket         string
+	json           bool
+	connectTimeout time.Duration
+}
+
+const rootLong = `gpuschedctl controls the gpusched daemon, which runs and tracks GPU processes.
+
+The daemon's socket is --socket, else $` + api.SocketEnv + `, else ` + api.DefaultSocket + `.
+With --json every command prints its result as one JSON object per line
+(streams print one object per event).
+
+Exit status: 0 on success, 1 when the call failed (one line on stderr), 2 on
+bad flags or arguments. wait also exits 1 when the process did not exit 0.`
+
+// newRoot builds the gpuschedctl command tree over a.
+func newRoot(a *app) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "gpuschedctl",
+		Short:         "Control the gpusched GPU process daemon",
+		Long:          rootLong,
+		Args:          cobra.ArbitraryArgs,
+		RunE:          unknownCommand,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+
+		SuggestionsMinimumDistance: 2,
+	}
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
+	pf := root.PersistentFlags()
+	pf.StringVar(&a.socket, "socket", "", "daemon socket `PATH` (default $"+api.SocketEnv+", else "+api.DefaultSocket+")")
+	pf.BoolVar(&a.json, "json", false, "print results as JSON, one object per line")
+	pf.DurationVar(&a.connectTimeout, "connect-timeout", 5*time.Second, "give up connecting to the daemon after this long (0: never)")
+	root.AddCommand(
+		newRunCmd(a), newKillCmd(a), newStatusCmd(a), newPSCmd(a), newLogsCmd(a),
+		newWaitCmd(a), newRmCmd(a), newEventsCmd(a), newGPUsCmd(a), newVersionCmd(a),
+	)
+	return root
+}
+
+// unknownCommand runs when no subcommand matched.
+func unknownCommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return usagef("missing command")
+	}
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		return usagef("unknown command %q; did you mean %s?", args[0], strings.Join(s, " or "))
+	}
+	return usagef("unknown command %q", args[0])
+}
+
+// dial connects to the daemon within the connect timeout.
+func (a *app) dial(ctx context.Context) (*api.Client, error) {
+	if a.connectTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, a.connectTimeout)
+		defer cancel()
+	}
+	return api.Dial(ctx, a.socket)
+}
+
+// call makes one request and shows its result.
+func (a *app) call(ctx context.Context, method string, params, out any, human func() error) error {
+	c, err := a.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var raw json.RawMessage
+	if err := c.Call(ctx, method, params, &raw); err != nil {
+		return err
+	}
+	return a.show(method, raw, out, human)
+}
+
+// show prints raw with --json; otherwise it decodes raw into out and calls
+// human to print it.
+func (a *app) show(method string, raw json.RawMessage, out any, human func() error) error {
+	if a.json {
+		return writeJSON(a.stdout, raw)
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("decode %s result: %w", method, err)
+	}
+	return human()
+}

@@ -1,0 +1,132 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/gpusched/gpusched/pkg/api"
+	"github.com/spf13/cobra"
+)
+
+// runOptions are the flags of run.
+type runOptions struct {
+	gpus     []string
+	env      []string
+	cleanEnv bool
+	dir      string
+	nice     int
+	user     string
+}
+
+// newRunCmd builds `run`.
+func newRunCmd(a *app) *cobra.Command {
+	var o runOptions
+	cmd := &cobra.Command{
+		Use:   "run NAME [flags] -- CMD [ARGS...]",
+		Short: "Start a managed process",
+		Long: `Start CMD as the managed process NAME, as the calling user.
+
+The command goes after --; no shell is involved. By default the process gets
+this shell's environment (PATH, virtualenv, ...) plus the --env values; with
+--clean-env it gets only the --env values. It runs in --dir, by default the
+current directory. Without --gpu it sees every GPU.`,
+		Example: `  gpuschedctl run train --gpu 0 -- python train.py --lr 3e-4
+  gpuschedctl run eval --gpu GPU-5f0c... --clean-env --env PATH=/usr/bin -- ./eval.sh`,
+		Args: runArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := o.params(args[0], args[1:])
+			if err != nil {
+				return err
+			}
+			var proc api.Process
+			return a.call(cmd.Context(), api.MethodRun, p, &proc, func() error {
+				_, err := fmt.Fprintln(a.stdout, "started "+summary(&proc))
+				return err
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&o.gpus, "gpu", nil, "GPU `REF` (index or UUID) to use (repeatable, or comma-separated)")
+	f.StringArrayVar(&o.env, "env", nil, "set `KEY=VALUE` in the environment (repeatable)")
+	f.BoolVar(&o.cleanEnv, "clean-env", false, "do not pass this shell's environment, only --env")
+	f.StringVar(&o.dir, "dir", "", "working directory `DIR` (default: the current directory)")
+	f.IntVar(&o.nice, "nice", 0, "CPU nice value `N`, -20..19 (below 0 needs root)")
+	f.StringVar(&o.user, "user", "", "run as `USER` (root only)")
+	return cmd
+}
+
+// runArgs accepts NAME -- CMD [ARGS...].
+func runArgs(cmd *cobra.Command, args []string) error {
+	dash := cmd.ArgsLenAtDash()
+	switch {
+	case dash < 0:
+		return usagef("put the command after --: run NAME [flags] -- CMD [ARGS...]")
+	case dash == 0:
+		return usagef("missing process NAME before --")
+	case dash > 1:
+		return usagef("unexpected arguments before --: %s", strings.Join(args[1:dash], " "))
+	case len(args) == dash:
+		return usagef("missing command after --")
+	}
+	return nil
+}
+
+// params builds the run request from the flags.
+func (o *runOptions) params(name string, argv []string) (api.RunParams, error) {
+	p := api.RunParams{Name: name, Cmd: argv, Nice: o.nice, User: o.user}
+	for _, s := range o.gpus {
+		ref, err := api.ParseGPURef(strings.TrimSpace(s))
+		if err != nil {
+			return p, usagef("bad --gpu %q: %w", s, err)
+		}
+		p.GPUs = append(p.GPUs, ref)
+	}
+	env, err := o.environment()
+	if err != nil {
+		return p, err
+	}
+	p.Env = env
+	if p.Dir, err = workDir(o.dir); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+// environment is the caller's environment (unless --clean-env) with the
+// --env values on top.
+func (o *runOptions) environment() (map[string]string, error) {
+	env := map[string]string{}
+	if !o.cleanEnv {
+		for _, kv := range os.Environ() {
+			if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+				env[k] = v
+			}
+		}
+	}
+	for _, kv := range o.env {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, usagef("bad --env %q: want KEY=VALUE", kv)
+		}
+		env[k] = v
+	}
+	return env, nil
+}
+
+// workDir makes dir absolute, defaulting to the current directory.
+func workDir(dir string) (string, error) {
+	if dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", fmt.Errorf("current directory: %w", err)
+		}
+		return wd, nil
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("--dir %q: %w", dir, err)
+	}
+	return abs, nil
+}

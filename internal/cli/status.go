@@ -1,0 +1,116 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpusched/gpusched/pkg/api"
+	"github.com/spf13/cobra"
+)
+
+// newStatusCmd builds `status`.
+func newStatusCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status [NAME]",
+		Short: "Show the daemon overview, or one process in detail",
+		Args:  optionalName,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				var st api.Status
+				return a.call(cmd.Context(), api.MethodStatus, nil, &st, func() error {
+					return writeOverview(a.stdout, &st)
+				})
+			}
+			var p api.Process
+			return a.call(cmd.Context(), api.MethodStatus, api.StatusParams{Name: args[0]}, &p, func() error {
+				return writeProcess(a.stdout, &p)
+			})
+		},
+	}
+}
+
+// writeOverview prints the daemon, the process counts and the GPU memory.
+func writeOverview(w io.Writer, st *api.Status) error {
+	t := newTable(w)
+	fmt.Fprintf(t, "version:\t%s (protocol %d)\n", st.Version, st.Protocol)
+	fmt.Fprintf(t, "backend:\t%s\n", st.Backend)
+	fmt.Fprintf(t, "uptime:\t%s\n", age(time.Duration(st.UptimeSeconds*float64(time.Second))))
+	fmt.Fprintf(t, "processes:\t%s\n", stateCounts(st))
+	if len(st.GPUs) == 0 {
+		fmt.Fprintf(t, "gpus:\tnone\n")
+		return t.Flush()
+	}
+	if err := t.Flush(); err != nil {
+		return err
+	}
+	g := newTable(w)
+	fmt.Fprintf(g, "\nGPU\tUUID\tUSED\tTOTAL\tFREE\n")
+	for _, s := range st.GPUs {
+		fmt.Fprintf(g, "%d\t%s\t%s\t%s\t%s\n", s.Index, s.UUID, mib(s.UsedMiB), mib(s.TotalMiB), mib(s.FreeMiB))
+	}
+	return g.Flush()
+}
+
+// stateCounts shows "3 (running 2, exited 1)", lifecycle states first.
+func stateCounts(st *api.Status) string {
+	order := []api.State{api.StateStarting, api.StateRunning, api.StateExited}
+	var others []api.State
+	for s := range st.States {
+		if !slices.Contains(order, s) {
+			others = append(others, s)
+		}
+	}
+	slices.Sort(others)
+	var parts []string
+	for _, s := range append(order, others...) {
+		if n := st.States[s]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", s, n))
+		}
+	}
+	if len(parts) == 0 {
+		return fmt.Sprint(st.Processes)
+	}
+	return fmt.Sprintf("%d (%s)", st.Processes, strings.Join(parts, ", "))
+}
+
+// writeProcess prints one process as "key: value" lines.
+func writeProcess(w io.Writer, p *api.Process) error {
+	t := newTable(w)
+	state := string(p.State)
+	if p.State == api.StateExited {
+		state += " (" + exitText(p.Exit) + ")"
+	}
+	fmt.Fprintf(t, "name:\t%s\n", p.Name)
+	fmt.Fprintf(t, "id:\t%s\n", p.ID)
+	fmt.Fprintf(t, "state:\t%s\n", state)
+	if p.Exit != nil && p.Exit.Reason != "" {
+		fmt.Fprintf(t, "reason:\t%s\n", p.Exit.Reason)
+	}
+	fmt.Fprintf(t, "pid:\t%d\n", p.PID)
+	fmt.Fprintf(t, "init pid:\t%d\n", p.InitPID)
+	fmt.Fprintf(t, "user:\t%s\n", who(p.User, p.UID, p.GID))
+	fmt.Fprintf(t, "cmd:\t%s\n", cmdline(p.Cmd))
+	fmt.Fprintf(t, "dir:\t%s\n", p.Dir)
+	fmt.Fprintf(t, "nice:\t%d\n", p.Nice)
+	if len(p.GPUs) == 0 {
+		fmt.Fprintf(t, "gpus:\t-\n")
+	}
+	for i, g := range p.GPUs {
+		key := ""
+		if i == 0 {
+			key = "gpus:"
+		}
+		fmt.Fprintf(t, "%s\t%d %s %s\n", key, g.Index, g.UUID, mib(g.UsedMiB))
+	}
+	fmt.Fprintf(t, "vram:\t%s\n", mib(p.VRAMMiB))
+	fmt.Fprintf(t, "log:\t%s\n", p.Log)
+	fmt.Fprintf(t, "created:\t%s\n", since(p.CreatedAt))
+	fmt.Fprintf(t, "started:\t%s\n", since(p.StartedAt))
+	if !p.ExitedAt.IsZero() {
+		fmt.Fprintf(t, "exited:\t%s\n", since(p.ExitedAt))
+	}
+	return t.Flush()
+}

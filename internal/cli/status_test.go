@@ -1,0 +1,91 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+func TestStatusOverview(t *testing.T) {
+	st := api.Status{
+		Version: "0.3.0", Protocol: 1, Backend: "sim", UptimeSeconds: 3*3600 + 12*60 + 5,
+		Processes: 4,
+		States:    map[api.State]int{api.StateExited: 1, api.StateRunning: 2, "frozen": 1},
+		GPUs: []api.GPUSummary{
+			{Index: 0, UUID: "GPU-aaaa", TotalMiB: 81920, UsedMiB: 12800, FreeMiB: 69120},
+			{Index: 1, UUID: "GPU-bbbb", TotalMiB: 81920, UsedMiB: 0, FreeMiB: 81920},
+		},
+	}
+	d := newFakeDaemon(t, map[string]handler{api.MethodStatus: answer(result(st))})
+	out, errOut, code := ctl(t, d, "status")
+	if code != 0 || errOut != "" {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	want := "" +
+		"version:    0.3.0 (protocol 1)\n" +
+		"backend:    sim\n" +
+		"uptime:     3h12m\n" +
+		"processes:  4 (running 2, exited 1, frozen 1)\n" +
+		"\n" +
+		"GPU  UUID      USED      TOTAL     FREE\n" +
+		"0    GPU-aaaa  12.5 GiB  80.0 GiB  67.5 GiB\n" +
+		"1    GPU-bbbb  0 MiB     80.0 GiB  80.0 GiB\n"
+	if out != want {
+		t.Errorf("got\n%s\nwant\n%s", out, want)
+	}
+	if req := d.only(t); req.Method != api.MethodStatus || len(req.Params) != 0 {
+		t.Errorf("request %s %s, want status without params", req.Method, req.Params)
+	}
+}
+
+func TestStatusProcess(t *testing.T) {
+	running := proc("train")
+	lost := exited("lost", api.Exit{Unknown: true, Reason: "daemon restarted"})
+	tests := []struct {
+		p    api.Process
+		want []string
+	}{
+		{running, []string{
+			"name:      train\n",
+			"id:        id-train\n",
+			"state:     running\n",
+			"pid:       4242\n",
+			"init pid:  4241\n",
+			"user:      alice (uid 1000, gid 1000)\n",
+			"cmd:       python train.py --tag 'a b'\n",
+			"dir:       /home/alice/exp\n",
+			"gpus:      0 GPU-aaaa 12.0 GiB\n           1 GPU-bbbb 512 MiB\n",
+			"vram:      12.5 GiB\n",
+			"log:       /var/log/gpusched/train.log\n",
+			" (1h31m ago)\nstarted:   ",
+			" (1h30m ago)\n",
+		}},
+		{lost, []string{
+			"state:     exited (unknown)\n",
+			"reason:    daemon restarted\n",
+			"gpus:      -\n",
+			"vram:      0 MiB\n",
+			" (1m ago)\n",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.p.Name, func(t *testing.T) {
+			d := newFakeDaemon(t, map[string]handler{api.MethodStatus: answer(result(tt.p))})
+			out, errOut, code := ctl(t, d, "status", tt.p.Name)
+			if code != 0 || errOut != "" {
+				t.Fatalf("code %d, stderr %q", code, errOut)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			var p api.StatusParams
+			d.params(t, api.MethodStatus, &p)
+			if p.Name != tt.p.Name {
+				t.Errorf("name = %q, want %q", p.Name, tt.p.Name)
+			}
+		})
+	}
+}

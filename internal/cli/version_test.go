@@ -1,0 +1,44 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+var hello = api.Hello{
+	Protocol: api.ProtocolVersion, Version: "0.3.0", Backend: "sim",
+	Capabilities: []string{api.CapRun, api.CapLogs},
+	Caller:       api.Identity{UID: 1000, GID: 1000, Groups: []uint32{1000}, User: "alice"},
+}
+
+func TestVersion(t *testing.T) {
+	old := Version
+	Version = "1.2.3"
+	t.Cleanup(func() { Version = old })
+	d := newFakeDaemon(t, map[string]handler{api.MethodHello: answer(result(hello))})
+
+	out, errOut, code := ctl(t, d, "version")
+	want := "" +
+		"client:        1.2.3 (protocol 1)\n" +
+		"daemon:        0.3.0 (protocol 1)\n" +
+		"backend:       sim\n" +
+		"capabilities:  run, logs.follow\n" +
+		"caller:        alice (uid 1000, gid 1000)\n"
+	if code != 0 || errOut != "" || out != want {
+		t.Errorf("code %d, stderr %q, stdout\n%s\nwant\n%s", code, errOut, out, want)
+	}
+
+	out, _, _ = ctl(t, d, "--json", "version")
+	if !sameJSON(t, []byte(out), []byte(`{"client":"1.2.3","daemon":`+string(result(hello).Result)+`}`)) {
+		t.Errorf("--json: %s", out)
+	}
+}
+
+func TestVersionWithoutDaemonStillShowsTheClient(t *testing.T) {
+	out, errOut, code := ctl(t, nil, "--socket", t.TempDir()+"/none", "version")
+	if code != 1 || out != "client:  dev (protocol 1)\n" || !strings.Contains(errOut, "not running") {
+		t.Errorf("code %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}

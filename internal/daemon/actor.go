@@ -1,0 +1,100 @@
+package daemon
+
+import (
+	"fmt"
+	"net"
+	"os/user"
+	"strconv"
+	"sync"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// actor is the peer of one connection, as the kernel vouches for it.
+type actor struct {
+	UID    uint32
+	GID    uint32
+	Groups []uint32
+	PID    int
+	User   string
+}
+
+func (a actor) root() bool { return a.UID == 0 }
+
+// owns reports whether a may act on something owned by uid.
+func (a actor) owns(uid uint32) bool { return a.UID == 0 || a.UID == uid }
+
+func (a actor) identity() api.Identity {
+	return api.Identity{UID: a.UID, GID: a.GID, Groups: a.Groups, User: a.User, PID: a.PID}
+}
+
+// peerActor reads SO_PEERCRED and SO_PEERGROUPS of a Unix connection.
+func peerActor(c *net.UnixConn, names *userNames) (actor, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return actor{}, err
+	}
+	var a actor
+	var opErr error
+	err = rc.Control(func(fd uintptr) {
+		cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+		if err != nil {
+			opErr = fmt.Errorf("SO_PEERCRED: %w", err)
+			return
+		}
+		a = actor{UID: cred.Uid, GID: cred.Gid, PID: int(cred.Pid)}
+		a.Groups, opErr = peerGroups(int(fd))
+	})
+	if err == nil {
+		err = opErr
+	}
+	if err != nil {
+		return actor{}, err
+	}
+	a.User = names.name(a.UID)
+	return a, nil
+}
+
+// peerGroups reads the peer's supplementary groups (SO_PEERGROUPS).
+func peerGroups(fd int) ([]uint32, error) {
+	buf := make([]uint32, 64)
+	for {
+		n := uint32(len(buf) * 4)
+		_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_PEERGROUPS,
+			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&n)), 0)
+		switch e {
+		case 0:
+			return append([]uint32{}, buf[:n/4]...), nil
+		case unix.ERANGE:
+			buf = make([]uint32, n/4+1)
+		default:
+			return nil, fmt.Errorf("SO_PEERGROUPS: %w", e)
+		}
+	}
+}
+
+// userNames caches uid -> user name lookups.
+type userNames struct {
+	mu sync.Mutex
+	m  map[uint32]string
+}
+
+func (u *userNames) name(uid uint32) string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if n, ok := u.m[uid]; ok {
+		return n
+	}
+	n := strconv.FormatUint(uint64(uid), 10)
+	if usr, err := user.LookupId(n); err == nil {
+		n = usr.Username
+	}
+	if u.m == nil {
+		u.m = map[uint32]string{}
+	}
+	u.m[uid] = n
+	return n
+}

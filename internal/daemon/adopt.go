@@ -1,0 +1,83 @@
+package daemon
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/nsinit"
+	"github.com/gpusched/gpusched/internal/procfs"
+	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// adoptAll reconciles every live record with /proc after a (re)start:
+// trees still running are watched again, the others are marked exited
+// with whatever their init reported.
+func (d *Daemon) adoptAll(ctx context.Context) {
+	for _, rec := range d.table.View().Records {
+		if ctx.Err() != nil {
+			return
+		}
+		if rec.Live() {
+			d.adopt(rec)
+		}
+	}
+}
+
+func (d *Daemon) adopt(rec proctable.Record) {
+	log := d.log.With(zap.String("name", rec.Name), zap.Int("init_pid", rec.InitPID))
+	switch {
+	case rec.BootID != d.bootID:
+		d.markExited(rec, api.Exit{Unknown: true, Reason: "the machine rebooted"}, log)
+		return
+	case rec.InitPID == 0:
+		d.markExited(rec, api.Exit{Unknown: true, Reason: "the daemon stopped before the process started"}, log)
+		return
+	}
+	pidfd, err := unix.PidfdOpen(rec.InitPID, unix.PIDFD_NONBLOCK)
+	if err == nil && !procfs.Alive(rec.InitPID, rec.InitStart) {
+		unix.Close(pidfd) // the pid now names another process
+		err = unix.ESRCH
+	}
+	if err != nil {
+		d.markExited(rec, exitFrom(rec, false, 0, false), log)
+		return
+	}
+	child := isChild(rec.InitPID)
+	rt := d.procs.add(rec.ID, rec.InitPID, pidfd, child)
+	if rec.State == api.StateStarting {
+		if pid, err := nsinit.FindCommand(rec.InitPID); err == nil {
+			start, _ := procfs.StartTime(pid)
+			if r, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+				r.State, r.PID, r.PIDStart, r.StartedAt = api.StateRunning, pid, start, time.Now()
+				return nil
+			}); err == nil {
+				rec = r
+			}
+		}
+	}
+	d.watch(rec, rt)
+	log.Info("re-adopted process", zap.Int("pid", rec.PID), zap.String("state", string(rec.State)))
+}
+
+func (d *Daemon) markExited(rec proctable.Record, exit api.Exit, log *zap.Logger) {
+	_, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+		r.State, r.Exit, r.ExitedAt = api.StateExited, &exit, time.Now()
+		return nil
+	})
+	if err != nil {
+		log.Error("record exit found at start", zap.Error(err))
+		return
+	}
+	log.Info("process ended while the daemon was away", zap.Any("exit", exit))
+}
+
+// isChild reports whether pid is this daemon's child (a daemon restarted
+// in the same process, as tests do), so its exit must be reaped here.
+func isChild(pid int) bool {
+	st, err := procfs.ReadStat(pid)
+	return err == nil && st.PPID == unix.Getpid()
+}

@@ -1,0 +1,72 @@
+package daemon
+
+import (
+	"slices"
+
+	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// toAPI renders a record with the GPU memory its tree holds in view gv.
+func toAPI(r proctable.Record, gv *gpuView) api.Process {
+	p := api.Process{
+		Name: r.Name, ID: r.ID, State: r.State, PID: r.PID, InitPID: r.InitPID,
+		UID: r.Owner.UID, GID: r.Owner.GID, User: r.Owner.User,
+		Cmd: r.Cmd, Dir: r.Dir, Nice: r.Nice, Log: r.LogPath,
+		CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, ExitedAt: r.ExitedAt, Exit: r.Exit,
+		GPUs: make([]api.ProcessGPU, 0, len(r.GPUs)),
+	}
+	var usage map[string]uint64
+	if r.Live() {
+		usage = gv.usage[r.ID]
+	}
+	for _, uuid := range r.GPUs {
+		idx, ok := gv.index[uuid]
+		if !ok {
+			idx = -1
+		}
+		p.GPUs = append(p.GPUs, api.ProcessGPU{Index: idx, UUID: uuid, UsedMiB: usage[uuid]})
+		p.VRAMMiB += usage[uuid]
+	}
+	// Memory on a GPU the process was not given (it should not happen, but
+	// it must not be hidden when it does).
+	for uuid, mib := range usage {
+		if slices.Contains(r.GPUs, uuid) {
+			continue
+		}
+		idx, ok := gv.index[uuid]
+		if !ok {
+			idx = -1
+		}
+		p.GPUs = append(p.GPUs, api.ProcessGPU{Index: idx, UUID: uuid, UsedMiB: mib})
+		p.VRAMMiB += mib
+	}
+	return p
+}
+
+// eventOf turns a table change into the event subscribers see, or false
+// when it is not worth an event (a change that kept the state).
+func (d *Daemon) eventOf(c proctable.Change) (api.Event, bool) {
+	gv := d.gpuView()
+	switch {
+	case c.New == nil && c.Old != nil:
+		p := toAPI(*c.Old, gv)
+		return api.Event{Seq: c.Seq, Type: api.EventRemoved, Name: c.Old.Name, State: c.Old.State, Process: &p}, true
+	case c.New != nil && (c.Old == nil || c.Old.State != c.New.State):
+		p := toAPI(*c.New, gv)
+		e := api.Event{Seq: c.Seq, Type: api.EventProcess, Name: c.New.Name, State: c.New.State, Process: &p}
+		if c.Old != nil {
+			e.PrevState = c.Old.State
+		}
+		return e, true
+	}
+	return api.Event{}, false
+}
+
+// gpuView is the latest GPU sample, or an empty one before the first.
+func (d *Daemon) gpuView() *gpuView {
+	if d.sampler == nil {
+		return &gpuView{}
+	}
+	return d.sampler.current()
+}

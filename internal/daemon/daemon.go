@@ -1,0 +1,245 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	sdnotify "github.com/coreos/go-systemd/v22/daemon"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/gpu"
+	"github.com/gpusched/gpusched/internal/procfs"
+	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/internal/store"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// Version is the daemon's version, set at build time with -ldflags.
+var Version = "dev"
+
+// gpuBackend is what the daemon needs from a GPU backend (NVML or simulated).
+type gpuBackend interface {
+	Name() string
+	Sample(ctx context.Context) (gpu.Sample, error)
+	Close() error
+}
+
+// Daemon is one gpuschedd instance.
+type Daemon struct {
+	cfg       config.Config
+	log       *zap.Logger
+	gpus      gpuBackend
+	simDir    string // set when the backend is simulated
+	initPath  string
+	bootID    string
+	startedAt time.Time
+
+	table   *proctable.Table
+	events  *broker
+	sampler *sampler
+	procs   *runtimes
+	ops     keyedMutex
+	names   userNames
+	methods map[string]method
+
+	conns connSet
+	wg    sync.WaitGroup // connection goroutines
+	lock  *os.File       // flock on the state dir
+}
+
+// Option adjusts a Daemon built by New.
+type Option func(*Daemon)
+
+// WithLogger replaces the logger New would build from the configuration.
+func WithLogger(l *zap.Logger) Option { return func(d *Daemon) { d.log = l } }
+
+// New validates cfg and builds the daemon's subsystems. It starts nothing:
+// Run does.
+func New(cfg config.Config, opts ...Option) (*Daemon, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	d := &Daemon{cfg: cfg, events: newBroker(), procs: newRuntimes(), startedAt: time.Now()}
+	for _, o := range opts {
+		o(d)
+	}
+	if d.log == nil {
+		l, err := newLogger(cfg)
+		if err != nil {
+			return nil, err
+		}
+		d.log = l
+	}
+	d.initPath = cfg.InitPath
+	if d.initPath == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find own executable for the process init: %w", err)
+		}
+		d.initPath = exe
+	}
+	bootID, err := procfs.BootID()
+	if err != nil {
+		return nil, fmt.Errorf("read boot id: %w", err)
+	}
+	d.bootID = bootID
+	if err := d.openGPUs(); err != nil {
+		return nil, err
+	}
+	d.methods = d.methodTable()
+	return d, nil
+}
+
+func (d *Daemon) openGPUs() error {
+	if d.cfg.Sim == "" {
+		b, err := gpu.NewNVML()
+		if err != nil {
+			return err
+		}
+		d.gpus = b
+		return nil
+	}
+	n, size, err := gpu.ParseSimSpec(d.cfg.Sim)
+	if err != nil {
+		return fmt.Errorf("--sim %q: %w", d.cfg.Sim, err)
+	}
+	b, err := gpu.NewSim(d.cfg.SimDir, n, size)
+	if err != nil {
+		return err
+	}
+	d.gpus, d.simDir = b, d.cfg.SimDir
+	return nil
+}
+
+// Run serves until ctx ends, then shuts down cleanly; managed processes keep
+// running and are re-adopted by the next daemon. A canceled ctx is a clean
+// exit (nil).
+func (d *Daemon) Run(ctx context.Context) error {
+	defer d.gpus.Close()
+	if err := d.lockState(); err != nil {
+		return err
+	}
+	defer d.lock.Close()
+	ln, err := listen(d.cfg.Socket, d.cfg.Group)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+
+	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = d.boot(startCtx)
+	cancel()
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var bg sync.WaitGroup
+	bg.Add(2)
+	go func() { defer bg.Done(); d.sampler.run(ctx) }()
+	go func() { defer bg.Done(); d.rotateLogs(ctx) }()
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- d.serve(ctx, ln) }()
+	d.log.Info("serving", zap.String("socket", d.cfg.Socket), zap.String("backend", d.gpus.Name()),
+		zap.Int("processes", len(d.table.View().Records)), zap.String("version", Version))
+	_, _ = sdnotify.SdNotify(false, sdnotify.SdNotifyReady)
+
+	select {
+	case <-ctx.Done():
+	case err = <-serveErr:
+	}
+	_, _ = sdnotify.SdNotify(false, sdnotify.SdNotifyStopping)
+	stop()
+	ln.Close()
+	d.conns.closeAll()
+	d.wg.Wait()
+	d.procs.closeAll()
+	bg.Wait()
+	d.log.Info("stopped; managed processes keep running")
+	return err
+}
+
+// boot loads the persisted table and re-adopts what still runs.
+func (d *Daemon) boot(ctx context.Context) error {
+	for _, dir := range []string{d.cfg.LogDir, d.statusDir()} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("create %s: %w", dir, err)
+		}
+	}
+	st, err := store.OpenRecords(filepath.Join(d.cfg.StateDir, "procs"))
+	if err != nil {
+		return err
+	}
+	d.table = proctable.New(st, d.onChange)
+	problems, err := d.table.Load()
+	if err != nil {
+		return fmt.Errorf("load state: %w", err)
+	}
+	for _, p := range problems {
+		d.log.Warn("quarantined a bad process record", zap.String("key", p.Key), zap.String("moved_to", p.Quarantine), zap.Error(p.Err))
+	}
+	d.sampler = newSampler(d.gpus, d.cfg.GPUPoll, d.table, d.log)
+	if err := d.sampler.refresh(ctx); err != nil {
+		return fmt.Errorf("first GPU sample: %w", err)
+	}
+	d.adoptAll(ctx)
+	return nil
+}
+
+// lockState takes an exclusive lock on the state dir so two daemons never
+// share one.
+func (d *Daemon) lockState() error {
+	if err := os.MkdirAll(d.cfg.StateDir, 0o700); err != nil {
+		return fmt.Errorf("state dir %s: %w", d.cfg.StateDir, err)
+	}
+	f, err := os.OpenFile(filepath.Join(d.cfg.StateDir, "lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("state dir %s: %w", d.cfg.StateDir, err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return fmt.Errorf("state dir %s is in use by another gpuschedd", d.cfg.StateDir)
+		}
+		return fmt.Errorf("lock state dir %s: %w", d.cfg.StateDir, err)
+	}
+	d.lock = f
+	return nil
+}
+
+func (d *Daemon) statusDir() string { return filepath.Join(d.cfg.StateDir, "status") }
+
+// hello describes the daemon to a caller.
+func (d *Daemon) hello(c *call) (any, error) {
+	caps := []string{api.CapRun, api.CapLogs, api.CapEvents, api.CapPIDNS, api.CapPeerCred}
+	if d.simDir != "" {
+		caps = append(caps, api.CapSimGPU)
+	} else {
+		caps = append(caps, api.CapNVML)
+	}
+	return api.Hello{Protocol: api.ProtocolVersion, Version: Version, Backend: d.gpus.Name(), Capabilities: caps, Caller: c.actor.identity()}, nil
+}
+
+func (d *Daemon) methodTable() map[string]method {
+	return map[string]method{
+		api.MethodHello:  {unary: d.hello},
+		api.MethodRun:    {unary: d.run},
+		api.MethodKill:   {unary: d.kill},
+		api.MethodStatus: {unary: d.status},
+		api.MethodPS:     {unary: d.ps},
+		api.MethodRm:     {unary: d.rm},
+		api.MethodGPUs:   {unary: d.listGPUs},
+		api.MethodLogs:   {stream: d.logs},
+		api.MethodWait:   {stream: d.wait},
+		api.MethodEvents: {stream: d.subscribe},
+	}
+}

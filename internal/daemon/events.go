@@ -1,0 +1,55 @@
+package daemon
+
+import (
+	"time"
+
+	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// onChange publishes table changes in order; it runs under the table lock.
+func (d *Daemon) onChange(c proctable.Change) {
+	if e, ok := d.eventOf(c); ok {
+		e.Time = time.Now()
+		d.events.publish(e)
+	}
+}
+
+// subscribe streams events the caller may see until the caller leaves.
+func (d *Daemon) subscribe(c *call, emit func(*api.Event) error) (any, error) {
+	var p api.EventsParams
+	if err := c.decode(&p); err != nil {
+		return nil, err
+	}
+	if p.Name != "" {
+		if err := api.ValidateName(p.Name); err != nil {
+			return nil, invalidf("events: %v", err)
+		}
+	}
+	sub, cancel := d.events.subscribe(func(e *api.Event) bool {
+		if p.Name != "" && e.Name != p.Name {
+			return false
+		}
+		return e.Process == nil || c.actor.owns(e.Process.UID)
+	})
+	defer cancel()
+	if err := emit(&api.Event{Type: api.EventSubscribed, Time: time.Now(), Name: p.Name}); err != nil {
+		return nil, err
+	}
+	for {
+		select {
+		case <-c.ctx.Done():
+			return nil, c.ctx.Err()
+		case e, ok := <-sub.ch:
+			if !ok {
+				if d.events.fellBehind(sub) {
+					return nil, api.Errorf(api.CodeUnavailable, "event stream fell more than %d events behind; subscribe again", subscriberBuffer)
+				}
+				return nil, api.Errorf(api.CodeUnavailable, "event stream closed")
+			}
+			if err := emit(&e); err != nil {
+				return nil, err
+			}
+		}
+	}
+}

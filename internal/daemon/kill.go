@@ -1,0 +1,156 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/procfs"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// reapTimeout bounds the wait for a tree to vanish after SIGKILL.
+const reapTimeout = 10 * time.Second
+
+// kill ends a tree: SIGTERM to every process, SIGKILL after the grace, and
+// answers with the final state. With a signal param it only delivers that
+// signal. The kill goes on even if the caller disconnects.
+func (d *Daemon) kill(c *call) (any, error) {
+	var p api.KillParams
+	if err := c.decode(&p); err != nil {
+		return nil, err
+	}
+	rec, err := d.lookup(c, p.Name)
+	if err != nil {
+		return nil, err
+	}
+	if p.Signal != "" {
+		sig, err := parseSignal(p.Signal)
+		if err != nil {
+			return nil, invalidf("kill %q: %v", p.Name, err)
+		}
+		if !rec.Live() {
+			return nil, conflictf("process %q already exited", p.Name)
+		}
+		if err := d.signalTree(rec.ID, sig); err != nil {
+			return nil, fmt.Errorf("kill %q: %w", p.Name, err)
+		}
+		return toAPI(rec, d.gpuView()), nil
+	}
+	grace := time.Duration(p.Grace)
+	if grace == 0 {
+		grace = d.cfg.KillGrace
+	}
+	ctx := context.WithoutCancel(c.ctx)
+	unlock, err := d.ops.lock(ctx, p.Name)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	rec, err = d.lookup(c, p.Name)
+	if err != nil {
+		return nil, err
+	}
+	rt := d.procs.get(rec.ID)
+	if !rec.Live() || rt == nil {
+		return nil, conflictf("process %q already exited", p.Name)
+	}
+	if err := rt.signal(unix.SIGTERM); err != nil {
+		return nil, fmt.Errorf("kill %q: SIGTERM: %w", p.Name, err)
+	}
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-rt.exited:
+	case <-timer.C:
+		d.log.Info("grace over, killing", zap.String("name", p.Name), zap.Duration("grace", grace))
+		rt.sentKill.Store(true)
+		if err := rt.signal(unix.SIGKILL); err != nil {
+			return nil, fmt.Errorf("kill %q: SIGKILL: %w", p.Name, err)
+		}
+		select {
+		case <-rt.exited:
+		case <-time.After(reapTimeout):
+			return nil, fmt.Errorf("kill %q: tree still present %v after SIGKILL", p.Name, reapTimeout)
+		}
+	}
+	final, _ := d.table.Get(p.Name)
+	return toAPI(final, d.gpuView()), nil
+}
+
+// signalTree delivers sig to every process of a tree. Signals the init
+// forwards go to the init, which passes them to its whole namespace;
+// SIGKILL to the init ends the namespace; others (STOP, CONT, ...) go to
+// each process directly, each pinned by a pidfd checked against its start
+// time so a reused pid is never hit.
+func (d *Daemon) signalTree(id string, sig unix.Signal) error {
+	rt := d.procs.get(id)
+	if rt == nil {
+		return conflictf("process already exited")
+	}
+	switch sig {
+	case unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGTERM, unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH:
+		return rt.signal(sig)
+	case unix.SIGKILL:
+		rt.sentKill.Store(true)
+		return rt.signal(sig)
+	}
+	tree, err := procfs.ScanTree()
+	if err != nil {
+		return err
+	}
+	if err := rt.signal(sig); err != nil {
+		return err
+	}
+	for _, pid := range tree.Descendants(rt.initPID) {
+		if err := signalPid(pid, sig); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// signalPid signals pid unless it has exited since it was seen.
+func signalPid(pid int, sig unix.Signal) error {
+	st, err := procfs.ReadStat(pid)
+	if err != nil {
+		return nil
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(fd)
+	if !procfs.Alive(pid, st.StartTime) {
+		return nil
+	}
+	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("signal pid %d: %w", pid, err)
+	}
+	return nil
+}
+
+// parseSignal accepts "TERM", "SIGTERM", "sigterm" or "15".
+func parseSignal(s string) (unix.Signal, error) {
+	if n, err := strconv.Atoi(s); err == nil {
+		if n <= 0 || n > 64 {
+			return 0, fmt.Errorf("signal %d is out of range", n)
+		}
+		return unix.Signal(n), nil
+	}
+	name := strings.ToUpper(s)
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	sig := unix.SignalNum(name)
+	if sig == 0 {
+		return 0, fmt.Errorf("unknown signal %q", s)
+	}
+	return sig, nil
+}

@@ -1,0 +1,57 @@
+package daemon
+
+import (
+	"github.com/gpusched/gpusched/internal/logfile"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+const defaultLogLines = 100
+
+// logs returns the last lines of a process's log; with follow it streams
+// them, then every new line, as log events until the process exits.
+func (d *Daemon) logs(c *call, emit func(*api.Event) error) (any, error) {
+	var p api.LogsParams
+	if err := c.decode(&p); err != nil {
+		return nil, err
+	}
+	rec, err := d.lookup(c, p.Name)
+	if err != nil {
+		return nil, err
+	}
+	n := defaultLogLines
+	if p.Lines != nil {
+		n = *p.Lines
+		if n < -1 {
+			return nil, invalidf("logs %q: lines %d: want a count, or -1 for all", p.Name, n)
+		}
+	}
+	res := api.LogsResult{Name: p.Name, Lines: []string{}}
+	if !p.Follow {
+		lines, err := logfile.Tail(rec.LogPath, n, d.cfg.LogKeep)
+		if err != nil {
+			return nil, err
+		}
+		res.Lines = lines
+		return res, nil
+	}
+	done := make(chan struct{})
+	if rt := d.procs.get(rec.ID); rt != nil {
+		done = rt.exited
+	} else {
+		close(done)
+	}
+	lines, offset, err := logfile.TailForFollow(rec.LogPath, n, d.cfg.LogKeep)
+	if err != nil {
+		return nil, err
+	}
+	send := func(line string) error { return emit(&api.Event{Type: api.EventLog, Name: p.Name, Line: line}) }
+	for _, l := range lines {
+		if err := send(l); err != nil {
+			return nil, err
+		}
+	}
+	if err := logfile.Follow(c.ctx, rec.LogPath, offset, done, send); err != nil {
+		return nil, err
+	}
+	return res, nil
+}

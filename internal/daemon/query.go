@@ -1,0 +1,109 @@
+package daemon
+
+import (
+	"time"
+
+	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// lookup finds name and checks that the caller may act on it.
+func (d *Daemon) lookup(c *call, name string) (proctable.Record, error) {
+	if err := api.ValidateName(name); err != nil {
+		return proctable.Record{}, invalidf("%s: %v", c.method, err)
+	}
+	r, ok := d.table.Get(name)
+	if !ok {
+		return proctable.Record{}, api.Errorf(api.CodeNotFound, "process %q not found", name)
+	}
+	if !c.actor.owns(r.Owner.UID) {
+		return proctable.Record{}, deniedf("process %q belongs to %s; you (%s) may only act on your own processes", name, r.Owner.User, c.actor.User)
+	}
+	return r, nil
+}
+
+// status answers the overview, or one process when a name is given.
+func (d *Daemon) status(c *call) (any, error) {
+	var p api.StatusParams
+	if err := c.decode(&p); err != nil {
+		return nil, err
+	}
+	gv := d.gpuView()
+	if p.Name != "" {
+		r, err := d.lookup(c, p.Name)
+		if err != nil {
+			return nil, err
+		}
+		return toAPI(r, gv), nil
+	}
+	st := api.Status{
+		Version: Version, Protocol: api.ProtocolVersion, Backend: d.gpus.Name(),
+		StartedAt: d.startedAt, UptimeSeconds: time.Since(d.startedAt).Seconds(),
+		States: map[api.State]int{}, GPUs: make([]api.GPUSummary, 0, len(gv.devices)),
+	}
+	for _, r := range d.table.View().Records {
+		if c.actor.owns(r.Owner.UID) {
+			st.Processes++
+			st.States[r.State]++
+		}
+	}
+	for _, dv := range gv.devices {
+		st.GPUs = append(st.GPUs, api.GPUSummary{Index: dv.Index, UUID: dv.UUID, TotalMiB: dv.TotalMiB, UsedMiB: dv.UsedMiB, FreeMiB: free(dv.TotalMiB, dv.UsedMiB)})
+	}
+	return st, nil
+}
+
+// ps lists the caller's processes (every process for root), by name.
+func (d *Daemon) ps(c *call) (any, error) {
+	var p api.PSParams
+	if err := c.decode(&p); err != nil {
+		return nil, err
+	}
+	gv := d.gpuView()
+	out := api.PSResult{Processes: []api.Process{}}
+	for _, r := range d.table.View().Records {
+		if !c.actor.owns(r.Owner.UID) || p.User != "" && r.Owner.User != p.User {
+			continue
+		}
+		out.Processes = append(out.Processes, toAPI(r, gv))
+	}
+	return out, nil
+}
+
+// listGPUs reports every GPU with its processes; names of managed
+// processes are shown only to their owners.
+func (d *Daemon) listGPUs(c *call) (any, error) {
+	if err := c.decode(&struct{}{}); err != nil {
+		return nil, err
+	}
+	gv := d.gpuView()
+	view := d.table.View()
+	names := map[string]proctable.Record{}
+	for _, r := range view.Records {
+		names[r.ID] = r
+	}
+	out := api.GPUsResult{GPUs: make([]api.GPU, 0, len(gv.devices))}
+	for _, dv := range gv.devices {
+		g := api.GPU{Index: dv.Index, UUID: dv.UUID, Name: dv.Name, TotalMiB: dv.TotalMiB, UsedMiB: dv.UsedMiB,
+			FreeMiB: free(dv.TotalMiB, dv.UsedMiB), UtilPercent: dv.UtilPercent, PowerWatts: dv.PowerWatts, Processes: []api.GPUProcess{}}
+		for _, pu := range gv.procs {
+			if pu.UUID != dv.UUID {
+				continue
+			}
+			gp := api.GPUProcess{PID: pu.PID, UsedMiB: pu.UsedMiB}
+			if r, ok := names[gv.owner[pu.PID]]; ok && c.actor.owns(r.Owner.UID) {
+				gp.Managed = r.Name
+			}
+			g.Processes = append(g.Processes, gp)
+		}
+		out.GPUs = append(out.GPUs, g)
+	}
+	return out, nil
+}
+
+func free(total, used uint64) uint64 {
+	if used > total {
+		return 0
+	}
+	return total - used
+}

@@ -1,0 +1,39 @@
+package daemon
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// rm forgets an exited process: its record, status file and logs.
+func (d *Daemon) rm(c *call) (any, error) {
+	var p api.NameParams
+	if err := c.decode(&p); err != nil {
+		return nil, err
+	}
+	if _, err := d.lookup(c, p.Name); err != nil {
+		return nil, err
+	}
+	gv := d.gpuView()
+	rec, err := d.table.Remove(p.Name, func(r proctable.Record) error {
+		if !c.actor.owns(r.Owner.UID) {
+			return deniedf("process %q belongs to %s", p.Name, r.Owner.User)
+		}
+		if r.Live() {
+			return conflictf("process %q is %s; kill it before rm", p.Name, r.State)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	os.Remove(rec.StatusPath)
+	os.Remove(rec.LogPath)
+	for i := 1; i <= d.cfg.LogKeep; i++ {
+		os.Remove(fmt.Sprintf("%s.%d", rec.LogPath, i))
+	}
+	return toAPI(rec, gv), nil
+}

@@ -1,0 +1,267 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/gpusched/gpusched/internal/logfile"
+	"github.com/gpusched/gpusched/internal/nsinit"
+	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// startTimeout bounds the spawn handshake of one process.
+const startTimeout = 30 * time.Second
+
+// run starts a managed process as the caller (or, for root, a named user).
+// Everything checkable is checked before anything changes.
+func (d *Daemon) run(c *call) (any, error) {
+	var p api.RunParams
+	if err := c.decode(&p); err != nil {
+		return nil, err
+	}
+	if err := api.ValidateName(p.Name); err != nil {
+		return nil, invalidf("run: %v", err)
+	}
+	if len(p.Cmd) == 0 || p.Cmd[0] == "" {
+		return nil, invalidf("run %q: cmd is empty; give an argv like [\"python3\", \"train.py\"]", p.Name)
+	}
+	for _, a := range p.Cmd {
+		if strings.ContainsRune(a, 0) {
+			return nil, invalidf("run %q: cmd argument contains a NUL byte", p.Name)
+		}
+	}
+	if p.Nice < -20 || p.Nice > 19 {
+		return nil, invalidf("run %q: nice %d is outside -20..19", p.Name, p.Nice)
+	}
+	if p.Nice < 0 && !c.actor.root() {
+		return nil, deniedf("run %q: nice %d below 0 needs root", p.Name, p.Nice)
+	}
+	owner, err := d.runAs(c.actor, p.User)
+	if err != nil {
+		return nil, err
+	}
+	gpus, err := d.resolveGPUs(p)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := workDir(c.actor, p.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := nsinit.LookPath(p.Cmd[0], p.Env["PATH"], dir); err != nil {
+		return nil, invalidf("run %q: %v", p.Name, err)
+	}
+	id := uuid.NewString()
+	env, err := d.environ(p, id, gpus)
+	if err != nil {
+		return nil, err
+	}
+
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), startTimeout)
+	defer cancel()
+	unlock, err := d.ops.lock(ctx, p.Name)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if old, ok := d.table.Get(p.Name); ok {
+		if old.Live() {
+			return nil, api.Errorf(api.CodeExists, "process %q is already %s (pid %d); kill it or choose another name", p.Name, old.State, old.PID)
+		}
+		if !c.actor.owns(old.Owner.UID) {
+			return nil, deniedf("name %q is held by an exited process of %s", p.Name, old.Owner.User)
+		}
+	}
+	rec := proctable.Record{
+		ID: id, Name: p.Name, Owner: owner, Cmd: p.Cmd, Dir: dir, GPUs: gpus, Nice: p.Nice,
+		State: api.StateStarting, BootID: d.bootID, CreatedAt: time.Now(),
+		LogPath:    filepath.Join(d.cfg.LogDir, p.Name+".log"),
+		StatusPath: filepath.Join(d.statusDir(), id),
+	}
+	return d.start(ctx, rec, env)
+}
+
+// start opens the log and status files, records the process and spawns it.
+func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string) (any, error) {
+	if err := logfile.Rotate(rec.LogPath, d.cfg.LogKeep); err != nil {
+		return nil, err
+	}
+	logf, err := logfile.OpenAppend(rec.LogPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	status, err := os.OpenFile(rec.StatusPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("status file: %w", err)
+	}
+	defer status.Close()
+	if _, err := d.table.Create(rec); err != nil {
+		os.Remove(rec.StatusPath)
+		return nil, err
+	}
+	st, err := nsinit.Start(ctx, nsinit.Spec{
+		InitPath: d.initPath, Argv: rec.Cmd, Env: env, Dir: rec.Dir,
+		UID: rec.Owner.UID, GID: rec.Owner.GID, Groups: rec.Owner.Groups, Nice: rec.Nice,
+		Log: logf, Status: status,
+		Recorded: func(pid int, start uint64) error {
+			_, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+				r.InitPID, r.InitStart = pid, start
+				return nil
+			})
+			return err
+		},
+	})
+	if err != nil {
+		if _, rerr := d.table.Remove(rec.Name, nil); rerr != nil {
+			d.log.Error("forget process that failed to start", zap.String("name", rec.Name), zap.Error(rerr))
+		}
+		os.Remove(rec.StatusPath)
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return nil, invalidf("run %q: cannot start as %s in %s: %v (the directory, or the init binary %s, is not accessible to that user)",
+				rec.Name, rec.Owner.User, rec.Dir, pe.Err, d.initPath)
+		}
+		return nil, fmt.Errorf("run %q: %w", rec.Name, err)
+	}
+	rt := d.procs.add(rec.ID, st.InitPID, st.Pidfd, true)
+	started, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+		r.State = api.StateRunning
+		r.PID, r.PIDStart, r.StartedAt = st.PID, st.PIDStart, time.Now()
+		return nil
+	})
+	d.watch(started, rt)
+	d.sampler.kick()
+	if err != nil {
+		return nil, fmt.Errorf("run %q: started as pid %d but its record could not be updated: %w", rec.Name, st.PID, err)
+	}
+	d.log.Info("process started", zap.String("name", rec.Name), zap.String("id", rec.ID), zap.Int("pid", st.PID),
+		zap.Int("init_pid", st.InitPID), zap.Uint32("uid", rec.Owner.UID), zap.Strings("cmd", rec.Cmd))
+	return toAPI(started, d.gpuView()), nil
+}
+
+// runAs resolves who the process runs as: the caller, or a user root names.
+func (d *Daemon) runAs(a actor, name string) (proctable.Owner, error) {
+	self := proctable.Owner{UID: a.UID, GID: a.GID, Groups: a.Groups, User: a.User}
+	if name == "" || name == a.User {
+		return self, nil
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		if u, err = user.LookupId(name); err != nil {
+			return proctable.Owner{}, invalidf("run: user %q does not exist", name)
+		}
+	}
+	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
+	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
+	if !a.root() && uint32(uid) != a.UID {
+		return proctable.Owner{}, deniedf("run: only root may run as another user (%s)", name)
+	}
+	o := proctable.Owner{UID: uint32(uid), GID: uint32(gid), User: u.Username, Groups: []uint32{}}
+	ids, err := u.GroupIds()
+	if err != nil {
+		return proctable.Owner{}, fmt.Errorf("groups of %s: %w", name, err)
+	}
+	for _, s := range ids {
+		if g, err := strconv.ParseUint(s, 10, 32); err == nil {
+			o.Groups = append(o.Groups, uint32(g))
+		}
+	}
+	return o, nil
+}
+
+// resolveGPUs turns gpu/gpus references into UUIDs; none means every GPU.
+func (d *Daemon) resolveGPUs(p api.RunParams) ([]string, error) {
+	refs := p.GPUs
+	if p.GPU != nil {
+		if len(refs) > 0 {
+			return nil, invalidf("run %q: give gpu or gpus, not both", p.Name)
+		}
+		refs = []api.GPURef{*p.GPU}
+	}
+	devs := d.gpuView().devices
+	out := []string{}
+	if len(refs) == 0 {
+		for _, dv := range devs {
+			out = append(out, dv.UUID)
+		}
+		return out, nil
+	}
+	for _, ref := range refs {
+		found := ""
+		for _, dv := range devs {
+			if ref.UUID == "" && dv.Index == ref.Index || ref.UUID != "" && dv.UUID == ref.UUID {
+				found = dv.UUID
+			}
+		}
+		if found == "" {
+			return nil, invalidf("run %q: GPU %s does not exist (this machine has %d: see `gpuschedctl gpus`)", p.Name, ref, len(devs))
+		}
+		for _, u := range out {
+			if u == found {
+				return nil, invalidf("run %q: GPU %s is listed twice", p.Name, ref)
+			}
+		}
+		out = append(out, found)
+	}
+	return out, nil
+}
+
+// workDir is the requested directory, else the caller's own cwd.
+func workDir(a actor, dir string) (string, error) {
+	if dir == "" {
+		cwd, err := os.Readlink("/proc/" + strconv.Itoa(a.PID) + "/cwd")
+		if err != nil {
+			return "", invalidf("run: dir is required (the caller's working directory cannot be read)")
+		}
+		dir = cwd
+	}
+	if !filepath.IsAbs(dir) {
+		return "", invalidf("run: dir %q must be an absolute path", dir)
+	}
+	dir = filepath.Clean(dir)
+	fi, err := os.Stat(dir)
+	if err != nil || !fi.IsDir() {
+		return "", invalidf("run: dir %q is not an existing directory", dir)
+	}
+	return dir, nil
+}
+
+// environ is the caller's env plus the documented GPUSCHED_* and CUDA_*
+// variables, which take precedence; nothing else is added.
+func (d *Daemon) environ(p api.RunParams, id string, gpus []string) ([]string, error) {
+	env := map[string]string{}
+	for k, v := range p.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return nil, invalidf("run %q: bad environment variable %q", p.Name, k)
+		}
+		env[k] = v
+	}
+	env["GPUSCHED_NAME"] = p.Name
+	env["GPUSCHED_ID"] = id
+	env["GPUSCHED_SOCKET"] = d.cfg.Socket
+	if d.simDir != "" {
+		env["GPUSCHED_SIM_DIR"] = d.simDir
+	}
+	env["CUDA_VISIBLE_DEVICES"] = strings.Join(gpus, ",")
+	env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+	out := make([]string, 0, len(env))
+	for k, v := range env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out, nil
+}

@@ -1,0 +1,228 @@
+package daemon
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+const (
+	maxConns     = 4096             // concurrent connections; more are told to retry
+	writeTimeout = 30 * time.Second // a peer that stops reading is dropped
+)
+
+// call is one request being handled.
+type call struct {
+	ctx    context.Context
+	actor  actor
+	method string
+	params json.RawMessage
+}
+
+// decode fills v from the call's params, refusing unknown fields.
+func (c *call) decode(v any) error {
+	p := bytes.TrimSpace(c.params)
+	if len(p) == 0 || string(p) == "null" {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(p))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return invalidf("%s: bad params: %v", c.method, err)
+	}
+	if dec.More() {
+		return invalidf("%s: bad params: trailing data", c.method)
+	}
+	return nil
+}
+
+// handler answers a call with one result.
+type handler func(c *call) (any, error)
+
+// streamHandler answers a call with events and then one result.
+type streamHandler func(c *call, emit func(*api.Event) error) (any, error)
+
+type method struct {
+	unary  handler
+	stream streamHandler
+}
+
+// serve accepts connections until the listener closes.
+func (d *Daemon) serve(ctx context.Context, ln *net.UnixListener) error {
+	for {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			d.log.Warn("accept", zap.Error(err))
+			continue
+		}
+		if !d.conns.add(c) {
+			go refuse(c, "too many connections to gpuschedd; retry later")
+			continue
+		}
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			defer d.conns.remove(c)
+			d.serveConn(ctx, c)
+		}()
+	}
+}
+
+func refuse(c net.Conn, msg string) {
+	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+	w := newLineWriter(c)
+	_ = w.response(nil, nil, &api.Error{Code: api.CodeUnavailable, Message: msg})
+	c.Close()
+}
+
+// serveConn reads requests one per line and answers them in order. While a
+// streaming call runs, the next line is read only to notice a disconnect
+// (which cancels the stream); it is handled after the stream ends.
+func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
+	defer c.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := newLineWriter(c)
+	a, err := peerActor(c, &d.names)
+	if err != nil {
+		d.log.Warn("peer credentials", zap.Error(err))
+		_ = w.response(nil, nil, &api.Error{Code: api.CodeInternal, Message: "cannot identify peer: " + err.Error()})
+		return
+	}
+	r := bufio.NewReaderSize(c, 64<<10)
+	var streaming chan struct{}
+	for {
+		line, err := readLine(r)
+		if streaming != nil {
+			if err != nil {
+				cancel()
+			}
+			<-streaming
+			streaming = nil
+		}
+		var tooLong *lineTooLong
+		switch {
+		case errors.As(err, &tooLong):
+			if w.response(nil, nil, &api.Error{Code: api.CodeTooLarge, Message: tooLong.Error()}) != nil {
+				return
+			}
+			continue
+		case err != nil:
+			if !errors.Is(err, io.EOF) && ctx.Err() == nil {
+				d.log.Debug("read", zap.Error(err))
+			}
+			return
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		var req api.Request
+		if err := json.Unmarshal(line, &req); err != nil {
+			if w.response(nil, nil, &api.Error{Code: api.CodeBadRequest, Message: "malformed request: " + err.Error()}) != nil {
+				return
+			}
+			continue
+		}
+		name := req.Method
+		if alias, ok := api.MethodAliases[name]; ok {
+			name = alias
+		}
+		m, ok := d.methods[name]
+		if !ok {
+			e := api.Errorf(api.CodeUnknownMethod, "unknown method %q", req.Method)
+			if req.Method == "" {
+				e = api.Errorf(api.CodeBadRequest, "request has no method")
+			}
+			if w.response(req.ID, nil, e) != nil {
+				return
+			}
+			continue
+		}
+		cl := &call{ctx: ctx, actor: a, method: name, params: req.Params}
+		if m.stream != nil {
+			streaming = make(chan struct{})
+			go func(done chan struct{}) {
+				defer close(done)
+				res, err := m.stream(cl, func(e *api.Event) error { return w.event(req.ID, e) })
+				d.answer(w, cl, req.ID, res, err)
+			}(streaming)
+			continue
+		}
+		res, err := m.unary(cl)
+		if d.answer(w, cl, req.ID, res, err) != nil {
+			return
+		}
+	}
+}
+
+// answer writes the final response, mapping err to its wire code.
+func (d *Daemon) answer(w *lineWriter, c *call, id json.RawMessage, res any, err error) error {
+	if err == nil {
+		return w.response(id, res, nil)
+	}
+	if c.ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return err // the peer left; nobody to answer
+	}
+	code, msg := toWire(err)
+	if code == api.CodeInternal {
+		d.log.Error("request failed", zap.String("method", c.method), zap.Uint32("uid", c.actor.UID), zap.Error(err))
+	}
+	return w.response(id, nil, &api.Error{Code: code, Message: msg})
+}
+
+// lineTooLong is a request line over api.MaxLineBytes; it was skipped.
+type lineTooLong struct{ n int }
+
+func (e *lineTooLong) Error() string {
+	return "request line too long: over " + itoa(api.MaxLineBytes) + " bytes"
+}
+
+// readLine returns the next line without its newline. A line longer than
+// api.MaxLineBytes is consumed and reported as *lineTooLong.
+func readLine(r *bufio.Reader) ([]byte, error) {
+	line, err := r.ReadSlice('\n')
+	if err == nil {
+		return line[:len(line)-1], nil
+	}
+	if !errors.Is(err, bufio.ErrBufferFull) {
+		if errors.Is(err, io.EOF) && len(line) > 0 {
+			return line, nil // last line without newline
+		}
+		return nil, err
+	}
+	buf := append([]byte(nil), line...)
+	for {
+		line, err = r.ReadSlice('\n')
+		if len(buf) <= api.MaxLineBytes {
+			buf = append(buf, line...)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+		if len(buf) > api.MaxLineBytes {
+			if errors.Is(err, io.EOF) {
+				return nil, io.EOF
+			}
+			return nil, &lineTooLong{n: len(buf)}
+		}
+		if err == nil {
+			return buf[:len(buf)-1], nil
+		}
+		return buf, nil
+	}
+}

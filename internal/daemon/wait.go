@@ -1,0 +1,56 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// wait streams a process's state changes until it exits and answers with
+// its final state.
+func (d *Daemon) wait(c *call, emit func(*api.Event) error) (any, error) {
+	var p api.WaitParams
+	if err := c.decode(&p); err != nil {
+		return nil, err
+	}
+	rec, err := d.lookup(c, p.Name)
+	if err != nil {
+		return nil, err
+	}
+	sub, cancel := d.events.subscribe(func(e *api.Event) bool { return e.Process != nil && e.Process.ID == rec.ID })
+	defer cancel()
+	// Re-read after subscribing so an exit in between is not missed.
+	if cur, ok := d.table.Get(p.Name); ok && cur.ID == rec.ID {
+		rec = cur
+	}
+	if !rec.Live() {
+		return toAPI(rec, d.gpuView()), nil
+	}
+	ctx := c.ctx
+	if p.Timeout > 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeout(ctx, time.Duration(p.Timeout))
+		defer stop()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, api.Errorf(api.CodeTimeout, "process %q still %s after %s", p.Name, rec.State, time.Duration(p.Timeout))
+			}
+			return nil, ctx.Err()
+		case e, ok := <-sub.ch:
+			if !ok {
+				return nil, api.Errorf(api.CodeUnavailable, "wait %q: event stream closed; wait again", p.Name)
+			}
+			if err := emit(&e); err != nil {
+				return nil, err
+			}
+			if e.Type == api.EventRemoved || e.State == api.StateExited {
+				return e.Process, nil
+			}
+		}
+	}
+}

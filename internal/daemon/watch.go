@@ -1,0 +1,81 @@
+package daemon
+
+import (
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/nsinit"
+	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// watch records rec's exit when its init ends. It runs until then or until
+// shutdown closes the pidfd.
+func (d *Daemon) watch(rec proctable.Record, rt *procRuntime) {
+	d.procs.wg.Add(1)
+	go func() {
+		defer d.procs.wg.Done()
+		if !waitExit(rt) {
+			return
+		}
+		exit := d.exitOf(rec, rt)
+		_, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+			if r.ID != rec.ID {
+				return errReplaced
+			}
+			r.State = api.StateExited
+			r.Exit = &exit
+			r.ExitedAt = time.Now()
+			return nil
+		})
+		if err != nil && !errors.Is(err, errReplaced) {
+			d.log.Error("record exit", zap.String("name", rec.Name), zap.Error(err))
+		}
+		d.procs.remove(rec.ID)
+		rt.pidfd.Close()
+		close(rt.exited)
+		d.sampler.kick()
+		d.log.Info("process exited", zap.String("name", rec.Name), zap.Int("init_pid", rec.InitPID), zap.Any("exit", exit))
+	}()
+}
+
+var errReplaced = errors.New("record was replaced")
+
+// exitOf works out how a tree ended: from the init's exit report when it
+// wrote one, else from its wait status when it is our child, else from
+// what this daemon did to it.
+func (d *Daemon) exitOf(rec proctable.Record, rt *procRuntime) api.Exit {
+	var ws unix.WaitStatus
+	reaped := false
+	if rt.child {
+		// The pid cannot be reused before this reap: it is our zombie.
+		if pid, err := unix.Wait4(rec.InitPID, &ws, unix.WNOHANG, nil); err == nil && pid == rec.InitPID {
+			reaped = true
+		}
+	}
+	return exitFrom(rec, reaped, ws, rt.sentKill.Load())
+}
+
+// exitFrom combines the evidence about an ended tree into its Exit.
+func exitFrom(rec proctable.Record, reaped bool, ws unix.WaitStatus, sentKill bool) api.Exit {
+	rep, err := nsinit.ReadExitReport(rec.StatusPath)
+	switch {
+	case err == nil && rep.Code != nil:
+		return api.Exit{Code: rep.Code}
+	case err == nil && rep.Signal != 0:
+		return api.Exit{Signal: unix.SignalName(unix.Signal(rep.Signal))}
+	case err == nil && rep.Error != "":
+		return api.Exit{Unknown: true, Reason: rep.Error}
+	case reaped && ws.Signaled():
+		return api.Exit{Signal: unix.SignalName(ws.Signal())}
+	case sentKill:
+		return api.Exit{Signal: "SIGKILL"}
+	case reaped:
+		code := ws.ExitStatus()
+		return api.Exit{Code: &code, Reason: "the init exited without a report"}
+	}
+	return api.Exit{Unknown: true, Reason: "ended while the daemon could not observe it"}
+}

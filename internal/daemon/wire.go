@@ -1,0 +1,127 @@
+package daemon
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// lineWriter writes one JSON object per line, flushing each.
+type lineWriter struct {
+	mu   sync.Mutex
+	conn net.Conn
+	bw   *bufio.Writer
+	buf  bytes.Buffer
+	enc  *json.Encoder
+}
+
+func newLineWriter(c net.Conn) *lineWriter {
+	w := &lineWriter{conn: c, bw: bufio.NewWriterSize(c, 32<<10)}
+	w.enc = json.NewEncoder(&w.buf)
+	w.enc.SetEscapeHTML(false)
+	return w
+}
+
+// response writes {"id":..,"ok":true,"result":..} or the error form.
+func (w *lineWriter) response(id json.RawMessage, result any, e *api.Error) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Reset()
+	w.buf.WriteByte('{')
+	if len(id) > 0 {
+		w.buf.WriteString(`"id":`)
+		w.buf.Write(id)
+		w.buf.WriteByte(',')
+	}
+	if e != nil {
+		w.buf.WriteString(`"ok":false,"error":`)
+		if err := w.enc.Encode(e.Message); err != nil {
+			return err
+		}
+		w.trimNewline()
+		w.buf.WriteString(`,"code":`)
+		w.buf.WriteString(strconv.Quote(string(e.Code)))
+	} else {
+		w.buf.WriteString(`"ok":true`)
+		if result != nil {
+			w.buf.WriteString(`,"result":`)
+			if err := w.enc.Encode(result); err != nil {
+				return err
+			}
+			w.trimNewline()
+		}
+	}
+	w.buf.WriteString("}\n")
+	return w.flush()
+}
+
+// event writes {"id":..,"event":..}.
+func (w *lineWriter) event(id json.RawMessage, e *api.Event) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Reset()
+	w.buf.WriteByte('{')
+	if len(id) > 0 {
+		w.buf.WriteString(`"id":`)
+		w.buf.Write(id)
+		w.buf.WriteByte(',')
+	}
+	w.buf.WriteString(`"event":`)
+	if err := w.enc.Encode(e); err != nil {
+		return err
+	}
+	w.trimNewline()
+	w.buf.WriteString("}\n")
+	return w.flush()
+}
+
+func (w *lineWriter) trimNewline() { w.buf.Truncate(w.buf.Len() - 1) }
+
+func (w *lineWriter) flush() error {
+	_ = w.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if _, err := w.bw.Write(w.buf.Bytes()); err != nil {
+		return err
+	}
+	return w.bw.Flush()
+}
+
+// connSet tracks open connections so shutdown can close them.
+type connSet struct {
+	mu sync.Mutex
+	m  map[net.Conn]struct{}
+}
+
+func (s *connSet) add(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[net.Conn]struct{}{}
+	}
+	if len(s.m) >= maxConns {
+		return false
+	}
+	s.m[c] = struct{}{}
+	return true
+}
+
+func (s *connSet) remove(c net.Conn) {
+	s.mu.Lock()
+	delete(s.m, c)
+	s.mu.Unlock()
+}
+
+func (s *connSet) closeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.m {
+		c.Close()
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

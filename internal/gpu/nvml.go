@@ -1,0 +1,165 @@
+package gpu
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// notAvailable is NVML_VALUE_NOT_AVAILABLE as an unsigned long long, which
+// NVML reports as a process's memory when it cannot tell.
+const notAvailable = math.MaxUint64
+
+// NVML is the backend for real GPUs, read through the NVIDIA driver's NVML
+// library. Sample may be called concurrently; Close comes after the last one.
+type NVML struct {
+	lib nvml.Interface
+}
+
+// NewNVML loads and initialises NVML. Without a driver it fails with an error
+// wrapping ErrNoDriver that points to --sim.
+func NewNVML() (*NVML, error) {
+	return newNVML(nvml.New())
+}
+
+func newNVML(lib nvml.Interface) (*NVML, error) {
+	switch ret := lib.Init(); ret {
+	case nvml.SUCCESS:
+		return &NVML{lib: lib}, nil
+	case nvml.ERROR_LIBRARY_NOT_FOUND:
+		return nil, fmt.Errorf("nvml: %w: libnvidia-ml.so.1 could not be loaded (use --sim N to run with N simulated GPUs)", ErrNoDriver)
+	case nvml.ERROR_DRIVER_NOT_LOADED:
+		return nil, fmt.Errorf("nvml: %w: the kernel driver is not loaded (use --sim N to run with N simulated GPUs)", ErrNoDriver)
+	default:
+		return nil, fmt.Errorf("nvml: init: %w", ret)
+	}
+}
+
+// Name returns "nvml".
+func (n *NVML) Name() string { return "nvml" }
+
+// Sample reads every device and the processes using it. Metrics a device
+// does not support are nil.
+func (n *NVML) Sample(ctx context.Context) (Sample, error) {
+	count, ret := n.lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return Sample{}, fmt.Errorf("nvml: device count: %w", ret)
+	}
+	s := Sample{Devices: make([]Device, 0, count), Procs: []ProcUsage{}}
+	for i := range count {
+		if err := ctx.Err(); err != nil {
+			return Sample{}, err
+		}
+		dev, procs, err := n.device(i)
+		if err != nil {
+			return Sample{}, fmt.Errorf("nvml: GPU %d: %w", i, err)
+		}
+		s.Devices = append(s.Devices, dev)
+		s.Procs = append(s.Procs, procs...)
+	}
+	sort.Slice(s.Procs, func(i, j int) bool {
+		a, b := s.Procs[i], s.Procs[j]
+		if a.UUID != b.UUID {
+			return a.UUID < b.UUID
+		}
+		return a.PID < b.PID
+	})
+	return s, nil
+}
+
+// device reads device i and its processes.
+func (n *NVML) device(i int) (Device, []ProcUsage, error) {
+	h, ret := n.lib.DeviceGetHandleByIndex(i)
+	if ret != nvml.SUCCESS {
+		return Device{}, nil, fmt.Errorf("handle: %w", ret)
+	}
+	d := Device{Index: i}
+	if d.UUID, ret = h.GetUUID(); ret != nvml.SUCCESS {
+		return Device{}, nil, fmt.Errorf("uuid: %w", ret)
+	}
+	if d.Name, ret = h.GetName(); ret != nvml.SUCCESS {
+		return Device{}, nil, fmt.Errorf("name: %w", ret)
+	}
+	mem, ret := h.GetMemoryInfo()
+	if ret != nvml.SUCCESS {
+		return Device{}, nil, fmt.Errorf("memory info: %w", ret)
+	}
+	d.TotalMiB, d.UsedMiB = mem.Total>>20, mem.Used>>20
+
+	util, ret := h.GetUtilizationRates()
+	if ok, err := supported(ret); err != nil {
+		return Device{}, nil, fmt.Errorf("utilization: %w", err)
+	} else if ok {
+		pct := int(util.Gpu)
+		d.UtilPercent = &pct
+	}
+	mw, ret := h.GetPowerUsage()
+	if ok, err := supported(ret); err != nil {
+		return Device{}, nil, fmt.Errorf("power usage: %w", err)
+	} else if ok {
+		w := float64(mw) / 1000
+		d.PowerWatts = &w
+	}
+
+	procs, err := processes(h, d.UUID)
+	if err != nil {
+		return Device{}, nil, err
+	}
+	return d, procs, nil
+}
+
+// processes lists the compute and graphics processes on a device. A process
+// in both lists appears once, with the larger reported memory.
+func processes(h nvml.Device, uuid string) ([]ProcUsage, error) {
+	used := map[int]uint64{}
+	for _, list := range []struct {
+		what string
+		get  func() ([]nvml.ProcessInfo, nvml.Return)
+	}{
+		{"compute processes", h.GetComputeRunningProcesses},
+		{"graphics processes", h.GetGraphicsRunningProcesses},
+	} {
+		infos, ret := list.get()
+		if ok, err := supported(ret); err != nil {
+			return nil, fmt.Errorf("%s: %w", list.what, err)
+		} else if !ok {
+			continue
+		}
+		for _, p := range infos {
+			mib := uint64(0)
+			if p.UsedGpuMemory != notAvailable {
+				mib = p.UsedGpuMemory >> 20
+			}
+			used[int(p.Pid)] = max(used[int(p.Pid)], mib)
+		}
+	}
+	out := make([]ProcUsage, 0, len(used))
+	for pid, mib := range used {
+		out = append(out, ProcUsage{PID: pid, UUID: uuid, UsedMiB: mib})
+	}
+	return out, nil
+}
+
+// supported maps an NVML result for an optional metric: ok on success, not
+// ok on ERROR_NOT_SUPPORTED, an error otherwise.
+func supported(ret nvml.Return) (bool, error) {
+	switch ret {
+	case nvml.SUCCESS:
+		return true, nil
+	case nvml.ERROR_NOT_SUPPORTED:
+		return false, nil
+	default:
+		return false, ret
+	}
+}
+
+// Close shuts NVML down.
+func (n *NVML) Close() error {
+	if ret := n.lib.Shutdown(); ret != nvml.SUCCESS {
+		return fmt.Errorf("nvml: shutdown: %w", ret)
+	}
+	return nil
+}

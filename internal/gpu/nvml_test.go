@@ -1,0 +1,151 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+func TestNewNVMLWithoutDriver(t *testing.T) {
+	n, err := NewNVML()
+	if err == nil {
+		_ = n.Close()
+		t.Skip("an NVIDIA driver is present")
+	}
+	if !errors.Is(err, ErrNoDriver) {
+		t.Fatalf("NewNVML() = %v, want ErrNoDriver", err)
+	}
+	if !strings.Contains(err.Error(), "--sim") || !strings.Contains(err.Error(), "libnvidia-ml.so.1") {
+		t.Errorf("error %q should name libnvidia-ml.so.1 and --sim", err)
+	}
+}
+
+// fakeLib is a hand-written NVML: the methods the backend uses are defined
+// here, any other would panic on the nil embedded interface.
+type fakeLib struct {
+	nvml.Interface
+	initRet  nvml.Return
+	devices  []*fakeDevice
+	shutdown int
+}
+
+func (f *fakeLib) Init() nvml.Return                  { return f.initRet }
+func (f *fakeLib) Shutdown() nvml.Return              { f.shutdown++; return nvml.SUCCESS }
+func (f *fakeLib) DeviceGetCount() (int, nvml.Return) { return len(f.devices), nvml.SUCCESS }
+func (f *fakeLib) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
+	return f.devices[i], nvml.SUCCESS
+}
+
+type fakeDevice struct {
+	nvml.Device
+	uuid     string
+	mem      nvml.Memory
+	memRet   nvml.Return
+	util     uint32
+	utilRet  nvml.Return
+	powerMW  uint32
+	powerRet nvml.Return
+	compute  []nvml.ProcessInfo
+	graphics []nvml.ProcessInfo
+	gfxRet   nvml.Return
+}
+
+func (d *fakeDevice) GetUUID() (string, nvml.Return)            { return d.uuid, nvml.SUCCESS }
+func (d *fakeDevice) GetName() (string, nvml.Return)            { return "NVIDIA H100 80GB HBM3", nvml.SUCCESS }
+func (d *fakeDevice) GetMemoryInfo() (nvml.Memory, nvml.Return) { return d.mem, d.memRet }
+func (d *fakeDevice) GetUtilizationRates() (nvml.Utilization, nvml.Return) {
+	return nvml.Utilization{Gpu: d.util}, d.utilRet
+}
+func (d *fakeDevice) GetPowerUsage() (uint32, nvml.Return) { return d.powerMW, d.powerRet }
+func (d *fakeDevice) GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
+	return d.compute, nvml.SUCCESS
+}
+func (d *fakeDevice) GetGraphicsRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
+	return d.graphics, d.gfxRet
+}
+
+const mib = 1 << 20
+
+func TestNVMLInitErrors(t *testing.T) {
+	for ret, noDriver := range map[nvml.Return]bool{
+		nvml.ERROR_LIBRARY_NOT_FOUND: true,
+		nvml.ERROR_DRIVER_NOT_LOADED: true,
+		nvml.ERROR_NO_PERMISSION:     false,
+	} {
+		_, err := newNVML(&fakeLib{initRet: ret})
+		if err == nil || errors.Is(err, ErrNoDriver) != noDriver {
+			t.Errorf("Init %v: error %v, want ErrNoDriver=%v", ret, err, noDriver)
+		}
+		if !noDriver && !errors.Is(err, ret) {
+			t.Errorf("Init %v: error %v does not wrap the NVML result", ret, err)
+		}
+	}
+}
+
+func TestNVMLSample(t *testing.T) {
+	lib := &fakeLib{devices: []*fakeDevice{
+		{
+			uuid: "GPU-aaaa", mem: nvml.Memory{Total: 81559 * mib, Used: 4096*mib + 5},
+			util: 37, powerMW: 123456,
+			compute:  []nvml.ProcessInfo{{Pid: 200, UsedGpuMemory: 3000 * mib}, {Pid: 100, UsedGpuMemory: notAvailable}},
+			graphics: []nvml.ProcessInfo{{Pid: 200, UsedGpuMemory: 1000 * mib}},
+		},
+		{
+			uuid: "GPU-bbbb", mem: nvml.Memory{Total: 1024 * mib},
+			utilRet: nvml.ERROR_NOT_SUPPORTED, powerRet: nvml.ERROR_NOT_SUPPORTED, gfxRet: nvml.ERROR_NOT_SUPPORTED,
+			compute: []nvml.ProcessInfo{{Pid: 300, UsedGpuMemory: 512 * mib}},
+		},
+	}}
+	n, err := newNVML(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Name() != "nvml" {
+		t.Errorf("Name() = %q", n.Name())
+	}
+	s, err := n.Sample(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d0, d1 := s.Devices[0], s.Devices[1]
+	if d0.Index != 0 || d0.UUID != "GPU-aaaa" || d0.TotalMiB != 81559 || d0.UsedMiB != 4096 {
+		t.Errorf("device 0 = %+v", d0)
+	}
+	if d0.UtilPercent == nil || *d0.UtilPercent != 37 || d0.PowerWatts == nil || *d0.PowerWatts != 123.456 {
+		t.Errorf("device 0 metrics = %v, %v", d0.UtilPercent, d0.PowerWatts)
+	}
+	if d1.Index != 1 || d1.UtilPercent != nil || d1.PowerWatts != nil {
+		t.Errorf("device 1 unsupported metrics = %+v", d1)
+	}
+	want := "[{100 GPU-aaaa 0} {200 GPU-aaaa 3000} {300 GPU-bbbb 512}]"
+	if got := fmt.Sprint(s.Procs); got != want {
+		t.Errorf("procs = %s, want %s", got, want)
+	}
+	if err := n.Close(); err != nil || lib.shutdown != 1 {
+		t.Errorf("Close() = %v, shutdowns %d", err, lib.shutdown)
+	}
+}
+
+func TestNVMLSampleErrorNamesDevice(t *testing.T) {
+	lib := &fakeLib{devices: []*fakeDevice{
+		{uuid: "GPU-aaaa", mem: nvml.Memory{Total: mib}},
+		{uuid: "GPU-bbbb", memRet: nvml.ERROR_GPU_IS_LOST},
+	}}
+	n, err := newNVML(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = n.Sample(context.Background())
+	if !errors.Is(err, nvml.ERROR_GPU_IS_LOST) || !strings.Contains(err.Error(), "GPU 1") {
+		t.Errorf("Sample() error = %v, want GPU 1 lost", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := n.Sample(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Sample(canceled) = %v", err)
+	}
+}

@@ -1,0 +1,25 @@
+package gpu
+
+// Device is one GPU at sampling time.
+type Device struct {
+	Index       int
+	UUID        string
+	Name        string
+	TotalMiB    uint64
+	UsedMiB     uint64
+	UtilPercent *int     // nil when the backend cannot measure it
+	PowerWatts  *float64 // nil when the backend cannot measure it
+}
+
+// ProcUsage is one process's memory on one device, by host pid.
+type ProcUsage struct {
+	PID     int
+	UUID    string
+	UsedMiB uint64
+}
+
+// Sample is the state of all GPUs at one moment.
+type Sample struct {
+	Devices []Device    // sorted by index
+	Procs   []ProcUsage // sorted by uuid, then pid; never nil
+}

@@ -1,0 +1,61 @@
+package gpu
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gpusched/gpusched/internal/simgpu"
+)
+
+// Sim is the simulated backend: devices from a simgpu registry, with usage
+// reported by the simulated processes themselves. It does not simulate
+// utilization or power: those stay nil, like unsupported NVML metrics.
+type Sim struct {
+	reg *simgpu.Registry
+}
+
+// NewSim creates the sim directory dir with count devices of sizeMiB each.
+// Records of simulated processes already in dir are kept.
+func NewSim(dir string, count int, sizeMiB uint64) (*Sim, error) {
+	if count < 1 {
+		return nil, fmt.Errorf("simulated GPUs: count %d: need at least 1", count)
+	}
+	devs := make([]simgpu.Device, count)
+	for i := range devs {
+		devs[i] = simgpu.Device{Index: i, UUID: simgpu.DeviceUUID(i), Name: simgpu.DefaultName, TotalMiB: sizeMiB}
+	}
+	reg, err := simgpu.Create(dir, devs)
+	if err != nil {
+		return nil, err
+	}
+	return &Sim{reg: reg}, nil
+}
+
+// Name returns "sim".
+func (s *Sim) Name() string { return "sim" }
+
+// Dir returns the sim directory, which jobs find through GPUSCHED_SIM_DIR.
+func (s *Sim) Dir() string { return s.reg.Dir() }
+
+// Sample reads the registry.
+func (s *Sim) Sample(ctx context.Context) (Sample, error) {
+	if err := ctx.Err(); err != nil {
+		return Sample{}, err
+	}
+	snap, err := s.reg.Snapshot()
+	if err != nil {
+		return Sample{}, err
+	}
+	out := Sample{Devices: make([]Device, len(snap.Devices)), Procs: make([]ProcUsage, len(snap.Procs))}
+	for i, d := range snap.Devices {
+		out.Devices[i] = Device{Index: d.Index, UUID: d.UUID, Name: d.Name, TotalMiB: d.TotalMiB, UsedMiB: d.UsedMiB}
+	}
+	for i, p := range snap.Procs {
+		out.Procs[i] = ProcUsage{PID: p.PID, UUID: p.UUID, UsedMiB: p.UsedMiB}
+	}
+	return out, nil
+}
+
+// Close releases nothing: the sim directory stays for jobs that outlive the
+// daemon.
+func (s *Sim) Close() error { return nil }

@@ -1,0 +1,99 @@
+package gpu
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+
+	"github.com/gpusched/gpusched/internal/simgpu"
+)
+
+// helperEnv makes the re-executed test binary wait for stdin to close: a
+// real process to register usage for.
+const helperEnv = "GPU_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) != "" {
+		_, _ = bufio.NewReader(os.Stdin).ReadString(0)
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func TestSimSample(t *testing.T) {
+	sim, err := NewSim(t.TempDir(), 2, 8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	if sim.Name() != "sim" {
+		t.Errorf("Name() = %q", sim.Name())
+	}
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=1", "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer stdin.Close()
+	pid := cmd.Process.Pid
+
+	// The job side opens the directory by name, as a simulated job would.
+	reg, err := simgpu.Open(sim.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := simgpu.StartTime(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Allocate(pid, st, simgpu.DeviceUUID(1), 3000); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err := sim.Sample(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Devices) != 2 || s.Devices[0].UsedMiB != 0 || s.Devices[1].UsedMiB != 3000 || s.Devices[1].TotalMiB != 8192 {
+		t.Errorf("devices = %+v", s.Devices)
+	}
+	if d := s.Devices[1]; d.Index != 1 || d.UUID != simgpu.DeviceUUID(1) || d.Name != simgpu.DefaultName || d.UtilPercent != nil || d.PowerWatts != nil {
+		t.Errorf("device 1 = %+v", d)
+	}
+	if want := fmt.Sprint([]ProcUsage{{PID: pid, UUID: simgpu.DeviceUUID(1), UsedMiB: 3000}}); fmt.Sprint(s.Procs) != want {
+		t.Errorf("procs = %v, want %s", s.Procs, want)
+	}
+
+	// The process dies without releasing: its usage disappears.
+	if err := stdin.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = sim.Sample(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Procs) != 0 || s.Devices[1].UsedMiB != 0 {
+		t.Errorf("dead process still counted: %+v", s)
+	}
+}
+
+func TestNewSimRejectsBadSizes(t *testing.T) {
+	if _, err := NewSim(t.TempDir(), 0, 1024); err == nil {
+		t.Error("NewSim with 0 GPUs succeeded")
+	}
+	if _, err := NewSim(t.TempDir(), 1, 0); err == nil {
+		t.Error("NewSim with 0 MiB succeeded")
+	}
+}

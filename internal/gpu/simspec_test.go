@@ -1,0 +1,57 @@
+package gpu
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseSimSpec(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		count   int
+		size    uint64
+		wantErr string
+	}{
+		{in: "1", count: 1, size: 24576},
+		{in: " 8 ", count: 8, size: 24576},
+		{in: "4x80G", count: 4, size: 81920},
+		{in: "4X80GiB", count: 4, size: 81920},
+		{in: "2x24g", count: 2, size: 24576},
+		{in: "2x40GB", count: 2, size: 40960},
+		{in: "1x16384M", count: 1, size: 16384},
+		{in: "1x1024MiB", count: 1, size: 1024},
+		{in: "1x1G", count: 1, size: 1024},
+		{in: "1x1T", count: 1, size: 1 << 20},
+		{in: "1x1048576mib", count: 1, size: 1 << 20},
+		{in: "64", count: 64, size: 24576},
+		{in: "", wantErr: "not a number"},
+		{in: "0", wantErr: "1 to 64"},
+		{in: "-2", wantErr: "1 to 64"},
+		{in: "65", wantErr: "1 to 64"},
+		{in: "two", wantErr: "not a number"},
+		{in: "x24G", wantErr: "not a number"},
+		{in: "2x", wantErr: "needs a unit"},
+		{in: "2x24", wantErr: "needs a unit"},
+		{in: "2x24Q", wantErr: "unknown unit"},
+		{in: "2xG", wantErr: "not a whole number"},
+		{in: "2x1.5G", wantErr: "not a whole number"},
+		{in: "2x-1G", wantErr: "not a whole number"},
+		{in: "1x512MiB", wantErr: "under 1 GiB"},
+		{in: "1x0G", wantErr: "under 1 GiB"},
+		{in: "1x2T", wantErr: "over 1 TiB"},
+		{in: "1x1048577M", wantErr: "over 1 TiB"},
+		{in: "1x99999999999999999999G", wantErr: "not a whole number"},
+		{in: "1x18014398509481984G", wantErr: "over 1 TiB"},
+	} {
+		count, size, err := ParseSimSpec(tc.in)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("ParseSimSpec(%q) error = %v, want one containing %q", tc.in, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || count != tc.count || size != tc.size {
+			t.Errorf("ParseSimSpec(%q) = %d, %d, %v; want %d, %d", tc.in, count, size, err, tc.count, tc.size)
+		}
+	}
+}

@@ -1,0 +1,155 @@
+package logfile
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/fsnotify/fsnotify"
+	"golang.org/x/sys/unix"
+)
+
+// seenLen is how many of the bytes last read Follow keeps to recognise a
+// file that was truncated and then refilled past its offset.
+const seenLen = 64
+
+// Follow emits every line appended to path after byte offset (from
+// TailForFollow), in order, each once it is complete. It sleeps on an
+// fsnotify watch of the file between writes. When the file turns out to have
+// been truncated (by Rotate), it carries on from offset 0; the line in
+// progress carries over, since the writer continues it in the new file.
+//
+// When done is closed (the process exited), Follow reads what remains, emits
+// a final unterminated line if any, and returns nil. It returns ctx.Err()
+// when ctx ends, and the error of emit if emit fails.
+//
+// Follow reads through its own descriptor and watches the file's inode: the
+// file is never replaced (Rotate truncates in place), and an unlinked file
+// still held open keeps reporting writes, so no directory watch is needed.
+// A truncation is noticed when the file is shorter than what was read or
+// when the bytes just before the offset changed; a follower that lags behind
+// a rotation loses what was written between its offset and the rotation
+// (that is in path.1).
+func Follow(ctx context.Context, path string, offset int64, done <-chan struct{}, emit func(line string) error) error {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return fmt.Errorf("log %s: %w", path, err)
+	}
+	defer f.Close()
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("log %s: %w", path, err)
+	}
+	defer w.Close()
+	// Watch before the first read: a write after this point wakes the loop.
+	if err := w.Add(path); err != nil {
+		return fmt.Errorf("log %s: %w", path, err)
+	}
+	fl := &follower{f: f, path: path, offset: offset, buf: make([]byte, chunkSize), emit: emit}
+	for {
+		if err := fl.drain(ctx); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-done:
+			if err := fl.drain(ctx); err != nil {
+				return err
+			}
+			return fl.lines.flush(emit)
+		case _, ok := <-w.Events:
+			if !ok {
+				return fmt.Errorf("log %s: watch ended", path)
+			}
+		case err, ok := <-w.Errors:
+			if !ok {
+				return fmt.Errorf("log %s: watch ended", path)
+			}
+			// An overflow only means lost wake-ups; the next drain reads all.
+			if !errors.Is(err, fsnotify.ErrEventOverflow) {
+				return fmt.Errorf("log %s: %w", path, err)
+			}
+		}
+	}
+}
+
+// follower is the reading state of one Follow.
+type follower struct {
+	f      *os.File
+	path   string
+	offset int64  // next byte to read
+	seen   []byte // the bytes just before offset, as read: min(seenLen, offset) of them
+	check  [seenLen]byte
+	buf    []byte
+	lines  lineBuf
+	emit   func(string) error
+}
+
+// drain reads and emits up to the current end of the file.
+func (fl *follower) drain(ctx context.Context) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n, rerr := fl.f.ReadAt(fl.buf, fl.offset)
+		if rerr != nil && !errors.Is(rerr, io.EOF) {
+			return fmt.Errorf("log %s: %w", fl.path, rerr)
+		}
+		// Checked after the read, so that a chunk read from a file truncated
+		// just before it is dropped too.
+		intact, err := fl.intact()
+		if err != nil {
+			return err
+		}
+		if !intact {
+			fl.offset, fl.seen = 0, fl.seen[:0]
+			continue
+		}
+		fl.advance(fl.buf[:n])
+		if err := fl.lines.feed(fl.buf[:n], fl.emit); err != nil {
+			return err
+		}
+		if rerr != nil {
+			return nil
+		}
+	}
+}
+
+// intact reports whether the bytes before the offset are still those that
+// were read. At an offset given by the caller it takes them as they are.
+func (fl *follower) intact() (bool, error) {
+	n := min(int64(seenLen), fl.offset)
+	if n == 0 {
+		return true, nil
+	}
+	b := fl.check[:n]
+	_, err := fl.f.ReadAt(b, fl.offset-n)
+	switch {
+	case errors.Is(err, io.EOF):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("log %s: %w", fl.path, err)
+	case int64(len(fl.seen)) < n:
+		fl.seen = append(fl.seen[:0], b...)
+		return true, nil
+	default:
+		return bytes.Equal(b, fl.seen), nil
+	}
+}
+
+// advance moves the offset past p, which was just read.
+func (fl *follower) advance(p []byte) {
+	fl.offset += int64(len(p))
+	if len(p) >= seenLen {
+		fl.seen = append(fl.seen[:0], p[len(p)-seenLen:]...)
+		return
+	}
+	fl.seen = append(fl.seen, p...)
+	if extra := len(fl.seen) - seenLen; extra > 0 {
+		fl.seen = append(fl.seen[:0], fl.seen[extra:]...)
+	}
+}

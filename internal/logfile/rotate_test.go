@@ -1,0 +1,169 @@
+package logfile
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// readFiles returns the content of path+suffix for each suffix, "<missing>"
+// for an absent file, and checks that each present file has mode 0600.
+func readFiles(t *testing.T, path string, suffixes ...string) map[string]string {
+	t.Helper()
+	got := map[string]string{}
+	for _, s := range suffixes {
+		b, err := os.ReadFile(path + s)
+		if errors.Is(err, fs.ErrNotExist) {
+			got[s] = "<missing>"
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[s] = string(b)
+		if fi, err := os.Stat(path + s); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v (%v), want 0600", path+s, fi.Mode().Perm(), err)
+		}
+	}
+	return got
+}
+
+func TestRotate(t *testing.T) {
+	tests := []struct {
+		name  string
+		keep  int
+		files map[string]string
+		want  map[string]string
+	}{
+		{
+			"keep 0 truncates only",
+			0,
+			map[string]string{"": "cur\n"},
+			map[string]string{"": "", ".1": "<missing>"},
+		},
+		{
+			"keep 1 replaces path.1",
+			1,
+			map[string]string{"": "cur\n", ".1": "old\n"},
+			map[string]string{"": "", ".1": "cur\n", ".2": "<missing>"},
+		},
+		{
+			"keep 3 shifts and drops the oldest",
+			3,
+			map[string]string{"": "c\n", ".1": "b\n", ".2": "a\n", ".3": "z\n"},
+			map[string]string{"": "", ".1": "c\n", ".2": "b\n", ".3": "a\n", ".4": "<missing>"},
+		},
+		{
+			"keep 3 with gaps",
+			3,
+			map[string]string{"": "c\n", ".2": "a\n"},
+			map[string]string{"": "", ".1": "c\n", ".2": "<missing>", ".3": "a\n"},
+		},
+		{
+			"missing file changes nothing",
+			2,
+			map[string]string{".1": "b\n"},
+			map[string]string{"": "<missing>", ".1": "b\n", ".2": "<missing>"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "log")
+			writeFiles(t, path, tt.files)
+			if err := Rotate(path, tt.keep); err != nil {
+				t.Fatal(err)
+			}
+			var suffixes []string
+			for s := range tt.want {
+				suffixes = append(suffixes, s)
+			}
+			got := readFiles(t, path, suffixes...)
+			for s, want := range tt.want {
+				if got[s] != want {
+					t.Errorf("%q = %q, want %q", "log"+s, got[s], want)
+				}
+			}
+			if tmp, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(tmp) != 0 {
+				t.Errorf("temporary files left: %v", tmp)
+			}
+		})
+	}
+}
+
+// TestRotateUnderAppendingWriter: a descriptor opened before the rotation
+// writes at the start of the truncated file, with no hole before it.
+func TestRotateUnderAppendingWriter(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log")
+	w, err := OpenAppend(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.WriteString("before rotation\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := Rotate(path, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteString("after\n"); err != nil {
+		t.Fatal(err)
+	}
+	got := readFiles(t, path, "", ".1")
+	if got[""] != "after\n" || got[".1"] != "before rotation\n" {
+		t.Errorf("after rotation: log = %q, log.1 = %q", got[""], got[".1"])
+	}
+}
+
+func TestEnforce(t *testing.T) {
+	tests := []struct {
+		name        string
+		content     string
+		max         int64
+		wantRotated bool
+	}{
+		{"under", "12345\n", 10, false},
+		{"at the cap", "123456789\n", 10, false},
+		{"over", "1234567890\n", 10, true},
+		{"no cap", "1234567890\n", 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "log")
+			writeFiles(t, path, map[string]string{"": tt.content})
+			rotated, err := Enforce(path, tt.max, 1)
+			if err != nil || rotated != tt.wantRotated {
+				t.Fatalf("Enforce = %v, %v; want %v", rotated, err, tt.wantRotated)
+			}
+			want := map[string]string{"": tt.content, ".1": "<missing>"}
+			if tt.wantRotated {
+				want = map[string]string{"": "", ".1": tt.content}
+			}
+			got := readFiles(t, path, "", ".1")
+			for s := range want {
+				if got[s] != want[s] {
+					t.Errorf("%q = %q, want %q", "log"+s, got[s], want[s])
+				}
+			}
+		})
+	}
+}
+
+func TestEnforceMissingFile(t *testing.T) {
+	rotated, err := Enforce(filepath.Join(t.TempDir(), "log"), 1, 1)
+	if err != nil || rotated {
+		t.Fatalf("Enforce = %v, %v; want false, nil", rotated, err)
+	}
+}
+
+func TestRotateNegativeKeep(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log")
+	if err := Rotate(path, -1); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("Rotate: err = %v, want ErrInvalidArgument", err)
+	}
+	if _, err := Enforce(path, 1, -1); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("Enforce: err = %v, want ErrInvalidArgument", err)
+	}
+}

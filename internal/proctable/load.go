@@ -1,0 +1,75 @@
+package proctable
+
+import (
+	"fmt"
+
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// Problem is a persisted record that could not be loaded; it was moved to
+// quarantine and is ignored.
+type Problem struct {
+	Key        string
+	Err        error
+	Quarantine string // where the file went
+}
+
+// Load fills an empty table from its store. Records that do not decode or
+// validate, and older duplicates of a name, are quarantined and reported;
+// they never stop the load.
+func (t *Table) Load() ([]Problem, error) {
+	keys, err := t.store.Keys()
+	if err != nil {
+		return nil, err
+	}
+	var problems []Problem
+	bad := func(key string, err error) {
+		q, qerr := t.store.Quarantine(key)
+		if qerr != nil {
+			err = fmt.Errorf("%w (quarantine failed: %v)", err, qerr)
+		}
+		problems = append(problems, Problem{Key: key, Err: err, Quarantine: q})
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, key := range keys {
+		var r Record
+		if err := t.store.Get(key, &r); err != nil {
+			bad(key, err)
+			continue
+		}
+		if err := validate(key, r); err != nil {
+			bad(key, err)
+			continue
+		}
+		if cur := t.byName[r.Name]; cur != nil {
+			keep, drop := cur.rec, r
+			if r.Live() && !cur.rec.Live() || r.CreatedAt.After(cur.rec.CreatedAt) && r.Live() == cur.rec.Live() {
+				keep, drop = r, cur.rec
+			}
+			bad(drop.ID, fmt.Errorf("process %q: duplicate record, kept %s", r.Name, keep.ID))
+			if keep.ID == cur.rec.ID {
+				continue
+			}
+		}
+		t.byName[r.Name] = &entry{rec: r}
+	}
+	t.rebuildLocked()
+	return problems, nil
+}
+
+func validate(key string, r Record) error {
+	if r.ID != key {
+		return fmt.Errorf("record %s: id %q does not match its file", key, r.ID)
+	}
+	if err := api.ValidateName(r.Name); err != nil {
+		return fmt.Errorf("record %s: %w", key, err)
+	}
+	if _, ok := transitions[r.State]; !ok {
+		return fmt.Errorf("record %s: unknown state %q", key, r.State)
+	}
+	if len(r.Cmd) == 0 {
+		return fmt.Errorf("record %s: no command", key)
+	}
+	return nil
+}

@@ -1,0 +1,182 @@
+package proctable
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gpusched/gpusched/internal/store"
+)
+
+// Change is one published modification. Old is nil for a new record; New
+// is nil for a removed one.
+type Change struct {
+	Seq uint64
+	Old *Record
+	New *Record
+}
+
+// View is an immutable snapshot of the table, sorted by name.
+type View struct {
+	Seq     uint64
+	Records []Record
+}
+
+// Get finds a record by name in the snapshot.
+func (v *View) Get(name string) (Record, bool) {
+	i, ok := slices.BinarySearchFunc(v.Records, name, func(r Record, n string) int { return strings.Compare(r.Name, n) })
+	if !ok {
+		return Record{}, false
+	}
+	return v.Records[i], true
+}
+
+type entry struct {
+	mu      sync.Mutex // serializes writes of this record
+	rec     Record     // guarded by Table.mu for reads, by mu+Table.mu for writes
+	removed bool
+}
+
+// Table holds the managed processes.
+type Table struct {
+	store    *store.Records
+	onChange func(Change) // called in Seq order, must not block
+
+	mu     sync.Mutex
+	byName map[string]*entry
+	seq    uint64
+	view   atomic.Pointer[View]
+}
+
+// New creates an empty table writing through st. onChange (may be nil) sees
+// every change in order; it runs under the table lock and must not block.
+func New(st *store.Records, onChange func(Change)) *Table {
+	t := &Table{store: st, onChange: onChange, byName: map[string]*entry{}}
+	t.view.Store(&View{Records: []Record{}})
+	return t
+}
+
+// View returns the current snapshot without locking.
+func (t *Table) View() *View { return t.view.Load() }
+
+// Get returns the current record of name.
+func (t *Table) Get(name string) (Record, bool) { return t.View().Get(name) }
+
+// Create adds rec. A name held by an exited process is taken over (that
+// record is removed); a name held by a live one gives ErrExists.
+func (t *Table) Create(rec Record) (Record, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	old := t.byName[rec.Name]
+	if old != nil && old.rec.Live() {
+		return Record{}, fmt.Errorf("process %q: %w (state %s)", rec.Name, ErrExists, old.rec.State)
+	}
+	rec = rec.Clone()
+	rec.Rev = 1
+	if err := t.store.Put(rec.ID, rec); err != nil {
+		return Record{}, fmt.Errorf("process %q: %w", rec.Name, err)
+	}
+	if old != nil {
+		if err := t.store.Delete(old.rec.ID); err != nil {
+			return Record{}, fmt.Errorf("process %q: forget replaced record: %w", rec.Name, err)
+		}
+		old.removed = true
+		delete(t.byName, rec.Name)
+		prev := old.rec
+		t.publishLocked(Change{Old: &prev})
+	}
+	t.byName[rec.Name] = &entry{rec: rec}
+	t.publishLocked(Change{New: &rec})
+	return rec, nil
+}
+
+// Update applies fn to a copy of name's record, checks the state
+// transition, persists and publishes the result. fn returning an error
+// aborts with nothing changed.
+func (t *Table) Update(name string, fn func(*Record) error) (Record, error) {
+	t.mu.Lock()
+	e := t.byName[name]
+	t.mu.Unlock()
+	if e == nil {
+		return Record{}, fmt.Errorf("process %q: %w", name, ErrNotFound)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t.mu.Lock()
+	cur, removed := e.rec, e.removed
+	t.mu.Unlock()
+	if removed {
+		return Record{}, fmt.Errorf("process %q: %w", name, ErrNotFound)
+	}
+	next := cur.Clone()
+	if err := fn(&next); err != nil {
+		return Record{}, err
+	}
+	if next.ID != cur.ID || next.Name != cur.Name {
+		return Record{}, fmt.Errorf("process %q: update may not change identity", name)
+	}
+	if !CanTransition(cur.State, next.State) {
+		return Record{}, &TransitionError{Name: name, From: cur.State, To: next.State}
+	}
+	next.Rev = cur.Rev + 1
+	if err := t.store.Put(next.ID, next); err != nil {
+		return Record{}, fmt.Errorf("process %q: %w", name, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e.rec = next
+	t.publishLocked(Change{Old: &cur, New: &next})
+	return next, nil
+}
+
+// Remove forgets name when check (may be nil) accepts its record.
+func (t *Table) Remove(name string, check func(Record) error) (Record, error) {
+	t.mu.Lock()
+	e := t.byName[name]
+	t.mu.Unlock()
+	if e == nil {
+		return Record{}, fmt.Errorf("process %q: %w", name, ErrNotFound)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e.removed {
+		return Record{}, fmt.Errorf("process %q: %w", name, ErrNotFound)
+	}
+	if check != nil {
+		if err := check(e.rec); err != nil {
+			return Record{}, err
+		}
+	}
+	if err := t.store.Delete(e.rec.ID); err != nil {
+		return Record{}, fmt.Errorf("process %q: %w", name, err)
+	}
+	e.removed = true
+	delete(t.byName, name)
+	rec := e.rec
+	t.publishLocked(Change{Old: &rec})
+	return rec, nil
+}
+
+// publishLocked rebuilds the snapshot and reports the change.
+func (t *Table) publishLocked(c Change) {
+	t.rebuildLocked()
+	c.Seq = t.seq
+	if t.onChange != nil {
+		t.onChange(c)
+	}
+}
+
+// rebuildLocked stores a fresh snapshot.
+func (t *Table) rebuildLocked() {
+	t.seq++
+	recs := make([]Record, 0, len(t.byName))
+	for _, e := range t.byName {
+		recs = append(recs, e.rec)
+	}
+	slices.SortFunc(recs, func(a, b Record) int { return strings.Compare(a.Name, b.Name) })
+	t.view.Store(&View{Seq: t.seq, Records: recs})
+}

@@ -1,0 +1,230 @@
+package proctable
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpusched/gpusched/internal/store"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+func newTable(t *testing.T) (*Table, *store.Records, *[]Change) {
+	t.Helper()
+	st, err := store.OpenRecords(filepath.Join(t.TempDir(), "procs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	changes := &[]Change{}
+	tb := New(st, func(c Change) { mu.Lock(); *changes = append(*changes, c); mu.Unlock() })
+	return tb, st, changes
+}
+
+func rec(name string, state api.State) Record {
+	return Record{ID: "id-" + name + "-" + string(state), Name: name, Cmd: []string{"true"}, State: state, CreatedAt: time.Unix(100, 0)}
+}
+
+func TestCreateReplaceAndExists(t *testing.T) {
+	tb, st, changes := newTable(t)
+	if _, err := tb.Create(rec("a", api.StateRunning)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.Create(rec("a", api.StateStarting)); !errors.Is(err, ErrExists) {
+		t.Fatalf("create over a live process: %v, want ErrExists", err)
+	}
+	if _, err := tb.Update("a", func(r *Record) error { r.State = api.StateExited; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	repl := rec("a", api.StateStarting)
+	if _, err := tb.Create(repl); err != nil {
+		t.Fatalf("replace exited: %v", err)
+	}
+	keys, _ := st.Keys()
+	if len(keys) != 1 || keys[0] != repl.ID {
+		t.Fatalf("stored keys %v, want only %s", keys, repl.ID)
+	}
+	if got, _ := tb.Get("a"); got.ID != repl.ID || got.Rev != 1 {
+		t.Fatalf("got %+v", got)
+	}
+	// create, update, remove of old, create of new
+	kinds := ""
+	for _, c := range *changes {
+		switch {
+		case c.Old == nil:
+			kinds += "+"
+		case c.New == nil:
+			kinds += "-"
+		default:
+			kinds += "~"
+		}
+	}
+	if kinds != "+~-+" {
+		t.Fatalf("change kinds %q", kinds)
+	}
+	for i, c := range *changes {
+		if c.Seq != uint64(i+1) {
+			t.Fatalf("change %d has seq %d", i, c.Seq)
+		}
+	}
+}
+
+func TestUpdateTransitions(t *testing.T) {
+	tests := []struct {
+		from, to api.State
+		ok       bool
+	}{
+		{api.StateStarting, api.StateRunning, true},
+		{api.StateStarting, api.StateExited, true},
+		{api.StateRunning, api.StateExited, true},
+		{api.StateRunning, api.StateRunning, true},
+		{api.StateRunning, api.StateStarting, false},
+		{api.StateExited, api.StateRunning, false},
+		{api.StateExited, api.StateStarting, false},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s->%s", tt.from, tt.to), func(t *testing.T) {
+			tb, st, _ := newTable(t)
+			r, _ := tb.Create(rec("p", tt.from))
+			_, err := tb.Update("p", func(r *Record) error { r.State = tt.to; return nil })
+			var te *TransitionError
+			if tt.ok != (err == nil) || !tt.ok && !errors.As(err, &te) {
+				t.Fatalf("err = %v, want ok=%v", err, tt.ok)
+			}
+			var disk Record
+			if err := st.Get(r.ID, &disk); err != nil {
+				t.Fatal(err)
+			}
+			want := tt.from
+			if tt.ok {
+				want = tt.to
+			}
+			if disk.State != want {
+				t.Fatalf("persisted state %s, want %s", disk.State, want)
+			}
+		})
+	}
+}
+
+func TestUpdateCallbackErrorChangesNothing(t *testing.T) {
+	tb, _, changes := newTable(t)
+	tb.Create(rec("p", api.StateRunning))
+	n := len(*changes)
+	_, err := tb.Update("p", func(r *Record) error { r.PID = 9; return errors.New("no") })
+	if err == nil || len(*changes) != n {
+		t.Fatalf("err %v, changes %d -> %d", err, n, len(*changes))
+	}
+	if got, _ := tb.Get("p"); got.PID != 0 {
+		t.Fatal("record changed")
+	}
+}
+
+func TestSnapshotsAreImmutable(t *testing.T) {
+	tb, _, _ := newTable(t)
+	r := rec("p", api.StateRunning)
+	r.Cmd = []string{"a", "b"}
+	tb.Create(r)
+	before := tb.View()
+	tb.Update("p", func(r *Record) error { r.Cmd[0] = "changed"; r.PID = 5; return nil })
+	old, _ := before.Get("p")
+	if old.Cmd[0] != "a" || old.PID != 0 {
+		t.Fatalf("old snapshot changed: %+v", old)
+	}
+}
+
+func TestRemove(t *testing.T) {
+	tb, st, _ := newTable(t)
+	tb.Create(rec("p", api.StateRunning))
+	busy := errors.New("still running")
+	if _, err := tb.Remove("p", func(r Record) error {
+		if r.Live() {
+			return busy
+		}
+		return nil
+	}); !errors.Is(err, busy) {
+		t.Fatalf("err %v", err)
+	}
+	if _, err := tb.Remove("p", nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.Remove("p", nil); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("second remove: %v", err)
+	}
+	if keys, _ := st.Keys(); len(keys) != 0 {
+		t.Fatalf("keys left: %v", keys)
+	}
+}
+
+func TestLoadQuarantinesBadRecordsAndDuplicates(t *testing.T) {
+	tb, st, _ := newTable(t)
+	good := rec("good", api.StateRunning)
+	tb.Create(good)
+	older := rec("dup", api.StateExited)
+	older.ID = "dup-old"
+	newer := rec("dup", api.StateExited)
+	newer.ID = "dup-new"
+	newer.CreatedAt = older.CreatedAt.Add(time.Second)
+	st.Put(older.ID, older)
+	st.Put(newer.ID, newer)
+	os.WriteFile(filepath.Join(st.Dir(), "garbage.json"), []byte("{not json"), 0o600)
+	evil := rec("../etc", api.StateRunning)
+	evil.ID = "evil"
+	st.Put(evil.ID, evil)
+	mismatch := rec("m", api.StateRunning)
+	st.Put("other-key", mismatch)
+
+	tb2 := New(st, nil)
+	problems, err := tb2.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(problems) != 4 {
+		t.Fatalf("problems %+v, want 4 (garbage, evil name, key mismatch, duplicate)", problems)
+	}
+	v := tb2.View()
+	if len(v.Records) != 2 || v.Records[0].ID != newer.ID || v.Records[1].ID != good.ID {
+		t.Fatalf("loaded %+v", v.Records)
+	}
+	keys, _ := st.Keys()
+	if len(keys) != 2 {
+		t.Fatalf("keys after load %v", keys)
+	}
+	q, _ := os.ReadDir(filepath.Join(st.Dir(), "quarantine"))
+	if len(q) != 4 {
+		t.Fatalf("quarantined %d files", len(q))
+	}
+}
+
+func TestConcurrentUpdatesKeepEveryWrite(t *testing.T) {
+	tb, st, _ := newTable(t)
+	const procs, writes = 8, 20
+	for i := range procs {
+		tb.Create(rec(fmt.Sprint("p", i), api.StateRunning))
+	}
+	var wg sync.WaitGroup
+	for i := range procs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range writes {
+				if _, err := tb.Update(fmt.Sprint("p", i), func(r *Record) error { r.PID++; return nil }); err != nil {
+					t.Error(err)
+				}
+				_ = tb.View().Records // readers never block
+			}
+		}()
+	}
+	wg.Wait()
+	for i := range procs {
+		r, _ := tb.Get(fmt.Sprint("p", i))
+		var disk Record
+		st.Get(r.ID, &disk)
+		if r.PID != writes || disk.PID != writes || disk.Rev != writes+1 {
+			t.Fatalf("p%d: memory pid %d, disk pid %d rev %d", i, r.PID, disk.PID, disk.Rev)
+		}
+	}
+}

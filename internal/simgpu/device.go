@@ -1,0 +1,53 @@
+package simgpu
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+)
+
+// Device is one simulated GPU as listed in gpus.json.
+type Device struct {
+	Index    int    `json:"index"`
+	UUID     string `json:"uuid"`
+	Name     string `json:"name"`
+	TotalMiB uint64 `json:"total_mib"`
+}
+
+// DefaultName is the product name given to simulated GPUs.
+const DefaultName = "gpusched simulated GPU"
+
+// DeviceUUID returns the stable UUID of simulated GPU i (i >= 0), shaped like
+// an NVIDIA one: GPU-5a1d0000-0000-4000-8000-000000000003 for i = 3.
+func DeviceUUID(i int) string {
+	return fmt.Sprintf("GPU-5a1d0000-0000-4000-8000-%012d", i)
+}
+
+// gpusFile is the content of gpus.json.
+type gpusFile struct {
+	GPUs []Device `json:"gpus"`
+}
+
+// checkDevices validates a device list and returns a copy sorted by index.
+func checkDevices(devs []Device) ([]Device, error) {
+	if len(devs) == 0 {
+		return nil, errors.New("no simulated GPUs")
+	}
+	out := append([]Device(nil), devs...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Index < out[j].Index })
+	seen := make(map[string]bool, len(out))
+	for i, d := range out {
+		switch {
+		case d.UUID == "":
+			return nil, fmt.Errorf("simulated GPU %d: empty uuid", d.Index)
+		case seen[d.UUID]:
+			return nil, fmt.Errorf("simulated GPU %d: duplicate uuid %s", d.Index, d.UUID)
+		case d.TotalMiB == 0:
+			return nil, fmt.Errorf("simulated GPU %d: zero memory", d.Index)
+		case i > 0 && out[i-1].Index == d.Index:
+			return nil, fmt.Errorf("simulated GPU %d: duplicate index", d.Index)
+		}
+		seen[d.UUID] = true
+	}
+	return out, nil
+}

@@ -1,0 +1,18 @@
+// Package simgpu owns the simulated-GPU file protocol: the on-disk state that
+// lets real processes share simulated GPUs on a machine without one.
+//
+// A sim directory holds:
+//
+//	gpus.json        the simulated devices, written once by the daemon
+//	procs/<pid>.json one record per process (host pid): its start time, its
+//	                 device usage and its parked (checkpointed to host) memory
+//	lock             flock(LOCK_EX) around every change, so that concurrent
+//	                 allocations never oversubscribe a device
+//
+// The daemon creates the directory with Create and samples it with Snapshot;
+// simulated jobs, fillers and a fake cuda-checkpoint Open it and change their
+// own record. A record counts only while its process is alive with the same
+// start time; stale records are ignored and pruned. procs/ is world-writable
+// (sticky, like /tmp) so that unprivileged jobs can register themselves: the
+// simulated state is a test vehicle, not a security boundary.
+package simgpu

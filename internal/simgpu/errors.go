@@ -1,0 +1,32 @@
+package simgpu
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrOutOfMemory means an allocation does not fit in a device's free memory.
+	ErrOutOfMemory = errors.New("out of memory")
+	// ErrNoSuchDevice means a UUID or index names no simulated device.
+	ErrNoSuchDevice = errors.New("no such simulated GPU")
+	// ErrNoSuchProcess means a process has no live record, or its start time
+	// does not match the running process with that pid.
+	ErrNoSuchProcess = errors.New("no such process")
+)
+
+// OutOfMemoryError reports a failed allocation with the numbers a job needs to
+// print a CUDA-style message. It matches ErrOutOfMemory with errors.Is.
+type OutOfMemoryError struct {
+	Device       Device
+	RequestedMiB uint64
+	FreeMiB      uint64
+}
+
+func (e *OutOfMemoryError) Error() string {
+	return fmt.Sprintf("simulated GPU %d (%s): %v: tried to allocate %d MiB, %d MiB free of %d MiB",
+		e.Device.Index, e.Device.UUID, ErrOutOfMemory, e.RequestedMiB, e.FreeMiB, e.Device.TotalMiB)
+}
+
+// Unwrap returns ErrOutOfMemory.
+func (e *OutOfMemoryError) Unwrap() error { return ErrOutOfMemory }

@@ -1,0 +1,133 @@
+package simgpu
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxRecordSize bounds what is read from a record file.
+const maxRecordSize = 64 << 10
+
+// record is the content of procs/<pid>.json: one process's memory per device
+// uuid. Parked memory was moved to host RAM by a checkpoint and does not
+// count as device usage.
+type record struct {
+	PID       int               `json:"pid"`
+	StartTime uint64            `json:"start_time"`
+	Usage     map[string]uint64 `json:"usage"`
+	Parked    map[string]uint64 `json:"parked"`
+}
+
+func newRecord(pid int, startTime uint64) record {
+	return record{PID: pid, StartTime: startTime, Usage: map[string]uint64{}, Parked: map[string]uint64{}}
+}
+
+// empty reports whether the record holds no memory at all.
+func (rec *record) empty() bool {
+	for _, n := range rec.Usage {
+		if n > 0 {
+			return false
+		}
+	}
+	for _, n := range rec.Parked {
+		if n > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *Registry) recordPath(pid int) string {
+	return filepath.Join(r.dir, procsName, strconv.Itoa(pid)+".json")
+}
+
+// recordPID returns the pid named by a record file name "<pid>.json".
+func recordPID(name string) (int, bool) {
+	s, ok := strings.CutSuffix(name, ".json")
+	if !ok {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(s)
+	return pid, err == nil && pid > 0 && strconv.Itoa(pid) == s
+}
+
+// readRecord reads a record file. It refuses symlinks and anything but a
+// regular file (a FIFO must not block the daemon).
+func readRecord(path string) (record, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return record{}, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return record{}, err
+	}
+	if !st.Mode().IsRegular() {
+		return record{}, fmt.Errorf("%s: not a regular file", path)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxRecordSize+1))
+	if err != nil {
+		return record{}, err
+	}
+	if len(data) > maxRecordSize {
+		return record{}, fmt.Errorf("%s: larger than %d bytes", path, maxRecordSize)
+	}
+	rec := record{}
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return record{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if rec.Usage == nil {
+		rec.Usage = map[string]uint64{}
+	}
+	if rec.Parked == nil {
+		rec.Parked = map[string]uint64{}
+	}
+	return rec, nil
+}
+
+// ownRecord reads the record of process (pid, startTime), which must exist.
+func (r *Registry) ownRecord(pid int, startTime uint64) (record, error) {
+	rec, err := readRecord(r.recordPath(pid))
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && rec.StartTime != startTime) {
+		return record{}, fmt.Errorf("process %d: no simulated GPU memory: %w", pid, ErrNoSuchProcess)
+	}
+	return rec, err
+}
+
+// writeRecord stores rec atomically (mode 0644), dropping zero entries, or
+// removes the file when the record holds no memory. Records describe live
+// processes only, so they are not fsynced.
+func (r *Registry) writeRecord(rec record) error {
+	for _, m := range []map[string]uint64{rec.Usage, rec.Parked} {
+		for k, n := range m {
+			if n == 0 {
+				delete(m, k)
+			}
+		}
+	}
+	path := r.recordPath(rec.PID)
+	if rec.empty() {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("process %d: %w", rec.PID, err)
+		}
+		return nil
+	}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(path, data, 0o644, false); err != nil {
+		return fmt.Errorf("process %d: %w", rec.PID, err)
+	}
+	return nil
+}

@@ -1,0 +1,81 @@
+package simgpu
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// scanResult is one pass over procs/.
+type scanResult struct {
+	live    map[int]record // records of live processes, by pid
+	garbage []string       // files of dead processes, unreadable records
+	temps   []string       // temporary files, orphaned if seen under the lock
+}
+
+// used returns the live device usage on uuid.
+func (s *scanResult) used(uuid string) uint64 {
+	var sum uint64
+	for _, rec := range s.live {
+		sum += rec.Usage[uuid]
+	}
+	return sum
+}
+
+// scan reads every record in procs/ and sorts them into live and garbage.
+// Each file is replaced atomically, so a scan without the lock still sees
+// whole records.
+func (r *Registry) scan() (scanResult, error) {
+	procs := filepath.Join(r.dir, procsName)
+	ents, err := os.ReadDir(procs)
+	if err != nil {
+		return scanResult{}, fmt.Errorf("sim dir %s: %w", r.dir, err)
+	}
+	s := scanResult{live: make(map[int]record)}
+	for _, e := range ents {
+		name := e.Name()
+		if isTempName(name) {
+			s.temps = append(s.temps, name)
+			continue
+		}
+		pid, ok := recordPID(name)
+		if !ok {
+			continue
+		}
+		rec, err := readRecord(filepath.Join(procs, name))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			// Released since the listing.
+		case err != nil || rec.PID != pid || !alive(rec.PID, rec.StartTime):
+			s.garbage = append(s.garbage, name)
+		default:
+			s.live[pid] = rec
+		}
+	}
+	return s, nil
+}
+
+// alive reports whether process (pid, startTime) is running. When /proc
+// cannot tell (for example hidepid), the process counts as alive, so that its
+// memory stays counted.
+func alive(pid int, startTime uint64) bool {
+	st, err := readStat(pid)
+	if errors.Is(err, ErrNoSuchProcess) {
+		return false
+	}
+	return err != nil || (st.start == startTime && !st.exited())
+}
+
+// removeGarbage removes what a scan made under the lock found dead or
+// orphaned. It is best effort: in the sticky procs/ another user's file may
+// not be removable, and such a record stays ignored.
+func (r *Registry) removeGarbage(s scanResult) {
+	procs := filepath.Join(r.dir, procsName)
+	for _, names := range [][]string{s.garbage, s.temps} {
+		for _, name := range names {
+			_ = os.Remove(filepath.Join(procs, name))
+		}
+	}
+}
