@@ -52,6 +52,7 @@ type Daemon struct {
 	conns connSet
 	wg    sync.WaitGroup // connection goroutines
 	lock  *os.File       // flock on the state dir
+	ready chan struct{}  // closed once the socket serves
 }
 
 // Option adjusts a Daemon built by New.
@@ -66,7 +67,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, events: newBroker(), procs: newRuntimes(), startedAt: time.Now()}
+	d := &Daemon{cfg: cfg, events: newBroker(), procs: newRuntimes(), startedAt: time.Now(), ready: make(chan struct{})}
 	for _, o := range opts {
 		o(d)
 	}
@@ -152,6 +153,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.log.Info("serving", zap.String("socket", d.cfg.Socket), zap.String("backend", d.gpus.Name()),
 		zap.Int("processes", len(d.table.View().Records)), zap.String("version", Version))
 	_, _ = sdnotify.SdNotify(false, sdnotify.SdNotifyReady)
+	close(d.ready)
 
 	select {
 	case <-ctx.Done():
@@ -167,6 +169,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.log.Info("stopped; managed processes keep running")
 	return err
 }
+
+// Ready is closed once Run serves the socket.
+func (d *Daemon) Ready() <-chan struct{} { return d.ready }
 
 // boot loads the persisted table and re-adopts what still runs.
 func (d *Daemon) boot(ctx context.Context) error {

@@ -19,10 +19,11 @@ func (d *Daemon) wait(c *call, emit func(*api.Event) error) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	sub, cancel := d.events.subscribe(func(e *api.Event) bool { return e.Process != nil && e.Process.ID == rec.ID })
+	id := rec.ID
+	sub, cancel := d.events.subscribe(func(e *api.Event) bool { return e.Process != nil && e.Process.ID == id })
 	defer cancel()
 	// Re-read after subscribing so an exit in between is not missed.
-	if cur, ok := d.table.Get(p.Name); ok && cur.ID == rec.ID {
+	if cur, ok := d.table.Get(p.Name); ok && cur.ID == id {
 		rec = cur
 	}
 	if !rec.Live() {

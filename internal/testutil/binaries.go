@@ -1,0 +1,87 @@
+package testutil
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+// Binaries are the project's commands, built for this test run in a
+// directory every user may read and execute.
+type Binaries struct {
+	Dir    string
+	Daemon string // gpuschedd (also the process init)
+	Ctl    string // gpuschedctl
+	SimJob string // gpusched-simjob
+}
+
+var (
+	buildOnce sync.Once
+	built     Binaries
+	buildErr  error
+)
+
+// Build compiles the binaries once per test binary. Call Cleanup from
+// TestMain to remove them.
+func Build(t testing.TB) Binaries {
+	t.Helper()
+	buildOnce.Do(func() { built, buildErr = build() })
+	if buildErr != nil {
+		t.Fatalf("build binaries: %v", buildErr)
+	}
+	return built
+}
+
+// Cleanup removes what Build made.
+func Cleanup() {
+	if built.Dir != "" {
+		os.RemoveAll(built.Dir)
+	}
+}
+
+func build() (Binaries, error) {
+	root, err := ModuleRoot()
+	if err != nil {
+		return Binaries{}, err
+	}
+	dir, err := os.MkdirTemp("", "gpusched-bin")
+	if err != nil {
+		return Binaries{}, err
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return Binaries{}, err
+	}
+	cmd := exec.Command("go", "build", "-o", dir, "./cmd/gpuschedd", "./cmd/gpuschedctl", "./cmd/gpusched-simjob")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return Binaries{}, fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return Binaries{
+		Dir:    dir,
+		Daemon: filepath.Join(dir, "gpuschedd"),
+		Ctl:    filepath.Join(dir, "gpuschedctl"),
+		SimJob: filepath.Join(dir, "gpusched-simjob"),
+	}, nil
+}
+
+// ModuleRoot finds the directory holding go.mod above the working directory.
+func ModuleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
