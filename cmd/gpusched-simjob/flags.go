@@ -4,8 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
-	"os"
 	"time"
 )
 
@@ -20,9 +20,10 @@ type config struct {
 	tick     time.Duration
 }
 
-func parseFlags(args []string) (config, error) {
+// parseFlags parses the command line; usage and flag errors go to stderr.
+func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("gpusched-simjob", flag.ContinueOnError)
-	fs.SetOutput(os.Stderr)
+	fs.SetOutput(stderr)
 	var cfg config
 	var ramp, hold, tick float64
 	fs.Uint64Var(&cfg.vramMiB, "vram", 0, "simulated VRAM to hold on each visible GPU, in `MiB`")

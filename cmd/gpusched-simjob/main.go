@@ -1,7 +1,3 @@
-// Command gpusched-simjob is a simulated GPU job: a real process that holds
-// simulated VRAM in the simgpu registry (and optionally real host memory with
-// a verifiable pattern), so that placement, attribution, freeze/thaw and OOM
-// handling can be tested without a GPU.
 package main
 
 import (
@@ -12,7 +8,7 @@ import (
 )
 
 func main() {
-	cfg, err := parseFlags(os.Args[1:])
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}

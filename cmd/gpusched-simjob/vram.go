@@ -51,8 +51,23 @@ func (v *vram) uuids() string {
 	return strings.Join(ids, ",")
 }
 
-// grow allocates up to total MiB on every visible GPU. On a device that is
-// out of memory it returns a PyTorch-style message.
+// oomError is a simulated CUDA out-of-memory failure; its message is the one
+// PyTorch prints. It matches simgpu.ErrOutOfMemory with errors.Is.
+type oomError struct {
+	ordinal int // CUDA device ordinal: position in CUDA_VISIBLE_DEVICES
+	err     *simgpu.OutOfMemoryError
+}
+
+func (e *oomError) Error() string {
+	return fmt.Sprintf("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate %d MiB. "+
+		"GPU %d has a total capacity of %d MiB of which %d MiB is free. (simulated on %s)",
+		e.err.RequestedMiB, e.ordinal, e.err.Device.TotalMiB, e.err.FreeMiB, e.err.Device.UUID)
+}
+
+func (e *oomError) Unwrap() error { return e.err }
+
+// grow allocates up to total MiB on every visible GPU; an *oomError says
+// which device had no room.
 func (v *vram) grow(total uint64) error {
 	if total <= v.held {
 		return nil
@@ -62,9 +77,7 @@ func (v *vram) grow(total uint64) error {
 		err := v.reg.Allocate(v.pid, v.start, d.UUID, step)
 		var oom *simgpu.OutOfMemoryError
 		if errors.As(err, &oom) {
-			return fmt.Errorf("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate %d MiB. "+
-				"GPU %d has a total capacity of %d MiB of which %d MiB is free. (simulated on %s)",
-				step, i, oom.Device.TotalMiB, oom.FreeMiB, d.UUID)
+			return &oomError{ordinal: i, err: oom}
 		}
 		if err != nil {
 			return err

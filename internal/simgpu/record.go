@@ -60,10 +60,17 @@ func recordPID(name string) (int, bool) {
 	return pid, err == nil && pid > 0 && strconv.Itoa(pid) == s
 }
 
+// errBadRecord marks a record file whose content is unusable: garbage to
+// prune, unlike an I/O error.
+var errBadRecord = errors.New("bad record")
+
 // readRecord reads a record file. It refuses symlinks and anything but a
 // regular file (a FIFO must not block the daemon).
 func readRecord(path string) (record, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ELOOP) {
+		return record{}, fmt.Errorf("%s: %w: symlink", path, errBadRecord)
+	}
 	if err != nil {
 		return record{}, err
 	}
@@ -73,18 +80,18 @@ func readRecord(path string) (record, error) {
 		return record{}, err
 	}
 	if !st.Mode().IsRegular() {
-		return record{}, fmt.Errorf("%s: not a regular file", path)
+		return record{}, fmt.Errorf("%s: %w: not a regular file", path, errBadRecord)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, maxRecordSize+1))
 	if err != nil {
 		return record{}, err
 	}
 	if len(data) > maxRecordSize {
-		return record{}, fmt.Errorf("%s: larger than %d bytes", path, maxRecordSize)
+		return record{}, fmt.Errorf("%s: %w: larger than %d bytes", path, errBadRecord, maxRecordSize)
 	}
 	rec := record{}
 	if err := json.Unmarshal(data, &rec); err != nil {
-		return record{}, fmt.Errorf("%s: %w", path, err)
+		return record{}, fmt.Errorf("%s: %w: %v", path, errBadRecord, err)
 	}
 	if rec.Usage == nil {
 		rec.Usage = map[string]uint64{}

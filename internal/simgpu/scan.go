@@ -11,7 +11,7 @@ import (
 // scanResult is one pass over procs/.
 type scanResult struct {
 	live    map[int]record // records of live processes, by pid
-	garbage []string       // files of dead processes, unreadable records
+	garbage []string       // files of dead processes, bad records
 	temps   []string       // temporary files, orphaned if seen under the lock
 }
 
@@ -48,6 +48,8 @@ func (r *Registry) scan() (scanResult, error) {
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			// Released since the listing.
+		case err != nil && !errors.Is(err, errBadRecord):
+			return scanResult{}, fmt.Errorf("sim dir %s: %w", r.dir, err)
 		case err != nil || rec.PID != pid || !alive(rec.PID, rec.StartTime):
 			s.garbage = append(s.garbage, name)
 		default:

@@ -1,0 +1,19 @@
+// Command gpusched-simjob is a simulated GPU job: a real process that holds
+// simulated VRAM in the simgpu registry, so that placement, attribution,
+// freeze/thaw and OOM handling run for real without a GPU.
+//
+// It finds the sim directory in GPUSCHED_SIM_DIR and its GPUs in
+// CUDA_VISIBLE_DEVICES (UUIDs, or indices into gpus.json), registers under
+// its host pid as NVML would report it, grows to --vram MiB on each GPU
+// (over --ramp seconds), holds it for --hold seconds (0: until killed) and
+// exits with --exit-code. On a full GPU it prints PyTorch's out-of-memory
+// line and exits 1; --oom-once does so once, keyed by a marker file.
+// --host-mem fills real host memory with a pattern verified every second and
+// on SIGUSR1 (exit 3 on corruption), and --tick prints an in-memory counter:
+// both show that a checkpointed and restored process kept its memory.
+//
+// Progress goes to stdout one line at a time ("simjob: pid=...",
+// "simjob: allocated N MiB on GPU-...", "simjob: done, exiting with N").
+// SIGTERM and SIGINT release the memory, then kill the job by that signal.
+// Usage errors exit 2.
+package main

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/signal"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/simgpu"
+)
+
+// rampSteps is how many allocations a --ramp takes.
+const rampSteps = 10
+
+// job is one run of the simulated job.
+type job struct {
+	cfg    config
+	out    io.Writer
+	errOut io.Writer
+	pid    int      // host pid
+	vram   *vram    // nil without --vram
+	mem    *hostMem // nil without --host-mem
+}
+
+// run executes the job and returns its exit status. SIGTERM and SIGINT end
+// it by that same signal, after releasing its simulated memory.
+func run(cfg config, stdout, stderr io.Writer) int {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGUSR1)
+	j := &job{cfg: cfg, out: stdout, errOut: stderr}
+	if err := j.setup(); err != nil {
+		j.errorf("%v", err)
+		return 2
+	}
+	gpus := os.Getenv(envVisible)
+	if gpus == "" {
+		gpus = "none"
+	}
+	if j.vram != nil {
+		gpus = j.vram.uuids()
+	}
+	j.printf("simjob: pid=%d gpus=%s vram=%d", j.pid, gpus, cfg.vramMiB)
+	if cfg.oomOnce != "" {
+		if code, failed := j.oomOnce(); failed {
+			return code
+		}
+	}
+	if cfg.hostMiB > 0 {
+		j.mem = newHostMem(cfg.hostMiB, uint64(time.Now().UnixNano())^uint64(j.pid))
+		j.printf("simjob: host memory %d MiB filled", cfg.hostMiB)
+	}
+	return j.loop(sigs)
+}
+
+// setup finds the job's host pid and, with --vram, its GPUs.
+func (j *job) setup() error {
+	pid, err := simgpu.SelfPID()
+	if err != nil {
+		return err
+	}
+	j.pid = pid
+	if j.cfg.vramMiB == 0 {
+		return nil
+	}
+	start, err := simgpu.StartTime(pid)
+	if err != nil {
+		return err
+	}
+	j.vram, err = openVRAM(pid, start)
+	return err
+}
+
+// oomOnce fails like a CUDA OOM the first time (creating the marker file),
+// and reports failed=false once the marker exists.
+func (j *job) oomOnce() (code int, failed bool) {
+	f, err := os.OpenFile(j.cfg.oomOnce, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, fs.ErrExist) {
+		return 0, false
+	}
+	if err == nil {
+		err = f.Close()
+	}
+	if err != nil {
+		j.errorf("--oom-once: %v", err)
+		return 2, true
+	}
+	fmt.Fprintf(j.errOut, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate %d MiB. (simulated by gpusched-simjob --oom-once)\n", j.cfg.vramMiB)
+	return 1, true
+}
+
+// loop grows the allocation, holds it, ticks and verifies host memory until
+// the hold ends or a signal arrives.
+func (j *job) loop(sigs <-chan os.Signal) int {
+	var stepC, holdC, tickC, verifyC <-chan time.Time
+	steps, step := 0, 1
+	if j.vram != nil {
+		steps = 1
+		if j.cfg.ramp > 0 {
+			steps = rampSteps
+		}
+	}
+	begin := time.Now()
+	stepAt := func(k int) <-chan time.Time {
+		return time.After(time.Until(begin.Add(j.cfg.ramp * time.Duration(k) / time.Duration(steps))))
+	}
+	if steps > 0 {
+		stepC = stepAt(1)
+	} else {
+		holdC = j.reached()
+	}
+	if j.cfg.tick > 0 {
+		t := time.NewTicker(j.cfg.tick)
+		defer t.Stop()
+		tickC = t.C
+	}
+	if j.mem != nil {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		verifyC = t.C
+	}
+	ticks := 0
+	for {
+		select {
+		case sig := <-sigs:
+			if sig != unix.SIGUSR1 {
+				j.release()
+				dieFrom(sig.(unix.Signal))
+			}
+			if j.mem != nil {
+				if err := j.mem.verify(); err != nil {
+					return j.exit(3, err)
+				}
+				j.printf("simjob: host memory verified")
+			}
+		case <-verifyC:
+			if err := j.mem.verify(); err != nil {
+				return j.exit(3, err)
+			}
+		case <-tickC:
+			ticks++
+			j.printf("tick %d", ticks)
+		case <-stepC:
+			target := j.cfg.vramMiB * uint64(step) / uint64(steps)
+			if err := j.vram.grow(target); err != nil {
+				code := 2
+				if errors.Is(err, simgpu.ErrOutOfMemory) {
+					code = 1
+				}
+				return j.exit(code, err)
+			}
+			if step++; step <= steps {
+				stepC = stepAt(step)
+			} else {
+				stepC, holdC = nil, j.reached()
+			}
+		case <-holdC:
+			j.release()
+			j.printf("simjob: done, exiting with %d", j.cfg.exitCode)
+			return j.cfg.exitCode
+		}
+	}
+}
+
+// reached reports the full allocation and starts the hold; a nil channel
+// holds until killed.
+func (j *job) reached() <-chan time.Time {
+	if j.vram != nil {
+		for _, d := range j.vram.devs {
+			j.printf("simjob: allocated %d MiB on %s", j.vram.held, d.UUID)
+		}
+	}
+	if j.cfg.hold == 0 {
+		return nil
+	}
+	return time.After(j.cfg.hold)
+}
+
+// exit reports err, releases the job's memory and returns code.
+func (j *job) exit(code int, err error) int {
+	if errors.Is(err, simgpu.ErrOutOfMemory) {
+		fmt.Fprintln(j.errOut, err) // the PyTorch line, unprefixed
+	} else {
+		j.errorf("%v", err)
+	}
+	j.release()
+	return code
+}
+
+func (j *job) release() {
+	if j.vram == nil {
+		return
+	}
+	if err := j.vram.release(); err != nil {
+		j.errorf("release simulated VRAM: %v", err)
+	}
+}
+
+func (j *job) printf(format string, args ...any) {
+	fmt.Fprintf(j.out, format+"\n", args...)
+}
+
+func (j *job) errorf(format string, args ...any) {
+	fmt.Fprintf(j.errOut, "gpusched-simjob: "+format+"\n", args...)
+}
+
+// dieFrom ends the process by sig with its default action, so that the
+// parent sees a signal death rather than an exit status. A PID namespace's
+// init cannot die from its own signal, nor can a process that inherited the
+// signal as ignored: they exit as a shell would report the signal.
+func dieFrom(sig unix.Signal) {
+	if unix.Getpid() != 1 {
+		signal.Reset(sig)
+		_ = unix.Kill(unix.Getpid(), sig)
+		time.Sleep(time.Second) // delivery is asynchronous
+	}
+	os.Exit(128 + int(sig))
+}

@@ -1,0 +1,340 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpusched/gpusched/internal/simgpu"
+)
+
+// simjobBin is the program under test, built once by TestMain.
+var simjobBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "simjob-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	simjobBin = filepath.Join(dir, "gpusched-simjob")
+	build := exec.Command("go", "build", "-o", simjobBin, ".")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building gpusched-simjob:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// lineTimeout only bounds a test that would otherwise hang; every wait is on
+// an event.
+const lineTimeout = 30 * time.Second
+
+// newSim creates a sim directory with count GPUs of size MiB.
+func newSim(t *testing.T, count int, size uint64) *simgpu.Registry {
+	t.Helper()
+	devs := make([]simgpu.Device, count)
+	for i := range devs {
+		devs[i] = simgpu.Device{Index: i, UUID: simgpu.DeviceUUID(i), Name: simgpu.DefaultName, TotalMiB: size}
+	}
+	reg, err := simgpu.Create(t.TempDir(), devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+// simjob is a running gpusched-simjob.
+type simjob struct {
+	cmd    *exec.Cmd
+	lines  chan string
+	stderr strings.Builder
+	waited bool
+}
+
+// startJob runs the program with the sim directory of reg (if any), the
+// given CUDA_VISIBLE_DEVICES (if not empty) and args.
+func startJob(t *testing.T, reg *simgpu.Registry, visible string, args ...string) *simjob {
+	t.Helper()
+	j := newJob(reg, visible, args...)
+	if err := j.start(t); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// newJob prepares a job for start.
+func newJob(reg *simgpu.Registry, visible string, args ...string) *simjob {
+	j := &simjob{cmd: exec.Command(simjobBin, args...), lines: make(chan string, 100)}
+	env := []string{}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, simgpu.EnvDir+"=") && !strings.HasPrefix(kv, envVisible+"=") {
+			env = append(env, kv)
+		}
+	}
+	if reg != nil {
+		env = append(env, simgpu.EnvDir+"="+reg.Dir())
+	}
+	if visible != "" {
+		env = append(env, envVisible+"="+visible)
+	}
+	j.cmd.Env = env
+	j.cmd.Stderr = &j.stderr
+	return j
+}
+
+// start starts the job and its stdout reader; a failure to start is returned.
+func (j *simjob) start(t *testing.T) error {
+	t.Helper()
+	stdout, err := j.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.cmd.Start(); err != nil {
+		return err
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			j.lines <- sc.Text()
+		}
+		close(j.lines)
+	}()
+	t.Cleanup(func() {
+		if !j.waited {
+			_ = j.cmd.Process.Kill()
+			_ = j.cmd.Wait()
+		}
+	})
+	return nil
+}
+
+// waitLine returns the next stdout line that starts with prefix.
+func (j *simjob) waitLine(t *testing.T, prefix string) string {
+	t.Helper()
+	timeout := time.After(lineTimeout)
+	for {
+		select {
+		case line, ok := <-j.lines:
+			if !ok {
+				t.Fatalf("stdout ended before %q; stderr: %s", prefix, j.stderr.String())
+			}
+			if strings.HasPrefix(line, prefix) {
+				return line
+			}
+		case <-timeout:
+			t.Fatalf("no line %q within %v", prefix, lineTimeout)
+		}
+	}
+}
+
+// wait waits for the exit and returns the wait status.
+func (j *simjob) wait(t *testing.T) syscall.WaitStatus {
+	t.Helper()
+	for range j.lines {
+		// Drain stdout so that Wait's copy can finish.
+	}
+	err := j.cmd.Wait()
+	j.waited = true
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) {
+		t.Fatal(err)
+	}
+	return j.cmd.ProcessState.Sys().(syscall.WaitStatus)
+}
+
+func (j *simjob) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := j.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func procUsage(t *testing.T, reg *simgpu.Registry) []simgpu.ProcUsage {
+	t.Helper()
+	snap, err := reg.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap.Procs
+}
+
+// assertNoRecords checks that procs/ holds no file at all.
+func assertNoRecords(t *testing.T, reg *simgpu.Registry) {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(reg.Dir(), "procs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != 0 {
+		t.Errorf("records left in procs/: %v", ents)
+	}
+}
+
+func TestVRAMRegisteredUntilSIGTERM(t *testing.T) {
+	reg := newSim(t, 3, 4096)
+	gpu0, gpu2 := simgpu.DeviceUUID(0), simgpu.DeviceUUID(2)
+	j := startJob(t, reg, gpu2+",0", "--vram", "1000", "--ramp", "0.05")
+	pid := j.cmd.Process.Pid
+
+	want := fmt.Sprintf("simjob: pid=%d gpus=%s,%s vram=1000", pid, gpu2, gpu0)
+	if got := j.waitLine(t, "simjob: pid="); got != want {
+		t.Errorf("start line %q, want %q", got, want)
+	}
+	j.waitLine(t, "simjob: allocated 1000 MiB on "+gpu2)
+	j.waitLine(t, "simjob: allocated 1000 MiB on "+gpu0)
+	wantUsage := fmt.Sprint([]simgpu.ProcUsage{{PID: pid, UUID: gpu0, UsedMiB: 1000}, {PID: pid, UUID: gpu2, UsedMiB: 1000}})
+	if got := fmt.Sprint(procUsage(t, reg)); got != wantUsage {
+		t.Errorf("registry while running: %s, want %s", got, wantUsage)
+	}
+
+	j.signal(t, syscall.SIGTERM)
+	if ws := j.wait(t); !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
+		t.Errorf("wait status %v, want death by SIGTERM", ws)
+	}
+	if got := procUsage(t, reg); len(got) != 0 {
+		t.Errorf("registry after SIGTERM: %v", got)
+	}
+	assertNoRecords(t, reg)
+}
+
+func TestHoldThenExitCode(t *testing.T) {
+	reg := newSim(t, 1, 4096)
+	j := startJob(t, reg, "0", "--vram", "512", "--hold", "0.01", "--exit-code", "7")
+	j.waitLine(t, "simjob: allocated 512 MiB")
+	j.waitLine(t, "simjob: done, exiting with 7")
+	if ws := j.wait(t); !ws.Exited() || ws.ExitStatus() != 7 {
+		t.Errorf("wait status %v, want exit 7", ws)
+	}
+	assertNoRecords(t, reg)
+}
+
+func TestOOM(t *testing.T) {
+	reg := newSim(t, 1, 1024)
+	holder := startJob(t, reg, "0", "--vram", "800")
+	holder.waitLine(t, "simjob: allocated 800 MiB")
+
+	j := startJob(t, reg, simgpu.DeviceUUID(0), "--vram", "500")
+	if ws := j.wait(t); !ws.Exited() || ws.ExitStatus() != 1 {
+		t.Errorf("wait status %v, want exit 1", ws)
+	}
+	want := "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 500 MiB. GPU 0 has a total capacity of 1024 MiB of which 224 MiB is free."
+	if !strings.Contains(j.stderr.String(), want) {
+		t.Errorf("stderr %q lacks %q", j.stderr.String(), want)
+	}
+	usage := procUsage(t, reg)
+	if len(usage) != 1 || usage[0].PID != holder.cmd.Process.Pid {
+		t.Errorf("registry after the OOM: %v, want only the holder", usage)
+	}
+
+	holder.signal(t, syscall.SIGINT)
+	if ws := holder.wait(t); !ws.Signaled() || ws.Signal() != syscall.SIGINT {
+		t.Errorf("holder wait status %v, want death by SIGINT", ws)
+	}
+	assertNoRecords(t, reg)
+}
+
+func TestOOMOnce(t *testing.T) {
+	reg := newSim(t, 1, 1024)
+	marker := filepath.Join(t.TempDir(), "oom-marker")
+	args := []string{"--vram", "100", "--hold", "0.01", "--oom-once", marker}
+
+	first := startJob(t, reg, "0", args...)
+	if ws := first.wait(t); ws.ExitStatus() != 1 {
+		t.Errorf("first run: wait status %v, want exit 1", ws)
+	}
+	want := "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 100 MiB. (simulated by gpusched-simjob --oom-once)"
+	if !strings.Contains(first.stderr.String(), want) {
+		t.Errorf("first run stderr %q lacks %q", first.stderr.String(), want)
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Errorf("marker not created: %v", err)
+	}
+
+	second := startJob(t, reg, "0", args...)
+	second.waitLine(t, "simjob: allocated 100 MiB")
+	if ws := second.wait(t); ws.ExitStatus() != 0 {
+		t.Errorf("second run: wait status %v, want exit 0; stderr %s", ws, second.stderr.String())
+	}
+}
+
+func TestMissingEnvironment(t *testing.T) {
+	reg := newSim(t, 1, 1024)
+	for _, tc := range []struct {
+		name    string
+		reg     *simgpu.Registry
+		visible string
+		want    string
+	}{
+		{"no sim dir", nil, "0", simgpu.EnvDir},
+		{"no visible GPUs", reg, "", envVisible},
+		{"unknown GPU", reg, "GPU-nope", "no such simulated GPU"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := startJob(t, tc.reg, tc.visible, "--vram", "10")
+			if ws := j.wait(t); ws.ExitStatus() != 2 {
+				t.Errorf("wait status %v, want exit 2", ws)
+			}
+			if !strings.Contains(j.stderr.String(), tc.want) {
+				t.Errorf("stderr %q lacks %q", j.stderr.String(), tc.want)
+			}
+		})
+	}
+}
+
+func TestHostMemRunsClean(t *testing.T) {
+	j := startJob(t, nil, "", "--host-mem", "16")
+	j.waitLine(t, "simjob: host memory 16 MiB filled")
+	j.signal(t, syscall.SIGUSR1)
+	j.waitLine(t, "simjob: host memory verified")
+	j.signal(t, syscall.SIGTERM)
+	if ws := j.wait(t); !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
+		t.Errorf("wait status %v, want death by SIGTERM; stderr %s", ws, j.stderr.String())
+	}
+}
+
+func TestTickCounts(t *testing.T) {
+	j := startJob(t, nil, "", "--tick", "0.005")
+	for n := 1; n <= 3; n++ {
+		if got, want := j.waitLine(t, "tick "), fmt.Sprintf("tick %d", n); got != want {
+			t.Errorf("got %q, want %q", got, want)
+		}
+	}
+	j.signal(t, syscall.SIGTERM)
+	j.wait(t)
+}
+
+func TestReportsHostPIDInPIDNamespace(t *testing.T) {
+	reg := newSim(t, 1, 1024)
+	j := newJob(reg, "0", "--vram", "100")
+	j.cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	if err := j.start(t); err != nil {
+		if errors.Is(err, syscall.EPERM) {
+			t.Skip("creating a PID namespace needs CAP_SYS_ADMIN")
+		}
+		t.Fatal(err)
+	}
+	pid := j.cmd.Process.Pid // host pid; the job is pid 1 inside
+	j.waitLine(t, fmt.Sprintf("simjob: pid=%d ", pid))
+	j.waitLine(t, "simjob: allocated 100 MiB")
+	if got := procUsage(t, reg); len(got) != 1 || got[0].PID != pid {
+		t.Errorf("registry: %v, want host pid %d", got, pid)
+	}
+	// As its namespace's init it cannot die from its own signal: it exits
+	// with 128+SIGTERM instead, having released its memory.
+	j.signal(t, syscall.SIGTERM)
+	if ws := j.wait(t); ws.ExitStatus() != 128+int(syscall.SIGTERM) {
+		t.Errorf("wait status %v, want exit %d", ws, 128+int(syscall.SIGTERM))
+	}
+	assertNoRecords(t, reg)
+}
