@@ -40,6 +40,15 @@ type harness struct {
 
 func newHarness(t *testing.T, mods ...func(*config.Config)) *harness {
 	t.Helper()
+	h := prepareHarness(t, mods...)
+	h.start()
+	return h
+}
+
+// prepareHarness sets up directories and configuration without starting a
+// daemon.
+func prepareHarness(t *testing.T, mods ...func(*config.Config)) *harness {
+	t.Helper()
 	testutil.RequiresRoot(t)
 	h := &harness{t: t, bins: testutil.Build(t), dir: testutil.ShortDir(t)}
 	c := config.Default()
@@ -56,7 +65,6 @@ func newHarness(t *testing.T, mods ...func(*config.Config)) *harness {
 	}
 	h.cfg = c
 	t.Cleanup(h.killAll)
-	h.start()
 	return h
 }
 

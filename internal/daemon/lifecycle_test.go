@@ -15,12 +15,12 @@ import (
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
-// followUntil follows name's log until a line equal to want appears.
+// followUntil follows name's log until a line starting with want appears.
 func (h *harness) followUntil(name, want string) {
 	h.t.Helper()
 	found := errors.New("found")
 	err := h.client().FollowLogs(ctxT(h.t), name, -1, func(l string) error {
-		if l == want {
+		if strings.HasPrefix(l, want) {
 			return found
 		}
 		return nil

@@ -1,12 +1,16 @@
 package testutil
 
 import (
+	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
+
+var notifySeq atomic.Int64
 
 // Notify receives sd_notify datagrams the way systemd does, on a Unix
 // datagram socket named by NOTIFY_SOCKET.
@@ -18,7 +22,7 @@ type Notify struct {
 // NewNotify listens on a fresh NOTIFY_SOCKET path in dir.
 func NewNotify(t testing.TB, dir string) *Notify {
 	t.Helper()
-	path := filepath.Join(dir, "notify.sock")
+	path := filepath.Join(dir, fmt.Sprintf("notify%d.sock", notifySeq.Add(1)))
 	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,160 @@
+package daemon
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/testutil"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// daemonProc is gpuschedd running as its own process.
+type daemonProc struct {
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+}
+
+// startBinary runs the built gpuschedd on the harness's configuration and
+// waits for READY=1 on NOTIFY_SOCKET, as systemd would.
+func (h *harness) startBinary() *daemonProc {
+	h.t.Helper()
+	n := testutil.NewNotify(h.t, h.dir)
+	c := h.cfg
+	cmd := exec.Command(h.bins.Daemon, "--socket", c.Socket, "--state-dir", c.StateDir, "--log-dir", c.LogDir,
+		"--sim", c.Sim, "--sim-dir", c.SimDir, "--gpu-poll", "50ms", "--log-format", "console")
+	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+n.Path)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+	dp := &daemonProc{cmd: cmd, stderr: &stderr}
+	h.t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	n.WaitFor(h.t, "READY=1", 30*time.Second)
+	return dp
+}
+
+// waitPidExit blocks until pid exits, through a pidfd (no polling).
+func waitPidExit(t *testing.T, pid int) {
+	t.Helper()
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return // already gone
+	}
+	defer unix.Close(fd)
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, 30_000)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n == 0 {
+			t.Fatalf("pid %d did not exit: %v", pid, err)
+		}
+		return
+	}
+}
+
+// TestReadoptAfterKill9 kills -9 the daemon while it manages processes,
+// changes the world behind its back, restarts it and checks that every
+// process is accounted for, live ones still controllable.
+func TestReadoptAfterKill9(t *testing.T) {
+	h := prepareHarness(t)
+	first := h.startBinary()
+	fifo := filepath.Join(h.dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	long := h.run("long", "sh", "-c", `echo before; trap 'echo bye; exit 0' TERM; while :; do sleep 0.05; done`)
+	short := h.run("short", "sh", "-c", `read x < `+fifo+`; exit 5`)
+	doomed := h.run("doomed", "sleep", "1000")
+	h.followUntil("long", "before")
+
+	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	first.cmd.Wait()
+
+	// While no daemon runs: one process ends by itself, one is killed.
+	if err := os.WriteFile(fifo, []byte("go\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitPidExit(t, short.InitPID)
+	unix.Kill(doomed.InitPID, unix.SIGKILL)
+	waitPidExit(t, doomed.InitPID)
+
+	h.startBinary()
+	c := h.client()
+	got := map[string]api.Process{}
+	ps, err := c.PS(ctxT(t), api.PSParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		got[p.Name] = p
+	}
+	if len(got) != 3 {
+		t.Fatalf("after restart: %+v", ps)
+	}
+	if p := got["long"]; p.State != api.StateRunning || p.PID != long.PID || p.InitPID != long.InitPID {
+		t.Fatalf("long after restart: %+v", p)
+	}
+	if p := got["short"]; p.State != api.StateExited || p.Exit == nil || p.Exit.Code == nil || *p.Exit.Code != 5 {
+		t.Fatalf("short after restart: %+v (exit %+v), want exited with code 5", p, p.Exit)
+	}
+	if p := got["doomed"]; p.State != api.StateExited || p.Exit == nil || !p.Exit.Unknown {
+		t.Fatalf("doomed after restart: %+v (exit %+v), want exited, code unknown", p, p.Exit)
+	}
+
+	// The re-adopted process is still controllable and its end is observed.
+	k, err := c.Kill(ctxT(t), api.KillParams{Name: "long"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.State != api.StateExited || k.Exit == nil || k.Exit.Code == nil || *k.Exit.Code != 0 {
+		t.Fatalf("long killed after restart: %+v exit %+v, want exit 0 from its TERM trap", k, k.Exit)
+	}
+	lines, _ := c.Logs(ctxT(t), "long", -1)
+	// (sh may report its sleep "Terminated" in between: TERM reached the whole tree.)
+	if len(lines) < 2 || lines[0] != "before" || lines[len(lines)-1] != "bye" {
+		t.Fatalf("log of long across the restart: %q", lines)
+	}
+	// And new work runs.
+	h.run("fresh", "true")
+	if p := h.waitExit("fresh"); p.Exit == nil || p.Exit.Code == nil || *p.Exit.Code != 0 {
+		t.Fatalf("fresh: %+v", p.Exit)
+	}
+}
+
+// TestCleanRestartKeepsProcesses stops the daemon with its context (as
+// SIGTERM does): processes keep running and the next daemon adopts them.
+func TestCleanRestartKeepsProcesses(t *testing.T) {
+	h := newHarness(t)
+	p := h.run("survivor", "sh", "-c", `echo up; while :; do sleep 0.05; done`)
+	h.followUntil("survivor", "up")
+	h.stop()
+	if err := unix.Kill(p.PID, 0); err != nil {
+		t.Fatalf("process died with the daemon: %v", err)
+	}
+	h.start()
+	got, err := h.client().Process(ctxT(t), "survivor")
+	if err != nil || got.State != api.StateRunning || got.PID != p.PID {
+		t.Fatalf("after restart: %+v %v", got, err)
+	}
+	k, err := h.client().Kill(ctxT(t), api.KillParams{Name: "survivor"})
+	if err != nil || k.Exit == nil || k.Exit.Signal != "SIGTERM" {
+		t.Fatalf("kill after restart: %+v %v", k, err)
+	}
+}
