@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 // harness runs a Daemon in-process on simulated GPUs, with the built
 // gpuschedd binary as the process init.
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	bins   testutil.Binaries
 	dir    string
 	cfg    config.Config
@@ -38,7 +38,7 @@ type harness struct {
 	done   chan error
 }
 
-func newHarness(t *testing.T, mods ...func(*config.Config)) *harness {
+func newHarness(t testing.TB, mods ...func(*config.Config)) *harness {
 	t.Helper()
 	h := prepareHarness(t, mods...)
 	h.start()
@@ -47,7 +47,7 @@ func newHarness(t *testing.T, mods ...func(*config.Config)) *harness {
 
 // prepareHarness sets up directories and configuration without starting a
 // daemon.
-func prepareHarness(t *testing.T, mods ...func(*config.Config)) *harness {
+func prepareHarness(t testing.TB, mods ...func(*config.Config)) *harness {
 	t.Helper()
 	testutil.RequiresRoot(t)
 	h := &harness{t: t, bins: testutil.Build(t), dir: testutil.ShortDir(t)}
@@ -125,7 +125,7 @@ func (h *harness) client() *api.Client {
 	return c
 }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
@@ -153,7 +153,7 @@ func (h *harness) waitExit(name string) *api.Process {
 
 // rawConn speaks raw lines to the daemon, for malformed input.
 type rawConn struct {
-	t *testing.T
+	t testing.TB
 	c net.Conn
 	r *bufio.Reader
 }

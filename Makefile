@@ -1,0 +1,42 @@
+# gpusched: see README.md. Targets that start the daemon or run the tests need root.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/gpusched/gpusched/internal/daemon.Version=$(VERSION) \
+           -X github.com/gpusched/gpusched/internal/cli.Version=$(VERSION)
+PY      := /usr/bin/python3
+
+.PHONY: all build test test-deps test-go test-python lint bench demo fuzz clean
+
+all: build
+
+build:
+	go build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/gpuschedd ./cmd/gpuschedctl ./cmd/gpusched-simjob
+
+# The README's test command: installs what the tests need, then runs every test.
+test: test-deps lint test-go test-python
+	bash scripts/install-criu_test.sh --reuse >/dev/null
+	@echo "all tests passed"
+
+test-deps:
+	scripts/test-deps.sh
+
+lint:
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	go vet ./...
+
+test-go:
+	go test -race -count=1 ./...
+
+test-python: build
+	GPUSCHED_BIN_DIR=$(CURDIR)/bin $(PY) -m pytest -q sdk/python/tests
+
+bench:
+	go test -run '^$$' -bench . -benchtime 3s ./internal/daemon/
+
+demo:
+	scripts/demo.sh
+
+fuzz:
+	go test -run '^$$' -fuzz FuzzReadRequest -fuzztime 20s ./internal/daemon/
+
+clean:
+	rm -rf bin

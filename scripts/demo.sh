@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# demo.sh: build gpusched, start the daemon on two simulated 24 GiB GPUs in a
+# scratch directory, and walk through what it does. Needs root (the daemon
+# runs processes as their callers). Leaves nothing running.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[[ $EUID -eq 0 ]] || { echo "demo: run as root (sudo make demo)" >&2; exit 1; }
+
+make -s build
+BIN=$PWD/bin
+DIR=$(mktemp -d /tmp/gsdemo.XXXX)
+chmod 755 "$DIR"
+export GPUSCHED_SOCKET=$DIR/run/gpusched.sock
+ctl() { echo "$ gpuschedctl ${*@Q}"; "$BIN/gpuschedctl" "$@"; echo; }
+
+cleanup() {
+	for p in $("$BIN/gpuschedctl" --json ps 2>/dev/null | /usr/bin/python3 -c 'import json,sys
+for p in json.load(sys.stdin)["processes"]:
+    if p["state"] != "exited": print(p["init_pid"])' 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
+	[[ -n ${DAEMON:-} ]] && kill "$DAEMON" 2>/dev/null && wait "$DAEMON" 2>/dev/null
+	rm -rf "$DIR"
+}
+trap cleanup EXIT
+
+"$BIN/gpuschedd" --sim 2x24G --socket "$GPUSCHED_SOCKET" --state-dir "$DIR/state" --log-dir "$DIR/logs" \
+	--gpu-poll 100ms --log-format console 2>"$DIR/daemon.log" &
+DAEMON=$!
+for _ in $(seq 100); do [[ -S $GPUSCHED_SOCKET ]] && break; sleep 0.05; done
+
+echo "== gpuschedd is serving $GPUSCHED_SOCKET on two simulated GPUs"
+ctl version
+echo "== run two simulated training jobs; each is its own process tree in its own PID namespace"
+ctl run policy --gpu 0 -- "$BIN/gpusched-simjob" --vram 18000 --ramp 0.5 --tick 0.5
+ctl run reward --gpu 1 -- sh -c "$BIN/gpusched-simjob --vram 9000 --tick 0.5 & wait"
+"$BIN/gpuschedctl" logs -f policy | grep -m1 allocated >/dev/null || true
+"$BIN/gpuschedctl" logs -f reward | grep -m1 allocated >/dev/null || true
+sleep 0.3 # one GPU sample
+echo "== GPU memory, attributed over each whole tree (reward's job is a grandchild)"
+ctl gpus
+ctl ps
+ctl logs -n 3 policy
+echo "== the protocol is plain JSON lines: socat works too"
+echo "\$ echo '{\"method\":\"status\"}' | socat - UNIX-CONNECT:\$GPUSCHED_SOCKET"
+if command -v socat >/dev/null; then
+	echo '{"method":"status"}' | socat - "UNIX-CONNECT:$GPUSCHED_SOCKET"
+else
+	echo '{"method":"status"}' | /usr/bin/python3 -c 'import socket,sys,os
+s=socket.socket(socket.AF_UNIX); s.connect(os.environ["GPUSCHED_SOCKET"]); s.sendall(sys.stdin.buffer.read()); print(s.makefile().readline(), end="")'
+fi
+echo
+echo "== a job that exits by itself, and one that is killed (TERM to the whole tree, then KILL after a grace)"
+ctl run short -- sh -c 'echo working; exit 3'
+ctl wait short || true
+ctl kill reward
+echo "== the daemon restarts without its processes noticing: kill -9 it and start it again"
+kill -9 "$DAEMON"; wait "$DAEMON" 2>/dev/null || true
+"$BIN/gpuschedd" --sim 2x24G --socket "$GPUSCHED_SOCKET" --state-dir "$DIR/state" --log-dir "$DIR/logs" \
+	--gpu-poll 100ms --log-format console 2>>"$DIR/daemon.log" &
+DAEMON=$!
+for _ in $(seq 100); do "$BIN/gpuschedctl" version >/dev/null 2>&1 && break; sleep 0.05; done
+ctl ps
+ctl kill policy
+ctl status
+echo "== done; the daemon's own log:"
+sed 's/^/    /' "$DIR/daemon.log" | cut -c1-160

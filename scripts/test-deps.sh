@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# test-deps.sh: install what the test suite needs, idempotently and quickly
+# when it is already there: Go modules, socat, Debian's python3-pytest and
+# CRIU >= 4 (scripts/install-criu.sh). Needs root for the packages.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v socat >/dev/null || need+=(socat)
+/usr/bin/python3 -c 'import pytest' 2>/dev/null || need+=(python3-pytest)
+if ((${#need[@]})); then
+	echo "test-deps: installing ${need[*]}" >&2
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get install -y -q "${need[@]}" >/dev/null 2>&1 ||
+		{ apt-get update -q >/dev/null && apt-get install -y -q "${need[@]}" >/dev/null; }
+fi
+go mod download
+scripts/install-criu.sh >/dev/null
+echo "test-deps: ok (go $(go env GOVERSION), $(socat -V | sed -n 's/^socat version \([^ ]*\).*/socat \1/p'), pytest $(/usr/bin/python3 -m pytest --version 2>&1 | awk '{print $2}'), $(scripts/install-criu.sh --print-path))" >&2
