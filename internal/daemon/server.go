@@ -128,29 +128,14 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		var req api.Request
-		if err := json.Unmarshal(line, &req); err != nil {
-			if w.response(nil, nil, &api.Error{Code: api.CodeBadRequest, Message: "malformed request: " + err.Error()}) != nil {
+		req, m, perr := d.parseRequest(line)
+		if perr != nil {
+			if w.response(req.ID, nil, perr) != nil {
 				return
 			}
 			continue
 		}
-		name := req.Method
-		if alias, ok := api.MethodAliases[name]; ok {
-			name = alias
-		}
-		m, ok := d.methods[name]
-		if !ok {
-			e := api.Errorf(api.CodeUnknownMethod, "unknown method %q", req.Method)
-			if req.Method == "" {
-				e = api.Errorf(api.CodeBadRequest, "request has no method")
-			}
-			if w.response(req.ID, nil, e) != nil {
-				return
-			}
-			continue
-		}
-		cl := &call{ctx: ctx, actor: a, method: name, params: req.Params}
+		cl := &call{ctx: ctx, actor: a, method: req.Method, params: req.Params}
 		if m.stream != nil {
 			streaming = make(chan struct{})
 			go func(done chan struct{}) {
@@ -165,6 +150,29 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 			return
 		}
 	}
+}
+
+// parseRequest decodes one request line and finds its method, with
+// req.Method set to the canonical name; a failure is the wire error to
+// answer with.
+func (d *Daemon) parseRequest(line []byte) (api.Request, method, *api.Error) {
+	var req api.Request
+	if err := json.Unmarshal(line, &req); err != nil {
+		return api.Request{}, method{}, api.Errorf(api.CodeBadRequest, "malformed request: %v", err)
+	}
+	name := req.Method
+	if alias, ok := api.MethodAliases[name]; ok {
+		name = alias
+	}
+	m, ok := d.methods[name]
+	switch {
+	case req.Method == "":
+		return req, method{}, api.Errorf(api.CodeBadRequest, "request has no method")
+	case !ok:
+		return req, method{}, api.Errorf(api.CodeUnknownMethod, "unknown method %q", req.Method)
+	}
+	req.Method = name
+	return req, m, nil
 }
 
 // answer writes the final response, mapping err to its wire code.

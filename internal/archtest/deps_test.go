@@ -1,0 +1,120 @@
+package archtest
+
+import (
+	"encoding/json"
+	"io"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/gpusched/gpusched/internal/testutil"
+)
+
+const mod = "github.com/gpusched/gpusched/"
+
+type pkg struct {
+	ImportPath string
+	Name       string
+	Doc        string
+	Imports    []string
+	GoFiles    []string
+}
+
+func listPackages(t *testing.T) []pkg {
+	t.Helper()
+	root, err := testutil.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "list", "-json", "./...")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	return pkgs
+}
+
+func short(path string) string { return strings.TrimPrefix(path, mod) }
+
+func internalImports(p pkg) []string {
+	var out []string
+	for _, i := range p.Imports {
+		if strings.HasPrefix(i, mod) {
+			out = append(out, short(i))
+		}
+	}
+	return out
+}
+
+// allowed lists, for packages that are restricted, the project packages
+// they may import. Packages not listed may import anything but the banned.
+var allowed = map[string][]string{
+	"pkg/api":             {},
+	"internal/placement":  {},
+	"internal/procfs":     {},
+	"internal/store":      {},
+	"internal/config":     {"pkg/api"},
+	"internal/logfile":    {},
+	"internal/simgpu":     {},
+	"internal/proctable":  {"internal/store", "pkg/api"},
+	"internal/gpu":        {"internal/simgpu"},
+	"internal/nsinit":     {"internal/procfs"},
+	"internal/checkpoint": {"internal/procfs", "internal/store", "pkg/api"},
+	"internal/cli":        {"pkg/api"},
+	"cmd/gpuschedctl":     {"internal/cli"},
+	"cmd/gpuschedd":       {"internal/config", "internal/daemon", "internal/nsinit"},
+	"cmd/gpusched-simjob": {"internal/simgpu"},
+}
+
+func TestImportRules(t *testing.T) {
+	for _, p := range listPackages(t) {
+		name := short(p.ImportPath)
+		for _, imp := range internalImports(p) {
+			if imp == "internal/daemon" && name != "cmd/gpuschedd" {
+				t.Errorf("%s imports internal/daemon: only cmd/gpuschedd may", name)
+			}
+			if imp == "internal/testutil" {
+				t.Errorf("%s imports internal/testutil outside its tests", name)
+			}
+			if ok, restricted := allowed[name]; restricted && !contains(ok, imp) {
+				t.Errorf("%s may not import %s (allowed: %v)", name, imp, ok)
+			}
+		}
+		if name == "pkg/api" || name == "internal/placement" {
+			for _, imp := range p.Imports {
+				if strings.Contains(strings.SplitN(imp, "/", 2)[0], ".") {
+					t.Errorf("%s must use only the standard library, imports %s", name, imp)
+				}
+			}
+		}
+	}
+}
+
+func TestEveryPackageHasDoc(t *testing.T) {
+	for _, p := range listPackages(t) {
+		if len(p.GoFiles) > 0 && strings.TrimSpace(p.Doc) == "" {
+			t.Errorf("%s has no package doc comment", short(p.ImportPath))
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
