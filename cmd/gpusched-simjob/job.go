@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/simgpu"
 )
 
@@ -59,7 +60,7 @@ func run(cfg config, stdout, stderr io.Writer) int {
 
 // setup finds the job's host pid and, with --vram, its GPUs.
 func (j *job) setup() error {
-	pid, err := simgpu.SelfPID()
+	pid, err := procfs.SelfPID()
 	if err != nil {
 		return err
 	}
@@ -67,7 +68,7 @@ func (j *job) setup() error {
 	if j.cfg.vramMiB == 0 {
 		return nil
 	}
-	start, err := simgpu.StartTime(pid)
+	start, err := procfs.StartTime(pid)
 	if err != nil {
 		return err
 	}

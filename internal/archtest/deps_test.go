@@ -67,7 +67,7 @@ var allowed = map[string][]string{
 	"internal/store":      {},
 	"internal/config":     {"pkg/api"},
 	"internal/logfile":    {},
-	"internal/simgpu":     {},
+	"internal/simgpu":     {"internal/procfs", "internal/store"},
 	"internal/proctable":  {"internal/store", "pkg/api"},
 	"internal/gpu":        {"internal/simgpu"},
 	"internal/nsinit":     {"internal/procfs"},
@@ -75,7 +75,7 @@ var allowed = map[string][]string{
 	"internal/cli":        {"pkg/api"},
 	"cmd/gpuschedctl":     {"internal/cli"},
 	"cmd/gpuschedd":       {"internal/config", "internal/daemon", "internal/nsinit"},
-	"cmd/gpusched-simjob": {"internal/simgpu"},
+	"cmd/gpusched-simjob": {"internal/procfs", "internal/simgpu"},
 }
 
 func TestImportRules(t *testing.T) {

@@ -28,10 +28,8 @@ func newLineWriter(c net.Conn) *lineWriter {
 	return w
 }
 
-// response writes {"id":..,"ok":true,"result":..} or the error form.
-func (w *lineWriter) response(id json.RawMessage, result any, e *api.Error) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+// begin starts a line: `{` and the echoed id, if any.
+func (w *lineWriter) begin(id json.RawMessage) {
 	w.buf.Reset()
 	w.buf.WriteByte('{')
 	if len(id) > 0 {
@@ -39,6 +37,13 @@ func (w *lineWriter) response(id json.RawMessage, result any, e *api.Error) erro
 		w.buf.Write(id)
 		w.buf.WriteByte(',')
 	}
+}
+
+// response writes {"id":..,"ok":true,"result":..} or the error form.
+func (w *lineWriter) response(id json.RawMessage, result any, e *api.Error) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.begin(id)
 	if e != nil {
 		w.buf.WriteString(`"ok":false,"error":`)
 		if err := w.enc.Encode(e.Message); err != nil {
@@ -65,13 +70,7 @@ func (w *lineWriter) response(id json.RawMessage, result any, e *api.Error) erro
 func (w *lineWriter) event(id json.RawMessage, e *api.Event) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.buf.Reset()
-	w.buf.WriteByte('{')
-	if len(id) > 0 {
-		w.buf.WriteString(`"id":`)
-		w.buf.Write(id)
-		w.buf.WriteByte(',')
-	}
+	w.begin(id)
 	w.buf.WriteString(`"event":`)
 	if err := w.enc.Encode(e); err != nil {
 		return err

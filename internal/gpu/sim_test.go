@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"testing"
 
+	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/simgpu"
 )
 
@@ -51,7 +52,7 @@ func TestSimSample(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := simgpu.StartTime(pid)
+	st, err := procfs.StartTime(pid)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,8 +43,8 @@ func parseStat(pid int, b []byte) (Stat, error) {
 	}
 	f := bytes.Fields(b[i+2:])
 	// f[0] is field 3 (state); starttime is field 22, so f[19].
-	if len(f) < 20 {
-		return Stat{}, fmt.Errorf("pid %d: short stat", pid)
+	if len(f) < 20 || len(f[0]) != 1 {
+		return Stat{}, fmt.Errorf("pid %d: malformed stat", pid)
 	}
 	s := Stat{PID: pid, State: f[0][0]}
 	var err error
@@ -63,6 +63,9 @@ func parseStat(pid int, b []byte) (Stat, error) {
 	return s, nil
 }
 
+// Exited reports whether the process has ended (zombie or dead).
+func (s Stat) Exited() bool { return s.State == 'Z' || s.State == 'X' }
+
 // StartTime returns the start time of pid in clock ticks after boot.
 func StartTime(pid int) (uint64, error) {
 	s, err := ReadStat(pid)
@@ -73,5 +76,5 @@ func StartTime(pid int) (uint64, error) {
 // started at start (a zombie counts as gone).
 func Alive(pid int, start uint64) bool {
 	s, err := ReadStat(pid)
-	return err == nil && s.StartTime == start && s.State != 'Z' && s.State != 'X'
+	return err == nil && s.StartTime == start && !s.Exited()
 }

@@ -96,11 +96,9 @@ func (t *Table) Create(rec Record) (Record, error) {
 // transition, persists and publishes the result. fn returning an error
 // aborts with nothing changed.
 func (t *Table) Update(name string, fn func(*Record) error) (Record, error) {
-	t.mu.Lock()
-	e := t.byName[name]
-	t.mu.Unlock()
-	if e == nil {
-		return Record{}, fmt.Errorf("process %q: %w", name, ErrNotFound)
+	e, err := t.entry(name)
+	if err != nil {
+		return Record{}, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -133,11 +131,9 @@ func (t *Table) Update(name string, fn func(*Record) error) (Record, error) {
 
 // Remove forgets name when check (may be nil) accepts its record.
 func (t *Table) Remove(name string, check func(Record) error) (Record, error) {
-	t.mu.Lock()
-	e := t.byName[name]
-	t.mu.Unlock()
-	if e == nil {
-		return Record{}, fmt.Errorf("process %q: %w", name, ErrNotFound)
+	e, err := t.entry(name)
+	if err != nil {
+		return Record{}, err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -159,6 +155,16 @@ func (t *Table) Remove(name string, check func(Record) error) (Record, error) {
 	rec := e.rec
 	t.publishLocked(Change{Old: &rec})
 	return rec, nil
+}
+
+// entry finds name's entry.
+func (t *Table) entry(name string) (*entry, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e := t.byName[name]; e != nil {
+		return e, nil
+	}
+	return nil, fmt.Errorf("process %q: %w", name, ErrNotFound)
 }
 
 // publishLocked rebuilds the snapshot and reports the change.

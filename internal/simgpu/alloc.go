@@ -130,7 +130,7 @@ func checkRunning(pid int, startTime uint64) error {
 	if err != nil {
 		return err
 	}
-	if st.start != startTime || st.exited() {
+	if st.StartTime != startTime || st.Exited() {
 		return fmt.Errorf("process %d with start time %d: %w", pid, startTime, ErrNoSuchProcess)
 	}
 	return nil

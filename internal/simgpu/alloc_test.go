@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gpusched/gpusched/internal/procfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -30,7 +31,7 @@ func newTestRegistry(t *testing.T, count int, size uint64) *Registry {
 func self(t *testing.T) (int, uint64) {
 	t.Helper()
 	pid := os.Getpid()
-	st, err := StartTime(pid)
+	st, err := procfs.StartTime(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +218,7 @@ func TestDeadProcessPruned(t *testing.T) {
 			uuid := DeviceUUID(0)
 			h := startHelper(t, "wait")
 			pid := h.cmd.Process.Pid
-			st, err := StartTime(pid)
+			st, err := procfs.StartTime(pid)
 			if err != nil {
 				t.Fatal(err)
 			}

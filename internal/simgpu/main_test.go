@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/gpusched/gpusched/internal/procfs"
 )
 
 // Helper modes: the test binary re-executed with helperEnv set acts as a
@@ -28,7 +30,7 @@ func TestMain(m *testing.M) {
 	case "alloc":
 		helperAlloc()
 	case "selfpid":
-		pid, err := SelfPID()
+		pid, err := procfs.SelfPID()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -53,11 +55,11 @@ func helperAlloc() {
 	if err != nil {
 		fail(err)
 	}
-	pid, err := SelfPID()
+	pid, err := procfs.SelfPID()
 	if err != nil {
 		fail(err)
 	}
-	st, err := StartTime(pid)
+	st, err := procfs.StartTime(pid)
 	if err != nil {
 		fail(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpusched/gpusched/internal/store"
 	"golang.org/x/sys/unix"
 )
 
@@ -133,7 +134,7 @@ func (r *Registry) writeRecord(rec record) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(path, data, 0o644, false); err != nil {
+	if err := store.WriteFile(path, data, 0o644); err != nil {
 		return fmt.Errorf("process %d: %w", rec.PID, err)
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpusched/gpusched/internal/store"
 	"golang.org/x/sys/unix"
 )
 
@@ -48,7 +49,7 @@ func Create(dir string, devs []Device) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, gpusName), append(data, '\n'), 0o644, true); err != nil {
+	if err := store.WriteFile(filepath.Join(dir, gpusName), append(data, '\n'), 0o644); err != nil {
 		return nil, fmt.Errorf("sim dir %s: %w", dir, err)
 	}
 	return newRegistry(dir, devs), nil

@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/gpusched/gpusched/internal/store"
 )
 
 // scanResult is one pass over procs/.
@@ -36,7 +38,7 @@ func (r *Registry) scan() (scanResult, error) {
 	s := scanResult{live: make(map[int]record)}
 	for _, e := range ents {
 		name := e.Name()
-		if isTempName(name) {
+		if store.IsTemp(name) {
 			s.temps = append(s.temps, name)
 			continue
 		}
@@ -67,7 +69,7 @@ func alive(pid int, startTime uint64) bool {
 	if errors.Is(err, ErrNoSuchProcess) {
 		return false
 	}
-	return err != nil || (st.start == startTime && !st.exited())
+	return err != nil || (st.StartTime == startTime && !st.Exited())
 }
 
 // removeGarbage removes what a scan made under the lock found dead or

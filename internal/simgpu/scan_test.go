@@ -24,7 +24,7 @@ func TestSnapshotPrunesGarbage(t *testing.T) {
 	}
 	write("1.json", "{not json")
 	write(other+".json", `{"pid":1,"start_time":1,"usage":{"`+DeviceUUID(0)+`":500}}`) // names another pid
-	write("."+other+".json"+tmpMarker+"123", "{}")                                     // orphaned temp file
+	write("."+other+".json.tmp123", "{}")                                              // orphaned temp file
 	write("notes.txt", "kept")
 	if err := os.Symlink("/etc/passwd", filepath.Join(procs, "2.json")); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // WriteFile atomically replaces path with data at mode perm: it writes a
@@ -47,4 +48,10 @@ func syncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
+}
+
+// IsTemp reports whether a file name is one of WriteFile's temp files, which
+// readers of a directory should skip.
+func IsTemp(name string) bool {
+	return strings.HasPrefix(name, ".") && strings.Contains(name, ".tmp")
 }

@@ -101,7 +101,7 @@ func (r *Records) Keys() ([]string, error) {
 		n := e.Name()
 		switch {
 		case e.IsDir():
-		case strings.HasPrefix(n, ".") && strings.Contains(n, ".tmp"):
+		case IsTemp(n):
 			os.Remove(filepath.Join(r.dir, n))
 		case strings.HasSuffix(n, ext):
 			keys = append(keys, strings.TrimSuffix(n, ext))

@@ -1,0 +1,52 @@
+package procfs
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// SelfPID returns the calling process's pid as /proc sees it: the host pid
+// for a process in its own PID namespace that kept the host's /proc, where
+// getpid() would give its namespace pid (NVML reports host pids). It reads
+// the /proc/self link and cross-checks the first NSpid field of
+// /proc/self/status; either one alone suffices.
+func SelfPID() (int, error) {
+	link, lerr := os.Readlink("/proc/self")
+	lpid := 0
+	if lerr == nil {
+		lpid, lerr = strconv.Atoi(link)
+	}
+	npid, nerr := statusNSpid("/proc/self/status")
+	switch {
+	case lerr == nil && nerr == nil && lpid != npid:
+		return 0, fmt.Errorf("host pid: /proc/self is %d but NSpid says %d", lpid, npid)
+	case lerr == nil:
+		return lpid, nil
+	case nerr == nil:
+		return npid, nil
+	}
+	return 0, fmt.Errorf("host pid: readlink /proc/self: %v; %w", lerr, nerr)
+}
+
+// statusNSpid returns the first field of the NSpid line of a status file.
+func statusNSpid(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "NSpid:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				break
+			}
+			return strconv.Atoi(f[0])
+		}
+	}
+	return 0, fmt.Errorf("%s: no NSpid line", path)
+}

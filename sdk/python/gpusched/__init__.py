@@ -1,0 +1,71 @@
+"""gpusched: the Python SDK of gpuschedd, the GPU process daemon.
+
+Standard library only. Start with :class:`GpuSched`::
+
+    import os
+    from gpusched import GpuSched
+
+    with GpuSched() as sched:
+        sched.run("train", ["python3", "train.py"], gpu=0, env=dict(os.environ))
+        for line in sched.follow_logs("train"):
+            print(line)
+"""
+
+from .client import DEFAULT_SOCKET, PROTOCOL_VERSION, SOCKET_ENV, GpuSched, GPURef, Stream, socket_path
+from .errors import (
+    BadRequest,
+    Conflict,
+    ConnectionLost,
+    DaemonNotRunning,
+    Exists,
+    GpuSchedError,
+    Internal,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    ProtocolError,
+    ResourceExhausted,
+    Timeout,
+    TooLarge,
+    Unavailable,
+    UnknownMethod,
+)
+from .types import GPU, Event, Exit, GPUProcess, GPUSummary, Hello, Identity, Process, ProcessGPU, Status
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "GpuSched",
+    "Stream",
+    "GPURef",
+    "PROTOCOL_VERSION",
+    "DEFAULT_SOCKET",
+    "SOCKET_ENV",
+    "socket_path",
+    "Process",
+    "Exit",
+    "ProcessGPU",
+    "GPU",
+    "GPUProcess",
+    "GPUSummary",
+    "Hello",
+    "Identity",
+    "Status",
+    "Event",
+    "GpuSchedError",
+    "BadRequest",
+    "UnknownMethod",
+    "InvalidArgument",
+    "TooLarge",
+    "NotFound",
+    "Exists",
+    "PermissionDenied",
+    "Conflict",
+    "Timeout",
+    "Unavailable",
+    "ResourceExhausted",
+    "Internal",
+    "DaemonNotRunning",
+    "ConnectionLost",
+    "ProtocolError",
+]

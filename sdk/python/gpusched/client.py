@@ -1,0 +1,458 @@
+"""The client: JSON lines over the daemon's Unix socket.
+
+One persistent connection serves the plain calls, one at a time (a lock makes a
+:class:`GpuSched` safe to share between threads). Every streaming call (events,
+log follow, wait) gets a connection of its own, so the main one stays usable.
+Each new connection first says ``hello`` and checks the daemon's protocol version.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket as _socket
+import threading
+import weakref
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Generic,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    TypeVar,
+    Union,
+    overload,
+)
+
+from .errors import (
+    ConnectionLost,
+    DaemonNotRunning,
+    GpuSchedError,
+    InvalidArgument,
+    PermissionDenied,
+    ProtocolError,
+    Timeout,
+    error_from_wire,
+)
+from .types import GPU, Event, Hello, Process, Status
+
+__all__ = ["GpuSched", "Stream", "PROTOCOL_VERSION", "DEFAULT_SOCKET", "SOCKET_ENV", "socket_path"]
+
+PROTOCOL_VERSION = 1
+"""The wire protocol this SDK speaks; a daemon that speaks another is refused (ProtocolError)."""
+
+DEFAULT_SOCKET = "/run/gpusched/gpusched.sock"
+SOCKET_ENV = "GPUSCHED_SOCKET"
+
+GPURef = Union[int, str]
+"""A GPU by index (0) or by UUID ("GPU-...")."""
+
+T = TypeVar("T")
+
+
+def socket_path(explicit: Optional[str] = None) -> str:
+    """The socket to use: ``explicit``, else ``$GPUSCHED_SOCKET``, else the default."""
+    return explicit or os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET
+
+
+def _encode_params(method: str, params: Optional[Mapping[str, Any]]) -> Optional[str]:
+    """The params as JSON text, checked before anything is sent."""
+    if params is None:
+        return None
+    try:
+        return json.dumps(params, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise InvalidArgument(f"{method}: params cannot be sent as JSON: {e}") from None
+
+
+def _decode(convert: Callable[[Any], T], data: Any, method: str) -> T:
+    """Builds a result type, turning a malformed answer into ProtocolError."""
+    try:
+        return convert(data)
+    except (TypeError, ValueError, AttributeError, KeyError) as e:
+        raise ProtocolError(f"{method}: unexpected answer from gpuschedd ({e}): {data!r:.200}") from None
+
+
+def _result(reply: Mapping[str, Any], method: str) -> Dict[str, Any]:
+    """The result of a final response line, or its error raised."""
+    if reply.get("ok") is True:
+        result = reply.get("result")
+        return result if isinstance(result, dict) else {}
+    if "code" in reply or "error" in reply:
+        raise error_from_wire(str(reply.get("code", "")), str(reply.get("error", f"{method} failed")))
+    raise ProtocolError(f"{method}: unexpected answer from gpuschedd: {reply!r:.200}")
+
+
+class _Connection:
+    """One socket to the daemon, speaking JSON lines."""
+
+    def __init__(self, path: str, timeout: Optional[float]) -> None:
+        self.path = path
+        self._next_id = 0
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(path)
+        except (FileNotFoundError, ConnectionRefusedError):
+            sock.close()
+            raise DaemonNotRunning(
+                f"gpusched daemon is not running at {path} (start it with `gpuschedd --sim 1` to try it "
+                f"without a GPU, or `systemctl start gpuschedd`; or point socket= or ${SOCKET_ENV} at "
+                "the socket it serves)"
+            ) from None
+        except PermissionError as e:
+            sock.close()
+            raise PermissionDenied(
+                f"cannot connect to gpuschedd at {path}: {e.strerror} (the socket is open to root and "
+                "to the group given by `gpuschedd --group`)"
+            ) from None
+        except _socket.timeout:
+            sock.close()
+            raise Timeout(f"connecting to gpuschedd at {path} took longer than {timeout:g}s") from None
+        except OSError as e:
+            sock.close()
+            raise GpuSchedError(f"cannot connect to gpuschedd at {path}: {e}") from None
+        self._sock = sock
+        self._reader = sock.makefile("rb")
+
+    def send(self, method: str, params_json: Optional[str], timeout: Optional[float]) -> int:
+        """Sends one request and returns its id. OSError means the daemon got none of it."""
+        self._next_id += 1
+        line = f'{{"id":{self._next_id},"method":{json.dumps(method)}'
+        if params_json is not None:
+            line += f',"params":{params_json}'
+        self._sock.settimeout(timeout)
+        self._sock.sendall(line.encode() + b"}\n")
+        return self._next_id
+
+    def next_line(self, method: str, request_id: int) -> Dict[str, Any]:
+        """The next line answering the request: an event line or the final response."""
+        try:
+            line = self._reader.readline()
+        except _socket.timeout:
+            raise Timeout(
+                f"no answer from gpuschedd at {self.path} to `{method}` within {self._sock.gettimeout():g}s"
+            ) from None
+        except (OSError, ValueError) as e:
+            raise ConnectionLost(f"connection to gpuschedd at {self.path} failed during `{method}`: {e}") from None
+        if not line.endswith(b"\n"):
+            raise ConnectionLost(
+                f"gpuschedd at {self.path} closed the connection during `{method}` (stopped or restarted?); "
+                "the request may or may not have taken effect"
+            )
+        try:
+            message = json.loads(line)
+        except ValueError:
+            message = None
+        if not isinstance(message, dict):
+            raise ProtocolError(f"{method}: gpuschedd answered with a line that is not a JSON object: {line!r:.200}")
+        if message.get("id", request_id) != request_id:
+            raise ProtocolError(f"{method}: got the answer to request {message.get('id')!r}, expected {request_id}")
+        return message
+
+    def reply(self, method: str, request_id: int) -> Dict[str, Any]:
+        """The final response to the request, skipping its events."""
+        while True:
+            message = self.next_line(method, request_id)
+            if "event" not in message:
+                return message
+
+    def close(self) -> None:
+        """Closes the socket; safe to call from another thread while one reads."""
+        try:
+            self._sock.shutdown(_socket.SHUT_RDWR)
+        except OSError:
+            pass  # already disconnected
+        self._reader.close()
+        self._sock.close()
+
+
+def _send(conn: _Connection, method: str, params_json: Optional[str], timeout: Optional[float]) -> int:
+    """Sends on a new connection, where a failure cannot be retried."""
+    try:
+        return conn.send(method, params_json, timeout)
+    except OSError as e:
+        conn.close()
+        raise ConnectionLost(f"connection to gpuschedd at {conn.path} broke before `{method}` was sent: {e}") from None
+
+
+def _open(path: str, timeout: Optional[float]) -> _Connection:
+    """Connects and checks the daemon's protocol version with hello."""
+    conn = _Connection(path, timeout)
+    try:
+        hello = _result(conn.reply("hello", _send(conn, "hello", None, timeout)), "hello")
+    except BaseException:
+        conn.close()
+        raise
+    if hello.get("protocol") != PROTOCOL_VERSION:
+        conn.close()
+        raise ProtocolError(
+            f"gpuschedd at {path} speaks protocol {hello.get('protocol')!r} (version {hello.get('version')!r}); "
+            f"this SDK speaks protocol {PROTOCOL_VERSION}: use the gpusched Python package that comes with "
+            "the daemon"
+        )
+    return conn
+
+
+class Stream(Generic[T]):
+    """A streaming call on a connection of its own.
+
+    Iterate for its items; once iteration ends, ``result`` holds the call's final
+    result (a dict; None before). ``close()``, or leaving a ``with`` block, ends
+    it early, also from another thread. An error answer is raised by the
+    iteration as the matching GpuSchedError.
+    """
+
+    def __init__(self, conn: _Connection, method: str, request_id: int, item: Callable[[Dict[str, Any]], Optional[T]]):
+        self.method = method
+        self.result: Optional[Dict[str, Any]] = None
+        self._conn: Optional[_Connection] = conn
+        self._request_id = request_id
+        self._item = item
+        self._closed = False
+
+    def __iter__(self) -> Iterator[T]:
+        return self
+
+    def __next__(self) -> T:
+        while True:
+            conn = self._conn
+            if conn is None:
+                raise StopIteration
+            try:
+                message = conn.next_line(self.method, self._request_id)
+            except GpuSchedError:
+                if self._closed:
+                    raise StopIteration from None
+                self._release()
+                raise
+            if "event" in message:
+                item = _decode(self._item, message["event"], self.method)
+                if item is not None:
+                    return item
+                continue
+            self._release()
+            self.result = _result(message, self.method)
+
+    def _release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        """Ends the stream; the daemon stops it when the connection closes."""
+        self._closed = True
+        self._release()
+
+    def __enter__(self) -> Stream[T]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class GpuSched:
+    """A client of gpuschedd.
+
+    ``socket``: the daemon's socket (default: ``$GPUSCHED_SOCKET``, else
+    ``/run/gpusched/gpusched.sock``). ``timeout``: seconds allowed to connect and
+    for each plain call to answer (None: no limit); streaming calls wait as long
+    as they stream. The connection opens on the first call. When it broke
+    (daemon restarted), the next call reconnects once, transparently; a request
+    is never sent twice. ``close()`` (or leaving a ``with`` block) closes every
+    connection, open streams included; a later call connects again.
+    """
+
+    def __init__(self, socket: Optional[str] = None, timeout: Optional[float] = 30.0) -> None:
+        self.socket_path = socket_path(socket)
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._conn: Optional[_Connection] = None
+        self._streams: "weakref.WeakSet[Stream[Any]]" = weakref.WeakSet()
+        self._streams_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"GpuSched(socket={self.socket_path!r})"
+
+    def __enter__(self) -> GpuSched:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes the main connection (after a call in progress) and every open stream."""
+        with self._streams_lock:
+            streams = list(self._streams)
+            self._streams.clear()
+        for stream in streams:
+            stream.close()
+        with self._lock:
+            self._drop()
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    # Low level.
+
+    def call(self, method: str, params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+        """Sends one request on the main connection and returns its result ({} when it has none).
+
+        Events of a streaming method are skipped; use :meth:`stream` to see them.
+        """
+        return self._call(method, params, self.timeout)
+
+    def _call(self, method: str, params: Optional[Mapping[str, Any]], timeout: Optional[float]) -> Dict[str, Any]:
+        params_json = _encode_params(method, params)
+        with self._lock:
+            try:
+                reply = self._exchange(method, params_json, timeout)
+            except BaseException:
+                self._drop()  # its state is unknown: never reuse it
+                raise
+        return _result(reply, method)
+
+    def _exchange(self, method: str, params_json: Optional[str], timeout: Optional[float]) -> Dict[str, Any]:
+        conn, request_id = self._conn, None
+        if conn is not None:
+            try:
+                request_id = conn.send(method, params_json, timeout)
+            except OSError:
+                self._drop()  # the daemon closed it (restarted?) and never saw the request: reconnect once
+        if conn is None or request_id is None:
+            conn = self._conn = _open(self.socket_path, self.timeout)
+            request_id = _send(conn, method, params_json, timeout)
+        return conn.reply(method, request_id)
+
+    def stream(self, method: str, params: Optional[Mapping[str, Any]] = None) -> Stream[Dict[str, Any]]:
+        """Starts a streaming call on a new connection; iterate for its event dicts, then read ``.result``."""
+        return self._stream(method, params, lambda event: event)
+
+    def _stream(
+        self, method: str, params: Optional[Mapping[str, Any]], item: Callable[[Dict[str, Any]], Optional[T]]
+    ) -> Stream[T]:
+        params_json = _encode_params(method, params)
+        conn = _open(self.socket_path, self.timeout)
+        stream = Stream(conn, method, _send(conn, method, params_json, None), item)
+        with self._streams_lock:
+            self._streams.add(stream)
+        return stream
+
+    # Methods.
+
+    def hello(self) -> Hello:
+        """The daemon's version, backend, capabilities and the caller's identity."""
+        return _decode(Hello.from_dict, self.call("hello"), "hello")
+
+    def run(
+        self,
+        name: str,
+        cmd: Sequence[str],
+        gpu: Optional[GPURef] = None,
+        gpus: Optional[Sequence[GPURef]] = None,
+        dir: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        nice: int = 0,
+        user: Optional[str] = None,
+    ) -> Process:
+        """Starts ``cmd`` (an argv, no shell) as a managed process called ``name``.
+
+        ``gpu``/``gpus``: the GPUs it may use, by index or UUID (default: all).
+        ``dir``: its working directory (default: ``os.getcwd()``).
+        ``env``: its WHOLE environment. None sends nothing: the process starts with an
+        EMPTY environment plus the daemon's ``GPUSCHED_*``/``CUDA_*`` variables (a bare
+        command name is still looked up in a standard PATH). Pass ``env=dict(os.environ)``
+        to hand it yours. ``nice``: -20..19 (below 0 needs root). ``user``: root only,
+        run as that user.
+        """
+        params: Dict[str, Any] = {"name": name, "cmd": list(cmd), "dir": dir if dir is not None else os.getcwd()}
+        if gpu is not None:
+            params["gpu"] = gpu
+        if gpus is not None:
+            params["gpus"] = list(gpus)
+        if env is not None:
+            params["env"] = dict(env)
+        if nice:
+            params["nice"] = nice
+        if user is not None:
+            params["user"] = user
+        return _decode(Process.from_dict, self.call("run", params), "run")
+
+    def kill(self, name: str, signal: Union[str, int, None] = None, grace: Optional[float] = None) -> Process:
+        """Ends a process tree and returns its final state.
+
+        Without ``signal``: SIGTERM to the tree, SIGKILL after ``grace`` seconds (default:
+        the daemon's), returning once it exited. With ``signal`` ("KILL", "SIGUSR1", 9 or
+        ``signal.SIGKILL``): only that signal, returning at once (the state is the one
+        before the signal).
+        """
+        params: Dict[str, Any] = {"name": name}
+        if signal is not None:
+            params["signal"] = str(int(signal)) if isinstance(signal, int) else signal
+        if grace is not None:
+            params["grace"] = grace
+        timeout = self.timeout + grace if self.timeout is not None and grace is not None else self.timeout
+        return _decode(Process.from_dict, self._call("kill", params, timeout), "kill")
+
+    @overload
+    def status(self, name: None = None) -> Status: ...
+
+    @overload
+    def status(self, name: str) -> Process: ...
+
+    def status(self, name: Optional[str] = None) -> Union[Status, Process]:
+        """The daemon overview (:class:`Status`), or with ``name`` that :class:`Process`."""
+        if name is None:
+            return _decode(Status.from_dict, self.call("status"), "status")
+        return _decode(Process.from_dict, self.call("status", {"name": name}), "status")
+
+    def processes(self, user: Optional[str] = None) -> List[Process]:
+        """The processes the caller may see (root: all, or ``user``'s), sorted by name."""
+        result = self.call("ps", {"user": user} if user else None)
+        return _decode(lambda r: [Process.from_dict(p) for p in r.get("processes") or []], result, "ps")
+
+    def logs(self, name: str, lines: int = 100) -> List[str]:
+        """The last ``lines`` lines of a process's log, oldest first (-1: all retained)."""
+        result = self.call("logs", {"name": name, "lines": lines})
+        return _decode(lambda r: [str(line) for line in r.get("lines") or []], result, "logs")
+
+    def follow_logs(self, name: str, lines: int = 100) -> Stream[str]:
+        """The last ``lines`` log lines, then each new one, until the process exits."""
+        return self._stream(
+            "logs",
+            {"name": name, "lines": lines, "follow": True},
+            lambda event: str(event.get("line", "")) if event.get("type") == "log" else None,
+        )
+
+    def wait(self, name: str, timeout: Optional[float] = None) -> Process:
+        """Blocks until the process exits and returns its final state.
+
+        ``timeout``: seconds, after which :class:`~gpusched.errors.Timeout` is raised
+        (None, or 0 as on the wire, waits forever).
+        """
+        params: Dict[str, Any] = {"name": name}
+        if timeout is not None:
+            params["timeout"] = timeout
+        with self._stream("wait", params, lambda event: None) as stream:
+            for _ in stream:
+                pass
+        return _decode(Process.from_dict, stream.result, "wait")
+
+    def rm(self, name: str) -> Process:
+        """Forgets an exited process (record and logs) and returns its last record."""
+        return _decode(Process.from_dict, self.call("rm", {"name": name}), "rm")
+
+    def events(self, name: Optional[str] = None) -> Stream[Event]:
+        """Every event the caller may see (of ``name`` only, if given), starting with
+        one of type "subscribed"; it never ends by itself: close it."""
+        return self._stream("events", {"name": name} if name else None, Event.from_dict)
+
+    def gpus(self) -> List[GPU]:
+        """The GPUs by index, with their memory and processes."""
+        return _decode(lambda r: [GPU.from_dict(g) for g in r.get("gpus") or []], self.call("gpus"), "gpus")

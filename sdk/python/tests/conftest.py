@@ -1,0 +1,65 @@
+"""Fixtures: the Go binaries (built once per session) and a fresh gpuschedd per test."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from gpusched import GpuSched
+from harness import REPO_ROOT, Daemon, short_dir
+
+BINARIES = ("gpuschedd", "gpuschedctl", "gpusched-simjob")
+
+
+@pytest.fixture(scope="session")
+def bin_dir() -> Iterator[Path]:
+    """$GPUSCHED_BIN_DIR, or the binaries built from this repository into a temporary directory."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: gpuschedd serves a root-owned socket and runs processes as their callers")
+    prebuilt = os.environ.get("GPUSCHED_BIN_DIR")
+    if prebuilt:
+        yield Path(prebuilt)
+        return
+    if REPO_ROOT is None:
+        pytest.skip("no go.mod above the SDK: set $GPUSCHED_BIN_DIR to a directory with the gpusched binaries")
+    if shutil.which("go") is None:
+        pytest.skip("needs `go` to build gpuschedd, or $GPUSCHED_BIN_DIR with prebuilt binaries")
+    out = short_dir()
+    build = subprocess.run(
+        ["go", "build", "-o", str(out)] + [f"./cmd/{name}" for name in BINARIES],
+        cwd=REPO_ROOT, capture_output=True, text=True,
+    )
+    if build.returncode != 0:
+        shutil.rmtree(out)
+        pytest.fail(f"go build failed:\n{build.stderr}")
+    yield out
+    shutil.rmtree(out)
+
+
+@pytest.fixture
+def daemon(bin_dir: Path) -> Iterator[Daemon]:
+    """A running gpuschedd on two simulated GPUs; torn down with every tree it left."""
+    d = Daemon(bin_dir)
+    d.start()
+    yield d
+    d.close()
+
+
+@pytest.fixture
+def sched(daemon: Daemon) -> Iterator[GpuSched]:
+    """A client of the test's daemon."""
+    with GpuSched(daemon.socket) as client:
+        yield client
+
+
+@pytest.fixture
+def tmp_short() -> Iterator[Path]:
+    """A temporary directory with a path short enough for Unix sockets."""
+    path = short_dir()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
