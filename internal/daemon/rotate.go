@@ -23,15 +23,20 @@ func (d *Daemon) rotateLogs(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		for _, r := range d.table.View().Records {
-			if !r.Live() {
-				continue
-			}
-			if rotated, err := logfile.Enforce(r.LogPath, d.cfg.LogMaxBytes, d.cfg.LogKeep); err != nil {
-				d.log.Warn("log rotation", zap.String("name", r.Name), zap.Error(err))
-			} else if rotated {
-				d.log.Debug("log rotated", zap.String("name", r.Name))
-			}
+		d.enforceLogCaps()
+	}
+}
+
+// enforceLogCaps rotates every live process's log that passed the cap.
+func (d *Daemon) enforceLogCaps() {
+	for _, r := range d.table.View().Records {
+		if !r.Live() {
+			continue
+		}
+		if rotated, err := logfile.Enforce(r.LogPath, d.cfg.LogMaxBytes, d.cfg.LogKeep); err != nil {
+			d.log.Warn("log rotation", zap.String("name", r.Name), zap.Error(err))
+		} else if rotated {
+			d.log.Debug("log rotated", zap.String("name", r.Name))
 		}
 	}
 }

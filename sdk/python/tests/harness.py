@@ -78,7 +78,7 @@ class Daemon:
         try:
             while True:
                 remaining = deadline - time.monotonic()
-                readable = select.select([notify, exited], [], [], max(remaining, 0))[0] if remaining > 0 else []
+                readable = select.select([notify, exited], [], [], remaining)[0] if remaining > 0 else []
                 if notify in readable:
                     if b"READY=1" in notify.recv(4096).split(b"\n"):
                         return
