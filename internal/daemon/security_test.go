@@ -114,10 +114,22 @@ func TestNonRootCallers(t *testing.T) {
 	if _, stderr, code := h.asUser(nobody, "kill", "mine"); code != 0 {
 		t.Fatalf("nobody could not kill its own process: %s", stderr)
 	}
-	// Root sees both.
+	// Root may run a process as another user; that user then owns it.
+	delegated, err := h.client().Run(ctxT(t), api.RunParams{Name: "delegated", User: "nobody", Dir: "/", Cmd: []string{"sleep", "1000"},
+		Env: map[string]string{"PATH": "/usr/bin:/bin"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uids := procUIDs(t, delegated.PID); uids != strings.Repeat(nobody.Uid+"\t", 3)+nobody.Uid {
+		t.Errorf("root's run as nobody has uids %q", uids)
+	}
+	if out, _, _ := h.asUser(nobody, "ps"); !strings.Contains(out, "delegated") {
+		t.Errorf("nobody does not see the process root ran as nobody:\n%s", out)
+	}
+	// Root sees everything.
 	all, _ := h.client().PS(ctxT(t), api.PSParams{})
-	if len(all) != 2 {
-		t.Fatalf("root sees %d processes, want 2", len(all))
+	if len(all) != 3 {
+		t.Fatalf("root sees %d processes, want 3", len(all))
 	}
 }
 

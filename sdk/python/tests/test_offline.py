@@ -1,0 +1,180 @@
+"""What needs no daemon: error mapping, result types, socket resolution, and the
+connection's behaviour against a scripted fake daemon."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+import pytest
+
+import gpusched
+from gpusched import (
+    DEFAULT_SOCKET,
+    ConnectionLost,
+    DaemonNotRunning,
+    Event,
+    GpuSched,
+    GpuSchedError,
+    Process,
+    ProtocolError,
+    Timeout,
+    socket_path,
+)
+from gpusched.errors import error_from_wire
+from gpusched.types import parse_time
+
+CODES = {
+    "bad_request": gpusched.BadRequest,
+    "unknown_method": gpusched.UnknownMethod,
+    "invalid_argument": gpusched.InvalidArgument,
+    "too_large": gpusched.TooLarge,
+    "not_found": gpusched.NotFound,
+    "exists": gpusched.Exists,
+    "permission_denied": gpusched.PermissionDenied,
+    "conflict": gpusched.Conflict,
+    "timeout": gpusched.Timeout,
+    "unavailable": gpusched.Unavailable,
+    "resource_exhausted": gpusched.ResourceExhausted,
+    "internal": gpusched.Internal,
+}
+
+HELLO = {"ok": True, "result": {"protocol": gpusched.PROTOCOL_VERSION, "version": "test"}}
+
+
+@pytest.mark.parametrize("code", sorted(CODES))
+def test_error_from_wire(code: str) -> None:
+    error = error_from_wire(code, "it went wrong")
+    assert type(error) is CODES[code]
+    assert (error.code, error.message, str(error)) == (code, "it went wrong", "it went wrong")
+
+
+def test_unknown_code_gives_the_base_class() -> None:
+    error = error_from_wire("from_the_future", "new")
+    assert type(error) is GpuSchedError and error.code == "from_the_future"
+
+
+def test_parse_time() -> None:
+    assert parse_time("2026-11-21T06:06:14.725941588Z") == datetime(2026, 11, 21, 6, 6, 14, 725941, timezone.utc)
+    assert parse_time("2026-11-21T08:06:14+02:00") == datetime(2026, 11, 21, 6, 6, 14, tzinfo=timezone.utc)
+    assert parse_time("2026-11-21T06:06:14.5-01:30").utcoffset() == -timedelta(hours=1, minutes=30)  # type: ignore[union-attr]
+    assert parse_time(None) is None and parse_time("") is None
+    for bad in ("2026-11-21", "2026-13-21T06:06:14Z", "yesterday"):
+        with pytest.raises(ValueError):
+            parse_time(bad)
+
+
+def test_from_dict_is_forward_compatible() -> None:
+    wire = {
+        "name": "train", "state": "frozen", "pid": 12, "cmd": ["python3"], "gpus": [{"index": 0, "used_mib": 5, "new": 1}],
+        "created_at": "2026-01-02T03:04:05Z", "exit": {"code": 0}, "snapshot": {"tier": "ram"},
+    }
+    process = Process.from_dict(wire)
+    assert (process.name, process.state, process.pid, process.cmd) == ("train", "frozen", 12, ["python3"])
+    assert process.gpus[0].used_mib == 5 and process.gpus[0].raw["new"] == 1
+    assert process.exit is not None and process.exit.code == 0
+    assert process.raw == wire and process.raw["snapshot"] == {"tier": "ram"}
+    assert process.started_at is None and process.user == ""
+
+    event = Event.from_dict({"type": "log", "line": "hi", "shiny": True})
+    assert (event.type, event.line, event.process, event.time) == ("log", "hi", None, None)
+
+
+def test_socket_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPUSCHED_SOCKET", raising=False)
+    assert socket_path() == DEFAULT_SOCKET == GpuSched().socket_path
+    monkeypatch.setenv("GPUSCHED_SOCKET", "/run/elsewhere.sock")
+    assert GpuSched().socket_path == "/run/elsewhere.sock"
+    assert GpuSched("/tmp/explicit.sock").socket_path == "/tmp/explicit.sock"
+
+
+def test_daemon_not_running(tmp_short: Path) -> None:
+    missing = str(tmp_short / "gs.sock")
+    with pytest.raises(DaemonNotRunning) as caught:
+        GpuSched(missing).status()
+    error = caught.value
+    assert isinstance(error, ConnectionError) and isinstance(error, GpuSchedError)
+    for hint in (missing, "gpuschedd --sim 1", "systemctl start gpuschedd"):
+        assert hint in str(error)
+
+    refusing = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    refusing.bind(missing)  # a socket file nobody listens on: a daemon that died
+    refusing.close()
+    with pytest.raises(DaemonNotRunning):
+        GpuSched(missing).hello()
+
+
+SILENT: Dict[str, Any] = {}
+
+
+class FakeDaemon:
+    """Answers each request line with ``answer(request)``: a reply dict to send,
+    SILENT to send nothing, or None to hang up. Records every request."""
+
+    def __init__(self, directory: Path, answer: Callable[[Dict[str, Any]], Optional[Dict[str, Any]]]) -> None:
+        self.path = str(directory / "fake.sock")
+        self.requests: List[Dict[str, Any]] = []
+        self._answer = answer
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(self.path)
+        self._listener.listen()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return  # closed
+            with conn, conn.makefile("rwb") as lines:
+                for line in lines:
+                    request = json.loads(line)
+                    self.requests.append(request)
+                    reply = self._answer(request)
+                    if reply is None:
+                        break
+                    if reply is not SILENT:
+                        lines.write(json.dumps({"id": request["id"], **reply}).encode() + b"\n")
+                        lines.flush()
+
+    def methods(self) -> List[str]:
+        return [r["method"] for r in self.requests]
+
+    def close(self) -> None:
+        self._listener.shutdown(socket.SHUT_RDWR)  # wakes accept()
+        self._listener.close()
+
+
+def test_protocol_mismatch_is_refused(tmp_short: Path) -> None:
+    fake = FakeDaemon(tmp_short, lambda request: {"ok": True, "result": {"protocol": 2, "version": "9.0"}})
+    with pytest.raises(ProtocolError, match="speaks protocol 2"):
+        GpuSched(fake.path).status()
+    fake.close()
+
+
+def test_a_request_that_may_have_run_is_never_resent(tmp_short: Path) -> None:
+    fake = FakeDaemon(tmp_short, lambda request: HELLO if request["method"] == "hello" else None)
+    sched = GpuSched(fake.path)
+    with pytest.raises(ConnectionLost, match="may or may not have taken effect"):
+        sched.call("rm", {"name": "x"})
+    assert fake.methods() == ["hello", "rm"]
+    fake.close()
+
+
+def test_client_timeout(tmp_short: Path) -> None:
+    fake = FakeDaemon(tmp_short, lambda request: HELLO if request["method"] == "hello" else SILENT)
+    with pytest.raises(Timeout, match="within 0.05s") as caught:
+        GpuSched(fake.path, timeout=0.05).status()
+    assert caught.value.code is None
+    fake.close()
+
+
+def test_unreadable_answer(tmp_short: Path) -> None:
+    fake = FakeDaemon(tmp_short, lambda request: HELLO if request["method"] == "hello" else {"ok": True, "result": {"gpus": [7]}})
+    with pytest.raises(ProtocolError):
+        GpuSched(fake.path).gpus()
+    fake.close()
