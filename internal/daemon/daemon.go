@@ -225,6 +225,9 @@ func (d *Daemon) statusDir() string { return filepath.Join(d.cfg.StateDir, "stat
 
 // hello describes the daemon to a caller.
 func (d *Daemon) hello(c *call) (any, error) {
+	if err := c.decode(&struct{}{}); err != nil {
+		return nil, err
+	}
 	caps := []string{api.CapRun, api.CapLogs, api.CapEvents, api.CapPIDNS, api.CapPeerCred}
 	if d.simDir != "" {
 		caps = append(caps, api.CapSimGPU)

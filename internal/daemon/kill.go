@@ -35,11 +35,17 @@ func (d *Daemon) kill(c *call) (any, error) {
 		if err != nil {
 			return nil, invalidf("kill %q: %v", p.Name, err)
 		}
-		if !rec.Live() {
+		switch {
+		case !rec.Live():
 			return nil, conflictf("process %q already exited", p.Name)
+		case rec.State == api.StateStarting:
+			return nil, conflictf("process %q is still starting; signal it once it runs", p.Name)
 		}
 		if err := d.signalTree(rec.ID, sig); err != nil {
 			return nil, fmt.Errorf("kill %q: %w", p.Name, err)
+		}
+		if cur, ok := d.table.Get(p.Name); ok {
+			rec = cur
 		}
 		return toAPI(rec, d.gpuView()), nil
 	}
@@ -58,8 +64,11 @@ func (d *Daemon) kill(c *call) (any, error) {
 		return nil, err
 	}
 	rt := d.procs.get(rec.ID)
-	if !rec.Live() || rt == nil {
+	switch {
+	case !rec.Live():
 		return nil, conflictf("process %q already exited", p.Name)
+	case rt == nil:
+		return nil, fmt.Errorf("kill %q: the daemon is not watching this process (state %s)", p.Name, rec.State)
 	}
 	if err := rt.signal(unix.SIGTERM); err != nil {
 		return nil, fmt.Errorf("kill %q: SIGTERM: %w", p.Name, err)
@@ -92,7 +101,7 @@ func (d *Daemon) kill(c *call) (any, error) {
 func (d *Daemon) signalTree(id string, sig unix.Signal) error {
 	rt := d.procs.get(id)
 	if rt == nil {
-		return conflictf("process already exited")
+		return conflictf("process has no running tree")
 	}
 	switch sig {
 	case unix.SIGHUP, unix.SIGINT, unix.SIGQUIT, unix.SIGTERM, unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH:

@@ -165,7 +165,7 @@ func TestDefaultDirIsCallersCwd(t *testing.T) {
 	}
 }
 
-func TestRunReplacesExitedAndKeepsOldLog(t *testing.T) {
+func TestRunReplacesExitedWithAFreshLog(t *testing.T) {
 	h := newHarness(t)
 	first := h.run("again", "sh", "-c", "echo first")
 	h.waitExit("again")
@@ -175,8 +175,8 @@ func TestRunReplacesExitedAndKeepsOldLog(t *testing.T) {
 	}
 	h.waitExit("again")
 	lines, _ := h.client().Logs(ctxT(t), "again", -1)
-	if strings.Join(lines, ",") != "first,second" {
-		t.Fatalf("log lines %q: want the old run (rotated) then the new one", lines)
+	if strings.Join(lines, ",") != "second" {
+		t.Fatalf("log lines %q: want only the new run's", lines)
 	}
 	ps, _ := h.client().PS(ctxT(t), api.PSParams{})
 	if len(ps) != 1 || ps[0].ID != second.ID {

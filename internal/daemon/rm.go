@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"fmt"
 	"os"
 
 	"github.com/gpusched/gpusched/internal/proctable"
@@ -31,9 +30,6 @@ func (d *Daemon) rm(c *call) (any, error) {
 		return nil, err
 	}
 	os.Remove(rec.StatusPath)
-	os.Remove(rec.LogPath)
-	for i := 1; i <= d.cfg.LogKeep; i++ {
-		os.Remove(fmt.Sprintf("%s.%d", rec.LogPath, i))
-	}
+	d.removeLogs(rec.LogPath)
 	return toAPI(rec, gv), nil
 }

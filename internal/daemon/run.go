@@ -95,10 +95,10 @@ func (d *Daemon) run(c *call) (any, error) {
 }
 
 // start opens the log and status files, records the process and spawns it.
+// A new process starts a new log: what a replaced process of the same name
+// logged is gone with its record, as after rm.
 func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string) (any, error) {
-	if err := logfile.Rotate(rec.LogPath, d.cfg.LogKeep); err != nil {
-		return nil, err
-	}
+	d.removeLogs(rec.LogPath)
 	logf, err := logfile.OpenAppend(rec.LogPath)
 	if err != nil {
 		return nil, err
@@ -130,6 +130,7 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string) 
 			d.log.Error("forget process that failed to start", zap.String("name", rec.Name), zap.Error(rerr))
 		}
 		os.Remove(rec.StatusPath)
+		d.removeLogs(rec.LogPath)
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
 			return nil, invalidf("run %q: cannot start as %s in %s: %v (the directory, or the init binary %s, is not accessible to that user)",
@@ -151,6 +152,14 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string) 
 	d.log.Info("process started", zap.String("name", rec.Name), zap.String("id", rec.ID), zap.Int("pid", st.PID),
 		zap.Int("init_pid", st.InitPID), zap.Uint32("uid", rec.Owner.UID), zap.Strings("cmd", rec.Cmd))
 	return toAPI(started, d.gpuView()), nil
+}
+
+// removeLogs deletes a log and its rotated copies.
+func (d *Daemon) removeLogs(path string) {
+	os.Remove(path)
+	for i := 1; i <= d.cfg.LogKeep; i++ {
+		os.Remove(fmt.Sprintf("%s.%d", path, i))
+	}
 }
 
 // runAs resolves who the process runs as: the caller, or a user root names.

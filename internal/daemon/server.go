@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -88,12 +89,12 @@ func refuse(c net.Conn, msg string) {
 }
 
 // serveConn reads requests one per line and answers them in order. While a
-// streaming call runs, the next line is read only to notice a disconnect
-// (which cancels the stream); it is handled after the stream ends.
+// streaming call runs, the next line is read ahead but handled only after
+// the stream ends. A peer that half-closes (shutdown of its write side, as
+// `echo ... | socat` does) still gets its stream to the end; a peer that is
+// gone cancels it.
 func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 	defer c.Close()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	w := newLineWriter(c)
 	a, err := peerActor(c, &d.names)
 	if err != nil {
@@ -102,17 +103,17 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 		return
 	}
 	r := bufio.NewReaderSize(c, 64<<10)
-	var streaming chan struct{}
+	var stream *activeStream
 	for {
 		line, err := readLine(r)
-		if streaming != nil {
-			if err != nil {
-				cancel()
-			}
-			<-streaming
-			streaming = nil
-		}
 		var tooLong *lineTooLong
+		if stream != nil {
+			if err != nil && !errors.As(err, &tooLong) {
+				stream.peerClosedWrite(c)
+			}
+			<-stream.done
+			stream = nil
+		}
 		switch {
 		case errors.As(err, &tooLong):
 			if w.response(nil, nil, &api.Error{Code: api.CodeTooLarge, Message: tooLong.Error()}) != nil {
@@ -135,21 +136,75 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 			}
 			continue
 		}
-		cl := &call{ctx: ctx, actor: a, method: req.Method, params: req.Params}
 		if m.stream != nil {
-			streaming = make(chan struct{})
-			go func(done chan struct{}) {
-				defer close(done)
+			sctx, cancel := context.WithCancel(ctx)
+			stream = &activeStream{cancel: cancel, done: make(chan struct{})}
+			cl := &call{ctx: sctx, actor: a, method: req.Method, params: req.Params}
+			go func(st *activeStream) {
+				defer close(st.done)
+				defer st.cancel()
 				res, err := m.stream(cl, func(e *api.Event) error { return w.event(req.ID, e) })
 				d.answer(w, cl, req.ID, res, err)
-			}(streaming)
+			}(stream)
 			continue
 		}
+		cl := &call{ctx: ctx, actor: a, method: req.Method, params: req.Params}
 		res, err := m.unary(cl)
 		if d.answer(w, cl, req.ID, res, err) != nil {
 			return
 		}
 	}
+}
+
+// hangupCheck is how often a half-closed peer with a stream still running
+// is checked for having gone away entirely.
+const hangupCheck = time.Second
+
+// activeStream is a streaming call in progress on a connection.
+type activeStream struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// peerClosedWrite handles EOF while streaming: a peer that is gone cancels
+// the stream; one that only shut its write side keeps it, until it hangs up.
+func (st *activeStream) peerClosedWrite(c *net.UnixConn) {
+	if hungUp(c) {
+		st.cancel()
+		return
+	}
+	go func() {
+		t := time.NewTicker(hangupCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-st.done:
+				return
+			case <-t.C:
+				if hungUp(c) {
+					st.cancel()
+					return
+				}
+			}
+		}
+	}()
+}
+
+// hungUp reports whether the peer closed both directions (POLLHUP), as
+// opposed to shutting down only its writing side.
+func hungUp(c *net.UnixConn) bool {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return true
+	}
+	gone := true
+	_ = rc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP}}
+		if _, err := unix.Poll(fds, 0); err == nil {
+			gone = fds[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0
+		}
+	})
+	return gone
 }
 
 // parseRequest decodes one request line and finds its method, with

@@ -39,7 +39,11 @@ func (d *Daemon) wait(c *call, emit func(*api.Event) error) (any, error) {
 		select {
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return nil, api.Errorf(api.CodeTimeout, "process %q still %s after %s", p.Name, rec.State, time.Duration(p.Timeout))
+				state := rec.State
+				if cur, ok := d.table.Get(p.Name); ok {
+					state = cur.State
+				}
+				return nil, api.Errorf(api.CodeTimeout, "process %q still %s after %s", p.Name, state, time.Duration(p.Timeout))
 			}
 			return nil, ctx.Err()
 		case e, ok := <-sub.ch:

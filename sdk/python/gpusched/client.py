@@ -207,7 +207,9 @@ class Stream(Generic[T]):
     iteration as the matching GpuSchedError.
     """
 
-    def __init__(self, conn: _Connection, method: str, request_id: int, item: Callable[[Dict[str, Any]], Optional[T]]):
+    def __init__(
+        self, conn: _Connection, method: str, request_id: int, item: Callable[[Dict[str, Any]], Optional[T]]
+    ) -> None:
         self.method = method
         self.result: Optional[Dict[str, Any]] = None
         self._conn: Optional[_Connection] = conn
@@ -439,9 +441,11 @@ class GpuSched:
         params: Dict[str, Any] = {"name": name}
         if timeout is not None:
             params["timeout"] = timeout
-        with self._stream("wait", params, lambda event: None) as stream:
+        with self._stream("wait", params, Event.from_dict) as stream:
             for _ in stream:
-                pass
+                pass  # the state changes on the way
+        if stream.result is None:
+            raise ConnectionLost(f"wait {name!r}: the client was closed before the process exited")
         return _decode(Process.from_dict, stream.result, "wait")
 
     def rm(self, name: str) -> Process:
