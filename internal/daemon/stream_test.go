@@ -60,4 +60,3 @@ func TestOversizeLineDuringStreamKeepsConnection(t *testing.T) {
 		t.Fatalf("second wait on the same connection: %v", m)
 	}
 }
-
