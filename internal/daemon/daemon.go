@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	sdnotify "github.com/coreos/go-systemd/v22/daemon"
@@ -49,10 +50,12 @@ type Daemon struct {
 	names   userNames
 	methods map[string]method
 
-	conns connSet
-	wg    sync.WaitGroup // connection goroutines
-	lock  *os.File       // flock on the state dir
-	ready chan struct{}  // closed once the socket serves
+	conns    connSet
+	wg       sync.WaitGroup // connection goroutines
+	streams  sync.WaitGroup // streaming calls in progress
+	stopping atomic.Bool    // set once shutdown begins
+	lock     *os.File       // flock on the state dir
+	ready    chan struct{}  // closed once the socket serves
 }
 
 // Option adjusts a Daemon built by New.
@@ -141,15 +144,17 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 
-	ctx, stop := context.WithCancel(ctx)
+	// Serving outlives ctx until shutdown has marked itself, so that calls
+	// cut short can say why.
+	serving, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
 	var bg sync.WaitGroup
 	bg.Add(2)
-	go func() { defer bg.Done(); d.sampler.run(ctx) }()
-	go func() { defer bg.Done(); d.rotateLogs(ctx) }()
+	go func() { defer bg.Done(); d.sampler.run(serving) }()
+	go func() { defer bg.Done(); d.rotateLogs(serving) }()
 
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- d.serve(ctx, ln) }()
+	go func() { serveErr <- d.serve(serving, ln) }()
 	d.log.Info("serving", zap.String("socket", d.cfg.Socket), zap.String("backend", d.gpus.Name()),
 		zap.Int("processes", len(d.table.View().Records)), zap.String("version", Version))
 	_, _ = sdnotify.SdNotify(false, sdnotify.SdNotifyReady)
@@ -160,8 +165,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	case err = <-serveErr:
 	}
 	_, _ = sdnotify.SdNotify(false, sdnotify.SdNotifyStopping)
+	d.stopping.Store(true)
 	stop()
 	ln.Close()
+	d.streams.Wait() // each ends with a final "shutting down" line
 	d.conns.closeAll()
 	d.wg.Wait()
 	d.procs.closeAll()

@@ -140,7 +140,9 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 			sctx, cancel := context.WithCancel(ctx)
 			stream = &activeStream{cancel: cancel, done: make(chan struct{})}
 			cl := &call{ctx: sctx, actor: a, method: req.Method, params: req.Params}
+			d.streams.Add(1)
 			go func(st *activeStream) {
+				defer d.streams.Done()
 				defer close(st.done)
 				defer st.cancel()
 				res, err := m.stream(cl, func(e *api.Event) error { return w.event(req.ID, e) })
@@ -236,7 +238,10 @@ func (d *Daemon) answer(w *lineWriter, c *call, id json.RawMessage, res any, err
 		return w.response(id, res, nil)
 	}
 	if c.ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		return err // the peer left; nobody to answer
+		if !d.stopping.Load() {
+			return err // the peer left; nobody to answer
+		}
+		err = api.Errorf(api.CodeUnavailable, "gpuschedd is shutting down; %s ended early (reconnect once it is back)", c.method)
 	}
 	code, msg := toWire(err)
 	if code == api.CodeInternal {

@@ -60,3 +60,32 @@ func TestOversizeLineDuringStreamKeepsConnection(t *testing.T) {
 		t.Fatalf("second wait on the same connection: %v", m)
 	}
 }
+
+// TestShutdownEndsStreamsWithAFinalLine stops the daemon under an events
+// stream and a log follow: each ends with an `unavailable` line, so a
+// client can tell a clean shutdown from a crash.
+func TestShutdownEndsStreamsWithAFinalLine(t *testing.T) {
+	h := newHarness(t)
+	h.run("napper", "sh", "-c", "echo up; exec sleep 1000")
+	events, follow := h.raw(), h.raw()
+	events.send(`{"id":"e","method":"events"}`)
+	follow.send(`{"id":"f","method":"logs","params":{"name":"napper","follow":true}}`)
+	for _, rc := range []*rawConn{events, follow} {
+		if m := rc.recv(); m["event"] == nil { // subscribed / the "up" line: the stream runs
+			t.Fatalf("first line %v", m)
+		}
+	}
+	h.stop()
+	for _, rc := range []*rawConn{events, follow} {
+		for {
+			m := rc.recv()
+			if _, ok := m["event"]; ok {
+				continue
+			}
+			if m["ok"] != false || m["code"] != string(api.CodeUnavailable) {
+				t.Fatalf("final line %v, want unavailable", m)
+			}
+			break
+		}
+	}
+}
