@@ -9,14 +9,13 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 )
 
 // listen serves path safely: it refuses when a live daemon answers there,
 // removes only a stale socket (never another kind of file), and creates
 // the socket mode 0660 owned by root and group.
-func listen(path, group string) (*net.UnixListener, error) {
+func listen(path, group string) (*socketListener, error) {
 	gid := 0
 	if group != "" {
 		g, err := user.LookupGroup(group)
@@ -42,20 +41,49 @@ func listen(path, group string) (*net.UnixListener, error) {
 			return nil, fmt.Errorf("remove stale socket %s: %w", path, err)
 		}
 	}
-	// Create the socket unreachable by others, then open it to the group.
-	old := syscall.Umask(0o177)
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	syscall.Umask(old)
+	// Bind under a temporary name, set owner and mode, then rename into
+	// place: nobody can connect before the mode is right, and no
+	// process-wide umask is touched.
+	tmp := path + ".new"
+	os.Remove(tmp)
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
-	if err := os.Chown(path, 0, gid); err != nil {
+	ln.SetUnlinkOnClose(false)
+	fail := func(what string, err error) (*socketListener, error) {
 		ln.Close()
-		return nil, fmt.Errorf("chown socket %s: %w", path, err)
+		os.Remove(tmp)
+		return nil, fmt.Errorf("%s socket %s: %w", what, path, err)
 	}
-	if err := os.Chmod(path, 0o660); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("chmod socket %s: %w", path, err)
+	if err := os.Chmod(tmp, 0o660); err != nil {
+		return fail("chmod", err)
 	}
-	return ln, nil
+	if err := os.Chown(tmp, 0, gid); err != nil {
+		return fail("chown", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fail("place", err)
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return fail("stat", err)
+	}
+	return &socketListener{UnixListener: ln, path: path, file: fi}, nil
+}
+
+// socketListener removes its socket file on Close, unless another daemon
+// has put its own there since.
+type socketListener struct {
+	*net.UnixListener
+	path string
+	file os.FileInfo
+}
+
+func (l *socketListener) Close() error {
+	err := l.UnixListener.Close()
+	if fi, serr := os.Lstat(l.path); serr == nil && os.SameFile(fi, l.file) {
+		os.Remove(l.path)
+	}
+	return err
 }

@@ -53,11 +53,11 @@ func TestNonRootCallers(t *testing.T) {
 	h.run("rootjob", "sleep", "1000")
 
 	// It cannot see root's process...
-	out, _, code := h.asUser(nobody, "--json", "ps")
+	out, errOut, code := h.asUser(nobody, "--json", "ps")
 	var ps []api.Process
 	if code != 0 || json.Unmarshal([]byte(out), &ps) != nil {
 		if err := json.Unmarshal([]byte(out), &struct{ Processes *[]api.Process }{&ps}); err != nil || code != 0 {
-			t.Fatalf("ps as nobody: %q (exit %d)", out, code)
+			t.Fatalf("ps as nobody: %q %q (exit %d)", out, errOut, code)
 		}
 	}
 	if len(ps) != 0 {

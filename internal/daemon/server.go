@@ -58,7 +58,7 @@ type method struct {
 }
 
 // serve accepts connections until the listener closes.
-func (d *Daemon) serve(ctx context.Context, ln *net.UnixListener) error {
+func (d *Daemon) serve(ctx context.Context, ln *socketListener) error {
 	for {
 		c, err := ln.AcceptUnix()
 		if err != nil {
