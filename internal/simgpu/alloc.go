@@ -17,15 +17,7 @@ func (r *Registry) Allocate(pid int, startTime uint64, uuid string, mib uint64) 
 	if err != nil {
 		return err
 	}
-	return r.locked(func() error {
-		if err := checkRunning(pid, startTime); err != nil {
-			return err
-		}
-		s, err := r.scan()
-		if err != nil {
-			return err
-		}
-		r.removeGarbage(s)
+	return r.lockedScan(pid, startTime, func(s scanResult) error {
 		if free := freeMiB(dev, s.used(uuid)); mib > free {
 			return &OutOfMemoryError{Device: dev, RequestedMiB: mib, FreeMiB: free}
 		}
@@ -89,15 +81,7 @@ func (r *Registry) Park(pid int, startTime uint64) error {
 // devices, as a restore does. It moves all or nothing, and fails with an
 // *OutOfMemoryError when a device lacks room.
 func (r *Registry) Unpark(pid int, startTime uint64) error {
-	return r.locked(func() error {
-		if err := checkRunning(pid, startTime); err != nil {
-			return err
-		}
-		s, err := r.scan()
-		if err != nil {
-			return err
-		}
-		r.removeGarbage(s)
+	return r.lockedScan(pid, startTime, func(s scanResult) error {
 		rec, ok := s.live[pid]
 		if !ok {
 			return fmt.Errorf("process %d: no simulated GPU memory: %w", pid, ErrNoSuchProcess)
@@ -121,6 +105,22 @@ func (r *Registry) Unpark(pid int, startTime uint64) error {
 		}
 		rec.Parked = map[string]uint64{}
 		return r.writeRecord(rec)
+	})
+}
+
+// lockedScan runs fn under the directory lock with a fresh, cleaned scan,
+// after checking that process (pid, startTime) is running.
+func (r *Registry) lockedScan(pid int, startTime uint64, fn func(scanResult) error) error {
+	return r.locked(func() error {
+		if err := checkRunning(pid, startTime); err != nil {
+			return err
+		}
+		s, err := r.scan()
+		if err != nil {
+			return err
+		}
+		r.removeGarbage(s)
+		return fn(s)
 	})
 }
 
