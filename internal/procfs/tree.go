@@ -8,7 +8,6 @@ import (
 
 // Tree maps parent pids to their children, read from one scan of /proc.
 type Tree struct {
-	parent   map[int]int
 	children map[int][]int
 }
 
@@ -24,7 +23,7 @@ func ScanTree() (*Tree, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &Tree{parent: make(map[int]int, len(names)), children: make(map[int][]int)}
+	t := &Tree{children: make(map[int][]int)}
 	for _, n := range names {
 		pid, err := strconv.Atoi(n)
 		if err != nil {
@@ -34,19 +33,12 @@ func ScanTree() (*Tree, error) {
 		if err != nil {
 			continue
 		}
-		t.parent[pid] = s.PPID
 		t.children[s.PPID] = append(t.children[s.PPID], pid)
 	}
 	for _, c := range t.children {
 		sort.Ints(c)
 	}
 	return t, nil
-}
-
-// Parent returns pid's parent and whether pid was seen.
-func (t *Tree) Parent(pid int) (int, bool) {
-	p, ok := t.parent[pid]
-	return p, ok
 }
 
 // Children returns pid's direct children, sorted.
@@ -64,20 +56,4 @@ func (t *Tree) Descendants(root int) []int {
 		queue = append(queue, t.children[pid]...)
 	}
 	return out
-}
-
-// RootOf walks up from pid and returns the first ancestor (or pid itself)
-// for which isRoot is true.
-func (t *Tree) RootOf(pid int, isRoot func(int) bool) (int, bool) {
-	for depth := 0; pid > 1 && depth < 4096; depth++ {
-		if isRoot(pid) {
-			return pid, true
-		}
-		p, ok := t.parent[pid]
-		if !ok {
-			return 0, false
-		}
-		pid = p
-	}
-	return 0, false
 }
