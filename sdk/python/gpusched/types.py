@@ -9,9 +9,9 @@ a time the daemon leaves out (e.g. ``exited_at`` of a running process) is None.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, Callable, Dict, List, Mapping, Optional, TypeVar
+from typing import Any, Callable, Dict, List, Mapping, Optional, Type, TypeVar
 
 __all__ = [
     "Exit",
@@ -48,8 +48,28 @@ def parse_time(value: Optional[str]) -> Optional[datetime]:
     return datetime.fromisoformat(f"{seconds}.{micros}{'+00:00' if zone == 'Z' else zone}")
 
 
-def _list(data: Mapping[str, Any], key: str, convert: Callable[[Any], _T]) -> List[_T]:
-    return [convert(item) for item in data.get(key) or []]
+def _each(convert: Callable[[Any], _T]) -> Callable[[Any], List[_T]]:
+    return lambda items: [convert(item) for item in items]
+
+
+def _build(cls: Type[_T], data: Mapping[str, Any], **convert: Callable[[Any], Any]) -> _T:
+    """``cls`` from a wire object whose keys are its field names.
+
+    Unknown keys are ignored, absent or null ones keep the field's default,
+    lists and dicts are copied, ``convert`` maps a field's wire value, and the
+    whole object is kept in ``raw``.
+    """
+    kwargs: Dict[str, Any] = {"raw": dict(data)}
+    for f in fields(cls):
+        value = data.get(f.name)
+        if f.name == "raw" or value is None:
+            continue
+        if f.name in convert:
+            value = convert[f.name](value)
+        elif isinstance(value, (list, dict)):
+            value = type(value)(value)
+        kwargs[f.name] = value
+    return cls(**kwargs)
 
 
 @dataclass(frozen=True)
@@ -64,13 +84,7 @@ class Exit:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Exit:
-        return cls(
-            code=data.get("code"),
-            signal=data.get("signal", ""),
-            unknown=data.get("unknown", False),
-            reason=data.get("reason", ""),
-            raw=dict(data),
-        )
+        return _build(cls, data)
 
 
 @dataclass(frozen=True)
@@ -86,14 +100,7 @@ class Identity:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Identity:
-        return cls(
-            uid=data.get("uid", 0),
-            gid=data.get("gid", 0),
-            groups=list(data.get("groups") or []),
-            user=data.get("user", ""),
-            pid=data.get("pid", 0),
-            raw=dict(data),
-        )
+        return _build(cls, data)
 
 
 @dataclass(frozen=True)
@@ -107,12 +114,7 @@ class ProcessGPU:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ProcessGPU:
-        return cls(
-            index=data.get("index", 0),
-            uuid=data.get("uuid", ""),
-            used_mib=data.get("used_mib", 0),
-            raw=dict(data),
-        )
+        return _build(cls, data)
 
 
 @dataclass(frozen=True)
@@ -141,27 +143,14 @@ class Process:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Process:
-        exit_ = data.get("exit")
-        return cls(
-            name=data.get("name", ""),
-            id=data.get("id", ""),
-            state=data.get("state", ""),
-            pid=data.get("pid", 0),
-            init_pid=data.get("init_pid", 0),
-            uid=data.get("uid", 0),
-            gid=data.get("gid", 0),
-            user=data.get("user", ""),
-            cmd=list(data.get("cmd") or []),
-            dir=data.get("dir", ""),
-            nice=data.get("nice", 0),
-            gpus=_list(data, "gpus", ProcessGPU.from_dict),
-            vram_mib=data.get("vram_mib", 0),
-            log=data.get("log", ""),
-            created_at=parse_time(data.get("created_at")),
-            started_at=parse_time(data.get("started_at")),
-            exited_at=parse_time(data.get("exited_at")),
-            exit=Exit.from_dict(exit_) if exit_ is not None else None,
-            raw=dict(data),
+        return _build(
+            cls,
+            data,
+            gpus=_each(ProcessGPU.from_dict),
+            created_at=parse_time,
+            started_at=parse_time,
+            exited_at=parse_time,
+            exit=Exit.from_dict,
         )
 
 
@@ -176,12 +165,7 @@ class GPUProcess:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GPUProcess:
-        return cls(
-            pid=data.get("pid", 0),
-            used_mib=data.get("used_mib", 0),
-            managed=data.get("managed", ""),
-            raw=dict(data),
-        )
+        return _build(cls, data)
 
 
 @dataclass(frozen=True)
@@ -201,18 +185,7 @@ class GPU:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GPU:
-        return cls(
-            index=data.get("index", 0),
-            uuid=data.get("uuid", ""),
-            name=data.get("name", ""),
-            total_mib=data.get("total_mib", 0),
-            used_mib=data.get("used_mib", 0),
-            free_mib=data.get("free_mib", 0),
-            util_percent=data.get("util_percent"),
-            power_watts=data.get("power_watts"),
-            processes=_list(data, "processes", GPUProcess.from_dict),
-            raw=dict(data),
-        )
+        return _build(cls, data, processes=_each(GPUProcess.from_dict))
 
 
 @dataclass(frozen=True)
@@ -228,14 +201,7 @@ class GPUSummary:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GPUSummary:
-        return cls(
-            index=data.get("index", 0),
-            uuid=data.get("uuid", ""),
-            total_mib=data.get("total_mib", 0),
-            used_mib=data.get("used_mib", 0),
-            free_mib=data.get("free_mib", 0),
-            raw=dict(data),
-        )
+        return _build(cls, data)
 
 
 @dataclass(frozen=True)
@@ -251,14 +217,7 @@ class Hello:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Hello:
-        return cls(
-            protocol=data.get("protocol", 0),
-            version=data.get("version", ""),
-            backend=data.get("backend", ""),
-            capabilities=list(data.get("capabilities") or []),
-            caller=Identity.from_dict(data.get("caller") or {}),
-            raw=dict(data),
-        )
+        return _build(cls, data, caller=Identity.from_dict)
 
 
 @dataclass(frozen=True)
@@ -277,17 +236,7 @@ class Status:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Status:
-        return cls(
-            version=data.get("version", ""),
-            protocol=data.get("protocol", 0),
-            backend=data.get("backend", ""),
-            started_at=parse_time(data.get("started_at")),
-            uptime_seconds=data.get("uptime_seconds", 0.0),
-            processes=data.get("processes", 0),
-            states=dict(data.get("states") or {}),
-            gpus=_list(data, "gpus", GPUSummary.from_dict),
-            raw=dict(data),
-        )
+        return _build(cls, data, started_at=parse_time, gpus=_each(GPUSummary.from_dict))
 
 
 @dataclass(frozen=True)
@@ -306,15 +255,4 @@ class Event:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Event:
-        process = data.get("process")
-        return cls(
-            type=data.get("type", ""),
-            seq=data.get("seq", 0),
-            time=parse_time(data.get("time")),
-            name=data.get("name", ""),
-            state=data.get("state", ""),
-            prev_state=data.get("prev_state", ""),
-            process=Process.from_dict(process) if process is not None else None,
-            line=data.get("line", ""),
-            raw=dict(data),
-        )
+        return _build(cls, data, time=parse_time, process=Process.from_dict)
