@@ -176,28 +176,8 @@ smoke_cleanup() {
 	smoke_dir=''
 }
 
-# pid_busy PID: true while PID is used by a process, process group or session
-# (criu restore cannot re-create it until then: "Can't fork for PID: File
-# exists"). Orphans are reaped by PID 1, which can take a while.
-pid_busy() {
-	local id=$1 f line rest pgrp sess
-	[[ -e /proc/$id ]] && return 0
-	for f in /proc/[0-9]*/stat; do
-		{ read -r line <"$f"; } 2>/dev/null || continue
-		rest=${line##*) }
-		read -r _ _ pgrp sess _ <<<"$rest"
-		[[ $pgrp == "$id" || $sess == "$id" ]] && return 0
-	done
-	return 1
-}
-
-# proc_state PID: one-letter state of PID, empty when gone.
-proc_state() {
-	local line
-	{ read -r line <"/proc/$1/stat"; } 2>/dev/null || return 0
-	line=${line##*) }
-	printf '%s\n' "${line%% *}"
-}
+# shellcheck source-path=SCRIPTDIR source=lib/procs.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/procs.sh"
 
 # log_tail FILE: the last lines of a CRIU log, for error messages.
 log_tail() { if [[ -f $1 ]]; then tail -n 15 -- "$1" >&2; fi; }

@@ -103,23 +103,12 @@ if [[ ${ver%%.*} =~ ^[0-9]+$ ]] && ((${ver%%.*} >= 4)); then pass "criu --versio
 if "$wrapper" check >"$tmp/check.out" 2>&1; then pass "criu check: $(tail -n1 "$tmp/check.out")"; else fail "criu check: $(cat "$tmp/check.out")"; fi
 
 # ---- dump and restore a process whose memory matters
-# pid_busy PID: PID still used by a process, process group or session.
-pid_busy() {
-	local id=$1 f line rest pgrp sess
-	[[ -e /proc/$id ]] && return 0
-	for f in /proc/[0-9]*/stat; do
-		{ read -r line <"$f"; } 2>/dev/null || continue
-		rest=${line##*) }
-		read -r _ _ pgrp sess _ <<<"$rest"
-		[[ $pgrp == "$id" || $sess == "$id" ]] && return 0
-	done
-	return 1
-}
+# shellcheck source-path=SCRIPTDIR source=lib/procs.sh
+source "$here/lib/procs.sh"
 alive() {
-	local line
-	{ read -r line <"/proc/$1/stat"; } 2>/dev/null || return 1
-	line=${line##*) }
-	[[ ${line%% *} != Z && ${line%% *} != X ]]
+	local st
+	st=$(proc_state "$1")
+	[[ -n $st && $st != Z && $st != X ]]
 }
 
 smoke() {
