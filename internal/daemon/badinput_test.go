@@ -41,6 +41,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"array", `[1,2]`, api.CodeBadRequest},
 		{"no method", `{"params":{}}`, api.CodeBadRequest},
 		{"unknown method", `{"method":"format_disk"}`, api.CodeUnknownMethod},
+		{"hello with params", `{"method":"hello","params":{"verbose":true}}`, api.CodeInvalidArgument},
 		{"oversize line", huge, api.CodeTooLarge},
 		{"traversal name", `{"method":"run","params":{"name":"../../etc/passwd","cmd":["true"],"dir":"/"}}`, api.CodeInvalidArgument},
 		{"slash name", `{"method":"run","params":{"name":"a/b","cmd":["true"],"dir":"/"}}`, api.CodeInvalidArgument},
@@ -88,5 +89,27 @@ func TestBadInputChangesNothing(t *testing.T) {
 	rc.send(`{"id":"last","method":"ps"}`)
 	if resp := rc.recv(); resp["ok"] != true || resp["id"] != "last" {
 		t.Fatalf("connection unusable after bad input: %v", resp)
+	}
+}
+
+// TestFailedStartLeavesNothing runs, as nobody, a command that passes the
+// daemon's checks but that nobody may execute: the init fails, and neither
+// a record, a status file nor a log is left behind.
+func TestFailedStartLeavesNothing(t *testing.T) {
+	h := newHarness(t)
+	script := filepath.Join(h.dir, "root-only.sh")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\necho hi\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	before := h.files()
+	_, err := h.client().Run(ctxT(t), api.RunParams{Name: "denied", Cmd: []string{script}, Dir: "/", User: "nobody"})
+	if !api.IsInvalidArgument(err) || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("err = %v, want invalid_argument naming the permission problem", err)
+	}
+	if _, ok := h.d.table.Get("denied"); ok {
+		t.Fatal("record of a process that never started is still listed")
+	}
+	if after := h.files(); strings.Join(after, "\n") != strings.Join(before, "\n") {
+		t.Fatalf("files changed:\nbefore %v\nafter  %v", before, after)
 	}
 }
