@@ -52,6 +52,7 @@ func newRoot(a *app) *cobra.Command {
 	root.AddCommand(
 		newRunCmd(a), newKillCmd(a), newStatusCmd(a), newPSCmd(a), newLogsCmd(a),
 		newWaitCmd(a), newRmCmd(a), newEventsCmd(a), newGPUsCmd(a), newVersionCmd(a),
+		newFreezeCmd(a), newThawCmd(a), newSwapCmd(a), newMigrateCmd(a),
 	)
 	return root
 }

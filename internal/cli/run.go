@@ -73,16 +73,27 @@ func runArgs(cmd *cobra.Command, args []string) error {
 	return nil
 }
 
+// parseGPURefs parses --gpu values (index or UUID).
+func parseGPURefs(values []string) ([]api.GPURef, error) {
+	var refs []api.GPURef
+	for _, s := range values {
+		ref, err := api.ParseGPURef(strings.TrimSpace(s))
+		if err != nil {
+			return nil, usagef("bad --gpu %q: %w", s, err)
+		}
+		refs = append(refs, ref)
+	}
+	return refs, nil
+}
+
 // params builds the run request from the flags.
 func (o *runOptions) params(name string, argv []string) (api.RunParams, error) {
 	p := api.RunParams{Name: name, Cmd: argv, Nice: o.nice, User: o.user}
-	for _, s := range o.gpus {
-		ref, err := api.ParseGPURef(strings.TrimSpace(s))
-		if err != nil {
-			return p, usagef("bad --gpu %q: %w", s, err)
-		}
-		p.GPUs = append(p.GPUs, ref)
+	refs, err := parseGPURefs(o.gpus)
+	if err != nil {
+		return p, err
 	}
+	p.GPUs = refs
 	env, err := o.environment()
 	if err != nil {
 		return p, err

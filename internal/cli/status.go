@@ -39,6 +39,12 @@ func writeOverview(w io.Writer, st *api.Status) error {
 	fmt.Fprintf(t, "backend:\t%s\n", st.Backend)
 	fmt.Fprintf(t, "uptime:\t%s\n", age(time.Duration(st.UptimeSeconds*float64(time.Second))))
 	fmt.Fprintf(t, "processes:\t%s\n", stateCounts(st))
+	fmt.Fprintf(t, "checkpoint:\t%s driver\n", st.Driver)
+	budget := "unlimited"
+	if st.RAMBudgetMiB > 0 {
+		budget = mib(st.RAMBudgetMiB)
+	}
+	fmt.Fprintf(t, "host ram:\t%s frozen (budget %s)\n", mib(st.HostMiB), budget)
 	if len(st.GPUs) == 0 {
 		fmt.Fprintf(t, "gpus:\tnone\n")
 		return t.Flush()
@@ -56,7 +62,8 @@ func writeOverview(w io.Writer, st *api.Status) error {
 
 // stateCounts shows "3 (running 2, exited 1)", lifecycle states first.
 func stateCounts(st *api.Status) string {
-	order := []api.State{api.StateStarting, api.StateRunning, api.StateExited}
+	order := []api.State{api.StateStarting, api.StateRunning, api.StateFreezing, api.StateFrozen,
+		api.StateThawing, api.StateLocked, api.StateFailed, api.StateExited}
 	var others []api.State
 	for s := range st.States {
 		if !slices.Contains(order, s) {
@@ -88,6 +95,15 @@ func writeProcess(w io.Writer, p *api.Process) error {
 	fmt.Fprintf(t, "state:\t%s\n", state)
 	if p.Exit != nil && p.Exit.Reason != "" {
 		fmt.Fprintf(t, "reason:\t%s\n", p.Exit.Reason)
+	}
+	if p.Error != "" {
+		fmt.Fprintf(t, "error:\t%s\n", p.Error)
+	}
+	if p.Tier != "" {
+		fmt.Fprintf(t, "tier:\t%s\n", p.Tier)
+	}
+	if p.Tier == api.TierHost {
+		fmt.Fprintf(t, "host ram:\t%s (frozen %s)\n", mib(p.HostMiB), since(p.FrozenAt))
 	}
 	fmt.Fprintf(t, "pid:\t%d\n", p.PID)
 	fmt.Fprintf(t, "init pid:\t%d\n", p.InitPID)

@@ -10,8 +10,9 @@ import (
 func TestStatusOverview(t *testing.T) {
 	st := api.Status{
 		Version: "0.3.0", Protocol: 1, Backend: "sim", UptimeSeconds: 3*3600 + 12*60 + 5,
-		Processes: 4,
-		States:    map[api.State]int{api.StateExited: 1, api.StateRunning: 2, "frozen": 1},
+		Processes: 5,
+		States:    map[api.State]int{api.StateExited: 1, api.StateRunning: 2, api.StateFrozen: 1, "hibernated": 1},
+		HostMiB:   8192, RAMBudgetMiB: 65536, Driver: "sim",
 		GPUs: []api.GPUSummary{
 			{Index: 0, UUID: "GPU-aaaa", TotalMiB: 81920, UsedMiB: 12800, FreeMiB: 69120},
 			{Index: 1, UUID: "GPU-bbbb", TotalMiB: 81920, UsedMiB: 0, FreeMiB: 81920},
@@ -23,10 +24,12 @@ func TestStatusOverview(t *testing.T) {
 		t.Fatalf("code %d, stderr %q", code, errOut)
 	}
 	want := "" +
-		"version:    0.3.0 (protocol 1)\n" +
-		"backend:    sim\n" +
-		"uptime:     3h12m\n" +
-		"processes:  4 (running 2, exited 1, frozen 1)\n" +
+		"version:     0.3.0 (protocol 1)\n" +
+		"backend:     sim\n" +
+		"uptime:      3h12m\n" +
+		"processes:   5 (running 2, frozen 1, exited 1, hibernated 1)\n" +
+		"checkpoint:  sim driver\n" +
+		"host ram:    8.0 GiB frozen (budget 64.0 GiB)\n" +
 		"\n" +
 		"GPU  UUID      USED      TOTAL     FREE\n" +
 		"0    GPU-aaaa  12.5 GiB  80.0 GiB  67.5 GiB\n" +

@@ -31,7 +31,27 @@ type Config struct {
 	InitPath    string        // binary re-executed as each PID namespace's init; default: this executable
 	LogLevel    string        // debug, info, warn, error
 	LogFormat   string        // json or console
+
+	CheckpointDriver  string        // auto, api, cli, sim or none
+	CudaCheckpoint    string        // cuda-checkpoint binary; "" = found on PATH
+	Libcuda           string        // CUDA driver library for the api driver; "" = libcuda.so.1
+	LockTimeout       time.Duration // default wait for a CUDA lock on freeze
+	CheckpointTimeout time.Duration // deadline of every other checkpoint driver call
+	FreezeStop        bool          // SIGSTOP a tree once checkpointed
+	RAMBudgetMiB      uint64        // host RAM frozen processes may hold; 0 = unlimited
+	ThawMarginMiB     uint64        // free GPU memory a thaw leaves beyond its need
+	SimCheckpointGiB  time.Duration // simulated driver: checkpoint time per GiB
+	SimRestoreGiB     time.Duration // simulated driver: restore time per GiB
 }
+
+// Checkpoint driver choices.
+const (
+	DriverAuto = "auto" // sim under --sim; else api when libcuda has the symbols, else cli, else none
+	DriverAPI  = "api"
+	DriverCLI  = "cli"
+	DriverSim  = "sim"
+	DriverNone = "none"
+)
 
 // Default returns the built-in configuration.
 func Default() Config {
@@ -46,6 +66,14 @@ func Default() Config {
 		GPUPoll:     time.Second,
 		LogLevel:    "info",
 		LogFormat:   "json",
+
+		CheckpointDriver:  DriverAuto,
+		LockTimeout:       10 * time.Second,
+		CheckpointTimeout: 5 * time.Minute,
+		FreezeStop:        true,
+		ThawMarginMiB:     256,
+		SimCheckpointGiB:  20 * time.Millisecond,
+		SimRestoreGiB:     20 * time.Millisecond,
 	}
 }
 
@@ -85,6 +113,35 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.InitPath, "init-path", c.InitPath, "binary run as each process's PID-namespace init (default: this executable)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "json or console")
+	fs.StringVar(&c.CheckpointDriver, "checkpoint-driver", c.CheckpointDriver, "freeze/thaw driver: auto, api (libcuda helper), cli (cuda-checkpoint), sim or none")
+	fs.StringVar(&c.CudaCheckpoint, "cuda-checkpoint", c.CudaCheckpoint, "cuda-checkpoint binary (default: found on PATH)")
+	fs.StringVar(&c.Libcuda, "libcuda", c.Libcuda, "CUDA driver library for the api driver (default: libcuda.so.1)")
+	fs.DurationVar(&c.LockTimeout, "lock-timeout", c.LockTimeout, "default wait for in-flight CUDA work when a freeze locks a process")
+	fs.DurationVar(&c.CheckpointTimeout, "checkpoint-timeout", c.CheckpointTimeout, "deadline of each checkpoint, restore and unlock call")
+	fs.BoolVar(&c.FreezeStop, "freeze-stop", c.FreezeStop, "stop a frozen tree with SIGSTOP (continued before its thaw)")
+	fs.Var(mibFlag{&c.RAMBudgetMiB}, "ram-budget", "host RAM frozen processes may hold, e.g. 64G (0: unlimited)")
+	fs.Var(mibFlag{&c.ThawMarginMiB}, "thaw-margin", "GPU memory a thaw must leave free beyond its need, e.g. 256M")
+	fs.DurationVar(&c.SimCheckpointGiB, "sim-checkpoint-per-gib", c.SimCheckpointGiB, "simulated driver: checkpoint time per GiB moved")
+	fs.DurationVar(&c.SimRestoreGiB, "sim-restore-per-gib", c.SimRestoreGiB, "simulated driver: restore time per GiB moved")
+}
+
+// mibFlag is a memory size flag in MiB ("64G", "512M", or MiB as a number).
+type mibFlag struct{ p *uint64 }
+
+func (f mibFlag) String() string {
+	if f.p == nil {
+		return "0"
+	}
+	return fmt.Sprintf("%dM", *f.p)
+}
+
+func (f mibFlag) Set(s string) error {
+	n, err := api.ParseMiB(s)
+	if err != nil {
+		return err
+	}
+	*f.p = n
+	return nil
 }
 
 // Validate reports the first problem with c, naming the setting.
@@ -107,6 +164,17 @@ func (c Config) Validate() error {
 	check(c.LogKeep >= 0 && c.LogKeep <= 100, "--log-keep %d: must be 0..100", c.LogKeep)
 	check(c.GPUPoll >= 10*time.Millisecond, "--gpu-poll %v: must be at least 10ms", c.GPUPoll)
 	check(c.LogFormat == "json" || c.LogFormat == "console", "--log-format %q: must be json or console", c.LogFormat)
+	check(c.CudaCheckpoint == "" || filepath.IsAbs(c.CudaCheckpoint), "--cuda-checkpoint %q: must be an absolute path", c.CudaCheckpoint)
+	check(c.LockTimeout > 0, "--lock-timeout %v: must be positive", c.LockTimeout)
+	check(c.CheckpointTimeout >= time.Second, "--checkpoint-timeout %v: must be at least 1s", c.CheckpointTimeout)
+	check(c.SimCheckpointGiB >= 0 && c.SimRestoreGiB >= 0, "--sim-checkpoint-per-gib/--sim-restore-per-gib: must not be negative")
+	switch c.CheckpointDriver {
+	case DriverAuto, DriverAPI, DriverCLI, DriverNone:
+	case DriverSim:
+		check(c.Sim != "", "--checkpoint-driver sim: needs --sim")
+	default:
+		errs = append(errs, fmt.Errorf("--checkpoint-driver %q: must be auto, api, cli, sim or none", c.CheckpointDriver))
+	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
@@ -60,7 +61,55 @@ func (d *Daemon) adopt(rec proctable.Record) {
 		}
 	}
 	d.watch(rec, rt)
+	if rec.State == api.StateFreezing || rec.State == api.StateThawing {
+		rec = d.settleInterrupted(rec, log)
+	}
 	log.Info("re-adopted process", zap.Int("pid", rec.PID), zap.String("state", string(rec.State)))
+}
+
+// settleInterrupted decides where a freeze or thaw cut short by a daemon
+// crash left the process, from the driver's own state query.
+func (d *Daemon) settleInterrupted(rec proctable.Record, log *zap.Logger) proctable.Record {
+	state, empty := api.StateLocked, api.StateRunning
+	if rec.State == api.StateThawing {
+		empty = api.StateFrozen
+	}
+	var procs []proctable.CheckpointProc
+	if d.driver != nil && rec.Checkpoint != nil {
+		op := d.newCudaOp(liveProcs(rec.Checkpoint.Procs), "")
+		op.query(context.Background())
+		state, procs = op.verdict(empty), op.procs
+	}
+	if state == api.StateRunning && rec.Checkpoint != nil && rec.Checkpoint.Stopped {
+		if err := d.signalTree(rec.ID, unix.SIGCONT); err != nil {
+			log.Warn("continue tree", zap.Error(err))
+		}
+	}
+	msg := fmt.Sprintf("the daemon restarted during a %s; the checkpoint driver reports it %s", opOf(rec.State), state)
+	out, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+		r.State, r.Error = state, msg
+		switch {
+		case state == api.StateRunning:
+			r.Checkpoint = nil
+		case r.Checkpoint != nil && procs != nil:
+			r.Checkpoint.Procs = procs
+		}
+		return nil
+	})
+	if err != nil {
+		log.Error("settle an interrupted freeze or thaw", zap.Error(err))
+		return rec
+	}
+	log.Warn("settled an interrupted freeze or thaw", zap.String("state", string(state)))
+	return out
+}
+
+// opOf names the operation a transient state belongs to.
+func opOf(s api.State) string {
+	if s == api.StateThawing {
+		return "thaw"
+	}
+	return "freeze"
 }
 
 func (d *Daemon) markExited(rec proctable.Record, exit api.Exit, log *zap.Logger) {

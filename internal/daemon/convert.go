@@ -14,7 +14,14 @@ func toAPI(r proctable.Record, gv *gpuView) api.Process {
 		UID: r.Owner.UID, GID: r.Owner.GID, User: r.Owner.User,
 		Cmd: r.Cmd, Dir: r.Dir, Nice: r.Nice, Log: r.LogPath,
 		CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, ExitedAt: r.ExitedAt, Exit: r.Exit,
-		GPUs: make([]api.ProcessGPU, 0, len(r.GPUs)),
+		GPUs: make([]api.ProcessGPU, 0, len(r.GPUs)), Error: r.Error,
+	}
+	switch {
+	case !r.Live():
+	case r.Checkpoint != nil:
+		p.Tier, p.HostMiB, p.FrozenAt = api.TierHost, r.Checkpoint.MiB(), r.Checkpoint.FrozenAt
+	default:
+		p.Tier = api.TierGPU
 	}
 	var usage map[string]uint64
 	if r.Live() {

@@ -42,13 +42,17 @@ type Daemon struct {
 	bootID    string
 	startedAt time.Time
 
-	table   *proctable.Table
-	events  *broker
-	sampler *sampler
-	procs   *runtimes
-	ops     keyedMutex
-	names   userNames
-	methods map[string]method
+	table     *proctable.Table
+	driver    cudaDriver // nil when freeze and thaw are unavailable
+	driverErr error      // why driver is nil
+	admission *admission
+	ramMu     sync.Mutex // host RAM budget checks
+	events    *broker
+	sampler   *sampler
+	procs     *runtimes
+	ops       keyedMutex
+	names     userNames
+	methods   map[string]method
 
 	conns    connSet
 	wg       sync.WaitGroup // connection goroutines
@@ -70,7 +74,8 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, events: newBroker(), procs: newRuntimes(), startedAt: time.Now(), ready: make(chan struct{})}
+	d := &Daemon{cfg: cfg, events: newBroker(), procs: newRuntimes(), admission: newAdmission(),
+		startedAt: time.Now(), ready: make(chan struct{})}
 	for _, o := range opts {
 		o(d)
 	}
@@ -140,6 +145,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = d.boot(startCtx)
 	cancel()
+	if d.driver != nil {
+		defer d.driver.Close()
+	}
 	if err != nil {
 		return err
 	}
@@ -200,8 +208,12 @@ func (d *Daemon) boot(ctx context.Context) error {
 		d.log.Warn("quarantined a bad process record", zap.String("key", p.Key), zap.String("moved_to", p.Quarantine), zap.Error(p.Err))
 	}
 	d.sampler = newSampler(d.gpus, d.cfg.GPUPoll, d.table, d.log)
+	d.sampler.onSample = d.admission.notify
 	if err := d.sampler.refresh(ctx); err != nil {
 		return fmt.Errorf("first GPU sample: %w", err)
+	}
+	if err := d.openDriver(ctx); err != nil {
+		return err
 	}
 	d.adoptAll(ctx)
 	return nil
@@ -241,20 +253,25 @@ func (d *Daemon) hello(c *call) (any, error) {
 	} else {
 		caps = append(caps, api.CapNVML)
 	}
+	caps = append(caps, d.driverCaps()...)
 	return api.Hello{Protocol: api.ProtocolVersion, Version: Version, Backend: d.gpus.Name(), Capabilities: caps, Caller: c.actor.identity()}, nil
 }
 
 func (d *Daemon) methodTable() map[string]method {
 	return map[string]method{
-		api.MethodHello:  {unary: d.hello},
-		api.MethodRun:    {unary: d.run},
-		api.MethodKill:   {unary: d.kill},
-		api.MethodStatus: {unary: d.status},
-		api.MethodPS:     {unary: d.ps},
-		api.MethodRm:     {unary: d.rm},
-		api.MethodGPUs:   {unary: d.listGPUs},
-		api.MethodLogs:   {stream: d.logs},
-		api.MethodWait:   {stream: d.wait},
-		api.MethodEvents: {stream: d.subscribe},
+		api.MethodHello:   {unary: d.hello},
+		api.MethodRun:     {unary: d.run},
+		api.MethodKill:    {unary: d.kill},
+		api.MethodStatus:  {unary: d.status},
+		api.MethodPS:      {unary: d.ps},
+		api.MethodRm:      {unary: d.rm},
+		api.MethodGPUs:    {unary: d.listGPUs},
+		api.MethodFreeze:  {unary: d.freeze},
+		api.MethodThaw:    {unary: d.thaw},
+		api.MethodSwap:    {unary: d.swap},
+		api.MethodMigrate: {unary: d.migrate},
+		api.MethodLogs:    {stream: d.logs},
+		api.MethodWait:    {stream: d.wait},
+		api.MethodEvents:  {stream: d.subscribe},
 	}
 }

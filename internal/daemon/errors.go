@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/nsinit"
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/pkg/api"
@@ -71,8 +72,14 @@ func toWire(err error) (api.Code, string) {
 		return api.CodeConflict, err.Error()
 	case errors.Is(err, ErrUnavailable):
 		return api.CodeUnavailable, err.Error()
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, checkpoint.ErrTimeout):
 		return api.CodeTimeout, err.Error()
+	case errors.Is(err, checkpoint.ErrOutOfMemory):
+		return api.CodeResourceExhausted, err.Error()
+	case errors.Is(err, errNoDriver), errors.Is(err, checkpoint.ErrUnsupported), errors.Is(err, checkpoint.ErrNotCheckpointable):
+		return api.CodeUnavailable, err.Error()
+	case errors.Is(err, checkpoint.ErrIllegalState), errors.Is(err, checkpoint.ErrNotCUDA):
+		return api.CodeConflict, err.Error()
 	}
 	return api.CodeInternal, err.Error()
 }

@@ -73,6 +73,12 @@ func (d *Daemon) kill(c *call) (any, error) {
 	if err := rt.signal(unix.SIGTERM); err != nil {
 		return nil, fmt.Errorf("kill %q: SIGTERM: %w", p.Name, err)
 	}
+	if rec.Checkpoint != nil && rec.Checkpoint.Stopped {
+		// A stopped tree acts on SIGTERM only once continued.
+		if err := d.signalTree(rec.ID, unix.SIGCONT); err != nil {
+			return nil, fmt.Errorf("kill %q: SIGCONT: %w", p.Name, err)
+		}
+	}
 	timer := time.NewTimer(grace)
 	defer timer.Stop()
 	select {

@@ -40,6 +40,7 @@ func (d *Daemon) status(c *call) (any, error) {
 		Version: Version, Protocol: api.ProtocolVersion, Backend: d.gpus.Name(),
 		StartedAt: d.startedAt, UptimeSeconds: time.Since(d.startedAt).Seconds(),
 		States: map[api.State]int{}, GPUs: make([]api.GPUSummary, 0, len(gv.devices)),
+		HostMiB: d.hostMiB(""), RAMBudgetMiB: d.cfg.RAMBudgetMiB, Driver: d.driverName(),
 	}
 	for _, r := range d.table.View().Records {
 		if c.actor.owns(r.Owner.UID) {

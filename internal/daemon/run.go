@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -53,7 +54,7 @@ func (d *Daemon) run(c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	gpus, err := d.resolveGPUs(p)
+	gpus, err := d.resolveGPUs(fmt.Sprintf("run %q", p.Name), p.GPU, p.GPUs)
 	if err != nil {
 		return nil, err
 	}
@@ -192,14 +193,14 @@ func (d *Daemon) runAs(a actor, name string) (proctable.Owner, error) {
 	return o, nil
 }
 
-// resolveGPUs turns gpu/gpus references into UUIDs; none means every GPU.
-func (d *Daemon) resolveGPUs(p api.RunParams) ([]string, error) {
-	refs := p.GPUs
-	if p.GPU != nil {
+// resolveGPUs turns the gpu/gpus references of a call (what, for
+// messages) into UUIDs; none means every GPU.
+func (d *Daemon) resolveGPUs(what string, gpu *api.GPURef, refs []api.GPURef) ([]string, error) {
+	if gpu != nil {
 		if len(refs) > 0 {
-			return nil, invalidf("run %q: give gpu or gpus, not both", p.Name)
+			return nil, invalidf("%s: give gpu or gpus, not both", what)
 		}
-		refs = []api.GPURef{*p.GPU}
+		refs = []api.GPURef{*gpu}
 	}
 	devs := d.gpuView().devices
 	out := []string{}
@@ -217,12 +218,10 @@ func (d *Daemon) resolveGPUs(p api.RunParams) ([]string, error) {
 			}
 		}
 		if found == "" {
-			return nil, invalidf("run %q: GPU %s does not exist (this machine has %d: see `gpuschedctl gpus`)", p.Name, ref, len(devs))
+			return nil, invalidf("%s: GPU %s does not exist (this machine has %d: see `gpuschedctl gpus`)", what, ref, len(devs))
 		}
-		for _, u := range out {
-			if u == found {
-				return nil, invalidf("run %q: GPU %s is listed twice", p.Name, ref)
-			}
+		if slices.Contains(out, found) {
+			return nil, invalidf("%s: GPU %s is listed twice", what, ref)
 		}
 		out = append(out, found)
 	}

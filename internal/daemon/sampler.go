@@ -24,6 +24,16 @@ type gpuView struct {
 	owner   map[int]string               // GPU pid -> record id
 }
 
+// device finds a GPU of the sample by UUID.
+func (v *gpuView) device(uuid string) (gpu.Device, bool) {
+	for _, dv := range v.devices {
+		if dv.UUID == uuid {
+			return dv, true
+		}
+	}
+	return gpu.Device{}, false
+}
+
 // sampler polls the GPU backend and on demand (kick), keeping the latest
 // attributed sample readable without locks.
 type sampler struct {
@@ -33,6 +43,7 @@ type sampler struct {
 	log      *zap.Logger
 	view     atomic.Pointer[gpuView]
 	kicks    chan struct{}
+	onSample func() // called after every new sample
 }
 
 func newSampler(b gpuBackend, interval time.Duration, t *proctable.Table, log *zap.Logger) *sampler {
@@ -98,6 +109,9 @@ func (s *sampler) refresh(ctx context.Context) error {
 		v.usage[id][p.UUID] += p.UsedMiB
 	}
 	s.view.Store(v)
+	if s.onSample != nil {
+		s.onSample()
+	}
 	return nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/gpusched/gpusched/pkg/api"
 )
 
 // Limits and default of simulated GPUs.
@@ -37,33 +39,21 @@ func ParseSimSpec(s string) (count int, sizeMiB uint64, err error) {
 	return count, sizeMiB, nil
 }
 
-// parseSizeMiB parses a lower-case size such as "24g" or "512mib" into MiB,
-// within MinSimMiB..MaxSimMiB.
+// parseSizeMiB parses a size such as "24g" or "512mib" into MiB, within
+// MinSimMiB..MaxSimMiB. A bare number is refused: a simulated GPU's size
+// needs its unit.
 func parseSizeMiB(s string) (uint64, error) {
-	digits := strings.TrimRight(s, "abcdefghijklmnopqrstuvwxyz")
-	unit := s[len(digits):]
-	var mult uint64
-	switch unit {
-	case "m", "mb", "mib":
-		mult = 1
-	case "g", "gb", "gib":
-		mult = 1 << 10
-	case "t", "tb", "tib":
-		mult = 1 << 20
-	case "":
+	if strings.TrimRight(s, "0123456789") == "" {
 		return 0, fmt.Errorf("size %q needs a unit: M, G or T (binary)", s)
-	default:
-		return 0, fmt.Errorf("size %q: unknown unit %q (want M, G or T)", s, unit)
 	}
-	n, err := strconv.ParseUint(digits, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("size %q is not a whole number with a unit", s)
-	}
-	if n > MaxSimMiB/mult {
+	n, err := api.ParseMiB(s)
+	switch {
+	case err != nil:
+		return 0, err
+	case n > MaxSimMiB:
 		return 0, fmt.Errorf("size %q is over 1 TiB", s)
-	}
-	if n*mult < MinSimMiB {
+	case n < MinSimMiB:
 		return 0, fmt.Errorf("size %q is under 1 GiB", s)
 	}
-	return n * mult, nil
+	return n, nil
 }

@@ -41,7 +41,7 @@ func TestParseSimSpec(t *testing.T) {
 		{in: "1x2T", wantErr: "over 1 TiB"},
 		{in: "1x1048577M", wantErr: "over 1 TiB"},
 		{in: "1x99999999999999999999G", wantErr: "not a whole number"},
-		{in: "1x18014398509481984G", wantErr: "over 1 TiB"},
+		{in: "1x18014398509481984G", wantErr: "too large"},
 	} {
 		count, size, err := ParseSimSpec(tc.in)
 		if tc.wantErr != "" {

@@ -1,6 +1,7 @@
 package proctable
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -37,7 +38,49 @@ type Record struct {
 	StartedAt  time.Time `json:"started_at,omitzero"`
 	ExitedAt   time.Time `json:"exited_at,omitzero"`
 	Exit       *api.Exit `json:"exit,omitempty"`
-	Rev        uint64    `json:"rev"` // bumped on every write
+	// Checkpoint is set from the start of a freeze until a thaw completes.
+	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
+	// Error says why the last freeze or thaw failed; cleared by the next.
+	Error string `json:"error,omitempty"`
+	Rev   uint64 `json:"rev"` // bumped on every write
+}
+
+// Checkpoint is what a freeze acted on: each CUDA process of the tree with
+// the GPU memory it held, so a thaw (maybe after a daemon restart) knows
+// what to restore and how much room it needs.
+type Checkpoint struct {
+	Procs    []CheckpointProc `json:"procs"`
+	Stopped  bool             `json:"stopped"` // the tree was stopped with SIGSTOP
+	FrozenAt time.Time        `json:"frozen_at,omitzero"`
+}
+
+// CheckpointProc is one CUDA process of a frozen tree.
+type CheckpointProc struct {
+	PID   int               `json:"pid"`
+	Start uint64            `json:"start"`
+	VRAM  map[string]uint64 `json:"vram"` // MiB per GPU UUID at freeze
+}
+
+// VRAM sums the checkpointed memory per GPU UUID.
+func (c *Checkpoint) VRAM() map[string]uint64 {
+	out := map[string]uint64{}
+	for _, p := range c.Procs {
+		for uuid, mib := range p.VRAM {
+			out[uuid] += mib
+		}
+	}
+	return out
+}
+
+// MiB is the checkpointed memory in all.
+func (c *Checkpoint) MiB() uint64 {
+	var sum uint64
+	for _, p := range c.Procs {
+		for _, mib := range p.VRAM {
+			sum += mib
+		}
+	}
+	return sum
 }
 
 // Clone returns a deep copy.
@@ -52,6 +95,15 @@ func (r Record) Clone() Record {
 			e.Code = &c
 		}
 		r.Exit = &e
+	}
+	if r.Checkpoint != nil {
+		c := *r.Checkpoint
+		c.Procs = make([]CheckpointProc, len(r.Checkpoint.Procs))
+		for i, p := range r.Checkpoint.Procs {
+			p.VRAM = maps.Clone(p.VRAM)
+			c.Procs[i] = p
+		}
+		r.Checkpoint = &c
 	}
 	return r
 }

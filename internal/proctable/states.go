@@ -3,9 +3,17 @@ package proctable
 import "github.com/gpusched/gpusched/pkg/api"
 
 // transitions lists the legal state changes.
+// Every live state may end in exited. A freeze or thaw that fails ends in
+// the state the driver's own state query shows (running, frozen, locked or
+// failed); locked and failed are resumed by a retried freeze or thaw.
 var transitions = map[api.State][]api.State{
 	api.StateStarting: {api.StateRunning, api.StateExited},
-	api.StateRunning:  {api.StateExited},
+	api.StateRunning:  {api.StateFreezing, api.StateExited},
+	api.StateFreezing: {api.StateFrozen, api.StateRunning, api.StateLocked, api.StateFailed, api.StateExited},
+	api.StateFrozen:   {api.StateThawing, api.StateExited},
+	api.StateThawing:  {api.StateRunning, api.StateFrozen, api.StateLocked, api.StateFailed, api.StateExited},
+	api.StateLocked:   {api.StateFreezing, api.StateThawing, api.StateExited},
+	api.StateFailed:   {api.StateFreezing, api.StateThawing, api.StateExited},
 	api.StateExited:   {},
 }
 

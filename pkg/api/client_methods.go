@@ -89,3 +89,27 @@ func (c *Client) GPUs(ctx context.Context) ([]GPU, error) {
 	}
 	return out.GPUs, nil
 }
+
+// Freeze parks a process's GPU memory in host RAM.
+func (c *Client) Freeze(ctx context.Context, p FreezeParams) (*CheckpointResult, error) {
+	var out CheckpointResult
+	return &out, c.Call(ctx, MethodFreeze, p, &out)
+}
+
+// Thaw brings a frozen process back onto its GPUs.
+func (c *Client) Thaw(ctx context.Context, p ThawParams) (*CheckpointResult, error) {
+	var out CheckpointResult
+	return &out, c.Call(ctx, MethodThaw, p, &out)
+}
+
+// Swap freezes p.Freeze and thaws p.Thaw.
+func (c *Client) Swap(ctx context.Context, p SwapParams) (*SwapResult, error) {
+	var out SwapResult
+	return &out, c.Call(ctx, MethodSwap, p, &out)
+}
+
+// Migrate moves a process onto other GPUs.
+func (c *Client) Migrate(ctx context.Context, p MigrateParams) (*CheckpointResult, error) {
+	var out CheckpointResult
+	return &out, c.Call(ctx, MethodMigrate, p, &out)
+}

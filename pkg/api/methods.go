@@ -12,6 +12,11 @@ const (
 	MethodRm     = "rm"
 	MethodEvents = "events"
 	MethodGPUs   = "gpus"
+
+	MethodFreeze  = "freeze"
+	MethodThaw    = "thaw"
+	MethodSwap    = "swap"
+	MethodMigrate = "migrate"
 )
 
 // MethodAliases maps accepted alternative spellings to their method.
@@ -29,4 +34,10 @@ const (
 	CapSimGPU   = "gpu.sim"
 	CapNVML     = "gpu.nvml"
 	CapPeerCred = "peercred"
+
+	CapFreeze    = "freeze"         // freeze, thaw and swap
+	CapMigrate   = "migrate"        // thaw onto other GPUs (driver device map)
+	CapDriverAPI = "checkpoint.api" // checkpoint driver: libcuda helper process
+	CapDriverCLI = "checkpoint.cli" // checkpoint driver: the cuda-checkpoint tool
+	CapDriverSim = "checkpoint.sim" // checkpoint driver: simulated
 )

@@ -72,3 +72,61 @@ type EventsParams struct {
 type GPUsResult struct {
 	GPUs []GPU `json:"gpus"`
 }
+
+// FreezeParams parks a process's GPU memory in host RAM. LockTimeout bounds
+// the wait for in-flight CUDA work (default: the daemon's --lock-timeout).
+// Stop (default true) stops the tree with SIGSTOP once checkpointed.
+type FreezeParams struct {
+	Name        string   `json:"name"`
+	LockTimeout Duration `json:"lock_timeout,omitempty"`
+	Stop        *bool    `json:"stop,omitempty"`
+}
+
+// ThawParams brings a frozen process back onto its GPUs. When they lack room
+// the thaw fails at once (resource_exhausted), or with Timeout set waits up
+// to that long for memory to free (then timeout).
+type ThawParams struct {
+	Name    string   `json:"name"`
+	Timeout Duration `json:"timeout,omitempty"`
+}
+
+// SwapParams freezes one process and thaws another, concurrently when both
+// fit at once. Timeout is the thaw's admission wait.
+type SwapParams struct {
+	Freeze  string   `json:"freeze"`
+	Thaw    string   `json:"thaw"`
+	Timeout Duration `json:"timeout,omitempty"`
+}
+
+// MigrateParams moves a running or frozen process onto other GPUs: GPU for a
+// process on one GPU, GPUs (one per current GPU, in order) otherwise. It
+// ends running. Timeout is the admission wait on the new GPUs.
+type MigrateParams struct {
+	Name    string   `json:"name"`
+	GPU     *GPURef  `json:"gpu,omitempty"`
+	GPUs    []GPURef `json:"gpus,omitempty"`
+	Timeout Duration `json:"timeout,omitempty"`
+}
+
+// CheckpointResult reports a freeze, thaw or migrate: the CUDA processes of
+// the tree it acted on, the GPU memory moved, and milliseconds per phase
+// (freeze: lock, checkpoint, stop; thaw: admit, continue, restore, unlock;
+// always total).
+type CheckpointResult struct {
+	Name   string             `json:"name"`
+	Op     string             `json:"op"` // freeze, thaw or migrate
+	State  State              `json:"state"`
+	Driver string             `json:"driver"`
+	PIDs   []int              `json:"pids"`
+	Bytes  uint64             `json:"bytes"`
+	GPUs   []string           `json:"gpus"` // UUIDs the process is on (thaw, migrate) or was on (freeze)
+	MS     map[string]float64 `json:"ms"`
+}
+
+// SwapResult reports both halves of a swap.
+type SwapResult struct {
+	Freeze     CheckpointResult   `json:"freeze"`
+	Thaw       CheckpointResult   `json:"thaw"`
+	Concurrent bool               `json:"concurrent"`
+	MS         map[string]float64 `json:"ms"`
+}

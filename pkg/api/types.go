@@ -5,11 +5,25 @@ import "time"
 // State is where a managed process is in its lifecycle.
 type State string
 
-// Process states. Later capabilities add more (frozen, hibernated, ...).
+// Process states. docs/protocol.md draws the state machine.
 const (
 	StateStarting State = "starting" // init spawned, command not yet confirmed running
 	StateRunning  State = "running"  // command running
+	StateFreezing State = "freezing" // freeze in progress
+	StateFrozen   State = "frozen"   // GPU memory parked in host RAM; tree stopped
+	StateThawing  State = "thawing"  // thaw in progress
+	StateLocked   State = "locked"   // CUDA locked or partly checkpointed: retry freeze or thaw
+	StateFailed   State = "failed"   // the driver reports a failed checkpoint state
 	StateExited   State = "exited"   // tree gone; Exit says how
+)
+
+// Tier says where a live process's GPU memory is.
+type Tier string
+
+// Tiers.
+const (
+	TierGPU  Tier = "gpu"  // on its GPUs
+	TierHost Tier = "host" // parked in host RAM by a freeze
 )
 
 // Exit says how a managed process ended. Exactly one of Code, Signal or
@@ -52,12 +66,16 @@ type Process struct {
 	Dir       string       `json:"dir"`
 	Nice      int          `json:"nice"`
 	GPUs      []ProcessGPU `json:"gpus"`
-	VRAMMiB   uint64       `json:"vram_mib"` // sum over GPUs
+	VRAMMiB   uint64       `json:"vram_mib"`           // sum over GPUs
+	Tier      Tier         `json:"tier,omitempty"`     // live processes only
+	HostMiB   uint64       `json:"host_mib,omitempty"` // GPU memory parked in host RAM
 	Log       string       `json:"log"`
 	CreatedAt time.Time    `json:"created_at"`
 	StartedAt time.Time    `json:"started_at,omitzero"`
 	ExitedAt  time.Time    `json:"exited_at,omitzero"`
+	FrozenAt  time.Time    `json:"frozen_at,omitzero"`
 	Exit      *Exit        `json:"exit,omitempty"`
+	Error     string       `json:"error,omitempty"` // why the last freeze or thaw failed
 }
 
 // GPUProcess is one process holding memory on a GPU, managed or not.
@@ -108,6 +126,9 @@ type Status struct {
 	Processes     int           `json:"processes"` // visible to the caller
 	States        map[State]int `json:"states"`    // visible processes by state
 	GPUs          []GPUSummary  `json:"gpus"`
+	HostMiB       uint64        `json:"host_mib"`       // GPU memory parked in host RAM, all processes
+	RAMBudgetMiB  uint64        `json:"ram_budget_mib"` // --ram-budget; 0 = unlimited
+	Driver        string        `json:"driver"`         // checkpoint driver: api, cli, sim or none
 }
 
 // EventType says what an Event reports.

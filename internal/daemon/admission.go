@@ -1,0 +1,114 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// admission decides whether a thaw's GPU memory fits, holding what admitted
+// thaws will take until their memory shows in a GPU sample, so that two
+// thaws never both count the same free memory.
+type admission struct {
+	mu       sync.Mutex
+	reserved map[string]uint64 // GPU UUID -> MiB held by thaws in progress
+	changed  chan struct{}     // closed (and replaced) when memory may have freed
+}
+
+func newAdmission() *admission {
+	return &admission{reserved: map[string]uint64{}, changed: make(chan struct{})}
+}
+
+// notify wakes the thaws waiting for memory: a new GPU sample arrived.
+func (a *admission) notify() {
+	a.mu.Lock()
+	close(a.changed)
+	a.changed = make(chan struct{})
+	a.mu.Unlock()
+}
+
+// admit reserves need (MiB per GPU UUID) once every GPU has it free beyond
+// the margin. With wait 0 it answers at once; otherwise it waits up to wait
+// for memory to free. The returned func releases the reservation.
+func (d *Daemon) admit(ctx context.Context, what string, need map[string]uint64, wait time.Duration) (func(), error) {
+	a := d.admission
+	var expired <-chan time.Time
+	if wait > 0 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		expired = t.C
+	}
+	for {
+		a.mu.Lock()
+		short, err := a.shortfall(d.gpuView(), need, d.cfg.ThawMarginMiB)
+		if err != nil {
+			a.mu.Unlock()
+			return nil, err
+		}
+		if short == "" {
+			for uuid, mib := range need {
+				a.reserved[uuid] += mib
+			}
+			a.mu.Unlock()
+			return func() { a.release(need) }, nil
+		}
+		changed := a.changed
+		a.mu.Unlock()
+		if wait == 0 {
+			return nil, api.Errorf(api.CodeResourceExhausted, "%s: %s (pass a timeout to wait for memory)", what, short)
+		}
+		select {
+		case <-changed:
+		case <-expired:
+			return nil, api.Errorf(api.CodeTimeout, "%s: waited %v for GPU memory: %s", what, wait, short)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (a *admission) release(need map[string]uint64) {
+	a.mu.Lock()
+	for uuid, mib := range need {
+		a.reserved[uuid] -= mib
+		if a.reserved[uuid] == 0 {
+			delete(a.reserved, uuid)
+		}
+	}
+	a.mu.Unlock()
+}
+
+// fits reports whether need fits now, without reserving it.
+func (a *admission) fits(gv *gpuView, need map[string]uint64, margin uint64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	short, err := a.shortfall(gv, need, margin)
+	return err == nil && short == ""
+}
+
+// shortfall describes the first GPU (by index) that lacks room for need,
+// or "" when all have it. A GPU missing from the sample is an error.
+func (a *admission) shortfall(gv *gpuView, need map[string]uint64, margin uint64) (string, error) {
+	uuids := make([]string, 0, len(need))
+	for uuid := range need {
+		uuids = append(uuids, uuid)
+	}
+	sort.Strings(uuids)
+	var shorts []string
+	for _, uuid := range uuids {
+		dev, ok := gv.device(uuid)
+		if !ok {
+			return "", api.Errorf(api.CodeUnavailable, "GPU %s is not present", uuid)
+		}
+		avail := free(dev.TotalMiB, dev.UsedMiB+a.reserved[uuid])
+		if need[uuid]+margin > avail {
+			shorts = append(shorts, fmt.Sprintf("GPU %d needs %d MiB plus a %d MiB margin, %d MiB free", dev.Index, need[uuid], margin, avail))
+		}
+	}
+	return strings.Join(shorts, "; "), nil
+}

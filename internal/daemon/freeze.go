@@ -1,0 +1,172 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/checkpoint"
+	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// freezeOpts are a freeze's knobs, defaults filled in.
+type freezeOpts struct {
+	lockTimeout time.Duration
+	stop        bool
+}
+
+// freeze parks a process's GPU memory in host RAM: lock every CUDA process
+// of the tree, checkpoint them all, then stop the tree. Once begun it
+// finishes (or rolls back) even if the caller goes away.
+func (d *Daemon) freeze(c *call) (any, error) {
+	var p api.FreezeParams
+	if err := c.decode(&p); err != nil {
+		return nil, err
+	}
+	opts := freezeOpts{lockTimeout: time.Duration(p.LockTimeout), stop: d.cfg.FreezeStop}
+	if opts.lockTimeout == 0 {
+		opts.lockTimeout = d.cfg.LockTimeout
+	}
+	if p.Stop != nil {
+		opts.stop = *p.Stop
+	}
+	unlock, rec, err := d.lockProcess(c, p.Name)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	return d.freezeLocked(context.WithoutCancel(c.ctx), rec, opts)
+}
+
+// lockProcess checks the driver and the caller's right to name, then takes
+// name's lifecycle lock and returns the record as it is under the lock.
+func (d *Daemon) lockProcess(c *call, name string) (func(), proctable.Record, error) {
+	if _, err := d.lookup(c, name); err != nil {
+		return nil, proctable.Record{}, err
+	}
+	if err := d.needDriver(); err != nil {
+		return nil, proctable.Record{}, err
+	}
+	unlock, err := d.ops.lock(c.ctx, name)
+	if err != nil {
+		return nil, proctable.Record{}, err
+	}
+	rec, err := d.lookup(c, name)
+	if err != nil {
+		unlock()
+		return nil, proctable.Record{}, err
+	}
+	return unlock, rec, nil
+}
+
+// freezeLocked freezes rec; the caller holds its lifecycle lock. A process
+// left locked or failed by an earlier attempt is resumed from the states
+// the driver reports.
+func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts freezeOpts) (api.CheckpointResult, error) {
+	start := time.Now()
+	var procs []proctable.CheckpointProc
+	assumed := checkpoint.StateRunning
+	switch rec.State {
+	case api.StateRunning:
+		var err error
+		if procs, err = d.cudaProcs(ctx, rec); err != nil {
+			return api.CheckpointResult{}, fmt.Errorf("freeze %q: %w", rec.Name, err)
+		}
+	case api.StateLocked, api.StateFailed:
+		procs, assumed = liveProcs(rec.Checkpoint.Procs), ""
+	case api.StateFrozen:
+		return api.CheckpointResult{}, conflictf("process %q is already frozen", rec.Name)
+	default:
+		return api.CheckpointResult{}, conflictf("process %q is %s; only a running process can be frozen", rec.Name, rec.State)
+	}
+	rec, err := d.beginFreeze(rec, procs)
+	if err != nil {
+		return api.CheckpointResult{}, err
+	}
+	op := d.newCudaOp(procs, assumed)
+	if assumed == "" {
+		op.query(ctx)
+	}
+	if err := op.lock(ctx, opts.lockTimeout); err == nil {
+		err = op.checkpoint(ctx)
+	}
+	if err != nil {
+		op.rollback(ctx)
+		return d.failed(rec, op, "freeze", err, false)
+	}
+	stopped := false
+	if opts.stop {
+		t := time.Now()
+		if err := d.signalTree(rec.ID, unix.SIGSTOP); err != nil {
+			d.log.Warn("stop frozen tree", zap.String("name", rec.Name), zap.Error(err))
+		} else {
+			stopped = true
+		}
+		op.ms["stop"] = msSince(t)
+	}
+	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
+		if r.ID != rec.ID {
+			return errReplaced
+		}
+		r.State = api.StateFrozen
+		r.Checkpoint.Stopped, r.Checkpoint.FrozenAt = stopped, time.Now()
+		return nil
+	})
+	if err != nil {
+		return api.CheckpointResult{}, fmt.Errorf("freeze %q: %w", rec.Name, err)
+	}
+	d.sampler.kick()
+	op.ms["total"] = msSince(start)
+	return d.result(rec, "freeze", op, rec.Checkpoint.MiB()), nil
+}
+
+// failed records where a failed freeze or thaw left the process, as the
+// driver's own state query says, and returns the error that says so.
+// stopped says whether the tree is stopped now.
+func (d *Daemon) failed(rec proctable.Record, op *cudaOp, what string, cause error, stopped bool) (api.CheckpointResult, error) {
+	empty := api.StateRunning
+	if what != "freeze" {
+		empty = api.StateFrozen
+	}
+	state := op.verdict(empty)
+	msg := fmt.Sprintf("%s failed: %v", what, cause)
+	if stopped && state != api.StateFrozen {
+		if err := d.signalTree(rec.ID, unix.SIGCONT); err != nil {
+			d.log.Warn("continue tree", zap.String("name", rec.Name), zap.Error(err))
+		}
+		stopped = false
+	}
+	_, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+		if r.ID != rec.ID {
+			return errReplaced
+		}
+		r.State, r.Error = state, msg
+		if state == api.StateRunning {
+			r.Checkpoint = nil
+		} else if r.Checkpoint != nil {
+			r.Checkpoint.Procs = op.procs
+			r.Checkpoint.Stopped = stopped
+		}
+		return nil
+	})
+	d.sampler.kick()
+	d.log.Warn(what+" failed", zap.String("name", rec.Name), zap.String("state", string(state)), zap.Error(cause))
+	if err != nil {
+		return api.CheckpointResult{}, fmt.Errorf("%s %q: %w (and recording the outcome failed: %v)", what, rec.Name, cause, err)
+	}
+	return api.CheckpointResult{}, fmt.Errorf("%s %q: %w; the process is now %s", what, rec.Name, cause, state)
+}
+
+// result renders a finished freeze or thaw.
+func (d *Daemon) result(rec proctable.Record, what string, op *cudaOp, mib uint64) api.CheckpointResult {
+	gpus := rec.GPUs
+	if gpus == nil {
+		gpus = []string{}
+	}
+	return api.CheckpointResult{Name: rec.Name, Op: what, State: rec.State, Driver: d.driverName(),
+		PIDs: pidsOf(op.procs), Bytes: mib << 20, GPUs: gpus, MS: op.ms}
+}

@@ -1,0 +1,42 @@
+package daemon
+
+import (
+	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// hostMiB is the GPU memory parked in host RAM by every live process but
+// skip: what the host RAM tier holds.
+func (d *Daemon) hostMiB(skip string) uint64 {
+	var sum uint64
+	for _, r := range d.table.View().Records {
+		if r.Live() && r.Checkpoint != nil && r.Name != skip {
+			sum += r.Checkpoint.MiB()
+		}
+	}
+	return sum
+}
+
+// beginFreeze records that rec is freezing procs, after checking that the
+// host RAM budget has room for them. The check and the record happen under
+// one lock, so concurrent freezes cannot overrun the budget together.
+func (d *Daemon) beginFreeze(rec proctable.Record, procs []proctable.CheckpointProc) (proctable.Record, error) {
+	d.ramMu.Lock()
+	defer d.ramMu.Unlock()
+	cp := &proctable.Checkpoint{Procs: procs}
+	if budget := d.cfg.RAMBudgetMiB; budget > 0 {
+		held, need := d.hostMiB(rec.Name), cp.MiB()
+		if held+need > budget {
+			return rec, api.Errorf(api.CodeResourceExhausted,
+				"freeze %q needs %d MiB of host RAM; frozen processes hold %d MiB of the %d MiB --ram-budget: thaw or kill one first",
+				rec.Name, need, held, budget)
+		}
+	}
+	return d.table.Update(rec.Name, func(r *proctable.Record) error {
+		if r.ID != rec.ID {
+			return errReplaced
+		}
+		r.State, r.Checkpoint, r.Error = api.StateFreezing, cp, ""
+		return nil
+	})
+}

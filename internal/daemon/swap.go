@@ -1,0 +1,106 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// swap freezes one process and thaws another: concurrently when the thawed
+// one fits beside the frozen one's memory, else freeze first. When the
+// thaw fails, the frozen side is thawed back.
+func (d *Daemon) swap(c *call) (any, error) {
+	var p api.SwapParams
+	if err := c.decode(&p); err != nil {
+		return nil, err
+	}
+	if p.Freeze == p.Thaw && p.Freeze != "" {
+		return nil, invalidf("swap: freeze and thaw name the same process %q", p.Freeze)
+	}
+	for _, name := range []string{p.Freeze, p.Thaw} {
+		if _, err := d.lookup(c, name); err != nil {
+			return nil, err
+		}
+	}
+	if err := d.needDriver(); err != nil {
+		return nil, err
+	}
+	// Lock in name order so that two opposite swaps cannot deadlock.
+	first, second := p.Freeze, p.Thaw
+	if second < first {
+		first, second = second, first
+	}
+	for _, name := range []string{first, second} {
+		unlock, err := d.ops.lock(c.ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+	}
+	off, err := d.lookup(c, p.Freeze)
+	if err != nil {
+		return nil, err
+	}
+	on, err := d.lookup(c, p.Thaw)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case off.State != api.StateRunning:
+		return nil, conflictf("swap: process %q is %s; only a running process can be frozen", off.Name, off.State)
+	case on.State != api.StateFrozen:
+		return nil, conflictf("swap: process %q is %s; only a frozen process can be thawed", on.Name, on.State)
+	}
+
+	ctx := context.WithoutCancel(c.ctx)
+	start := time.Now()
+	fopts := freezeOpts{lockTimeout: d.cfg.LockTimeout, stop: d.cfg.FreezeStop}
+	topts := thawOpts{op: "thaw", waitCtx: c.ctx}
+	var res api.SwapResult
+	var ferr, terr error
+	if err := d.sampler.refresh(ctx); err != nil {
+		return nil, fmt.Errorf("swap: sample GPUs: %w", err)
+	}
+	if d.admission.fits(d.gpuView(), on.Checkpoint.VRAM(), d.cfg.ThawMarginMiB) {
+		res.Concurrent = true
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); res.Freeze, ferr = d.freezeLocked(ctx, off, fopts) }()
+		res.Thaw, terr = d.thawLocked(ctx, on, topts)
+		wg.Wait()
+	} else {
+		topts.wait = time.Duration(p.Timeout)
+		if res.Freeze, ferr = d.freezeLocked(ctx, off, fopts); ferr == nil {
+			res.Thaw, terr = d.thawLocked(ctx, on, topts)
+		}
+	}
+	res.MS = map[string]float64{"total": msSince(start)}
+	switch {
+	case terr != nil && ferr == nil:
+		return nil, d.swapBack(ctx, p.Freeze, terr)
+	case ferr != nil && !res.Concurrent:
+		return nil, fmt.Errorf("swap: %w; %q was not thawed", ferr, p.Thaw)
+	case ferr != nil || terr != nil:
+		return nil, fmt.Errorf("swap: %w", joinErrors([]error{ferr, terr}))
+	}
+	return res, nil
+}
+
+// swapBack thaws the frozen side of a swap whose thaw failed, and returns
+// the thaw's error with what became of the frozen side.
+func (d *Daemon) swapBack(ctx context.Context, name string, thawErr error) error {
+	rec, ok := d.table.Get(name)
+	if !ok {
+		return fmt.Errorf("swap: %w", thawErr)
+	}
+	if _, err := d.thawLocked(ctx, rec, thawOpts{op: "thaw", waitCtx: ctx}); err != nil {
+		d.log.Error("swap: thawing the frozen side back failed", zap.String("name", name), zap.Error(err))
+		return fmt.Errorf("swap: %w; thawing %q back failed too: %v", thawErr, name, err)
+	}
+	return fmt.Errorf("swap: %w; %q was thawed back", thawErr, name)
+}

@@ -1,0 +1,167 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/checkpoint"
+	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// thawOpts are a thaw's knobs.
+type thawOpts struct {
+	op    string // "thaw" or "migrate", for messages and results
+	wait  time.Duration
+	pairs []checkpoint.GPUPair // restore onto other GPUs
+	// waitCtx ends the admission wait (the caller hung up); the thaw itself,
+	// once admitted, runs to the end.
+	waitCtx context.Context
+}
+
+// thaw brings a frozen process back onto its GPUs once they have room.
+func (d *Daemon) thaw(c *call) (any, error) {
+	var p api.ThawParams
+	if err := c.decode(&p); err != nil {
+		return nil, err
+	}
+	unlock, rec, err := d.lockProcess(c, p.Name)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	return d.thawLocked(context.WithoutCancel(c.ctx), rec, thawOpts{op: "thaw", wait: time.Duration(p.Timeout), waitCtx: c.ctx})
+}
+
+// thawLocked thaws rec; the caller holds its lifecycle lock. The GPUs'
+// room is admitted first; then the tree is continued, every checkpointed
+// process restored (in parallel) and unlocked. A failed restore is rolled
+// back to frozen; a failed unlock leaves the process locked, and a retry
+// resumes it.
+func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thawOpts) (api.CheckpointResult, error) {
+	start := time.Now()
+	switch rec.State {
+	case api.StateFrozen, api.StateLocked, api.StateFailed:
+	case api.StateRunning:
+		return api.CheckpointResult{}, conflictf("process %q is already running", rec.Name)
+	default:
+		return api.CheckpointResult{}, conflictf("process %q is %s; only a frozen process can be thawed", rec.Name, rec.State)
+	}
+	op := d.newCudaOp(liveProcs(rec.Checkpoint.Procs), checkpoint.StateCheckpointed)
+	if rec.State != api.StateFrozen {
+		op.query(ctx)
+	}
+	gpus, remap := remapGPUs(rec.GPUs, opts.pairs)
+	need := map[string]uint64{}
+	for _, p := range op.procs {
+		if op.states[p.PID] == checkpoint.StateCheckpointed {
+			for uuid, mib := range p.VRAM {
+				need[remap(uuid)] += mib
+			}
+		}
+	}
+
+	if err := d.sampler.refresh(ctx); err != nil {
+		return api.CheckpointResult{}, fmt.Errorf("%s %q: sample GPUs: %w", opts.op, rec.Name, err)
+	}
+	t := time.Now()
+	release, err := d.admit(opts.waitCtx, fmt.Sprintf("%s %q", opts.op, rec.Name), need, opts.wait)
+	if err != nil {
+		return api.CheckpointResult{}, err
+	}
+	defer release()
+	op.ms["admit"] = msSince(t)
+
+	stopped := rec.Checkpoint.Stopped
+	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
+		if r.ID != rec.ID {
+			return errReplaced
+		}
+		r.State, r.Error = api.StateThawing, ""
+		r.Checkpoint.Stopped = false // continued just below
+		return nil
+	})
+	if err != nil {
+		return api.CheckpointResult{}, fmt.Errorf("%s %q: %w", opts.op, rec.Name, err)
+	}
+	if stopped {
+		t := time.Now()
+		if err := d.signalTree(rec.ID, unix.SIGCONT); err != nil {
+			d.log.Warn("continue tree", zap.String("name", rec.Name), zap.Error(err))
+		}
+		op.ms["continue"] = msSince(t)
+	}
+	if err := op.restore(ctx, opts.pairs); err != nil {
+		op.refreeze(ctx)
+		restopped := stopped && op.verdict(api.StateFrozen) == api.StateFrozen && d.signalTree(rec.ID, unix.SIGSTOP) == nil
+		return d.failed(rec, op, opts.op, err, restopped)
+	}
+	if len(opts.pairs) > 0 {
+		// The memory is on the new GPUs now, whatever the unlock does.
+		rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
+			r.GPUs = gpus
+			for i := range r.Checkpoint.Procs {
+				r.Checkpoint.Procs[i].VRAM = remapVRAM(r.Checkpoint.Procs[i].VRAM, remap)
+			}
+			return nil
+		})
+		if err != nil {
+			return api.CheckpointResult{}, fmt.Errorf("%s %q: %w", opts.op, rec.Name, err)
+		}
+	}
+	if err := op.unlock(ctx); err != nil {
+		op.query(ctx)
+		return d.failed(rec, op, opts.op, err, false)
+	}
+	mib := rec.Checkpoint.MiB()
+	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
+		if r.ID != rec.ID {
+			return errReplaced
+		}
+		r.State, r.Checkpoint = api.StateRunning, nil
+		return nil
+	})
+	if err != nil {
+		return api.CheckpointResult{}, fmt.Errorf("%s %q: %w", opts.op, rec.Name, err)
+	}
+	// The restored memory must show in a sample before the reservation
+	// that stood for it is released.
+	if err := d.sampler.refresh(ctx); err != nil {
+		d.log.Warn("GPU sample after thaw", zap.Error(err))
+	}
+	op.ms["total"] = msSince(start)
+	return d.result(rec, opts.op, op, mib), nil
+}
+
+// remapGPUs applies pairs to a process's GPU list and returns the new list
+// and the mapping as a function (identity without pairs).
+func remapGPUs(gpus []string, pairs []checkpoint.GPUPair) ([]string, func(string) string) {
+	m := map[string]string{}
+	for _, p := range pairs {
+		m[p.Old] = p.New
+	}
+	remap := func(uuid string) string {
+		if n, ok := m[uuid]; ok {
+			return n
+		}
+		return uuid
+	}
+	out := slices.Clone(gpus)
+	for i, g := range out {
+		out[i] = remap(g)
+	}
+	return out, remap
+}
+
+func remapVRAM(vram map[string]uint64, remap func(string) string) map[string]uint64 {
+	out := make(map[string]uint64, len(vram))
+	for uuid, mib := range vram {
+		out[remap(uuid)] += mib
+	}
+	return out
+}
