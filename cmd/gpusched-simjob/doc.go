@@ -7,7 +7,10 @@
 // its host pid as NVML would report it, grows to --vram MiB on each GPU
 // (over --ramp seconds), holds it for --hold seconds (0: until killed) and
 // exits with --exit-code. On a full GPU it prints PyTorch's out-of-memory
-// line and exits 1; --oom-once does so once, keyed by a marker file.
+// line and exits 1; --oom-once does so once, keyed by a marker file. While a
+// (fake) cuda-checkpoint holds it locked or checkpointed, its allocations
+// wait and retry every few milliseconds, as CUDA calls block, and signals are
+// still handled.
 // --host-mem fills real host memory with a pattern verified every second and
 // on SIGUSR1 (exit 3 on corruption), and --tick prints an in-memory counter:
 // both show that a checkpointed and restored process kept its memory.

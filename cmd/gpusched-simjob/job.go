@@ -18,6 +18,10 @@ import (
 // rampSteps is how many allocations a --ramp takes.
 const rampSteps = 10
 
+// lockedRetry is how often an allocation is retried while the process is
+// locked for a checkpoint, as a CUDA call blocks until the unlock.
+const lockedRetry = 5 * time.Millisecond
+
 // job is one run of the simulated job.
 type job struct {
 	cfg    config
@@ -147,7 +151,12 @@ func (j *job) loop(sigs <-chan os.Signal) int {
 			j.printf("tick %d", ticks)
 		case <-stepC:
 			target := j.cfg.vramMiB * uint64(step) / uint64(steps)
-			if err := j.vram.grow(target); err != nil {
+			err := j.vram.grow(target)
+			if errors.Is(err, simgpu.ErrLocked) {
+				stepC = time.After(lockedRetry)
+				continue
+			}
+			if err != nil {
 				code := 2
 				if errors.Is(err, simgpu.ErrOutOfMemory) {
 					code = 1

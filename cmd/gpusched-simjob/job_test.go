@@ -338,3 +338,49 @@ func TestReportsHostPIDInPIDNamespace(t *testing.T) {
 	}
 	assertNoRecords(t, reg)
 }
+
+func TestAllocationWaitsWhileLocked(t *testing.T) {
+	const ramp = time.Second
+	reg := newSim(t, 1, 4096)
+	j := startJob(t, reg, "0", "--vram", "1000", "--ramp", "1")
+	pid := j.cmd.Process.Pid
+	begin := time.Now()
+	j.waitLine(t, "simjob: pid=")
+
+	// Lock as soon as the first step of the ramp is registered.
+	var held uint64
+	for deadline := time.Now().Add(lineTimeout); held == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the job registered no memory")
+		}
+		if u := procUsage(t, reg); len(u) == 1 {
+			held = u[0].UsedMiB
+		}
+	}
+	if err := reg.LockProcess(pid); err != nil {
+		t.Fatal(err)
+	}
+	if u := procUsage(t, reg); len(u) != 1 || u[0].UsedMiB == 1000 {
+		t.Fatalf("usage at lock %v: the ramp finished before the lock; nothing to test", u)
+	}
+	held = procUsage(t, reg)[0].UsedMiB
+
+	// Past the end of the ramp the job must still wait, alive.
+	select {
+	case line := <-j.lines:
+		t.Fatalf("job printed %q while locked; stderr %s", line, j.stderr.String())
+	case <-time.After(time.Until(begin.Add(ramp + 200*time.Millisecond))):
+	}
+	if u := procUsage(t, reg); len(u) != 1 || u[0].UsedMiB != held {
+		t.Errorf("usage while locked %v, want %d MiB as at the lock", u, held)
+	}
+	if err := reg.UnlockProcess(pid); err != nil {
+		t.Fatal(err)
+	}
+	j.waitLine(t, "simjob: allocated 1000 MiB")
+	j.signal(t, syscall.SIGTERM)
+	if ws := j.wait(t); !ws.Signaled() {
+		t.Errorf("wait status %v, want death by SIGTERM; stderr %s", ws, j.stderr.String())
+	}
+	assertNoRecords(t, reg)
+}

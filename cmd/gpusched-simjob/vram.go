@@ -18,7 +18,8 @@ type vram struct {
 	pid   int // host pid
 	start uint64
 	devs  []simgpu.Device // in CUDA ordinal order
-	held  uint64          // MiB held on each device
+	got   []uint64        // MiB held on each device, by position in devs
+	held  uint64          // MiB held on every device
 }
 
 // openVRAM finds the sim directory and the visible GPUs from the environment.
@@ -39,7 +40,7 @@ func openVRAM(pid int, start uint64) (*vram, error) {
 	if len(devs) == 0 {
 		return nil, fmt.Errorf("%s=%q names no GPU", envVisible, list)
 	}
-	return &vram{reg: reg, pid: pid, start: start, devs: devs}, nil
+	return &vram{reg: reg, pid: pid, start: start, devs: devs, got: make([]uint64, len(devs))}, nil
 }
 
 // uuids returns the visible GPUs' UUIDs, comma-separated.
@@ -67,14 +68,14 @@ func (e *oomError) Error() string {
 func (e *oomError) Unwrap() error { return e.err }
 
 // grow allocates up to total MiB on every visible GPU; an *oomError says
-// which device had no room.
+// which device had no room. While the process is locked for a checkpoint it
+// fails with simgpu.ErrLocked, and a later call resumes where it stopped.
 func (v *vram) grow(total uint64) error {
-	if total <= v.held {
-		return nil
-	}
-	step := total - v.held
 	for i, d := range v.devs {
-		err := v.reg.Allocate(v.pid, v.start, d.UUID, step)
+		if v.got[i] >= total {
+			continue
+		}
+		err := v.reg.Allocate(v.pid, v.start, d.UUID, total-v.got[i])
 		var oom *simgpu.OutOfMemoryError
 		if errors.As(err, &oom) {
 			return &oomError{ordinal: i, err: oom}
@@ -82,6 +83,7 @@ func (v *vram) grow(total uint64) error {
 		if err != nil {
 			return err
 		}
+		v.got[i] = total
 	}
 	v.held = total
 	return nil

@@ -1,6 +1,7 @@
 // Command gpuschedd is the gpusched daemon: it owns the machine's GPUs and
 // serves the JSON-lines protocol on a Unix socket. Re-executed as
-// "gpusched-init", the same binary is the init of one managed process tree.
+// "gpusched-init", the same binary is the init of one managed process tree;
+// as "gpusched-cudahelper", the process that holds the CUDA driver library.
 package main
 
 import (
@@ -12,6 +13,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/daemon"
 	"github.com/gpusched/gpusched/internal/nsinit"
@@ -20,6 +22,9 @@ import (
 func main() {
 	if nsinit.IsInit() {
 		os.Exit(nsinit.Main())
+	}
+	if checkpoint.IsHelper() {
+		os.Exit(checkpoint.HelperMain())
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

@@ -61,20 +61,23 @@ func internalImports(p pkg) []string {
 // allowed lists, for packages that are restricted, the project packages
 // they may import. Packages not listed may import anything but the banned.
 var allowed = map[string][]string{
-	"pkg/api":             {},
-	"internal/placement":  {},
-	"internal/procfs":     {},
-	"internal/store":      {},
-	"internal/config":     {"pkg/api"},
-	"internal/logfile":    {},
-	"internal/simgpu":     {"internal/procfs", "internal/store"},
-	"internal/proctable":  {"internal/store", "pkg/api"},
-	"internal/gpu":        {"internal/simgpu"},
-	"internal/nsinit":     {"internal/procfs"},
-	"internal/checkpoint": {"internal/procfs", "internal/store", "pkg/api"},
+	"pkg/api":                            {},
+	"internal/placement":                 {},
+	"internal/procfs":                    {},
+	"internal/store":                     {},
+	"internal/config":                    {"pkg/api"},
+	"internal/logfile":                   {},
+	"internal/simgpu":                    {"internal/procfs", "internal/store"},
+	"internal/proctable":                 {"internal/store", "pkg/api"},
+	"internal/gpu":                       {"internal/simgpu", "pkg/api"},
+	"internal/nsinit":                    {"internal/procfs"},
+	"internal/checkpoint":                {"internal/procfs", "internal/store", "pkg/api", "internal/simgpu", "internal/execx"},
+	"internal/execx":                     {},
+	"internal/checkpoint/checkpointtest": {},
+	"internal/checkpoint/checkpointtest/cuda-checkpoint": {"internal/simgpu", "internal/procfs", "internal/checkpoint", "internal/checkpoint/checkpointtest"},
 	"internal/cli":        {"pkg/api"},
 	"cmd/gpuschedctl":     {"internal/cli"},
-	"cmd/gpuschedd":       {"internal/config", "internal/daemon", "internal/nsinit"},
+	"cmd/gpuschedd":       {"internal/checkpoint", "internal/config", "internal/daemon", "internal/nsinit"},
 	"cmd/gpusched-simjob": {"internal/procfs", "internal/simgpu"},
 }
 
@@ -87,6 +90,9 @@ func TestImportRules(t *testing.T) {
 			}
 			if imp == "internal/testutil" {
 				t.Errorf("%s imports internal/testutil outside its tests", name)
+			}
+			if strings.HasSuffix(imp, "test") && !strings.HasPrefix(name, imp+"/") {
+				t.Errorf("%s imports the test fakes %s outside its tests", name, imp)
 			}
 			if ok, restricted := allowed[name]; restricted && !contains(ok, imp) {
 				t.Errorf("%s may not import %s (allowed: %v)", name, imp, ok)

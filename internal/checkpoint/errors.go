@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"context"
 	"errors"
 	"fmt"
 )
@@ -44,3 +45,12 @@ func (e *OpError) Error() string {
 
 // Unwrap returns the class sentinel.
 func (e *OpError) Unwrap() error { return e.Err }
+
+// ctxClass classifies the end of a call's context: a passed deadline is
+// ErrTimeout, a cancellation ErrFailed that also matches context.Canceled.
+func ctxClass(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return ErrTimeout
+	}
+	return fmt.Errorf("%w (%w)", ErrFailed, err)
+}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -18,6 +19,7 @@ type admission struct {
 	mu       sync.Mutex
 	reserved map[string]uint64 // GPU UUID -> MiB held by thaws in progress
 	changed  chan struct{}     // closed (and replaced) when memory may have freed
+	waiters  int               // thaws waiting for memory
 }
 
 func newAdmission() *admission {
@@ -62,14 +64,43 @@ func (d *Daemon) admit(ctx context.Context, what string, need map[string]uint64,
 		if wait == 0 {
 			return nil, api.Errorf(api.CodeResourceExhausted, "%s: %s (pass a timeout to wait for memory)", what, short)
 		}
-		select {
-		case <-changed:
-		case <-expired:
-			return nil, api.Errorf(api.CodeTimeout, "%s: waited %v for GPU memory: %s", what, wait, short)
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		if err := a.await(ctx, changed, expired); err != nil {
+			if err == errExpired {
+				return nil, api.Errorf(api.CodeTimeout, "%s: waited %v for GPU memory: %s", what, wait, short)
+			}
+			return nil, err
 		}
 	}
+}
+
+var errExpired = errors.New("admission wait expired")
+
+// await blocks until changed is closed, the wait expires or ctx ends,
+// counting itself among the waiters meanwhile.
+func (a *admission) await(ctx context.Context, changed <-chan struct{}, expired <-chan time.Time) error {
+	a.mu.Lock()
+	a.waiters++
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		a.waiters--
+		a.mu.Unlock()
+	}()
+	select {
+	case <-changed:
+		return nil
+	case <-expired:
+		return errExpired
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// waiting is the number of thaws waiting for memory.
+func (a *admission) waiting() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.waiters
 }
 
 func (a *admission) release(need map[string]uint64) {

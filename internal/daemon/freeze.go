@@ -91,7 +91,8 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 	if assumed == "" {
 		op.query(ctx)
 	}
-	if err := op.lock(ctx, opts.lockTimeout); err == nil {
+	err = op.lock(ctx, opts.lockTimeout)
+	if err == nil {
 		err = op.checkpoint(ctx)
 	}
 	if err != nil {

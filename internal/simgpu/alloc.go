@@ -11,19 +11,23 @@ import (
 // Allocate adds mib MiB on device uuid to the record of process
 // (pid, startTime), which must be running. Under the lock it sums the live
 // usage of the device (pruning stale records) and fails with an
-// *OutOfMemoryError when the allocation does not fit.
+// *OutOfMemoryError when the allocation does not fit, or with ErrLocked while
+// the process is locked or checkpointed.
 func (r *Registry) Allocate(pid int, startTime uint64, uuid string, mib uint64) error {
 	dev, err := r.device(uuid)
 	if err != nil {
 		return err
 	}
 	return r.lockedScan(pid, startTime, func(s scanResult) error {
-		if free := freeMiB(dev, s.used(uuid)); mib > free {
-			return &OutOfMemoryError{Device: dev, RequestedMiB: mib, FreeMiB: free}
-		}
 		rec, ok := s.live[pid]
 		if !ok {
 			rec = newRecord(pid, startTime)
+		}
+		if err := rec.blocked(); err != nil {
+			return err
+		}
+		if free := freeMiB(dev, s.used(uuid)); mib > free {
+			return &OutOfMemoryError{Device: dev, RequestedMiB: mib, FreeMiB: free}
 		}
 		rec.Usage[uuid] += mib
 		return r.writeRecord(rec)
@@ -31,7 +35,8 @@ func (r *Registry) Allocate(pid int, startTime uint64, uuid string, mib uint64) 
 }
 
 // Free returns mib MiB on device uuid from the record of process
-// (pid, startTime). Freeing more than the process holds is an error.
+// (pid, startTime). Freeing more than the process holds is an error, and so
+// is freeing while the process is locked or checkpointed (ErrLocked).
 func (r *Registry) Free(pid int, startTime uint64, uuid string, mib uint64) error {
 	if _, err := r.device(uuid); err != nil {
 		return err
@@ -39,6 +44,9 @@ func (r *Registry) Free(pid int, startTime uint64, uuid string, mib uint64) erro
 	return r.locked(func() error {
 		rec, err := r.ownRecord(pid, startTime)
 		if err != nil {
+			return err
+		}
+		if err := rec.blocked(); err != nil {
 			return err
 		}
 		if have := rec.Usage[uuid]; mib > have {

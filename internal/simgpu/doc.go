@@ -5,14 +5,28 @@
 //
 //	gpus.json        the simulated devices, written once by the daemon
 //	procs/<pid>.json one record per process (host pid): its start time, its
-//	                 device usage and its parked (checkpointed to host) memory
+//	                 device usage, its parked (checkpointed to host) memory,
+//	                 and "cuda", its CUDA checkpoint state ("locked",
+//	                 "checkpointed" or "failed"; absent means running)
 //	lock             flock(LOCK_EX) around every change, so that concurrent
 //	                 allocations never oversubscribe a device
 //
 // The daemon creates the directory with Create and samples it with Snapshot;
 // simulated jobs, fillers and a fake cuda-checkpoint Open it and change their
 // own record. A record counts only while its process is alive with the same
-// start time; stale records are ignored and pruned. procs/ is world-writable
-// (sticky, like /tmp) so that unprivileged jobs can register themselves: the
-// simulated state is a test vehicle, not a security boundary.
+// start time; stale records are ignored and pruned. A record is removed when
+// it holds no memory, unless its process is not running (locked,
+// checkpointed or failed).
+//
+// The checkpoint state machine mirrors cuda-checkpoint's:
+//
+//	running -lock-> locked -checkpoint-> checkpointed -restore-> locked -unlock-> running
+//
+// Checkpoint parks the device memory, restore puts it back (optionally on
+// other devices) if it fits, and while a process is locked or checkpointed
+// its Allocate and Free fail with ErrLocked, as CUDA calls block.
+//
+// procs/ is world-writable (sticky, like /tmp) so that unprivileged jobs can
+// register themselves: the simulated state is a test vehicle, not a security
+// boundary.
 package simgpu

@@ -13,6 +13,15 @@ var (
 	// ErrNoSuchProcess means a process has no live record, or its start time
 	// does not match the running process with that pid.
 	ErrNoSuchProcess = errors.New("no such process")
+	// ErrNoCUDA means a process is gone or has no simulated GPU record, so
+	// there is no CUDA context to checkpoint.
+	ErrNoCUDA = errors.New("no CUDA context")
+	// ErrIllegalState means a checkpoint transition is not allowed from the
+	// process's current CUDA state.
+	ErrIllegalState = errors.New("illegal CUDA checkpoint state")
+	// ErrLocked means a process's CUDA calls are blocked because it is
+	// locked or checkpointed.
+	ErrLocked = errors.New("CUDA calls blocked: process is locked")
 )
 
 // OutOfMemoryError reports a failed allocation with the numbers a job needs to

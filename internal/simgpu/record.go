@@ -20,20 +20,25 @@ const maxRecordSize = 64 << 10
 
 // record is the content of procs/<pid>.json: one process's memory per device
 // uuid. Parked memory was moved to host RAM by a checkpoint and does not
-// count as device usage.
+// count as device usage. CUDA is the checkpoint state; "" means running.
 type record struct {
 	PID       int               `json:"pid"`
 	StartTime uint64            `json:"start_time"`
 	Usage     map[string]uint64 `json:"usage"`
 	Parked    map[string]uint64 `json:"parked"`
+	CUDA      string            `json:"cuda,omitempty"`
 }
 
 func newRecord(pid int, startTime uint64) record {
 	return record{PID: pid, StartTime: startTime, Usage: map[string]uint64{}, Parked: map[string]uint64{}}
 }
 
-// empty reports whether the record holds no memory at all.
+// empty reports whether the record holds no memory at all and its process
+// is running, so that the record can go.
 func (rec *record) empty() bool {
+	if rec.CUDA != "" {
+		return false
+	}
 	for _, n := range rec.Usage {
 		if n > 0 {
 			return false
@@ -112,10 +117,14 @@ func (r *Registry) ownRecord(pid int, startTime uint64) (record, error) {
 	return rec, err
 }
 
-// writeRecord stores rec atomically (mode 0644), dropping zero entries, or
-// removes the file when the record holds no memory. Records describe live
-// processes only, so they are not fsynced.
+// writeRecord stores rec atomically (mode 0644), dropping zero entries and
+// a running state, or removes the file when the record holds no memory and
+// its process is running. Records describe live processes only, so they are
+// not fsynced.
 func (r *Registry) writeRecord(rec record) error {
+	if rec.CUDA == StateRunning {
+		rec.CUDA = ""
+	}
 	for _, m := range []map[string]uint64{rec.Usage, rec.Parked} {
 		for k, n := range m {
 			if n == 0 {

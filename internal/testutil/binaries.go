@@ -16,6 +16,9 @@ type Binaries struct {
 	Daemon string // gpuschedd (also the process init)
 	Ctl    string // gpuschedctl
 	SimJob string // gpusched-simjob
+	// FakeCudaCheckpoint is the test stand-in for cuda-checkpoint, in a
+	// subdirectory of its own so that no PATH finds it by accident.
+	FakeCudaCheckpoint string
 }
 
 var (
@@ -54,17 +57,28 @@ func build() (Binaries, error) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return Binaries{}, err
 	}
-	cmd := exec.Command("go", "build", "-o", dir, "./cmd/gpuschedd", "./cmd/gpuschedctl", "./cmd/gpusched-simjob")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
+	fake := filepath.Join(dir, "fake", "cuda-checkpoint")
+	for _, args := range [][]string{
+		{"-o", dir, "./cmd/gpuschedd", "./cmd/gpuschedctl", "./cmd/gpusched-simjob"},
+		{"-o", fake, "./internal/checkpoint/checkpointtest/cuda-checkpoint"},
+	} {
+		cmd := exec.Command("go", append([]string{"build"}, args...)...)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			os.RemoveAll(dir)
+			return Binaries{}, fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	}
+	if err := os.Chmod(filepath.Dir(fake), 0o755); err != nil {
 		os.RemoveAll(dir)
-		return Binaries{}, fmt.Errorf("go build: %v\n%s", err, out)
+		return Binaries{}, err
 	}
 	return Binaries{
-		Dir:    dir,
-		Daemon: filepath.Join(dir, "gpuschedd"),
-		Ctl:    filepath.Join(dir, "gpuschedctl"),
-		SimJob: filepath.Join(dir, "gpusched-simjob"),
+		Dir:                dir,
+		Daemon:             filepath.Join(dir, "gpuschedd"),
+		Ctl:                filepath.Join(dir, "gpuschedctl"),
+		SimJob:             filepath.Join(dir, "gpusched-simjob"),
+		FakeCudaCheckpoint: fake,
 	}, nil
 }
 

@@ -1,0 +1,14 @@
+package checkpoint
+
+import (
+	"os"
+	"testing"
+
+	"github.com/gpusched/gpusched/internal/testutil"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testutil.Cleanup()
+	os.Exit(code)
+}

@@ -1,0 +1,230 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/procfs"
+	"github.com/gpusched/gpusched/internal/simgpu"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// drivers are the checkpoint drivers every freeze/thaw behaviour is tested
+// through: the simulated in-process driver and the cuda-checkpoint CLI path
+// (the fake tool).
+var drivers = []string{config.DriverSim, config.DriverCLI}
+
+// ckptHarness is a daemon on two small simulated GPUs (4 GiB each) with a
+// chosen checkpoint driver. With the CLI driver, the fake cuda-checkpoint
+// runs from ccDir, where faults.json injects failures.
+type ckptHarness struct {
+	*harness
+	ccDir string
+	reg   *simgpu.Registry
+}
+
+func newCkptHarness(t *testing.T, driver string, mods ...func(*config.Config)) *ckptHarness {
+	t.Helper()
+	h := prepareCkpt(t, driver, mods...)
+	h.begin()
+	return h
+}
+
+// prepareCkpt sets up a ckptHarness without starting its daemon, so that
+// faults can be in place before the driver is probed.
+func prepareCkpt(t *testing.T, driver string, mods ...func(*config.Config)) *ckptHarness {
+	t.Helper()
+	h := prepareHarness(t, append([]func(*config.Config){func(c *config.Config) {
+		c.Sim = "2x4G"
+		c.CheckpointDriver = driver
+		c.ThawMarginMiB = 0
+		c.SimCheckpointGiB, c.SimRestoreGiB = 0, 0
+	}}, mods...)...)
+	ch := &ckptHarness{harness: h}
+	if driver == config.DriverCLI {
+		ch.ccDir = filepath.Join(h.dir, "cc")
+		if err := os.MkdirAll(ch.ccDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		tool := filepath.Join(ch.ccDir, "cuda-checkpoint")
+		if err := os.Symlink(h.bins.FakeCudaCheckpoint, tool); err != nil {
+			t.Fatal(err)
+		}
+		h.cfg.CudaCheckpoint = tool
+	}
+	return ch
+}
+
+// begin starts the daemon.
+func (h *ckptHarness) begin() {
+	h.t.Helper()
+	h.start()
+	reg, err := simgpu.Open(h.cfg.SimDir)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.reg = reg
+}
+
+// faults replaces the fake cuda-checkpoint's faults.json (and its counters).
+func (h *ckptHarness) faults(js string) {
+	h.t.Helper()
+	if h.ccDir == "" {
+		h.t.Fatal("faults need the CLI driver")
+	}
+	old, _ := filepath.Glob(filepath.Join(h.ccDir, "faults.count.*"))
+	for _, f := range old {
+		os.Remove(f)
+	}
+	if err := os.WriteFile(filepath.Join(h.ccDir, "faults.json"), []byte(js), 0o644); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// jobs runs name as a shell tree of simulated GPU jobs on one GPU, one per
+// vram amount (MiB), and waits until each has allocated.
+func (h *ckptHarness) jobs(name string, gpu int, vrams ...int) *api.Process {
+	h.t.Helper()
+	var script []string
+	for _, v := range vrams {
+		script = append(script, fmt.Sprintf("%s --vram %d --tick 0.02 &", h.bins.SimJob, v))
+	}
+	script = append(script, "wait")
+	_, err := h.client().Run(ctxT(h.t), api.RunParams{Name: name, Dir: "/", GPU: &api.GPURef{Index: gpu},
+		Cmd: []string{"sh", "-c", strings.Join(script, " ")}, Env: map[string]string{"PATH": "/usr/bin:/bin"}})
+	if err != nil {
+		h.t.Fatalf("run %s: %v", name, err)
+	}
+	h.followCount(name, "simjob: allocated", len(vrams))
+	h.refresh()
+	p, err := h.client().Process(ctxT(h.t), name)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return p
+}
+
+// followCount follows name's log until n lines start with prefix.
+func (h *ckptHarness) followCount(name, prefix string, n int) {
+	h.t.Helper()
+	found := errors.New("found")
+	seen := 0
+	err := h.client().FollowLogs(ctxT(h.t), name, -1, func(l string) error {
+		if strings.HasPrefix(l, prefix) {
+			seen++
+		}
+		if seen == n {
+			return found
+		}
+		return nil
+	})
+	if !errors.Is(err, found) {
+		h.t.Fatalf("log of %s showed %d of %d lines %q: %v", name, seen, n, prefix, err)
+	}
+}
+
+func (h *ckptHarness) refresh() {
+	h.t.Helper()
+	if err := h.d.sampler.refresh(ctxT(h.t)); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// used is a simulated GPU's used memory, read straight from the registry.
+func (h *ckptHarness) used(gpu int) uint64 {
+	h.t.Helper()
+	snap, err := h.reg.Snapshot()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return snap.Devices[gpu].UsedMiB
+}
+
+func (h *ckptHarness) proc(name string) *api.Process {
+	h.t.Helper()
+	p, err := h.client().Process(ctxT(h.t), name)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return p
+}
+
+// cudaPIDs are the simulated CUDA processes of name's tree.
+func (h *ckptHarness) cudaPIDs(name string) []int {
+	h.t.Helper()
+	rec, _ := h.d.table.Get(name)
+	tree, err := procfs.ScanTree()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []int
+	for _, pid := range tree.Descendants(rec.InitPID) {
+		if _, err := h.reg.CheckpointState(pid); err == nil {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// cudaStates are the driver-side states of name's CUDA processes.
+func (h *ckptHarness) cudaStates(name string) []string {
+	h.t.Helper()
+	var out []string
+	for _, pid := range h.cudaPIDs(name) {
+		st, _ := h.reg.CheckpointState(pid)
+		out = append(out, st)
+	}
+	return out
+}
+
+// stopped reports whether every process of name's tree is stopped (T).
+func (h *ckptHarness) stopped(name string) bool {
+	h.t.Helper()
+	rec, _ := h.d.table.Get(name)
+	tree, err := procfs.ScanTree()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, pid := range append(tree.Descendants(rec.InitPID), rec.InitPID) {
+		if st, err := procfs.ReadStat(pid); err == nil && st.State != 'T' && st.State != 't' {
+			return false
+		}
+	}
+	return true
+}
+
+// waitStopped waits until name's tree is stopped (or not) as want says;
+// SIGSTOP takes effect asynchronously.
+func (h *ckptHarness) waitStopped(name string, want bool) {
+	h.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for h.stopped(name) != want {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("tree of %s: stopped=%v, want %v", name, !want, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func allEqual(xs []string, want string) bool {
+	for _, x := range xs {
+		if x != want {
+			return false
+		}
+	}
+	return len(xs) > 0
+}
+
+// wantCode fails t unless err carries code.
+func wantCode(t *testing.T, err error, code api.Code) {
+	t.Helper()
+	if api.CodeOf(err) != code {
+		t.Fatalf("error %v (code %q), want code %q", err, api.CodeOf(err), code)
+	}
+}

@@ -1,0 +1,197 @@
+package simgpu
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+)
+
+// The CUDA checkpoint states of a process, as cuda-checkpoint --get-state
+// prints them. A record without a state is running.
+const (
+	StateRunning      = "running"
+	StateLocked       = "locked"
+	StateCheckpointed = "checkpointed"
+	StateFailed       = "failed"
+)
+
+// CheckpointState returns the CUDA checkpoint state of live process pid.
+func (r *Registry) CheckpointState(pid int) (string, error) {
+	var state string
+	err := r.locked(func() error {
+		rec, err := r.cudaRecord(pid)
+		state = rec.state()
+		return err
+	})
+	return state, err
+}
+
+// LockProcess moves process pid from running to locked: its CUDA calls
+// (Allocate, Free) block until it is unlocked.
+func (r *Registry) LockProcess(pid int) error {
+	return r.transition(pid, "lock", StateRunning, StateLocked)
+}
+
+// UnlockProcess moves process pid from locked to running.
+func (r *Registry) UnlockProcess(pid int) error {
+	return r.transition(pid, "unlock", StateLocked, StateRunning)
+}
+
+// CheckpointProcess moves process pid from locked to checkpointed, parking
+// all its device memory in host RAM. It returns the MiB moved.
+func (r *Registry) CheckpointProcess(pid int) (uint64, error) {
+	var moved uint64
+	err := r.locked(func() error {
+		rec, err := r.cudaRecord(pid)
+		if err != nil {
+			return err
+		}
+		if err := rec.need("checkpoint", StateLocked); err != nil {
+			return err
+		}
+		for uuid, n := range rec.Usage {
+			rec.Parked[uuid] += n
+			moved += n
+		}
+		rec.Usage = map[string]uint64{}
+		rec.CUDA = StateCheckpointed
+		return r.writeRecord(rec)
+	})
+	return moved, err
+}
+
+// RestoreProcess moves process pid from checkpointed to locked, putting its
+// parked memory back on its devices, or on remap[uuid] where the map names
+// another device. It moves all or nothing: when a device lacks room it fails
+// with an *OutOfMemoryError and the process stays checkpointed. It returns
+// the MiB moved.
+func (r *Registry) RestoreProcess(pid int, remap map[string]string) (uint64, error) {
+	var moved uint64
+	err := r.locked(func() error {
+		rec, err := r.cudaRecord(pid)
+		if err != nil {
+			return err
+		}
+		if err := rec.need("restore", StateCheckpointed); err != nil {
+			return err
+		}
+		for _, to := range remap {
+			if _, err := r.device(to); err != nil {
+				return fmt.Errorf("process %d: restore: device map: %w", pid, err)
+			}
+		}
+		want := map[string]uint64{} // target uuid -> MiB
+		for uuid, n := range rec.Parked {
+			if to, ok := remap[uuid]; ok {
+				uuid = to
+			}
+			want[uuid] += n
+		}
+		s, err := r.scan()
+		if err != nil {
+			return err
+		}
+		r.removeGarbage(s)
+		targets := make([]string, 0, len(want))
+		for uuid := range want {
+			targets = append(targets, uuid)
+		}
+		sort.Strings(targets)
+		for _, uuid := range targets {
+			dev, err := r.device(uuid)
+			if err != nil {
+				return fmt.Errorf("process %d: restore: %w", pid, err)
+			}
+			if free := freeMiB(dev, s.used(uuid)); want[uuid] > free {
+				return fmt.Errorf("process %d: restore: %w", pid,
+					&OutOfMemoryError{Device: dev, RequestedMiB: want[uuid], FreeMiB: free})
+			}
+		}
+		for _, uuid := range targets {
+			rec.Usage[uuid] += want[uuid]
+			moved += want[uuid]
+		}
+		rec.Parked = map[string]uint64{}
+		rec.CUDA = StateLocked
+		return r.writeRecord(rec)
+	})
+	return moved, err
+}
+
+// SetCheckpointState forces the CUDA state of process pid, whatever it was:
+// fault injection uses it to leave a process failed.
+func (r *Registry) SetCheckpointState(pid int, state string) error {
+	switch state {
+	case StateRunning, StateLocked, StateCheckpointed, StateFailed:
+	default:
+		return fmt.Errorf("process %d: unknown CUDA state %q", pid, state)
+	}
+	return r.locked(func() error {
+		rec, err := r.cudaRecord(pid)
+		if err != nil {
+			return err
+		}
+		rec.CUDA = state
+		return r.writeRecord(rec)
+	})
+}
+
+// transition moves process pid from state from to state to.
+func (r *Registry) transition(pid int, action, from, to string) error {
+	return r.locked(func() error {
+		rec, err := r.cudaRecord(pid)
+		if err != nil {
+			return err
+		}
+		if err := rec.need(action, from); err != nil {
+			return err
+		}
+		rec.CUDA = to
+		return r.writeRecord(rec)
+	})
+}
+
+// cudaRecord reads the record of live process pid, whose start time must
+// match the running process; call it under the lock.
+func (r *Registry) cudaRecord(pid int) (record, error) {
+	st, err := readStat(pid)
+	if errors.Is(err, ErrNoSuchProcess) || (err == nil && st.Exited()) {
+		return record{}, fmt.Errorf("process %d: %w", pid, ErrNoCUDA)
+	}
+	if err != nil {
+		return record{}, err
+	}
+	rec, err := readRecord(r.recordPath(pid))
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && rec.StartTime != st.StartTime) {
+		return record{}, fmt.Errorf("process %d: no simulated GPU record: %w", pid, ErrNoCUDA)
+	}
+	if err != nil {
+		return record{}, fmt.Errorf("process %d: %w", pid, err)
+	}
+	return rec, nil
+}
+
+// state returns the record's CUDA state, "" read as running.
+func (rec *record) state() string {
+	if rec.CUDA == "" {
+		return StateRunning
+	}
+	return rec.CUDA
+}
+
+// need checks that the record is in state want before action.
+func (rec *record) need(action, want string) error {
+	if got := rec.state(); got != want {
+		return fmt.Errorf("process %d: %s: process is %s, not %s: %w", rec.PID, action, got, want, ErrIllegalState)
+	}
+	return nil
+}
+
+// blocked fails with ErrLocked while the process's CUDA calls are blocked.
+func (rec *record) blocked() error {
+	if s := rec.state(); s == StateLocked || s == StateCheckpointed {
+		return fmt.Errorf("process %d: %s: %w", rec.PID, s, ErrLocked)
+	}
+	return nil
+}
