@@ -19,23 +19,6 @@ import (
 	"github.com/gpusched/gpusched/internal/testutil"
 )
 
-// buildFakeLibcuda compiles checkpointtest/libcuda/fake_libcuda.c with gcc
-// into a fresh directory and returns the library's path.
-func buildFakeLibcuda(t *testing.T, defines ...string) string {
-	t.Helper()
-	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Skip("gcc is needed to build the fake libcuda: not found in PATH")
-	}
-	lib := filepath.Join(t.TempDir(), "libcuda.so.1")
-	args := append([]string{"-shared", "-fPIC", "-fvisibility=hidden", "-O2", "-Wall", "-Werror", "-o", lib}, defines...)
-	args = append(args, filepath.Join("checkpointtest", "libcuda", "fake_libcuda.c"))
-	if out, err := exec.Command(gcc, args...).CombinedOutput(); err != nil {
-		t.Fatalf("gcc: %v\n%s", err, out)
-	}
-	return lib
-}
-
 // apiFixture is a sim directory with two GPUs, the fake cuda-checkpoint
 // linked into its own directory (for faults.json) and the fake libcuda.
 type apiFixture struct {
@@ -48,7 +31,7 @@ type apiFixture struct {
 
 func newAPIFixture(t *testing.T) *apiFixture {
 	t.Helper()
-	f := &apiFixture{lib: buildFakeLibcuda(t), bins: testutil.Build(t), toolDir: t.TempDir()}
+	f := &apiFixture{lib: testutil.FakeLibcuda(t), bins: testutil.Build(t), toolDir: t.TempDir()}
 	var devs []simgpu.Device
 	for i := range 2 {
 		devs = append(devs, simgpu.Device{Index: i, UUID: simgpu.DeviceUUID(i), Name: simgpu.DefaultName, TotalMiB: 8000})
@@ -358,7 +341,7 @@ func TestAPIUnsupported(t *testing.T) {
 	f := newAPIFixture(t)
 	ctx := apiCtx(t)
 	opts := f.options()
-	opts.Library = buildFakeLibcuda(t, "-DNO_CHECKPOINT")
+	opts.Library = testutil.FakeLibcuda(t, "-DNO_CHECKPOINT")
 	_, err := NewAPI(ctx, opts)
 	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "has no cuCheckpointProcess") {
 		t.Errorf("library without the checkpoint API: %v", err)

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -9,16 +10,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusched/gpusched/internal/checkpoint/checkpointtest"
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/simgpu"
+	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
 // drivers are the checkpoint drivers every freeze/thaw behaviour is tested
-// through: the simulated in-process driver and the cuda-checkpoint CLI path
-// (the fake tool).
-var drivers = []string{config.DriverSim, config.DriverCLI}
+// through: the simulated in-process driver, the cuda-checkpoint CLI path
+// (the fake tool) and the libcuda helper (the fake library, which runs the
+// fake tool).
+var drivers = []string{config.DriverSim, config.DriverCLI, config.DriverAPI}
 
 // ckptHarness is a daemon on two small simulated GPUs (4 GiB each) with a
 // chosen checkpoint driver. With the CLI driver, the fake cuda-checkpoint
@@ -29,7 +33,7 @@ type ckptHarness struct {
 	reg   *simgpu.Registry
 }
 
-func newCkptHarness(t *testing.T, driver string, mods ...func(*config.Config)) *ckptHarness {
+func newCkptHarness(t testing.TB, driver string, mods ...func(*config.Config)) *ckptHarness {
 	t.Helper()
 	h := prepareCkpt(t, driver, mods...)
 	h.begin()
@@ -38,7 +42,7 @@ func newCkptHarness(t *testing.T, driver string, mods ...func(*config.Config)) *
 
 // prepareCkpt sets up a ckptHarness without starting its daemon, so that
 // faults can be in place before the driver is probed.
-func prepareCkpt(t *testing.T, driver string, mods ...func(*config.Config)) *ckptHarness {
+func prepareCkpt(t testing.TB, driver string, mods ...func(*config.Config)) *ckptHarness {
 	t.Helper()
 	h := prepareHarness(t, append([]func(*config.Config){func(c *config.Config) {
 		c.Sim = "2x4G"
@@ -47,16 +51,20 @@ func prepareCkpt(t *testing.T, driver string, mods ...func(*config.Config)) *ckp
 		c.SimCheckpointGiB, c.SimRestoreGiB = 0, 0
 	}}, mods...)...)
 	ch := &ckptHarness{harness: h}
-	if driver == config.DriverCLI {
+	if driver == config.DriverCLI || driver == config.DriverAPI {
 		ch.ccDir = filepath.Join(h.dir, "cc")
 		if err := os.MkdirAll(ch.ccDir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		tool := filepath.Join(ch.ccDir, "cuda-checkpoint")
-		if err := os.Symlink(h.bins.FakeCudaCheckpoint, tool); err != nil {
+		tool, err := checkpointtest.Install(ch.ccDir, h.bins.FakeCudaCheckpoint, nil)
+		if err != nil {
 			t.Fatal(err)
 		}
 		h.cfg.CudaCheckpoint = tool
+		if driver == config.DriverAPI {
+			h.cfg.Libcuda = testutil.FakeLibcuda(t)
+			t.Setenv("GPUSCHED_FAKE_CUDA_CHECKPOINT", tool) // read by the fake libcuda in the helper
+		}
 	}
 	return ch
 }
@@ -78,11 +86,11 @@ func (h *ckptHarness) faults(js string) {
 	if h.ccDir == "" {
 		h.t.Fatal("faults need the CLI driver")
 	}
-	old, _ := filepath.Glob(filepath.Join(h.ccDir, "faults.count.*"))
-	for _, f := range old {
-		os.Remove(f)
+	var f checkpointtest.Faults
+	if err := json.Unmarshal([]byte(js), &f); err != nil {
+		h.t.Fatalf("faults %s: %v", js, err)
 	}
-	if err := os.WriteFile(filepath.Join(h.ccDir, "faults.json"), []byte(js), 0o644); err != nil {
+	if err := checkpointtest.WriteFaults(h.ccDir, f); err != nil {
 		h.t.Fatal(err)
 	}
 }
