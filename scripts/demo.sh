@@ -48,6 +48,14 @@ else
 s=socket.socket(socket.AF_UNIX); s.connect(os.environ["GPUSCHED_SOCKET"]); s.sendall(sys.stdin.buffer.read()); print(s.makefile().readline(), end="")'
 fi
 echo
+echo "== freeze parks policy's 18 GB in host RAM (simulated at 20 ms/GiB); GPU 0 is free for another model"
+ctl freeze policy
+ctl run critic --gpu 0 -- "$BIN/gpusched-simjob" --vram 18000 --tick 0.5
+"$BIN/gpuschedctl" logs -f critic | grep -m1 allocated >/dev/null || true
+echo "== policy does not fit beside critic: thaw refuses (resource_exhausted), swap does both in order"
+ctl thaw policy || true
+ctl swap critic policy
+ctl ps
 echo "== a job that exits by itself, and one that is killed (TERM to the whole tree, then KILL after a grace)"
 ctl run short -- sh -c 'echo working; exit 3'
 ctl wait short || true
