@@ -75,8 +75,8 @@ func (d *Daemon) settleInterrupted(rec proctable.Record, log *zap.Logger) procta
 		empty = api.StateFrozen
 	}
 	var procs []proctable.CheckpointProc
-	if d.driver != nil && rec.Checkpoint != nil {
-		op := d.newCudaOp(liveProcs(rec.Checkpoint.Procs), "")
+	if d.driver != nil {
+		op := d.newCudaOp(liveProcs(checkpointed(rec)), "")
 		op.query(context.Background())
 		state, procs = op.verdict(empty), op.procs
 	}

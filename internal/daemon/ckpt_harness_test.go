@@ -110,7 +110,9 @@ func (h *ckptHarness) jobs(name string, gpu int, vrams ...int) *api.Process {
 		h.t.Fatalf("run %s: %v", name, err)
 	}
 	h.followCount(name, "simjob: allocated", len(vrams))
-	h.refresh()
+	if h.d != nil {
+		h.refresh()
+	}
 	p, err := h.client().Process(ctxT(h.t), name)
 	if err != nil {
 		h.t.Fatal(err)
@@ -166,13 +168,13 @@ func (h *ckptHarness) proc(name string) *api.Process {
 // cudaPIDs are the simulated CUDA processes of name's tree.
 func (h *ckptHarness) cudaPIDs(name string) []int {
 	h.t.Helper()
-	rec, _ := h.d.table.Get(name)
+	init := h.proc(name).InitPID
 	tree, err := procfs.ScanTree()
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	var out []int
-	for _, pid := range tree.Descendants(rec.InitPID) {
+	for _, pid := range tree.Descendants(init) {
 		if _, err := h.reg.CheckpointState(pid); err == nil {
 			out = append(out, pid)
 		}
@@ -194,12 +196,12 @@ func (h *ckptHarness) cudaStates(name string) []string {
 // stopped reports whether every process of name's tree is stopped (T).
 func (h *ckptHarness) stopped(name string) bool {
 	h.t.Helper()
-	rec, _ := h.d.table.Get(name)
+	init := h.proc(name).InitPID
 	tree, err := procfs.ScanTree()
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	for _, pid := range append(tree.Descendants(rec.InitPID), rec.InitPID) {
+	for _, pid := range append(tree.Descendants(init), init) {
 		if st, err := procfs.ReadStat(pid); err == nil && st.State != 'T' && st.State != 't' {
 			return false
 		}

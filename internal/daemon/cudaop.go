@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -143,6 +144,15 @@ func (op *cudaOp) verdict(empty api.State) api.State {
 		return api.StateFrozen
 	}
 	return api.StateLocked
+}
+
+// expect fails unless the states the daemon believes in add up to want:
+// a process a resumed operation found failed was skipped by every phase.
+func (op *cudaOp) expect(want api.State) error {
+	if got := op.verdict(want); got != want {
+		return fmt.Errorf("%w: the driver reports a CUDA process of the tree %s", checkpoint.ErrIllegalState, got)
+	}
+	return nil
 }
 
 // joinedError is several per-process failures, one line.

@@ -60,3 +60,11 @@ func liveProcs(procs []proctable.CheckpointProc) []proctable.CheckpointProc {
 	}
 	return out
 }
+
+// checkpointed lists the CUDA processes a freeze recorded for rec.
+func checkpointed(rec proctable.Record) []proctable.CheckpointProc {
+	if rec.Checkpoint == nil {
+		return nil
+	}
+	return rec.Checkpoint.Procs
+}

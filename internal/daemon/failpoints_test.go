@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/simgpu"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -265,4 +266,54 @@ func fakeToolPIDs(t *testing.T, fake, arg string) []int {
 		}
 	}
 	return out
+}
+
+// TestCrashDuringFreezeSettles kills -9 the daemon (a real gpuschedd
+// process) while a freeze waits in a slow lock: the restarted daemon asks
+// the driver where the process is and records that, and a process that was
+// frozen before the crash stays frozen and thaws.
+func TestCrashDuringFreezeSettles(t *testing.T) {
+	h := prepareCkpt(t, config.DriverCLI)
+	first := h.startBinary()
+	reg, err := simgpu.Open(h.cfg.SimDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.reg = reg
+	h.jobs("cold", 1, 600)
+	if _, err := h.client().Freeze(ctxT(t), api.FreezeParams{Name: "cold"}); err != nil {
+		t.Fatal(err)
+	}
+	h.jobs("hot", 0, 500)
+	h.faults(`{"lock": {"delay_ms": 600000}}`)
+	go h.client().Freeze(ctxT(t), api.FreezeParams{Name: "hot", LockTimeout: api.Duration(time.Hour)})
+	waitFor(t, func() bool { return len(fakeToolPIDs(t, h.bins.FakeCudaCheckpoint, "lock")) > 0 })
+	if p := h.proc("hot"); p.State != api.StateFreezing {
+		t.Fatalf("hot is %s during its lock", p.State)
+	}
+
+	first.cmd.Process.Kill()
+	first.cmd.Wait()
+	waitFor(t, func() bool { return len(fakeToolPIDs(t, h.bins.FakeCudaCheckpoint, "")) == 0 })
+	h.faults(`{}`)
+	h.startBinary()
+
+	hot := h.proc("hot")
+	if hot.State != api.StateRunning || !strings.Contains(hot.Error, "restarted during a freeze") || !allEqual(h.cudaStates("hot"), "running") {
+		t.Fatalf("hot after restart: %s (%q), driver states %v", hot.State, hot.Error, h.cudaStates("hot"))
+	}
+	if p := h.proc("cold"); p.State != api.StateFrozen || p.HostMiB != 600 || !h.stopped("cold") {
+		t.Fatalf("cold after restart: %+v", p)
+	}
+	if _, err := h.client().Thaw(ctxT(t), api.ThawParams{Name: "cold"}); err != nil {
+		t.Fatal(err)
+	}
+	if h.used(1) != 600 {
+		t.Fatalf("GPU 1 used %d after thaw", h.used(1))
+	}
+	for _, n := range []string{"hot", "cold"} {
+		if _, err := h.client().Kill(ctxT(t), api.KillParams{Name: n}); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -77,7 +77,7 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 			return api.CheckpointResult{}, fmt.Errorf("freeze %q: %w", rec.Name, err)
 		}
 	case api.StateLocked, api.StateFailed:
-		procs, assumed = liveProcs(rec.Checkpoint.Procs), ""
+		procs, assumed = liveProcs(checkpointed(rec)), ""
 	case api.StateFrozen:
 		return api.CheckpointResult{}, conflictf("process %q is already frozen", rec.Name)
 	default:
@@ -94,6 +94,9 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 	err = op.lock(ctx, opts.lockTimeout)
 	if err == nil {
 		err = op.checkpoint(ctx)
+	}
+	if err == nil {
+		err = op.expect(api.StateFrozen)
 	}
 	if err != nil {
 		op.rollback(ctx)
@@ -120,7 +123,9 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 	if err != nil {
 		return api.CheckpointResult{}, fmt.Errorf("freeze %q: %w", rec.Name, err)
 	}
-	d.sampler.kick()
+	if err := d.sampler.refresh(ctx); err != nil {
+		d.log.Warn("GPU sample after freeze", zap.Error(err))
+	}
 	op.ms["total"] = msSince(start)
 	return d.result(rec, "freeze", op, rec.Checkpoint.MiB()), nil
 }

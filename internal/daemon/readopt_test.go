@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,8 +28,14 @@ func (h *harness) startBinary() *daemonProc {
 	h.t.Helper()
 	n := testutil.NewNotify(h.t, h.dir)
 	c := h.cfg
-	cmd := exec.Command(h.bins.Daemon, "--socket", c.Socket, "--state-dir", c.StateDir, "--log-dir", c.LogDir,
-		"--sim", c.Sim, "--sim-dir", c.SimDir, "--gpu-poll", "50ms", "--log-format", "console")
+	args := []string{"--socket", c.Socket, "--state-dir", c.StateDir, "--log-dir", c.LogDir,
+		"--sim", c.Sim, "--sim-dir", c.SimDir, "--gpu-poll", "50ms", "--log-format", "console",
+		"--checkpoint-driver", c.CheckpointDriver, "--thaw-margin", fmt.Sprint(c.ThawMarginMiB),
+		"--sim-checkpoint-per-gib", c.SimCheckpointGiB.String(), "--sim-restore-per-gib", c.SimRestoreGiB.String()}
+	if c.CudaCheckpoint != "" {
+		args = append(args, "--cuda-checkpoint", c.CudaCheckpoint)
+	}
+	cmd := exec.Command(h.bins.Daemon, args...)
 	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+n.Path)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

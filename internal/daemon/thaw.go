@@ -52,7 +52,7 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 	default:
 		return api.CheckpointResult{}, conflictf("process %q is %s; only a frozen process can be thawed", rec.Name, rec.State)
 	}
-	op := d.newCudaOp(liveProcs(rec.Checkpoint.Procs), checkpoint.StateCheckpointed)
+	op := d.newCudaOp(liveProcs(checkpointed(rec)), checkpoint.StateCheckpointed)
 	if rec.State != api.StateFrozen {
 		op.query(ctx)
 	}
@@ -77,13 +77,15 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 	defer release()
 	op.ms["admit"] = msSince(t)
 
-	stopped := rec.Checkpoint.Stopped
+	stopped := rec.Checkpoint != nil && rec.Checkpoint.Stopped
 	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
 		}
 		r.State, r.Error = api.StateThawing, ""
-		r.Checkpoint.Stopped = false // continued just below
+		if r.Checkpoint != nil {
+			r.Checkpoint.Stopped = false // continued just below
+		}
 		return nil
 	})
 	if err != nil {
@@ -105,7 +107,7 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 		// The memory is on the new GPUs now, whatever the unlock does.
 		rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
 			r.GPUs = gpus
-			for i := range r.Checkpoint.Procs {
+			for i := range checkpointed(*r) {
 				r.Checkpoint.Procs[i].VRAM = remapVRAM(r.Checkpoint.Procs[i].VRAM, remap)
 			}
 			return nil
@@ -114,7 +116,11 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 			return api.CheckpointResult{}, fmt.Errorf("%s %q: %w", opts.op, rec.Name, err)
 		}
 	}
-	if err := op.unlock(ctx); err != nil {
+	err = op.unlock(ctx)
+	if err == nil {
+		err = op.expect(api.StateRunning)
+	}
+	if err != nil {
 		op.query(ctx)
 		return d.failed(rec, op, opts.op, err, false)
 	}

@@ -61,9 +61,12 @@ type CheckpointProc struct {
 	VRAM  map[string]uint64 `json:"vram"` // MiB per GPU UUID at freeze
 }
 
-// VRAM sums the checkpointed memory per GPU UUID.
+// VRAM sums the checkpointed memory per GPU UUID (none for a nil c).
 func (c *Checkpoint) VRAM() map[string]uint64 {
 	out := map[string]uint64{}
+	if c == nil {
+		return out
+	}
 	for _, p := range c.Procs {
 		for uuid, mib := range p.VRAM {
 			out[uuid] += mib
@@ -72,9 +75,12 @@ func (c *Checkpoint) VRAM() map[string]uint64 {
 	return out
 }
 
-// MiB is the checkpointed memory in all.
+// MiB is the checkpointed memory in all (0 for a nil c).
 func (c *Checkpoint) MiB() uint64 {
 	var sum uint64
+	if c == nil {
+		return 0
+	}
 	for _, p := range c.Procs {
 		for _, mib := range p.VRAM {
 			sum += mib
