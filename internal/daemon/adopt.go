@@ -80,8 +80,8 @@ func (d *Daemon) settleInterrupted(rec proctable.Record, log *zap.Logger) procta
 		op.query(context.Background())
 		state, procs = op.verdict(empty), op.procs
 	}
-	if state == api.StateRunning && rec.Checkpoint != nil && rec.Checkpoint.Stopped {
-		if err := d.signalTree(rec.ID, unix.SIGCONT); err != nil {
+	if state == api.StateRunning && rec.Checkpoint != nil {
+		if err := continueTree(rec.Checkpoint.Stopped); err != nil {
 			log.Warn("continue tree", zap.Error(err))
 		}
 	}

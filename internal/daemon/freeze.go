@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/proctable"
@@ -100,15 +99,13 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 	}
 	if err != nil {
 		op.rollback(ctx)
-		return d.failed(rec, op, "freeze", err, false)
+		return d.failed(rec, op, "freeze", err, nil)
 	}
-	stopped := false
+	var stopped []proctable.ProcRef
 	if opts.stop {
 		t := time.Now()
-		if err := d.signalTree(rec.ID, unix.SIGSTOP); err != nil {
+		if stopped, err = stopTree(rec.InitPID); err != nil {
 			d.log.Warn("stop frozen tree", zap.String("name", rec.Name), zap.Error(err))
-		} else {
-			stopped = true
 		}
 		op.ms["stop"] = msSince(t)
 	}
@@ -132,19 +129,19 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 
 // failed records where a failed freeze or thaw left the process, as the
 // driver's own state query says, and returns the error that says so.
-// stopped says whether the tree is stopped now.
-func (d *Daemon) failed(rec proctable.Record, op *cudaOp, what string, cause error, stopped bool) (api.CheckpointResult, error) {
+// stopped lists the processes of the tree stopped now.
+func (d *Daemon) failed(rec proctable.Record, op *cudaOp, what string, cause error, stopped []proctable.ProcRef) (api.CheckpointResult, error) {
 	empty := api.StateRunning
 	if what != "freeze" {
 		empty = api.StateFrozen
 	}
 	state := op.verdict(empty)
 	msg := fmt.Sprintf("%s failed: %v", what, cause)
-	if stopped && state != api.StateFrozen {
-		if err := d.signalTree(rec.ID, unix.SIGCONT); err != nil {
+	if state != api.StateFrozen {
+		if err := continueTree(stopped); err != nil {
 			d.log.Warn("continue tree", zap.String("name", rec.Name), zap.Error(err))
 		}
-		stopped = false
+		stopped = nil
 	}
 	_, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
 		if r.ID != rec.ID {

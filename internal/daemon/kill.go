@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/procfs"
+	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -73,9 +73,9 @@ func (d *Daemon) kill(c *call) (any, error) {
 	if err := rt.signal(unix.SIGTERM); err != nil {
 		return nil, fmt.Errorf("kill %q: SIGTERM: %w", p.Name, err)
 	}
-	if rec.Checkpoint != nil && rec.Checkpoint.Stopped {
+	if rec.Checkpoint != nil && len(rec.Checkpoint.Stopped) > 0 {
 		// A stopped tree acts on SIGTERM only once continued.
-		if err := d.signalTree(rec.ID, unix.SIGCONT); err != nil {
+		if err := continueTree(rec.Checkpoint.Stopped); err != nil {
 			return nil, fmt.Errorf("kill %q: SIGCONT: %w", p.Name, err)
 		}
 	}
@@ -133,22 +133,11 @@ func (d *Daemon) signalTree(id string, sig unix.Signal) error {
 
 // signalPid signals pid unless it has exited since it was seen.
 func signalPid(pid int, sig unix.Signal) error {
-	st, err := procfs.ReadStat(pid)
+	start, err := procfs.StartTime(pid)
 	if err != nil {
 		return nil
 	}
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		return nil
-	}
-	defer unix.Close(fd)
-	if !procfs.Alive(pid, st.StartTime) {
-		return nil
-	}
-	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
-		return fmt.Errorf("signal pid %d: %w", pid, err)
-	}
-	return nil
+	return signalRef(proctable.ProcRef{PID: pid, Start: start}, sig)
 }
 
 // parseSignal accepts "TERM", "SIGTERM", "sigterm" or "15".

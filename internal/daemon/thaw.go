@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/proctable"
@@ -77,30 +76,36 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 	defer release()
 	op.ms["admit"] = msSince(t)
 
-	stopped := rec.Checkpoint != nil && rec.Checkpoint.Stopped
+	var stopped []proctable.ProcRef
+	if rec.Checkpoint != nil {
+		stopped = rec.Checkpoint.Stopped
+	}
 	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
 		}
 		r.State, r.Error = api.StateThawing, ""
 		if r.Checkpoint != nil {
-			r.Checkpoint.Stopped = false // continued just below
+			r.Checkpoint.Stopped = nil // continued just below
 		}
 		return nil
 	})
 	if err != nil {
 		return api.CheckpointResult{}, fmt.Errorf("%s %q: %w", opts.op, rec.Name, err)
 	}
-	if stopped {
+	if len(stopped) > 0 {
 		t := time.Now()
-		if err := d.signalTree(rec.ID, unix.SIGCONT); err != nil {
+		if err := continueTree(stopped); err != nil {
 			d.log.Warn("continue tree", zap.String("name", rec.Name), zap.Error(err))
 		}
 		op.ms["continue"] = msSince(t)
 	}
 	if err := op.restore(ctx, opts.pairs); err != nil {
 		op.refreeze(ctx)
-		restopped := stopped && op.verdict(api.StateFrozen) == api.StateFrozen && d.signalTree(rec.ID, unix.SIGSTOP) == nil
+		var restopped []proctable.ProcRef
+		if len(stopped) > 0 && op.verdict(api.StateFrozen) == api.StateFrozen {
+			restopped, _ = stopTree(rec.InitPID)
+		}
 		return d.failed(rec, op, opts.op, err, restopped)
 	}
 	if len(opts.pairs) > 0 {
@@ -122,7 +127,7 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 	}
 	if err != nil {
 		op.query(ctx)
-		return d.failed(rec, op, opts.op, err, false)
+		return d.failed(rec, op, opts.op, err, nil)
 	}
 	mib := rec.Checkpoint.MiB()
 	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {

@@ -50,8 +50,15 @@ type Record struct {
 // what to restore and how much room it needs.
 type Checkpoint struct {
 	Procs    []CheckpointProc `json:"procs"`
-	Stopped  bool             `json:"stopped"` // the tree was stopped with SIGSTOP
+	Stopped  []ProcRef        `json:"stopped,omitempty"` // what the freeze stopped with SIGSTOP
 	FrozenAt time.Time        `json:"frozen_at,omitzero"`
+}
+
+// ProcRef names one process by pid and start time, so that a reused pid is
+// never mistaken for it.
+type ProcRef struct {
+	PID   int    `json:"pid"`
+	Start uint64 `json:"start"`
 }
 
 // CheckpointProc is one CUDA process of a frozen tree.
@@ -109,6 +116,7 @@ func (r Record) Clone() Record {
 			p.VRAM = maps.Clone(p.VRAM)
 			c.Procs[i] = p
 		}
+		c.Stopped = slices.Clone(r.Checkpoint.Stopped)
 		r.Checkpoint = &c
 	}
 	return r

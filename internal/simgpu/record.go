@@ -143,7 +143,7 @@ func (r *Registry) writeRecord(rec record) error {
 	if err != nil {
 		return err
 	}
-	if err := store.WriteFile(path, data, 0o644); err != nil {
+	if err := store.Replace(path, data, 0o644); err != nil {
 		return fmt.Errorf("process %d: %w", rec.PID, err)
 	}
 	return nil

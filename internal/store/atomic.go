@@ -10,7 +10,18 @@ import (
 // WriteFile atomically replaces path with data at mode perm: it writes a
 // temp file in the same directory, syncs it, renames it over path and syncs
 // the directory. On error the temp file is removed and path is untouched.
-func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
+func WriteFile(path string, data []byte, perm os.FileMode) error {
+	return replace(path, data, perm, true)
+}
+
+// Replace is WriteFile without the syncs: readers never see a partial file,
+// but a machine crash may lose the write. For state that describes live
+// processes only, which a crash ends anyway.
+func Replace(path string, data []byte, perm os.FileMode) error {
+	return replace(path, data, perm, false)
+}
+
+func replace(path string, data []byte, perm os.FileMode, durable bool) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {
@@ -29,14 +40,19 @@ func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 	if _, err = f.Write(data); err != nil {
 		return err
 	}
-	if err = f.Sync(); err != nil {
-		return err
+	if durable {
+		if err = f.Sync(); err != nil {
+			return err
+		}
 	}
 	if err = f.Close(); err != nil {
 		return err
 	}
 	if err = os.Rename(f.Name(), path); err != nil {
 		return err
+	}
+	if !durable {
+		return nil
 	}
 	return syncDir(dir)
 }

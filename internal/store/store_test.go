@@ -9,27 +9,31 @@ import (
 )
 
 func TestWriteFileIsAtomicAndExact(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "rec.json")
-	old := syscall.Umask(0)
-	defer syscall.Umask(old)
-	if err := WriteFile(p, []byte("one"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteFile(p, []byte("two"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	b, _ := os.ReadFile(p)
-	fi, _ := os.Stat(p)
-	if string(b) != "two" || fi.Mode().Perm() != 0o600 {
-		t.Fatalf("content %q mode %v", b, fi.Mode())
-	}
-	ents, _ := os.ReadDir(dir)
-	if len(ents) != 1 {
-		t.Fatalf("temp files left: %v", ents)
-	}
-	if err := WriteFile(filepath.Join(dir, "missing", "x"), []byte("x"), 0o600); err == nil {
-		t.Fatal("write into a missing dir succeeded")
+	for name, write := range map[string]func(string, []byte, os.FileMode) error{"WriteFile": WriteFile, "Replace": Replace} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			p := filepath.Join(dir, "rec.json")
+			old := syscall.Umask(0)
+			defer syscall.Umask(old)
+			if err := write(p, []byte("one"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := write(p, []byte("two"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			b, _ := os.ReadFile(p)
+			fi, _ := os.Stat(p)
+			if string(b) != "two" || fi.Mode().Perm() != 0o600 {
+				t.Fatalf("content %q mode %v", b, fi.Mode())
+			}
+			ents, _ := os.ReadDir(dir)
+			if len(ents) != 1 {
+				t.Fatalf("temp files left: %v", ents)
+			}
+			if err := write(filepath.Join(dir, "missing", "x"), []byte("x"), 0o600); err == nil {
+				t.Fatal("write into a missing dir succeeded")
+			}
+		})
 	}
 }
 
