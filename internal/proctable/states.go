@@ -17,6 +17,18 @@ var transitions = map[api.State][]api.State{
 	api.StateExited:   {},
 }
 
+// diesWithMachine reports whether a process in state s ends with the
+// machine. Changes between such states are written without fsync: after a
+// machine crash the next boot marks the process exited whatever state its
+// record had, so only creation, exit and removal need to reach the disk.
+func diesWithMachine(s api.State) bool {
+	switch s {
+	case api.StateRunning, api.StateFreezing, api.StateFrozen, api.StateThawing, api.StateLocked, api.StateFailed:
+		return true
+	}
+	return false
+}
+
 // CanTransition reports whether from -> to is legal (staying put always is).
 func CanTransition(from, to api.State) bool {
 	if from == to {

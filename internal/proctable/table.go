@@ -119,7 +119,11 @@ func (t *Table) Update(name string, fn func(*Record) error) (Record, error) {
 		return Record{}, &TransitionError{Name: name, From: cur.State, To: next.State}
 	}
 	next.Rev = cur.Rev + 1
-	if err := t.store.Put(next.ID, next); err != nil {
+	put := t.store.Put
+	if diesWithMachine(cur.State) && diesWithMachine(next.State) {
+		put = t.store.PutVolatile
+	}
+	if err := put(next.ID, next); err != nil {
 		return Record{}, fmt.Errorf("process %q: %w", name, err)
 	}
 	t.mu.Lock()

@@ -46,8 +46,18 @@ func (r *Records) path(key string) (string, error) {
 	return filepath.Join(r.dir, key+ext), nil
 }
 
-// Put stores v under key, atomically.
+// Put stores v under key, atomically and durably (WriteFile).
 func (r *Records) Put(key string, v any) error {
+	return r.put(key, v, WriteFile)
+}
+
+// PutVolatile stores v under key atomically but without syncing (Replace):
+// for a change that a machine crash would make moot.
+func (r *Records) PutVolatile(key string, v any) error {
+	return r.put(key, v, Replace)
+}
+
+func (r *Records) put(key string, v any, write func(string, []byte, os.FileMode) error) error {
 	p, err := r.path(key)
 	if err != nil {
 		return err
@@ -56,7 +66,7 @@ func (r *Records) Put(key string, v any) error {
 	if err != nil {
 		return fmt.Errorf("record %s: %w", key, err)
 	}
-	return WriteFile(p, append(b, '\n'), 0o600)
+	return write(p, append(b, '\n'), 0o600)
 }
 
 // Get decodes the record under key into v.

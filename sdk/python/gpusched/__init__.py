@@ -9,6 +9,9 @@ Standard library only. Start with :class:`GpuSched`::
         sched.run("train", ["python3", "train.py"], gpu=0, env=dict(os.environ))
         for line in sched.follow_logs("train"):
             print(line)
+
+Freeze parks a process's GPU memory in host RAM and thaw brings it back;
+``sched.swap("policy", "reward")`` does both at once (see the README).
 """
 
 from .client import DEFAULT_SOCKET, PROTOCOL_VERSION, SOCKET_ENV, GpuSched, GPURef, Stream, socket_path
@@ -30,7 +33,20 @@ from .errors import (
     Unavailable,
     UnknownMethod,
 )
-from .types import GPU, Event, Exit, GPUProcess, GPUSummary, Hello, Identity, Process, ProcessGPU, Status
+from .types import (
+    GPU,
+    CheckpointResult,
+    Event,
+    Exit,
+    GPUProcess,
+    GPUSummary,
+    Hello,
+    Identity,
+    Process,
+    ProcessGPU,
+    Status,
+    SwapResult,
+)
 
 __version__ = "0.1.0"
 
@@ -52,6 +68,8 @@ __all__ = [
     "Identity",
     "Status",
     "Event",
+    "CheckpointResult",
+    "SwapResult",
     "GpuSchedError",
     "BadRequest",
     "UnknownMethod",

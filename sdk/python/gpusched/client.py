@@ -38,7 +38,7 @@ from .errors import (
     Timeout,
     error_from_wire,
 )
-from .types import GPU, Event, Hello, Process, Status
+from .types import GPU, CheckpointResult, Event, Hello, Process, Status, SwapResult
 
 __all__ = ["GpuSched", "Stream", "PROTOCOL_VERSION", "DEFAULT_SOCKET", "SOCKET_ENV", "socket_path"]
 
@@ -301,6 +301,10 @@ class GpuSched:
         if conn is not None:
             conn.close()
 
+    def _timeout_plus(self, wait: Optional[float]) -> Optional[float]:
+        """The client timeout for a call the daemon may spend ``wait`` seconds waiting in."""
+        return self.timeout + wait if self.timeout is not None and wait is not None else self.timeout
+
     # Low level.
 
     def call(self, method: str, params: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
@@ -399,8 +403,7 @@ class GpuSched:
             params["signal"] = str(int(signal)) if isinstance(signal, int) else signal
         if grace is not None:
             params["grace"] = grace
-        timeout = self.timeout + grace if self.timeout is not None and grace is not None else self.timeout
-        return _decode(Process.from_dict, self._call("kill", params, timeout), "kill")
+        return _decode(Process.from_dict, self._call("kill", params, self._timeout_plus(grace)), "kill")
 
     @overload
     def status(self, name: None = None) -> Status: ...
@@ -460,3 +463,80 @@ class GpuSched:
     def gpus(self) -> List[GPU]:
         """The GPUs by index, with their memory and processes."""
         return _decode(lambda r: [GPU.from_dict(g) for g in r.get("gpus") or []], self.call("gpus"), "gpus")
+
+    # Checkpointing: GPU memory parked in host RAM and brought back (capability "freeze";
+    # migrate: "migrate"). The daemon finishes an operation it began even when the
+    # client stops waiting (a client-side Timeout): check ``status(name).state``.
+
+    def freeze(self, name: str, lock_timeout: Optional[float] = None, stop: Optional[bool] = None) -> CheckpointResult:
+        """Parks a running process's GPU memory in host RAM, freeing its GPUs.
+
+        Every CUDA process of the tree is locked (waiting up to ``lock_timeout``
+        seconds for in-flight work; default: the daemon's ``--lock-timeout``) and
+        checkpointed; then the tree is stopped with SIGSTOP unless ``stop=False``
+        (default: the daemon's ``--freeze-stop``). Afterwards the process is "frozen",
+        tier "host"; a "locked" or "failed" process may be frozen again. Raises
+        :class:`~gpusched.errors.Conflict` in another state (already frozen, exited),
+        :class:`~gpusched.errors.Timeout` when the lock waited too long,
+        :class:`~gpusched.errors.ResourceExhausted` over the daemon's RAM budget,
+        :class:`~gpusched.errors.Unavailable` without a checkpoint driver.
+        """
+        params: Dict[str, Any] = {"name": name}
+        if lock_timeout is not None:
+            params["lock_timeout"] = lock_timeout
+        if stop is not None:
+            params["stop"] = stop
+        result = self._call("freeze", params, self._timeout_plus(lock_timeout))
+        return _decode(CheckpointResult.from_dict, result, "freeze")
+
+    def thaw(self, name: str, timeout: Optional[float] = None) -> CheckpointResult:
+        """Brings a frozen process's memory back onto its GPUs and continues it.
+
+        When the GPUs lack room, raises :class:`~gpusched.errors.ResourceExhausted`
+        at once, or with ``timeout`` waits up to that many seconds for memory to free
+        (then :class:`~gpusched.errors.Timeout`). Raises
+        :class:`~gpusched.errors.Conflict` when the process is not frozen (a "locked"
+        or "failed" one may be thawed again).
+        """
+        params: Dict[str, Any] = {"name": name}
+        if timeout is not None:
+            params["timeout"] = timeout
+        result = self._call("thaw", params, self._timeout_plus(timeout))
+        return _decode(CheckpointResult.from_dict, result, "thaw")
+
+    def swap(self, off: str, on: str, timeout: Optional[float] = None) -> SwapResult:
+        """Freezes ``off`` and thaws ``on``: ``swap("policy", "reward")`` parks policy
+        in host RAM and brings reward back onto the GPUs.
+
+        Both run at once when ``on`` fits beside ``off``'s memory (``concurrent``),
+        else the freeze goes first; ``timeout`` is then the thaw's wait for memory,
+        as in :meth:`thaw`. When the thaw fails, ``off`` is thawed back and the error
+        says so. Raises :class:`~gpusched.errors.Conflict` unless ``off`` is running
+        and ``on`` frozen.
+        """
+        params: Dict[str, Any] = {"freeze": off, "thaw": on}
+        if timeout is not None:
+            params["timeout"] = timeout
+        return _decode(SwapResult.from_dict, self._call("swap", params, self._timeout_plus(timeout)), "swap")
+
+    def migrate(
+        self, name: str, gpu: Union[GPURef, Sequence[GPURef]], timeout: Optional[float] = None
+    ) -> CheckpointResult:
+        """Moves a running or frozen process onto other GPUs; it ends running.
+
+        ``gpu``: the target, by index or UUID, for a process on one GPU; for one on
+        several, a list with one target per current GPU, in order. A running process
+        is frozen (not stopped) and restored there; if that fails it is thawed back
+        where it was. ``timeout``: seconds to wait for room on the targets. Needs a
+        checkpoint driver with device maps (else :class:`~gpusched.errors.Unavailable`);
+        :class:`~gpusched.errors.Conflict` when it is already on those GPUs.
+        """
+        params: Dict[str, Any] = {"name": name}
+        if isinstance(gpu, (int, str)):
+            params["gpu"] = gpu
+        else:
+            params["gpus"] = list(gpu)
+        if timeout is not None:
+            params["timeout"] = timeout
+        result = self._call("migrate", params, self._timeout_plus(timeout))
+        return _decode(CheckpointResult.from_dict, result, "migrate")

@@ -24,6 +24,8 @@ __all__ = [
     "Hello",
     "Status",
     "Event",
+    "CheckpointResult",
+    "SwapResult",
     "parse_time",
 ]
 
@@ -119,7 +121,15 @@ class ProcessGPU:
 
 @dataclass(frozen=True)
 class Process:
-    """One managed process tree. ``state`` is "starting", "running" or "exited" (more later)."""
+    """One managed process tree.
+
+    ``state`` is "starting", "running", "freezing", "frozen", "thawing", "locked"
+    (CUDA locked or partly checkpointed: retry the freeze or thaw), "failed" (the
+    checkpoint driver reports a failure) or "exited". ``tier`` says where a live
+    process's GPU memory is: "gpu", or "host" when a freeze parked ``host_mib`` MiB
+    of it in host RAM (since ``frozen_at``); "" for an exited process (or an older
+    daemon). ``error`` says why the last freeze or thaw failed.
+    """
 
     name: str = ""
     id: str = ""
@@ -134,11 +144,15 @@ class Process:
     nice: int = 0
     gpus: List[ProcessGPU] = field(default_factory=list)
     vram_mib: int = 0
+    tier: str = ""
+    host_mib: int = 0
     log: str = ""
     created_at: Optional[datetime] = None
     started_at: Optional[datetime] = None
     exited_at: Optional[datetime] = None
+    frozen_at: Optional[datetime] = None
     exit: Optional[Exit] = None
+    error: str = ""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -150,6 +164,7 @@ class Process:
             created_at=parse_time,
             started_at=parse_time,
             exited_at=parse_time,
+            frozen_at=parse_time,
             exit=Exit.from_dict,
         )
 
@@ -222,7 +237,12 @@ class Hello:
 
 @dataclass(frozen=True)
 class Status:
-    """The daemon overview; ``processes`` and ``states`` count what the caller may see."""
+    """The daemon overview; ``processes`` and ``states`` count what the caller may see.
+
+    ``host_mib``: GPU memory parked in host RAM by freezes (all processes);
+    ``ram_budget_mib``: the daemon's ``--ram-budget`` (0: unlimited); ``driver``: its
+    checkpoint driver ("api", "cli", "sim" or "none"; "" from an older daemon).
+    """
 
     version: str = ""
     protocol: int = 0
@@ -232,6 +252,9 @@ class Status:
     processes: int = 0
     states: Dict[str, int] = field(default_factory=dict)
     gpus: List[GPUSummary] = field(default_factory=list)
+    host_mib: int = 0
+    ram_budget_mib: int = 0
+    driver: str = ""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -256,3 +279,52 @@ class Event:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Event:
         return _build(cls, data, time=parse_time, process=Process.from_dict)
+
+
+@dataclass(frozen=True)
+class CheckpointResult:
+    """What a freeze, thaw or migrate did.
+
+    ``op`` is "freeze", "thaw" or "migrate"; ``state`` the process's state after it;
+    ``driver`` the checkpoint driver ("api", "cli" or "sim"); ``pids`` the CUDA
+    processes of the tree it acted on (empty for a tree without any: it was only
+    stopped or continued); ``bytes`` the GPU memory moved; ``gpus`` the UUIDs the
+    process is on (thaw, migrate) or was on (freeze); ``ms`` milliseconds per phase
+    (freeze: lock, checkpoint, stop; thaw: admit, continue, restore, unlock;
+    migrate: also freeze_*; always "total").
+    """
+
+    name: str = ""
+    op: str = ""
+    state: str = ""
+    driver: str = ""
+    pids: List[int] = field(default_factory=list)
+    bytes: int = 0
+    gpus: List[str] = field(default_factory=list)
+    ms: Dict[str, float] = field(default_factory=dict)
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def mib(self) -> int:
+        """``bytes`` in MiB."""
+        return self.bytes >> 20
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CheckpointResult:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class SwapResult:
+    """Both halves of a swap. ``concurrent``: the thaw ran beside the freeze (both fit
+    at once) rather than after it; ``ms["total"]``: the whole swap's milliseconds."""
+
+    freeze: CheckpointResult = field(default_factory=CheckpointResult)
+    thaw: CheckpointResult = field(default_factory=CheckpointResult)
+    concurrent: bool = False
+    ms: Dict[str, float] = field(default_factory=dict)
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SwapResult:
+        return _build(cls, data, freeze=CheckpointResult.from_dict, thaw=CheckpointResult.from_dict)

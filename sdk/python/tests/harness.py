@@ -9,11 +9,13 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Iterator, List, Optional
 
-from gpusched import GpuSched, Process
+from gpusched import GpuSched, Process, Stream
 
 
 def find_repo_root() -> Optional[Path]:
@@ -23,6 +25,18 @@ def find_repo_root() -> Optional[Path]:
 
 REPO_ROOT = find_repo_root()
 GUARD_SECONDS = 30.0  # failure guard only: nothing waits this long when things work
+
+
+@contextmanager
+def guarded(stream: Stream[Any]) -> Iterator[Stream[Any]]:
+    """Closes the stream after GUARD_SECONDS, so a missing event fails the test instead of hanging it."""
+    timer = threading.Timer(GUARD_SECONDS, stream.close)
+    timer.start()
+    try:
+        with stream:
+            yield stream
+    finally:
+        timer.cancel()
 
 
 def short_dir() -> Path:

@@ -6,9 +6,8 @@ import os
 import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from datetime import datetime
-from typing import Any, Iterator, List, Union
+from typing import List, Union
 
 import pytest
 
@@ -24,26 +23,13 @@ from gpusched import (
     Process,
     ProcessGPU,
     Status,
-    Stream,
     Timeout,
     UnknownMethod,
 )
-from harness import GUARD_SECONDS, Daemon
+from harness import Daemon, guarded
 
 GPU1 = "GPU-5a1d0000-0000-4000-8000-000000000001"
 PATH_ENV = {"PATH": "/usr/bin:/bin"}
-
-
-@contextmanager
-def guarded(stream: Stream[Any]) -> Iterator[Stream[Any]]:
-    """Closes the stream after GUARD_SECONDS, so a missing event fails the test instead of hanging it."""
-    timer = threading.Timer(GUARD_SECONDS, stream.close)
-    timer.start()
-    try:
-        with stream:
-            yield stream
-    finally:
-        timer.cancel()
 
 
 def is_aware(value: Union[datetime, None]) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
@@ -15,6 +16,7 @@ import pytest
 import gpusched
 from gpusched import (
     DEFAULT_SOCKET,
+    CheckpointResult,
     ConnectionLost,
     DaemonNotRunning,
     Event,
@@ -22,6 +24,8 @@ from gpusched import (
     GpuSchedError,
     Process,
     ProtocolError,
+    Status,
+    SwapResult,
     Timeout,
     socket_path,
 )
@@ -177,4 +181,83 @@ def test_unreadable_answer(tmp_short: Path) -> None:
     fake = FakeDaemon(tmp_short, lambda request: HELLO if request["method"] == "hello" else {"ok": True, "result": {"gpus": [7]}})
     with pytest.raises(ProtocolError):
         GpuSched(fake.path).gpus()
+    fake.close()
+
+
+def test_older_daemons_answers_still_parse() -> None:
+    process = Process.from_dict({"name": "train", "state": "running", "created_at": "2026-01-02T03:04:05Z"})
+    assert (process.tier, process.host_mib, process.frozen_at, process.error) == ("", 0, None, "")
+    status = Status.from_dict({"version": "0.1", "protocol": 1, "states": {"running": 1}})
+    assert (status.host_mib, status.ram_budget_mib, status.driver) == (0, 0, "")
+
+
+def test_checkpoint_types() -> None:
+    frozen = Process.from_dict({"name": "p", "state": "frozen", "tier": "host", "host_mib": 500,
+                                "frozen_at": "2026-01-02T03:04:05.5Z", "error": ""})
+    assert (frozen.tier, frozen.host_mib) == ("host", 500)
+    assert frozen.frozen_at == datetime(2026, 1, 2, 3, 4, 5, 500000, timezone.utc)
+    status = Status.from_dict({"host_mib": 500, "ram_budget_mib": 65536, "driver": "api"})
+    assert (status.host_mib, status.ram_budget_mib, status.driver) == (500, 65536, "api")
+
+    half = {"name": "policy", "op": "freeze", "state": "frozen", "driver": "sim", "pids": [12], "bytes": 3 << 20,
+            "gpus": ["GPU-0"], "ms": {"lock": 1.5, "total": 9}, "future": True}
+    result = CheckpointResult.from_dict(half)
+    assert (result.name, result.op, result.state, result.driver) == ("policy", "freeze", "frozen", "sim")
+    assert (result.pids, result.bytes, result.mib, result.gpus, result.ms) == ([12], 3 << 20, 3, ["GPU-0"], {"lock": 1.5, "total": 9})
+    assert result.raw == half
+
+    swap = SwapResult.from_dict({"freeze": half, "thaw": {**half, "name": "reward", "op": "thaw"}, "concurrent": True, "ms": {"total": 20}})
+    assert (swap.freeze, swap.thaw.name, swap.thaw.op, swap.concurrent, swap.ms) == (result, "reward", "thaw", True, {"total": 20})
+    assert SwapResult.from_dict({}) == SwapResult()
+    assert CheckpointResult.from_dict({}).pids == []
+
+
+def test_checkpoint_params_on_the_wire(tmp_short: Path) -> None:
+    answers = {"swap": {"freeze": {"name": "policy"}, "thaw": {"name": "reward"}}}
+    fake = FakeDaemon(tmp_short, lambda request: HELLO if request["method"] == "hello" else
+                      {"ok": True, "result": answers.get(request["method"], {"name": request["params"].get("name")})})
+    with GpuSched(fake.path) as sched:
+        assert sched.freeze("policy").name == "policy"
+        sched.freeze("policy", lock_timeout=2.5, stop=False)
+        assert sched.thaw("reward").name == "reward"
+        sched.thaw("reward", timeout=1.5)
+        swapped = sched.swap("policy", "reward")
+        assert (swapped.freeze.name, swapped.thaw.name) == ("policy", "reward")
+        sched.swap("policy", "reward", timeout=3)
+        sched.migrate("train", 1)
+        sched.migrate("train", "GPU-x", timeout=0.5)
+        sched.migrate("train", [1, "GPU-y"])
+        sched.migrate("train", (0,))
+    fake.close()
+    assert [(r["method"], r.get("params")) for r in fake.requests if r["method"] != "hello"] == [
+        ("freeze", {"name": "policy"}),
+        ("freeze", {"name": "policy", "lock_timeout": 2.5, "stop": False}),
+        ("thaw", {"name": "reward"}),
+        ("thaw", {"name": "reward", "timeout": 1.5}),
+        ("swap", {"freeze": "policy", "thaw": "reward"}),
+        ("swap", {"freeze": "policy", "thaw": "reward", "timeout": 3}),
+        ("migrate", {"name": "train", "gpu": 1}),
+        ("migrate", {"name": "train", "gpu": "GPU-x", "timeout": 0.5}),
+        ("migrate", {"name": "train", "gpus": [1, "GPU-y"]}),
+        ("migrate", {"name": "train", "gpus": [0]}),
+    ]
+
+
+def test_waits_extend_the_client_timeout(tmp_short: Path) -> None:
+    def slow(request: Dict[str, Any]) -> Dict[str, Any]:
+        if request["method"] == "hello":
+            return HELLO
+        if not {"timeout", "lock_timeout"} & set(request["params"]):
+            return SILENT
+        time.sleep(0.3)  # the daemon waiting for GPU memory or in-flight CUDA work
+        return {"ok": True, "result": {"name": "x", "op": request["method"]}}
+
+    fake = FakeDaemon(tmp_short, slow)
+    sched = GpuSched(fake.path, timeout=0.1)
+    assert sched.thaw("x", timeout=5).op == "thaw"
+    assert sched.freeze("x", lock_timeout=5).op == "freeze"
+    assert sched.migrate("x", 1, timeout=5).op == "migrate"
+    with pytest.raises(Timeout, match="within 0.1s"):
+        sched.thaw("x")  # no wait asked for: the client's own timeout applies
+    sched.close()
     fake.close()
