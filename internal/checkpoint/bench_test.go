@@ -1,11 +1,8 @@
 package checkpoint
 
 import (
-	"bufio"
 	"context"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,7 +11,6 @@ import (
 
 	"github.com/gpusched/gpusched/internal/checkpoint/checkpointtest"
 	"github.com/gpusched/gpusched/internal/execx"
-	"github.com/gpusched/gpusched/internal/simgpu"
 	"github.com/gpusched/gpusched/internal/testutil"
 )
 
@@ -27,12 +23,8 @@ import (
 func BenchmarkCLIOverhead(b *testing.B) {
 	bins := testutil.Build(b)
 	dir := b.TempDir()
-	devs := []simgpu.Device{{Index: 0, UUID: simgpu.DeviceUUID(0), Name: simgpu.DefaultName, TotalMiB: 4096}}
-	reg, err := simgpu.Create(filepath.Join(dir, "sim"), devs)
-	if err != nil {
-		b.Fatal(err)
-	}
-	pid := benchSimJob(b, bins.SimJob, reg, 1000)
+	reg := newSimGPUs(b, 1, 4096)
+	pid := startSimJob(b, reg, 0, 1000)
 	link, err := checkpointtest.Install(dir, bins.FakeCudaCheckpoint, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -88,42 +80,6 @@ func BenchmarkCLIOverhead(b *testing.B) {
 	b.ReportMetric(float64(c)/float64(e), "cli/exec")
 	b.Logf("N=%d cli.State p50 %.0f µs, direct exec p50 %.0f µs: the driver adds %.0f µs (x%.3f)",
 		b.N, us(c), us(e), us(d), float64(c)/float64(e))
-}
-
-// benchSimJob is startSimJob for a benchmark: gpusched-simjob holding mib
-// MiB on GPU 0, its pid once the memory is registered.
-func benchSimJob(b *testing.B, simjob string, reg *simgpu.Registry, mib uint64) int {
-	b.Helper()
-	cmd := exec.Command(simjob, "--vram", strconv.FormatUint(mib, 10))
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), simgpu.EnvDir + "=" + reg.Dir(), "CUDA_VISIBLE_DEVICES=0"}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { stopCmd(cmd) })
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if strings.HasPrefix(sc.Text(), "simjob: allocated ") {
-				ready <- true
-				return
-			}
-		}
-		ready <- false
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			b.Fatal("simjob ended before allocating")
-		}
-	case <-time.After(contractTimeout):
-		b.Fatal("simjob did not allocate")
-	}
-	return cmd.Process.Pid
 }
 
 // benchP50 is the median of xs (sorted in place).

@@ -85,7 +85,7 @@ func writeFaults(t *testing.T, dir string, faults checkpointtest.Faults) {
 }
 
 // newSimGPUs creates count simulated GPUs of size MiB.
-func newSimGPUs(t *testing.T, count int, size uint64) *simgpu.Registry {
+func newSimGPUs(t testing.TB, count int, size uint64) *simgpu.Registry {
 	t.Helper()
 	devs := make([]simgpu.Device, count)
 	for i := range devs {
@@ -100,7 +100,7 @@ func newSimGPUs(t *testing.T, count int, size uint64) *simgpu.Registry {
 
 // startSimJob runs gpusched-simjob holding mib MiB on GPU gpu and returns its
 // pid once the memory is registered. It is killed when t ends.
-func startSimJob(t *testing.T, reg *simgpu.Registry, gpu int, mib uint64) int {
+func startSimJob(t testing.TB, reg *simgpu.Registry, gpu int, mib uint64) int {
 	t.Helper()
 	cmd := exec.Command(testutil.Build(t).SimJob, "--vram", strconv.FormatUint(mib, 10))
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), simgpu.EnvDir + "=" + reg.Dir(),
