@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 need=()
 command -v socat >/dev/null || need+=(socat)
 /usr/bin/python3 -c 'import pytest' 2>/dev/null || need+=(python3-pytest)
+command -v gcc >/dev/null || need+=(gcc) # builds the fake libcuda for the driver-API tests
 if ((${#need[@]})); then
 	echo "test-deps: installing ${need[*]}" >&2
 	export DEBIAN_FRONTEND=noninteractive
