@@ -43,11 +43,7 @@ const lineTimeout = 30 * time.Second
 // newSim creates a sim directory with count GPUs of size MiB.
 func newSim(t *testing.T, count int, size uint64) *simgpu.Registry {
 	t.Helper()
-	devs := make([]simgpu.Device, count)
-	for i := range devs {
-		devs[i] = simgpu.Device{Index: i, UUID: simgpu.DeviceUUID(i), Name: simgpu.DefaultName, TotalMiB: size}
-	}
-	reg, err := simgpu.Create(t.TempDir(), devs)
+	reg, err := simgpu.Create(t.TempDir(), simgpu.Devices(count, size))
 	if err != nil {
 		t.Fatal(err)
 	}

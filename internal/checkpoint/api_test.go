@@ -32,12 +32,8 @@ type apiFixture struct {
 func newAPIFixture(t *testing.T) *apiFixture {
 	t.Helper()
 	f := &apiFixture{lib: testutil.FakeLibcuda(t), bins: testutil.Build(t), toolDir: t.TempDir()}
-	var devs []simgpu.Device
-	for i := range 2 {
-		devs = append(devs, simgpu.Device{Index: i, UUID: simgpu.DeviceUUID(i), Name: simgpu.DefaultName, TotalMiB: 8000})
-	}
 	var err error
-	if f.reg, err = simgpu.Create(filepath.Join(t.TempDir(), "sim"), devs); err != nil {
+	if f.reg, err = simgpu.Create(filepath.Join(t.TempDir(), "sim"), simgpu.Devices(2, 8000)); err != nil {
 		t.Fatal(err)
 	}
 	if f.tool, err = checkpointtest.Install(f.toolDir, f.bins.FakeCudaCheckpoint, nil); err != nil {

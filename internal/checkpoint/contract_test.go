@@ -87,11 +87,7 @@ func writeFaults(t *testing.T, dir string, faults checkpointtest.Faults) {
 // newSimGPUs creates count simulated GPUs of size MiB.
 func newSimGPUs(t testing.TB, count int, size uint64) *simgpu.Registry {
 	t.Helper()
-	devs := make([]simgpu.Device, count)
-	for i := range devs {
-		devs[i] = simgpu.Device{Index: i, UUID: simgpu.DeviceUUID(i), Name: simgpu.DefaultName, TotalMiB: size}
-	}
-	reg, err := simgpu.Create(t.TempDir(), devs)
+	reg, err := simgpu.Create(t.TempDir(), simgpu.Devices(count, size))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,11 +20,7 @@ func NewSim(dir string, count int, sizeMiB uint64) (*Sim, error) {
 	if count < 1 {
 		return nil, fmt.Errorf("simulated GPUs: count %d: need at least 1", count)
 	}
-	devs := make([]simgpu.Device, count)
-	for i := range devs {
-		devs[i] = simgpu.Device{Index: i, UUID: simgpu.DeviceUUID(i), Name: simgpu.DefaultName, TotalMiB: sizeMiB}
-	}
-	reg, err := simgpu.Create(dir, devs)
+	reg, err := simgpu.Create(dir, simgpu.Devices(count, sizeMiB))
 	if err != nil {
 		return nil, err
 	}

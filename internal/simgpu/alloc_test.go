@@ -16,11 +16,7 @@ import (
 // newTestRegistry creates a registry with count devices of size MiB each.
 func newTestRegistry(t *testing.T, count int, size uint64) *Registry {
 	t.Helper()
-	devs := make([]Device, count)
-	for i := range devs {
-		devs[i] = Device{Index: i, UUID: DeviceUUID(i), Name: DefaultName, TotalMiB: size}
-	}
-	reg, err := Create(t.TempDir(), devs)
+	reg, err := Create(t.TempDir(), Devices(count, size))
 	if err != nil {
 		t.Fatal(err)
 	}

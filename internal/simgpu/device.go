@@ -23,6 +23,16 @@ func DeviceUUID(i int) string {
 	return fmt.Sprintf("GPU-5a1d0000-0000-4000-8000-%012d", i)
 }
 
+// Devices lists count simulated GPUs of sizeMiB each, with the stable
+// UUIDs of DeviceUUID and the default name.
+func Devices(count int, sizeMiB uint64) []Device {
+	devs := make([]Device, count)
+	for i := range devs {
+		devs[i] = Device{Index: i, UUID: DeviceUUID(i), Name: DefaultName, TotalMiB: sizeMiB}
+	}
+	return devs
+}
+
 // gpusFile is the content of gpus.json.
 type gpusFile struct {
 	GPUs []Device `json:"gpus"`
