@@ -14,7 +14,9 @@ require (
 )
 
 require (
+	github.com/checkpoint-restore/go-criu/v7 v7.2.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
 	go.uber.org/multierr v1.10.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 )

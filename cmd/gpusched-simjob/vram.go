@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/simgpu"
 )
 
@@ -71,6 +72,7 @@ func (e *oomError) Unwrap() error { return e.err }
 // which device had no room. While the process is locked for a checkpoint it
 // fails with simgpu.ErrLocked, and a later call resumes where it stopped.
 func (v *vram) grow(total uint64) error {
+	v.follow()
 	for i, d := range v.devs {
 		if v.got[i] >= total {
 			continue
@@ -90,4 +92,20 @@ func (v *vram) grow(total uint64) error {
 }
 
 // release frees all the job's simulated memory.
-func (v *vram) release() error { return v.reg.Release(v.pid) }
+func (v *vram) release() error {
+	v.follow()
+	return v.reg.Release(v.pid)
+}
+
+// follow takes on a new host pid after a CRIU restore (which keeps only the
+// namespace pid): the registry knows the process by its host pid, as NVML
+// does.
+func (v *vram) follow() {
+	pid, err := procfs.SelfPID()
+	if err != nil || pid == v.pid {
+		return
+	}
+	if start, err := procfs.StartTime(pid); err == nil {
+		v.pid, v.start = pid, start
+	}
+}

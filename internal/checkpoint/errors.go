@@ -21,6 +21,8 @@ var (
 	// ErrNotCheckpointable means the process can never be checkpointed,
 	// for example an MPS client.
 	ErrNotCheckpointable = errors.New("not checkpointable")
+	// ErrNoSpace means a dump ran out of disk.
+	ErrNoSpace = errors.New("no space left on device")
 	// ErrFailed is any other driver failure.
 	ErrFailed = errors.New("failed")
 )

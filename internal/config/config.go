@@ -42,7 +42,24 @@ type Config struct {
 	ThawMarginMiB     uint64        // free GPU memory a thaw leaves beyond its need
 	SimCheckpointGiB  time.Duration // simulated driver: checkpoint time per GiB
 	SimRestoreGiB     time.Duration // simulated driver: restore time per GiB
+
+	CRIU          string        // criu binary or wrapper; "" = the install script's, else PATH; "none" = no disk tier
+	SnapshotDir   string        // snapshot images (0700); "" = <StateDir>/snapshots
+	DiskBudgetMiB uint64        // disk snapshots may take; 0 = unlimited
+	CRIUTimeout   time.Duration // deadline of one CRIU dump or restore
+	MaxChain      int           // incremental dumps on one full one before the next is full
 }
+
+// Snapshots is the snapshot directory in effect.
+func (c Config) Snapshots() string {
+	if c.SnapshotDir != "" {
+		return c.SnapshotDir
+	}
+	return filepath.Join(c.StateDir, "snapshots")
+}
+
+// PrivateCRIU is where scripts/install-criu.sh puts its CRIU.
+const PrivateCRIU = "/opt/gpusched/criu/bin/criu"
 
 // Checkpoint driver choices.
 const (
@@ -74,6 +91,9 @@ func Default() Config {
 		ThawMarginMiB:     256,
 		SimCheckpointGiB:  20 * time.Millisecond,
 		SimRestoreGiB:     20 * time.Millisecond,
+
+		CRIUTimeout: 10 * time.Minute,
+		MaxChain:    4,
 	}
 }
 
@@ -123,6 +143,11 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Var(mibFlag{&c.ThawMarginMiB}, "thaw-margin", "GPU memory a thaw must leave free beyond its need, e.g. 256M")
 	fs.DurationVar(&c.SimCheckpointGiB, "sim-checkpoint-per-gib", c.SimCheckpointGiB, "simulated driver: checkpoint time per GiB moved")
 	fs.DurationVar(&c.SimRestoreGiB, "sim-restore-per-gib", c.SimRestoreGiB, "simulated driver: restore time per GiB moved")
+	fs.StringVar(&c.CRIU, "criu", c.CRIU, "CRIU binary for the disk tier (default: "+PrivateCRIU+" when installed, else criu on PATH; none: no disk tier)")
+	fs.StringVar(&c.SnapshotDir, "snapshot-dir", c.SnapshotDir, "directory for snapshot images, root only, 0700 (default: <state-dir>/snapshots)")
+	fs.Var(mibFlag{&c.DiskBudgetMiB}, "disk-budget", "disk space snapshots may take, e.g. 500G (0: unlimited)")
+	fs.DurationVar(&c.CRIUTimeout, "criu-timeout", c.CRIUTimeout, "deadline of each CRIU dump or restore")
+	fs.IntVar(&c.MaxChain, "max-chain", c.MaxChain, "incremental hibernates on top of one full image before the next is full again")
 }
 
 // mibFlag is a memory size flag in MiB ("64G", "512M", or MiB as a number).
@@ -168,6 +193,10 @@ func (c Config) Validate() error {
 	check(c.LockTimeout > 0, "--lock-timeout %v: must be positive", c.LockTimeout)
 	check(c.CheckpointTimeout >= time.Second, "--checkpoint-timeout %v: must be at least 1s", c.CheckpointTimeout)
 	check(c.SimCheckpointGiB >= 0 && c.SimRestoreGiB >= 0, "--sim-checkpoint-per-gib/--sim-restore-per-gib: must not be negative")
+	check(c.CRIU == "" || c.CRIU == "none" || filepath.IsAbs(c.CRIU), "--criu %q: must be an absolute path or none", c.CRIU)
+	check(c.SnapshotDir == "" || filepath.IsAbs(c.SnapshotDir), "--snapshot-dir %q: must be an absolute path", c.SnapshotDir)
+	check(c.CRIUTimeout >= time.Second, "--criu-timeout %v: must be at least 1s", c.CRIUTimeout)
+	check(c.MaxChain >= 0 && c.MaxChain <= 64, "--max-chain %d: must be 0..64", c.MaxChain)
 	switch c.CheckpointDriver {
 	case DriverAuto, DriverAPI, DriverCLI, DriverNone:
 	case DriverSim:

@@ -31,6 +31,27 @@ func (d *Daemon) adoptAll(ctx context.Context) {
 func (d *Daemon) adopt(rec proctable.Record) {
 	log := d.log.With(zap.String("name", rec.Name), zap.Int("init_pid", rec.InitPID))
 	switch {
+	case rec.State == api.StateHibernated:
+		// On disk: independent of this boot and of any pid.
+		if _, ok := d.snaps.Get(rec.Snapshot); !ok {
+			d.markExited(rec, api.Exit{Unknown: true, Reason: "its snapshot " + rec.Snapshot + " is missing from --snapshot-dir"}, log)
+		}
+		return
+	case rec.State == api.StateRestoring:
+		// The restore's outcome is unknown; the image is intact.
+		if _, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+			r.State, r.Error = api.StateHibernated, "the daemon restarted during a restore from disk"
+			return nil
+		}); err != nil {
+			log.Error("settle an interrupted restore", zap.Error(err))
+		}
+		return
+	case rec.State == api.StateHibernating:
+		d.settleHibernating(rec)
+		if cur, ok := d.table.Get(rec.Name); !ok || cur.State != api.StateFrozen {
+			return
+		}
+		rec, _ = d.table.Get(rec.Name)
 	case rec.BootID != d.bootID:
 		d.markExited(rec, api.Exit{Unknown: true, Reason: "the machine rebooted"}, log)
 		return

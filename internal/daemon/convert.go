@@ -14,10 +14,15 @@ func toAPI(r proctable.Record, gv *gpuView) api.Process {
 		UID: r.Owner.UID, GID: r.Owner.GID, User: r.Owner.User,
 		Cmd: r.Cmd, Dir: r.Dir, Nice: r.Nice, Log: r.LogPath,
 		CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, ExitedAt: r.ExitedAt, Exit: r.Exit,
-		GPUs: make([]api.ProcessGPU, 0, len(r.GPUs)), Error: r.Error,
+		GPUs: make([]api.ProcessGPU, 0, len(r.GPUs)), Error: r.Error, Policy: r.Policy, Snapshot: r.Snapshot,
 	}
 	switch {
 	case !r.Live():
+	case r.State == api.StateHibernated || r.State == api.StateRestoring:
+		p.Tier = api.TierDisk
+		if r.Checkpoint != nil {
+			p.FrozenAt = r.Checkpoint.FrozenAt
+		}
 	case r.Checkpoint != nil:
 		p.Tier, p.HostMiB, p.FrozenAt = api.TierHost, r.Checkpoint.MiB(), r.Checkpoint.FrozenAt
 	default:

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/gpu"
 	"github.com/gpusched/gpusched/internal/procfs"
@@ -42,17 +43,21 @@ type Daemon struct {
 	bootID    string
 	startedAt time.Time
 
-	table     *proctable.Table
-	driver    cudaDriver // nil when freeze and thaw are unavailable
-	driverErr error      // why driver is nil
-	admission *admission
-	ramMu     sync.Mutex // host RAM budget checks
-	events    *broker
-	sampler   *sampler
-	procs     *runtimes
-	ops       keyedMutex
-	names     userNames
-	methods   map[string]method
+	table      *proctable.Table
+	driver     cudaDriver // nil when freeze and thaw are unavailable
+	driverErr  error      // why driver is nil
+	criu       criuTier   // nil when the disk tier is off
+	criuErr    error      // why criu is nil
+	snaps      *checkpoint.Snapshots
+	incomplete []string // snapshot directories without metadata found at boot
+	admission  *admission
+	ramMu      sync.Mutex // host RAM budget checks
+	events     *broker
+	sampler    *sampler
+	procs      *runtimes
+	ops        keyedMutex
+	names      userNames
+	methods    map[string]method
 
 	conns    connSet
 	wg       sync.WaitGroup // connection goroutines
@@ -157,9 +162,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	serving, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
 	var bg sync.WaitGroup
-	bg.Add(2)
+	bg.Add(3)
 	go func() { defer bg.Done(); d.sampler.run(serving) }()
 	go func() { defer bg.Done(); d.rotateLogs(serving) }()
+	go func() { defer bg.Done(); d.runPolicies(serving) }()
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- d.serve(serving, ln) }()
@@ -215,7 +221,11 @@ func (d *Daemon) boot(ctx context.Context) error {
 	if err := d.openDriver(ctx); err != nil {
 		return err
 	}
+	if err := d.openDiskTier(ctx); err != nil {
+		return err
+	}
 	d.adoptAll(ctx)
+	d.discardIncomplete()
 	return nil
 }
 
@@ -254,24 +264,31 @@ func (d *Daemon) hello(c *call) (any, error) {
 		caps = append(caps, api.CapNVML)
 	}
 	caps = append(caps, d.driverCaps()...)
-	return api.Hello{Protocol: api.ProtocolVersion, Version: Version, Backend: d.gpus.Name(), Capabilities: caps, Caller: c.actor.identity()}, nil
+	caps = append(caps, d.diskCaps()...)
+	return api.Hello{Protocol: api.ProtocolVersion, Version: Version, Backend: d.gpus.Name(), Capabilities: caps,
+		CRIU: d.criuVersion(), Caller: c.actor.identity()}, nil
 }
 
 func (d *Daemon) methodTable() map[string]method {
 	return map[string]method{
-		api.MethodHello:   {unary: d.hello},
-		api.MethodRun:     {unary: d.run},
-		api.MethodKill:    {unary: d.kill},
-		api.MethodStatus:  {unary: d.status},
-		api.MethodPS:      {unary: d.ps},
-		api.MethodRm:      {unary: d.rm},
-		api.MethodGPUs:    {unary: d.listGPUs},
-		api.MethodFreeze:  {unary: d.freeze},
-		api.MethodThaw:    {unary: d.thaw},
-		api.MethodSwap:    {unary: d.swap},
-		api.MethodMigrate: {unary: d.migrate},
-		api.MethodLogs:    {stream: d.logs},
-		api.MethodWait:    {stream: d.wait},
-		api.MethodEvents:  {stream: d.subscribe},
+		api.MethodHello:          {unary: d.hello},
+		api.MethodRun:            {unary: d.run},
+		api.MethodKill:           {unary: d.kill},
+		api.MethodStatus:         {unary: d.status},
+		api.MethodPS:             {unary: d.ps},
+		api.MethodRm:             {unary: d.rm},
+		api.MethodGPUs:           {unary: d.listGPUs},
+		api.MethodFreeze:         {unary: d.freeze},
+		api.MethodThaw:           {unary: d.thaw},
+		api.MethodSwap:           {unary: d.swap},
+		api.MethodMigrate:        {unary: d.migrate},
+		api.MethodHibernate:      {unary: d.hibernate},
+		api.MethodFork:           {unary: d.fork},
+		api.MethodSnapshots:      {unary: d.snapshots},
+		api.MethodDeleteSnapshot: {unary: d.deleteSnapshot},
+		api.MethodSet:            {unary: d.set},
+		api.MethodLogs:           {stream: d.logs},
+		api.MethodWait:           {stream: d.wait},
+		api.MethodEvents:         {stream: d.subscribe},
 	}
 }

@@ -16,6 +16,7 @@ import (
 type freezeOpts struct {
 	lockTimeout time.Duration
 	stop        bool
+	toDisk      bool // a hibernate's freeze: the memory goes on to disk, past the RAM budget
 }
 
 // freeze parks a process's GPU memory in host RAM: lock every CUDA process
@@ -82,7 +83,13 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 	default:
 		return api.CheckpointResult{}, conflictf("process %q is %s; only a running process can be frozen", rec.Name, rec.State)
 	}
-	rec, err := d.beginFreeze(rec, procs)
+	if !opts.toDisk {
+		need := (&proctable.Checkpoint{Procs: procs}).MiB()
+		if err := d.makeRoom(ctx, fmt.Sprintf("freeze %q", rec.Name), need, rec.Name); err != nil {
+			return api.CheckpointResult{}, err
+		}
+	}
+	rec, err := d.beginFreeze(rec, procs, !opts.toDisk)
 	if err != nil {
 		return api.CheckpointResult{}, err
 	}

@@ -19,6 +19,30 @@ type keyedLock struct {
 
 // lock waits for key's lock or ctx; the returned func releases it.
 func (k *keyedMutex) lock(ctx context.Context, key string) (func(), error) {
+	l, release := k.ref(key)
+	select {
+	case <-l.ch:
+		return func() { l.ch <- struct{}{}; release() }, nil
+	case <-ctx.Done():
+		release()
+		return nil, ctx.Err()
+	}
+}
+
+// tryLock takes key's lock only if it is free.
+func (k *keyedMutex) tryLock(key string) (func(), bool) {
+	l, release := k.ref(key)
+	select {
+	case <-l.ch:
+		return func() { l.ch <- struct{}{}; release() }, true
+	default:
+		release()
+		return nil, false
+	}
+}
+
+// ref finds or makes key's lock and counts a user of it until release.
+func (k *keyedMutex) ref(key string) (*keyedLock, func()) {
 	k.mu.Lock()
 	if k.locks == nil {
 		k.locks = map[string]*keyedLock{}
@@ -31,19 +55,12 @@ func (k *keyedMutex) lock(ctx context.Context, key string) (func(), error) {
 	}
 	l.refs++
 	k.mu.Unlock()
-	release := func() {
+	return l, func() {
 		k.mu.Lock()
 		l.refs--
 		if l.refs == 0 {
 			delete(k.locks, key)
 		}
 		k.mu.Unlock()
-	}
-	select {
-	case <-l.ch:
-		return func() { l.ch <- struct{}{}; release() }, nil
-	case <-ctx.Done():
-		release()
-		return nil, ctx.Err()
 	}
 }

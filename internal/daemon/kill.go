@@ -40,6 +40,8 @@ func (d *Daemon) kill(c *call) (any, error) {
 			return nil, conflictf("process %q already exited", p.Name)
 		case rec.State == api.StateStarting:
 			return nil, conflictf("process %q is still starting; signal it once it runs", p.Name)
+		case onDisk(rec.State):
+			return nil, conflictf("process %q is %s: no process exists to signal; thaw it first, or kill it without a signal", p.Name, rec.State)
 		}
 		if err := d.signalTree(rec.ID, sig); err != nil {
 			return nil, fmt.Errorf("kill %q: %w", p.Name, err)
@@ -67,6 +69,8 @@ func (d *Daemon) kill(c *call) (any, error) {
 	switch {
 	case !rec.Live():
 		return nil, conflictf("process %q already exited", p.Name)
+	case rec.State == api.StateHibernated:
+		return d.killHibernated(rec)
 	case rt == nil:
 		return nil, fmt.Errorf("kill %q: the daemon is not watching this process (state %s)", p.Name, rec.State)
 	}
@@ -157,4 +161,23 @@ func parseSignal(s string) (unix.Signal, error) {
 		return 0, fmt.Errorf("unknown signal %q", s)
 	}
 	return sig, nil
+}
+
+// killHibernated ends a process that lives only in its snapshot: the
+// snapshot is deleted and the process recorded as killed.
+func (d *Daemon) killHibernated(rec proctable.Record) (any, error) {
+	out, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+		if r.ID != rec.ID {
+			return errReplaced
+		}
+		r.State, r.ExitedAt = api.StateExited, time.Now()
+		r.Exit = &api.Exit{Signal: "SIGKILL", Reason: "killed while hibernated; its snapshot was deleted"}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kill %q: %w", rec.Name, err)
+	}
+	d.dropSnapshots(rec.ID)
+	d.log.Info("killed a hibernated process", zap.String("name", rec.Name), zap.String("snapshot", rec.Snapshot))
+	return toAPI(out, d.gpuView()), nil
 }

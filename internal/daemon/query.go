@@ -41,6 +41,7 @@ func (d *Daemon) status(c *call) (any, error) {
 		StartedAt: d.startedAt, UptimeSeconds: time.Since(d.startedAt).Seconds(),
 		States: map[api.State]int{}, GPUs: make([]api.GPUSummary, 0, len(gv.devices)),
 		HostMiB: d.hostMiB(""), RAMBudgetMiB: d.cfg.RAMBudgetMiB, Driver: d.driverName(),
+		DiskBytes: d.snaps.Bytes(), DiskBudget: d.cfg.DiskBudgetMiB << 20, CRIU: d.criuVersion(),
 	}
 	for _, r := range d.table.View().Records {
 		if c.actor.owns(r.Owner.UID) {

@@ -10,7 +10,7 @@ import (
 func (d *Daemon) hostMiB(skip string) uint64 {
 	var sum uint64
 	for _, r := range d.table.View().Records {
-		if r.Live() && r.Checkpoint != nil && r.Name != skip {
+		if r.Live() && r.State != api.StateHibernated && r.Checkpoint != nil && r.Name != skip {
 			sum += r.Checkpoint.MiB()
 		}
 	}
@@ -20,15 +20,15 @@ func (d *Daemon) hostMiB(skip string) uint64 {
 // beginFreeze records that rec is freezing procs, after checking that the
 // host RAM budget has room for them. The check and the record happen under
 // one lock, so concurrent freezes cannot overrun the budget together.
-func (d *Daemon) beginFreeze(rec proctable.Record, procs []proctable.CheckpointProc) (proctable.Record, error) {
+func (d *Daemon) beginFreeze(rec proctable.Record, procs []proctable.CheckpointProc, budgeted bool) (proctable.Record, error) {
 	d.ramMu.Lock()
 	defer d.ramMu.Unlock()
 	cp := &proctable.Checkpoint{Procs: procs}
-	if budget := d.cfg.RAMBudgetMiB; budget > 0 {
+	if budget := d.cfg.RAMBudgetMiB; budget > 0 && budgeted {
 		held, need := d.hostMiB(rec.Name), cp.MiB()
 		if held+need > budget {
 			return rec, api.Errorf(api.CodeResourceExhausted,
-				"freeze %q needs %d MiB of host RAM; frozen processes hold %d MiB of the %d MiB --ram-budget: thaw or kill one first",
+				"freeze %q needs %d MiB of host RAM; frozen processes hold %d MiB of the %d MiB --ram-budget: thaw, hibernate or kill one first",
 				rec.Name, need, held, budget)
 		}
 	}

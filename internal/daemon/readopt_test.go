@@ -35,6 +35,9 @@ func (h *harness) startBinary() *daemonProc {
 	if c.CudaCheckpoint != "" {
 		args = append(args, "--cuda-checkpoint", c.CudaCheckpoint)
 	}
+	if c.CRIU != "" {
+		args = append(args, "--criu", c.CRIU)
+	}
 	cmd := exec.Command(h.bins.Daemon, args...)
 	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+n.Path)
 	var stderr bytes.Buffer

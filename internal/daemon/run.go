@@ -50,6 +50,10 @@ func (d *Daemon) run(c *call) (any, error) {
 	if p.Nice < 0 && !c.actor.root() {
 		return nil, deniedf("run %q: nice %d below 0 needs root", p.Name, p.Nice)
 	}
+	policy := api.Policy{Priority: p.Priority, Pin: p.Pin, TTL: p.TTL, Idle: p.Idle}
+	if err := checkPolicy(c.actor, fmt.Sprintf("run %q", p.Name), policy, api.Policy{}); err != nil {
+		return nil, err
+	}
 	owner, err := d.runAs(c.actor, p.User)
 	if err != nil {
 		return nil, err
@@ -87,7 +91,7 @@ func (d *Daemon) run(c *call) (any, error) {
 		}
 	}
 	rec := proctable.Record{
-		ID: id, Name: p.Name, Owner: owner, Cmd: p.Cmd, Dir: dir, GPUs: gpus, Nice: p.Nice,
+		ID: id, Name: p.Name, Owner: owner, Cmd: p.Cmd, Dir: dir, GPUs: gpus, Nice: p.Nice, Policy: policy,
 		State: api.StateStarting, BootID: d.bootID, CreatedAt: time.Now(),
 		LogPath:    filepath.Join(d.cfg.LogDir, p.Name+".log"),
 		StatusPath: filepath.Join(d.statusDir(), id),

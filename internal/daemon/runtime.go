@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/pkg/api"
 )
 
 // procRuntime is the in-memory side of a live managed process: the pidfd of
@@ -19,6 +21,10 @@ type procRuntime struct {
 	exited   chan struct{}
 	child    bool        // the init is this daemon's own child and must be reaped
 	sentKill atomic.Bool // this daemon SIGKILLed the init
+	// dumping is set while CRIU dumps the tree: its end is then the
+	// hibernate's to record, not an exit.
+	dumping atomic.Bool
+	exit    api.Exit // how the tree ended; set before exited is closed
 }
 
 // signal delivers sig to the init through its pidfd.

@@ -21,6 +21,8 @@ type thawOpts struct {
 	// waitCtx ends the admission wait (the caller hung up); the thaw itself,
 	// once admitted, runs to the end.
 	waitCtx context.Context
+	// admitted: the caller already holds the admission (a thaw from disk).
+	admitted bool
 }
 
 // thaw brings a frozen process back onto its GPUs once they have room.
@@ -45,6 +47,8 @@ func (d *Daemon) thaw(c *call) (any, error) {
 func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thawOpts) (api.CheckpointResult, error) {
 	start := time.Now()
 	switch rec.State {
+	case api.StateHibernated:
+		return d.thawFromDisk(ctx, rec, opts)
 	case api.StateFrozen, api.StateLocked, api.StateFailed:
 	case api.StateRunning:
 		return api.CheckpointResult{}, conflictf("process %q is already running", rec.Name)
@@ -65,22 +69,24 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 		}
 	}
 
-	if err := d.sampler.refresh(ctx); err != nil {
-		return api.CheckpointResult{}, fmt.Errorf("%s %q: sample GPUs: %w", opts.op, rec.Name, err)
+	if !opts.admitted {
+		if err := d.sampler.refresh(ctx); err != nil {
+			return api.CheckpointResult{}, fmt.Errorf("%s %q: sample GPUs: %w", opts.op, rec.Name, err)
+		}
+		t := time.Now()
+		release, err := d.admit(opts.waitCtx, fmt.Sprintf("%s %q", opts.op, rec.Name), need, opts.wait)
+		if err != nil {
+			return api.CheckpointResult{}, err
+		}
+		defer release()
+		op.ms["admit"] = msSince(t)
 	}
-	t := time.Now()
-	release, err := d.admit(opts.waitCtx, fmt.Sprintf("%s %q", opts.op, rec.Name), need, opts.wait)
-	if err != nil {
-		return api.CheckpointResult{}, err
-	}
-	defer release()
-	op.ms["admit"] = msSince(t)
 
 	var stopped []proctable.ProcRef
 	if rec.Checkpoint != nil {
 		stopped = rec.Checkpoint.Stopped
 	}
-	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
+	rec, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
 		}

@@ -13,7 +13,8 @@ import (
 )
 
 // watch records rec's exit when its init ends. It runs until then or until
-// shutdown closes the pidfd.
+// shutdown closes the pidfd. The end of a tree CRIU dumped is left to the
+// hibernate that dumped it.
 func (d *Daemon) watch(rec proctable.Record, rt *procRuntime) {
 	d.procs.wg.Add(1)
 	go func() {
@@ -21,25 +22,41 @@ func (d *Daemon) watch(rec proctable.Record, rt *procRuntime) {
 		if !waitExit(rt) {
 			return
 		}
-		exit := d.exitOf(rec, rt)
-		_, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
-			if r.ID != rec.ID {
-				return errReplaced
-			}
-			r.State = api.StateExited
-			r.Exit = &exit
-			r.ExitedAt = time.Now()
-			return nil
-		})
-		if err != nil && !errors.Is(err, errReplaced) {
-			d.log.Error("record exit", zap.String("name", rec.Name), zap.Error(err))
+		rt.exit = d.exitOf(rec, rt)
+		if rt.dumping.Load() {
+			d.procs.remove(rec.ID)
+			rt.pidfd.Close()
+			close(rt.exited)
+			return
 		}
-		d.procs.remove(rec.ID)
-		rt.pidfd.Close()
-		close(rt.exited)
-		d.sampler.kick()
-		d.log.Info("process exited", zap.String("name", rec.Name), zap.Int("init_pid", rec.InitPID), zap.Any("exit", exit))
+		d.recordExit(rec, rt)
 	}()
+}
+
+// recordExit marks rec exited as rt says it ended and forgets its runtime
+// and snapshots.
+func (d *Daemon) recordExit(rec proctable.Record, rt *procRuntime) {
+	exit := rt.exit
+	_, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+		if r.ID != rec.ID {
+			return errReplaced
+		}
+		r.State, r.Exit, r.ExitedAt = api.StateExited, &exit, time.Now()
+		return nil
+	})
+	if err != nil && !errors.Is(err, errReplaced) {
+		d.log.Error("record exit", zap.String("name", rec.Name), zap.Error(err))
+	}
+	d.dropSnapshots(rec.ID)
+	d.procs.remove(rec.ID)
+	rt.pidfd.Close()
+	select {
+	case <-rt.exited:
+	default:
+		close(rt.exited)
+	}
+	d.sampler.kick()
+	d.log.Info("process exited", zap.String("name", rec.Name), zap.Int("init_pid", rec.InitPID), zap.Any("exit", exit))
 }
 
 var errReplaced = errors.New("record was replaced")

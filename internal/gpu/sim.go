@@ -52,6 +52,14 @@ func (s *Sim) Sample(ctx context.Context) (Sample, error) {
 	return out, nil
 }
 
+// CarryOut returns the CUDA state of simulated process pid, for a dump.
+func (s *Sim) CarryOut(pid int) ([]byte, error) { return s.reg.ExportProcess(pid) }
+
+// CarryIn gives a restored process (pid, start) the state CarryOut took.
+func (s *Sim) CarryIn(pid int, start uint64, state []byte) error {
+	return s.reg.ImportProcess(pid, start, state)
+}
+
 // Close releases nothing: the sim directory stays for jobs that outlive the
 // daemon.
 func (s *Sim) Close() error { return nil }

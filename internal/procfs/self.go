@@ -50,3 +50,22 @@ func statusNSpid(path string) (int, error) {
 	}
 	return 0, fmt.Errorf("%s: no NSpid line", path)
 }
+
+// NSPid returns pid's pid in its innermost PID namespace (the last field of
+// the NSpid line of its status): what it keeps across a CRIU restore.
+func NSPid(pid int) (int, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, fmt.Errorf("pid %d: %w", pid, ErrGone)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "NSpid:"); ok {
+			f := strings.Fields(rest)
+			if len(f) > 0 {
+				return strconv.Atoi(f[len(f)-1])
+			}
+		}
+	}
+	return 0, fmt.Errorf("pid %d: no NSpid line", pid)
+}

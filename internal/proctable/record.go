@@ -42,6 +42,10 @@ type Record struct {
 	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
 	// Error says why the last freeze or thaw failed; cleared by the next.
 	Error string `json:"error,omitempty"`
+	// Snapshot is the snapshot the process lives in while hibernated, and
+	// after a thaw from disk the parent of its next (incremental) dump.
+	Snapshot string     `json:"snapshot,omitempty"`
+	Policy   api.Policy `json:"policy"`
 	Rev   uint64 `json:"rev"` // bumped on every write
 }
 
@@ -66,6 +70,9 @@ type CheckpointProc struct {
 	PID   int               `json:"pid"`
 	Start uint64            `json:"start"`
 	VRAM  map[string]uint64 `json:"vram"` // MiB per GPU UUID at freeze
+	// NSPID is its pid inside the tree's PID namespace, recorded by a
+	// hibernate: a restore gives new host pids but keeps these.
+	NSPID int `json:"ns_pid,omitempty"`
 }
 
 // VRAM sums the checkpointed memory per GPU UUID (none for a nil c).

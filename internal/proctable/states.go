@@ -10,11 +10,17 @@ var transitions = map[api.State][]api.State{
 	api.StateStarting: {api.StateRunning, api.StateExited},
 	api.StateRunning:  {api.StateFreezing, api.StateExited},
 	api.StateFreezing: {api.StateFrozen, api.StateRunning, api.StateLocked, api.StateFailed, api.StateExited},
-	api.StateFrozen:   {api.StateThawing, api.StateExited},
+	api.StateFrozen:   {api.StateThawing, api.StateHibernating, api.StateExited},
 	api.StateThawing:  {api.StateRunning, api.StateFrozen, api.StateLocked, api.StateFailed, api.StateExited},
 	api.StateLocked:   {api.StateFreezing, api.StateThawing, api.StateExited},
 	api.StateFailed:   {api.StateFreezing, api.StateThawing, api.StateExited},
 	api.StateExited:   {},
+	// The disk tier: a frozen tree is dumped (and gone from memory), then
+	// restored frozen and thawed. A failed dump leaves it frozen, a failed
+	// restore hibernated.
+	api.StateHibernating: {api.StateHibernated, api.StateFrozen, api.StateExited},
+	api.StateHibernated:  {api.StateRestoring, api.StateExited},
+	api.StateRestoring:   {api.StateFrozen, api.StateHibernated, api.StateExited},
 }
 
 // diesWithMachine reports whether a process in state s ends with the

@@ -54,10 +54,11 @@ func replace(path string, data []byte, perm os.FileMode, durable bool) (err erro
 	if !durable {
 		return nil
 	}
-	return syncDir(dir)
+	return SyncDir(dir)
 }
 
-func syncDir(dir string) error {
+// SyncDir makes a directory's entries (files created or renamed in it) durable.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

@@ -97,7 +97,7 @@ func (r *Records) Delete(key string) error {
 	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("record %s: %w", key, err)
 	}
-	return syncDir(r.dir)
+	return SyncDir(r.dir)
 }
 
 // Keys lists the stored keys, sorted. Leftover temp files are removed.
@@ -136,5 +136,5 @@ func (r *Records) Quarantine(key string) (string, error) {
 	if err := os.Rename(p, dst); err != nil {
 		return "", fmt.Errorf("quarantine record %s: %w", key, err)
 	}
-	return dst, syncDir(r.dir)
+	return dst, SyncDir(r.dir)
 }

@@ -113,3 +113,33 @@ func (c *Client) Migrate(ctx context.Context, p MigrateParams) (*CheckpointResul
 	var out CheckpointResult
 	return &out, c.Call(ctx, MethodMigrate, p, &out)
 }
+
+// Hibernate moves a process to disk.
+func (c *Client) Hibernate(ctx context.Context, p HibernateParams) (*HibernateResult, error) {
+	var out HibernateResult
+	return &out, c.Call(ctx, MethodHibernate, p, &out)
+}
+
+// Fork restores copies of a process from one image.
+func (c *Client) Fork(ctx context.Context, p ForkParams) (*ForkResult, error) {
+	var out ForkResult
+	return &out, c.Call(ctx, MethodFork, p, &out)
+}
+
+// Snapshots lists snapshots.
+func (c *Client) Snapshots(ctx context.Context, p SnapshotsParams) (*SnapshotsResult, error) {
+	var out SnapshotsResult
+	return &out, c.Call(ctx, MethodSnapshots, p, &out)
+}
+
+// DeleteSnapshot removes a snapshot.
+func (c *Client) DeleteSnapshot(ctx context.Context, id string) (*Snapshot, error) {
+	var out Snapshot
+	return &out, c.Call(ctx, MethodDeleteSnapshot, DeleteSnapshotParams{ID: id}, &out)
+}
+
+// Set changes a process's disk-tier policy.
+func (c *Client) Set(ctx context.Context, p SetParams) (*Process, error) {
+	var out Process
+	return &out, c.Call(ctx, MethodSet, p, &out)
+}

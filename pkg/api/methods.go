@@ -17,6 +17,12 @@ const (
 	MethodThaw    = "thaw"
 	MethodSwap    = "swap"
 	MethodMigrate = "migrate"
+
+	MethodHibernate      = "hibernate"
+	MethodFork           = "fork"
+	MethodSnapshots      = "snapshots"
+	MethodDeleteSnapshot = "delete_snapshot"
+	MethodSet            = "set"
 )
 
 // MethodAliases maps accepted alternative spellings to their method.
@@ -40,4 +46,12 @@ const (
 	CapDriverAPI = "checkpoint.api" // checkpoint driver: libcuda helper process
 	CapDriverCLI = "checkpoint.cli" // checkpoint driver: the cuda-checkpoint tool
 	CapDriverSim = "checkpoint.sim" // checkpoint driver: simulated
+
+	CapHibernate   = "hibernate"        // disk tier: hibernate, thaw from disk, snapshots
+	CapFork        = "fork"             // N copies from one image
+	CapIncremental = "criu.incremental" // repeat hibernates write only changed pages
+	// How CUDA processes reach the disk tier: checkpointed into host
+	// memory first, or through CRIU's CUDA plugin.
+	CapCUDACheckpointed = "criu.cuda.checkpointed"
+	CapCUDAPlugin       = "criu.cuda.plugin"
 )

@@ -1,5 +1,7 @@
 package api
 
+import "time"
+
 // RunParams starts a managed process. Cmd is an argv; no shell is involved.
 type RunParams struct {
 	Name string            `json:"name"`
@@ -10,6 +12,11 @@ type RunParams struct {
 	Env  map[string]string `json:"env,omitempty"`  // the whole environment, plus GPUSCHED_*/CUDA_*
 	Nice int               `json:"nice,omitempty"` // -20..19; below 0 needs root
 	User string            `json:"user,omitempty"` // root only: run as this user
+	// Disk-tier policy: see Policy.
+	Priority int      `json:"priority,omitempty"`
+	Pin      bool     `json:"pin,omitempty"`
+	TTL      Duration `json:"ttl,omitempty"`
+	Idle     Duration `json:"idle,omitempty"`
 }
 
 // NameParams names one process.
@@ -121,6 +128,8 @@ type CheckpointResult struct {
 	Bytes  uint64             `json:"bytes"`
 	GPUs   []string           `json:"gpus"` // UUIDs the process is on (thaw, migrate) or was on (freeze)
 	MS     map[string]float64 `json:"ms"`
+	// Snapshot is set when a thaw restored the process from disk.
+	Snapshot string `json:"snapshot,omitempty"`
 }
 
 // SwapResult reports both halves of a swap.
@@ -129,4 +138,93 @@ type SwapResult struct {
 	Thaw       CheckpointResult   `json:"thaw"`
 	Concurrent bool               `json:"concurrent"`
 	MS         map[string]float64 `json:"ms"`
+}
+
+// HibernateParams moves a running or frozen process to disk. A running one
+// is frozen first (LockTimeout as for freeze). Full writes every page even
+// when an earlier snapshot of the process could serve as parent.
+type HibernateParams struct {
+	Name        string   `json:"name"`
+	LockTimeout Duration `json:"lock_timeout,omitempty"`
+	Full        bool     `json:"full,omitempty"`
+}
+
+// HibernateResult reports a hibernate: the snapshot written, its parent
+// when incremental, the image's size and what this dump wrote.
+type HibernateResult struct {
+	Name     string             `json:"name"`
+	State    State              `json:"state"`
+	Snapshot string             `json:"snapshot"`
+	Parent   string             `json:"parent,omitempty"`
+	Bytes    uint64             `json:"bytes"`     // this snapshot's own files on disk
+	Written  uint64             `json:"written"`   // bytes this dump wrote
+	Pages    uint64             `json:"pages"`     // memory pages in the image
+	Reused   uint64             `json:"reused"`    // of those, pages left in the parent
+	GPUBytes uint64             `json:"gpu_bytes"` // GPU memory inside the image (checkpointed first)
+	Evicted  bool               `json:"evicted,omitempty"`
+	MS       map[string]float64 `json:"ms"`
+}
+
+// ForkParams dumps a process, leaving it as it was, and restores Copies
+// independent copies named NAME-1..NAME-N, each in its own PID namespace.
+// GPUs, when given, places copy i on GPUs[i] (a process on one GPU);
+// otherwise the copies use the source's GPUs.
+type ForkParams struct {
+	Name    string   `json:"name"`
+	Copies  int      `json:"copies"`
+	GPUs    []GPURef `json:"gpus,omitempty"`
+	Timeout Duration `json:"timeout,omitempty"` // admission wait for each copy's GPU memory
+}
+
+// ForkResult lists the copies, running.
+type ForkResult struct {
+	Name   string             `json:"name"`
+	Copies []Process          `json:"copies"`
+	Bytes  uint64             `json:"bytes"` // the image's size
+	MS     map[string]float64 `json:"ms"`
+}
+
+// SnapshotsParams filters the snapshot list.
+type SnapshotsParams struct {
+	Name string `json:"name,omitempty"` // only snapshots of this process
+}
+
+// Snapshot is one image directory under --snapshot-dir.
+type Snapshot struct {
+	ID         string    `json:"id"`
+	Name       string    `json:"name"`       // the process it was taken of
+	ProcessID  string    `json:"process_id"` // that process's record id
+	User       string    `json:"user"`
+	UID        uint32    `json:"uid"`
+	Parent     string    `json:"parent,omitempty"`
+	Holds      bool      `json:"holds"` // the hibernated process lives in it (or in a child of it)
+	Bytes      uint64    `json:"bytes"`
+	Written    uint64    `json:"written"`
+	GPUs       []string  `json:"gpus"`
+	VRAMMiB    uint64    `json:"vram_mib"`
+	CreatedAt  time.Time `json:"created_at"`
+	LastUsedAt time.Time `json:"last_used_at"`
+}
+
+// SnapshotsResult lists snapshots by creation time.
+type SnapshotsResult struct {
+	Snapshots []Snapshot `json:"snapshots"`
+	Bytes     uint64     `json:"bytes"`  // all snapshots on disk
+	Budget    uint64     `json:"budget"` // --disk-budget; 0 = unlimited
+}
+
+// DeleteSnapshotParams removes one snapshot. One a hibernated process
+// lives in, or that another snapshot needs as parent, is refused (conflict).
+type DeleteSnapshotParams struct {
+	ID string `json:"id"`
+}
+
+// SetParams changes a live process's disk-tier policy; fields left out
+// stay as they are.
+type SetParams struct {
+	Name     string    `json:"name"`
+	Priority *int      `json:"priority,omitempty"`
+	Pin      *bool     `json:"pin,omitempty"`
+	TTL      *Duration `json:"ttl,omitempty"`
+	Idle     *Duration `json:"idle,omitempty"`
 }

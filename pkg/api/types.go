@@ -15,6 +15,10 @@ const (
 	StateLocked   State = "locked"   // CUDA locked or partly checkpointed: retry freeze or thaw
 	StateFailed   State = "failed"   // the driver reports a failed checkpoint state
 	StateExited   State = "exited"   // tree gone; Exit says how
+
+	StateHibernating State = "hibernating" // being dumped to disk
+	StateHibernated  State = "hibernated"  // on disk only; the tree is gone from memory
+	StateRestoring   State = "restoring"   // being restored from disk (then thawed)
 )
 
 // Tier says where a live process's GPU memory is.
@@ -24,6 +28,7 @@ type Tier string
 const (
 	TierGPU  Tier = "gpu"  // on its GPUs
 	TierHost Tier = "host" // parked in host RAM by a freeze
+	TierDisk Tier = "disk" // in a snapshot on disk by a hibernate
 )
 
 // Exit says how a managed process ended. Exactly one of Code, Signal or
@@ -76,6 +81,19 @@ type Process struct {
 	FrozenAt  time.Time    `json:"frozen_at,omitzero"`
 	Exit      *Exit        `json:"exit,omitempty"`
 	Error     string       `json:"error,omitempty"` // why the last freeze or thaw failed
+	Policy    Policy       `json:"policy"`
+	Snapshot  string       `json:"snapshot,omitempty"` // the snapshot holding it (hibernated) or its next dump's parent
+}
+
+// Policy is how the disk tier treats a process: eviction order (lowest
+// Priority first, then least recently frozen), Pin (never evicted), TTL
+// (hibernated once frozen that long) and Idle (frozen once its GPUs have
+// been idle that long). Zero durations are off.
+type Policy struct {
+	Priority int      `json:"priority"`
+	Pin      bool     `json:"pin"`
+	TTL      Duration `json:"ttl,omitempty"`
+	Idle     Duration `json:"idle,omitempty"`
 }
 
 // GPUProcess is one process holding memory on a GPU, managed or not.
@@ -113,6 +131,7 @@ type Hello struct {
 	Version      string   `json:"version"`
 	Backend      string   `json:"backend"` // "nvml" or "sim"
 	Capabilities []string `json:"capabilities"`
+	CRIU         string   `json:"criu,omitempty"` // CRIU version behind the disk tier
 	Caller       Identity `json:"caller"`
 }
 
@@ -129,6 +148,9 @@ type Status struct {
 	HostMiB       uint64        `json:"host_mib"`       // GPU memory parked in host RAM, all processes
 	RAMBudgetMiB  uint64        `json:"ram_budget_mib"` // --ram-budget; 0 = unlimited
 	Driver        string        `json:"driver"`         // checkpoint driver: api, cli, sim or none
+	DiskBytes     uint64        `json:"disk_bytes"`     // snapshot images on disk, all processes
+	DiskBudget    uint64        `json:"disk_budget"`    // --disk-budget in bytes; 0 = unlimited
+	CRIU          string        `json:"criu"`           // CRIU version, "" when the disk tier is off
 }
 
 // EventType says what an Event reports.

@@ -1,0 +1,177 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/testutil"
+)
+
+// nsJob is a simulated job with patterned host memory, started as the init
+// of its own PID namespace and session (as the daemon starts its trees).
+type nsJob struct {
+	cmd *exec.Cmd
+	log string
+}
+
+func startNSJob(t *testing.T, dir string, args ...string) *nsJob {
+	t.Helper()
+	bins := testutil.Build(t)
+	log := filepath.Join(dir, "job.log")
+	f, err := os.OpenFile(log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command(bins.SimJob, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWPID}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return &nsJob{cmd: cmd, log: log}
+}
+
+// waitLog polls the log until it contains want, returning the log.
+func waitLog(t *testing.T, path, want string) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		b, _ := os.ReadFile(path)
+		if strings.Contains(string(b), want) {
+			return string(b)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("log %s never showed %q:\n%s", path, want, b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func newTestCRIU(t *testing.T) *CRIU {
+	t.Helper()
+	c, err := NewCRIU(context.Background(), CRIUOptions{Path: testutil.CRIU(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func imagesDir(t *testing.T) string {
+	dir := filepath.Join(t.TempDir(), "img")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestCRIUDumpRestoreKeepsMemoryAndCounter(t *testing.T) {
+	c := newTestCRIU(t)
+	if !strings.HasPrefix(c.Version(), "4.") {
+		t.Fatalf("version %q", c.Version())
+	}
+	job := startNSJob(t, t.TempDir(), "--host-mem", "32", "--tick", "0.01")
+	waitLog(t, job.log, "tick 3\n")
+	dir := imagesDir(t)
+	if err := c.Dump(context.Background(), DumpOpts{Dir: dir, PID: job.cmd.Process.Pid}); err != nil {
+		t.Fatal(err)
+	}
+	_ = job.cmd.Wait() // CRIU killed the dumped tree; reap it so its pid is free
+	before, _ := os.ReadFile(job.log)
+	last := strings.Count(string(before), "tick ")
+
+	pid, err := c.Restore(context.Background(), RestoreOpts{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL); _, _ = unix.Wait4(pid, nil, 0, nil) })
+	if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err != nil || !strings.Contains(string(st), "PPid:\t"+fmt.Sprint(os.Getpid())) {
+		t.Fatalf("restored pid %d is not our child: %v\n%s", pid, err, st)
+	}
+	// The counter goes on from where it stopped, and the memory is intact.
+	waitLog(t, job.log, fmt.Sprintf("tick %d\n", last+2))
+	if err := unix.Kill(pid, unix.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	out := waitLog(t, job.log, "host memory verified")
+	if strings.Count(out, "tick 1\n") != 1 {
+		t.Fatalf("the counter restarted:\n%s", out)
+	}
+}
+
+func TestCRIULeaveRunningAndTwoCopies(t *testing.T) {
+	c := newTestCRIU(t)
+	job := startNSJob(t, t.TempDir(), "--host-mem", "8", "--tick", "0.01")
+	waitLog(t, job.log, "tick 2\n")
+	dir := imagesDir(t)
+	if err := c.Dump(context.Background(), DumpOpts{Dir: dir, PID: job.cmd.Process.Pid, LeaveRunning: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Kill(job.cmd.Process.Pid, 0); err != nil {
+		t.Fatalf("source gone after a leave-running dump: %v", err)
+	}
+	for range 2 {
+		pid, err := c.Restore(context.Background(), RestoreOpts{Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL); _, _ = unix.Wait4(pid, nil, 0, nil) })
+	}
+}
+
+func TestCRIURestoreFailureQuotesLog(t *testing.T) {
+	c := newTestCRIU(t)
+	_, err := c.Restore(context.Background(), RestoreOpts{Dir: imagesDir(t)})
+	var ce *CRIUError
+	if !errors.As(err, &ce) || !errors.Is(err, ErrFailed) {
+		t.Fatalf("err = %v, want a CRIUError of class ErrFailed", err)
+	}
+	if len(ce.Lines) == 0 || !strings.Contains(err.Error(), "Error (") {
+		t.Fatalf("no CRIU log line quoted: %v", err)
+	}
+}
+
+func TestCRIUDeadlineKillsWorker(t *testing.T) {
+	c := newTestCRIU(t)
+	job := startNSJob(t, t.TempDir(), "--host-mem", "256", "--tick", "0.01")
+	waitLog(t, job.log, "host memory 256 MiB filled")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	err := c.Dump(ctx, DumpOpts{Dir: imagesDir(t), PID: job.cmd.Process.Pid})
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("err = %v, want ErrTimeout", err)
+	}
+	if left := swrkChildren(); len(left) > 0 {
+		t.Fatalf("criu workers left: %v", left)
+	}
+}
+
+func TestNewCRIURefusesMissingBinary(t *testing.T) {
+	_, err := NewCRIU(context.Background(), CRIUOptions{Path: "/nonexistent/criu"})
+	if !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("err = %v, want ErrUnsupported", err)
+	}
+}
+
+func TestLogErrorsSkipsHarmlessLines(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "restore.log")
+	log := "(00.001) Warn (x): w\n(00.002) Error (criu/cr-restore.c:1): Can't setup RLIMIT_NOFILE\n(00.003) Error (criu/files.c:9): Can't open file\n"
+	if err := os.WriteFile(p, []byte(log), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got := LogErrors(p, 5)
+	if len(got) != 1 || got[0] != "Error (criu/files.c:9): Can't open file" {
+		t.Fatalf("got %q", got)
+	}
+}

@@ -1,0 +1,153 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/gpusched/gpusched/internal/checkpoint"
+	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/procfs"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// criuTier is what the daemon needs from CRIU.
+type criuTier interface {
+	Version() string
+	CUDAPlugin() bool
+	Dump(ctx context.Context, o checkpoint.DumpOpts) error
+	Restore(ctx context.Context, o checkpoint.RestoreOpts) (int, error)
+}
+
+// cudaStateCarrier is implemented by GPU backends whose per-process CUDA
+// state lives outside the process (simulated GPUs): a dump takes it along
+// and a restore gives it to the new pid. Real CUDA state is inside the
+// process memory CRIU dumps, so NVML needs nothing of the kind.
+type cudaStateCarrier interface {
+	CarryOut(pid int) ([]byte, error)
+	CarryIn(pid int, start uint64, state []byte) error
+}
+
+var errNoCRIU = errors.New("the disk tier is off")
+
+// openDiskTier opens the snapshot store and finds CRIU. Without CRIU the
+// daemon runs with the disk tier off and says why.
+func (d *Daemon) openDiskTier(ctx context.Context) error {
+	snaps, incomplete, err := checkpoint.OpenSnapshots(d.cfg.Snapshots())
+	if err != nil {
+		return err
+	}
+	d.snaps, d.incomplete = snaps, incomplete
+	path := d.cfg.CRIU
+	switch path {
+	case "none":
+		d.criuErr = errors.New("--criu none")
+		return nil
+	case "":
+		if _, err := os.Stat(config.PrivateCRIU); err == nil {
+			path = config.PrivateCRIU
+		}
+	}
+	c, err := checkpoint.NewCRIU(ctx, checkpoint.CRIUOptions{Path: path})
+	if err != nil {
+		d.criuErr = err
+		d.log.Warn("disk tier off: hibernate, thaw from disk and fork are unavailable", zap.Error(err))
+		return nil
+	}
+	d.criu = c
+	d.log.Info("disk tier", zap.String("criu", c.Path()), zap.String("version", c.Version()),
+		zap.String("snapshots", snaps.Dir()), zap.Bool("cuda_plugin", c.CUDAPlugin()))
+	return nil
+}
+
+// needCRIU fails clearly when the disk tier is off.
+func (d *Daemon) needCRIU() error {
+	if d.criu != nil {
+		return nil
+	}
+	return api.Errorf(api.CodeUnavailable, "%v: %v (scripts/install-criu.sh installs CRIU; see --criu)", errNoCRIU, d.criuErr)
+}
+
+// diskCaps are the disk tier's capabilities for hello.
+func (d *Daemon) diskCaps() []string {
+	if d.criu == nil {
+		return nil
+	}
+	caps := []string{api.CapHibernate, api.CapFork, api.CapIncremental, api.CapCUDACheckpointed}
+	if d.criu.CUDAPlugin() {
+		caps = append(caps, api.CapCUDAPlugin)
+	}
+	return caps
+}
+
+// criuVersion is the CRIU version in use, "" with the disk tier off.
+func (d *Daemon) criuVersion() string {
+	if d.criu == nil {
+		return ""
+	}
+	return d.criu.Version()
+}
+
+// dropSnapshots deletes every snapshot of a process that ended or was
+// forgotten: its images held nothing else.
+func (d *Daemon) dropSnapshots(processID string) {
+	if d.snaps == nil {
+		return
+	}
+	snaps := d.snaps.List()
+	for i := len(snaps) - 1; i >= 0; i-- { // children before parents
+		if m := snaps[i]; m.ProcessID == processID {
+			if err := d.snaps.Discard(m.ID); err != nil {
+				d.log.Warn("delete snapshot", zap.String("snapshot", m.ID), zap.Error(err))
+			}
+		}
+	}
+}
+
+// treeBytes is the resident memory of the tree under initPID: about what a
+// dump of it writes.
+func treeBytes(initPID int) uint64 {
+	tree, err := procfs.ScanTree()
+	if err != nil {
+		return 0
+	}
+	var sum uint64
+	for _, pid := range append([]int{initPID}, tree.Descendants(initPID)...) {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b))
+		if len(f) > 1 {
+			pages, _ := strconv.ParseUint(f[1], 10, 64)
+			sum += pages * uint64(os.Getpagesize())
+		}
+	}
+	return sum
+}
+
+// diskRoom checks that a dump of about est bytes fits the disk budget.
+func (d *Daemon) diskRoom(what string, est uint64) error {
+	budget := d.cfg.DiskBudgetMiB << 20
+	if budget == 0 {
+		return nil
+	}
+	if used := d.snaps.Bytes(); used+est > budget {
+		return api.Errorf(api.CodeResourceExhausted, "%s needs about %d MiB of disk; snapshots take %d MiB of the %d MiB --disk-budget: delete snapshots or kill hibernated processes",
+			what, est>>20, used>>20, budget>>20)
+	}
+	return nil
+}
+
+// wrapCRIU gives a CRIU failure its wire code.
+func wrapCRIU(what string, err error) error {
+	if errors.Is(err, checkpoint.ErrNoSpace) {
+		return api.Errorf(api.CodeResourceExhausted, "%s: %v", what, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

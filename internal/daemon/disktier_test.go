@@ -1,0 +1,132 @@
+package daemon
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/testutil"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// newDiskHarness is a checkpoint harness with real CRIU.
+func newDiskHarness(t *testing.T, driver string, mods ...func(*config.Config)) *ckptHarness {
+	t.Helper()
+	criu := testutil.CRIU(t)
+	return newCkptHarness(t, driver, append([]func(*config.Config){func(c *config.Config) { c.CRIU = criu }}, mods...)...)
+}
+
+// memJob runs a simulated job holding vram MiB on GPU 0 and hostMiB of
+// patterned host memory, ticking a counter, and waits until it is filled.
+func (h *ckptHarness) memJob(name string, vram, hostMiB int) {
+	h.t.Helper()
+	_, err := h.client().Run(ctxT(h.t), api.RunParams{Name: name, Dir: "/", GPU: &api.GPURef{Index: 0},
+		Cmd: []string{h.bins.SimJob, "--vram", fmt.Sprint(vram), "--host-mem", fmt.Sprint(hostMiB), "--tick", "0.02"}})
+	if err != nil {
+		h.t.Fatalf("run %s: %v", name, err)
+	}
+	h.followCount(name, "simjob: host memory", 1)
+	h.followCount(name, "tick 3", 1)
+	h.refresh()
+}
+
+// lastTick is the highest "tick N" in name's log.
+func (h *ckptHarness) lastTick(name string) int {
+	h.t.Helper()
+	lines, err := h.client().Logs(ctxT(h.t), name, -1)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	last := 0
+	for _, l := range lines {
+		var n int
+		if _, err := fmt.Sscanf(l, "tick %d", &n); err == nil && n > last {
+			last = n
+		}
+	}
+	return last
+}
+
+// verifyContinued checks that name's counter went on past from without
+// starting over, and that its host memory is intact.
+func (h *ckptHarness) verifyContinued(name string, from int) {
+	h.t.Helper()
+	h.followCount(name, fmt.Sprintf("tick %d", from+2), 1)
+	lines, _ := h.client().Logs(ctxT(h.t), name, -1)
+	if n := strings.Count(strings.Join(lines, "\n")+"\n", "tick 1\n"); n != 1 {
+		h.t.Fatalf("%s: the counter started over (%d times tick 1)", name, n)
+	}
+	before := strings.Count(strings.Join(lines, "\n"), "host memory verified")
+	if _, err := h.client().Kill(ctxT(h.t), api.KillParams{Name: name, Signal: "SIGUSR1"}); err != nil {
+		h.t.Fatal(err)
+	}
+	h.followCount(name, "simjob: host memory verified", before+1)
+}
+
+func TestHibernateThawFromDisk(t *testing.T) {
+	for _, driver := range []string{config.DriverSim, config.DriverCLI} {
+		t.Run(driver, func(t *testing.T) {
+			h := newDiskHarness(t, driver)
+			c := h.client()
+			h.memJob("job", 512, 64)
+
+			hr, err := c.Hibernate(ctxT(t), api.HibernateParams{Name: "job"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if hr.State != api.StateHibernated || hr.Snapshot == "" || hr.Parent != "" || hr.Bytes < 64<<20 || hr.GPUBytes != 512<<20 {
+				t.Fatalf("hibernate result %+v", hr)
+			}
+			p := h.proc("job")
+			if p.State != api.StateHibernated || p.Tier != api.TierDisk || p.InitPID != 0 || p.Snapshot != hr.Snapshot {
+				t.Fatalf("after hibernate: %+v", p)
+			}
+			h.refresh()
+			if u := h.used(0); u != 0 {
+				t.Fatalf("GPU 0 holds %d MiB after hibernate", u)
+			}
+			snaps, err := c.Snapshots(ctxT(t), api.SnapshotsParams{})
+			if err != nil || len(snaps.Snapshots) != 1 || !snaps.Snapshots[0].Holds || snaps.Bytes != hr.Bytes {
+				t.Fatalf("snapshots %+v, %v", snaps, err)
+			}
+			ticks := h.lastTick("job")
+
+			tr, err := c.Thaw(ctxT(t), api.ThawParams{Name: "job"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tr.State != api.StateRunning || tr.Snapshot != hr.Snapshot || tr.MS["criu_restore"] <= 0 {
+				t.Fatalf("thaw result %+v", tr)
+			}
+			h.refresh()
+			if u := h.used(0); u != 512 {
+				t.Fatalf("GPU 0 holds %d MiB after thaw, want 512", u)
+			}
+			if got := h.cudaStates("job"); !allEqual(got, "running") {
+				t.Fatalf("CUDA states after thaw %v", got)
+			}
+			h.verifyContinued("job", ticks)
+
+			// A repeat hibernate writes only what changed.
+			hr2, err := c.Hibernate(ctxT(t), api.HibernateParams{Name: "job"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if hr2.Parent != hr.Snapshot || hr2.Written*10 > hr.Written || hr2.Reused == 0 {
+				t.Fatalf("repeat hibernate %+v, first %+v: want parent %s and < 10%% written", hr2, hr, hr.Snapshot)
+			}
+			ticks = h.lastTick("job")
+			if _, err := c.Thaw(ctxT(t), api.ThawParams{Name: "job"}); err != nil {
+				t.Fatal(err)
+			}
+			h.verifyContinued("job", ticks)
+			if _, err := c.Kill(ctxT(t), api.KillParams{Name: "job"}); err != nil {
+				t.Fatal(err)
+			}
+			if snaps, _ := c.Snapshots(ctxT(t), api.SnapshotsParams{}); len(snaps.Snapshots) != 0 {
+				t.Fatalf("snapshots left after the process ended: %+v", snaps.Snapshots)
+			}
+		})
+	}
+}

@@ -1,0 +1,246 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/gpusched/gpusched/internal/checkpoint"
+	"github.com/gpusched/gpusched/internal/logfile"
+	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// maxCopies bounds one fork.
+const maxCopies = 64
+
+// fork dumps a process, leaving it as it was, and restores independent
+// copies NAME-1..NAME-N from the one image, each in its own PID namespace
+// with its own log, placed on its GPU by UUID map.
+func (d *Daemon) fork(c *call) (any, error) {
+	var p api.ForkParams
+	if err := c.decode(&p); err != nil {
+		return nil, err
+	}
+	src, err := d.lookup(c, p.Name)
+	if err != nil {
+		return nil, err
+	}
+	if p.Copies < 1 || p.Copies > maxCopies {
+		return nil, invalidf("fork %q: copies %d is outside 1..%d", p.Name, p.Copies, maxCopies)
+	}
+	names := make([]string, p.Copies)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-%d", p.Name, i+1)
+		if err := api.ValidateName(names[i]); err != nil {
+			return nil, invalidf("fork %q: copy name: %v", p.Name, err)
+		}
+		if old, ok := d.table.Get(names[i]); ok && old.Live() {
+			return nil, api.Errorf(api.CodeExists, "fork %q: process %q already exists (%s)", p.Name, names[i], old.State)
+		} else if ok && !c.actor.owns(old.Owner.UID) {
+			return nil, deniedf("fork %q: name %q is held by an exited process of %s", p.Name, names[i], old.Owner.User)
+		}
+	}
+	targets, err := d.forkTargets(p, src)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.needCRIU(); err != nil {
+		return nil, err
+	}
+	ctx := context.WithoutCancel(c.ctx)
+	unlock, err := d.ops.lock(c.ctx, p.Name)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	for _, n := range names {
+		u, err := d.ops.lock(c.ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		defer u()
+	}
+	if src, err = d.lookup(c, p.Name); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	img, err := d.forkImage(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	defer d.discard(img.ID)
+	res := api.ForkResult{Name: p.Name, Copies: []api.Process{}, Bytes: img.Bytes, MS: map[string]float64{"dump": img.dumpMS}}
+	var errs []error
+	for i, name := range names {
+		t := time.Now()
+		cp, err := d.restoreCopy(ctx, c, src, img, name, i+1, targets[i], time.Duration(p.Timeout))
+		res.MS[name] = msSince(t)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		res.Copies = append(res.Copies, cp)
+	}
+	res.MS["total"] = msSince(start)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("fork %q: %d of %d copies failed: %w", p.Name, len(errs), p.Copies, errors.Join(errs...))
+	}
+	return res, nil
+}
+
+// forkTargets resolves where each copy goes: GPU i for copy i, or ""
+// (the source's GPUs).
+func (d *Daemon) forkTargets(p api.ForkParams, src proctable.Record) ([]string, error) {
+	out := make([]string, p.Copies)
+	if len(p.GPUs) == 0 {
+		return out, nil
+	}
+	if len(p.GPUs) != p.Copies {
+		return nil, invalidf("fork %q: %d gpus for %d copies: give one per copy", p.Name, len(p.GPUs), p.Copies)
+	}
+	if len(src.GPUs) != 1 {
+		return nil, invalidf("fork %q: gpus places copies of a process on one GPU; %q has %d", p.Name, p.Name, len(src.GPUs))
+	}
+	for i, ref := range p.GPUs {
+		uuids, err := d.resolveGPUs(fmt.Sprintf("fork %q", p.Name), &ref, nil)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = uuids[0]
+	}
+	return out, nil
+}
+
+// forkSource is a fork's image of the source tree.
+type forkSource struct {
+	checkpoint.SnapshotMeta
+	dir    string
+	procs  []proctable.CheckpointProc
+	dumpMS float64
+}
+
+// forkImage dumps src leaving it as it was: a running source is frozen for
+// the dump (its GPU memory must be in host memory to be imaged) and thawed
+// after.
+func (d *Daemon) forkImage(ctx context.Context, src proctable.Record) (forkSource, error) {
+	what := fmt.Sprintf("fork %q", src.Name)
+	running := src.State == api.StateRunning
+	switch src.State {
+	case api.StateRunning:
+		if _, err := d.freezeLocked(ctx, src, freezeOpts{lockTimeout: d.cfg.LockTimeout, stop: true, toDisk: true}); err != nil {
+			return forkSource{}, fmt.Errorf("%s: %w", what, err)
+		}
+		src, _ = d.table.Get(src.Name)
+	case api.StateFrozen:
+	default:
+		return forkSource{}, conflictf("process %q is %s; only a running or frozen process can be forked", src.Name, src.State)
+	}
+	img, err := d.dumpForFork(ctx, src)
+	if running {
+		cur, _ := d.table.Get(src.Name)
+		if _, terr := d.thawLocked(ctx, cur, thawOpts{op: "thaw", waitCtx: ctx}); terr != nil {
+			d.log.Warn("source of a fork stays frozen", zap.String("name", src.Name), zap.Error(terr))
+		}
+	}
+	if err != nil {
+		return forkSource{}, fmt.Errorf("%s: %w", what, err)
+	}
+	return img, nil
+}
+
+func (d *Daemon) dumpForFork(ctx context.Context, src proctable.Record) (forkSource, error) {
+	if len(src.Checkpoint.Stopped) == 0 {
+		stopped, err := stopTree(src.InitPID)
+		if err != nil {
+			return forkSource{}, err
+		}
+		defer func() { _ = continueTree(stopped) }()
+	}
+	procs, carry, err := d.namespaced(src)
+	if err != nil {
+		return forkSource{}, err
+	}
+	if err := d.diskRoom("the fork image", treeBytes(src.InitPID)); err != nil {
+		return forkSource{}, err
+	}
+	img := forkSource{SnapshotMeta: checkpoint.SnapshotMeta{ID: uuid.NewString()}, procs: procs}
+	if img.dir, err = d.snaps.Create(img.ID); err != nil {
+		return forkSource{}, err
+	}
+	t := time.Now()
+	err = writeCarry(img.dir, carry)
+	if err == nil {
+		_, err = d.criuDump(ctx, src.InitPID, img.dir, "", true)
+	}
+	img.dumpMS = msSince(t)
+	if err != nil {
+		d.discard(img.ID)
+		return forkSource{}, wrapCRIU("dump", err)
+	}
+	img.Bytes, _ = checkpoint.DirBytes(img.dir)
+	return img, nil
+}
+
+// restoreCopy restores copy n of the fork image as a new process name,
+// then thaws it onto target (or the source's GPUs).
+func (d *Daemon) restoreCopy(ctx context.Context, c *call, src proctable.Record, img forkSource, name string, n int, target string, wait time.Duration) (api.Process, error) {
+	rec := proctable.Record{
+		ID: uuid.NewString(), Name: name, Owner: src.Owner, Cmd: src.Cmd, Dir: src.Dir, GPUs: src.GPUs,
+		Nice: src.Nice, Policy: src.Policy, State: api.StateHibernated, BootID: d.bootID, CreatedAt: time.Now(),
+		LogPath:    filepath.Join(d.cfg.LogDir, name+".log"),
+		Checkpoint: &proctable.Checkpoint{Procs: img.procs, FrozenAt: time.Now()},
+	}
+	rec.StatusPath = filepath.Join(d.statusDir(), rec.ID)
+	var pairs []checkpoint.GPUPair
+	if target != "" && target != src.GPUs[0] {
+		pairs = []checkpoint.GPUPair{{Old: src.GPUs[0], New: target}}
+	}
+	d.removeLogs(rec.LogPath)
+	if err := touch(rec.LogPath, rec.StatusPath); err != nil {
+		return api.Process{}, fmt.Errorf("copy %q: %w", name, err)
+	}
+	dir := filepath.Join(img.dir, fmt.Sprintf("copy-%d", n))
+	err := checkpoint.CloneImage(img.dir, dir, map[string]string{src.LogPath: rec.LogPath, src.StatusPath: rec.StatusPath})
+	if err == nil {
+		rec, err = d.table.Create(rec)
+	}
+	if err == nil {
+		rec, err = d.restoreTree(ctx, rec, dir)
+	}
+	if err == nil {
+		_, err = d.thawLocked(ctx, rec, thawOpts{op: "fork", pairs: pairs, wait: wait, waitCtx: c.ctx, admitted: false})
+		if err != nil {
+			d.log.Warn("fork copy stays frozen", zap.String("name", name), zap.Error(err))
+			err = nil // restored; frozen until its GPU has room
+		}
+	}
+	if err != nil {
+		if cur, ok := d.table.Get(name); ok && cur.ID == rec.ID && cur.State == api.StateHibernated {
+			_, _ = d.table.Remove(name, nil)
+			os.Remove(rec.StatusPath)
+			d.removeLogs(rec.LogPath)
+		}
+		return api.Process{}, fmt.Errorf("copy %q: %w", name, err)
+	}
+	cur, _ := d.table.Get(name)
+	return toAPI(cur, d.gpuView()), nil
+}
+
+// touch creates empty files (a log opened append-only, a status file).
+func touch(paths ...string) error {
+	for _, p := range paths {
+		f, err := logfile.OpenAppend(p)
+		if err != nil {
+			return err
+		}
+		f.Close()
+	}
+	return nil
+}

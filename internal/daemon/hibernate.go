@@ -1,0 +1,332 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/gpusched/gpusched/internal/checkpoint"
+	"github.com/gpusched/gpusched/internal/procfs"
+	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// carryFile holds, in a snapshot, the CUDA state of simulated processes
+// by namespace pid (see cudaStateCarrier).
+const carryFile = "gpusched-carry.json"
+
+// hibernateOpts are a hibernate's knobs.
+type hibernateOpts struct {
+	lockTimeout time.Duration
+	full        bool   // no parent image
+	why         string // "" when asked for; else the policy that evicted it
+}
+
+// hibernate moves a running or frozen process to disk.
+func (d *Daemon) hibernate(c *call) (any, error) {
+	var p api.HibernateParams
+	if err := c.decode(&p); err != nil {
+		return nil, err
+	}
+	if _, err := d.lookup(c, p.Name); err != nil {
+		return nil, err
+	}
+	if err := d.needCRIU(); err != nil {
+		return nil, err
+	}
+	unlock, err := d.ops.lock(c.ctx, p.Name)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	rec, err := d.lookup(c, p.Name)
+	if err != nil {
+		return nil, err
+	}
+	o := hibernateOpts{lockTimeout: time.Duration(p.LockTimeout), full: p.Full}
+	if o.lockTimeout == 0 {
+		o.lockTimeout = d.cfg.LockTimeout
+	}
+	return d.hibernateLocked(context.WithoutCancel(c.ctx), rec, o)
+}
+
+// hibernateLocked freezes rec if it runs, then dumps its stopped tree to a
+// new snapshot; the caller holds rec's lifecycle lock. A failed dump leaves
+// the process frozen in RAM and no partial image.
+func (d *Daemon) hibernateLocked(ctx context.Context, rec proctable.Record, o hibernateOpts) (api.HibernateResult, error) {
+	start := time.Now()
+	ms := map[string]float64{}
+	switch rec.State {
+	case api.StateRunning:
+		t := time.Now()
+		if _, err := d.freezeLocked(ctx, rec, freezeOpts{lockTimeout: o.lockTimeout, stop: true, toDisk: true}); err != nil {
+			return api.HibernateResult{}, fmt.Errorf("hibernate %q: %w", rec.Name, err)
+		}
+		ms["freeze"] = msSince(t)
+		cur, ok := d.table.Get(rec.Name)
+		if !ok || cur.ID != rec.ID {
+			return api.HibernateResult{}, fmt.Errorf("hibernate %q: %w", rec.Name, errReplaced)
+		}
+		rec = cur
+	case api.StateFrozen:
+	case api.StateHibernated:
+		return api.HibernateResult{}, conflictf("process %q is already hibernated (snapshot %s)", rec.Name, rec.Snapshot)
+	default:
+		return api.HibernateResult{}, conflictf("process %q is %s; only a running or frozen process can be hibernated", rec.Name, rec.State)
+	}
+	if len(rec.Checkpoint.Stopped) == 0 {
+		// Frozen without SIGSTOP: the image must be of a still tree.
+		stopped, err := stopTree(rec.InitPID)
+		if err != nil {
+			return api.HibernateResult{}, fmt.Errorf("hibernate %q: stop tree: %w", rec.Name, err)
+		}
+		if rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
+			r.Checkpoint.Stopped = stopped
+			return nil
+		}); err != nil {
+			return api.HibernateResult{}, fmt.Errorf("hibernate %q: %w", rec.Name, err)
+		}
+	}
+	res, err := d.dump(ctx, rec, o)
+	if err != nil {
+		return api.HibernateResult{}, err
+	}
+	for k, v := range res.MS {
+		ms[k] = v
+	}
+	ms["total"] = msSince(start)
+	res.MS = ms
+	return res, nil
+}
+
+// dump images rec's frozen, stopped tree into a new snapshot and records
+// the process hibernated in it.
+func (d *Daemon) dump(ctx context.Context, rec proctable.Record, o hibernateOpts) (api.HibernateResult, error) {
+	what := fmt.Sprintf("hibernate %q", rec.Name)
+	rt := d.procs.get(rec.ID)
+	if rt == nil {
+		return api.HibernateResult{}, fmt.Errorf("%s: the daemon is not watching this process", what)
+	}
+	procs, carry, err := d.namespaced(rec)
+	if err != nil {
+		return api.HibernateResult{}, fmt.Errorf("%s: %w", what, err)
+	}
+	if err := d.diskRoom(what, treeBytes(rec.InitPID)); err != nil {
+		return api.HibernateResult{}, err
+	}
+	parent := d.parentFor(rec, o.full)
+	meta := checkpoint.SnapshotMeta{
+		ID: uuid.NewString(), Name: rec.Name, ProcessID: rec.ID, UID: rec.Owner.UID, User: rec.Owner.User,
+		Parent: parent, GPUs: rec.GPUs, VRAM: rec.Checkpoint.VRAM(), CreatedAt: time.Now(),
+	}
+	meta.LastUsed = meta.CreatedAt
+	dir, err := d.snaps.Create(meta.ID)
+	if err != nil {
+		return api.HibernateResult{}, fmt.Errorf("%s: %w", what, err)
+	}
+	if err := writeCarry(dir, carry); err != nil {
+		d.discard(meta.ID)
+		return api.HibernateResult{}, fmt.Errorf("%s: %w", what, err)
+	}
+	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
+		if r.ID != rec.ID {
+			return errReplaced
+		}
+		r.State, r.Error = api.StateHibernating, ""
+		r.Checkpoint.Procs = procs
+		r.Snapshot = meta.ID // pending: settled at boot if the daemon dies now
+		return nil
+	})
+	if err != nil {
+		d.discard(meta.ID)
+		return api.HibernateResult{}, fmt.Errorf("%s: %w", what, err)
+	}
+
+	ms := map[string]float64{}
+	t := time.Now()
+	rt.dumping.Store(true)
+	stats, err := d.criuDump(ctx, rec.InitPID, dir, parent, false)
+	ms["dump"] = msSince(t)
+	if err != nil {
+		rt.dumping.Store(false)
+		return api.HibernateResult{}, d.dumpFailed(rec, rt, meta.ID, parent, wrapCRIU(what, err))
+	}
+	// CRIU ends a tree once it is dumped: wait for the watcher to see it.
+	select {
+	case <-rt.exited:
+	case <-time.After(reapTimeout):
+		d.log.Warn("dumped tree still present", zap.String("name", rec.Name), zap.Int("init_pid", rec.InitPID))
+	}
+	meta.Pages, meta.Reused = stats.Pages, stats.Reused
+	if meta, err = d.snaps.Commit(meta); err != nil {
+		return api.HibernateResult{}, d.dumpFailed(rec, rt, meta.ID, parent, fmt.Errorf("%s: %w", what, err))
+	}
+	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
+		if r.ID != rec.ID {
+			return errReplaced
+		}
+		r.State, r.Snapshot = api.StateHibernated, meta.ID
+		r.InitPID, r.InitStart, r.PID, r.PIDStart = 0, 0, 0, 0
+		r.Checkpoint.Stopped = nil
+		if o.why != "" {
+			r.Error = o.why
+		}
+		return nil
+	})
+	if err != nil {
+		return api.HibernateResult{}, fmt.Errorf("%s: %w", what, err)
+	}
+	if parent == "" {
+		d.dropOlder(rec.ID, meta.ID)
+	}
+	d.sampler.kick()
+	d.log.Info("hibernated", zap.String("name", rec.Name), zap.String("snapshot", meta.ID), zap.String("parent", parent),
+		zap.Uint64("bytes", meta.Bytes), zap.Uint64("pages", meta.Pages), zap.Uint64("reused", meta.Reused), zap.String("why", o.why))
+	return api.HibernateResult{Name: rec.Name, State: rec.State, Snapshot: meta.ID, Parent: parent, Bytes: meta.Bytes,
+		Written: meta.Written, Pages: meta.Pages, Reused: meta.Reused, GPUBytes: rec.Checkpoint.MiB() << 20,
+		Evicted: o.why != "", MS: ms}, nil
+}
+
+// criuDump runs one CRIU dump of the tree at initPID into dir with the
+// pages through a page server that leaves pages unchanged since parent in
+// it.
+func (d *Daemon) criuDump(ctx context.Context, initPID int, dir, parent string, leaveRunning bool) (checkpoint.PageStats, error) {
+	parentDir := ""
+	if parent != "" {
+		parentDir = d.snaps.Path(parent)
+	}
+	ps, err := checkpoint.StartPageServer(dir, parentDir)
+	if err != nil {
+		return checkpoint.PageStats{}, err
+	}
+	defer ps.Close()
+	if budget := d.cfg.DiskBudgetMiB << 20; budget > 0 {
+		used := d.snaps.Bytes()
+		if used < budget {
+			ps.SetLimit(budget - used)
+		} else {
+			ps.SetLimit(1)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
+	defer cancel()
+	addr, port := ps.Endpoint()
+	err = d.criu.Dump(ctx, checkpoint.DumpOpts{Dir: dir, PID: initPID, LeaveRunning: leaveRunning,
+		PageServer: &checkpoint.Endpoint{Address: addr, Port: port}})
+	stats, perr := ps.Wait(ctx)
+	if err == nil {
+		err = perr
+	}
+	return stats, err
+}
+
+// dumpFailed settles a hibernate whose dump failed: the image goes, and the
+// process is frozen again, as CRIU leaves a tree it failed to dump, or
+// exited if it ended meanwhile.
+func (d *Daemon) dumpFailed(rec proctable.Record, rt *procRuntime, id, parent string, cause error) error {
+	d.discard(id)
+	select {
+	case <-rt.exited:
+		d.recordExit(rec, rt)
+		return fmt.Errorf("%w; the process ended during the dump", cause)
+	default:
+	}
+	_, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+		if r.ID != rec.ID {
+			return errReplaced
+		}
+		r.State, r.Snapshot, r.Error = api.StateFrozen, parent, cause.Error()
+		return nil
+	})
+	d.log.Warn("hibernate failed", zap.String("name", rec.Name), zap.Error(cause))
+	if err != nil {
+		return fmt.Errorf("%w (and recording it failed: %v)", cause, err)
+	}
+	return fmt.Errorf("%w; the process stays frozen in RAM", cause)
+}
+
+// namespaced returns rec's checkpointed processes with their namespace
+// pids, and the CUDA state a simulated backend keeps outside them.
+func (d *Daemon) namespaced(rec proctable.Record) ([]proctable.CheckpointProc, map[int]json.RawMessage, error) {
+	procs := rec.Clone().Checkpoint.Procs
+	carry := map[int]json.RawMessage{}
+	carrier, _ := d.gpus.(cudaStateCarrier)
+	for i, p := range procs {
+		if !procfs.Alive(p.PID, p.Start) {
+			return nil, nil, fmt.Errorf("checkpointed pid %d is gone", p.PID)
+		}
+		ns, err := procfs.NSPid(p.PID)
+		if err != nil {
+			return nil, nil, err
+		}
+		procs[i].NSPID = ns
+		if carrier != nil {
+			state, err := carrier.CarryOut(p.PID)
+			if err != nil {
+				return nil, nil, fmt.Errorf("simulated CUDA state of pid %d: %w", p.PID, err)
+			}
+			carry[ns] = state
+		}
+	}
+	return procs, carry, nil
+}
+
+func writeCarry(dir string, carry map[int]json.RawMessage) error {
+	if len(carry) == 0 {
+		return nil
+	}
+	b, err := json.Marshal(carry)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, carryFile), b, 0o600)
+}
+
+func readCarry(dir string) (map[int]json.RawMessage, error) {
+	b, err := os.ReadFile(filepath.Join(dir, carryFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var carry map[int]json.RawMessage
+	return carry, json.Unmarshal(b, &carry)
+}
+
+// parentFor picks the parent of rec's next dump: the snapshot it was last
+// restored from, unless a full image is asked for or the chain is long.
+func (d *Daemon) parentFor(rec proctable.Record, full bool) string {
+	if full || rec.Snapshot == "" || d.cfg.MaxChain == 0 {
+		return ""
+	}
+	if chain := d.snaps.Chain(rec.Snapshot); len(chain) == 0 || len(chain) > d.cfg.MaxChain {
+		return ""
+	}
+	return rec.Snapshot
+}
+
+// dropOlder deletes a process's snapshots other than keep, once a full
+// image makes them unnecessary.
+func (d *Daemon) dropOlder(processID, keep string) {
+	snaps := d.snaps.List()
+	for i := len(snaps) - 1; i >= 0; i-- {
+		if m := snaps[i]; m.ProcessID == processID && m.ID != keep {
+			d.discard(m.ID)
+		}
+	}
+}
+
+func (d *Daemon) discard(id string) {
+	if err := d.snaps.Discard(id); err != nil {
+		d.log.Warn("delete snapshot", zap.String("snapshot", id), zap.Error(err))
+	}
+}

@@ -1,0 +1,177 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/checkpoint"
+	"github.com/gpusched/gpusched/internal/nsinit"
+	"github.com/gpusched/gpusched/internal/procfs"
+	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// thawFromDisk brings a hibernated process back: its GPU memory is admitted
+// first, then CRIU restores the tree into a fresh PID namespace (frozen, as
+// it was dumped), the daemon re-adopts it as the same process, and the
+// RAM thaw puts its memory back on the GPUs. A failed restore leaves it
+// hibernated with the snapshot intact.
+func (d *Daemon) thawFromDisk(ctx context.Context, rec proctable.Record, opts thawOpts) (api.CheckpointResult, error) {
+	start := time.Now()
+	what := fmt.Sprintf("%s %q", opts.op, rec.Name)
+	if err := d.needCRIU(); err != nil {
+		return api.CheckpointResult{}, err
+	}
+	if _, ok := d.snaps.Get(rec.Snapshot); !ok {
+		return api.CheckpointResult{}, fmt.Errorf("%s: snapshot %s: %w", what, rec.Snapshot, checkpoint.ErrSnapshotNotFound)
+	}
+	_, remap := remapGPUs(rec.GPUs, opts.pairs)
+	need := map[string]uint64{}
+	for uuid, mib := range rec.Checkpoint.VRAM() {
+		need[remap(uuid)] += mib
+	}
+	if err := d.sampler.refresh(ctx); err != nil {
+		return api.CheckpointResult{}, fmt.Errorf("%s: sample GPUs: %w", what, err)
+	}
+	t := time.Now()
+	release, err := d.admit(opts.waitCtx, what, need, opts.wait)
+	if err != nil {
+		return api.CheckpointResult{}, err
+	}
+	defer release()
+	admitMS := msSince(t)
+
+	t = time.Now()
+	rec, err = d.restoreTree(ctx, rec, d.snaps.Path(rec.Snapshot))
+	if err != nil {
+		return api.CheckpointResult{}, fmt.Errorf("%s: %w", what, err)
+	}
+	restoreMS := msSince(t)
+	if err := d.snaps.Touch(rec.Snapshot, time.Now()); err != nil {
+		d.log.Warn("snapshot last use", zap.String("snapshot", rec.Snapshot), zap.Error(err))
+	}
+	opts.admitted = true
+	res, err := d.thawLocked(ctx, rec, opts)
+	if err != nil {
+		return res, err
+	}
+	res.Snapshot = rec.Snapshot
+	res.MS["admit"], res.MS["criu_restore"], res.MS["total"] = admitMS, restoreMS, msSince(start)
+	return res, nil
+}
+
+// restoreTree restores the tree imaged in dir as rec (hibernated) and
+// re-adopts it: new host pids, the same namespace pids, frozen and stopped.
+func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir string) (proctable.Record, error) {
+	rec, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+		if r.ID != rec.ID {
+			return errReplaced
+		}
+		r.State, r.Error = api.StateRestoring, ""
+		return nil
+	})
+	if err != nil {
+		return rec, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
+	pid, err := d.criu.Restore(rctx, checkpoint.RestoreOpts{Dir: dir})
+	cancel()
+	if err == nil {
+		var out proctable.Record
+		if out, err = d.adoptRestored(rec, pid, dir); err == nil {
+			return out, nil
+		}
+		killAndReap(pid)
+	}
+	err = wrapCRIU("restore", err)
+	if _, uerr := d.table.Update(rec.Name, func(r *proctable.Record) error {
+		r.State, r.Error = api.StateHibernated, err.Error()
+		return nil
+	}); uerr != nil {
+		d.log.Error("record failed restore", zap.String("name", rec.Name), zap.Error(uerr))
+	}
+	d.log.Warn("restore from disk failed; the snapshot is kept", zap.String("name", rec.Name), zap.String("snapshot", rec.Snapshot), zap.Error(err))
+	return rec, fmt.Errorf("%w; the process stays hibernated and snapshot %s is intact", err, rec.Snapshot)
+}
+
+// adoptRestored makes the tree CRIU restored at initPID the managed
+// process rec: its pids are found again by namespace pid, simulated CUDA
+// state follows them, and its exit is watched.
+func (d *Daemon) adoptRestored(rec proctable.Record, initPID int, dir string) (proctable.Record, error) {
+	pidfd, err := unix.PidfdOpen(initPID, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return rec, fmt.Errorf("restored init %d: %w", initPID, err)
+	}
+	initStart, err := procfs.StartTime(initPID)
+	if err != nil {
+		unix.Close(pidfd)
+		return rec, fmt.Errorf("restored init %d: %w", initPID, err)
+	}
+	tree, err := procfs.ScanTree()
+	if err != nil {
+		unix.Close(pidfd)
+		return rec, err
+	}
+	byNS := map[int]int{}
+	var stopped []proctable.ProcRef
+	for _, pid := range append([]int{initPID}, tree.Descendants(initPID)...) {
+		ns, err := procfs.NSPid(pid)
+		start, serr := procfs.StartTime(pid)
+		if err != nil || serr != nil {
+			continue
+		}
+		byNS[ns] = pid
+		stopped = append(stopped, proctable.ProcRef{PID: pid, Start: start})
+	}
+	carry, err := readCarry(dir)
+	if err != nil {
+		unix.Close(pidfd)
+		return rec, fmt.Errorf("simulated CUDA state: %w", err)
+	}
+	procs := rec.Clone().Checkpoint.Procs
+	for i, p := range procs {
+		host, ok := byNS[p.NSPID]
+		if !ok {
+			unix.Close(pidfd)
+			return rec, fmt.Errorf("restored tree has no process %d in its namespace", p.NSPID)
+		}
+		procs[i].PID, procs[i].Start = host, 0
+		procs[i].Start, _ = procfs.StartTime(host)
+		if state, ok := carry[p.NSPID]; ok {
+			carrier, _ := d.gpus.(cudaStateCarrier)
+			if carrier == nil {
+				unix.Close(pidfd)
+				return rec, fmt.Errorf("the snapshot holds simulated CUDA state but the GPUs are not simulated")
+			}
+			if err := carrier.CarryIn(host, procs[i].Start, state); err != nil {
+				unix.Close(pidfd)
+				return rec, fmt.Errorf("simulated CUDA state of pid %d: %w", host, err)
+			}
+		}
+	}
+	cmdPID, _ := nsinit.FindCommand(initPID)
+	cmdStart, _ := procfs.StartTime(cmdPID)
+	rt := d.procs.add(rec.ID, initPID, pidfd, true)
+	out, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+		r.State, r.BootID = api.StateFrozen, d.bootID
+		r.InitPID, r.InitStart, r.PID, r.PIDStart = initPID, initStart, cmdPID, cmdStart
+		r.Checkpoint.Procs, r.Checkpoint.Stopped = procs, stopped
+		return nil
+	})
+	d.watch(out, rt)
+	if err != nil {
+		return rec, err
+	}
+	d.log.Info("restored from disk", zap.String("name", rec.Name), zap.Int("init_pid", initPID), zap.Int("pid", cmdPID))
+	return out, nil
+}
+
+// killAndReap ends a restored tree the daemon could not take on.
+func killAndReap(pid int) {
+	_ = unix.Kill(pid, unix.SIGKILL)
+	_, _ = unix.Wait4(pid, nil, 0, nil)
+}

@@ -1,0 +1,48 @@
+package simgpu
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+)
+
+// The CUDA state of a real process lives in its own memory, so a CRIU dump
+// and restore carry it along. A simulated process's state lives in its
+// registry record, keyed by a host pid that a restore changes; ExportProcess
+// and ImportProcess carry the record across instead.
+
+// ExportProcess returns the record of pid: its simulated memory and CUDA
+// checkpoint state.
+func (r *Registry) ExportProcess(pid int) ([]byte, error) {
+	var out []byte
+	err := r.locked(func() error {
+		rec, err := readRecord(r.recordPath(pid))
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("process %d: %w", pid, ErrNoSuchProcess)
+		}
+		if err != nil {
+			return err
+		}
+		out, err = json.Marshal(rec)
+		return err
+	})
+	return out, err
+}
+
+// ImportProcess stores an exported record as that of process (pid,
+// startTime).
+func (r *Registry) ImportProcess(pid int, startTime uint64, data []byte) error {
+	var rec record
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return fmt.Errorf("process %d: exported record: %w", pid, err)
+	}
+	if rec.Usage == nil {
+		rec.Usage = map[string]uint64{}
+	}
+	if rec.Parked == nil {
+		rec.Parked = map[string]uint64{}
+	}
+	rec.PID, rec.StartTime = pid, startTime
+	return r.locked(func() error { return r.writeRecord(rec) })
+}
