@@ -46,7 +46,7 @@ type Record struct {
 	// after a thaw from disk the parent of its next (incremental) dump.
 	Snapshot string     `json:"snapshot,omitempty"`
 	Policy   api.Policy `json:"policy"`
-	Rev   uint64 `json:"rev"` // bumped on every write
+	Rev      uint64     `json:"rev"` // bumped on every write
 }
 
 // Checkpoint is what a freeze acted on: each CUDA process of the tree with
