@@ -8,6 +8,10 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/testutil"
 )
 
 // diskWriteBandwidth writes size bytes sequentially into a new file in dir
@@ -83,4 +87,66 @@ func BenchmarkPageServerFirstDump(b *testing.B) {
 	b.ReportMetric(dump/1e6, "dump-MB/s")
 	b.ReportMetric(ddBps/float64(b.N)/1e6, "dd-MB/s")
 	b.ReportMetric(dump/(ddBps/float64(b.N)), "dump/dd")
+}
+
+// BenchmarkPageServerCRIUDump dumps a job holding 1 GiB of patterned host
+// memory with CRIU (leaving it running), through a page server without a
+// parent and, for comparison, straight into an images directory as CRIU
+// does by itself, and measures the disk's write bandwidth the dd way in
+// the same directory. It reports the throughputs (the job's pages over
+// each dump's wall time) and their ratios.
+func BenchmarkPageServerCRIUDump(b *testing.B) {
+	criu := testutil.CRIU(b)
+	root := b.TempDir()
+	j := startCRIUJob(b, criu, root, 1024)
+	var viaServer, local, dd time.Duration
+	var bytes uint64
+	for i := range b.N {
+		dd += time.Duration(float64(time.Second) * float64(1<<30) / diskWriteBandwidth(b, root, 1<<30))
+
+		dir := psImagesDir(b, root, "ps"+strconv.Itoa(i))
+		start := time.Now()
+		ps, err := StartPageServer(dir, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		addr, port := ps.Endpoint()
+		j.runCRIU("dump", "-t", strconv.Itoa(j.pid), "-D", dir, "--leave-running", "--page-server",
+			"--address", addr, "--port", strconv.Itoa(int(port)), "-o", "dump.log")
+		st, err := ps.Wait(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		viaServer += time.Since(start)
+		bytes += st.Pages * pageSize
+		os.RemoveAll(dir)
+
+		dir = psImagesDir(b, root, "local"+strconv.Itoa(i))
+		start = time.Now()
+		j.runCRIU("dump", "-t", strconv.Itoa(j.pid), "-D", dir, "--leave-running", "-o", "dump.log")
+		syncFS(b, dir) // CRIU does not sync its images; the page server does
+
+		local += time.Since(start)
+		os.RemoveAll(dir)
+	}
+	mbps := func(n uint64, d time.Duration) float64 { return float64(n) / d.Seconds() / 1e6 }
+	server, crLocal, disk := mbps(bytes, viaServer), mbps(bytes, local), mbps(uint64(b.N)<<30, dd)
+	b.ReportMetric(server, "server-MB/s")
+	b.ReportMetric(crLocal, "criu-local-MB/s")
+	b.ReportMetric(disk, "dd-MB/s")
+	b.ReportMetric(server/disk, "server/dd")
+	b.ReportMetric(server/crLocal, "server/criu-local")
+}
+
+// syncFS flushes the file system that holds dir.
+func syncFS(tb testing.TB, dir string) {
+	tb.Helper()
+	f, err := os.Open(dir)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		tb.Fatal(err)
+	}
 }

@@ -28,7 +28,9 @@ func (h *ckptHarness) memJob(name string, vram, hostMiB int) {
 	}
 	h.followCount(name, "simjob: host memory", 1)
 	h.followCount(name, "tick 3", 1)
-	h.refresh()
+	if h.d != nil {
+		h.refresh()
+	}
 }
 
 // lastTick is the highest "tick N" in name's log.
@@ -128,5 +130,81 @@ func TestHibernateThawFromDisk(t *testing.T) {
 				t.Fatalf("snapshots left after the process ended: %+v", snaps.Snapshots)
 			}
 		})
+	}
+}
+
+func TestForkCopiesRunIndependently(t *testing.T) {
+	h := newDiskHarness(t, config.DriverCLI)
+	c := h.client()
+	h.memJob("src", 256, 16)
+	res, err := c.Fork(ctxT(t), api.ForkParams{Name: "src", Copies: 3, GPUs: []api.GPURef{{Index: 1}, {Index: 1}, {Index: 0}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Copies) != 3 {
+		t.Fatalf("fork result %+v", res)
+	}
+	for i, cp := range res.Copies {
+		want := fmt.Sprintf("src-%d", i+1)
+		if cp.Name != want || cp.State != api.StateRunning || cp.Log == h.proc("src").Log {
+			t.Fatalf("copy %d: %+v", i, cp)
+		}
+	}
+	if p := h.proc("src"); p.State != api.StateRunning {
+		t.Fatalf("source after fork: %s", p.State)
+	}
+	h.refresh()
+	if u0, u1 := h.used(0), h.used(1); u0 != 512 || u1 != 512 {
+		t.Fatalf("GPU use after fork: %d, %d MiB; want 512, 512 (source and copy 3 on GPU 0, copies 1-2 on GPU 1)", u0, u1)
+	}
+	// Each copy ticks in its own log, from the source's count on, with its
+	// memory intact; ending one leaves the others running.
+	for _, name := range []string{"src-1", "src-2", "src-3"} {
+		h.followCount(name, "tick ", 2)
+		lines, _ := c.Logs(ctxT(t), name, -1)
+		if strings.Contains(strings.Join(lines, "\n"), "simjob: pid=") {
+			t.Fatalf("%s's log holds the source's start lines: %q", name, lines)
+		}
+		if _, err := c.Kill(ctxT(t), api.KillParams{Name: name, Signal: "SIGUSR1"}); err != nil {
+			t.Fatal(err)
+		}
+		h.followCount(name, "simjob: host memory verified", 1)
+	}
+	if _, err := c.Kill(ctxT(t), api.KillParams{Name: "src-1"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"src", "src-2", "src-3"} {
+		if p := h.proc(name); p.State != api.StateRunning {
+			t.Fatalf("%s is %s after src-1 was killed", name, p.State)
+		}
+	}
+	// Nothing is left of the fork's image.
+	if snaps, _ := c.Snapshots(ctxT(t), api.SnapshotsParams{}); len(snaps.Snapshots) != 0 || snaps.Bytes != 0 {
+		t.Fatalf("snapshots after fork: %+v", snaps)
+	}
+}
+
+func TestForkRefusesBadInput(t *testing.T) {
+	h := newDiskHarness(t, config.DriverSim)
+	c := h.client()
+	h.memJob("src", 64, 1)
+	for _, tc := range []struct {
+		p    api.ForkParams
+		code api.Code
+	}{
+		{api.ForkParams{Name: "src", Copies: 0}, api.CodeInvalidArgument},
+		{api.ForkParams{Name: "src", Copies: 65}, api.CodeInvalidArgument},
+		{api.ForkParams{Name: "src", Copies: 2, GPUs: []api.GPURef{{Index: 1}}}, api.CodeInvalidArgument},
+		{api.ForkParams{Name: "src", Copies: 1, GPUs: []api.GPURef{{Index: 7}}}, api.CodeInvalidArgument},
+		{api.ForkParams{Name: "nope", Copies: 1}, api.CodeNotFound},
+	} {
+		_, err := c.Fork(ctxT(t), tc.p)
+		wantCode(t, err, tc.code)
+	}
+	h.run("src-1", "sleep", "60")
+	_, err := c.Fork(ctxT(t), api.ForkParams{Name: "src", Copies: 1})
+	wantCode(t, err, api.CodeExists)
+	if p := h.proc("src"); p.State != api.StateRunning {
+		t.Fatalf("source after refused forks: %s", p.State)
 	}
 }
