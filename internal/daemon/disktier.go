@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -142,12 +141,4 @@ func (d *Daemon) diskRoom(what string, est uint64) error {
 			what, est>>20, used>>20, budget>>20)
 	}
 	return nil
-}
-
-// wrapCRIU gives a CRIU failure its wire code.
-func wrapCRIU(what string, err error) error {
-	if errors.Is(err, checkpoint.ErrNoSpace) {
-		return api.Errorf(api.CodeResourceExhausted, "%s: %v", what, err)
-	}
-	return fmt.Errorf("%s: %w", what, err)
 }

@@ -74,7 +74,7 @@ func toWire(err error) (api.Code, string) {
 		return api.CodeUnavailable, err.Error()
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, checkpoint.ErrTimeout):
 		return api.CodeTimeout, err.Error()
-	case errors.Is(err, checkpoint.ErrOutOfMemory):
+	case errors.Is(err, checkpoint.ErrOutOfMemory), errors.Is(err, checkpoint.ErrNoSpace):
 		return api.CodeResourceExhausted, err.Error()
 	case errors.Is(err, errNoDriver), errors.Is(err, checkpoint.ErrUnsupported), errors.Is(err, checkpoint.ErrNotCheckpointable):
 		return api.CodeUnavailable, err.Error()

@@ -182,7 +182,7 @@ func (d *Daemon) dumpForFork(ctx context.Context, src proctable.Record) (forkSou
 	img.dumpMS = msSince(t)
 	if err != nil {
 		d.discard(img.ID)
-		return forkSource{}, wrapCRIU("dump", err)
+		return forkSource{}, fmt.Errorf("dump: %w", err)
 	}
 	img.Bytes, _ = checkpoint.DirBytes(img.dir)
 	return img, nil

@@ -157,7 +157,7 @@ func (d *Daemon) dump(ctx context.Context, rec proctable.Record, o hibernateOpts
 	ms["dump"] = msSince(t)
 	if err != nil {
 		rt.dumping.Store(false)
-		return api.HibernateResult{}, d.dumpFailed(rec, rt, meta.ID, parent, wrapCRIU(what, err))
+		return api.HibernateResult{}, d.dumpFailed(rec, rt, meta.ID, parent, fmt.Errorf("%s: %w", what, err))
 	}
 	// CRIU ends a tree once it is dumped: wait for the watcher to see it.
 	select {

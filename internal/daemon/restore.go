@@ -87,7 +87,7 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 		}
 		killAndReap(pid)
 	}
-	err = wrapCRIU("restore", err)
+	err = fmt.Errorf("restore: %w", err)
 	if _, uerr := d.table.Update(rec.Name, func(r *proctable.Record) error {
 		r.State, r.Error = api.StateHibernated, err.Error()
 		return nil

@@ -1,0 +1,132 @@
+package daemon
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// TestDiskFullKeepsProcessFrozen hibernates into a 16 MiB tmpfs a process
+// that needs more: it stays frozen in RAM with its memory intact, no
+// partial image is left, and a thaw brings it back.
+func TestDiskFullKeepsProcessFrozen(t *testing.T) {
+	var snapDir string
+	h := newDiskHarness(t, config.DriverCLI, func(c *config.Config) {
+		snapDir = filepath.Join(filepath.Dir(c.StateDir), "small")
+		c.SnapshotDir = snapDir
+	})
+	h.stop()
+	if err := unix.Mount("tmpfs", snapDir, "tmpfs", 0, "size=16m,mode=0700"); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(snapDir, unix.MNT_DETACH) })
+	h.begin()
+	c := h.client()
+	h.memJob("job", 256, 64)
+	ticks := h.lastTick("job")
+
+	_, err := c.Hibernate(ctxT(t), api.HibernateParams{Name: "job"})
+	wantCode(t, err, api.CodeResourceExhausted)
+	if !strings.Contains(err.Error(), "stays frozen") {
+		t.Fatalf("error does not say where the process is: %v", err)
+	}
+	p := h.proc("job")
+	if p.State != api.StateFrozen || p.Error == "" || p.Snapshot != "" {
+		t.Fatalf("after a failed hibernate: %+v", p)
+	}
+	if left, _ := os.ReadDir(snapDir); len(left) != 0 {
+		t.Fatalf("partial image left: %v", left)
+	}
+	if _, err := c.Thaw(ctxT(t), api.ThawParams{Name: "job"}); err != nil {
+		t.Fatal(err)
+	}
+	h.verifyContinued("job", ticks)
+}
+
+func TestDiskBudgetRefusesBeforeDumping(t *testing.T) {
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.DiskBudgetMiB = 16 })
+	c := h.client()
+	h.memJob("job", 128, 64)
+	_, err := c.Hibernate(ctxT(t), api.HibernateParams{Name: "job"})
+	wantCode(t, err, api.CodeResourceExhausted)
+	if !strings.Contains(err.Error(), "--disk-budget") {
+		t.Fatalf("error does not name the budget: %v", err)
+	}
+	if p := h.proc("job"); p.State != api.StateFrozen {
+		t.Fatalf("after the refused hibernate: %s", p.State)
+	}
+	if snaps, _ := c.Snapshots(ctxT(t), api.SnapshotsParams{}); len(snaps.Snapshots) != 0 {
+		t.Fatalf("snapshots: %+v", snaps.Snapshots)
+	}
+}
+
+// TestFailedRestoreKeepsSnapshot makes CRIU's restore fail (the log path
+// it must reopen is a directory now): the process stays hibernated, the
+// snapshot is untouched, and once the obstacle is gone the thaw works.
+func TestFailedRestoreKeepsSnapshot(t *testing.T) {
+	h := newDiskHarness(t, config.DriverSim)
+	c := h.client()
+	h.memJob("job", 128, 16)
+	hr, err := c.Hibernate(ctxT(t), api.HibernateParams{Name: "job"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticks := h.lastTick("job")
+	dir := filepath.Join(h.cfg.Snapshots(), hr.Snapshot)
+	before := treeDigest(t, dir)
+	log := h.proc("job").Log
+	if err := os.Rename(log, log+".moved"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(log, 0o700); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err = c.Thaw(ctxT(t), api.ThawParams{Name: "job"})
+	if err == nil || !strings.Contains(err.Error(), "Error (") || !strings.Contains(err.Error(), "stays hibernated") {
+		t.Fatalf("thaw error %v: want CRIU's own error lines and the outcome", err)
+	}
+	if p := h.proc("job"); p.State != api.StateHibernated || p.Snapshot != hr.Snapshot {
+		t.Fatalf("after the failed restore: %+v", p)
+	}
+	if after := treeDigest(t, dir); after != before {
+		t.Fatalf("the snapshot changed:\n%s\n%s", before, after)
+	}
+	os.Remove(log)
+	if err := os.Rename(log+".moved", log); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Thaw(ctxT(t), api.ThawParams{Name: "job"}); err != nil {
+		t.Fatal(err)
+	}
+	h.verifyContinued("job", ticks)
+}
+
+// treeDigest lists an image directory's files with their sizes and
+// times; CRIU's log of the last restore is not part of the image.
+func treeDigest(t *testing.T, dir string) string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, e := range ents {
+		if e.Name() == "restore.log" {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&b, "%s %d %s\n", e.Name(), fi.Size(), fi.ModTime())
+	}
+	return b.String()
+}
