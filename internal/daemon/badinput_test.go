@@ -47,7 +47,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"slash name", `{"method":"run","params":{"name":"a/b","cmd":["true"],"dir":"/"}}`, api.CodeInvalidArgument},
 		{"long name", `{"method":"run","params":{"name":"` + strings.Repeat("n", 65) + `","cmd":["true"],"dir":"/"}}`, api.CodeInvalidArgument},
 		{"empty name", `{"method":"run","params":{"name":"","cmd":["true"],"dir":"/"}}`, api.CodeInvalidArgument},
-		{"unknown field", `{"method":"run","params":{"name":"a","cmd":["true"],"dir":"/","priority":3}}`, api.CodeInvalidArgument},
+		{"unknown field", `{"method":"run","params":{"name":"a","cmd":["true"],"dir":"/","priorty":3}}`, api.CodeInvalidArgument},
 		{"wrong type", `{"method":"run","params":{"name":"a","cmd":"true","dir":"/"}}`, api.CodeInvalidArgument},
 		{"nul in argv", `{"method":"run","params":{"name":"a","cmd":["tr\u0000ue"],"dir":"/"}}`, api.CodeInvalidArgument},
 		{"bad env key", `{"method":"run","params":{"name":"a","cmd":["true"],"dir":"/","env":{"A=B":"1"}}}`, api.CodeInvalidArgument},

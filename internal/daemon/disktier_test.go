@@ -11,7 +11,7 @@ import (
 )
 
 // newDiskHarness is a checkpoint harness with real CRIU.
-func newDiskHarness(t *testing.T, driver string, mods ...func(*config.Config)) *ckptHarness {
+func newDiskHarness(t testing.TB, driver string, mods ...func(*config.Config)) *ckptHarness {
 	t.Helper()
 	criu := testutil.CRIU(t)
 	return newCkptHarness(t, driver, append([]func(*config.Config){func(c *config.Config) { c.CRIU = criu }}, mods...)...)

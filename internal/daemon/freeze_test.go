@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -199,9 +200,10 @@ func TestConcurrentThawsShareFreeMemory(t *testing.T) {
 }
 
 // TestRAMBudget refuses a freeze that would hold more host RAM than
-// --ram-budget, leaving the process running.
+// --ram-budget when the disk tier is off (nothing can be evicted), leaving
+// the process running.
 func TestRAMBudget(t *testing.T) {
-	h := newCkptHarness(t, config.DriverSim, func(c *config.Config) { c.RAMBudgetMiB = 2000 })
+	h := newCkptHarness(t, config.DriverSim, func(c *config.Config) { c.RAMBudgetMiB, c.CRIU = 2000, "none" })
 	h.jobs("a", 0, 1500)
 	h.jobs("b", 1, 1000)
 	if _, err := h.client().Freeze(ctxT(t), api.FreezeParams{Name: "a"}); err != nil {
@@ -209,6 +211,9 @@ func TestRAMBudget(t *testing.T) {
 	}
 	_, err := h.client().Freeze(ctxT(t), api.FreezeParams{Name: "b"})
 	wantCode(t, err, api.CodeResourceExhausted)
+	if !strings.Contains(err.Error(), "disk tier") {
+		t.Fatalf("error does not say why nothing was evicted: %v", err)
+	}
 	if p := h.proc("b"); p.State != api.StateRunning || h.used(1) != 1000 || !allEqual(h.cudaStates("b"), "running") {
 		t.Fatalf("refused freeze left b %s, GPU 1 used %d", p.State, h.used(1))
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/testutil"
 )
 
@@ -42,7 +43,7 @@ func TestGoldenTranscripts(t *testing.T) {
 	for _, f := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(f), ".jsonl"), func(t *testing.T) {
 			t.Parallel()
-			h := newHarness(t)
+			h := newHarness(t, func(c *config.Config) { c.CRIU = "none" }) // capabilities as without CRIU
 			replay(t, h.cfg.Socket, f)
 		})
 	}

@@ -166,7 +166,10 @@ func (d *Daemon) dump(ctx context.Context, rec proctable.Record, o hibernateOpts
 		d.log.Warn("dumped tree still present", zap.String("name", rec.Name), zap.Int("init_pid", rec.InitPID))
 	}
 	meta.Pages, meta.Reused = stats.Pages, stats.Reused
-	if meta, err = d.snaps.Commit(meta); err != nil {
+	t = time.Now()
+	meta, err = d.snaps.Commit(meta)
+	ms["sync"] = msSince(t)
+	if err != nil {
 		return api.HibernateResult{}, d.dumpFailed(rec, rt, meta.ID, parent, fmt.Errorf("%s: %w", what, err))
 	}
 	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {

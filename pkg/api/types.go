@@ -131,7 +131,7 @@ type Hello struct {
 	Version      string   `json:"version"`
 	Backend      string   `json:"backend"` // "nvml" or "sim"
 	Capabilities []string `json:"capabilities"`
-	CRIU         string   `json:"criu,omitempty"` // CRIU version behind the disk tier
+	CRIU         string   `json:"criu"` // CRIU version behind the disk tier; "" when off
 	Caller       Identity `json:"caller"`
 }
 
