@@ -170,6 +170,10 @@ func commonRPC(dirFd int, log string) *rpc.CriuOpts {
 		NotifyScripts:     ptr(true),
 		ManageCgroupsMode: ptr(rpc.CriuCgMode_IGNORE),
 		FileLocks:         ptr(true),
+		// An init whose binary was replaced on disk (an upgrade) runs a
+		// deleted file, which CRIU dumps as a ghost; the default 1 MiB
+		// limit would refuse the daemon binary.
+		GhostLimit: ptr(uint32(ghostLimit)),
 	}
 }
 
@@ -186,6 +190,9 @@ func cudaPluginInstalled() bool {
 	}
 	return false
 }
+
+// ghostLimit bounds one deleted-but-open file CRIU copies into an image.
+const ghostLimit = 256 << 20
 
 func ptr[T any](v T) *T { return &v }
 

@@ -157,15 +157,17 @@ func (p *PageServer) Close() error {
 // serve takes the first connection from our own uid and runs its session.
 func (p *PageServer) serve() {
 	defer close(p.done)
-	defer p.ln.Close()
 	conn, err := p.accept()
+	p.ln.Close() // one dump per server
 	if err != nil {
 		p.err = fmt.Errorf("page server for %s: %w", p.dir, err)
 		return
 	}
 	defer conn.Close()
-	s := newPageSession(p.dir, p.link, p.base, &p.limit, conn)
-	p.stats, err = s.run()
+	s, err := newPageSession(p.dir, p.link, p.base, &p.limit, conn)
+	if err == nil {
+		p.stats, err = s.run()
+	}
 	if err != nil {
 		p.mu.Lock()
 		if p.closed {

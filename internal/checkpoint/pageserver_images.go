@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 
 	"github.com/checkpoint-restore/go-criu/v7/crit/images/pagemap"
@@ -30,18 +31,12 @@ const (
 	firstPagesID = 0x10001
 
 	imageMode = 0o600 // images hold process memory: root only
-
-	// writebackEvery bytes, an image file starts writeback of what it
-	// has written, so the final fsync has little left to wait for.
-	writebackEvery = 8 << 20
 )
 
-// imageFile is an image being written, within the session's quota.
+// imageFile is a small image, written through the session's quota.
 type imageFile struct {
-	f       *os.File
-	quota   *writeQuota
-	written int64
-	flushed int64 // bytes whose writeback has been started
+	f     *os.File
+	quota *writeQuota
 }
 
 func createImage(dir, name string, q *writeQuota) (*imageFile, error) {
@@ -56,39 +51,65 @@ func (f *imageFile) write(p []byte) error {
 	if err := f.quota.take(len(p)); err != nil {
 		return err
 	}
-	n, err := f.f.Write(p)
-	f.written += int64(n)
-	if err != nil {
-		return err
-	}
-	if f.written-f.flushed >= writebackEvery {
-		// Only a hint: the closing fsync is what makes the data durable.
-		_ = unix.SyncFileRange(int(f.f.Fd()), f.flushed, f.written-f.flushed, unix.SYNC_FILE_RANGE_WRITE)
-		f.flushed = f.written
-	}
-	return nil
+	_, err := f.f.Write(p)
+	return err
 }
 
-// sync makes the file durable and closes it.
-func (f *imageFile) sync() error {
-	err := f.f.Sync()
-	if cerr := f.f.Close(); err == nil {
+// syncClose makes f durable and closes it.
+func syncClose(f *os.File) error {
+	err := f.Sync()
+	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", f.f.Name(), err)
+		return fmt.Errorf("%s: %w", f.Name(), err)
 	}
 	return nil
 }
 
-func (f *imageFile) abandon() { f.f.Close() }
+// pagesFile is a pages image. It is written with O_DIRECT where the file
+// system allows, straight from the page-aligned chunk buffers: no copy
+// into the page cache, which on two cores costs as much as the hashing.
+// Writes go at offsets the writer reserves, from the I/O workers.
+type pagesFile struct {
+	f        *os.File
+	off      int64 // end of the reserved space
+	inflight sync.WaitGroup
+}
+
+func createPagesFile(dir, name string) (*pagesFile, error) {
+	path := filepath.Join(dir, name)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|unix.O_DIRECT, imageMode)
+	if errors.Is(err, unix.EINVAL) { // no O_DIRECT here (tmpfs)
+		f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, imageMode)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &pagesFile{f: f}, nil
+}
+
+// reserve returns the offset for the next n bytes; the caller writes them
+// with writeAt and marks them done.
+func (p *pagesFile) reserve(n int) int64 {
+	off := p.off
+	p.off += int64(n)
+	p.inflight.Add(1)
+	return off
+}
+
+func (p *pagesFile) writeAt(b []byte, off int64) error {
+	defer p.inflight.Done()
+	_, err := p.f.WriteAt(b, off)
+	return err
+}
 
 // pagemapImage writes one pagemap image and its pages image. Adjacent
 // entries with equal flags are merged into one.
 type pagemapImage struct {
 	key     pagemapKey
 	pagemap *imageFile
-	pages   *imageFile
+	pages   *pagesFile
 	buf     []byte // encoded entries not yet written
 
 	// The entry being extended.
@@ -103,9 +124,9 @@ func createPagemapImage(dir string, key pagemapKey, pagesID uint32, q *writeQuot
 	if err != nil {
 		return nil, err
 	}
-	pages, err := createImage(dir, fmt.Sprintf("pages-%d.img", pagesID), q)
+	pages, err := createPagesFile(dir, fmt.Sprintf("pages-%d.img", pagesID))
 	if err != nil {
-		pm.abandon()
+		pm.f.Close()
 		return nil, err
 	}
 	m := &pagemapImage{key: key, pagemap: pm, pages: pages}
@@ -131,8 +152,8 @@ func appendEntry(b []byte, msg proto.Message) ([]byte, error) {
 	return b, nil
 }
 
-// add records n pages at vaddr with flags; present pages' data is written
-// by the caller, in order, with writePages.
+// add records n pages at vaddr with flags; the data of present pages goes
+// to the pages image, in the same order.
 func (m *pagemapImage) add(vaddr, n uint64, flags uint32) error {
 	if m.nPages > 0 && flags == m.flags && vaddr == m.vaddr+m.nPages*pageSize && m.nPages+n <= math.MaxUint32 {
 		m.nPages += n
@@ -164,28 +185,33 @@ func (m *pagemapImage) flushEntry() error {
 	return err
 }
 
-func (m *pagemapImage) writePages(p []byte) error { return m.pages.write(p) }
-
-// finish writes what is left and makes both images durable.
-func (m *pagemapImage) finish() error {
+// finish writes what is left, waits for the page writes in flight and
+// makes both images durable. failed reports a page write's failure.
+func (m *pagemapImage) finish(failed func() error) error {
 	err := m.flushEntry()
 	if err == nil {
 		err = m.pagemap.write(m.buf)
+	}
+	m.pages.inflight.Wait()
+	if err == nil {
+		err = failed()
 	}
 	if err != nil {
 		m.abandon()
 		return err
 	}
-	err = m.pages.sync()
-	if perr := m.pagemap.sync(); err == nil {
+	err = syncClose(m.pages.f)
+	if perr := syncClose(m.pagemap.f); err == nil {
 		err = perr
 	}
 	return err
 }
 
+// abandon closes both images, once no page write is in flight.
 func (m *pagemapImage) abandon() {
-	m.pagemap.abandon()
-	m.pages.abandon()
+	m.pages.inflight.Wait()
+	m.pagemap.f.Close()
+	m.pages.f.Close()
 }
 
 // writeQuota counts the bytes a session writes, against an optional limit.

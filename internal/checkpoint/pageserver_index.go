@@ -99,39 +99,42 @@ func (h *pageHashes) same(vaddr uint64, hs []pageHash, same []bool) int {
 // hashIndex is an image's index, by pagemap.
 type hashIndex map[pagemapKey]*pageHashes
 
+// keys are x's pagemaps in the index's order: tasks, then shmem, by id.
 func (x hashIndex) keys() []pagemapKey {
 	keys := make([]pagemapKey, 0, len(x))
 	for k := range x {
 		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, func(a, b pagemapKey) int {
-		if a.shmem != b.shmem {
-			if a.shmem {
-				return 1
-			}
-			return -1
-		}
-		return cmp.Compare(a.id, b.id)
-	})
+	slices.SortFunc(keys, compareKeys)
 	return keys
 }
 
-// encode writes the index to w and returns the bytes written.
-func (x hashIndex) encode(w io.Writer) (int64, error) {
+func compareKeys(a, b pagemapKey) int {
+	if a.shmem != b.shmem {
+		if a.shmem {
+			return 1
+		}
+		return -1
+	}
+	return cmp.Compare(a.id, b.id)
+}
+
+// encode writes the index to w.
+func (x hashIndex) encode(w io.Writer) error {
 	sum := sha256.New()
-	cw := &countWriter{w: w}
-	bw := bufio.NewWriterSize(io.MultiWriter(cw, sum), 256<<10)
+	bw := bufio.NewWriterSize(io.MultiWriter(w, sum), 256<<10)
 	le := binary.LittleEndian
+	if _, err := bw.Write(le.AppendUint32([]byte(indexMagic), uint32(len(x)))); err != nil {
+		return err
+	}
 	var b []byte
-	b = append(b, indexMagic...)
-	b = le.AppendUint32(b, uint32(len(x)))
 	for _, k := range x.keys() {
 		h := x[k]
 		kind := byte(psTypePID)
 		if k.shmem {
 			kind = psTypeShm
 		}
-		b = append(b, kind)
+		b = append(b[:0], kind)
 		b = le.AppendUint64(b, k.id)
 		b = le.AppendUint32(b, uint32(len(h.runs)))
 		b = le.AppendUint64(b, uint64(len(h.hashes)))
@@ -140,31 +143,19 @@ func (x hashIndex) encode(w io.Writer) (int64, error) {
 			b = le.AppendUint64(b, r.n)
 		}
 		if _, err := bw.Write(b); err != nil {
-			return cw.n, err
+			return err
 		}
-		b = b[:0]
 		for i := range h.hashes {
 			if _, err := bw.Write(h.hashes[i][:]); err != nil {
-				return cw.n, err
+				return err
 			}
 		}
 	}
 	if err := bw.Flush(); err != nil {
-		return cw.n, err
+		return err
 	}
 	_, err := w.Write(sum.Sum(nil))
-	return cw.n + sha256.Size, err
-}
-
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
+	return err
 }
 
 var errBadIndex = errors.New("malformed page-hash index")
@@ -181,7 +172,8 @@ func decodeIndex(data []byte) (hashIndex, error) {
 	d := indexDecoder{b: body[len(indexMagic):]}
 	n := d.u32()
 	x := make(hashIndex)
-	for range n {
+	var prev pagemapKey
+	for i := range n {
 		kind, id, nRuns, nPages := d.u8(), d.u64(), d.u32(), d.u64()
 		if d.err != nil {
 			break
@@ -190,9 +182,10 @@ func decodeIndex(data []byte) (hashIndex, error) {
 			return nil, fmt.Errorf("%w: pagemap kind %d", errBadIndex, kind)
 		}
 		key := pagemapKey{shmem: kind == psTypeShm, id: id}
-		if _, dup := x[key]; dup {
-			return nil, fmt.Errorf("%w: %s twice", errBadIndex, key)
+		if i > 0 && compareKeys(prev, key) >= 0 {
+			return nil, fmt.Errorf("%w: %s out of order", errBadIndex, key)
 		}
+		prev = key
 		if uint64(nRuns) > uint64(d.left())/16 || nPages > uint64(d.left())/hashSize {
 			return nil, fmt.Errorf("%w: %s: %d runs, %d pages past the end", errBadIndex, key, nRuns, nPages)
 		}
@@ -249,7 +242,8 @@ func (d *indexDecoder) u8() byte    { return d.next(1)[0] }
 func (d *indexDecoder) u32() uint32 { return binary.LittleEndian.Uint32(d.next(4)) }
 func (d *indexDecoder) u64() uint64 { return binary.LittleEndian.Uint64(d.next(8)) }
 
-// readIndex reads dir's index; an image without one gives nil, nil.
+// readIndex reads dir's index; an image without one gives nil, nil. The
+// pagemaps it names must be there.
 func readIndex(dir string) (hashIndex, error) {
 	path := filepath.Join(dir, indexName)
 	data, err := os.ReadFile(path)
@@ -263,6 +257,11 @@ func readIndex(dir string) (hashIndex, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	for k := range x {
+		if _, err := os.Stat(filepath.Join(dir, k.fileName())); err != nil {
+			return nil, fmt.Errorf("%s: the image lacks a pagemap it lists: %w", path, err)
+		}
+	}
 	return x, nil
 }
 
@@ -274,7 +273,7 @@ func writeIndex(dir string, x hashIndex, q *writeQuota) error {
 	if err != nil {
 		return err
 	}
-	_, err = x.encode(q.guard(f))
+	err = x.encode(q.guard(f))
 	if err == nil {
 		err = f.Sync()
 	}

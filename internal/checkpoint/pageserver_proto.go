@@ -54,15 +54,6 @@ func decodePSI(b []byte) psi {
 	}
 }
 
-func (p psi) encode() []byte {
-	b := make([]byte, psiSize)
-	binary.LittleEndian.PutUint32(b[0:], p.cmd)
-	binary.LittleEndian.PutUint32(b[4:], p.nrPages)
-	binary.LittleEndian.PutUint64(b[8:], p.vaddr)
-	binary.LittleEndian.PutUint64(b[16:], p.dstID)
-	return b
-}
-
 func (p psi) command() uint32 { return p.cmd & (1<<psCmdBits - 1) }
 
 // entryFlags are the pagemap entry flags an ADD-type command carries.

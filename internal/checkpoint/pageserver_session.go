@@ -12,16 +12,21 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"golang.org/x/sys/unix"
 )
 
 // One page-server session runs as a pipeline, so that the socket, the
-// hashing and the disk work at once: the reader (run) decodes commands and
-// reads pages into pooled chunks; hash workers hash the chunks and compare
-// them with the parent's index, in any order; the writer takes the chunks
-// in arrival order and writes the images.
+// hashing and the disk work at once: the reader (read) decodes commands
+// and reads pages into pooled, page-aligned chunks; hash workers hash them
+// and compare them with the parent's index, in any order; the writer takes
+// them in arrival order, writes the pagemap entries, packs each chunk's
+// changed pages together and reserves their place in the pages image; I/O
+// workers write them there and return the chunks to the pool.
 const (
 	chunkPages = 256 // pages per chunk: 1 MiB
 	chunkPool  = 16
+	ioWorkers  = 2
 )
 
 // chunk is a piece of one ADD command's pages, or a control step for the
@@ -38,6 +43,11 @@ type chunk struct {
 	same   []bool        // page i is unchanged from the parent
 	hashed chan struct{} // one token once hashes and same are set
 	result chan error    // opClose: the writer's outcome
+
+	// Where the writer put the chunk's packed changed pages.
+	file *pagesFile
+	off  int64
+	size int
 }
 
 type writerOp int
@@ -56,9 +66,11 @@ type pageSession struct {
 	conn net.Conn
 	r    *bufio.Reader
 
+	arena  []byte // the chunks' memory, page-aligned for O_DIRECT
 	free   chan *chunk
 	hashq  chan *chunk
 	writeq chan *chunk
+	ioq    chan *chunk
 	abort  chan struct{}
 	once   sync.Once
 	err    error // the first failure; set before abort closes
@@ -76,27 +88,33 @@ type pageSession struct {
 	stats   PageStats
 }
 
-func newPageSession(dir, link string, base hashIndex, limit *atomic.Uint64, conn net.Conn) *pageSession {
+func newPageSession(dir, link string, base hashIndex, limit *atomic.Uint64, conn net.Conn) (*pageSession, error) {
+	arena, err := unix.Mmap(-1, 0, chunkPool*chunkPages*pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, fmt.Errorf("chunk buffers: %w", err)
+	}
 	s := &pageSession{
-		dir: dir, link: link, base: base, conn: conn,
+		arena: arena,
+		dir:   dir, link: link, base: base, conn: conn,
 		quota:   writeQuota{limit: limit},
 		r:       bufio.NewReaderSize(conn, 64<<10),
 		free:    make(chan *chunk, chunkPool),
 		hashq:   make(chan *chunk, chunkPool),
 		writeq:  make(chan *chunk, chunkPool+4),
+		ioq:     make(chan *chunk, chunkPool),
 		abort:   make(chan struct{}),
 		index:   make(hashIndex),
 		pagesID: firstPagesID,
 	}
-	for range chunkPool {
+	for i := range chunkPool {
 		s.free <- &chunk{
-			data:   make([]byte, chunkPages*pageSize),
+			data:   arena[i*chunkPages*pageSize : (i+1)*chunkPages*pageSize : (i+1)*chunkPages*pageSize],
 			hashes: make([]pageHash, chunkPages),
 			same:   make([]bool, chunkPages),
 			hashed: make(chan struct{}, 1),
 		}
 	}
-	return s
+	return s, nil
 }
 
 // fail records the session's first error and stops the pipeline.
@@ -119,18 +137,24 @@ func (s *pageSession) failed() bool {
 // run serves the connection until CRIU closes it after CLOSE, and returns
 // the stats.
 func (s *pageSession) run() (PageStats, error) {
-	var wg sync.WaitGroup
-	workers := min(runtime.GOMAXPROCS(0), 8)
-	for range workers {
-		wg.Go(s.hashWorker)
+	defer unix.Munmap(s.arena)
+	var hashers, writer, writers sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), 8) {
+		hashers.Go(s.hashWorker)
 	}
-	wg.Go(s.writer)
+	writer.Go(s.writer)
+	for range ioWorkers {
+		writers.Go(s.ioWorker)
+	}
 	if err := s.read(); err != nil {
 		s.fail(err)
 	}
 	close(s.hashq)
 	close(s.writeq)
-	wg.Wait()
+	hashers.Wait()
+	writer.Wait()
+	close(s.ioq)
+	writers.Wait()
 	s.stats.Written = s.quota.used
 	return s.stats, s.err
 }
@@ -294,13 +318,19 @@ func (s *pageSession) writer() {
 	}()
 	for c := range s.writeq {
 		var err error
-		switch c.op {
+		op := c.op // c may be reused once recycled
+		switch op {
 		case opPages:
 			<-c.hashed
+			c.size = 0
 			if !s.failed() {
 				err = s.writeChunk(c)
 			}
-			s.free <- c
+			if c.size > 0 {
+				s.ioq <- c // never blocks: it holds as many as the pool
+			} else {
+				s.free <- c
+			}
 		case opOpen:
 			if !s.failed() {
 				err = s.openImage(c.key)
@@ -309,10 +339,16 @@ func (s *pageSession) writer() {
 			if !s.failed() {
 				err = s.complete()
 			}
-			c.result <- err
 		}
 		if err != nil {
 			s.fail(spaceError(err))
+		}
+		if op == opClose {
+			if s.failed() {
+				c.result <- s.err
+			} else {
+				c.result <- nil
+			}
 		}
 	}
 }
@@ -340,10 +376,17 @@ func (s *pageSession) closeImage() error {
 	}
 	img := s.img
 	s.img = nil
-	return img.finish()
+	return img.finish(func() error {
+		if s.failed() {
+			return s.err
+		}
+		return nil
+	})
 }
 
-// writeChunk writes c's changed pages and in-parent entries for the rest.
+// writeChunk writes c's pagemap entries: in-parent ones for unchanged
+// pages, present ones for the rest, whose data it packs at the front of
+// c.data and reserves room for in the pages image (c.size bytes at c.off).
 func (s *pageSession) writeChunk(c *chunk) error {
 	if s.img == nil || s.img.key != c.key {
 		return fmt.Errorf("%s: pages without an open pagemap", c.key)
@@ -351,6 +394,7 @@ func (s *pageSession) writeChunk(c *chunk) error {
 	if err := s.index[c.key].add(c.vaddr, c.hashes[:c.n]); err != nil {
 		return fmt.Errorf("%s: %w", c.key, err)
 	}
+	packed := 0
 	for i := 0; i < c.n; {
 		j := i + 1
 		for j < c.n && c.same[j] == c.same[i] {
@@ -366,14 +410,35 @@ func (s *pageSession) writeChunk(c *chunk) error {
 			if err := s.img.add(vaddr, n, c.flags); err != nil {
 				return err
 			}
-			if err := s.img.writePages(c.data[i*pageSize : j*pageSize]); err != nil {
-				return err
+			if packed != i {
+				copy(c.data[packed*pageSize:], c.data[i*pageSize:j*pageSize])
 			}
+			packed += j - i
 		}
 		i = j
 	}
 	s.stats.Pages += uint64(c.n)
+	if packed == 0 {
+		return nil
+	}
+	if err := s.quota.take(packed * pageSize); err != nil {
+		return err
+	}
+	c.file, c.size = s.img.pages, packed*pageSize
+	c.off = c.file.reserve(c.size)
 	return nil
+}
+
+// ioWorker writes packed chunks into their pages images.
+func (s *pageSession) ioWorker() {
+	for c := range s.ioq {
+		if s.failed() {
+			c.file.inflight.Done()
+		} else if err := c.file.writeAt(c.data[:c.size], c.off); err != nil {
+			s.fail(spaceError(err))
+		}
+		s.free <- c
+	}
 }
 
 // complete makes the image durable: the last pagemap, the index, the

@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -78,7 +79,11 @@ func dialPageServer(t testing.TB, ps *PageServer) *psClient {
 }
 
 func (c *psClient) send(p psi, data []byte) error {
-	if _, err := c.conn.Write(p.encode()); err != nil {
+	hdr := binary.LittleEndian.AppendUint32(nil, p.cmd)
+	hdr = binary.LittleEndian.AppendUint32(hdr, p.nrPages)
+	hdr = binary.LittleEndian.AppendUint64(hdr, p.vaddr)
+	hdr = binary.LittleEndian.AppendUint64(hdr, p.dstID)
+	if _, err := c.conn.Write(hdr); err != nil {
 		return err
 	}
 	_, err := c.conn.Write(data)
@@ -304,9 +309,8 @@ func TestPageServerIndexRoundTrip(t *testing.T) {
 		t.Errorf("runs %+v, want two", x[task].runs)
 	}
 	var buf bytes.Buffer
-	n, err := x.encode(&buf)
-	if err != nil || n != int64(buf.Len()) {
-		t.Fatalf("encode = %d, %v; wrote %d", n, err, buf.Len())
+	if err := x.encode(&buf); err != nil {
+		t.Fatal(err)
 	}
 	y, err := decodeIndex(buf.Bytes())
 	if err != nil {
@@ -328,6 +332,14 @@ func TestPageServerIndexRoundTrip(t *testing.T) {
 		t.Errorf("same(0xf000) = %d %v", got, same[:2])
 	}
 
+	var empty bytes.Buffer
+	if err := (hashIndex{}).encode(&empty); err != nil {
+		t.Fatal(err)
+	}
+	if y, err := decodeIndex(empty.Bytes()); err != nil || len(y) != 0 {
+		t.Errorf("empty index decodes to %v, %v", y, err)
+	}
+
 	data := buf.Bytes()
 	for name, bad := range map[string][]byte{
 		"flipped byte": func() []byte { b := slices.Clone(data); b[20] ^= 1; return b }(),
@@ -338,6 +350,34 @@ func TestPageServerIndexRoundTrip(t *testing.T) {
 			t.Errorf("%s: decodeIndex = %v, want errBadIndex", name, err)
 		}
 	}
+}
+
+// FuzzPageServerIndex feeds the index decoder bodies with a valid
+// checksum, so that it explores the structure behind it.
+func FuzzPageServerIndex(f *testing.F) {
+	x := hashIndex{{id: 1}: {}, {shmem: true, id: 2}: {}}
+	x[pagemapKey{id: 1}].add(0x1000, []pageHash{{1}, {2}})
+	x[pagemapKey{id: 1}].add(0x9000, []pageHash{{3}})
+	var buf bytes.Buffer
+	if err := x.encode(&buf); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(buf.Bytes()[:buf.Len()-sha256.Size])
+	f.Fuzz(func(t *testing.T, body []byte) {
+		sum := sha256.Sum256(body)
+		data := append(slices.Clip(body), sum[:]...)
+		y, err := decodeIndex(data)
+		if err != nil {
+			if !errors.Is(err, errBadIndex) {
+				t.Errorf("decodeIndex error %v is not errBadIndex", err)
+			}
+			return
+		}
+		var again bytes.Buffer
+		if err := y.encode(&again); err != nil || !bytes.Equal(again.Bytes(), data) {
+			t.Errorf("index decodes but does not encode back: %v", err)
+		}
+	})
 }
 
 func TestPageServerWritesOnlyChangedPages(t *testing.T) {
@@ -393,6 +433,22 @@ func TestPageServerWritesOnlyChangedPages(t *testing.T) {
 	}
 }
 
+func TestPageServerWithoutODirect(t *testing.T) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs("/dev/shm", &st); err != nil || st.Type != 0x01021994 {
+		t.Skip("needs a tmpfs at /dev/shm (a file system without O_DIRECT)")
+	}
+	root, err := os.MkdirTemp("/dev/shm", "gpusched-ps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	mem := psRandomMemory(4, map[pagemapKey][][2]uint64{{id: 2}: {{0x1000, 300}}})
+	a := psImagesDir(t, root, "A")
+	psDump(t, a, "", mem)
+	psCheckImage(t, a, mem)
+}
+
 func TestPageServerParentWithoutIndexWritesEverything(t *testing.T) {
 	root := t.TempDir()
 	task := pagemapKey{id: 9}
@@ -409,12 +465,19 @@ func TestPageServerParentWithoutIndexWritesEverything(t *testing.T) {
 	}
 	psCheckImage(t, b, mem)
 
-	// A damaged index is an error, not a silent full dump.
+	// A damaged index, or one naming a pagemap the image lacks, is an
+	// error, not a silent full dump.
 	if err := os.WriteFile(filepath.Join(a, indexName), []byte(indexMagic+"garbage-garbage-garbage-garbage-garbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := StartPageServer(psImagesDir(t, root, "C"), a); !errors.Is(err, errBadIndex) {
 		t.Errorf("StartPageServer over a damaged index = %v, want errBadIndex", err)
+	}
+	if err := os.Remove(filepath.Join(b, task.fileName())); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := StartPageServer(psImagesDir(t, root, "D"), b); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("StartPageServer over an image without its pagemap = %v, want ErrNotExist", err)
 	}
 }
 
@@ -624,13 +687,13 @@ func (j *criuJob) waitFor(ok func(string) bool, what string) string {
 	}
 }
 
-var tickRE = regexp.MustCompile(`(?m)^tick (\d+)$`)
+var psTickRE = regexp.MustCompile(`(?m)^tick (\d+)$`)
 
 // ticks are the counter values in the log, which must count up by one.
 func (j *criuJob) ticks(log string) []int {
 	j.t.Helper()
 	var ticks []int
-	for _, m := range tickRE.FindAllStringSubmatch(log, -1) {
+	for _, m := range psTickRE.FindAllStringSubmatch(log, -1) {
 		n, _ := strconv.Atoi(m[1])
 		if len(ticks) > 0 && n != ticks[len(ticks)-1]+1 {
 			j.t.Fatalf("tick %d after tick %d: the counter did not survive", n, ticks[len(ticks)-1])

@@ -22,6 +22,7 @@ func proc(name string) api.Process {
 			{Index: 1, UUID: "GPU-bbbb", UsedMiB: 512},
 		},
 		VRAMMiB:   12800,
+		Tier:      api.TierGPU,
 		Log:       "/var/log/gpusched/" + name + ".log",
 		CreatedAt: now.Add(-91 * time.Minute),
 		StartedAt: now.Add(-90*time.Minute - 30*time.Second),
@@ -37,5 +38,6 @@ func exited(name string, exit api.Exit) api.Process {
 	p.VRAMMiB = 0
 	p.ExitedAt = time.Now().Add(-time.Minute)
 	p.Exit = &exit
+	p.Tier = ""
 	return p
 }

@@ -37,6 +37,21 @@ func mib(n uint64) string {
 	return fmt.Sprintf("%.1f GiB", float64(n)/1024)
 }
 
+// bytesize shows a byte count with a binary unit: "512 B", "14.0 MiB",
+// "1.5 GiB".
+func bytesize(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
+}
+
 // age shows a duration coarsely: "45s", "12m", "3h12m", "2d3h".
 func age(d time.Duration) string {
 	d = max(d, 0)

@@ -44,10 +44,11 @@ func newThawCmd(a *app) *cobra.Command {
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "thaw NAME",
-		Short: "Bring a frozen process back onto its GPUs",
+		Short: "Bring a frozen or hibernated process back onto its GPUs",
 		Long: `Thaw NAME: once its GPUs have room for its memory (plus the daemon's margin),
 continue its tree and restore its GPU memory. Without --timeout it fails at
-once when the memory does not fit; with it, it waits up to that long.`,
+once when the memory does not fit; with it, it waits up to that long.
+A hibernated process is first restored from its snapshot on disk (CRIU).`,
 		Args: oneName,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var res api.CheckpointResult
@@ -135,14 +136,19 @@ func writeCheckpoint(w io.Writer, r *api.CheckpointResult) error {
 	if r.Op != "freeze" && len(r.GPUs) > 0 {
 		where = " onto " + strings.Join(r.GPUs, ",")
 	}
-	_, err := fmt.Fprintf(w, "%s %s: %s from %d CUDA process(es)%s in %s (%s) [%s driver]\n",
-		verb, r.Name, mib(r.Bytes>>20), len(r.PIDs), where, ms(r.MS["total"]), phases(r.MS), r.Driver)
+	from := ""
+	if r.Snapshot != "" {
+		from = " from disk (snapshot " + shortID(r.Snapshot) + ")"
+	}
+	_, err := fmt.Fprintf(w, "%s %s%s: %s from %d CUDA process(es)%s in %s (%s) [%s driver]\n",
+		verb, r.Name, from, mib(r.Bytes>>20), len(r.PIDs), where, ms(r.MS["total"]), phases(r.MS), r.Driver)
 	return err
 }
 
 // phases lists the phase times in the order they happen.
 func phases(m map[string]float64) string {
-	order := []string{"freeze_lock", "freeze_checkpoint", "admit", "lock", "checkpoint", "stop", "continue", "restore", "unlock"}
+	order := []string{"freeze_lock", "freeze_checkpoint", "freeze", "dump", "sync", "admit", "criu_restore",
+		"lock", "checkpoint", "stop", "continue", "restore", "unlock"}
 	rank := map[string]int{}
 	for i, k := range order {
 		rank[k] = i

@@ -16,8 +16,10 @@ func newPSCmd(a *app) *cobra.Command {
 		Use:     "ps",
 		Aliases: []string{"list"},
 		Short:   "List managed processes",
-		Long: `List the managed processes you may see, sorted by name. AGE/EXIT is the
-time since start for a live process and how it ended for an exited one.`,
+		Long: `List the managed processes you may see, sorted by name. TIER is where a live
+process's GPU memory is: gpu, host (frozen into host RAM) or disk (hibernated
+into a snapshot). AGE/EXIT is the time since start for a live process and how
+it ended for an exited one.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var res api.PSResult
@@ -33,13 +35,21 @@ time since start for a live process and how it ended for an exited one.`,
 // writePS prints the process table in the order given.
 func writePS(w io.Writer, procs []api.Process) error {
 	t := newTable(w)
-	fmt.Fprintf(t, "NAME\tSTATE\tPID\tUSER\tGPUS\tVRAM\tAGE/EXIT\tCMD\n")
+	fmt.Fprintf(t, "NAME\tSTATE\tTIER\tPID\tUSER\tGPUS\tVRAM\tAGE/EXIT\tCMD\n")
 	for i := range procs {
 		p := &procs[i]
-		fmt.Fprintf(t, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n",
-			p.Name, p.State, p.PID, p.User, gpuIndexes(p.GPUs), mib(p.VRAMMiB), ageOrExit(p), cmdline(p.Cmd))
+		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n",
+			p.Name, p.State, tierText(p), p.PID, p.User, gpuIndexes(p.GPUs), mib(p.VRAMMiB), ageOrExit(p), cmdline(p.Cmd))
 	}
 	return t.Flush()
+}
+
+// tierText is a process's tier, "-" when it has none (exited).
+func tierText(p *api.Process) string {
+	if p.Tier == "" {
+		return "-"
+	}
+	return string(p.Tier)
 }
 
 // ageOrExit is how long a live process has run, or how an exited one ended.

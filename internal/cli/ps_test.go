@@ -7,8 +7,14 @@ import (
 )
 
 func TestPSTable(t *testing.T) {
+	frozen := proc("frozen")
+	frozen.State, frozen.Tier = api.StateFrozen, api.TierHost
+	asleep := proc("asleep")
+	asleep.State, asleep.Tier, asleep.PID = api.StateHibernated, api.TierDisk, 0
 	procs := []api.Process{
 		proc("zeta"), // the daemon's order is kept, whatever it is
+		frozen,
+		asleep,
 		exited("done", api.Exit{Code: intp(0)}),
 		exited("failed", api.Exit{Code: intp(3)}),
 		exited("killed", api.Exit{Signal: "SIGKILL"}),
@@ -20,12 +26,14 @@ func TestPSTable(t *testing.T) {
 		t.Fatalf("code %d, stderr %q", code, errOut)
 	}
 	want := "" +
-		"NAME    STATE    PID   USER   GPUS  VRAM      AGE/EXIT        CMD\n" +
-		"zeta    running  4242  alice  0,1   12.5 GiB  1h30m           python train.py --tag 'a b'\n" +
-		"done    exited   0     alice  -     0 MiB     exit 0          python train.py --tag 'a b'\n" +
-		"failed  exited   0     alice  -     0 MiB     exit 3          python train.py --tag 'a b'\n" +
-		"killed  exited   0     alice  -     0 MiB     signal SIGKILL  python train.py --tag 'a b'\n" +
-		"lost    exited   0     alice  -     0 MiB     unknown         python train.py --tag 'a b'\n"
+		"NAME    STATE       TIER  PID   USER   GPUS  VRAM      AGE/EXIT        CMD\n" +
+		"zeta    running     gpu   4242  alice  0,1   12.5 GiB  1h30m           python train.py --tag 'a b'\n" +
+		"frozen  frozen      host  4242  alice  0,1   12.5 GiB  1h30m           python train.py --tag 'a b'\n" +
+		"asleep  hibernated  disk  0     alice  0,1   12.5 GiB  1h30m           python train.py --tag 'a b'\n" +
+		"done    exited      -     0     alice  -     0 MiB     exit 0          python train.py --tag 'a b'\n" +
+		"failed  exited      -     0     alice  -     0 MiB     exit 3          python train.py --tag 'a b'\n" +
+		"killed  exited      -     0     alice  -     0 MiB     signal SIGKILL  python train.py --tag 'a b'\n" +
+		"lost    exited      -     0     alice  -     0 MiB     unknown         python train.py --tag 'a b'\n"
 	if out != want {
 		t.Errorf("got\n%s\nwant\n%s", out, want)
 	}
@@ -39,7 +47,7 @@ func TestPSTable(t *testing.T) {
 func TestPSEmpty(t *testing.T) {
 	d := newFakeDaemon(t, map[string]handler{api.MethodPS: answer(result(api.PSResult{Processes: []api.Process{}}))})
 	out, _, code := ctl(t, d, "ps")
-	if want := "NAME  STATE  PID  USER  GPUS  VRAM  AGE/EXIT  CMD\n"; code != 0 || out != want {
+	if want := "NAME  STATE  TIER  PID  USER  GPUS  VRAM  AGE/EXIT  CMD\n"; code != 0 || out != want {
 		t.Errorf("code %d, stdout %q, want %q", code, out, want)
 	}
 }

@@ -53,6 +53,7 @@ func newRoot(a *app) *cobra.Command {
 		newRunCmd(a), newKillCmd(a), newStatusCmd(a), newPSCmd(a), newLogsCmd(a),
 		newWaitCmd(a), newRmCmd(a), newEventsCmd(a), newGPUsCmd(a), newVersionCmd(a),
 		newFreezeCmd(a), newThawCmd(a), newSwapCmd(a), newMigrateCmd(a),
+		newHibernateCmd(a), newForkCmd(a), newSnapshotsCmd(a), newSetCmd(a),
 	)
 	return root
 }

@@ -18,6 +18,7 @@ type runOptions struct {
 	dir      string
 	nice     int
 	user     string
+	policy   policyFlags
 }
 
 // newRunCmd builds `run`.
@@ -31,7 +32,8 @@ func newRunCmd(a *app) *cobra.Command {
 The command goes after --; no shell is involved. By default the process gets
 this shell's environment (PATH, virtualenv, ...) plus the --env values; with
 --clean-env it gets only the --env values. It runs in --dir, by default the
-current directory. Without --gpu it sees every GPU.`,
+current directory. Without --gpu it sees every GPU. --priority, --pin, --ttl
+and --idle set its disk-tier policy (see gpuschedctl set --help).`,
 		Example: `  gpuschedctl run train --gpu 0 -- python train.py --lr 3e-4
   gpuschedctl run eval --gpu GPU-5f0c... --clean-env --env PATH=/usr/bin -- ./eval.sh`,
 		Args: runArgs,
@@ -54,6 +56,7 @@ current directory. Without --gpu it sees every GPU.`,
 	f.StringVar(&o.dir, "dir", "", "working directory `DIR` (default: the current directory)")
 	f.IntVar(&o.nice, "nice", 0, "CPU nice value `N`, -20..19 (below 0 needs root)")
 	f.StringVar(&o.user, "user", "", "run as `USER` (root only)")
+	o.policy.register(cmd, true)
 	return cmd
 }
 
@@ -88,7 +91,11 @@ func parseGPURefs(values []string) ([]api.GPURef, error) {
 
 // params builds the run request from the flags.
 func (o *runOptions) params(name string, argv []string) (api.RunParams, error) {
-	p := api.RunParams{Name: name, Cmd: argv, Nice: o.nice, User: o.user}
+	p := api.RunParams{Name: name, Cmd: argv, Nice: o.nice, User: o.user,
+		Priority: o.policy.priority, Pin: o.policy.pin, TTL: api.Duration(o.policy.ttl), Idle: api.Duration(o.policy.idle)}
+	if err := o.policy.check(); err != nil {
+		return p, err
+	}
 	refs, err := parseGPURefs(o.gpus)
 	if err != nil {
 		return p, err

@@ -45,6 +45,7 @@ func writeOverview(w io.Writer, st *api.Status) error {
 		budget = mib(st.RAMBudgetMiB)
 	}
 	fmt.Fprintf(t, "host ram:\t%s frozen (budget %s)\n", mib(st.HostMiB), budget)
+	fmt.Fprintf(t, "disk tier:\t%s\n", diskTier(st))
 	if len(st.GPUs) == 0 {
 		fmt.Fprintf(t, "gpus:\tnone\n")
 		return t.Flush()
@@ -60,10 +61,24 @@ func writeOverview(w io.Writer, st *api.Status) error {
 	return g.Flush()
 }
 
+// diskTier shows the disk tier: "criu 4.1.1, snapshots 1.2 GiB (budget
+// unlimited)", or "off" when the daemon has no CRIU.
+func diskTier(st *api.Status) string {
+	snaps := fmt.Sprintf("snapshots %s (budget %s)", bytesize(st.DiskBytes), diskBudget(st.DiskBudget))
+	if st.CRIU == "" {
+		if st.DiskBytes == 0 {
+			return "off (no CRIU)"
+		}
+		return "off (no CRIU), " + snaps
+	}
+	return "criu " + st.CRIU + ", " + snaps
+}
+
 // stateCounts shows "3 (running 2, exited 1)", lifecycle states first.
 func stateCounts(st *api.Status) string {
 	order := []api.State{api.StateStarting, api.StateRunning, api.StateFreezing, api.StateFrozen,
-		api.StateThawing, api.StateLocked, api.StateFailed, api.StateExited}
+		api.StateThawing, api.StateLocked, api.StateFailed, api.StateHibernating, api.StateHibernated,
+		api.StateRestoring, api.StateExited}
 	var others []api.State
 	for s := range st.States {
 		if !slices.Contains(order, s) {
@@ -104,6 +119,17 @@ func writeProcess(w io.Writer, p *api.Process) error {
 	}
 	if p.Tier == api.TierHost {
 		fmt.Fprintf(t, "host ram:\t%s (frozen %s)\n", mib(p.HostMiB), since(p.FrozenAt))
+	}
+	switch {
+	case p.Snapshot == "":
+	case p.Tier == api.TierDisk:
+		fmt.Fprintf(t, "snapshot:\t%s\n", p.Snapshot)
+		fmt.Fprintf(t, "frozen:\t%s\n", since(p.FrozenAt))
+	case p.State != api.StateExited:
+		fmt.Fprintf(t, "snapshot:\t%s (parent of its next hibernate)\n", p.Snapshot)
+	}
+	if p.State != api.StateExited {
+		fmt.Fprintf(t, "policy:\t%s\n", policyText(p.Policy))
 	}
 	fmt.Fprintf(t, "pid:\t%d\n", p.PID)
 	fmt.Fprintf(t, "init pid:\t%d\n", p.InitPID)

@@ -78,6 +78,9 @@ func writeVersion(w io.Writer, h *api.Hello) error {
 	fmt.Fprintf(t, "daemon:\t%s (%s)\n", h.Version, proto)
 	fmt.Fprintf(t, "backend:\t%s\n", h.Backend)
 	fmt.Fprintf(t, "capabilities:\t%s\n", strings.Join(h.Capabilities, ", "))
+	if h.CRIU != "" {
+		fmt.Fprintf(t, "criu:\t%s\n", h.CRIU)
+	}
 	fmt.Fprintf(t, "caller:\t%s\n", who(h.Caller.User, h.Caller.UID, h.Caller.GID))
 	return t.Flush()
 }

@@ -14,7 +14,7 @@ func toAPI(r proctable.Record, gv *gpuView) api.Process {
 		UID: r.Owner.UID, GID: r.Owner.GID, User: r.Owner.User,
 		Cmd: r.Cmd, Dir: r.Dir, Nice: r.Nice, Log: r.LogPath,
 		CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, ExitedAt: r.ExitedAt, Exit: r.Exit,
-		GPUs: make([]api.ProcessGPU, 0, len(r.GPUs)), Error: r.Error, Policy: r.Policy, Snapshot: r.Snapshot,
+		GPUs: make([]api.ProcessGPU, 0, len(r.GPUs)), Error: r.Error, Note: r.Note, Policy: r.Policy, Snapshot: r.Snapshot,
 	}
 	switch {
 	case !r.Live():

@@ -208,3 +208,29 @@ func TestForkRefusesBadInput(t *testing.T) {
 		t.Fatalf("source after refused forks: %s", p.State)
 	}
 }
+
+// TestRestoredJobKeepsOthersMemory restores a job mid-ramp: inside its
+// restored tree (a new time namespace, where /proc shows start times
+// shifted) it goes on allocating, and must neither lose its own simulated
+// memory nor take another process's records for dead.
+func TestRestoredJobKeepsOthersMemory(t *testing.T) {
+	h := newDiskHarness(t, config.DriverSim)
+	c := h.client()
+	h.jobs("other", 1, 300)
+	_, err := c.Run(ctxT(t), api.RunParams{Name: "late", Dir: "/", GPU: &api.GPURef{Index: 0},
+		Cmd: []string{h.bins.SimJob, "--vram", "200", "--ramp", "2", "--tick", "0.02"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.followCount("late", "tick 2", 1)
+	if _, err := c.Hibernate(ctxT(t), api.HibernateParams{Name: "late"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Thaw(ctxT(t), api.ThawParams{Name: "late"}); err != nil {
+		t.Fatal(err)
+	}
+	h.followCount("late", "simjob: allocated 200 MiB", 1)
+	if u0, u1 := h.used(0), h.used(1); u0 != 200 || u1 != 300 {
+		t.Fatalf("GPU use after the restored job ramped: %d, %d MiB; want 200, 300", u0, u1)
+	}
+}

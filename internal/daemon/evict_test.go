@@ -42,8 +42,8 @@ func TestEvictionHibernatesByPolicy(t *testing.T) {
 	if got, want := states(), "vip=frozen low=hibernated x=frozen y=running z=running"; got != want {
 		t.Fatalf("after freezing x: %s, want %s", got, want)
 	}
-	if p := h.proc("low"); !strings.Contains(p.Error, "to make room") {
-		t.Fatalf("evicted process does not say why: %q", p.Error)
+	if p := h.proc("low"); !strings.Contains(p.Note, "to make room") {
+		t.Fatalf("evicted process does not say why: %q", p.Note)
 	}
 	// Equal priority: the least recently frozen goes (x before nothing
 	// else: vip outranks it).
@@ -83,8 +83,8 @@ func TestTTLHibernatesAndIdleFreezes(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitState("ttl", api.StateHibernated)
-	if p := h.proc("ttl"); !strings.Contains(p.Error, "ttl") {
-		t.Fatalf("TTL hibernate does not say why: %q", p.Error)
+	if p := h.proc("ttl"); !strings.Contains(p.Note, "ttl") {
+		t.Fatalf("TTL hibernate does not say why: %q", p.Note)
 	}
 
 	// A job whose GPU memory stays put is idle: frozen after its Idle time.

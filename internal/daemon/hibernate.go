@@ -179,9 +179,7 @@ func (d *Daemon) dump(ctx context.Context, rec proctable.Record, o hibernateOpts
 		r.State, r.Snapshot = api.StateHibernated, meta.ID
 		r.InitPID, r.InitStart, r.PID, r.PIDStart = 0, 0, 0, 0
 		r.Checkpoint.Stopped = nil
-		if o.why != "" {
-			r.Error = o.why
-		}
+		r.Note = o.why
 		return nil
 	})
 	if err != nil {
@@ -194,8 +192,7 @@ func (d *Daemon) dump(ctx context.Context, rec proctable.Record, o hibernateOpts
 	d.log.Info("hibernated", zap.String("name", rec.Name), zap.String("snapshot", meta.ID), zap.String("parent", parent),
 		zap.Uint64("bytes", meta.Bytes), zap.Uint64("pages", meta.Pages), zap.Uint64("reused", meta.Reused), zap.String("why", o.why))
 	return api.HibernateResult{Name: rec.Name, State: rec.State, Snapshot: meta.ID, Parent: parent, Bytes: meta.Bytes,
-		Written: meta.Written, Pages: meta.Pages, Reused: meta.Reused, GPUBytes: rec.Checkpoint.MiB() << 20,
-		Evicted: o.why != "", MS: ms}, nil
+		Written: meta.Written, Pages: meta.Pages, Reused: meta.Reused, GPUBytes: rec.Checkpoint.MiB() << 20, MS: ms}, nil
 }
 
 // criuDump runs one CRIU dump of the tree at initPID into dir with the

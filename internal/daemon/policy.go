@@ -72,6 +72,12 @@ func (d *Daemon) idleFreeze(ctx context.Context, r proctable.Record, idleFor tim
 		d.log.Warn("idle freeze failed", zap.String("name", r.Name), zap.Error(err))
 		return
 	}
+	_, _ = d.table.Update(r.Name, func(x *proctable.Record) error {
+		if x.ID == r.ID {
+			x.Note = fmt.Sprintf("frozen after its GPUs were idle for %v (idle)", idleFor.Round(time.Millisecond))
+		}
+		return nil
+	})
 	d.log.Info("froze an idle process", zap.String("name", r.Name), zap.Duration("idle", idleFor))
 }
 

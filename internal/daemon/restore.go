@@ -159,6 +159,9 @@ func (d *Daemon) adoptRestored(rec proctable.Record, initPID int, dir string) (p
 	out, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
 		r.State, r.BootID = api.StateFrozen, d.bootID
 		r.InitPID, r.InitStart, r.PID, r.PIDStart = initPID, initStart, cmdPID, cmdStart
+		if r.StartedAt.IsZero() { // a fork's copy starts its life here
+			r.StartedAt = time.Now()
+		}
 		r.Checkpoint.Procs, r.Checkpoint.Stopped = procs, stopped
 		return nil
 	})

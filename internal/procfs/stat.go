@@ -20,11 +20,21 @@ type Stat struct {
 	PPID      int
 	PGRP      int
 	Session   int
-	StartTime uint64 // clock ticks after boot
+	StartTime uint64 // clock ticks after the host's boot, whatever the reader's time namespace
 }
 
 // ReadStat parses /proc/<pid>/stat. A missing process gives ErrGone.
 func ReadStat(pid int) (Stat, error) {
+	s, err := readStat(pid)
+	if err == nil {
+		s.StartTime = hostTicks(s.StartTime, bootOffsetTicks())
+	}
+	return s, err
+}
+
+// readStat parses /proc/<pid>/stat with the start time as the reader's
+// time namespace shows it.
+func readStat(pid int) (Stat, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {

@@ -29,7 +29,7 @@ func ScanTree() (*Tree, error) {
 		if err != nil {
 			continue
 		}
-		s, err := ReadStat(pid)
+		s, err := readStat(pid) // the parent is all a scan needs
 		if err != nil {
 			continue
 		}

@@ -42,6 +42,9 @@ type Record struct {
 	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
 	// Error says why the last freeze or thaw failed; cleared by the next.
 	Error string `json:"error,omitempty"`
+	// Note says what a policy last did to the process by itself (an
+	// eviction, a TTL, an idle freeze); cleared by the next call.
+	Note string `json:"note,omitempty"`
 	// Snapshot is the snapshot the process lives in while hibernated, and
 	// after a thaw from disk the parent of its next (incremental) dump.
 	Snapshot string     `json:"snapshot,omitempty"`

@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"sort"
+
+	"github.com/gpusched/gpusched/internal/procfs"
 )
 
 // Allocate adds mib MiB on device uuid to the record of process
@@ -138,7 +140,7 @@ func checkRunning(pid int, startTime uint64) error {
 	if err != nil {
 		return err
 	}
-	if st.StartTime != startTime || st.Exited() {
+	if !procfs.SameStart(st.StartTime, startTime) || st.Exited() {
 		return fmt.Errorf("process %d with start time %d: %w", pid, startTime, ErrNoSuchProcess)
 	}
 	return nil

@@ -136,7 +136,7 @@ func TestAllocateErrors(t *testing.T) {
 	if err := reg.Allocate(pid, st, "GPU-nope", 1); !errors.Is(err, ErrNoSuchDevice) {
 		t.Errorf("unknown device: %v", err)
 	}
-	if err := reg.Allocate(pid, st+1, DeviceUUID(0), 1); !errors.Is(err, ErrNoSuchProcess) {
+	if err := reg.Allocate(pid, st+100, DeviceUUID(0), 1); !errors.Is(err, ErrNoSuchProcess) {
 		t.Errorf("wrong start time: %v", err)
 	}
 	if err := reg.Free(pid, st, DeviceUUID(0), 1); !errors.Is(err, ErrNoSuchProcess) {
@@ -256,7 +256,7 @@ func TestDeadProcessPruned(t *testing.T) {
 func TestStartTimeMismatchPruned(t *testing.T) {
 	reg := newTestRegistry(t, 1, 1024)
 	pid, st := self(t)
-	rec := newRecord(pid, st+1) // as if pid had been reused
+	rec := newRecord(pid, st+100) // as if pid had been reused
 	rec.Usage[DeviceUUID(0)] = 512
 	if err := reg.writeRecord(rec); err != nil {
 		t.Fatal(err)

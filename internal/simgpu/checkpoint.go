@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io/fs"
 	"sort"
+
+	"github.com/gpusched/gpusched/internal/procfs"
 )
 
 // The CUDA checkpoint states of a process, as cuda-checkpoint --get-state
@@ -163,7 +165,7 @@ func (r *Registry) cudaRecord(pid int) (record, error) {
 		return record{}, err
 	}
 	rec, err := readRecord(r.recordPath(pid))
-	if errors.Is(err, fs.ErrNotExist) || (err == nil && rec.StartTime != st.StartTime) {
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && !procfs.SameStart(rec.StartTime, st.StartTime)) {
 		return record{}, fmt.Errorf("process %d: no simulated GPU record: %w", pid, ErrNoCUDA)
 	}
 	if err != nil {

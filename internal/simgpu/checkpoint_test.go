@@ -190,7 +190,7 @@ func TestNoCUDAContext(t *testing.T) {
 	if _, err := reg.CheckpointState(pid); !errors.Is(err, ErrNoCUDA) {
 		t.Errorf("no record: %v, want ErrNoCUDA", err)
 	}
-	rec := newRecord(pid, st+1) // a reused pid
+	rec := newRecord(pid, st+100) // a reused pid
 	rec.Usage[DeviceUUID(0)] = 10
 	if err := reg.writeRecord(rec); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/store"
 	"golang.org/x/sys/unix"
 )
@@ -111,7 +112,7 @@ func readRecord(path string) (record, error) {
 // ownRecord reads the record of process (pid, startTime), which must exist.
 func (r *Registry) ownRecord(pid int, startTime uint64) (record, error) {
 	rec, err := readRecord(r.recordPath(pid))
-	if errors.Is(err, fs.ErrNotExist) || (err == nil && rec.StartTime != startTime) {
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && !procfs.SameStart(rec.StartTime, startTime)) {
 		return record{}, fmt.Errorf("process %d: no simulated GPU memory: %w", pid, ErrNoSuchProcess)
 	}
 	return rec, err

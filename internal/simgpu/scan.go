@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/store"
 )
 
@@ -69,7 +70,7 @@ func alive(pid int, startTime uint64) bool {
 	if errors.Is(err, ErrNoSuchProcess) {
 		return false
 	}
-	return err != nil || (st.StartTime == startTime && !st.Exited())
+	return err != nil || (procfs.SameStart(st.StartTime, startTime) && !st.Exited())
 }
 
 // removeGarbage removes what a scan made under the lock found dead or

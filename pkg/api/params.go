@@ -161,7 +161,6 @@ type HibernateResult struct {
 	Pages    uint64             `json:"pages"`     // memory pages in the image
 	Reused   uint64             `json:"reused"`    // of those, pages left in the parent
 	GPUBytes uint64             `json:"gpu_bytes"` // GPU memory inside the image (checkpointed first)
-	Evicted  bool               `json:"evicted,omitempty"`
 	MS       map[string]float64 `json:"ms"`
 }
 

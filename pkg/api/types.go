@@ -81,6 +81,7 @@ type Process struct {
 	FrozenAt  time.Time    `json:"frozen_at,omitzero"`
 	Exit      *Exit        `json:"exit,omitempty"`
 	Error     string       `json:"error,omitempty"` // why the last freeze or thaw failed
+	Note      string       `json:"note,omitempty"`  // what a policy last did to it (eviction, ttl, idle)
 	Policy    Policy       `json:"policy"`
 	Snapshot  string       `json:"snapshot,omitempty"` // the snapshot holding it (hibernated) or its next dump's parent
 }

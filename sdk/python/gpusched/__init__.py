@@ -12,9 +12,11 @@ Standard library only. Start with :class:`GpuSched`::
 
 Freeze parks a process's GPU memory in host RAM and thaw brings it back;
 ``sched.swap("policy", "reward")`` does both at once (see the README).
+``hibernate`` moves a process to disk with CRIU (thaw brings it back), and
+``fork`` starts copies of one from a single image.
 """
 
-from .client import DEFAULT_SOCKET, PROTOCOL_VERSION, SOCKET_ENV, GpuSched, GPURef, Stream, socket_path
+from .client import DEFAULT_SOCKET, PROTOCOL_VERSION, SOCKET_ENV, Duration, GpuSched, GPURef, Stream, socket_path
 from .errors import (
     BadRequest,
     Conflict,
@@ -38,12 +40,16 @@ from .types import (
     CheckpointResult,
     Event,
     Exit,
+    ForkResult,
     GPUProcess,
     GPUSummary,
     Hello,
+    HibernateResult,
     Identity,
+    Policy,
     Process,
     ProcessGPU,
+    Snapshot,
     Status,
     SwapResult,
 )
@@ -54,6 +60,7 @@ __all__ = [
     "GpuSched",
     "Stream",
     "GPURef",
+    "Duration",
     "PROTOCOL_VERSION",
     "DEFAULT_SOCKET",
     "SOCKET_ENV",
@@ -70,6 +77,10 @@ __all__ = [
     "Event",
     "CheckpointResult",
     "SwapResult",
+    "Policy",
+    "HibernateResult",
+    "ForkResult",
+    "Snapshot",
     "GpuSchedError",
     "BadRequest",
     "UnknownMethod",

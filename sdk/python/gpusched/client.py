@@ -38,9 +38,20 @@ from .errors import (
     Timeout,
     error_from_wire,
 )
-from .types import GPU, CheckpointResult, Event, Hello, Process, Status, SwapResult
+from .types import (
+    GPU,
+    CheckpointResult,
+    Event,
+    ForkResult,
+    Hello,
+    HibernateResult,
+    Process,
+    Snapshot,
+    Status,
+    SwapResult,
+)
 
-__all__ = ["GpuSched", "Stream", "PROTOCOL_VERSION", "DEFAULT_SOCKET", "SOCKET_ENV", "socket_path"]
+__all__ = ["GpuSched", "Stream", "PROTOCOL_VERSION", "DEFAULT_SOCKET", "SOCKET_ENV", "socket_path", "Duration"]
 
 PROTOCOL_VERSION = 1
 """The wire protocol this SDK speaks; a daemon that speaks another is refused (ProtocolError)."""
@@ -50,6 +61,9 @@ SOCKET_ENV = "GPUSCHED_SOCKET"
 
 GPURef = Union[int, str]
 """A GPU by index (0) or by UUID ("GPU-...")."""
+
+Duration = Union[int, float, str]
+"""Seconds (``90``, ``0.5``), or a Go duration string (``"10m"``, ``"1h30m"``)."""
 
 T = TypeVar("T")
 
@@ -366,6 +380,10 @@ class GpuSched:
         env: Optional[Mapping[str, str]] = None,
         nice: int = 0,
         user: Optional[str] = None,
+        priority: int = 0,
+        pin: bool = False,
+        ttl: Optional[Duration] = None,
+        idle: Optional[Duration] = None,
     ) -> Process:
         """Starts ``cmd`` (an argv, no shell) as a managed process called ``name``.
 
@@ -375,7 +393,8 @@ class GpuSched:
         EMPTY environment plus the daemon's ``GPUSCHED_*``/``CUDA_*`` variables (a bare
         command name is still looked up in a standard PATH). Pass ``env=dict(os.environ)``
         to hand it yours. ``nice``: -20..19 (below 0 needs root). ``user``: root only,
-        run as that user.
+        run as that user. ``priority``, ``pin``, ``ttl`` and ``idle``: its disk-tier
+        policy, as in :meth:`set_policy`.
         """
         params: Dict[str, Any] = {"name": name, "cmd": list(cmd), "dir": dir if dir is not None else os.getcwd()}
         if gpu is not None:
@@ -388,6 +407,14 @@ class GpuSched:
             params["nice"] = nice
         if user is not None:
             params["user"] = user
+        if priority:
+            params["priority"] = priority
+        if pin:
+            params["pin"] = True
+        if ttl is not None:
+            params["ttl"] = ttl
+        if idle is not None:
+            params["idle"] = idle
         return _decode(Process.from_dict, self.call("run", params), "run")
 
     def kill(self, name: str, signal: Union[str, int, None] = None, grace: Optional[float] = None) -> Process:
@@ -540,3 +567,93 @@ class GpuSched:
             params["timeout"] = timeout
         result = self._call("migrate", params, self._timeout_plus(timeout))
         return _decode(CheckpointResult.from_dict, result, "migrate")
+
+    # The disk tier (capability "hibernate"; fork: "fork"): processes dumped to disk
+    # with CRIU. A dump or restore of a large process takes a while: give the client
+    # a ``timeout`` to match (the daemon finishes an operation it began anyway).
+
+    def hibernate(self, name: str, full: bool = False, lock_timeout: Optional[float] = None) -> HibernateResult:
+        """Moves a running or frozen process to disk: a running one is frozen first
+        (``lock_timeout`` as in :meth:`freeze`), then its tree is dumped with CRIU into
+        a new snapshot and ended in memory. It is then "hibernated", tier "disk";
+        :meth:`thaw` restores it. A repeat hibernate writes only the pages changed
+        since its last snapshot (``parent``), unless ``full``.
+
+        Raises :class:`~gpusched.errors.Conflict` when it is not running or frozen,
+        :class:`~gpusched.errors.ResourceExhausted` over the daemon's ``--disk-budget``
+        or when the disk is full (it then stays frozen in RAM),
+        :class:`~gpusched.errors.Unavailable` when the daemon has no CRIU.
+        """
+        params: Dict[str, Any] = {"name": name}
+        if lock_timeout is not None:
+            params["lock_timeout"] = lock_timeout
+        if full:
+            params["full"] = True
+        result = self._call("hibernate", params, self._timeout_plus(lock_timeout))
+        return _decode(HibernateResult.from_dict, result, "hibernate")
+
+    def fork(
+        self, name: str, copies: int, gpus: Optional[Sequence[GPURef]] = None, timeout: Optional[float] = None
+    ) -> ForkResult:
+        """Dumps a running or frozen process (leaving it as it was) and restores
+        ``copies`` independent copies of it from that one image, named ``NAME-1`` ..
+        ``NAME-N``, each in its own PID namespace, running.
+
+        ``gpus``: one GPU per copy, for a process on one GPU (default: the source's
+        GPUs); ``timeout``: seconds each copy may wait for its GPU memory. Raises
+        :class:`~gpusched.errors.InvalidArgument` (copies outside 1..64, wrong number
+        of GPUs), :class:`~gpusched.errors.Exists` (a copy's name is taken by a live
+        process), :class:`~gpusched.errors.Unavailable` without CRIU.
+        """
+        params: Dict[str, Any] = {"name": name, "copies": copies}
+        if gpus is not None:
+            params["gpus"] = list(gpus)
+        if timeout is not None:
+            params["timeout"] = timeout
+        wait = timeout * copies if timeout is not None else None
+        return _decode(ForkResult.from_dict, self._call("fork", params, self._timeout_plus(wait)), "fork")
+
+    def snapshots(self, name: Optional[str] = None) -> List[Snapshot]:
+        """The snapshots the caller may see (root: all; of process ``name`` only, if
+        given), oldest first. Their total size and the budget are in :meth:`status`
+        (``disk_bytes``, ``disk_budget``)."""
+        result = self.call("snapshots", {"name": name} if name else None)
+        return _decode(lambda r: [Snapshot.from_dict(s) for s in r.get("snapshots") or []], result, "snapshots")
+
+    def delete_snapshot(self, id: str) -> Snapshot:
+        """Deletes a snapshot and returns it.
+
+        Raises :class:`~gpusched.errors.Conflict` when a hibernated process lives in
+        it or another snapshot is incremental on it, :class:`~gpusched.errors.NotFound`,
+        :class:`~gpusched.errors.InvalidArgument` for something that is not a snapshot id.
+        """
+        return _decode(Snapshot.from_dict, self.call("delete_snapshot", {"id": id}), "delete_snapshot")
+
+    def set_policy(
+        self,
+        name: str,
+        priority: Optional[int] = None,
+        pin: Optional[bool] = None,
+        ttl: Optional[Duration] = None,
+        idle: Optional[Duration] = None,
+    ) -> Process:
+        """Changes a live process's disk-tier policy (``set`` on the wire); arguments
+        left None stay as they are. Returns the process.
+
+        Under RAM pressure frozen processes are hibernated lowest ``priority`` first
+        (-1000..1000), then least recently frozen; a ``pin``-ned one never is. ``ttl``
+        hibernates it once frozen that long, ``idle`` freezes it once its GPUs were
+        idle that long; 0 turns either off (seconds, or a string like ``"10m"``).
+        A priority above 0 and pinning need root
+        (:class:`~gpusched.errors.PermissionDenied`).
+        """
+        params: Dict[str, Any] = {"name": name}
+        if priority is not None:
+            params["priority"] = priority
+        if pin is not None:
+            params["pin"] = pin
+        if ttl is not None:
+            params["ttl"] = ttl
+        if idle is not None:
+            params["idle"] = idle
+        return _decode(Process.from_dict, self.call("set", params), "set")

@@ -4,6 +4,7 @@ Each is built with ``from_dict``, which ignores fields it does not know (a newer
 daemon may send more), fills absent ones with defaults and keeps the whole wire
 object in ``raw``. Times become timezone-aware datetimes (microsecond precision);
 a time the daemon leaves out (e.g. ``exited_at`` of a running process) is None.
+Durations (a policy's ``ttl`` and ``idle``) become seconds, as floats.
 """
 
 from __future__ import annotations
@@ -26,7 +27,12 @@ __all__ = [
     "Event",
     "CheckpointResult",
     "SwapResult",
+    "Policy",
+    "HibernateResult",
+    "ForkResult",
+    "Snapshot",
     "parse_time",
+    "parse_duration",
 ]
 
 _T = TypeVar("_T")
@@ -48,6 +54,35 @@ def parse_time(value: Optional[str]) -> Optional[datetime]:
     seconds, fraction, zone = match.groups()
     micros = (fraction or "")[:6].ljust(6, "0")
     return datetime.fromisoformat(f"{seconds}.{micros}{'+00:00' if zone == 'Z' else zone}")
+
+
+# A Go duration string: "1h30m0s", "1.5s", "500ms", "0s".
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "\u03bcs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: Any) -> float:
+    """A wire duration as seconds: a number of seconds, or a Go duration string
+    ("1h30m0s", "1.5s", "500ms"). Raises ValueError for anything else."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, str) or value == "":
+        raise ValueError(f"not a duration: {value!r}")
+    text, sign = value, 1.0
+    if text[0] in "+-":
+        sign, text = (-1.0 if text[0] == "-" else 1.0), text[1:]
+    if text == "0":
+        return 0.0
+    seconds, pos = 0.0, 0
+    while pos < len(text):
+        match = _DURATION_PART.match(text, pos)
+        if match is None:
+            raise ValueError(f"not a duration: {value!r}")
+        seconds += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        pos = match.end()
+    if pos == 0:
+        raise ValueError(f"not a duration: {value!r}")
+    return sign * seconds
 
 
 def _each(convert: Callable[[Any], _T]) -> Callable[[Any], List[_T]]:
@@ -120,15 +155,41 @@ class ProcessGPU:
 
 
 @dataclass(frozen=True)
+class Policy:
+    """How the disk tier treats a process.
+
+    Under RAM pressure frozen processes are hibernated lowest ``priority`` first,
+    then least recently frozen; a ``pin``-ned one never is. ``ttl``: seconds
+    frozen after which it is hibernated; ``idle``: seconds its GPUs may stay idle
+    before it is frozen; 0 is off.
+    """
+
+    priority: int = 0
+    pin: bool = False
+    ttl: float = 0.0
+    idle: float = 0.0
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Policy:
+        return _build(cls, data, ttl=parse_duration, idle=parse_duration)
+
+
+@dataclass(frozen=True)
 class Process:
     """One managed process tree.
 
     ``state`` is "starting", "running", "freezing", "frozen", "thawing", "locked"
     (CUDA locked or partly checkpointed: retry the freeze or thaw), "failed" (the
-    checkpoint driver reports a failure) or "exited". ``tier`` says where a live
-    process's GPU memory is: "gpu", or "host" when a freeze parked ``host_mib`` MiB
-    of it in host RAM (since ``frozen_at``); "" for an exited process (or an older
-    daemon). ``error`` says why the last freeze or thaw failed.
+    checkpoint driver reports a failure), "hibernating", "hibernated" (on disk
+    only, in ``snapshot``), "restoring" (coming back from disk) or "exited".
+    ``tier`` says where a live process's GPU memory is: "gpu", "host" when a
+    freeze parked ``host_mib`` MiB of it in host RAM (since ``frozen_at``), or
+    "disk" when hibernated; "" for an exited process (or an older daemon).
+    ``error`` says why the last freeze, thaw or hibernate failed; ``note`` what a
+    policy last did to it by itself (an eviction, a TTL, an idle freeze). ``policy`` is its
+    disk-tier :class:`Policy`; ``snapshot`` the snapshot it lives in when
+    hibernated, else the parent its next hibernate builds on ("" for none).
     """
 
     name: str = ""
@@ -153,6 +214,9 @@ class Process:
     frozen_at: Optional[datetime] = None
     exit: Optional[Exit] = None
     error: str = ""
+    note: str = ""
+    policy: Policy = field(default_factory=Policy)
+    snapshot: str = ""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -166,6 +230,7 @@ class Process:
             exited_at=parse_time,
             frozen_at=parse_time,
             exit=Exit.from_dict,
+            policy=Policy.from_dict,
         )
 
 
@@ -221,12 +286,14 @@ class GPUSummary:
 
 @dataclass(frozen=True)
 class Hello:
-    """The daemon's self-description and who it thinks the caller is."""
+    """The daemon's self-description and who it thinks the caller is; ``criu`` is
+    the CRIU version behind the disk tier ("" when it is off)."""
 
     protocol: int = 0
     version: str = ""
     backend: str = ""
     capabilities: List[str] = field(default_factory=list)
+    criu: str = ""
     caller: Identity = field(default_factory=Identity)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -241,7 +308,10 @@ class Status:
 
     ``host_mib``: GPU memory parked in host RAM by freezes (all processes);
     ``ram_budget_mib``: the daemon's ``--ram-budget`` (0: unlimited); ``driver``: its
-    checkpoint driver ("api", "cli", "sim" or "none"; "" from an older daemon).
+    checkpoint driver ("api", "cli", "sim" or "none"; "" from an older daemon);
+    ``disk_bytes``: snapshot images on disk (all processes); ``disk_budget``: its
+    ``--disk-budget`` in bytes (0: unlimited); ``criu``: the CRIU version behind the
+    disk tier ("" when it is off).
     """
 
     version: str = ""
@@ -255,6 +325,9 @@ class Status:
     host_mib: int = 0
     ram_budget_mib: int = 0
     driver: str = ""
+    disk_bytes: int = 0
+    disk_budget: int = 0
+    criu: str = ""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -291,7 +364,8 @@ class CheckpointResult:
     stopped or continued); ``bytes`` the GPU memory moved; ``gpus`` the UUIDs the
     process is on (thaw, migrate) or was on (freeze); ``ms`` milliseconds per phase
     (freeze: lock, checkpoint, stop; thaw: admit, continue, restore, unlock;
-    migrate: also freeze_*; always "total").
+    migrate: also freeze_*; a thaw from disk: also criu_restore; always "total").
+    ``snapshot`` is set when a thaw restored the process from that snapshot on disk.
     """
 
     name: str = ""
@@ -302,6 +376,7 @@ class CheckpointResult:
     bytes: int = 0
     gpus: List[str] = field(default_factory=list)
     ms: Dict[str, float] = field(default_factory=dict)
+    snapshot: str = ""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -328,3 +403,77 @@ class SwapResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SwapResult:
         return _build(cls, data, freeze=CheckpointResult.from_dict, thaw=CheckpointResult.from_dict)
+
+
+@dataclass(frozen=True)
+class HibernateResult:
+    """What a hibernate did.
+
+    ``snapshot``: the snapshot written; ``parent``: the one it is incremental on
+    ("" for a full image); ``bytes``: this snapshot's own files on disk;
+    ``written``: bytes this dump wrote; ``pages``: memory pages in the image, of
+    which ``reused`` were left in the parent; ``gpu_bytes``: GPU memory inside the
+    image (checkpointed into host memory first); ``ms``: milliseconds per phase
+    (freeze, dump, sync, "total").
+    """
+
+    name: str = ""
+    state: str = ""
+    snapshot: str = ""
+    parent: str = ""
+    bytes: int = 0
+    written: int = 0
+    pages: int = 0
+    reused: int = 0
+    gpu_bytes: int = 0
+    ms: Dict[str, float] = field(default_factory=dict)
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> HibernateResult:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class ForkResult:
+    """What a fork did: ``copies`` are the new processes (NAME-1 .. NAME-N),
+    running; ``bytes`` the image's size; ``ms`` milliseconds for the dump, each
+    copy (by name) and "total"."""
+
+    name: str = ""
+    copies: List[Process] = field(default_factory=list)
+    bytes: int = 0
+    ms: Dict[str, float] = field(default_factory=dict)
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ForkResult:
+        return _build(cls, data, copies=_each(Process.from_dict))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One image on disk: of process ``name`` (record ``process_id``), owned by
+    ``user``; incremental on ``parent`` ("" for a full one); ``holds``: a
+    hibernated process lives in it (or in a child of it); ``bytes``: its own files
+    on disk; ``written``: what its dump wrote; ``gpus``, ``vram_mib``: the GPUs
+    and GPU memory of the process when dumped."""
+
+    id: str = ""
+    name: str = ""
+    process_id: str = ""
+    user: str = ""
+    uid: int = 0
+    parent: str = ""
+    holds: bool = False
+    bytes: int = 0
+    written: int = 0
+    gpus: List[str] = field(default_factory=list)
+    vram_mib: int = 0
+    created_at: Optional[datetime] = None
+    last_used_at: Optional[datetime] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Snapshot:
+        return _build(cls, data, created_at=parse_time, last_used_at=parse_time)

@@ -11,7 +11,7 @@ from typing import Iterator
 import pytest
 
 from gpusched import GpuSched
-from harness import REPO_ROOT, Daemon, short_dir
+from harness import REPO_ROOT, Daemon, find_criu, short_dir
 
 BINARIES = ("gpuschedd", "gpuschedctl", "gpusched-simjob")
 
@@ -43,8 +43,21 @@ def bin_dir() -> Iterator[Path]:
 
 @pytest.fixture
 def daemon(bin_dir: Path) -> Iterator[Daemon]:
-    """A running gpuschedd on two simulated GPUs; torn down with every tree it left."""
-    d = Daemon(bin_dir)
+    """A running gpuschedd on two simulated GPUs; torn down with every tree it left.
+
+    Its disk tier runs on the CRIU scripts/install-criu.sh provides; without one
+    it is off (``--criu none``), and ``daemon.criu`` says which."""
+    d = Daemon(bin_dir, criu=find_criu()[0] or "none")
+    d.start()
+    yield d
+    d.close()
+
+
+@pytest.fixture
+def plain_daemon(bin_dir: Path) -> Iterator[Daemon]:
+    """A gpuschedd as ``daemon``, but always with the disk tier off (``--criu none``):
+    what it answers does not depend on whether CRIU is installed."""
+    d = Daemon(bin_dir, criu="none")
     d.start()
     yield d
     d.close()

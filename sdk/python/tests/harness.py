@@ -12,8 +12,9 @@ import tempfile
 import threading
 import time
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator, List, Optional
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 from gpusched import GpuSched, Process, Stream
 
@@ -39,6 +40,29 @@ def guarded(stream: Stream[Any]) -> Iterator[Stream[Any]]:
         timer.cancel()
 
 
+@lru_cache(maxsize=None)
+def find_criu() -> Tuple[Optional[str], str]:
+    """The CRIU for gpuschedd's disk tier, as ``scripts/install-criu.sh --print-path``
+    finds it (installing it when missing, as the Go tests do), or None and why not.
+
+    CRIU needs root, and the script needs the repository."""
+    if os.geteuid() != 0:
+        return None, "CRIU needs root"
+    if REPO_ROOT is None:
+        return None, "no go.mod above the SDK, so no scripts/install-criu.sh"
+    try:
+        run = subprocess.run(
+            [str(REPO_ROOT / "scripts" / "install-criu.sh"), "--print-path"],
+            capture_output=True, text=True, timeout=600,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return None, f"scripts/install-criu.sh failed: {e}"
+    path = run.stdout.strip().splitlines()[-1] if run.stdout.strip() else ""
+    if run.returncode != 0 or not path:
+        return None, f"scripts/install-criu.sh failed (exit {run.returncode}): {run.stderr.strip()[-500:]}"
+    return path, ""
+
+
 def short_dir() -> Path:
     """A fresh directory under /tmp: socket paths must stay under 108 bytes."""
     path = Path(tempfile.mkdtemp(prefix="gs", dir="/tmp"))
@@ -49,14 +73,18 @@ def short_dir() -> Path:
 class Daemon:
     """One gpuschedd on its own socket, state, log and simulated-GPU directories.
 
+    ``criu`` is its ``--criu``: a CRIU path for the disk tier, "none" to turn the tier
+    off, None for the daemon's default; ``args`` are more flags.
     ``start()`` returns once the daemon said READY=1 on its NOTIFY_SOCKET;
     ``stop()`` ends it with SIGTERM (managed processes keep running, by design);
     ``close()`` also kills every process tree it left and removes the directory.
     """
 
-    def __init__(self, bin_dir: Path) -> None:
+    def __init__(self, bin_dir: Path, criu: Optional[str] = None, args: Sequence[str] = ()) -> None:
         self.dir = short_dir()
         self.socket = str(self.dir / "gs.sock")
+        self.criu = criu
+        self._args = ([] if criu is None else ["--criu", criu]) + list(args)
         self._daemon = bin_dir / "gpuschedd"
         self._stderr = self.dir / "gpuschedd.stderr"
         self._proc: Optional[subprocess.Popen[bytes]] = None
@@ -76,7 +104,7 @@ class Daemon:
                         str(self._daemon), "--sim", "2", "--socket", self.socket,
                         "--state-dir", str(self.dir / "state"), "--log-dir", str(self.dir / "logs"),
                         "--sim-dir", str(self.dir / "sim"), "--log-format", "console",
-                    ],
+                    ] + self._args,
                     env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "NOTIFY_SOCKET": str(notify_path)},
                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
                 )

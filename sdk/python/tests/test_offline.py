@@ -20,17 +20,21 @@ from gpusched import (
     ConnectionLost,
     DaemonNotRunning,
     Event,
+    ForkResult,
     GpuSched,
     GpuSchedError,
+    HibernateResult,
+    Policy,
     Process,
     ProtocolError,
+    Snapshot,
     Status,
     SwapResult,
     Timeout,
     socket_path,
 )
 from gpusched.errors import error_from_wire
-from gpusched.types import parse_time
+from gpusched.types import parse_duration, parse_time
 
 CODES = {
     "bad_request": gpusched.BadRequest,
@@ -261,3 +265,76 @@ def test_waits_extend_the_client_timeout(tmp_short: Path) -> None:
         sched.thaw("x")  # no wait asked for: the client's own timeout applies
     sched.close()
     fake.close()
+
+
+@pytest.mark.parametrize("wire, seconds", [
+    ("10m0s", 600.0), ("1h30m0s", 5400.0), ("1.5s", 1.5), ("500ms", 0.5), ("0s", 0.0), ("0", 0.0),
+    ("2\u00b5s", 2e-06), ("-1m", -60.0), (30, 30.0), (0.25, 0.25),
+])
+def test_parse_duration(wire: object, seconds: float) -> None:
+    assert parse_duration(wire) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("wire", ["", "soon", "10", "1x", "1h-", True, None, []])
+def test_parse_duration_refuses(wire: object) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(wire)
+
+
+def test_disk_types() -> None:
+    process = Process.from_dict({"name": "warm", "state": "hibernated", "tier": "disk", "snapshot": "s1",
+                                 "policy": {"priority": -5, "pin": True, "ttl": "10m0s", "idle": "30s"}})
+    assert (process.state, process.tier, process.snapshot) == ("hibernated", "disk", "s1")
+    assert process.policy == Policy(priority=-5, pin=True, ttl=600.0, idle=30.0)
+    assert Process.from_dict({"name": "old"}).policy == Policy()  # an older daemon
+    assert Process.from_dict({"policy": {"priority": 0, "pin": False}}).policy == Policy()  # zero durations are left out
+    with pytest.raises(ValueError):
+        Process.from_dict({"policy": {"ttl": "soon"}})
+
+    status = Status.from_dict({"disk_bytes": 5 << 20, "disk_budget": 1 << 30, "criu": "4.1.1"})
+    assert (status.disk_bytes, status.disk_budget, status.criu) == (5 << 20, 1 << 30, "4.1.1")
+    assert CheckpointResult.from_dict({"op": "thaw", "snapshot": "s1"}).snapshot == "s1"
+
+    wire = {"name": "warm", "state": "hibernated", "snapshot": "s2", "parent": "s1", "bytes": 700, "written": 600,
+            "pages": 17000, "reused": 16900, "gpu_bytes": 256 << 20, "ms": {"dump": 300, "total": 310}}
+    hibernated = HibernateResult.from_dict(wire)
+    assert (hibernated.snapshot, hibernated.parent, hibernated.written, hibernated.reused) == ("s2", "s1", 600, 16900)
+    assert hibernated.raw == wire and HibernateResult.from_dict({}) == HibernateResult()
+
+    forked = ForkResult.from_dict({"name": "src", "copies": [{"name": "src-1", "state": "running"}], "bytes": 9, "ms": {"total": 1}})
+    assert ([(c.name, c.state) for c in forked.copies], forked.bytes) == ([("src-1", "running")], 9)
+    snapshot = Snapshot.from_dict({"id": "s1", "name": "warm", "holds": True, "gpus": ["GPU-0"], "created_at": "2026-01-02T03:04:05Z"})
+    assert (snapshot.id, snapshot.holds, snapshot.gpus, snapshot.parent) == ("s1", True, ["GPU-0"], "")
+    assert snapshot.created_at == datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc) and snapshot.last_used_at is None
+
+
+def test_disk_params_on_the_wire(tmp_short: Path) -> None:
+    answers: Dict[str, Any] = {"snapshots": {"snapshots": [{"id": "s1"}], "bytes": 1, "budget": 0}, "fork": {"copies": []}}
+    fake = FakeDaemon(tmp_short, lambda request: HELLO if request["method"] == "hello" else
+                      {"ok": True, "result": answers.get(request["method"], {"name": (request.get("params") or {}).get("name")})})
+    with GpuSched(fake.path) as sched:
+        assert sched.hibernate("warm").name == "warm"
+        sched.hibernate("warm", full=True, lock_timeout=2.5)
+        assert sched.fork("warm", 2).copies == []
+        sched.fork("warm", 2, gpus=[0, "GPU-x"], timeout=1.5)
+        assert [s.id for s in sched.snapshots()] == ["s1"]
+        sched.snapshots("warm")
+        sched.delete_snapshot("s1")
+        sched.set_policy("warm")
+        sched.set_policy("warm", priority=0, pin=False, ttl=0, idle="10m")
+        sched.run("warm", ["true"], dir="/")
+        sched.run("warm", ["true"], dir="/", priority=-3, pin=True, ttl=600, idle="1h")
+    fake.close()
+    assert [(r["method"], r.get("params")) for r in fake.requests if r["method"] != "hello"] == [
+        ("hibernate", {"name": "warm"}),
+        ("hibernate", {"name": "warm", "lock_timeout": 2.5, "full": True}),
+        ("fork", {"name": "warm", "copies": 2}),
+        ("fork", {"name": "warm", "copies": 2, "gpus": [0, "GPU-x"], "timeout": 1.5}),
+        ("snapshots", None),
+        ("snapshots", {"name": "warm"}),
+        ("delete_snapshot", {"id": "s1"}),
+        ("set", {"name": "warm"}),
+        ("set", {"name": "warm", "priority": 0, "pin": False, "ttl": 0, "idle": "10m"}),
+        ("run", {"name": "warm", "cmd": ["true"], "dir": "/"}),
+        ("run", {"name": "warm", "cmd": ["true"], "dir": "/", "priority": -3, "pin": True, "ttl": 600, "idle": "1h"}),
+    ]

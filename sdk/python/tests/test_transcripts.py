@@ -1,5 +1,6 @@
 """Replays the golden transcripts (pkg/api/testdata/transcripts) over raw sockets,
-exactly as internal/daemon/golden_test.go does, against a fresh daemon each."""
+exactly as internal/daemon/golden_test.go does, against a fresh daemon each, with
+its disk tier off (--criu none) as there."""
 
 from __future__ import annotations
 
@@ -105,8 +106,8 @@ def replay(socket_path: str, transcript: Path) -> None:
 
 
 @pytest.mark.parametrize("transcript", TRANSCRIPTS, ids=lambda path: path.stem)
-def test_transcript(daemon: Daemon, transcript: Path) -> None:
-    replay(daemon.socket, transcript)
+def test_transcript(plain_daemon: Daemon, transcript: Path) -> None:
+    replay(plain_daemon.socket, transcript)
 
 
 def test_match_rules() -> None:
