@@ -130,3 +130,37 @@ func treeDigest(t *testing.T, dir string) string {
 	}
 	return b.String()
 }
+
+// TestHibernateAfterInitReplaced hibernates a process whose init binary
+// was replaced on disk since it started (an upgrade of the daemon): CRIU
+// must carry the deleted binary in the image.
+func TestHibernateAfterInitReplaced(t *testing.T) {
+	var init string
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) {
+		init = filepath.Join(filepath.Dir(c.StateDir), "init")
+		c.InitPath = init
+	})
+	b, err := os.ReadFile(h.bins.Daemon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(init, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h.memJob("job", 64, 1)
+	ticks := h.lastTick("job")
+	if err := os.Remove(init); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(init, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := h.client()
+	if _, err := c.Hibernate(ctxT(t), api.HibernateParams{Name: "job"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Thaw(ctxT(t), api.ThawParams{Name: "job"}); err != nil {
+		t.Fatal(err)
+	}
+	h.verifyContinued("job", ticks)
+}
