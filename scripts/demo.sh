@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 [[ $EUID -eq 0 ]] || { echo "demo: run as root (sudo make demo)" >&2; exit 1; }
 
 make -s build
+CRIU=$(scripts/install-criu.sh --print-path) # CRIU >= 4 for the disk tier (quick once installed)
 BIN=$PWD/bin
 DIR=$(mktemp -d /tmp/gsdemo.XXXX)
 chmod 755 "$DIR"
@@ -23,7 +24,7 @@ for p in json.load(sys.stdin)["processes"]:
 trap cleanup EXIT
 
 "$BIN/gpuschedd" --sim 2x24G --socket "$GPUSCHED_SOCKET" --state-dir "$DIR/state" --log-dir "$DIR/logs" \
-	--gpu-poll 100ms --log-format console 2>"$DIR/daemon.log" &
+	--criu "$CRIU" --gpu-poll 100ms --log-format console 2>"$DIR/daemon.log" &
 DAEMON=$!
 for _ in $(seq 100); do [[ -S $GPUSCHED_SOCKET ]] && break; sleep 0.05; done
 
@@ -56,6 +57,9 @@ echo "== policy does not fit beside critic: thaw refuses (resource_exhausted), s
 ctl thaw policy || true
 ctl swap critic policy
 ctl ps
+echo "== critic is frozen in host RAM; hibernate moves it on to disk with CRIU: its process tree is gone from memory"
+ctl hibernate critic
+ctl snapshots
 echo "== a job that exits by itself, and one that is killed (TERM to the whole tree, then KILL after a grace)"
 ctl run short -- sh -c 'echo working; exit 3'
 ctl wait short || true
@@ -63,11 +67,16 @@ ctl kill reward
 echo "== the daemon restarts without its processes noticing: kill -9 it and start it again"
 kill -9 "$DAEMON"; wait "$DAEMON" 2>/dev/null || true
 "$BIN/gpuschedd" --sim 2x24G --socket "$GPUSCHED_SOCKET" --state-dir "$DIR/state" --log-dir "$DIR/logs" \
-	--gpu-poll 100ms --log-format console 2>>"$DIR/daemon.log" &
+	--criu "$CRIU" --gpu-poll 100ms --log-format console 2>>"$DIR/daemon.log" &
 DAEMON=$!
 for _ in $(seq 100); do "$BIN/gpuschedctl" version >/dev/null 2>&1 && break; sleep 0.05; done
 ctl ps
+echo "== critic's snapshot survived; policy makes room and critic comes back from disk onto GPU 0, its log going on"
 ctl kill policy
+ctl thaw critic
+ctl logs -n 2 critic
+echo "== hibernating it again writes only the pages that changed since the snapshot it came from"
+ctl hibernate critic
 ctl status
 echo "== done; the daemon's own log:"
 sed 's/^/    /' "$DIR/daemon.log" | cut -c1-160
