@@ -15,7 +15,9 @@ import (
 )
 
 // diskWriteBandwidth writes size bytes sequentially into a new file in dir
-// and syncs it, as `dd bs=1M conv=fdatasync` does, and returns bytes/s.
+// and syncs it, as `dd bs=1M conv=fdatasync` does, and returns bytes/s:
+// the better of two runs, as a first write into freshly freed memory can
+// be much slower in a VM.
 func diskWriteBandwidth(tb testing.TB, dir string, size int) float64 {
 	tb.Helper()
 	block := make([]byte, 1<<20)
@@ -25,21 +27,25 @@ func diskWriteBandwidth(tb testing.TB, dir string, size int) float64 {
 	}
 	path := filepath.Join(dir, "dd.bin")
 	defer os.Remove(path)
-	start := time.Now()
-	f, err := os.Create(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for n := 0; n < size; n += len(block) {
-		if _, err := f.Write(block); err != nil {
+	best := 0.0
+	for range 2 {
+		start := time.Now()
+		f, err := os.Create(path)
+		if err != nil {
 			tb.Fatal(err)
 		}
+		for n := 0; n < size; n += len(block) {
+			if _, err := f.Write(block); err != nil {
+				tb.Fatal(err)
+			}
+		}
+		if err := f.Sync(); err != nil {
+			tb.Fatal(err)
+		}
+		f.Close()
+		best = max(best, float64(size)/time.Since(start).Seconds())
 	}
-	if err := f.Sync(); err != nil {
-		tb.Fatal(err)
-	}
-	f.Close()
-	return float64(size) / time.Since(start).Seconds()
+	return best
 }
 
 // BenchmarkPageServerFirstDump sends a 1 GiB process's pages to a page

@@ -221,8 +221,15 @@ func (d *Daemon) criuDump(ctx context.Context, initPID int, dir, parent string, 
 	addr, port := ps.Endpoint()
 	err = d.criu.Dump(ctx, checkpoint.DumpOpts{Dir: dir, PID: initPID, LeaveRunning: leaveRunning,
 		PageServer: &checkpoint.Endpoint{Address: addr, Port: port}})
+	if err != nil {
+		ps.Close() // CRIU may never have connected
+	}
 	stats, perr := ps.Wait(ctx)
-	if err == nil {
+	switch {
+	case errors.Is(perr, checkpoint.ErrNoSpace) && err != nil:
+		// CRIU only saw its connection drop; the page server knows why.
+		return stats, fmt.Errorf("%w (%v)", perr, err)
+	case err == nil:
 		err = perr
 	}
 	return stats, err
