@@ -275,57 +275,6 @@ func TestRunPolicy(t *testing.T) {
 	}
 }
 
-func TestDiskUsageErrors(t *testing.T) {
-	tests := []struct {
-		args []string
-		want string
-	}{
-		{[]string{"hibernate"}, "missing process NAME"},
-		{[]string{"hibernate", "a", "b"}, "unexpected arguments after a: b"},
-		{[]string{"hibernate", "a", "--lock-timeout", "soon"}, `invalid argument "soon" for "--lock-timeout"`},
-		{[]string{"hibernate", "a", "--lock-timeout", "-1s"}, "--lock-timeout must not be negative"},
-		{[]string{"fork", "a"}, "fork needs --copies N, 1 or more"},
-		{[]string{"fork", "a", "--copies", "0"}, "fork needs --copies N, 1 or more"},
-		{[]string{"fork", "a", "--copies", "-2"}, "fork needs --copies N, 1 or more"},
-		{[]string{"fork", "a", "--copies", "two"}, `invalid argument "two" for "--copies"`},
-		{[]string{"fork", "a", "--copies", "2", "--gpus", "0"}, "--gpus names 1 GPUs for 2 copies: give one per copy"},
-		{[]string{"fork", "a", "--copies", "1", "--gpus", "-1"}, `bad --gpu "-1": GPU index -1 is negative`},
-		{[]string{"fork", "a", "--copies", "1", "--timeout", "1x"}, `invalid argument "1x" for "--timeout"`},
-		{[]string{"fork", "--copies", "1"}, "missing process NAME"},
-		{[]string{"snapshots", "extra"}, "unexpected arguments: extra"},
-		{[]string{"snapshot", "rm"}, "missing snapshot ID"},
-		{[]string{"snapshot", "rm", "a", "b"}, "unexpected arguments after a: b"},
-		{[]string{"set", "a"}, "nothing to set: give --priority, --pin, --no-pin, --ttl or --idle"},
-		{[]string{"set", "a", "--pin", "--no-pin"}, "give --pin or --no-pin, not both"},
-		{[]string{"set", "a", "--ttl", "soon"}, `invalid argument "soon" for "--ttl"`},
-		{[]string{"set", "a", "--idle", "-5m"}, "--idle must not be negative"},
-		{[]string{"set", "a", "--priority", "high"}, `invalid argument "high" for "--priority"`},
-		{[]string{"set", "--ttl", "1m"}, "missing process NAME"},
-		{[]string{"run", "x", "--ttl", "-1m", "--", "true"}, "--ttl must not be negative"},
-		{[]string{"run", "x", "--idle", "later", "--", "true"}, `invalid argument "later" for "--idle"`},
-		{[]string{"run", "x", "--no-pin", "--", "true"}, "unknown flag: --no-pin"},
-	}
-	for _, tt := range tests {
-		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			d := newFakeDaemon(t, nil)
-			out, errOut, code := ctl(t, d, tt.args...)
-			first, rest, _ := strings.Cut(errOut, "\n")
-			if code != 2 || out != "" {
-				t.Errorf("code %d, stdout %q; want 2, nothing", code, out)
-			}
-			if !strings.HasPrefix(first, "gpuschedctl: ") || !strings.Contains(first, tt.want) {
-				t.Errorf("first stderr line %q, want gpuschedctl: ...%s", first, tt.want)
-			}
-			if !strings.Contains(rest, "Usage:") {
-				t.Errorf("no usage after a usage error:\n%s", errOut)
-			}
-			if reqs := d.requests(); len(reqs) > 0 {
-				t.Errorf("usage error still called the daemon: %+v", reqs)
-			}
-		})
-	}
-}
-
 func TestStatusDiskTier(t *testing.T) {
 	tests := []struct {
 		st   api.Status

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"encoding/json"
-	"os/user"
 	"strings"
 	"testing"
 
@@ -15,14 +14,7 @@ import (
 // snapshots and processes through the disk tier, and may not pin or raise
 // a priority even on its own process.
 func TestDiskTierNonRoot(t *testing.T) {
-	nobody, err := user.Lookup("nobody")
-	if err != nil {
-		t.Skip("no user nobody")
-	}
-	group, err := user.LookupGroupId(nobody.Gid)
-	if err != nil {
-		t.Skip("no group for nobody")
-	}
+	nobody, group := nobodyUser(t)
 	criu := testutil.CRIU(t)
 	h := newCkptHarness(t, config.DriverSim, func(c *config.Config) { c.Group, c.CRIU = group.Name, criu })
 	h.memJob("rootjob", 64, 1)

@@ -37,10 +37,10 @@ func (h *harness) asUser(u *user.User, args ...string) (string, string, int) {
 	return out.String(), errb.String(), code
 }
 
-// TestNonRootCallers checks the security model with a real unprivileged
-// user: it sees and acts only on its own processes, and what it runs is
-// owned by it.
-func TestNonRootCallers(t *testing.T) {
+// nobodyUser is the unprivileged user the security tests act as, with its
+// group (given the socket so that it may connect); skips without one.
+func nobodyUser(t *testing.T) (*user.User, *user.Group) {
+	t.Helper()
 	nobody, err := user.Lookup("nobody")
 	if err != nil {
 		t.Skip("no user nobody")
@@ -49,6 +49,14 @@ func TestNonRootCallers(t *testing.T) {
 	if err != nil {
 		t.Skip("no group for nobody")
 	}
+	return nobody, group
+}
+
+// TestNonRootCallers checks the security model with a real unprivileged
+// user: it sees and acts only on its own processes, and what it runs is
+// owned by it.
+func TestNonRootCallers(t *testing.T) {
+	nobody, group := nobodyUser(t)
 	h := newHarness(t, func(c *config.Config) { c.Group = group.Name })
 	h.run("rootjob", "sleep", "1000")
 
