@@ -215,7 +215,7 @@ func (d *Daemon) restoreCopy(ctx context.Context, c *call, src proctable.Record,
 		rec, err = d.restoreTree(ctx, rec, dir)
 	}
 	if err == nil {
-		_, err = d.thawLocked(ctx, rec, thawOpts{op: "fork", pairs: pairs, wait: wait, waitCtx: c.ctx, admitted: false})
+		_, err = d.thawLocked(ctx, rec, thawOpts{op: "fork", pairs: pairs, wait: wait, waitCtx: c.ctx})
 		if err != nil {
 			d.log.Warn("fork copy stays frozen", zap.String("name", name), zap.Error(err))
 			err = nil // restored; frozen until its GPU has room

@@ -102,59 +102,20 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 // process rec: its pids are found again by namespace pid, simulated CUDA
 // state follows them, and its exit is watched.
 func (d *Daemon) adoptRestored(rec proctable.Record, initPID int, dir string) (proctable.Record, error) {
+	initStart, err := procfs.StartTime(initPID)
+	if err != nil {
+		return rec, fmt.Errorf("restored init %d: %w", initPID, err)
+	}
+	procs, stopped, err := d.relocate(rec, initPID, dir)
+	if err != nil {
+		return rec, err
+	}
+	cmdPID, _ := nsinit.FindCommand(initPID)
+	cmdStart, _ := procfs.StartTime(cmdPID)
 	pidfd, err := unix.PidfdOpen(initPID, unix.PIDFD_NONBLOCK)
 	if err != nil {
 		return rec, fmt.Errorf("restored init %d: %w", initPID, err)
 	}
-	initStart, err := procfs.StartTime(initPID)
-	if err != nil {
-		unix.Close(pidfd)
-		return rec, fmt.Errorf("restored init %d: %w", initPID, err)
-	}
-	tree, err := procfs.ScanTree()
-	if err != nil {
-		unix.Close(pidfd)
-		return rec, err
-	}
-	byNS := map[int]int{}
-	var stopped []proctable.ProcRef
-	for _, pid := range append([]int{initPID}, tree.Descendants(initPID)...) {
-		ns, err := procfs.NSPid(pid)
-		start, serr := procfs.StartTime(pid)
-		if err != nil || serr != nil {
-			continue
-		}
-		byNS[ns] = pid
-		stopped = append(stopped, proctable.ProcRef{PID: pid, Start: start})
-	}
-	carry, err := readCarry(dir)
-	if err != nil {
-		unix.Close(pidfd)
-		return rec, fmt.Errorf("simulated CUDA state: %w", err)
-	}
-	procs := rec.Clone().Checkpoint.Procs
-	for i, p := range procs {
-		host, ok := byNS[p.NSPID]
-		if !ok {
-			unix.Close(pidfd)
-			return rec, fmt.Errorf("restored tree has no process %d in its namespace", p.NSPID)
-		}
-		procs[i].PID, procs[i].Start = host, 0
-		procs[i].Start, _ = procfs.StartTime(host)
-		if state, ok := carry[p.NSPID]; ok {
-			carrier, _ := d.gpus.(cudaStateCarrier)
-			if carrier == nil {
-				unix.Close(pidfd)
-				return rec, fmt.Errorf("the snapshot holds simulated CUDA state but the GPUs are not simulated")
-			}
-			if err := carrier.CarryIn(host, procs[i].Start, state); err != nil {
-				unix.Close(pidfd)
-				return rec, fmt.Errorf("simulated CUDA state of pid %d: %w", host, err)
-			}
-		}
-	}
-	cmdPID, _ := nsinit.FindCommand(initPID)
-	cmdStart, _ := procfs.StartTime(cmdPID)
 	rt := d.procs.add(rec.ID, initPID, pidfd, true)
 	out, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
 		r.State, r.BootID = api.StateFrozen, d.bootID
@@ -165,12 +126,60 @@ func (d *Daemon) adoptRestored(rec proctable.Record, initPID int, dir string) (p
 		r.Checkpoint.Procs, r.Checkpoint.Stopped = procs, stopped
 		return nil
 	})
-	d.watch(out, rt)
 	if err != nil {
+		d.procs.remove(rec.ID)
+		rt.pidfd.Close()
 		return rec, err
 	}
+	d.watch(out, rt)
 	d.log.Info("restored from disk", zap.String("name", rec.Name), zap.Int("init_pid", initPID), zap.Int("pid", cmdPID))
 	return out, nil
+}
+
+// relocate finds rec's checkpointed processes in the tree restored at
+// initPID by their namespace pids, hands the simulated CUDA state saved in
+// dir to their new host pids, and lists the whole (stopped) tree.
+func (d *Daemon) relocate(rec proctable.Record, initPID int, dir string) ([]proctable.CheckpointProc, []proctable.ProcRef, error) {
+	tree, err := procfs.ScanTree()
+	if err != nil {
+		return nil, nil, err
+	}
+	byNS := map[int]proctable.ProcRef{}
+	var stopped []proctable.ProcRef
+	for _, pid := range append([]int{initPID}, tree.Descendants(initPID)...) {
+		ns, err := procfs.NSPid(pid)
+		start, serr := procfs.StartTime(pid)
+		if err != nil || serr != nil {
+			continue
+		}
+		ref := proctable.ProcRef{PID: pid, Start: start}
+		byNS[ns] = ref
+		stopped = append(stopped, ref)
+	}
+	carry, err := readCarry(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("simulated CUDA state: %w", err)
+	}
+	carrier, _ := d.gpus.(cudaStateCarrier)
+	procs := rec.Clone().Checkpoint.Procs
+	for i, p := range procs {
+		ref, ok := byNS[p.NSPID]
+		if !ok {
+			return nil, nil, fmt.Errorf("restored tree has no process %d in its namespace", p.NSPID)
+		}
+		procs[i].PID, procs[i].Start = ref.PID, ref.Start
+		state, ok := carry[p.NSPID]
+		switch {
+		case !ok:
+		case carrier == nil:
+			return nil, nil, fmt.Errorf("the snapshot holds simulated CUDA state but the GPUs are not simulated")
+		default:
+			if err := carrier.CarryIn(ref.PID, ref.Start, state); err != nil {
+				return nil, nil, fmt.Errorf("simulated CUDA state of pid %d: %w", ref.PID, err)
+			}
+		}
+	}
+	return procs, stopped, nil
 }
 
 // killAndReap ends a restored tree the daemon could not take on.

@@ -129,11 +129,10 @@ func (d *Daemon) settleHibernating(rec proctable.Record) {
 		return
 	}
 	if completeImage(d.snaps.Path(id)) {
-		parent, _ := os.Readlink(filepath.Join(d.snaps.Path(id), "parent"))
 		m := checkpoint.SnapshotMeta{ID: id, Name: rec.Name, ProcessID: rec.ID, UID: rec.Owner.UID, User: rec.Owner.User,
-			Parent: filepath.Base(parent), GPUs: rec.GPUs, VRAM: rec.Checkpoint.VRAM(), CreatedAt: rec.Checkpoint.FrozenAt}
-		if parent == "" {
-			m.Parent = ""
+			GPUs: rec.GPUs, VRAM: rec.Checkpoint.VRAM(), CreatedAt: rec.Checkpoint.FrozenAt}
+		if link, err := os.Readlink(filepath.Join(d.snaps.Path(id), "parent")); err == nil {
+			m.Parent = filepath.Base(link) // the page server links "../<parent id>"
 		}
 		if _, err := d.snaps.Commit(m); err == nil {
 			if _, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
