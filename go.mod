@@ -14,6 +14,7 @@ require (
 	go.uber.org/zap v1.28.0
 	golang.org/x/sys v0.49.0
 	google.golang.org/protobuf v1.36.12
+	pgregory.net/rapid v1.3.0
 )
 
 require (

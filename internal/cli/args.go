@@ -32,3 +32,16 @@ func optionalName(cmd *cobra.Command, args []string) error {
 	}
 	return oneName(cmd, args)
 }
+
+// oneArg accepts exactly one argument, named what in errors ("job NAME").
+func oneArg(what string) cobra.PositionalArgs {
+	return func(_ *cobra.Command, args []string) error {
+		switch {
+		case len(args) == 0:
+			return usagef("missing %s", what)
+		case len(args) > 1:
+			return usagef("unexpected arguments after %s: %s", args[0], strings.Join(args[1:], " "))
+		}
+		return nil
+	}
+}

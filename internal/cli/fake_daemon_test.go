@@ -26,9 +26,10 @@ type fakeDaemon struct {
 	path     string
 	handlers map[string]handler
 
-	mu    sync.Mutex
-	reqs  []api.Request
-	conns map[net.Conn]bool
+	mu      sync.Mutex
+	reqs    []api.Request
+	reqConn []int // the connection of each request, numbered from 1
+	conns   map[net.Conn]bool
 
 	ln net.Listener
 	wg sync.WaitGroup
@@ -58,13 +59,14 @@ func (d *fakeDaemon) accept() {
 		}
 		d.mu.Lock()
 		d.conns[conn] = true
+		n := len(d.conns)
 		d.mu.Unlock()
 		d.wg.Add(1)
-		go d.serve(conn)
+		go d.serve(conn, n)
 	}
 }
 
-func (d *fakeDaemon) serve(conn net.Conn) {
+func (d *fakeDaemon) serve(conn net.Conn, n int) {
 	defer d.wg.Done()
 	defer conn.Close()
 	sc := bufio.NewScanner(conn)
@@ -76,6 +78,7 @@ func (d *fakeDaemon) serve(conn net.Conn) {
 		}
 		d.mu.Lock()
 		d.reqs = append(d.reqs, req)
+		d.reqConn = append(d.reqConn, n)
 		h := d.handlers[req.Method]
 		d.mu.Unlock()
 		if h == nil {
@@ -118,6 +121,13 @@ func (d *fakeDaemon) requests() []api.Request {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return append([]api.Request(nil), d.reqs...)
+}
+
+// connections returns the connection number of each request so far.
+func (d *fakeDaemon) connections() []int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]int(nil), d.reqConn...)
 }
 
 // only returns the one request received, failing the test otherwise.

@@ -23,24 +23,29 @@ keep printing new lines until the process exits or Ctrl-C. With --json and
 -f, each line is printed as its log event.`,
 		Args: oneName,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p := api.LogsParams{Name: args[0], Lines: &lines, Follow: follow}
-			if follow {
-				return a.followLogs(cmd.Context(), p)
-			}
-			var res api.LogsResult
-			return a.call(cmd.Context(), api.MethodLogs, p, &res, func() error {
-				for _, l := range res.Lines {
-					if _, err := fmt.Fprintln(a.stdout, l); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
+			return a.logs(cmd.Context(), api.LogsParams{Name: args[0], Lines: &lines, Follow: follow})
 		},
 	}
 	cmd.Flags().IntVarP(&lines, "lines", "n", 100, "print the last `N` lines (-1: all retained lines)")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new lines until the process exits")
 	return cmd
+}
+
+// logs prints the last lines of a process's log, and with p.Follow the new
+// ones until it exits or Ctrl-C.
+func (a *app) logs(ctx context.Context, p api.LogsParams) error {
+	if p.Follow {
+		return a.followLogs(ctx, p)
+	}
+	var res api.LogsResult
+	return a.call(ctx, api.MethodLogs, p, &res, func() error {
+		for _, l := range res.Lines {
+			if _, err := fmt.Fprintln(a.stdout, l); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // followLogs prints log events until the process exits or Ctrl-C.

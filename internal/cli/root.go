@@ -27,7 +27,9 @@ With --json every command prints its result as one JSON object per line
 (streams print one object per event).
 
 Exit status: 0 on success, 1 when the call failed (one line on stderr), 2 on
-bad flags or arguments. wait also exits 1 when the process did not exit 0.`
+bad flags or arguments. wait also exits 1 when the process did not exit 0,
+and job wait when the job did not end done; acquire -- CMD exits with CMD's
+status.`
 
 // newRoot builds the gpuschedctl command tree over a.
 func newRoot(a *app) *cobra.Command {
@@ -54,6 +56,8 @@ func newRoot(a *app) *cobra.Command {
 		newWaitCmd(a), newRmCmd(a), newEventsCmd(a), newGPUsCmd(a), newVersionCmd(a),
 		newFreezeCmd(a), newThawCmd(a), newSwapCmd(a), newMigrateCmd(a),
 		newHibernateCmd(a), newForkCmd(a), newSnapshotsCmd(a), newSetCmd(a),
+		newSubmitCmd(a), newJobsCmd(a), newJobCmd(a), newCancelCmd(a),
+		newAcquireCmd(a), newLeasesCmd(a), newReleaseCmd(a),
 	)
 	return root
 }

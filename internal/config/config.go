@@ -48,6 +48,16 @@ type Config struct {
 	DiskBudgetMiB uint64        // disk snapshots may take; 0 = unlimited
 	CRIUTimeout   time.Duration // deadline of one CRIU dump or restore
 	MaxChain      int           // incremental dumps on one full one before the next is full
+
+	JobMarginMiB   uint64        // headroom a job needs beyond its declaration
+	SpikeBuffer    float64       // fraction added to observed peaks (externals, jobs past their declaration)
+	AgingStep      time.Duration // a waiting job gains one priority per step; 0 = no aging
+	StarveAfter    time.Duration // a job blocked this long stops smaller ones backfilling its GPUs; 0 = never
+	JobKillGrace   time.Duration // TERM -> KILL grace when a job times out or is cancelled
+	MinFreeMiB     uint64        // health: skip GPUs with less free memory
+	MaxUtilPercent int           // health: skip busier GPUs; 0 = off
+	MaxPowerWatts  float64       // health: skip GPUs drawing more; 0 = off
+	BannedGPUs     []string      // health: never place on these GPUs (indices or UUIDs)
 }
 
 // Snapshots is the snapshot directory in effect.
@@ -94,6 +104,12 @@ func Default() Config {
 
 		CRIUTimeout: 10 * time.Minute,
 		MaxChain:    4,
+
+		JobMarginMiB: 512,
+		SpikeBuffer:  0.1,
+		AgingStep:    10 * time.Minute,
+		StarveAfter:  30 * time.Minute,
+		JobKillGrace: 10 * time.Second,
 	}
 }
 
@@ -148,6 +164,21 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Var(mibFlag{&c.DiskBudgetMiB}, "disk-budget", "disk space snapshots may take, e.g. 500G (0: unlimited)")
 	fs.DurationVar(&c.CRIUTimeout, "criu-timeout", c.CRIUTimeout, "deadline of each CRIU dump or restore")
 	fs.IntVar(&c.MaxChain, "max-chain", c.MaxChain, "incremental hibernates on top of one full image before the next is full again")
+	fs.Var(mibFlag{&c.JobMarginMiB}, "job-margin", "GPU headroom a queued job needs beyond its declaration, e.g. 512M")
+	fs.Float64Var(&c.SpikeBuffer, "spike-buffer", c.SpikeBuffer, "fraction added to observed peaks of external processes and of jobs past their declaration")
+	fs.DurationVar(&c.AgingStep, "aging-step", c.AgingStep, "a waiting job gains one priority level per this much waiting (0: no aging)")
+	fs.DurationVar(&c.StarveAfter, "starve-after", c.StarveAfter, "a job blocked this long keeps smaller jobs off the GPUs it waits for (0: never)")
+	fs.DurationVar(&c.JobKillGrace, "job-kill-grace", c.JobKillGrace, "time between SIGTERM and SIGKILL when a job times out or is cancelled")
+	fs.Var(mibFlag{&c.MinFreeMiB}, "min-free", "health filter: place nothing on a GPU with less free memory, e.g. 1G")
+	fs.IntVar(&c.MaxUtilPercent, "max-util", c.MaxUtilPercent, "health filter: place nothing on a GPU busier than this percent (0: off)")
+	fs.Float64Var(&c.MaxPowerWatts, "max-power", c.MaxPowerWatts, "health filter: place nothing on a GPU drawing more watts (0: off)")
+	fs.Func("ban-gpu", "health filter: never place jobs or leases on this GPU (index or UUID; repeatable)", func(s string) error {
+		if _, err := api.ParseGPURef(s); err != nil {
+			return err
+		}
+		c.BannedGPUs = append(c.BannedGPUs, s)
+		return nil
+	})
 }
 
 // mibFlag is a memory size flag in MiB ("64G", "512M", or MiB as a number).
@@ -197,6 +228,11 @@ func (c Config) Validate() error {
 	check(c.SnapshotDir == "" || filepath.IsAbs(c.SnapshotDir), "--snapshot-dir %q: must be an absolute path", c.SnapshotDir)
 	check(c.CRIUTimeout >= time.Second, "--criu-timeout %v: must be at least 1s", c.CRIUTimeout)
 	check(c.MaxChain >= 0 && c.MaxChain <= 64, "--max-chain %d: must be 0..64", c.MaxChain)
+	check(c.SpikeBuffer >= 0 && c.SpikeBuffer <= 10, "--spike-buffer %v: must be 0..10", c.SpikeBuffer)
+	check(c.AgingStep >= 0 && c.StarveAfter >= 0, "--aging-step/--starve-after: must not be negative")
+	check(c.JobKillGrace > 0, "--job-kill-grace %v: must be positive", c.JobKillGrace)
+	check(c.MaxUtilPercent >= 0 && c.MaxUtilPercent <= 100, "--max-util %d: must be 0..100", c.MaxUtilPercent)
+	check(c.MaxPowerWatts >= 0, "--max-power %v: must not be negative", c.MaxPowerWatts)
 	switch c.CheckpointDriver {
 	case DriverAuto, DriverAPI, DriverCLI, DriverNone:
 	case DriverSim:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"sync"
@@ -142,4 +143,11 @@ func (a *admission) shortfall(gv *gpuView, need map[string]uint64, margin uint64
 		}
 	}
 	return strings.Join(shorts, "; "), nil
+}
+
+// held is what admitted thaws hold per GPU UUID until they finish.
+func (a *admission) held() map[string]uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return maps.Clone(a.reserved)
 }

@@ -15,6 +15,7 @@ func toAPI(r proctable.Record, gv *gpuView) api.Process {
 		Cmd: r.Cmd, Dir: r.Dir, Nice: r.Nice, Log: r.LogPath,
 		CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, ExitedAt: r.ExitedAt, Exit: r.Exit,
 		GPUs: make([]api.ProcessGPU, 0, len(r.GPUs)), Error: r.Error, Note: r.Note, Policy: r.Policy, Snapshot: r.Snapshot,
+		Job: r.Job, PreemptedBy: r.PreemptedBy,
 	}
 	switch {
 	case !r.Live():

@@ -17,6 +17,7 @@ import (
 	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/gpu"
+	"github.com/gpusched/gpusched/internal/jobqueue"
 	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/internal/store"
@@ -58,6 +59,10 @@ type Daemon struct {
 	ops        keyedMutex
 	names      userNames
 	methods    map[string]method
+	jobs       *jobqueue.Queue
+	learned    *jobqueue.Learned
+	sched      *scheduler
+	leases     *leaseSet
 
 	conns    connSet
 	wg       sync.WaitGroup // connection goroutines
@@ -65,6 +70,7 @@ type Daemon struct {
 	stopping atomic.Bool    // set once shutdown begins
 	lock     *os.File       // flock on the state dir
 	ready    chan struct{}  // closed once the socket serves
+	bg       sync.WaitGroup // job attempts being started or ended
 }
 
 // Option adjusts a Daemon built by New.
@@ -80,7 +86,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, events: newBroker(), procs: newRuntimes(), admission: newAdmission(),
-		startedAt: time.Now(), ready: make(chan struct{})}
+		sched: newScheduler(), leases: newLeaseSet(), startedAt: time.Now(), ready: make(chan struct{})}
 	for _, o := range opts {
 		o(d)
 	}
@@ -162,10 +168,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 	serving, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
 	var bg sync.WaitGroup
-	bg.Add(3)
+	bg.Add(4)
 	go func() { defer bg.Done(); d.sampler.run(serving) }()
 	go func() { defer bg.Done(); d.rotateLogs(serving) }()
 	go func() { defer bg.Done(); d.runPolicies(serving) }()
+	go func() { defer bg.Done(); d.runScheduler(serving) }()
+	d.sched.kick()
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- d.serve(serving, ln) }()
@@ -185,8 +193,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.streams.Wait() // each ends with a final "shutting down" line
 	d.conns.closeAll()
 	d.wg.Wait()
-	d.procs.closeAll()
 	bg.Wait()
+	d.bg.Wait()
+	d.procs.closeAll()
 	d.log.Info("stopped; managed processes keep running")
 	return err
 }
@@ -213,8 +222,11 @@ func (d *Daemon) boot(ctx context.Context) error {
 	for _, p := range problems {
 		d.log.Warn("quarantined a bad process record", zap.String("key", p.Key), zap.String("moved_to", p.Quarantine), zap.Error(p.Err))
 	}
+	if err := d.openJobs(); err != nil {
+		return err
+	}
 	d.sampler = newSampler(d.gpus, d.cfg.GPUPoll, d.table, d.log)
-	d.sampler.onSample = d.admission.notify
+	d.sampler.onSample = d.onSample
 	if err := d.sampler.refresh(ctx); err != nil {
 		return fmt.Errorf("first GPU sample: %w", err)
 	}
@@ -265,6 +277,10 @@ func (d *Daemon) hello(c *call) (any, error) {
 	}
 	caps = append(caps, d.driverCaps()...)
 	caps = append(caps, d.diskCaps()...)
+	caps = append(caps, api.CapQueue, api.CapLeases)
+	if d.driver != nil {
+		caps = append(caps, api.CapPreemption)
+	}
 	return api.Hello{Protocol: api.ProtocolVersion, Version: Version, Backend: d.gpus.Name(), Capabilities: caps,
 		CRIU: d.criuVersion(), Caller: c.actor.identity()}, nil
 }
@@ -290,5 +306,13 @@ func (d *Daemon) methodTable() map[string]method {
 		api.MethodLogs:           {stream: d.logs},
 		api.MethodWait:           {stream: d.wait},
 		api.MethodEvents:         {stream: d.subscribe},
+		api.MethodSubmit:         {unary: d.submit},
+		api.MethodJobs:           {unary: d.listJobs},
+		api.MethodJob:            {unary: d.job},
+		api.MethodCancel:         {unary: d.cancel},
+		api.MethodJobWait:        {stream: d.jobWait},
+		api.MethodAcquire:        {stream: d.acquire},
+		api.MethodRelease:        {unary: d.release},
+		api.MethodLeases:         {unary: d.listLeases},
 	}
 }

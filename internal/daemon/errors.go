@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/gpusched/gpusched/internal/checkpoint"
+	"github.com/gpusched/gpusched/internal/jobqueue"
 	"github.com/gpusched/gpusched/internal/nsinit"
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/pkg/api"
@@ -58,9 +59,9 @@ func toWire(err error) (api.Code, string) {
 		return ce.code, err.Error()
 	case errors.As(err, &te):
 		return api.CodeConflict, err.Error()
-	case errors.Is(err, proctable.ErrNotFound):
+	case errors.Is(err, proctable.ErrNotFound), errors.Is(err, jobqueue.ErrNotFound):
 		return api.CodeNotFound, err.Error()
-	case errors.Is(err, proctable.ErrExists):
+	case errors.Is(err, proctable.ErrExists), errors.Is(err, jobqueue.ErrExists):
 		return api.CodeExists, err.Error()
 	case errors.Is(err, nsinit.ErrCommand):
 		return api.CodeInvalidArgument, err.Error()

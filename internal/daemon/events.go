@@ -12,7 +12,22 @@ func (d *Daemon) onChange(c proctable.Change) {
 	if e, ok := d.eventOf(c); ok {
 		e.Time = time.Now()
 		d.events.publish(e)
+		d.sched.kick()
 	}
+}
+
+// visibleTo reports whether a may see e: events about processes, jobs and
+// leases only go to their owners (and root).
+func visibleTo(a actor, e *api.Event) bool {
+	switch {
+	case e.Process != nil:
+		return a.owns(e.Process.UID)
+	case e.Job != nil:
+		return a.owns(e.Job.UID)
+	case e.Lease != nil:
+		return a.owns(e.Lease.UID)
+	}
+	return true
 }
 
 // subscribe streams events the caller may see until the caller leaves.
@@ -30,7 +45,7 @@ func (d *Daemon) subscribe(c *call, emit func(*api.Event) error) (any, error) {
 		if p.Name != "" && e.Name != p.Name {
 			return false
 		}
-		return e.Process == nil || c.actor.owns(e.Process.UID)
+		return visibleTo(c.actor, e)
 	})
 	defer cancel()
 	if err := emit(&api.Event{Type: api.EventSubscribed, Time: time.Now(), Name: p.Name}); err != nil {

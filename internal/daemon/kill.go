@@ -65,22 +65,34 @@ func (d *Daemon) kill(c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt := d.procs.get(rec.ID)
 	switch {
 	case !rec.Live():
 		return nil, conflictf("process %q already exited", p.Name)
 	case rec.State == api.StateHibernated:
 		return d.killHibernated(rec)
-	case rt == nil:
-		return nil, fmt.Errorf("kill %q: the daemon is not watching this process (state %s)", p.Name, rec.State)
+	}
+	final, err := d.endTree(rec, grace)
+	if err != nil {
+		return nil, err
+	}
+	return toAPI(final, d.gpuView()), nil
+}
+
+// endTree ends a live tree, frozen ones included: SIGTERM, SIGKILL after
+// grace, and waits until its exit is recorded. The caller holds its
+// lifecycle lock.
+func (d *Daemon) endTree(rec proctable.Record, grace time.Duration) (proctable.Record, error) {
+	rt := d.procs.get(rec.ID)
+	if rt == nil {
+		return rec, fmt.Errorf("kill %q: the daemon is not watching this process (state %s)", rec.Name, rec.State)
 	}
 	if err := rt.signal(unix.SIGTERM); err != nil {
-		return nil, fmt.Errorf("kill %q: SIGTERM: %w", p.Name, err)
+		return rec, fmt.Errorf("kill %q: SIGTERM: %w", rec.Name, err)
 	}
 	if rec.Checkpoint != nil && len(rec.Checkpoint.Stopped) > 0 {
 		// A stopped tree acts on SIGTERM only once continued.
 		if err := continueTree(rec.Checkpoint.Stopped); err != nil {
-			return nil, fmt.Errorf("kill %q: SIGCONT: %w", p.Name, err)
+			return rec, fmt.Errorf("kill %q: SIGCONT: %w", rec.Name, err)
 		}
 	}
 	timer := time.NewTimer(grace)
@@ -88,19 +100,19 @@ func (d *Daemon) kill(c *call) (any, error) {
 	select {
 	case <-rt.exited:
 	case <-timer.C:
-		d.log.Info("grace over, killing", zap.String("name", p.Name), zap.Duration("grace", grace))
+		d.log.Info("grace over, killing", zap.String("name", rec.Name), zap.Duration("grace", grace))
 		rt.sentKill.Store(true)
 		if err := rt.signal(unix.SIGKILL); err != nil {
-			return nil, fmt.Errorf("kill %q: SIGKILL: %w", p.Name, err)
+			return rec, fmt.Errorf("kill %q: SIGKILL: %w", rec.Name, err)
 		}
 		select {
 		case <-rt.exited:
 		case <-time.After(reapTimeout):
-			return nil, fmt.Errorf("kill %q: tree still present %v after SIGKILL", p.Name, reapTimeout)
+			return rec, fmt.Errorf("kill %q: tree still present %v after SIGKILL", rec.Name, reapTimeout)
 		}
 	}
-	final, _ := d.table.Get(p.Name)
-	return toAPI(final, d.gpuView()), nil
+	final, _ := d.table.Get(rec.Name)
+	return final, nil
 }
 
 // signalTree delivers sig to every process of a tree. Signals the init

@@ -96,27 +96,34 @@ func (d *Daemon) run(c *call) (any, error) {
 		LogPath:    filepath.Join(d.cfg.LogDir, p.Name+".log"),
 		StatusPath: filepath.Join(d.statusDir(), id),
 	}
-	return d.start(ctx, rec, env)
+	started, err := d.start(ctx, rec, env, false)
+	if err != nil {
+		return nil, err
+	}
+	return toAPI(started, d.gpuView()), nil
 }
 
 // start opens the log and status files, records the process and spawns it.
-// A new process starts a new log: what a replaced process of the same name
-// logged is gone with its record, as after rm.
-func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string) (any, error) {
-	d.removeLogs(rec.LogPath)
+// A new process starts a new log unless keepLog (a job's next attempt
+// appends): what a replaced process of the same name logged is gone with
+// its record, as after rm.
+func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, keepLog bool) (proctable.Record, error) {
+	if !keepLog {
+		d.removeLogs(rec.LogPath)
+	}
 	logf, err := logfile.OpenAppend(rec.LogPath)
 	if err != nil {
-		return nil, err
+		return rec, err
 	}
 	defer logf.Close()
 	status, err := os.OpenFile(rec.StatusPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("status file: %w", err)
+		return rec, fmt.Errorf("status file: %w", err)
 	}
 	defer status.Close()
 	if _, err := d.table.Create(rec); err != nil {
 		os.Remove(rec.StatusPath)
-		return nil, err
+		return rec, err
 	}
 	st, err := nsinit.Start(ctx, nsinit.Spec{
 		InitPath: d.initPath, Argv: rec.Cmd, Env: env, Dir: rec.Dir,
@@ -135,13 +142,15 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string) 
 			d.log.Error("forget process that failed to start", zap.String("name", rec.Name), zap.Error(rerr))
 		}
 		os.Remove(rec.StatusPath)
-		d.removeLogs(rec.LogPath)
+		if !keepLog {
+			d.removeLogs(rec.LogPath)
+		}
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
-			return nil, invalidf("run %q: cannot start as %s in %s: %v (the directory, or the init binary %s, is not accessible to that user)",
+			return rec, invalidf("run %q: cannot start as %s in %s: %v (the directory, or the init binary %s, is not accessible to that user)",
 				rec.Name, rec.Owner.User, rec.Dir, pe.Err, d.initPath)
 		}
-		return nil, fmt.Errorf("run %q: %w", rec.Name, err)
+		return rec, fmt.Errorf("run %q: %w", rec.Name, err)
 	}
 	rt := d.procs.add(rec.ID, st.InitPID, st.Pidfd, true)
 	started, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
@@ -152,11 +161,11 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string) 
 	d.watch(started, rt)
 	d.sampler.kick()
 	if err != nil {
-		return nil, fmt.Errorf("run %q: started as pid %d but its record could not be updated: %w", rec.Name, st.PID, err)
+		return rec, fmt.Errorf("run %q: started as pid %d but its record could not be updated: %w", rec.Name, st.PID, err)
 	}
 	d.log.Info("process started", zap.String("name", rec.Name), zap.String("id", rec.ID), zap.Int("pid", st.PID),
 		zap.Int("init_pid", st.InitPID), zap.Uint32("uid", rec.Owner.UID), zap.Strings("cmd", rec.Cmd))
-	return toAPI(started, d.gpuView()), nil
+	return started, nil
 }
 
 // removeLogs deletes a log and its rotated copies.

@@ -24,6 +24,7 @@ const (
 // call is one request being handled.
 type call struct {
 	ctx    context.Context
+	conn   *connScope
 	actor  actor
 	method string
 	params json.RawMessage
@@ -102,6 +103,8 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 		_ = w.response(nil, nil, &api.Error{Code: api.CodeInternal, Message: "cannot identify peer: " + err.Error()})
 		return
 	}
+	scope := &connScope{}
+	defer scope.close()
 	r := bufio.NewReaderSize(c, 64<<10)
 	var stream *activeStream
 	for {
@@ -139,7 +142,7 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 		if m.stream != nil {
 			sctx, cancel := context.WithCancel(ctx)
 			stream = &activeStream{cancel: cancel, done: make(chan struct{})}
-			cl := &call{ctx: sctx, actor: a, method: req.Method, params: req.Params}
+			cl := &call{ctx: sctx, conn: scope, actor: a, method: req.Method, params: req.Params}
 			d.streams.Add(1)
 			go func(st *activeStream) {
 				defer d.streams.Done()
@@ -150,7 +153,7 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 			}(stream)
 			continue
 		}
-		cl := &call{ctx: ctx, actor: a, method: req.Method, params: req.Params}
+		cl := &call{ctx: ctx, conn: scope, actor: a, method: req.Method, params: req.Params}
 		res, err := m.unary(cl)
 		if d.answer(w, cl, req.ID, res, err) != nil {
 			return

@@ -49,7 +49,12 @@ type Record struct {
 	// after a thaw from disk the parent of its next (incremental) dump.
 	Snapshot string     `json:"snapshot,omitempty"`
 	Policy   api.Policy `json:"policy"`
-	Rev      uint64     `json:"rev"` // bumped on every write
+	// Job is the id of the queued job this process is an attempt of.
+	Job string `json:"job,omitempty"`
+	// PreemptedBy is the job whose room a preemption freeze made; set while
+	// the process waits to be thawed back by placement.
+	PreemptedBy string `json:"preempted_by,omitempty"`
+	Rev         uint64 `json:"rev"` // bumped on every write
 }
 
 // Checkpoint is what a freeze acted on: each CUDA process of the tree with

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrNotFound is returned for a key with no record.
@@ -137,4 +139,33 @@ func (r *Records) Quarantine(key string) (string, error) {
 		return "", fmt.Errorf("quarantine record %s: %w", key, err)
 	}
 	return dst, SyncDir(r.dir)
+}
+
+// PutAll stores every vals[i] under keys[i], each atomically, and makes
+// them durable together with one filesystem sync: for batches, where a sync
+// per record would dominate. On error the records written are deleted.
+func (r *Records) PutAll(keys []string, vals []any) error {
+	if len(keys) != len(vals) {
+		return fmt.Errorf("put all: %d keys for %d records", len(keys), len(vals))
+	}
+	for i, key := range keys {
+		if err := r.PutVolatile(key, vals[i]); err != nil {
+			for _, k := range keys[:i] {
+				r.Delete(k)
+			}
+			return err
+		}
+	}
+	d, err := os.Open(r.dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := unix.Syncfs(int(d.Fd())); err != nil {
+		for _, k := range keys {
+			r.Delete(k)
+		}
+		return fmt.Errorf("sync %s: %w", r.dir, err)
+	}
+	return nil
 }

@@ -143,3 +143,68 @@ func (c *Client) Set(ctx context.Context, p SetParams) (*Process, error) {
 	var out Process
 	return &out, c.Call(ctx, MethodSet, p, &out)
 }
+
+// Submit queues one job, or all of p.Jobs (none when any is invalid).
+func (c *Client) Submit(ctx context.Context, p SubmitParams) ([]Job, error) {
+	var out SubmitResult
+	if err := c.Call(ctx, MethodSubmit, p, &out); err != nil {
+		return nil, err
+	}
+	return out.Jobs, nil
+}
+
+// Jobs lists jobs in submission order.
+func (c *Client) Jobs(ctx context.Context, p JobsParams) ([]Job, error) {
+	var out JobsResult
+	if err := c.Call(ctx, MethodJobs, p, &out); err != nil {
+		return nil, err
+	}
+	return out.Jobs, nil
+}
+
+// Job returns one job by name or id.
+func (c *Client) Job(ctx context.Context, name string) (*Job, error) {
+	var out Job
+	return &out, c.Call(ctx, MethodJob, JobParams{Name: name}, &out)
+}
+
+// Cancel cancels a job: a queued one at once, a running one by ending its
+// process tree. It returns the job once cancelled.
+func (c *Client) Cancel(ctx context.Context, name string) (*Job, error) {
+	var out Job
+	return &out, c.Call(ctx, MethodCancel, JobParams{Name: name}, &out)
+}
+
+// WaitJob waits until the job is finished, handing each state change to
+// onEvent (which may be nil), and returns the finished job.
+func (c *Client) WaitJob(ctx context.Context, p JobWaitParams, onEvent func(*Event) error) (*Job, error) {
+	var out Job
+	return &out, c.Stream(ctx, MethodJobWait, p, func(e *Event) error {
+		if onEvent == nil {
+			return nil
+		}
+		return onEvent(e)
+	}, &out)
+}
+
+// Acquire waits for a GPU lease; it holds until Release or until this
+// client's connection closes.
+func (c *Client) Acquire(ctx context.Context, p AcquireParams) (*Lease, error) {
+	var out Lease
+	return &out, c.Call(ctx, MethodAcquire, p, &out)
+}
+
+// Release ends a lease.
+func (c *Client) Release(ctx context.Context, id string) (*Lease, error) {
+	var out Lease
+	return &out, c.Call(ctx, MethodRelease, ReleaseParams{ID: id}, &out)
+}
+
+// Leases lists the leases the caller may see.
+func (c *Client) Leases(ctx context.Context) ([]Lease, error) {
+	var out LeasesResult
+	if err := c.Call(ctx, MethodLeases, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Leases, nil
+}

@@ -23,6 +23,15 @@ const (
 	MethodSnapshots      = "snapshots"
 	MethodDeleteSnapshot = "delete_snapshot"
 	MethodSet            = "set"
+
+	MethodSubmit  = "submit"
+	MethodJobs    = "jobs"
+	MethodJob     = "job"
+	MethodCancel  = "cancel"
+	MethodJobWait = "job_wait"
+	MethodAcquire = "acquire"
+	MethodRelease = "release"
+	MethodLeases  = "leases"
 )
 
 // MethodAliases maps accepted alternative spellings to their method.
@@ -54,4 +63,8 @@ const (
 	// memory first, or through CRIU's CUDA plugin.
 	CapCUDACheckpointed = "criu.cuda.checkpointed"
 	CapCUDAPlugin       = "criu.cuda.plugin"
+
+	CapQueue      = "queue"      // submit, jobs, job, cancel, job_wait
+	CapPreemption = "preemption" // preemptible jobs frozen for higher priorities (needs freeze)
+	CapLeases     = "leases"     // acquire, release, leases
 )

@@ -84,6 +84,10 @@ type Process struct {
 	Note      string       `json:"note,omitempty"`  // what a policy last did to it (eviction, ttl, idle)
 	Policy    Policy       `json:"policy"`
 	Snapshot  string       `json:"snapshot,omitempty"` // the snapshot holding it (hibernated) or its next dump's parent
+	Job       string       `json:"job,omitempty"`      // id of the queued job it is an attempt of
+	// PreemptedBy is the job it was frozen to make room for; placement thaws
+	// it once its memory fits again.
+	PreemptedBy string `json:"preempted_by,omitempty"`
 }
 
 // Policy is how the disk tier treats a process: eviction order (lowest
@@ -163,6 +167,11 @@ const (
 	EventProcess    EventType = "process"    // a process changed state (or appeared)
 	EventRemoved    EventType = "removed"    // a process was forgotten (rm, replaced)
 	EventLog        EventType = "log"        // one log line of a followed process
+	// EventJob: a job changed state; Job holds it. A job going past its
+	// declaration is an EventJob with Warning set.
+	EventJob EventType = "job"
+	// EventLease: a lease was granted or released; Lease holds it.
+	EventLease EventType = "lease"
 )
 
 // Event is one streamed item.
@@ -175,4 +184,8 @@ type Event struct {
 	PrevState State     `json:"prev_state,omitempty"`
 	Process   *Process  `json:"process,omitempty"`
 	Line      string    `json:"line,omitempty"`
+	Job       *Job      `json:"job,omitempty"`
+	JobState  JobState  `json:"job_state,omitempty"`
+	Warning   string    `json:"warning,omitempty"` // e.g. a job exceeded its declared VRAM
+	Lease     *Lease    `json:"lease,omitempty"`
 }

@@ -1,0 +1,209 @@
+package daemon
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gpusched/gpusched/internal/jobqueue"
+	"github.com/gpusched/gpusched/internal/nsinit"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// Bounds on what one submission may ask for.
+const (
+	maxJobsPerSubmit = 100_000
+	maxRetries       = 100
+	maxJobPriority   = 1000
+)
+
+// submit queues one job or a batch: all of them, or none when any is
+// invalid. Jobs run as the caller (root may name a user).
+func (d *Daemon) submit(c *call) (any, error) {
+	var p api.SubmitParams
+	if err := c.decode(&p); err != nil {
+		return nil, err
+	}
+	specs := p.Jobs
+	switch {
+	case len(p.Jobs) > 0 && len(p.Cmd) > 0:
+		return nil, invalidf("submit: give one job's fields or jobs, not both")
+	case len(p.Jobs) == 0:
+		specs = []api.JobSpec{p.JobSpec}
+	case len(p.Jobs) > maxJobsPerSubmit:
+		return nil, invalidf("submit: %d jobs in one submission; at most %d", len(p.Jobs), maxJobsPerSubmit)
+	}
+	jobs := make([]*jobqueue.Job, 0, len(specs))
+	var errs []string
+	for i, s := range specs {
+		j, err := d.newJob(c, s)
+		if err != nil {
+			if len(specs) == 1 {
+				return nil, err
+			}
+			errs = append(errs, fmt.Sprintf("job %d: %v", i+1, err))
+			continue
+		}
+		jobs = append(jobs, j)
+	}
+	if len(errs) > 0 {
+		return nil, invalidf("submit: nothing queued: %s", strings.Join(errs, "; "))
+	}
+	added, err := d.jobs.Add(jobs)
+	if err != nil {
+		return nil, err
+	}
+	d.sched.kick()
+	out := api.SubmitResult{Jobs: make([]api.Job, len(added))}
+	for i, j := range added {
+		out.Jobs[i] = d.jobToAPI(j)
+	}
+	return out, nil
+}
+
+// newJob validates one spec into a job ready to queue.
+func (d *Daemon) newJob(c *call, s api.JobSpec) (*jobqueue.Job, error) {
+	what := "submit"
+	if s.Name != "" {
+		if err := api.ValidateName(s.Name); err != nil {
+			return nil, invalidf("submit: %v", err)
+		}
+		what = fmt.Sprintf("submit %q", s.Name)
+		if r, ok := d.table.Get(s.Name); ok && r.Live() && r.Job == "" {
+			return nil, api.Errorf(api.CodeExists, "%s: a running process holds that name; choose another", what)
+		}
+	}
+	if len(s.Cmd) == 0 || s.Cmd[0] == "" {
+		return nil, invalidf("%s: cmd is empty; give an argv like [\"python3\", \"train.py\"]", what)
+	}
+	for _, a := range s.Cmd {
+		if strings.ContainsRune(a, 0) {
+			return nil, invalidf("%s: cmd argument contains a NUL byte", what)
+		}
+	}
+	for k, v := range s.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+			return nil, invalidf("%s: bad environment variable %q", what, k)
+		}
+	}
+	gpus := s.GPUs
+	switch {
+	case gpus == 0:
+		gpus = 1
+	case gpus < 0:
+		return nil, invalidf("%s: gpus %d: must be at least 1", what, s.GPUs)
+	}
+	switch {
+	case s.Retries < 0 || s.Retries > maxRetries:
+		return nil, invalidf("%s: retries %d: must be 0..%d", what, s.Retries, maxRetries)
+	case s.Priority < -maxJobPriority || s.Priority > maxJobPriority:
+		return nil, invalidf("%s: priority %d: must be %d..%d", what, s.Priority, -maxJobPriority, maxJobPriority)
+	}
+	owner, err := d.runAs(c.actor, s.User)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := workDir(c.actor, s.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := nsinit.LookPath(s.Cmd[0], s.Env["PATH"], dir); err != nil {
+		return nil, invalidf("%s: %v", what, err)
+	}
+	vram := s.VRAM.MiB
+	if s.VRAM.Auto {
+		vram, _ = d.learned.Get(owner.UID, s.Cmd)
+	}
+	return &jobqueue.Job{
+		Name: s.Name, Owner: jobqueue.Owner(owner), Cmd: s.Cmd, Dir: dir, Env: s.Env,
+		VRAM: s.VRAM, VRAMMiB: vram, GPUs: gpus, Priority: s.Priority, Timeout: time.Duration(s.Timeout),
+		Retries: s.Retries, RetriesLeft: s.Retries, Preemptible: s.Preemptible,
+		State: api.JobQueued, SubmittedAt: time.Now(), Attempts: []api.Attempt{},
+	}, nil
+}
+
+// lookupJob finds a job by name or id and checks that the caller may see
+// and act on it.
+func (d *Daemon) lookupJob(c *call, name string) (*jobqueue.Job, error) {
+	if name == "" {
+		return nil, invalidf("%s: name is empty", c.method)
+	}
+	j, ok := d.jobs.Get(name)
+	if !ok {
+		return nil, api.Errorf(api.CodeNotFound, "job %q not found", name)
+	}
+	if !c.actor.owns(j.Owner.UID) {
+		return nil, deniedf("job %q belongs to %s; you (%s) may only act on your own jobs", name, j.Owner.User, c.actor.User)
+	}
+	return j, nil
+}
+
+// listJobs lists the caller's jobs (every job for root) in submission order.
+func (d *Daemon) listJobs(c *call) (any, error) {
+	var p api.JobsParams
+	if err := c.decode(&p); err != nil {
+		return nil, err
+	}
+	out := api.JobsResult{Jobs: []api.Job{}}
+	for _, j := range d.jobs.View() {
+		switch {
+		case !c.actor.owns(j.Owner.UID), p.User != "" && j.Owner.User != p.User:
+		case p.State != "" && j.State != p.State:
+		case p.State == "" && !p.All && j.State.Terminal():
+		default:
+			out.Jobs = append(out.Jobs, d.jobToAPI(j))
+		}
+	}
+	return out, nil
+}
+
+// job returns one job.
+func (d *Daemon) job(c *call) (any, error) {
+	var p api.JobParams
+	if err := c.decode(&p); err != nil {
+		return nil, err
+	}
+	j, err := d.lookupJob(c, p.Name)
+	if err != nil {
+		return nil, err
+	}
+	return d.jobToAPI(j), nil
+}
+
+// jobToAPI renders a job, with why it waits when it is queued.
+func (d *Daemon) jobToAPI(j *jobqueue.Job) api.Job {
+	out := api.Job{
+		ID: j.ID, Name: j.Name, State: j.State, Reason: j.Reason, User: j.Owner.User, UID: j.Owner.UID,
+		Cmd: j.Cmd, Dir: j.Dir, VRAM: j.VRAM, VRAMMiB: j.VRAMMiB, GPUs: j.GPUs, Priority: j.Priority,
+		Timeout: api.Duration(j.Timeout), Retries: j.Retries, RetriesLeft: j.RetriesLeft, Preemptible: j.Preemptible,
+		SubmittedAt: j.SubmittedAt, EndedAt: j.EndedAt, Attempts: j.Attempts, PeakMiB: j.Peak(), Verdict: j.Verdict,
+	}
+	if j.State == api.JobQueued {
+		if why := d.sched.reason(j.ID); why != "" {
+			out.Reason = why
+		}
+	}
+	if a := j.Current(); a != nil {
+		out.StartedAt, out.Exit, out.Process = a.StartedAt, a.Exit, j.Name
+		if j.Active() {
+			live := d.sched.peaksOf(j.Proc)
+			cur := out.Attempts[len(out.Attempts)-1]
+			cur.PeakMiB = mergePeaks(cur.PeakMiB, live)
+			out.Attempts = append(out.Attempts[:len(out.Attempts)-1:len(out.Attempts)-1], cur)
+			out.PeakMiB = mergePeaks(out.PeakMiB, live)
+		}
+	}
+	return out
+}
+
+// mergePeaks is the per-GPU maximum of a and b, as a new map.
+func mergePeaks(a, b map[string]uint64) map[string]uint64 {
+	out := make(map[string]uint64, len(a)+len(b))
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = max(out[k], v)
+	}
+	return out
+}

@@ -1,0 +1,257 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/gpusched/gpusched/internal/jobqueue"
+	"github.com/gpusched/gpusched/internal/placement"
+	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// schedulePass settles finished attempts, places what waits and starts
+// what placement says may start.
+func (d *Daemon) schedulePass(ctx context.Context) {
+	d.reconcileJobs(ctx)
+	snap, queue := d.placementInput(time.Now())
+	plan := placement.Place(snap, queue)
+	reasons := make(map[string]string, len(plan.Waits))
+	for _, w := range plan.Waits {
+		reasons[w.JobID] = string(w.Reason) + ": " + w.Detail
+	}
+	d.sched.reasons.Store(&reasons)
+	d.leases.setReasons(reasons)
+	for _, w := range plan.Infeasible {
+		d.infeasible(w)
+	}
+	for _, s := range plan.Starts {
+		switch {
+		case strings.HasPrefix(s.JobID, thawPrefix):
+			d.resumePreempted(ctx, strings.TrimPrefix(s.JobID, thawPrefix))
+		case strings.HasPrefix(s.JobID, leasePrefix):
+			d.leases.grant(strings.TrimPrefix(s.JobID, leasePrefix), s.GPUs)
+		default:
+			d.launch(ctx, s)
+		}
+	}
+}
+
+// infeasible ends a request that can never fit.
+func (d *Daemon) infeasible(w placement.Wait) {
+	if strings.HasPrefix(w.JobID, leasePrefix) {
+		d.leases.refuse(strings.TrimPrefix(w.JobID, leasePrefix), w.Detail)
+		return
+	}
+	if strings.HasPrefix(w.JobID, thawPrefix) {
+		return
+	}
+	_, err := d.jobs.Update(w.JobID, func(j *jobqueue.Job) error {
+		if j.State != api.JobQueued {
+			return errReplaced
+		}
+		j.State, j.Reason, j.EndedAt = api.JobInfeasible, w.Detail, time.Now()
+		return nil
+	})
+	if err != nil && !errors.Is(err, errReplaced) {
+		d.log.Error("mark job infeasible", zap.String("job", w.JobID), zap.Error(err))
+	}
+}
+
+// launch records a new attempt of a queued job on the GPUs placement chose
+// (so the next pass counts it) and starts it in the background, after
+// freezing the processes placement preempts for it.
+func (d *Daemon) launch(ctx context.Context, s placement.Start) {
+	if !d.sched.setBusy(d.sched.launching, s.JobID) {
+		return
+	}
+	j, err := d.jobs.Update(s.JobID, func(j *jobqueue.Job) error {
+		if j.State != api.JobQueued {
+			return errReplaced
+		}
+		j.State, j.Reason, j.Proc, j.Ending = api.JobStarting, "", uuid.NewString(), ""
+		j.Attempts = append(j.Attempts, api.Attempt{N: len(j.Attempts) + 1, GPUs: s.GPUs, VRAMMiB: j.VRAMMiB,
+			StartedAt: time.Now(), PeakMiB: map[string]uint64{}})
+		return nil
+	})
+	if err != nil {
+		d.sched.clearBusy(d.sched.launching, s.JobID)
+		if !errors.Is(err, errReplaced) {
+			d.log.Error("start job attempt", zap.String("job", s.JobID), zap.Error(err))
+		}
+		return
+	}
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		defer d.sched.kick()
+		defer d.sched.clearBusy(d.sched.launching, j.ID)
+		d.runAttempt(ctx, j, s.Preempt)
+	}()
+}
+
+// runAttempt preempts, then spawns the attempt's process. A failure that
+// is the machine's (a preemption that did not free the memory) puts the
+// job back in the queue; one that is the job's (its command cannot start)
+// fails it.
+func (d *Daemon) runAttempt(ctx context.Context, j *jobqueue.Job, preempt []string) {
+	log := d.log.With(zap.String("job", j.Name), zap.String("id", j.ID), zap.Int("attempt", j.Current().N))
+	for _, name := range preempt {
+		if err := d.preempt(ctx, name, j); err != nil {
+			log.Warn("preemption failed; job requeued", zap.String("victim", name), zap.Error(err))
+			d.requeue(j, fmt.Sprintf("preempting %q failed: %v", name, err))
+			return
+		}
+	}
+	rec := proctable.Record{
+		ID: j.Proc, Name: j.Name, Owner: proctable.Owner(j.Owner), Cmd: j.Cmd, Dir: j.Dir, GPUs: j.Current().GPUs,
+		Policy: api.Policy{Priority: j.Priority}, Job: j.ID,
+		State: api.StateStarting, BootID: d.bootID, CreatedAt: time.Now(),
+		LogPath:    filepath.Join(d.cfg.LogDir, j.Name+".log"),
+		StatusPath: filepath.Join(d.statusDir(), j.Proc),
+	}
+	env, err := d.environ(api.RunParams{Name: j.Name, Env: j.Env}, j.Proc, rec.GPUs)
+	if err == nil {
+		env = append(env, "GPUSCHED_JOB="+j.ID)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startTimeout)
+		var unlock func()
+		if unlock, err = d.ops.lock(sctx, j.Name); err == nil {
+			if cur, ok := d.jobs.Get(j.ID); ok && cur.Ending == api.JobCancelled {
+				err = errCancelled
+			} else {
+				_, err = d.start(sctx, rec, env, j.Current().N > 1)
+			}
+			unlock()
+		}
+		cancel()
+	}
+	if err != nil {
+		log.Warn("job attempt did not start", zap.Error(err))
+		d.attemptNotStarted(j, err)
+		return
+	}
+	if _, err := d.jobs.Update(j.ID, func(cur *jobqueue.Job) error {
+		if cur.Proc != j.Proc || cur.State != api.JobStarting {
+			return errReplaced
+		}
+		cur.State = api.JobRunning
+		return nil
+	}); err != nil && !errors.Is(err, errReplaced) {
+		log.Error("record job running", zap.Error(err))
+	}
+	d.armTimeout(j.ID)
+	log.Info("job started", zap.Strings("gpus", rec.GPUs), zap.Uint64("vram_mib", j.VRAMMiB))
+}
+
+var errCancelled = errors.New("cancelled before it started")
+
+// attemptNotStarted ends an attempt whose process never ran: cancelled, or
+// failed without using a retry.
+func (d *Daemon) attemptNotStarted(j *jobqueue.Job, cause error) {
+	_, err := d.jobs.Update(j.ID, func(cur *jobqueue.Job) error {
+		if cur.Proc != j.Proc {
+			return errReplaced
+		}
+		a := cur.Current()
+		a.EndedAt = time.Now()
+		cur.EndedAt = a.EndedAt
+		if errors.Is(cause, errCancelled) {
+			a.Outcome, cur.State, cur.Reason = "cancelled", api.JobCancelled, "cancelled before it started"
+			return nil
+		}
+		a.Outcome, cur.State, cur.Reason = "failed", api.JobFailed, "could not start: "+cause.Error()
+		return nil
+	})
+	if err != nil && !errors.Is(err, errReplaced) {
+		d.log.Error("record job start failure", zap.String("job", j.ID), zap.Error(err))
+	}
+}
+
+// requeue puts a job whose attempt never ran back in line, forgetting the
+// attempt.
+func (d *Daemon) requeue(j *jobqueue.Job, why string) {
+	_, err := d.jobs.Update(j.ID, func(cur *jobqueue.Job) error {
+		if cur.Proc != j.Proc {
+			return errReplaced
+		}
+		cur.Attempts = cur.Attempts[:len(cur.Attempts)-1]
+		cur.State, cur.Reason, cur.Proc = api.JobQueued, why, ""
+		return nil
+	})
+	if err != nil && !errors.Is(err, errReplaced) {
+		d.log.Error("requeue job", zap.String("job", j.ID), zap.Error(err))
+	}
+}
+
+// preempt freezes a preemptible job's process to make room for j; it is
+// thawed back by placement once its memory fits again.
+func (d *Daemon) preempt(ctx context.Context, name string, j *jobqueue.Job) error {
+	if err := d.needDriver(); err != nil {
+		return err
+	}
+	unlock, err := d.ops.lock(ctx, name)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	rec, ok := d.table.Get(name)
+	if !ok || rec.State != api.StateRunning || rec.Job == "" {
+		return fmt.Errorf("process %q is no longer a running job", name)
+	}
+	if _, err := d.table.Update(name, func(r *proctable.Record) error {
+		r.PreemptedBy = j.ID
+		r.Note = fmt.Sprintf("preempted by job %q (%s, priority %d)", j.Name, j.ID, j.Priority)
+		return nil
+	}); err != nil {
+		return err
+	}
+	if _, err := d.freezeLocked(ctx, rec, freezeOpts{lockTimeout: d.cfg.LockTimeout, stop: true}); err != nil {
+		d.table.Update(name, func(r *proctable.Record) error { r.PreemptedBy = ""; return nil })
+		return err
+	}
+	d.log.Info("preempted", zap.String("victim", name), zap.String("for_job", j.Name))
+	return nil
+}
+
+// resumePreempted thaws a preempted process back, in the background.
+func (d *Daemon) resumePreempted(ctx context.Context, name string) {
+	if !d.sched.setBusy(d.sched.resuming, name) {
+		return
+	}
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		defer d.sched.kick()
+		defer d.sched.clearBusy(d.sched.resuming, name)
+		unlock, err := d.ops.lock(ctx, name)
+		if err != nil {
+			return
+		}
+		defer unlock()
+		rec, ok := d.table.Get(name)
+		if !ok || rec.PreemptedBy == "" || onGPU(rec.State) || !rec.Live() {
+			return
+		}
+		_, err = d.thawLocked(ctx, rec, thawOpts{op: "thaw", wait: resumeWait, waitCtx: ctx})
+		if err != nil {
+			d.log.Warn("thaw of a preempted process failed; placement will retry", zap.String("name", name), zap.Error(err))
+			return
+		}
+		d.table.Update(name, func(r *proctable.Record) error {
+			r.PreemptedBy, r.Note = "", "thawed back after preemption"
+			return nil
+		})
+		d.log.Info("resumed after preemption", zap.String("name", name))
+	}()
+}
+
+// resumeWait bounds how long a placed thaw waits for a GPU sample to show
+// the memory placement already counted as free.
+const resumeWait = 10 * time.Second

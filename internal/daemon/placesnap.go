@@ -1,0 +1,205 @@
+package daemon
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/gpusched/gpusched/internal/jobqueue"
+	"github.com/gpusched/gpusched/internal/placement"
+	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// Placement ids of requests that are not queued jobs.
+const (
+	thawPrefix  = "thaw:"  // + process name: a preempted process to thaw back
+	leasePrefix = "lease:" // + lease id: a lease being acquired
+)
+
+// placementInput builds one pass's immutable snapshot and queue from the
+// latest GPU sample, the process table, the jobs, the leases and the thaws
+// admitted but not yet seen on the GPUs.
+func (d *Daemon) placementInput(now time.Time) (placement.Snapshot, []placement.Job) {
+	gv := d.gpuView()
+	tv := d.table.View()
+	jobs := d.jobs.View()
+	active := map[string]*jobqueue.Job{} // record id -> job of its current attempt
+	for _, j := range jobs {
+		if j.Active() && j.Proc != "" {
+			active[j.Proc] = j
+		}
+	}
+	byID := make(map[string]proctable.Record, len(tv.Records))
+	for _, r := range tv.Records {
+		byID[r.ID] = r
+	}
+	gpus := make([]placement.GPU, len(gv.devices))
+	at := map[string]int{}
+	for i, dv := range gv.devices {
+		gpus[i] = placement.GPU{Index: dv.Index, UUID: dv.UUID, TotalMiB: dv.TotalMiB, UsedMiB: dv.UsedMiB,
+			UtilPercent: dv.UtilPercent, PowerWatts: dv.PowerWatts, Occupants: []placement.Occupant{}}
+		at[dv.UUID] = i
+	}
+	add := func(uuid string, o placement.Occupant) {
+		if i, ok := at[uuid]; ok {
+			gpus[i].Occupants = append(gpus[i].Occupants, o)
+		}
+	}
+	// Memory the sample still shows for trees that have since exited or
+	// been frozen is gone: drop it, so an exit frees its GPU at once.
+	for id, per := range gv.usage {
+		if r, ok := byID[id]; !ok || !onGPU(r.State) {
+			for uuid, mib := range per {
+				if i, ok := at[uuid]; ok {
+					gpus[i].UsedMiB -= min(mib, gpus[i].UsedMiB)
+				}
+			}
+		}
+	}
+	var extPIDs []int
+	for _, pu := range gv.procs {
+		if gv.owner[pu.PID] == "" {
+			extPIDs = append(extPIDs, pu.PID)
+		}
+	}
+	leaseOf := d.leases.owners(extPIDs)
+	d.leases.resetUsage()
+	d.sched.mu.Lock()
+	for _, r := range tv.Records {
+		j := active[r.ID]
+		switch {
+		case !r.Live():
+		case !onGPU(r.State):
+			vram := r.Checkpoint.VRAM()
+			for _, uuid := range sortedKeys(vram) {
+				add(uuid, placement.Occupant{Kind: placement.Frozen, ID: r.Name, Name: r.Name, DeclaredMiB: vram[uuid]})
+			}
+		case j != nil:
+			for _, uuid := range r.GPUs {
+				add(uuid, d.jobOccupant(j, r.Name, gv.usage[r.ID][uuid], d.sched.peaks[r.ID][uuid], r.State == api.StateRunning))
+			}
+		default:
+			for _, uuid := range sortedKeys(d.sched.peaks[r.ID]) {
+				add(uuid, placement.Occupant{Kind: placement.Managed, ID: r.Name, Name: r.Name,
+					UsedMiB: gv.usage[r.ID][uuid], PeakMiB: d.sched.peaks[r.ID][uuid], Priority: r.Policy.Priority})
+			}
+		}
+	}
+	// Attempts being started have no process yet, or one too new to show:
+	// they hold their whole declaration.
+	for _, j := range jobs {
+		if j.State != api.JobStarting {
+			continue
+		}
+		if r, ok := byID[j.Proc]; ok && r.Live() {
+			continue
+		}
+		for _, uuid := range j.Current().GPUs {
+			add(uuid, d.jobOccupant(j, j.Name, 0, 0, false))
+		}
+	}
+	for _, pu := range gv.procs {
+		if gv.owner[pu.PID] != "" {
+			continue
+		}
+		if id, ok := leaseOf[pu.PID]; ok {
+			d.leases.observe(id, pu.UUID, pu.UsedMiB)
+			continue
+		}
+		add(pu.UUID, placement.Occupant{Kind: placement.External, ID: "pid:" + strconv.Itoa(pu.PID),
+			Name: fmt.Sprintf("pid %d", pu.PID), UsedMiB: pu.UsedMiB, PeakMiB: d.sched.extPeaks[pu.PID][pu.UUID]})
+	}
+	d.sched.mu.Unlock()
+	for _, l := range d.leases.granted() {
+		for _, uuid := range l.uuids {
+			add(uuid, placement.Occupant{Kind: placement.Lease, ID: leasePrefix + l.id, Name: "lease " + l.id,
+				UsedMiB: l.used[uuid], PeakMiB: l.peak[uuid], DeclaredMiB: l.mib, Exclusive: l.mib == 0, Priority: l.priority})
+		}
+	}
+	for uuid, mib := range d.admission.held() {
+		add(uuid, placement.Occupant{Kind: placement.Reservation, ID: "thaw-admission", Name: "thaws in progress", DeclaredMiB: mib})
+	}
+
+	queue := make([]placement.Job, 0, len(jobs))
+	for _, j := range jobs {
+		if j.State == api.JobQueued {
+			queue = append(queue, placement.Job{ID: j.ID, Owner: j.Owner.User, Priority: j.Priority, Seq: j.Seq << seqShift,
+				QueuedAt: j.SubmittedAt, GPUs: j.GPUs, VRAMMiB: j.VRAMMiB})
+		}
+	}
+	queue = append(queue, d.preemptedQueue(tv, active)...)
+	queue = append(queue, d.leases.queue()...)
+	return placement.Snapshot{Now: time.Now(), GPUs: gpus, Options: d.placementOptions(gv)}, queue
+}
+
+// seqShift makes room below each job's sequence number for the leases
+// asked for after it.
+const seqShift = 20
+
+// jobOccupant is a job's attempt on one GPU.
+func (d *Daemon) jobOccupant(j *jobqueue.Job, name string, used, peak uint64, running bool) placement.Occupant {
+	return placement.Occupant{Kind: placement.Managed, ID: name, Name: name, UsedMiB: used, PeakMiB: peak,
+		DeclaredMiB: j.VRAMMiB, Exclusive: j.VRAMMiB == 0, Priority: j.Priority, Preemptible: j.Preemptible && running}
+}
+
+// preemptedQueue asks placement to thaw back each process preemption
+// froze, where it was, at its job's priority and place in line.
+func (d *Daemon) preemptedQueue(tv *proctable.View, active map[string]*jobqueue.Job) []placement.Job {
+	var out []placement.Job
+	for _, r := range tv.Records {
+		if r.PreemptedBy == "" || onGPU(r.State) || !r.Live() || d.sched.busy(d.sched.resuming, r.Name) {
+			continue
+		}
+		vram := r.Checkpoint.VRAM()
+		pj := placement.Job{ID: thawPrefix + r.Name, Owner: r.Owner.User, Priority: r.Policy.Priority,
+			Only: sortedKeys(vram), Pinned: true}
+		if j := active[r.ID]; j != nil {
+			pj.Priority, pj.Seq, pj.QueuedAt, pj.VRAMMiB = j.Priority, j.Seq<<seqShift, j.SubmittedAt, j.VRAMMiB
+		}
+		for _, mib := range vram {
+			pj.VRAMMiB = max(pj.VRAMMiB, mib)
+		}
+		pj.GPUs = len(pj.Only)
+		if pj.GPUs == 0 {
+			continue
+		}
+		out = append(out, pj)
+	}
+	return out
+}
+
+// placementOptions are the configured rules and health filters.
+func (d *Daemon) placementOptions(gv *gpuView) placement.Options {
+	o := placement.Options{MarginMiB: d.cfg.JobMarginMiB, SpikeBuffer: d.cfg.SpikeBuffer, AgingStep: d.cfg.AgingStep,
+		StarveAfter: d.cfg.StarveAfter, MinFreeMiB: d.cfg.MinFreeMiB, MaxUtilPercent: d.cfg.MaxUtilPercent,
+		MaxPowerWatts: d.cfg.MaxPowerWatts}
+	for _, s := range d.cfg.BannedGPUs {
+		ref, _ := api.ParseGPURef(s)
+		for _, dv := range gv.devices {
+			if ref.UUID == dv.UUID || ref.UUID == "" && ref.Index == dv.Index {
+				o.Banned = append(o.Banned, dv.UUID)
+			}
+		}
+	}
+	return o
+}
+
+// onGPU reports whether a live process in state s may hold GPU memory.
+func onGPU(s api.State) bool {
+	switch s {
+	case api.StateFrozen, api.StateHibernating, api.StateHibernated, api.StateRestoring, api.StateExited:
+		return false
+	}
+	return true
+}
+
+func sortedKeys(m map[string]uint64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,97 @@
+package daemon
+
+import (
+	"context"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// scheduler is the dispatch loop's state: what wakes it, why each queued
+// job waits, and what it observed of running jobs between passes.
+type scheduler struct {
+	kicks   chan struct{}
+	reasons atomic.Pointer[map[string]string] // job id -> why it waits, from the last pass
+	passes  atomic.Uint64
+
+	mu        sync.Mutex
+	peaks     map[string]map[string]uint64 // process record id -> GPU UUID -> peak MiB
+	extPeaks  map[int]map[string]uint64    // external pid -> GPU UUID -> peak MiB
+	warned    map[string]bool              // record ids told they went past their declaration
+	launching map[string]bool              // job ids whose attempt is being started
+	resuming  map[string]bool              // names of preempted processes being thawed back
+	timers    map[string]*time.Timer       // job id -> timeout of its current attempt
+}
+
+func newScheduler() *scheduler {
+	s := &scheduler{kicks: make(chan struct{}, 1), peaks: map[string]map[string]uint64{},
+		extPeaks: map[int]map[string]uint64{}, warned: map[string]bool{}, launching: map[string]bool{},
+		resuming: map[string]bool{}, timers: map[string]*time.Timer{}}
+	s.reasons.Store(&map[string]string{})
+	return s
+}
+
+// kick asks for a placement pass now; kicks while one is due coalesce.
+func (s *scheduler) kick() {
+	select {
+	case s.kicks <- struct{}{}:
+	default:
+	}
+}
+
+// reason is why a queued job waited in the last pass.
+func (s *scheduler) reason(jobID string) string { return (*s.reasons.Load())[jobID] }
+
+// peaksOf is the peak memory per GPU observed for a process record.
+func (s *scheduler) peaksOf(recID string) map[string]uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.peaks[recID])
+}
+
+// setBusy marks key in m (launching or resuming) and reports whether it
+// was free.
+func (s *scheduler) setBusy(m map[string]bool, key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if m[key] {
+		return false
+	}
+	m[key] = true
+	return true
+}
+
+func (s *scheduler) clearBusy(m map[string]bool, key string) {
+	s.mu.Lock()
+	delete(m, key)
+	s.mu.Unlock()
+}
+
+func (s *scheduler) busy(m map[string]bool, key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return m[key]
+}
+
+// runScheduler runs a placement pass whenever something that can change
+// placement happens (exit, freeze, thaw, submit, cancel, lease release, a
+// GPU sample), until ctx ends.
+func (d *Daemon) runScheduler(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			d.stopJobTimers()
+			return
+		case <-d.sched.kicks:
+		}
+		start := time.Now()
+		d.schedulePass(ctx)
+		d.sched.passes.Add(1)
+		if el := time.Since(start); el > 100*time.Millisecond {
+			d.log.Warn("slow placement pass", zap.Duration("took", el))
+		}
+	}
+}

@@ -1,0 +1,110 @@
+package jobqueue
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// Owner is the user a job runs as.
+type Owner struct {
+	UID    uint32   `json:"uid"`
+	GID    uint32   `json:"gid"`
+	Groups []uint32 `json:"groups"`
+	User   string   `json:"user"`
+}
+
+// Job is one queued job as persisted. Published jobs are never modified;
+// Update hands its callback a deep copy.
+type Job struct {
+	ID          string            `json:"id"`
+	Seq         uint64            `json:"seq"`
+	Name        string            `json:"name"`
+	Owner       Owner             `json:"owner"`
+	Cmd         []string          `json:"cmd"`
+	Dir         string            `json:"dir"`
+	Env         map[string]string `json:"env"`
+	VRAM        api.VRAM          `json:"vram"`     // as submitted
+	VRAMMiB     uint64            `json:"vram_mib"` // current declaration per GPU; 0 = undeclared
+	GPUs        int               `json:"gpus"`
+	Priority    int               `json:"priority"`
+	Timeout     time.Duration     `json:"timeout"`
+	Retries     int               `json:"retries"`
+	RetriesLeft int               `json:"retries_left"`
+	Preemptible bool              `json:"preemptible"`
+	State       api.JobState      `json:"state"`
+	Reason      string            `json:"reason,omitempty"` // why it ended, or was requeued
+	SubmittedAt time.Time         `json:"submitted_at"`
+	EndedAt     time.Time         `json:"ended_at,omitzero"`
+	Attempts    []api.Attempt     `json:"attempts"`
+	// Proc is the process record id of the current attempt, set when the
+	// attempt starts and kept after it ends.
+	Proc string `json:"proc,omitempty"`
+	// Ending is what the daemon asked of the current attempt's end:
+	// cancelled or timed_out; empty while nobody asked it to end.
+	Ending api.JobState `json:"ending,omitempty"`
+	// PreemptedAt is when the current attempt was last frozen by
+	// preemption; zero while it runs.
+	PreemptedAt time.Time `json:"preempted_at,omitzero"`
+	Verdict     string    `json:"verdict,omitempty"`
+	Rev         uint64    `json:"rev"`
+}
+
+// Active reports whether the job has a current attempt (a process that is
+// starting, running or preempted).
+func (j *Job) Active() bool {
+	return j.State == api.JobStarting || j.State == api.JobRunning || j.State == api.JobPreempted
+}
+
+// Current is the current (last) attempt, nil before the first.
+func (j *Job) Current() *api.Attempt {
+	if len(j.Attempts) == 0 {
+		return nil
+	}
+	return &j.Attempts[len(j.Attempts)-1]
+}
+
+// Peak is the highest memory per GPU over all attempts.
+func (j *Job) Peak() map[string]uint64 {
+	out := map[string]uint64{}
+	for _, a := range j.Attempts {
+		for uuid, mib := range a.PeakMiB {
+			out[uuid] = max(out[uuid], mib)
+		}
+	}
+	return out
+}
+
+// clone returns a deep copy.
+func (j *Job) clone() *Job {
+	c := *j
+	c.Owner.Groups = slices.Clone(j.Owner.Groups)
+	c.Cmd = slices.Clone(j.Cmd)
+	c.Env = maps.Clone(j.Env)
+	c.Attempts = make([]api.Attempt, len(j.Attempts))
+	for i, a := range j.Attempts {
+		a.GPUs = slices.Clone(a.GPUs)
+		a.PeakMiB = maps.Clone(a.PeakMiB)
+		if a.Exit != nil {
+			e := *a.Exit
+			if e.Code != nil {
+				code := *e.Code
+				e.Code = &code
+			}
+			a.Exit = &e
+		}
+		c.Attempts[i] = a
+	}
+	return &c
+}
+
+// MaxPeak is the highest per-GPU value of peaks (0 for none).
+func MaxPeak(peaks map[string]uint64) uint64 {
+	var m uint64
+	for _, v := range peaks {
+		m = max(m, v)
+	}
+	return m
+}

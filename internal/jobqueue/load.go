@@ -1,0 +1,71 @@
+package jobqueue
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// Problem is a persisted job that could not be loaded; it was moved to
+// quarantine and is ignored.
+type Problem struct {
+	Key        string
+	Err        error
+	Quarantine string
+}
+
+// Load fills an empty queue from its store. Records that do not decode or
+// validate are quarantined and reported; they never stop the load.
+func (q *Queue) Load() ([]Problem, error) {
+	keys, err := q.store.Keys()
+	if err != nil {
+		return nil, err
+	}
+	var problems []Problem
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	all := []*Job{}
+	for _, key := range keys {
+		j := &Job{}
+		err := q.store.Get(key, j)
+		if err == nil {
+			err = validate(key, j)
+		}
+		if err != nil {
+			dst, qerr := q.store.Quarantine(key)
+			if qerr != nil {
+				err = fmt.Errorf("%w (quarantine failed: %v)", err, qerr)
+			}
+			problems = append(problems, Problem{Key: key, Err: err, Quarantine: dst})
+			continue
+		}
+		all = append(all, j)
+	}
+	slices.SortFunc(all, func(a, b *Job) int { return cmpSeq(a.Seq, b.Seq) })
+	for _, j := range all {
+		q.byID[j.ID] = j
+		q.byName[j.Name] = j.ID
+		q.seq = max(q.seq, j.Seq)
+	}
+	q.view.Store(&all)
+	return problems, nil
+}
+
+func validate(key string, j *Job) error {
+	switch {
+	case j.ID != key:
+		return fmt.Errorf("job record %s holds id %q", key, j.ID)
+	case j.Seq == 0:
+		return fmt.Errorf("job %s: no sequence number", key)
+	case api.ValidateName(j.Name) != nil:
+		return fmt.Errorf("job %s: bad name %q", key, j.Name)
+	case len(j.Cmd) == 0:
+		return fmt.Errorf("job %s: empty command", key)
+	case j.GPUs < 1:
+		return fmt.Errorf("job %s: %d GPUs", key, j.GPUs)
+	case j.State == "":
+		return fmt.Errorf("job %s: no state", key)
+	}
+	return nil
+}

@@ -1,0 +1,151 @@
+package jobqueue
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gpusched/gpusched/internal/store"
+)
+
+// Change is one published modification; Old is nil for a new job.
+type Change struct {
+	Old, New *Job
+}
+
+// Queue holds every job, unfinished and finished, persisted one file each.
+type Queue struct {
+	store    *store.Records
+	onChange func(Change) // called in order under the queue lock; must not block
+
+	mu     sync.Mutex
+	byID   map[string]*Job
+	byName map[string]string // name -> id of the newest job of that name
+	seq    uint64
+	view   atomic.Pointer[[]*Job] // sorted by Seq; entries never modified
+}
+
+// New creates an empty queue writing through st; onChange may be nil.
+func New(st *store.Records, onChange func(Change)) *Queue {
+	q := &Queue{store: st, onChange: onChange, byID: map[string]*Job{}, byName: map[string]string{}}
+	q.view.Store(&[]*Job{})
+	return q
+}
+
+// View returns every job in submission order, without locking. The jobs
+// must not be modified.
+func (q *Queue) View() []*Job { return *q.view.Load() }
+
+// Get finds a job by id, else by name (the newest of that name).
+func (q *Queue) Get(nameOrID string) (*Job, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.getLocked(nameOrID)
+}
+
+func (q *Queue) getLocked(nameOrID string) (*Job, bool) {
+	if j, ok := q.byID[nameOrID]; ok {
+		return j, true
+	}
+	j, ok := q.byID[q.byName[nameOrID]]
+	return j, ok
+}
+
+// Add assigns ids and sequence numbers to jobs (named job-<seq> when
+// unnamed) and queues all of them durably, or none. A name may be reused
+// only once its earlier job has finished.
+func (q *Queue) Add(jobs []*Job) ([]*Job, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	seen := map[string]bool{}
+	out := make([]*Job, len(jobs))
+	keys := make([]string, len(jobs))
+	vals := make([]any, len(jobs))
+	for i, j := range jobs {
+		j = j.clone()
+		j.Seq = q.seq + uint64(i) + 1
+		j.ID = fmt.Sprintf("j%d", j.Seq)
+		if j.Name == "" {
+			j.Name = "job-" + j.ID[1:]
+		}
+		if seen[j.Name] {
+			return nil, fmt.Errorf("job %q: %w (twice in one submission)", j.Name, ErrExists)
+		}
+		seen[j.Name] = true
+		if old, ok := q.getLocked(j.Name); ok && !old.State.Terminal() {
+			return nil, fmt.Errorf("job %q: %w (%s is %s)", j.Name, ErrExists, old.ID, old.State)
+		}
+		j.Rev = 1
+		out[i], keys[i], vals[i] = j, j.ID, j
+	}
+	if err := q.store.PutAll(keys, vals); err != nil {
+		return nil, err
+	}
+	q.seq += uint64(len(out))
+	for _, j := range out {
+		q.byID[j.ID] = j
+		q.byName[j.Name] = j.ID
+		q.publishLocked(Change{New: j})
+	}
+	q.rebuildLocked(out)
+	return out, nil
+}
+
+// Update applies fn to a copy of the job, persists and publishes it. fn
+// returning an error aborts with nothing changed.
+func (q *Queue) Update(id string, fn func(*Job) error) (*Job, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	cur, ok := q.byID[id]
+	if !ok {
+		return nil, fmt.Errorf("job %s: %w", id, ErrNotFound)
+	}
+	next := cur.clone()
+	if err := fn(next); err != nil {
+		return nil, err
+	}
+	if next.ID != cur.ID || next.Seq != cur.Seq || next.Name != cur.Name {
+		return nil, fmt.Errorf("job %s: update may not change identity", id)
+	}
+	next.Rev = cur.Rev + 1
+	if err := q.store.Put(next.ID, next); err != nil {
+		return nil, fmt.Errorf("job %q: %w", next.Name, err)
+	}
+	q.byID[id] = next
+	v := slices.Clone(q.View())
+	if i, ok := slices.BinarySearchFunc(v, next.Seq, func(j *Job, s uint64) int { return cmpSeq(j.Seq, s) }); ok {
+		v[i] = next
+	}
+	q.view.Store(&v)
+	q.publishLocked(Change{Old: cur, New: next})
+	return next, nil
+}
+
+// rebuildLocked publishes a view with added appended (their Seqs are the
+// highest).
+func (q *Queue) rebuildLocked(added []*Job) {
+	v := append(slices.Clone(q.View()), added...)
+	q.view.Store(&v)
+}
+
+func (q *Queue) publishLocked(c Change) {
+	if q.onChange != nil {
+		q.onChange(c)
+	}
+}
+
+func cmpSeq(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// NameOf says how a job is shown in messages: "name (id)".
+func NameOf(j *Job) string {
+	return fmt.Sprintf("%q (%s)", j.Name, j.ID)
+}
