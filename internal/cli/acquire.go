@@ -149,7 +149,12 @@ func (a *app) acquire(ctx context.Context, p api.AcquireParams, argv []string, s
 	if len(argv) > 0 {
 		return a.runLeased(ctx, c, &l, argv, stdin)
 	}
-	if err := a.show(api.MethodAcquire, raw, &l, func() error { return writeLease(a.stdout, &l) }); err != nil {
+	if a.json {
+		err = writeJSON(a.stdout, raw)
+	} else {
+		err = writeLease(a.stdout, &l)
+	}
+	if err != nil {
 		return err
 	}
 	<-held.Done()
@@ -222,12 +227,14 @@ func waitForwarding(ctx context.Context, cmd *exec.Cmd, sigs <-chan os.Signal) (
 }
 
 // releaseLease ends lease id on the connection that holds it, also after
-// ctx has ended.
+// ctx has ended. A lease already released elsewhere has ended as well.
 func releaseLease(ctx context.Context, c *api.Client, id string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	_, err := c.Release(ctx, id)
-	return err
+	if _, err := c.Release(ctx, id); err != nil && !api.IsNotFound(err) {
+		return err
+	}
+	return nil
 }
 
 // writeLease prints a lease as "key: value" lines and says how long it is

@@ -159,18 +159,26 @@ func writeJob(w io.Writer, j *api.Job) error {
 	if err := t.Flush(); err != nil {
 		return err
 	}
-	at := newTable(w)
-	fmt.Fprintf(at, "\nATTEMPT\tGPUS\tVRAM\tSTARTED\tDURATION\tEXIT\tPEAK\tOUTCOME\n")
-	for i := range j.Attempts {
-		a := &j.Attempts[i]
-		exit := "-"
+	return writeAttempts(w, j.Attempts)
+}
+
+// writeAttempts prints the attempts table after a blank line.
+func writeAttempts(w io.Writer, attempts []api.Attempt) error {
+	t := newTable(w)
+	fmt.Fprintf(t, "\nATTEMPT\tGPUS\tVRAM\tSTARTED\tDURATION\tEXIT\tPEAK\tOUTCOME\n")
+	for i := range attempts {
+		a := &attempts[i]
+		vram, exit := "whole", "-"
+		if a.VRAMMiB > 0 {
+			vram = mib(a.VRAMMiB)
+		}
 		if a.Exit != nil {
 			exit = exitText(a.Exit)
 		}
-		fmt.Fprintf(at, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.N, orDash(strings.Join(a.GPUs, ",")), mib(a.VRAMMiB),
+		fmt.Fprintf(t, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.N, orDash(strings.Join(a.GPUs, ",")), vram,
 			a.StartedAt.Local().Format("2006-01-02 15:04:05"), attemptDuration(a), exit, peaks(a.PeakMiB), outcome(a))
 	}
-	return at.Flush()
+	return t.Flush()
 }
 
 // vramDetail shows the declaration now and as submitted:

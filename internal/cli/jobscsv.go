@@ -26,6 +26,7 @@ func parseJobsCSV(r io.Reader, name string, defaults api.JobSpec) ([]api.JobSpec
 	cr := csv.NewReader(r)
 	cr.Comment = '#'
 	cr.FieldsPerRecord = -1
+	cr.TrimLeadingSpace = true
 	errs := lineErrors{file: name}
 	var specs []api.JobSpec
 	for first := true; ; first = false {

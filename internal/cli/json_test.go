@@ -26,6 +26,14 @@ func TestJSONPrintsTheResult(t *testing.T) {
 		{api.MethodRm, []string{"rm", "old"}, gone},
 		{api.MethodWait, []string{"wait", "old"}, gone},
 		{api.MethodLogs, []string{"logs", "a"}, api.LogsResult{Name: "a", Lines: []string{"x", "y"}}},
+		{api.MethodSubmit, []string{"submit", "--", "true"}, api.SubmitResult{Jobs: []api.Job{queuedJob("a")}}},
+		{api.MethodJobs, []string{"jobs"}, api.JobsResult{Jobs: []api.Job{job("a"), queuedJob("b")}}},
+		{api.MethodJob, []string{"job", "a"}, job("a")},
+		{api.MethodJobWait, []string{"job", "wait", "a"}, endedJob("a", api.JobDone, api.Exit{Code: intp(0)})},
+		{api.MethodCancel, []string{"cancel", "a"}, endedJob("a", api.JobCancelled, api.Exit{Signal: "SIGTERM"})},
+		{api.MethodCancel, []string{"job", "cancel", "a"}, queuedJob("a")},
+		{api.MethodLeases, []string{"leases"}, api.LeasesResult{Leases: []api.Lease{lease("L1")}}},
+		{api.MethodRelease, []string{"release", "L1"}, lease("L1")},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

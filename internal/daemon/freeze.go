@@ -17,6 +17,9 @@ type freezeOpts struct {
 	lockTimeout time.Duration
 	stop        bool
 	toDisk      bool // a hibernate's freeze: the memory goes on to disk, past the RAM budget
+	// preemptedBy (a job id) marks the freeze as a preemption, which
+	// placement undoes; note says so to the owner.
+	preemptedBy, note string
 }
 
 // freeze parks a process's GPU memory in host RAM: lock every CUDA process
@@ -89,7 +92,7 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 			return api.CheckpointResult{}, err
 		}
 	}
-	rec, err := d.beginFreeze(rec, procs, !opts.toDisk)
+	rec, err := d.beginFreeze(rec, procs, opts)
 	if err != nil {
 		return api.CheckpointResult{}, err
 	}

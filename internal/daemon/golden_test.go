@@ -19,7 +19,7 @@ import (
 )
 
 // transcriptStep is one line of a golden transcript (pkg/api/testdata/transcripts):
-// a request to send on a connection, or a line expected back.
+// a request to send on a connection, a line expected back, or a hang-up.
 type transcriptStep struct {
 	Note       string          `json:"note"`
 	Conn       int             `json:"conn"`
@@ -27,6 +27,7 @@ type transcriptStep struct {
 	SendRaw    *string         `json:"send_raw"`
 	Recv       json.RawMessage `json:"recv"`
 	SkipEvents bool            `json:"skip_events"` // events before the expected response are skipped
+	Close      bool            `json:"close"`       // hang up the connection (a later step on it dials anew)
 }
 
 // TestGoldenTranscripts replays every transcript against a fresh daemon on
@@ -55,6 +56,7 @@ func replay(t *testing.T, socket, file string) {
 		t.Fatal(err)
 	}
 	conns := map[int]*bufio.ReadWriter{}
+	raw := map[int]net.Conn{}
 	conn := func(n int) *bufio.ReadWriter {
 		if c, ok := conns[n]; ok {
 			return c
@@ -66,7 +68,7 @@ func replay(t *testing.T, socket, file string) {
 		nc.SetDeadline(time.Now().Add(60 * time.Second))
 		t.Cleanup(func() { nc.Close() })
 		rw := bufio.NewReadWriter(bufio.NewReader(nc), bufio.NewWriter(nc))
-		conns[n] = rw
+		conns[n], raw[n] = rw, nc
 		return rw
 	}
 	for i, line := range bytes.Split(data, []byte("\n")) {
@@ -76,6 +78,14 @@ func replay(t *testing.T, socket, file string) {
 		var s transcriptStep
 		if err := json.Unmarshal(line, &s); err != nil {
 			t.Fatalf("%s:%d: %v", file, i+1, err)
+		}
+		if s.Close {
+			if nc, ok := raw[s.Conn]; ok {
+				nc.Close()
+				delete(raw, s.Conn)
+				delete(conns, s.Conn)
+			}
+			continue
 		}
 		rw := conn(s.Conn)
 		switch {

@@ -69,6 +69,9 @@ func (d *Daemon) newJob(c *call, s api.JobSpec) (*jobqueue.Job, error) {
 			return nil, invalidf("submit: %v", err)
 		}
 		what = fmt.Sprintf("submit %q", s.Name)
+		if jobqueue.IsID(s.Name) {
+			return nil, invalidf("%s: names of the form j<number> are reserved for job ids", what)
+		}
 		if r, ok := d.table.Get(s.Name); ok && r.Live() && r.Job == "" {
 			return nil, api.Errorf(api.CodeExists, "%s: a running process holds that name; choose another", what)
 		}

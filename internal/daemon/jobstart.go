@@ -17,10 +17,13 @@ import (
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
-// schedulePass settles finished attempts, places what waits and starts
-// what placement says may start.
+// schedulePass places what waits and starts what placement says may start,
+// then settles the attempts that ended. Placement reads what processes
+// hold from the process table, not from the jobs, so an exit frees its
+// memory for this very pass; settling (which may queue a retry, and kicks
+// the next pass) comes after the starts so as not to delay them.
 func (d *Daemon) schedulePass(ctx context.Context) {
-	d.reconcileJobs(ctx)
+	defer d.reconcileJobs(ctx)
 	snap, queue := d.placementInput(time.Now())
 	plan := placement.Place(snap, queue)
 	reasons := make(map[string]string, len(plan.Waits))
@@ -205,15 +208,9 @@ func (d *Daemon) preempt(ctx context.Context, name string, j *jobqueue.Job) erro
 	if !ok || rec.State != api.StateRunning || rec.Job == "" {
 		return fmt.Errorf("process %q is no longer a running job", name)
 	}
-	if _, err := d.table.Update(name, func(r *proctable.Record) error {
-		r.PreemptedBy = j.ID
-		r.Note = fmt.Sprintf("preempted by job %q (%s, priority %d)", j.Name, j.ID, j.Priority)
-		return nil
-	}); err != nil {
-		return err
-	}
-	if _, err := d.freezeLocked(ctx, rec, freezeOpts{lockTimeout: d.cfg.LockTimeout, stop: true}); err != nil {
-		d.table.Update(name, func(r *proctable.Record) error { r.PreemptedBy = ""; return nil })
+	note := fmt.Sprintf("preempted by job %q (%s, priority %d)", j.Name, j.ID, j.Priority)
+	_, err = d.freezeLocked(ctx, rec, freezeOpts{lockTimeout: d.cfg.LockTimeout, stop: true, preemptedBy: j.ID, note: note})
+	if err != nil {
 		return err
 	}
 	d.log.Info("preempted", zap.String("victim", name), zap.String("for_job", j.Name))

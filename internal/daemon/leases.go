@@ -137,14 +137,14 @@ func (s *leaseSet) status(l *lease) (granted bool, refused bool, reason string) 
 
 // heldLease is a copy of a granted lease for one pass.
 type heldLease struct {
-	id             string
-	uuids          []string
-	mib            uint64
-	priority       int
-	used, peak     map[string]uint64
-	uid            uint32
-	user           string
-	at             time.Time
+	id         string
+	uuids      []string
+	mib        uint64
+	priority   int
+	used, peak map[string]uint64
+	uid        uint32
+	user       string
+	at         time.Time
 }
 
 // granted copies the held leases, sorted by id.

@@ -96,5 +96,7 @@ func (h *ckptHarness) waitRunning(names ...string) {
 		h.waitJobState(n, api.JobRunning)
 		h.followCount(n, "simjob: allocated", 1)
 	}
-	h.refresh()
+	if h.d != nil {
+		h.refresh()
+	}
 }

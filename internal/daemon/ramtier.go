@@ -20,7 +20,8 @@ func (d *Daemon) hostMiB(skip string) uint64 {
 // beginFreeze records that rec is freezing procs, after checking that the
 // host RAM budget has room for them. The check and the record happen under
 // one lock, so concurrent freezes cannot overrun the budget together.
-func (d *Daemon) beginFreeze(rec proctable.Record, procs []proctable.CheckpointProc, budgeted bool) (proctable.Record, error) {
+func (d *Daemon) beginFreeze(rec proctable.Record, procs []proctable.CheckpointProc, opts freezeOpts) (proctable.Record, error) {
+	budgeted := !opts.toDisk
 	d.ramMu.Lock()
 	defer d.ramMu.Unlock()
 	cp := &proctable.Checkpoint{Procs: procs}
@@ -37,6 +38,9 @@ func (d *Daemon) beginFreeze(rec proctable.Record, procs []proctable.CheckpointP
 			return errReplaced
 		}
 		r.State, r.Checkpoint, r.Error = api.StateFreezing, cp, ""
+		if opts.preemptedBy != "" {
+			r.PreemptedBy, r.Note = opts.preemptedBy, opts.note
+		}
 		return nil
 	})
 }

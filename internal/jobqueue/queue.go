@@ -37,7 +37,7 @@ func New(st *store.Records, onChange func(Change)) *Queue {
 // must not be modified.
 func (q *Queue) View() []*Job { return *q.view.Load() }
 
-// Get finds a job by id, else by name (the newest of that name).
+// Get finds a job by name (the newest of that name), else by id.
 func (q *Queue) Get(nameOrID string) (*Job, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -45,10 +45,10 @@ func (q *Queue) Get(nameOrID string) (*Job, bool) {
 }
 
 func (q *Queue) getLocked(nameOrID string) (*Job, bool) {
-	if j, ok := q.byID[nameOrID]; ok {
-		return j, true
+	if id, ok := q.byName[nameOrID]; ok {
+		return q.byID[id], true
 	}
-	j, ok := q.byID[q.byName[nameOrID]]
+	j, ok := q.byID[nameOrID]
 	return j, ok
 }
 
@@ -68,6 +68,9 @@ func (q *Queue) Add(jobs []*Job) ([]*Job, error) {
 		j.ID = fmt.Sprintf("j%d", j.Seq)
 		if j.Name == "" {
 			j.Name = "job-" + j.ID[1:]
+		}
+		if IsID(j.Name) && j.Name != j.ID {
+			return nil, fmt.Errorf("job %q: %w (names of the form j<number> are job ids)", j.Name, ErrExists)
 		}
 		if seen[j.Name] {
 			return nil, fmt.Errorf("job %q: %w (twice in one submission)", j.Name, ErrExists)
@@ -148,4 +151,17 @@ func cmpSeq(a, b uint64) int {
 // NameOf says how a job is shown in messages: "name (id)".
 func NameOf(j *Job) string {
 	return fmt.Sprintf("%q (%s)", j.Name, j.ID)
+}
+
+// IsID reports whether s has the form of a job id: "j" and digits.
+func IsID(s string) bool {
+	if len(s) < 2 || s[0] != 'j' {
+		return false
+	}
+	for _, c := range s[1:] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }

@@ -7,23 +7,10 @@ import (
 	"strings"
 )
 
-// wait says why j, feasible, does not start now. The outcome is the same
-// for every job of the same shape until the pass's state changes, so it is
-// computed once per shape.
-func (p *pass) wait(j *Job) Wait {
-	k := p.key(j)
-	w, ok := p.waits[k]
-	if !ok {
-		w = p.explain(j)
-		p.waits[k] = w
-	}
-	w.JobID = j.ID
-	return w
-}
-
-// explain picks the reason: not enough room even counting the GPUs the
-// health filters skip, then room only on skipped GPUs, then room only on
-// GPUs held for starving jobs.
+// explain says why j, feasible, does not start now: not enough room even
+// counting the GPUs the health filters skip (no_memory, or no_idle_gpu when
+// undeclared), else room only on skipped GPUs (unhealthy), else room only on
+// GPUs held for starving jobs (reserved).
 func (p *pass) explain(j *Job) Wait {
 	var fit, healthyFit []int
 	for i := range p.gpus {
@@ -95,8 +82,7 @@ func (p *pass) why(g *gpuState) string {
 		return fmt.Sprintf("free %d MiB < %d MiB", g.free, p.lim.minFree)
 	case skipUtil:
 		return fmt.Sprintf("utilization %d%% > %d%%", *g.util, p.lim.maxUtil)
-	case skipPower:
+	default: // skipPower
 		return fmt.Sprintf("power %g W > %g W", *g.power, p.lim.maxPower)
 	}
-	return "healthy"
 }

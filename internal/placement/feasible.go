@@ -25,13 +25,7 @@ func (p *pass) infeasible(j *Job) string {
 			}
 		}
 	}
-	k := p.key(j)
-	d, ok := p.infeasibleCache[k]
-	if !ok {
-		d = p.shortfall(j)
-		p.infeasibleCache[k] = d
-	}
-	return d
+	return p.shortfall(j)
 }
 
 // shortfall compares what j needs with the most the usable GPUs can ever

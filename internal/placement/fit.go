@@ -68,7 +68,7 @@ func (p *pass) start(j *Job, gs []int) {
 		g.nonPerm += c
 		g.holders++
 	}
-	p.changed()
+	p.gen++
 }
 
 // uuids names GPU positions.

@@ -3,47 +3,84 @@ package placement
 import (
 	"cmp"
 	"slices"
-	"strings"
 	"time"
 )
 
-// ranked is a job with its place in the order.
+// ranked is a queued job's place in the order; it holds no pointer, for
+// cheap sorting.
 type ranked struct {
-	job   *Job
 	eff   int // effective priority: base plus aging
 	round int // its owner's k-th job at this effective priority
+	seq   uint64
+	i     int // position in the queue
+	owner int // interned Owner
 }
 
 // order returns the queue in placement order: effective priority
 // descending, then round-robin between owners (each owner's k-th job, in
-// Seq order, goes in round k), then Seq. The input order does not matter.
+// Seq order, goes in round k), then Seq (then ID, should two share a Seq).
+// The input order does not matter.
 func order(queue []Job, now time.Time, step time.Duration) []*Job {
 	rs := make([]ranked, len(queue))
+	owners := map[string]int{}
 	for i := range queue {
-		rs[i] = ranked{job: &queue[i], eff: effective(&queue[i], now, step)}
-	}
-	bySeq := func(a, b ranked) int {
-		return cmp.Or(cmp.Compare(a.job.Seq, b.job.Seq), strings.Compare(a.job.ID, b.job.ID))
-	}
-	slices.SortFunc(rs, func(a, b ranked) int { return cmp.Or(cmp.Compare(b.eff, a.eff), bySeq(a, b)) })
-	rounds := map[string]int{}
-	for lo := 0; lo < len(rs); {
-		hi := lo
-		clear(rounds)
-		for ; hi < len(rs) && rs[hi].eff == rs[lo].eff; hi++ {
-			rs[hi].round = rounds[rs[hi].job.Owner]
-			rounds[rs[hi].job.Owner]++
+		o, ok := owners[queue[i].Owner]
+		if !ok {
+			o = len(owners)
+			owners[queue[i].Owner] = o
 		}
-		if len(rounds) > 1 {
-			slices.SortStableFunc(rs[lo:hi], func(a, b ranked) int { return cmp.Compare(a.round, b.round) })
+		rs[i] = ranked{eff: effective(&queue[i], now, step), seq: queue[i].Seq, i: i, owner: o}
+	}
+	slices.SortFunc(rs, func(a, b ranked) int {
+		if c := cmp.Compare(b.eff, a.eff); c != 0 {
+			return c
 		}
-		lo = hi
+		if c := cmp.Compare(a.seq, b.seq); c != 0 {
+			return c
+		}
+		return cmp.Compare(queue[a.i].ID, queue[b.i].ID)
+	})
+	rounds := make([]int, len(owners)) // per owner, in the current group
+	var tmp []ranked
+	for lo, hi := 0, 0; lo < len(rs); lo = hi {
+		last := 0
+		for hi = lo; hi < len(rs) && rs[hi].eff == rs[lo].eff; hi++ {
+			rs[hi].round = rounds[rs[hi].owner]
+			rounds[rs[hi].owner]++
+			last = max(last, rs[hi].round)
+		}
+		for _, r := range rs[lo:hi] {
+			rounds[r.owner] = 0
+		}
+		tmp = byRound(rs[lo:hi], last, tmp)
 	}
 	out := make([]*Job, len(rs))
-	for i, r := range rs {
-		out[i] = r.job
+	for k, r := range rs {
+		out[k] = &queue[r.i]
 	}
 	return out
+}
+
+// byRound sorts rs, in Seq order, by round (at most last), keeping Seq
+// order within a round: a counting sort through tmp, which it returns for
+// reuse.
+func byRound(rs []ranked, last int, tmp []ranked) []ranked {
+	if last == 0 {
+		return tmp
+	}
+	start := make([]int, last+2)
+	for _, r := range rs {
+		start[r.round+1]++
+	}
+	for k := 1; k < len(start); k++ {
+		start[k] += start[k-1]
+	}
+	tmp = append(tmp[:0], rs...)
+	for _, r := range tmp {
+		rs[start[r.round]] = r
+		start[r.round]++
+	}
+	return tmp
 }
 
 // effective is j's priority raised by one per AgingStep waited (step 0:

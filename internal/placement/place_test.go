@@ -2,6 +2,7 @@ package placement_test
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -165,9 +166,9 @@ func TestPlace(t *testing.T) {
 		{
 			name:   "infeasible: too many GPUs",
 			gpus:   []placement.GPU{dev(0, 40000, 0), dev(1, 40000, 0)},
-			queue:  []placement.Job{job("a", 1000, 3)},
-			want:   []string{"infeasible a"},
-			detail: map[string]string{"a": "needs 3 GPUs; the machine has 2"},
+			queue:  []placement.Job{job("a", 1000, 3), job("none", 1000, 0), job("huge", math.MaxUint64, 1)},
+			want:   []string{"infeasible a", "infeasible none", "infeasible huge"},
+			detail: map[string]string{"a": "needs 3 GPUs; the machine has 2", "none": "asks for 0 GPUs"},
 		},
 		{
 			name:   "infeasible: banned GPU",
@@ -306,10 +307,33 @@ func TestPlace(t *testing.T) {
 			want: []string{"start a1 GPU-0", "start b1 GPU-0", "start c1 GPU-0", "start a2 GPU-0", "start b2 GPU-0", "start a3 GPU-0"},
 		},
 		{
+			name: "equal Seq: by ID",
+			gpus: []placement.GPU{dev(0, 80000, 0)},
+			queue: []placement.Job{
+				job("b", 1000, 1, func(j *placement.Job) { j.Seq = 7 }),
+				job("a", 1000, 1, func(j *placement.Job) { j.Seq = 7 }),
+			},
+			want: []string{"start a GPU-0", "start b GPU-0"},
+		},
+		{
 			name:  "preemption frees the fewest bytes",
 			gpus:  []placement.GPU{dev(0, 40000, 38000, victim("v1", 0, 19000), victim("v2", 0, 10000), victim("v3", 0, 7000), victim("v4", 1, 2000))},
 			queue: []placement.Job{job("j", 10000, 1, prio(5))},
 			want:  []string{"start j GPU-0 preempt v3,v4"},
+		},
+		{
+			name:  "preemption up to 12 candidates: exact",
+			opts:  func(o *placement.Options) { o.SpikeBuffer = 0 },
+			gpus:  []placement.GPU{victims(45000, 5)},
+			queue: []placement.Job{job("j", 22488, 1, prio(5))}, // 15000 short
+			want:  []string{"start j GPU-0 preempt v01,v02,v03"},
+		},
+		{
+			name:  "preemption above 12 candidates: largest first, then the smallest that covers the rest",
+			opts:  func(o *placement.Options) { o.SpikeBuffer = 0 },
+			gpus:  []placement.GPU{victims(80000, 12)},
+			queue: []placement.Job{job("j", 22488, 1, prio(5))}, // 15000 short
+			want:  []string{"start j GPU-0 preempt big,v01"},
 		},
 		{
 			name: "preemption never for equal or lower base priority, aging or not",
@@ -391,7 +415,9 @@ func TestPlace(t *testing.T) {
 			}
 			queue := slices.Clone(c.queue)
 			for i := range queue {
-				queue[i].Seq = uint64(i + 1)
+				if queue[i].Seq == 0 {
+					queue[i].Seq = uint64(i + 1)
+				}
 			}
 			plan := placement.Place(placement.Snapshot{Now: now, GPUs: c.gpus, Options: opts}, queue)
 			if got := render(plan); !slices.Equal(got, c.want) {
@@ -416,6 +442,16 @@ func starveGPUs() []placement.GPU {
 			placement.Occupant{Kind: placement.Filler, ID: "f", UsedMiB: 5000, Permanent: true},
 			ext("y", 20000, 20000)),
 	}
+}
+
+// victims is a GPU of total MiB with 8000 MiB headroom: one preemptible
+// process of 12000 MiB and n of 5000.
+func victims(total uint64, n int) placement.GPU {
+	g := dev(0, total, total-8000, victim("big", 0, 12000))
+	for k := 1; k <= n; k++ {
+		g.Occupants = append(g.Occupants, victim(fmt.Sprintf("v%02d", k), 0, 5000))
+	}
+	return g
 }
 
 func TestPlaceLeavesInputAlone(t *testing.T) {

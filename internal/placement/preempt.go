@@ -21,10 +21,10 @@ type preemption struct {
 // preempt finds the cheapest preemption that lets j start now: victims are
 // preemptible managed processes of lower base priority on GPUs j may use,
 // and the cost is the MiB they hold over all their GPUs (GPUs where j
-// already fits cost nothing). Each usable GPU in turn seeds the choice,
+// already fits cost nothing). Each reachable GPU in turn seeds the choice,
 // which then grows by the GPU that costs least given the victims chosen so
-// far, so that one victim on several GPUs counts once. ok is false when no
-// preemption makes j fit.
+// far, so that one victim on several GPUs counts once. ok is false when too
+// few GPUs can be made to fit.
 func (p *pass) preempt(j *Job) (best preemption, ok bool) {
 	var gs []int
 	for i := range p.gpus {
@@ -38,20 +38,19 @@ func (p *pass) preempt(j *Job) (best preemption, ok bool) {
 	if len(gs) < j.GPUs {
 		return best, false
 	}
-	for _, seed := range gs {
-		if pr, found := p.grow(j, gs, seed); found && (!ok || pr.cost < best.cost) {
-			best, ok = pr, true
+	for k, seed := range gs {
+		if pr := p.grow(j, gs, seed); k == 0 || pr.cost < best.cost {
+			best = pr
 		}
 	}
-	return best, ok
+	return best, true
 }
 
-// grow completes a preemption from the seed GPU among gs.
-func (p *pass) grow(j *Job, gs []int, seed int) (preemption, bool) {
-	vs, _, ok := p.cheapest(j, seed, nil)
-	if !ok {
-		return preemption{}, false
-	}
+// grow completes a preemption from the seed GPU among the reachable gs.
+// Every GPU of gs stays reachable whatever victims are chosen: they only
+// free more.
+func (p *pass) grow(j *Job, gs []int, seed int) preemption {
+	vs, _, _ := p.cheapest(j, seed, nil)
 	pr := preemption{gpus: []int{seed}, victims: vs}
 	for len(pr.gpus) < j.GPUs {
 		next, nextVs, nextCost := -1, []*proc(nil), uint64(0)
@@ -59,12 +58,9 @@ func (p *pass) grow(j *Job, gs []int, seed int) (preemption, bool) {
 			if slices.Contains(pr.gpus, i) {
 				continue
 			}
-			if vs, c, ok := p.cheapest(j, i, pr.victims); ok && (next < 0 || c < nextCost) {
+			if vs, c, _ := p.cheapest(j, i, pr.victims); next < 0 || c < nextCost {
 				next, nextVs, nextCost = i, vs, c
 			}
-		}
-		if next < 0 {
-			return preemption{}, false
 		}
 		pr.gpus = append(pr.gpus, next)
 		pr.victims = append(pr.victims, nextVs...)
@@ -72,7 +68,7 @@ func (p *pass) grow(j *Job, gs []int, seed int) (preemption, bool) {
 	for _, v := range pr.victims {
 		pr.cost += v.total
 	}
-	return pr, true
+	return pr
 }
 
 // candidates lists the stakes on GPU i that j may freeze besides the
@@ -102,8 +98,7 @@ func (p *pass) candidates(j *Job, i int, chosen []*proc) (cands []stake, deficit
 }
 
 // cheapest is the victim set of least cost that lets j fit on GPU i,
-// given the chosen victims: exact up to maxExact candidates, else largest
-// first, then dropping those not needed.
+// given the chosen victims: exact up to maxExact candidates, else greedy.
 func (p *pass) cheapest(j *Job, i int, chosen []*proc) (victims []*proc, cost uint64, ok bool) {
 	cands, deficit, ok := p.candidates(j, i, chosen)
 	if !ok || deficit == 0 {
@@ -148,27 +143,21 @@ func (p *pass) exact(cands []stake, deficit uint64) []stake {
 	return pick
 }
 
-// greedy takes the largest stakes until deficit is freed, then drops the
-// ones (largest first) it can do without. cands must free enough in all.
+// greedy takes the largest stakes until one alone covers what is left,
+// then the smallest such. (Dropping stakes afterwards could never help:
+// each one taken is at least as large as any taken after it.) cands must
+// free enough in all.
 func greedy(cands []stake, deficit uint64) []stake {
-	byCharge := slices.Clone(cands)
-	slices.SortStableFunc(byCharge, func(a, b stake) int { return cmp.Compare(b.charge, a.charge) })
+	left := slices.Clone(cands)
+	slices.SortStableFunc(left, func(a, b stake) int { return cmp.Compare(a.charge, b.charge) })
 	var pick []stake
-	var sum uint64
-	for _, s := range byCharge {
-		if sum >= deficit {
-			break
+	for {
+		if k := slices.IndexFunc(left, func(s stake) bool { return s.charge >= deficit }); k >= 0 {
+			return append(pick, left[k])
 		}
-		pick = append(pick, s)
-		sum += s.charge
+		last := left[len(left)-1]
+		pick, left, deficit = append(pick, last), left[:len(left)-1], deficit-last.charge
 	}
-	return slices.DeleteFunc(pick, func(s stake) bool {
-		if sum-s.charge >= deficit {
-			sum -= s.charge
-			return true
-		}
-		return false
-	})
 }
 
 // freeze removes a victim's charges from every GPU it occupies.

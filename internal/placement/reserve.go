@@ -33,7 +33,7 @@ func (p *pass) reserve(j *Job) {
 	for _, i := range gs[:j.GPUs] {
 		p.gpus[i].reservedBy = j.ID
 	}
-	p.changed()
+	p.gen++
 }
 
 // ever reports whether j could fit on g once everything non-permanent is

@@ -135,7 +135,7 @@ type Start struct {
 type Wait struct {
 	JobID  string
 	Reason Reason
-	Detail string // e.g. "needs 20480+512 MiB on 1 GPU; most headroom is 9000 MiB on GPU 1"
+	Detail string // e.g. "needs 20480+512 MiB on 2 GPUs; most headroom: GPU 0 30000 MiB, GPU 1 9000 MiB"
 }
 
 // Plan is the outcome of one pass: every job is in exactly one of Starts,

@@ -14,9 +14,19 @@ Freeze parks a process's GPU memory in host RAM and thaw brings it back;
 ``sched.swap("policy", "reward")`` does both at once (see the README).
 ``hibernate`` moves a process to disk with CRIU (thaw brings it back), and
 ``fork`` starts copies of one from a single image.
+
+Jobs queue with a declared VRAM and start the moment it fits; leases hand GPUs to
+code the daemon does not launch::
+
+    with GpuSched() as sched:
+        job = sched.submit(["python3", "eval.py"], vram="18G", env=dict(os.environ))
+        print(sched.wait_job(job.name).state)
+        with sched.lease(gpus=2, min_free="20G", timeout=600) as lease:
+            lease.apply()                      # CUDA_VISIBLE_DEVICES, before CUDA starts
+            ...
 """
 
-from .client import DEFAULT_SOCKET, PROTOCOL_VERSION, SOCKET_ENV, Duration, GpuSched, GPURef, Stream, socket_path
+from .client import DEFAULT_SOCKET, PROTOCOL_VERSION, SOCKET_ENV, Duration, GpuSched, GPURef, Size, Stream, socket_path
 from .errors import (
     BadRequest,
     Conflict,
@@ -37,6 +47,9 @@ from .errors import (
 )
 from .types import (
     GPU,
+    JOB_FINAL_STATES,
+    JOB_STATES,
+    Attempt,
     CheckpointResult,
     Event,
     Exit,
@@ -46,6 +59,9 @@ from .types import (
     Hello,
     HibernateResult,
     Identity,
+    Job,
+    Lease,
+    LeaseGPU,
     Policy,
     Process,
     ProcessGPU,
@@ -61,6 +77,7 @@ __all__ = [
     "Stream",
     "GPURef",
     "Duration",
+    "Size",
     "PROTOCOL_VERSION",
     "DEFAULT_SOCKET",
     "SOCKET_ENV",
@@ -81,6 +98,12 @@ __all__ = [
     "HibernateResult",
     "ForkResult",
     "Snapshot",
+    "Job",
+    "Attempt",
+    "JOB_STATES",
+    "JOB_FINAL_STATES",
+    "Lease",
+    "LeaseGPU",
     "GpuSchedError",
     "BadRequest",
     "UnknownMethod",

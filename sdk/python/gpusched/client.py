@@ -2,7 +2,11 @@
 
 One persistent connection serves the plain calls, one at a time (a lock makes a
 :class:`GpuSched` safe to share between threads). Every streaming call (events,
-log follow, wait) gets a connection of its own, so the main one stays usable.
+log follow, wait, job_wait) gets a connection of its own, so the main one stays
+usable. So does every GPU lease: the daemon holds a lease as long as the
+connection that acquired it stays open, and the lease's own connection is closed
+only by its release, by closing the client, or by the end of the process, never
+by a failure or reconnect of the main connection.
 Each new connection first says ``hello`` and checks the daemon's protocol version.
 """
 
@@ -21,8 +25,10 @@ from typing import (
     Iterator,
     List,
     Mapping,
+    MutableMapping,
     Optional,
     Sequence,
+    Tuple,
     TypeVar,
     Union,
     overload,
@@ -45,13 +51,17 @@ from .types import (
     ForkResult,
     Hello,
     HibernateResult,
+    Job,
+    Lease,
     Process,
     Snapshot,
     Status,
     SwapResult,
+    _restore_environ,
+    parse_duration,
 )
 
-__all__ = ["GpuSched", "Stream", "PROTOCOL_VERSION", "DEFAULT_SOCKET", "SOCKET_ENV", "socket_path", "Duration"]
+__all__ = ["GpuSched", "Stream", "PROTOCOL_VERSION", "DEFAULT_SOCKET", "SOCKET_ENV", "socket_path", "Duration", "Size"]
 
 PROTOCOL_VERSION = 1
 """The wire protocol this SDK speaks; a daemon that speaks another is refused (ProtocolError)."""
@@ -64,6 +74,16 @@ GPURef = Union[int, str]
 
 Duration = Union[int, float, str]
 """Seconds (``90``, ``0.5``), or a Go duration string (``"10m"``, ``"1h30m"``)."""
+
+Size = Union[int, str]
+"""MiB (``512``), or a size string (``"18G"``, ``"512MiB"``)."""
+
+_CANCEL_WAIT = 30.0
+"""Seconds a cancel may take beyond the client timeout: the daemon ends a running
+job's tree (SIGTERM, SIGKILL after its --job-kill-grace, 10 s by default) before
+it answers."""
+
+_JOB_SPEC_FIELDS = ("cmd", "name", "vram", "gpus", "priority", "timeout", "retries", "preemptible", "dir", "env", "user")
 
 T = TypeVar("T")
 
@@ -212,6 +232,101 @@ def _open(path: str, timeout: Optional[float]) -> _Connection:
     return conn
 
 
+def _seconds(value: Optional[Duration], what: str) -> Optional[float]:
+    """A Duration argument as seconds, for the client's own timeout."""
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError:
+        raise InvalidArgument(f"{what}: {value!r} is not a duration (seconds, or a string like \"10m\")") from None
+
+
+def _job_spec(
+    cmd: Sequence[str],
+    name: Optional[str] = None,
+    vram: Optional[Size] = None,
+    gpus: int = 1,
+    priority: int = 0,
+    timeout: Optional[Duration] = None,
+    retries: int = 0,
+    preemptible: bool = False,
+    dir: Optional[str] = None,
+    env: Optional[Mapping[str, str]] = None,
+    user: Optional[str] = None,
+) -> Dict[str, Any]:
+    """One JobSpec for the wire, with run()'s defaults: dir is os.getcwd(), env is sent only when given."""
+    if isinstance(cmd, (str, bytes)):
+        raise InvalidArgument(
+            f"submit: cmd must be an argv list like [\"python3\", \"train.py\"], not the string {cmd!r} "
+            "(for a shell line, use [\"/bin/sh\", \"-c\", line])"
+        )
+    spec: Dict[str, Any] = {"cmd": list(cmd), "dir": dir if dir is not None else os.getcwd()}
+    if name is not None:
+        spec["name"] = name
+    if env is not None:
+        spec["env"] = dict(env)
+    if vram is not None:
+        spec["vram"] = vram
+    if gpus != 1:
+        spec["gpus"] = gpus
+    if priority:
+        spec["priority"] = priority
+    if timeout is not None:
+        spec["timeout"] = timeout
+    if retries:
+        spec["retries"] = retries
+    if preemptible:
+        spec["preemptible"] = True
+    if user is not None:
+        spec["user"] = user
+    return spec
+
+
+class _LeaseHolder:
+    """What releases one Lease: for a lease this client acquired, the connection
+    that holds it (closing it ends the lease); for one it only listed, a release
+    by id on the client's main connection."""
+
+    def __init__(self, client: GpuSched, lease_id: str, conn: Optional[_Connection]) -> None:
+        self.lease_id = lease_id
+        self.held = True
+        self._client = weakref.ref(client)
+        self._conn = conn
+        self._lock = threading.Lock()
+        self._applied: List[Tuple[MutableMapping[str, str], Optional[str], str]] = []
+
+    def applied(self, env: MutableMapping[str, str], previous: Optional[str], value: str) -> None:
+        with self._lock:
+            self._applied.append((env, previous, value))
+
+    def release(self) -> None:
+        with self._lock:
+            if not self.held:
+                return
+            conn = self._conn
+            client = self._client()
+            if conn is None:
+                if client is None:
+                    raise ConnectionLost(f"lease {self.lease_id}: its client is gone")
+                client.call("release", {"id": self.lease_id})  # raises as the daemon answers
+            else:
+                self._conn = None
+                try:
+                    params = _encode_params("release", {"id": self.lease_id})
+                    timeout = client.timeout if client is not None else None
+                    _result(conn.reply("release", conn.send("release", params, timeout)), "release")
+                except (GpuSchedError, OSError):
+                    pass  # already gone (NotFound), or the daemon cannot answer: closing ends it all the same
+                finally:
+                    conn.close()
+            self.held = False
+            applied, self._applied = self._applied, []
+        _restore_environ(applied)
+        if client is not None:
+            client._forget_lease(self)
+
+
 class Stream(Generic[T]):
     """A streaming call on a connection of its own.
 
@@ -290,6 +405,7 @@ class GpuSched:
         self._conn: Optional[_Connection] = None
         self._streams: "weakref.WeakSet[Stream[Any]]" = weakref.WeakSet()
         self._streams_lock = threading.Lock()
+        self._leases: Dict[str, _LeaseHolder] = {}  # held by this client, by id
 
     def __repr__(self) -> str:
         return f"GpuSched(socket={self.socket_path!r})"
@@ -301,10 +417,14 @@ class GpuSched:
         self.close()
 
     def close(self) -> None:
-        """Closes the main connection (after a call in progress) and every open stream."""
+        """Releases every lease this client holds, then closes the main connection
+        (after a call in progress) and every open stream."""
         with self._streams_lock:
             streams = list(self._streams)
             self._streams.clear()
+            leases = list(self._leases.values())
+        for holder in leases:
+            holder.release()
         for stream in streams:
             stream.close()
         with self._lock:
@@ -490,6 +610,233 @@ class GpuSched:
     def gpus(self) -> List[GPU]:
         """The GPUs by index, with their memory and processes."""
         return _decode(lambda r: [GPU.from_dict(g) for g in r.get("gpus") or []], self.call("gpus"), "gpus")
+
+    # The job queue (capability "queue"): jobs declare their GPU memory and start
+    # the moment it fits. Each job's attempts run as managed processes named
+    # after the job, so status, logs and follow_logs work on them by that name.
+
+    def submit(
+        self,
+        cmd: Sequence[str],
+        name: Optional[str] = None,
+        vram: Optional[Size] = None,
+        gpus: int = 1,
+        priority: int = 0,
+        timeout: Optional[Duration] = None,
+        retries: int = 0,
+        preemptible: bool = False,
+        dir: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        user: Optional[str] = None,
+    ) -> Job:
+        """Queues ``cmd`` (an argv, no shell) as a job and returns it, "queued".
+
+        ``name``: default "job-<n>"; a name may be reused once its earlier job has
+        finished, and names like "j12" are refused (job ids look like that).
+        ``vram``: GPU memory per GPU, MiB (``512``) or a size (``"18G"``), or
+        ``"auto"`` (the peak of earlier runs of the same command); None: undeclared,
+        it gets whole idle GPUs. ``gpus``: how many GPUs. ``priority``: -1000..1000,
+        higher first. ``timeout``: per attempt, seconds or a string like ``"2h"``.
+        ``retries``: out-of-memory retries, each with a raised declaration.
+        ``preemptible``: may be frozen to make room for higher-priority jobs.
+        ``dir`` and ``env`` as in :meth:`run`: ``dir`` defaults to ``os.getcwd()``,
+        and ``env=None`` sends none (an EMPTY environment plus the daemon's
+        ``GPUSCHED_*``/``CUDA_*`` variables). ``user``: root only, run as that user.
+
+        Raises :class:`~gpusched.errors.InvalidArgument` for bad input and
+        :class:`~gpusched.errors.Exists` for a name in use by an unfinished job or a
+        running process. A job that can never fit is accepted and then ends
+        "infeasible" (see :meth:`wait_job`).
+        """
+        spec = _job_spec(cmd, name, vram, gpus, priority, timeout, retries, preemptible, dir, env, user)
+        jobs = self._submit(spec)
+        if len(jobs) != 1:
+            raise ProtocolError(f"submit: gpuschedd answered {len(jobs)} jobs for one")
+        return jobs[0]
+
+    def submit_many(self, specs: Sequence[Mapping[str, Any]]) -> List[Job]:
+        """Queues several jobs at once: all of them, or none when any is invalid
+        (:class:`~gpusched.errors.InvalidArgument` says which). Each spec is a dict
+        of :meth:`submit`'s arguments (``cmd`` required), with its defaults; the
+        jobs come back in order."""
+        wire: List[Dict[str, Any]] = []
+        for number, spec in enumerate(specs, 1):
+            unknown = sorted(set(spec) - set(_JOB_SPEC_FIELDS))
+            if unknown or "cmd" not in spec:
+                what = f"unknown field {unknown[0]!r}" if unknown else "cmd is missing"
+                raise InvalidArgument(f"submit: nothing queued: job {number}: {what}")
+            wire.append(_job_spec(**{key: value for key, value in spec.items() if value is not None}))
+        if not wire:
+            return []
+        return self._submit({"jobs": wire})
+
+    def _submit(self, params: Mapping[str, Any]) -> List[Job]:
+        result = self.call("submit", params)
+        return _decode(lambda r: [Job.from_dict(j) for j in r.get("jobs") or []], result, "submit")
+
+    def jobs(self, state: Optional[str] = None, all: bool = False, user: Optional[str] = None) -> List[Job]:
+        """The caller's jobs (root: everyone's, or ``user``'s) in submission order:
+        unfinished ones, or with ``all`` finished ones too, or those in ``state``."""
+        params: Dict[str, Any] = {}
+        if state is not None:
+            params["state"] = state
+        if all:
+            params["all"] = True
+        if user is not None:
+            params["user"] = user
+        result = self.call("jobs", params or None)
+        return _decode(lambda r: [Job.from_dict(j) for j in r.get("jobs") or []], result, "jobs")
+
+    def job(self, name: str) -> Job:
+        """One job, by name (the newest job of that name) or by id ("j12")."""
+        return _decode(Job.from_dict, self.call("job", {"name": name}), "job")
+
+    def cancel(self, name: str) -> Job:
+        """Cancels a job and returns it, "cancelled": a queued one at once, a running
+        one once its process tree ended (SIGTERM, then SIGKILL after the daemon's
+        ``--job-kill-grace``). Raises :class:`~gpusched.errors.Conflict` when it has
+        already finished."""
+        return _decode(Job.from_dict, self._call("cancel", {"name": name}, self._timeout_plus(_CANCEL_WAIT)), "cancel")
+
+    def wait_job(
+        self, name: str, timeout: Optional[Duration] = None, on_event: Optional[Callable[[Event], None]] = None
+    ) -> Job:
+        """Blocks until the job is finished (done, failed, timed_out, cancelled or
+        infeasible) and returns it; a failed job is returned, not raised.
+
+        ``on_event`` is handed each "job" :class:`Event` on the way (state changes,
+        and warnings when it goes past its declared VRAM); an exception from it ends
+        the wait and propagates. ``timeout``: seconds (or a string like ``"10m"``),
+        after which :class:`~gpusched.errors.Timeout` is raised (None, or 0 as on the
+        wire, waits forever).
+        """
+        params: Dict[str, Any] = {"name": name}
+        if timeout is not None:
+            params["timeout"] = timeout
+        with self._stream("job_wait", params, Event.from_dict) as stream:
+            for event in stream:
+                if on_event is not None:
+                    on_event(event)
+        if stream.result is None:
+            raise ConnectionLost(f"job_wait {name!r}: the client was closed before the job finished")
+        return _decode(Job.from_dict, stream.result, "job_wait")
+
+    # GPU leases (capability "leases"), for code the daemon does not launch.
+
+    def acquire(
+        self,
+        gpus: int = 1,
+        min_free: Optional[Size] = None,
+        max_util: Optional[int] = None,
+        max_power: Optional[float] = None,
+        gpu_ids: Optional[Sequence[GPURef]] = None,
+        timeout: Optional[Duration] = None,
+        priority: int = 0,
+    ) -> Lease:
+        """Leases ``gpus`` GPUs and returns the :class:`Lease`, a context manager::
+
+            with sched.acquire(gpus=2, min_free="20G", timeout=600) as lease:
+                lease.apply()                 # CUDA_VISIBLE_DEVICES for this process
+                train()
+
+        Until it is released the daemon places nothing on what it holds:
+        ``min_free`` (MiB, or a size like ``"20G"``) on each GPU, or without it the
+        whole GPUs, which must then be idle. Only GPUs at most ``max_util`` percent
+        utilized and drawing at most ``max_power`` watts qualify, and only among
+        ``gpu_ids`` (indices or UUIDs) when given. ``priority``: -1000..1000, as for
+        jobs. ``timeout``: seconds (or a string like ``"10m"``) to wait for GPUs
+        that fit; None or 0 answers at once, raising
+        :class:`~gpusched.errors.ResourceExhausted` when nothing fits now (also when
+        it can never fit), and a wait that runs out raises
+        :class:`~gpusched.errors.Timeout`.
+
+        The lease is held on a connection of its own, which this client keeps open:
+        it ends with :meth:`Lease.release` (or the ``with`` block), :meth:`release`,
+        :meth:`close` (or this client's ``with`` block), or the end of this process,
+        however it ends (also once neither the client nor the Lease is referenced
+        any more). A failure or reconnect of the main connection does not touch it;
+        a daemon restart ends every lease (check with :meth:`leases`).
+        """
+        params: Dict[str, Any] = {"gpus": gpus}
+        if min_free is not None:
+            params["min_free"] = min_free
+        if max_util is not None:
+            params["max_util"] = max_util
+        if max_power is not None:
+            params["max_power"] = max_power
+        if gpu_ids is not None:
+            params["gpu_ids"] = list(gpu_ids)
+        if timeout is not None:
+            params["timeout"] = timeout
+        if priority:
+            params["priority"] = priority
+        params_json = _encode_params("acquire", params)
+        wait = _seconds(timeout, "acquire: timeout")
+        conn = _open(self.socket_path, self.timeout)
+        try:
+            reply = conn.reply("acquire", _send(conn, "acquire", params_json, self._timeout_plus(wait)))
+            lease = _decode(Lease.from_dict, _result(reply, "acquire"), "acquire")
+        except BaseException:
+            conn.close()  # a wait still in progress ends with it
+            raise
+        holder = _LeaseHolder(self, lease.id, conn)
+        object.__setattr__(lease, "_holder", holder)
+        with self._streams_lock:
+            self._leases[lease.id] = holder
+        return lease
+
+    def lease(
+        self,
+        gpus: int = 1,
+        min_free: Optional[Size] = None,
+        max_util: Optional[int] = None,
+        max_power: Optional[float] = None,
+        gpu_ids: Optional[Sequence[GPURef]] = None,
+        timeout: Optional[Duration] = None,
+        priority: int = 0,
+    ) -> Lease:
+        """:meth:`acquire`, spelled for ``with``: the GPUs are leased at once and
+        released when the block ends::
+
+            with sched.lease(gpus=2, min_free="20G") as lease:
+                print(lease.gpu_ids, lease.cuda_visible_devices)
+        """
+        return self.acquire(gpus, min_free, max_util, max_power, gpu_ids, timeout, priority)
+
+    def release(self, lease_or_id: Union[Lease, str]) -> None:
+        """Ends a lease, given as a :class:`Lease` or by id.
+
+        A lease this client holds is released on its own connection, which is then
+        closed; releasing it twice does nothing. Another lease (of another client
+        of the same user; root: anyone's) is released by id, and an id the daemon
+        does not hold raises :class:`~gpusched.errors.NotFound`.
+        """
+        lease_id = lease_or_id.id if isinstance(lease_or_id, Lease) else lease_or_id
+        holder = lease_or_id._holder if isinstance(lease_or_id, Lease) else None
+        if holder is None:
+            with self._streams_lock:
+                holder = self._leases.get(lease_id)
+        if holder is not None:
+            holder.release()
+            return
+        self.call("release", {"id": lease_id})
+
+    def leases(self) -> List[Lease]:
+        """The held leases the caller may see (root: all), by id. Those this client
+        holds release as from :meth:`acquire`; others release by id (see :meth:`release`)."""
+        leases = _decode(
+            lambda r: [Lease.from_dict(x) for x in r.get("leases") or []], self.call("leases"), "leases"
+        )
+        for lease in leases:
+            with self._streams_lock:
+                holder = self._leases.get(lease.id)
+            object.__setattr__(lease, "_holder", holder or _LeaseHolder(self, lease.id, None))
+        return leases
+
+    def _forget_lease(self, holder: _LeaseHolder) -> None:
+        with self._streams_lock:
+            if self._leases.get(holder.lease_id) is holder:
+                del self._leases[holder.lease_id]
 
     # Checkpointing: GPU memory parked in host RAM and brought back (capability "freeze";
     # migrate: "migrate"). The daemon finishes an operation it began even when the

@@ -4,15 +4,18 @@ Each is built with ``from_dict``, which ignores fields it does not know (a newer
 daemon may send more), fills absent ones with defaults and keeps the whole wire
 object in ``raw``. Times become timezone-aware datetimes (microsecond precision);
 a time the daemon leaves out (e.g. ``exited_at`` of a running process) is None.
-Durations (a policy's ``ttl`` and ``idle``) become seconds, as floats.
+Durations (a policy's ``ttl``, a job's ``timeout``) become seconds, as floats.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, Callable, Dict, List, Mapping, Optional, Type, TypeVar
+from typing import Any, Callable, Dict, List, Mapping, MutableMapping, Optional, Tuple, Type, TypeVar, Union
+
+from .errors import Conflict, InvalidArgument
 
 __all__ = [
     "Exit",
@@ -31,6 +34,12 @@ __all__ = [
     "HibernateResult",
     "ForkResult",
     "Snapshot",
+    "Attempt",
+    "Job",
+    "LeaseGPU",
+    "Lease",
+    "JOB_STATES",
+    "JOB_FINAL_STATES",
     "parse_time",
     "parse_duration",
 ]
@@ -99,7 +108,7 @@ def _build(cls: Type[_T], data: Mapping[str, Any], **convert: Callable[[Any], An
     kwargs: Dict[str, Any] = {"raw": dict(data)}
     for f in fields(cls):
         value = data.get(f.name)
-        if f.name == "raw" or value is None:
+        if f.name == "raw" or not f.init or value is None:
             continue
         if f.name in convert:
             value = convert[f.name](value)
@@ -190,6 +199,9 @@ class Process:
     policy last did to it by itself (an eviction, a TTL, an idle freeze). ``policy`` is its
     disk-tier :class:`Policy`; ``snapshot`` the snapshot it lives in when
     hibernated, else the parent its next hibernate builds on ("" for none).
+    ``job`` is the id of the queued :class:`Job` it is an attempt of ("" for a
+    process started with ``run``); ``preempted_by`` the id of the job it was
+    frozen to make room for (it is thawed back once its memory fits again).
     """
 
     name: str = ""
@@ -217,6 +229,8 @@ class Process:
     note: str = ""
     policy: Policy = field(default_factory=Policy)
     snapshot: str = ""
+    job: str = ""
+    preempted_by: str = ""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -337,7 +351,17 @@ class Status:
 
 @dataclass(frozen=True)
 class Event:
-    """One streamed item. ``type`` is "subscribed", "process", "removed" or "log"."""
+    """One streamed item. ``type`` is "subscribed", "process", "removed", "log",
+    "job" or "lease".
+
+    A "process" or "removed" event carries ``process`` and its ``state``; a "job"
+    event the :class:`Job` in ``job``, its state in ``job_state`` and the one
+    before in ``prev_state``, and ``warning`` when it only reports the job going
+    past its declared VRAM (its state did not change); a "lease" event the
+    :class:`Lease` in ``lease`` (``name`` is its id), granted, or released when
+    ``lease.released_at`` is set. Leases in events cannot be released through
+    the event: use :meth:`GpuSched.release` with their id.
+    """
 
     type: str = ""
     seq: int = 0
@@ -347,11 +371,17 @@ class Event:
     prev_state: str = ""
     process: Optional[Process] = None
     line: str = ""
+    job: Optional[Job] = None
+    job_state: str = ""
+    warning: str = ""
+    lease: Optional[Lease] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Event:
-        return _build(cls, data, time=parse_time, process=Process.from_dict)
+        return _build(
+            cls, data, time=parse_time, process=Process.from_dict, job=Job.from_dict, lease=Lease.from_dict
+        )
 
 
 @dataclass(frozen=True)
@@ -477,3 +507,229 @@ class Snapshot:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Snapshot:
         return _build(cls, data, created_at=parse_time, last_used_at=parse_time)
+
+
+JOB_STATES = ("queued", "starting", "running", "preempted", "done", "failed", "timed_out", "cancelled", "infeasible")
+"""Every job state, in the order of a job's life."""
+
+JOB_FINAL_STATES = frozenset({"done", "failed", "timed_out", "cancelled", "infeasible"})
+"""The states a job never leaves."""
+
+
+def _vram(value: Any) -> Union[int, str]:
+    """A declared VRAM as the daemon writes it: MiB (a number) or "auto"."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"not a VRAM declaration: {value!r}")
+    return int(value) if isinstance(value, float) else value
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One run of a job.
+
+    ``n`` counts from 1; ``gpus``: the UUIDs it ran on; ``vram_mib``: the
+    declaration per GPU it ran with; ``exit``: how its process ended (None while
+    it runs); ``peak_mib``: the most it was seen using, by GPU UUID; ``oom``: its
+    log ended with an out-of-memory error; ``preempted``: times it was frozen to
+    make room for higher-priority work, ``preempted_for``: seconds spent so (not
+    counted against the job's timeout); ``outcome``: "done", "failed", "oom"
+    (retried with a raised declaration), "timed_out", "cancelled" or "lost" (""
+    while it runs).
+    """
+
+    n: int = 0
+    gpus: List[str] = field(default_factory=list)
+    vram_mib: int = 0
+    started_at: Optional[datetime] = None
+    ended_at: Optional[datetime] = None
+    exit: Optional[Exit] = None
+    peak_mib: Dict[str, int] = field(default_factory=dict)
+    oom: bool = False
+    preempted: int = 0
+    preempted_for: float = 0.0
+    outcome: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Attempt:
+        return _build(
+            cls, data, started_at=parse_time, ended_at=parse_time, exit=Exit.from_dict, preempted_for=parse_duration
+        )
+
+
+@dataclass(frozen=True)
+class Job:
+    """One queued job with its attempts (``submit``, ``jobs``, ``job``).
+
+    ``state`` is one of :data:`JOB_STATES`: "queued", "starting", "running",
+    "preempted" (frozen to make room for a higher priority; thawed back when
+    memory returns), then "done" (exit 0), "failed", "timed_out", "cancelled" or
+    "infeasible" (it can never fit on this machine). ``reason`` says why it
+    waits, or why it ended as it did. ``vram`` is the declaration as submitted
+    (MiB, "auto", or None for undeclared: whole idle GPUs); ``vram_mib`` the
+    current one per GPU ("auto" resolved, raised after an out-of-memory retry;
+    0: undeclared). ``gpus`` is a count; ``timeout`` seconds per attempt (0:
+    none); ``retries``/``retries_left``: out-of-memory retries. ``started_at``
+    and ``exit`` are of the current or last attempt; ``peak_mib`` is the most
+    seen per GPU UUID over all attempts; ``verdict`` compares the declaration
+    with what it used, once finished; ``process`` names its managed process
+    (the job's name), once it had an attempt.
+    """
+
+    id: str = ""
+    name: str = ""
+    state: str = ""
+    reason: str = ""
+    user: str = ""
+    uid: int = 0
+    cmd: List[str] = field(default_factory=list)
+    dir: str = ""
+    vram: Union[int, str, None] = None
+    vram_mib: int = 0
+    gpus: int = 0
+    priority: int = 0
+    timeout: float = 0.0
+    retries: int = 0
+    retries_left: int = 0
+    preemptible: bool = False
+    submitted_at: Optional[datetime] = None
+    started_at: Optional[datetime] = None
+    ended_at: Optional[datetime] = None
+    exit: Optional[Exit] = None
+    attempts: List[Attempt] = field(default_factory=list)
+    peak_mib: Dict[str, int] = field(default_factory=dict)
+    verdict: str = ""
+    process: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def finished(self) -> bool:
+        """Whether the job is in a final state (:data:`JOB_FINAL_STATES`)."""
+        return self.state in JOB_FINAL_STATES
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Job:
+        return _build(
+            cls,
+            data,
+            vram=_vram,
+            timeout=parse_duration,
+            submitted_at=parse_time,
+            started_at=parse_time,
+            ended_at=parse_time,
+            exit=Exit.from_dict,
+            attempts=_each(Attempt.from_dict),
+        )
+
+
+@dataclass(frozen=True)
+class LeaseGPU:
+    """One leased GPU: its index as the daemon numbers them (-1 when it no longer
+    sees the GPU) and its UUID."""
+
+    index: int = 0
+    uuid: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LeaseGPU:
+        return _build(cls, data)
+
+
+_CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+
+
+@dataclass(frozen=True)
+class Lease:
+    """GPUs leased to code the daemon does not launch (``acquire``).
+
+    Until the lease ends the daemon places nothing on what it holds: ``mib`` MiB
+    on each GPU, or the whole GPUs when ``mib`` is 0. ``cuda_visible_devices`` is
+    the value for ``CUDA_VISIBLE_DEVICES`` (the GPUs' UUIDs, which CUDA numbers
+    the same whatever its device order); :meth:`apply` sets it. ``released_at``
+    is set only in the event of its release.
+
+    A Lease from :meth:`GpuSched.acquire` is held on a connection of its own and
+    is a context manager: leaving the ``with`` block releases it, as does
+    :meth:`release`, closing the client, or the end of the process.
+    """
+
+    id: str = ""
+    gpus: List[LeaseGPU] = field(default_factory=list)
+    cuda_visible_devices: str = ""
+    mib: int = 0
+    user: str = ""
+    uid: int = 0
+    acquired_at: Optional[datetime] = None
+    released_at: Optional[datetime] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # What releases it: set by the client for the leases it hands out.
+    _holder: Any = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def gpu_ids(self) -> List[int]:
+        """The leased GPUs' indices, as the daemon numbers them (``nvidia-smi``'s
+        order; CUDA's own order may differ, which is why :meth:`apply` uses UUIDs)."""
+        return [g.index for g in self.gpus]
+
+    @property
+    def uuids(self) -> List[str]:
+        """The leased GPUs' UUIDs."""
+        return [g.uuid for g in self.gpus]
+
+    @property
+    def held(self) -> bool:
+        """False once released through this SDK (:meth:`release`, the end of its
+        ``with`` block, :meth:`GpuSched.release` or closing the client); always
+        False for a lease from an event, which this SDK does not hold."""
+        return self._holder is not None and bool(self._holder.held)
+
+    def apply(self, environ: Optional[MutableMapping[str, str]] = None) -> str:
+        """Sets ``CUDA_VISIBLE_DEVICES`` to the leased GPUs in ``environ`` (default:
+        ``os.environ``, for this process and the processes it starts later) and
+        returns the value. Call it before CUDA is initialized in this process.
+
+        Releasing the lease puts back the value it replaced, unless it was changed
+        since. Raises :class:`~gpusched.errors.Conflict` once released.
+        """
+        if self._holder is not None and not self._holder.held:
+            raise Conflict(f"lease {self.id} was released; acquire another")
+        env = os.environ if environ is None else environ
+        previous = env.get(_CUDA_VISIBLE_DEVICES)
+        env[_CUDA_VISIBLE_DEVICES] = self.cuda_visible_devices
+        if self._holder is not None:
+            self._holder.applied(env, previous, self.cuda_visible_devices)
+        return self.cuda_visible_devices
+
+    def release(self) -> None:
+        """Ends the lease; a second call does nothing. For a lease this client
+        acquired it never raises: if the daemon cannot be told, closing the
+        lease's connection ends it all the same."""
+        if self._holder is None:
+            raise InvalidArgument(
+                f"lease {self.id} came from an event, not from a client: release it with GpuSched.release({self.id!r})"
+            )
+        self._holder.release()
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._holder is not None:
+            self._holder.release()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Lease:
+        return _build(cls, data, gpus=_each(LeaseGPU.from_dict), acquired_at=parse_time, released_at=parse_time)
+
+
+def _restore_environ(applied: List[Tuple[MutableMapping[str, str], Optional[str], str]]) -> None:
+    """Undoes :meth:`Lease.apply` calls, newest first, where the value set is
+    still there."""
+    for env, previous, value in reversed(applied):
+        if env.get(_CUDA_VISIBLE_DEVICES) != value:
+            continue
+        if previous is None:
+            del env[_CUDA_VISIBLE_DEVICES]
+        else:
+            env[_CUDA_VISIBLE_DEVICES] = previous

@@ -4,6 +4,7 @@ connection's behaviour against a scripted fake daemon."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -121,7 +122,8 @@ SILENT: Dict[str, Any] = {}
 
 class FakeDaemon:
     """Answers each request line with ``answer(request)``: a reply dict to send,
-    SILENT to send nothing, or None to hang up. Records every request."""
+    SILENT to send nothing, or None to hang up. Records every request. Each
+    connection is served by a thread of its own."""
 
     def __init__(self, directory: Path, answer: Callable[[Dict[str, Any]], Optional[Dict[str, Any]]]) -> None:
         self.path = str(directory / "fake.sock")
@@ -138,16 +140,22 @@ class FakeDaemon:
                 conn, _ = self._listener.accept()
             except OSError:
                 return  # closed
-            with conn, conn.makefile("rwb") as lines:
-                for line in lines:
-                    request = json.loads(line)
-                    self.requests.append(request)
-                    reply = self._answer(request)
-                    if reply is None:
-                        break
-                    if reply is not SILENT:
+            threading.Thread(target=self._serve_connection, args=(conn,), daemon=True).start()
+
+    def _serve_connection(self, conn: socket.socket) -> None:
+        with conn, conn.makefile("rwb") as lines:
+            for line in lines:
+                request = json.loads(line)
+                self.requests.append(request)
+                reply = self._answer(request)
+                if reply is None:
+                    break
+                if reply is not SILENT:
+                    try:
                         lines.write(json.dumps({"id": request["id"], **reply}).encode() + b"\n")
                         lines.flush()
+                    except OSError:
+                        return  # the client gave up waiting and hung up
 
     def methods(self) -> List[str]:
         return [r["method"] for r in self.requests]
@@ -338,3 +346,141 @@ def test_disk_params_on_the_wire(tmp_short: Path) -> None:
         ("run", {"name": "warm", "cmd": ["true"], "dir": "/"}),
         ("run", {"name": "warm", "cmd": ["true"], "dir": "/", "priority": -3, "pin": True, "ttl": 600, "idle": "1h"}),
     ]
+
+
+JOB_WIRE: Dict[str, Any] = {
+    "id": "j4", "name": "train", "state": "done", "user": "root", "uid": 0, "cmd": ["python3", "train.py"], "dir": "/",
+    "vram": 18432, "vram_mib": 20480, "gpus": 1, "priority": 5, "timeout": "2h0m0s", "retries": 2, "retries_left": 1,
+    "preemptible": True, "submitted_at": "2026-11-21T07:25:53.661740301Z", "started_at": "2026-11-21T07:25:54Z",
+    "ended_at": "2026-11-21T07:26:00Z", "exit": {"code": 0},
+    "attempts": [
+        {"n": 1, "gpus": ["GPU-0"], "vram_mib": 18432, "started_at": "2026-11-21T07:25:53.7Z", "ended_at": "2026-11-21T07:25:53.9Z",
+         "exit": {"code": 1}, "peak_mib": {"GPU-0": 19000}, "oom": True, "outcome": "oom"},
+        {"n": 2, "gpus": ["GPU-0"], "vram_mib": 20480, "started_at": "2026-11-21T07:25:54Z", "ended_at": "2026-11-21T07:26:00Z",
+         "exit": {"code": 0}, "peak_mib": {"GPU-0": 19500}, "preempted": 1, "preempted_for": "1.5s", "outcome": "done"},
+    ],
+    "peak_mib": {"GPU-0": 19500}, "verdict": "fits", "process": "train", "from_the_future": 1,
+}
+
+
+def test_queue_types() -> None:
+    job = gpusched.Job.from_dict(JOB_WIRE)
+    assert (job.id, job.name, job.state, job.finished, job.cmd, job.vram, job.vram_mib) == (
+        "j4", "train", "done", True, ["python3", "train.py"], 18432, 20480)
+    assert (job.timeout, job.retries, job.retries_left, job.preemptible, job.verdict, job.process) == (
+        7200.0, 2, 1, True, "fits", "train")
+    assert job.exit == gpusched.Exit(code=0) and job.peak_mib == {"GPU-0": 19500} and job.raw == JOB_WIRE
+    assert job.submitted_at == datetime(2026, 11, 21, 7, 25, 53, 661740, timezone.utc)
+    first, second = job.attempts
+    assert (first.n, first.oom, first.outcome, first.exit, first.preempted, first.preempted_for) == (
+        1, True, "oom", gpusched.Exit(code=1), 0, 0.0)
+    assert (second.preempted, second.preempted_for, second.peak_mib) == (1, 1.5, {"GPU-0": 19500})
+    assert isinstance(second, gpusched.Attempt) and second.ended_at == datetime(2026, 11, 21, 7, 26, tzinfo=timezone.utc)
+
+    queued = gpusched.Job.from_dict({"id": "j5", "state": "queued", "vram": None, "attempts": [], "peak_mib": {}})
+    assert (queued.vram, queued.timeout, queued.started_at, queued.exit, queued.finished) == (None, 0.0, None, None, False)
+    assert gpusched.Job.from_dict({"vram": "auto"}).vram == "auto"
+    assert gpusched.Job.from_dict({}) == gpusched.Job()
+    assert set(gpusched.JOB_FINAL_STATES) < set(gpusched.JOB_STATES)
+    with pytest.raises(ValueError):
+        gpusched.Job.from_dict({"vram": True})
+
+    lease_wire = {"id": "l3", "gpus": [{"index": 0, "uuid": "GPU-0"}, {"index": 1, "uuid": "GPU-1"}],
+                  "cuda_visible_devices": "GPU-0,GPU-1", "mib": 20480, "user": "ana", "uid": 1000,
+                  "acquired_at": "2026-11-21T07:25:57Z", "_holder": "from the wire"}
+    lease = gpusched.Lease.from_dict(lease_wire)
+    assert (lease.id, lease.gpu_ids, lease.uuids, lease.mib, lease.user, lease.uid) == ("l3", [0, 1], ["GPU-0", "GPU-1"], 20480, "ana", 1000)
+    assert lease.gpus[1] == gpusched.LeaseGPU(index=1, uuid="GPU-1") and lease.released_at is None
+    assert not lease.held and lease.raw == lease_wire  # not from a client: nothing holds it
+    with pytest.raises(gpusched.InvalidArgument, match="GpuSched.release"):
+        lease.release()
+    env: Dict[str, str] = {}
+    assert lease.apply(env) == "GPU-0,GPU-1" and env == {"CUDA_VISIBLE_DEVICES": "GPU-0,GPU-1"}
+
+    event = Event.from_dict({"time": "2026-11-21T07:25:57Z", "type": "job", "name": "train", "prev_state": "running",
+                             "job_state": "done", "job": JOB_WIRE})
+    assert (event.type, event.job_state, event.prev_state, event.job, event.warning, event.lease) == (
+        "job", "done", "running", job, "", None)
+    released = Event.from_dict({"type": "lease", "name": "l3", "lease": {**lease_wire, "released_at": "2026-11-21T07:26:57Z"}})
+    assert released.lease is not None and released.lease.id == "l3" and released.lease.released_at is not None
+
+    process = Process.from_dict({"name": "train", "job": "j4", "preempted_by": "j9"})
+    assert (process.job, process.preempted_by) == ("j4", "j9")
+    assert (Process.from_dict({"name": "old"}).job, Process.from_dict({}).preempted_by) == ("", "")
+
+
+def test_queue_params_on_the_wire(tmp_short: Path) -> None:
+    lease = {"id": "l1", "gpus": [{"index": 0, "uuid": "GPU-0"}], "cuda_visible_devices": "GPU-0", "mib": 0}
+
+    def answer(request: Dict[str, Any]) -> Dict[str, Any]:
+        method, params = request["method"], request.get("params") or {}
+        if method == "hello":
+            return HELLO
+        if method == "submit":
+            specs = params.get("jobs") or [params]
+            return {"ok": True, "result": {"jobs": [{"name": s.get("name", "")} for s in specs]}}
+        if method in ("jobs", "leases"):
+            return {"ok": True, "result": {method: []}}
+        if method == "acquire":
+            return {"ok": True, "result": lease}
+        return {"ok": True, "result": {"name": params.get("name", "")}}
+
+    fake = FakeDaemon(tmp_short, answer)
+    cwd = os.getcwd()
+    with GpuSched(fake.path) as sched:
+        assert sched.submit(["true"]).name == ""
+        sched.submit(["true"], name="t", vram="18G", gpus=2, priority=-3, timeout="2h", retries=1,
+                     preemptible=True, dir="/", env={"A": "b"}, user="ana")
+        sched.submit(["true"], vram=512, timeout=90)
+        assert [j.name for j in sched.submit_many([{"cmd": ["a"], "name": "a"}, {"cmd": ("b",), "vram": None, "gpus": 2}])] == ["a", ""]
+        assert sched.jobs() == [] and sched.jobs(state="done", all=True, user="ana") == []
+        sched.job("t")
+        sched.cancel("j3")
+        sched.wait_job("t", timeout=5)
+        acquired = sched.acquire(gpus=2, min_free="20G", max_util=10, max_power=300.5, gpu_ids=[0, "GPU-1"], timeout="10m", priority=4)
+        assert acquired.held and acquired.gpu_ids == [0]
+        acquired.release()
+        sched.acquire().release()
+        sched.release("l7")  # not this client's: by id on the main connection
+        assert sched.leases() == []
+    fake.close()
+    assert [(r["method"], r.get("params")) for r in fake.requests if r["method"] != "hello"] == [
+        ("submit", {"cmd": ["true"], "dir": cwd}),
+        ("submit", {"cmd": ["true"], "dir": "/", "name": "t", "env": {"A": "b"}, "vram": "18G", "gpus": 2, "priority": -3,
+                    "timeout": "2h", "retries": 1, "preemptible": True, "user": "ana"}),
+        ("submit", {"cmd": ["true"], "dir": cwd, "vram": 512, "timeout": 90}),
+        ("submit", {"jobs": [{"cmd": ["a"], "dir": cwd, "name": "a"}, {"cmd": ["b"], "dir": cwd, "gpus": 2}]}),
+        ("jobs", None),
+        ("jobs", {"state": "done", "all": True, "user": "ana"}),
+        ("job", {"name": "t"}),
+        ("cancel", {"name": "j3"}),
+        ("job_wait", {"name": "t", "timeout": 5}),
+        ("acquire", {"gpus": 2, "min_free": "20G", "max_util": 10, "max_power": 300.5, "gpu_ids": [0, "GPU-1"],
+                     "timeout": "10m", "priority": 4}),
+        ("release", {"id": "l1"}),
+        ("acquire", {"gpus": 1}),
+        ("release", {"id": "l1"}),
+        ("release", {"id": "l7"}),
+        ("leases", None),
+    ]
+
+
+def test_acquire_waits_extend_the_client_timeout(tmp_short: Path) -> None:
+    def slow(request: Dict[str, Any]) -> Dict[str, Any]:
+        if request["method"] == "hello":
+            return HELLO
+        if request["method"] == "acquire" and "timeout" in request["params"]:
+            time.sleep(0.3)  # the daemon waiting for GPUs to fit
+            return {"ok": True, "result": {"id": "l1"}}
+        return SILENT
+
+    fake = FakeDaemon(tmp_short, slow)
+    sched = GpuSched(fake.path, timeout=0.1)
+    lease = sched.acquire(timeout="5s")
+    assert lease.id == "l1"
+    with pytest.raises(Timeout, match="within 0.1s"):
+        sched.acquire()  # no wait asked for: the client's own timeout applies
+    lease.release()  # the daemon does not answer: closing its connection ends the lease all the same
+    assert not lease.held
+    sched.close()
+    fake.close()

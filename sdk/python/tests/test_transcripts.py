@@ -84,7 +84,12 @@ def replay(socket_path: str, transcript: Path) -> None:
                 continue
             step = json.loads(text)
             where = f"{transcript.name}:{number}"
-            if "send_raw" in step:
+            if step.get("close"):
+                closing = conns.pop(step.get("conn", 0), None)
+                if closing is not None:  # the daemon sees the peer hang up; a later step on it dials anew
+                    closing[1].close()
+                    closing[0].close()
+            elif "send_raw" in step:
                 conn(step.get("conn", 0))[0].sendall(step["send_raw"].encode() + b"\n")
             elif "send" in step:
                 conn(step.get("conn", 0))[0].sendall(json.dumps(step["send"], separators=(",", ":")).encode() + b"\n")
