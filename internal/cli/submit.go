@@ -123,6 +123,12 @@ func (o *submitOptions) params(stdin io.Reader, dash int, args []string) (api.Su
 	default:
 		p.JobSpec = defaults
 		p.Cmd = args
+		return p, nil
+	}
+	// A batch sends the environment once, as the default of every job.
+	p.Env = defaults.Env
+	for i := range p.Jobs {
+		p.Jobs[i].Env = nil
 	}
 	return p, err
 }
@@ -203,7 +209,7 @@ func readJobs(stdin io.Reader, path string, parse jobsParser, defaults api.JobSp
 }
 
 // checkRequestSize refuses, before sending it, a request longer than the
-// daemon reads: every job carries its environment.
+// daemon reads.
 func checkRequestSize(p api.SubmitParams) error {
 	b, err := json.Marshal(p)
 	if err != nil {

@@ -87,9 +87,10 @@ const jobsFile = `# sweep
 `
 
 // wantFileJobs is the submit request the flags below make of jobsFile.
-const wantFileJobs = `{"cmd":null,"jobs":[` +
-	`{"name":"lr-1","cmd":["/bin/sh","-c","python train.py --lr 1e-3"],"dir":"/srv/exp","env":{"A":"1"},"vram":20480,"gpus":2,"priority":7,"retries":1},` +
-	`{"cmd":["/bin/sh","-c","python train.py --lr 1e-4  # no name"],"dir":"/srv/exp","env":{"A":"1"},"vram":"auto","gpus":1,"timeout":"10m0s","retries":1,"preemptible":true}]}`
+// The environment goes once, as the batch's default.
+const wantFileJobs = `{"cmd":null,"env":{"A":"1"},"jobs":[` +
+	`{"name":"lr-1","cmd":["/bin/sh","-c","python train.py --lr 1e-3"],"dir":"/srv/exp","vram":20480,"gpus":2,"priority":7,"retries":1},` +
+	`{"cmd":["/bin/sh","-c","python train.py --lr 1e-4  # no name"],"dir":"/srv/exp","vram":"auto","gpus":1,"timeout":"10m0s","retries":1,"preemptible":true}]}`
 
 func TestSubmitFile(t *testing.T) {
 	path := writeFile(t, "sweep.txt", jobsFile)
@@ -167,10 +168,10 @@ func TestSubmitBadFileSendsNothing(t *testing.T) {
 }
 
 func TestSubmitTooLargeSendsNothing(t *testing.T) {
-	big := strings.Repeat("x", 300<<10)
-	path := writeFile(t, "jobs.txt", "a\nb\nc\nd\n")
+	line := "echo " + strings.Repeat("x", 62<<10) + "\n"
+	path := writeFile(t, "jobs.txt", strings.Repeat(line, 20))
 	d := newFakeDaemon(t, submitted(job("x")))
-	out, errOut, code := ctl(t, d, "submit", "--file", path, "--clean-env", "--env", "BIG="+big)
+	out, errOut, code := ctl(t, d, "submit", "--file", path, "--clean-env")
 	want := "gpuschedctl: the jobs make a 1.2 MiB request, over the daemon's limit of 1.0 MiB: submit fewer at a time, " +
 		"or send a smaller environment with --clean-env and --env\n"
 	if code != 1 || out != "" || errOut != want {

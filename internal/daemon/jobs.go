@@ -26,8 +26,8 @@ func (d *Daemon) submit(c *call) (any, error) {
 	}
 	specs := p.Jobs
 	switch {
-	case len(p.Jobs) > 0 && len(p.Cmd) > 0:
-		return nil, invalidf("submit: give one job's fields or jobs, not both")
+	case len(p.Jobs) > 0 && (len(p.Cmd) > 0 || p.Name != ""):
+		return nil, invalidf("submit: give one job's fields or jobs, not both (only env and dir may go with jobs, as their defaults)")
 	case len(p.Jobs) == 0:
 		specs = []api.JobSpec{p.JobSpec}
 	case len(p.Jobs) > maxJobsPerSubmit:
@@ -36,6 +36,14 @@ func (d *Daemon) submit(c *call) (any, error) {
 	jobs := make([]*jobqueue.Job, 0, len(specs))
 	var errs []string
 	for i, s := range specs {
+		if len(p.Jobs) > 0 {
+			if s.Env == nil {
+				s.Env = p.Env
+			}
+			if s.Dir == "" {
+				s.Dir = p.Dir
+			}
+		}
 		j, err := d.newJob(c, s)
 		if err != nil {
 			if len(specs) == 1 {

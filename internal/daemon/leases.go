@@ -70,7 +70,8 @@ func (s *leaseSet) queue() []placement.Job {
 	out := make([]placement.Job, 0, len(s.pending))
 	for _, l := range s.pending {
 		out = append(out, placement.Job{ID: leasePrefix + l.id, Owner: l.user, Priority: l.priority, Seq: l.seq,
-			QueuedAt: l.queuedAt, GPUs: l.count, VRAMMiB: l.mib, Only: l.only, MaxUtilPercent: l.maxUtil, MaxPowerWatts: l.maxPower})
+			QueuedAt: l.queuedAt, GPUs: l.count, VRAMMiB: l.mib, Only: l.only, MaxUtilPercent: l.maxUtil, MaxPowerWatts: l.maxPower,
+			PreemptAny: l.uid == 0})
 	}
 	slices.SortFunc(out, func(a, b placement.Job) int { return strings.Compare(a.ID, b.ID) })
 	return out

@@ -126,7 +126,7 @@ func (d *Daemon) placementInput(now time.Time) (placement.Snapshot, []placement.
 	for _, j := range jobs {
 		if j.State == api.JobQueued {
 			queue = append(queue, placement.Job{ID: j.ID, Owner: j.Owner.User, Priority: j.Priority, Seq: j.Seq << seqShift,
-				QueuedAt: j.SubmittedAt, GPUs: j.GPUs, VRAMMiB: j.VRAMMiB})
+				QueuedAt: j.SubmittedAt, GPUs: j.GPUs, VRAMMiB: j.VRAMMiB, PreemptAny: j.Owner.UID == 0})
 		}
 	}
 	queue = append(queue, d.preemptedQueue(tv, active)...)
@@ -140,7 +140,7 @@ const seqShift = 20
 
 // jobOccupant is a job's attempt on one GPU.
 func (d *Daemon) jobOccupant(j *jobqueue.Job, name string, used, peak uint64, running bool) placement.Occupant {
-	return placement.Occupant{Kind: placement.Managed, ID: name, Name: name, UsedMiB: used, PeakMiB: peak,
+	return placement.Occupant{Kind: placement.Managed, ID: name, Name: name, UsedMiB: used, PeakMiB: peak, Owner: j.Owner.User,
 		DeclaredMiB: j.VRAMMiB, Exclusive: j.VRAMMiB == 0, Priority: j.Priority, Preemptible: j.Preemptible && running}
 }
 

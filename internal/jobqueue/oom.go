@@ -8,10 +8,15 @@ import (
 )
 
 // oomSignatures are lines CUDA, PyTorch, TensorFlow and JAX print when a
-// GPU allocation fails, matched case-insensitively.
+// GPU allocation fails, matched case-insensitively. Only GPU memory counts:
+// a host out-of-memory ending (the kernel's "Out of memory: Killed
+// process", Java's "java.lang.OutOfMemoryError", Python's MemoryError) is
+// not one, since a larger VRAM declaration would not help it.
 var oomSignatures = [][]byte{
 	[]byte("cuda out of memory"),                // PyTorch: "torch.cuda.OutOfMemoryError: CUDA out of memory."
-	[]byte("outofmemoryerror"),                  // torch.OutOfMemoryError
+	[]byte("torch.outofmemoryerror"),            // PyTorch >= 2.5
+	[]byte("torch.cuda.outofmemoryerror"),       // PyTorch < 2.5
+	[]byte("cuda error: out of memory"),         // "RuntimeError: CUDA error: out of memory" (cudaGetErrorString)
 	[]byte("cuda_error_out_of_memory"),          // driver API
 	[]byte("cudaerrormemoryallocation"),         // runtime API
 	[]byte("out of memory on device"),           // cuDNN/cuBLAS wrappers

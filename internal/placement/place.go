@@ -71,6 +71,7 @@ type shapeKey struct {
 	gpus   int
 	vram   uint64
 	viewID int
+	owner  string // whose processes it may preempt; "" for any
 }
 
 // shape is what the pass learned about the jobs of one shape: their
@@ -123,6 +124,9 @@ func (p *pass) shape(j *Job) *shape {
 		return &shape{infeasible: p.infeasible(j), gen: p.gen}
 	}
 	k := shapeKey{gpus: j.GPUs, vram: j.VRAMMiB, viewID: p.viewID}
+	if !j.PreemptAny {
+		k.owner = "=" + j.Owner
+	}
 	s := p.shapes[k]
 	if s == nil {
 		s = &shape{infeasible: p.infeasible(j), gen: p.gen}

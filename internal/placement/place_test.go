@@ -25,7 +25,7 @@ func ext(id string, used, peak uint64) placement.Occupant {
 
 // victim is a preemptible managed process using its declaration.
 func victim(id string, prio int, mib uint64) placement.Occupant {
-	return placement.Occupant{Kind: placement.Managed, ID: id, UsedMiB: mib, PeakMiB: mib, DeclaredMiB: mib, Priority: prio, Preemptible: true}
+	return placement.Occupant{Kind: placement.Managed, ID: id, UsedMiB: mib, PeakMiB: mib, DeclaredMiB: mib, Priority: prio, Preemptible: true, Owner: "u"}
 }
 
 // job is a declared job with defaults: owner "u", queued now; Seq is its
@@ -353,6 +353,20 @@ func TestPlace(t *testing.T) {
 			)},
 			queue: []placement.Job{job("j", 15000, 1, prio(5)), job("k", 15000, 1, prio(5))},
 			want:  []string{"start j GPU-0 preempt big", "wait k no_memory"},
+		},
+		{
+			name: "a job preempts only its own user's processes, unless it may preempt any",
+			gpus: []placement.GPU{dev(0, 40000, 38000, victim("mine", 0, 19000), func() placement.Occupant {
+				o := victim("theirs", 0, 15000)
+				o.Owner = "other"
+				return o
+			}())},
+			queue: []placement.Job{
+				job("own", 17000, 1, prio(5)),
+				job("root", 10000, 1, prio(5), func(j *placement.Job) { j.Owner, j.PreemptAny = "root", true }),
+				job("greedy", 38000, 1, prio(9)),
+			},
+			want: []string{"start own GPU-0 preempt mine", "start root GPU-0 preempt theirs", "wait greedy no_memory"},
 		},
 		{
 			name: "a victim on two GPUs frees both",

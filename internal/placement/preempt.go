@@ -85,7 +85,7 @@ func (p *pass) candidates(j *Job, i int, chosen []*proc) (cands []stake, deficit
 		case slices.Contains(chosen, s.p):
 			freed += s.charge
 			holders--
-		case s.p.priority < j.Priority:
+		case s.p.priority < j.Priority && (j.PreemptAny || s.p.owner == j.Owner):
 			cands = append(cands, s)
 			sum += s.charge
 		}

@@ -49,6 +49,7 @@ func genWorld(t *rapid.T) (placement.Snapshot, []placement.Job) {
 			ID:          fmt.Sprintf("p%d", p),
 			Priority:    rapid.IntRange(0, 4).Draw(t, "prio"),
 			Preemptible: rapid.Bool().Draw(t, "preemptible"),
+			Owner:       rapid.SampledFrom([]string{"a", "b", "c"}).Draw(t, "powner"),
 			Permanent:   rapid.IntRange(0, 3).Draw(t, "permanent") == 0,
 			Exclusive:   rapid.IntRange(0, 5).Draw(t, "exclusive") == 0,
 		}
@@ -71,6 +72,7 @@ func genWorld(t *rapid.T) (placement.Snapshot, []placement.Job) {
 		j.ID, j.Seq = fmt.Sprintf("j%d", k), uint64(k+1)
 		j.Owner = rapid.SampledFrom([]string{"a", "b", "c"}).Draw(t, "owner")
 		j.Priority = rapid.IntRange(0, 4).Draw(t, "jprio")
+		j.PreemptAny = rapid.IntRange(0, 3).Draw(t, "preemptAny") == 0
 		j.QueuedAt = now.Add(-time.Duration(rapid.IntRange(0, 90).Draw(t, "age")) * time.Minute)
 		j.GPUs = rapid.IntRange(1, 3).Draw(t, "jgpus")
 		j.VRAMMiB = rapid.SampledFrom([]uint64{0, 1000, 3000, 6000, 12000, 20000}).Draw(t, "vram")
@@ -196,13 +198,15 @@ func TestPlaceProperties(t *testing.T) {
 				}
 				declared[u] += j.VRAMMiB
 			}
-			// (e) victims: preemptible managed, of lower base priority, once.
+			// (e) victims: preemptible managed, of lower base priority, of
+			// the job's own user unless it may preempt any, once.
 			if !slices.IsSorted(s.Preempt) {
 				t.Fatalf("preempt list not sorted: %v", s.Preempt)
 			}
 			for _, id := range s.Preempt {
 				o := occ[id]
-				if o.Kind != placement.Managed || !o.Preemptible || o.Priority >= j.Priority || victims[id] {
+				if o.Kind != placement.Managed || !o.Preemptible || o.Priority >= j.Priority || victims[id] ||
+					!j.PreemptAny && o.Owner != j.Owner {
 					t.Fatalf("%s (priority %d) preempts %+v", j.ID, j.Priority, o)
 				}
 				victims[id] = true

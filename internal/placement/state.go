@@ -36,6 +36,7 @@ type stake struct {
 type proc struct {
 	id       string
 	priority int
+	owner    string
 	total    uint64 // its charges over all its GPUs: what freezing it frees
 	gpus     []int  // positions in pass.gpus
 	gone     bool   // preempted earlier in this pass
@@ -80,7 +81,7 @@ func newGPUs(snap Snapshot) []gpuState {
 			}
 			p := procs[o.ID]
 			if p == nil {
-				p = &proc{id: o.ID, priority: o.Priority}
+				p = &proc{id: o.ID, priority: o.Priority, owner: o.Owner}
 				procs[o.ID] = p
 			}
 			p.total += c

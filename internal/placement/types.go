@@ -62,7 +62,8 @@ type Occupant struct {
 	Exclusive   bool   // holds the whole GPU (undeclared job, lease without an amount)
 	Permanent   bool   // never goes away by itself (a standalone filler, a configured reserve): counts for feasibility
 	Priority    int
-	Preemptible bool // may be frozen to make room for a higher-priority job
+	Preemptible bool   // may be frozen to make room for a higher-priority job
+	Owner       string // user; only its own jobs, or a PreemptAny job, may preempt it
 }
 
 // Options are the pass's rules and health filters. The zero value of a
@@ -104,6 +105,9 @@ type Job struct {
 	// must have exactly these (a frozen process thaws where it was).
 	Only   []string
 	Pinned bool
+	// PreemptAny lets the job preempt other users' processes (root's
+	// jobs); other jobs preempt only processes of their own Owner.
+	PreemptAny bool
 	// Per-job health filters on top of Options (a lease's thresholds).
 	MinFreeMiB     uint64
 	MaxUtilPercent int

@@ -134,7 +134,8 @@ type JobSpec struct {
 }
 
 // SubmitParams queues one job (the JobSpec fields inline) or, with Jobs,
-// several: all of them, or none when any is invalid.
+// several: all of them, or none when any is invalid. With Jobs, the inline
+// Env and Dir are the defaults of the jobs that give none.
 type SubmitParams struct {
 	JobSpec
 	Jobs []JobSpec `json:"jobs,omitempty"`

@@ -56,8 +56,9 @@ def wait_state(sched: GpuSched, name: str, state: str) -> Job:
             return job
         for event in events:
             if event.type == "job" and event.job_state == state and not event.warning:
-                assert event.job is not None
-                return event.job
+                reached: Optional[Job] = event.job
+                assert reached is not None
+                return reached
     raise AssertionError(f"job {name} never reached {state}: {sched.job(name)}")
 
 
