@@ -14,8 +14,8 @@ import (
 // not one, since a larger VRAM declaration would not help it.
 var oomSignatures = [][]byte{
 	[]byte("cuda out of memory"),                // PyTorch: "torch.cuda.OutOfMemoryError: CUDA out of memory."
-	[]byte("torch.outofmemoryerror"),            // PyTorch >= 2.5
-	[]byte("torch.cuda.outofmemoryerror"),       // PyTorch < 2.5
+	[]byte("torch.outofmemoryerror"),            // newer PyTorch
+	[]byte("torch.cuda.outofmemoryerror"),       // older PyTorch
 	[]byte("cuda error: out of memory"),         // "RuntimeError: CUDA error: out of memory" (cudaGetErrorString)
 	[]byte("cuda_error_out_of_memory"),          // driver API
 	[]byte("cudaerrormemoryallocation"),         // runtime API

@@ -13,7 +13,21 @@ import os
 import re
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, Callable, Dict, List, Mapping, MutableMapping, Optional, Tuple, Type, TypeVar, Union
+from typing import (
+    Any,
+    Callable,
+    ClassVar,
+    Dict,
+    List,
+    Mapping,
+    MutableMapping,
+    Optional,
+    Protocol,
+    Tuple,
+    Type,
+    TypeVar,
+    Union,
+)
 
 from .errors import Conflict, InvalidArgument
 
@@ -108,7 +122,7 @@ def _build(cls: Type[_T], data: Mapping[str, Any], **convert: Callable[[Any], An
     kwargs: Dict[str, Any] = {"raw": dict(data)}
     for f in fields(cls):
         value = data.get(f.name)
-        if f.name == "raw" or not f.init or value is None:
+        if f.name == "raw" or value is None:
             continue
         if f.name in convert:
             value = convert[f.name](value)
@@ -639,6 +653,16 @@ class LeaseGPU:
 _CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 
 
+class _LeaseHolder(Protocol):
+    """What the client attaches to a Lease it hands out (see client.py)."""
+
+    held: bool
+
+    def applied(self, env: MutableMapping[str, str], previous: Optional[str], value: str) -> None: ...
+
+    def release(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class Lease:
     """GPUs leased to code the daemon does not launch (``acquire``).
@@ -663,8 +687,9 @@ class Lease:
     acquired_at: Optional[datetime] = None
     released_at: Optional[datetime] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    # What releases it: set by the client for the leases it hands out.
-    _holder: Any = field(default=None, init=False, repr=False, compare=False)
+    # What releases it, set on the instance by the client for the leases it hands
+    # out; not a field, so that copies, asdict() and == leave it alone.
+    _holder: ClassVar[Optional[_LeaseHolder]] = None
 
     @property
     def gpu_ids(self) -> List[int]:
@@ -682,7 +707,7 @@ class Lease:
         """False once released through this SDK (:meth:`release`, the end of its
         ``with`` block, :meth:`GpuSched.release` or closing the client); always
         False for a lease from an event, which this SDK does not hold."""
-        return self._holder is not None and bool(self._holder.held)
+        return self._holder is not None and self._holder.held
 
     def apply(self, environ: Optional[MutableMapping[str, str]] = None) -> str:
         """Sets ``CUDA_VISIBLE_DEVICES`` to the leased GPUs in ``environ`` (default:

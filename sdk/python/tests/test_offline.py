@@ -3,6 +3,7 @@ connection's behaviour against a scripted fake daemon."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -439,6 +440,7 @@ def test_queue_params_on_the_wire(tmp_short: Path) -> None:
         sched.wait_job("t", timeout=5)
         acquired = sched.acquire(gpus=2, min_free="20G", max_util=10, max_power=300.5, gpu_ids=[0, "GPU-1"], timeout="10m", priority=4)
         assert acquired.held and acquired.gpu_ids == [0]
+        assert dataclasses.asdict(acquired)["gpus"] == [{"index": 0, "uuid": "GPU-0", "raw": {"index": 0, "uuid": "GPU-0"}}]
         acquired.release()
         sched.acquire().release()
         sched.release("l7")  # not this client's: by id on the main connection
