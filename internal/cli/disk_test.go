@@ -275,6 +275,13 @@ func TestRunPolicy(t *testing.T) {
 	}
 }
 
+func TestStatusJobsNone(t *testing.T) {
+	d := newFakeDaemon(t, map[string]handler{api.MethodStatus: answer(result(api.Status{GPUs: []api.GPUSummary{}, Leases: 2}))})
+	if out, _, code := ctl(t, d, "status"); code != 0 || !strings.Contains(out, "jobs:        none; 2 leases\n") {
+		t.Errorf("code %d, stdout:\n%s", code, out)
+	}
+}
+
 func TestStatusDiskTier(t *testing.T) {
 	tests := []struct {
 		st   api.Status

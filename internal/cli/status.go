@@ -39,6 +39,7 @@ func writeOverview(w io.Writer, st *api.Status) error {
 	fmt.Fprintf(t, "backend:\t%s\n", st.Backend)
 	fmt.Fprintf(t, "uptime:\t%s\n", age(time.Duration(st.UptimeSeconds*float64(time.Second))))
 	fmt.Fprintf(t, "processes:\t%s\n", stateCounts(st))
+	fmt.Fprintf(t, "jobs:\t%s\n", jobCounts(st))
 	fmt.Fprintf(t, "checkpoint:\t%s driver\n", st.Driver)
 	budget := "unlimited"
 	if st.RAMBudgetMiB > 0 {
@@ -59,6 +60,28 @@ func writeOverview(w io.Writer, st *api.Status) error {
 		fmt.Fprintf(g, "%d\t%s\t%s\t%s\t%s\n", s.Index, s.UUID, mib(s.UsedMiB), mib(s.TotalMiB), mib(s.FreeMiB))
 	}
 	return g.Flush()
+}
+
+// jobCounts shows the queue: "3 running, 12 queued, 40 done; 1 lease".
+func jobCounts(st *api.Status) string {
+	var parts []string
+	for _, s := range []api.JobState{api.JobStarting, api.JobRunning, api.JobPreempted, api.JobQueued, api.JobDone,
+		api.JobFailed, api.JobTimedOut, api.JobCancelled, api.JobInfeasible} {
+		if n := st.Jobs[s]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, s))
+		}
+	}
+	out := "none"
+	if len(parts) > 0 {
+		out = strings.Join(parts, ", ")
+	}
+	switch st.Leases {
+	case 0:
+		return out
+	case 1:
+		return out + "; 1 lease"
+	}
+	return fmt.Sprintf("%s; %d leases", out, st.Leases)
 }
 
 // diskTier shows the disk tier: "criu 4.1.1, snapshots 1.2 GiB (budget

@@ -14,6 +14,7 @@ func TestStatusOverview(t *testing.T) {
 		States:    map[api.State]int{api.StateExited: 1, api.StateRunning: 2, api.StateFrozen: 1, "hibernated": 1},
 		HostMiB:   8192, RAMBudgetMiB: 65536, Driver: "sim",
 		DiskBytes: 3 << 29, DiskBudget: 500 << 30, CRIU: "4.1.1",
+		Jobs:      map[api.JobState]int{api.JobQueued: 12, api.JobRunning: 3, api.JobDone: 40}, Leases: 1,
 		GPUs: []api.GPUSummary{
 			{Index: 0, UUID: "GPU-aaaa", TotalMiB: 81920, UsedMiB: 12800, FreeMiB: 69120},
 			{Index: 1, UUID: "GPU-bbbb", TotalMiB: 81920, UsedMiB: 0, FreeMiB: 81920},
@@ -29,6 +30,7 @@ func TestStatusOverview(t *testing.T) {
 		"backend:     sim\n" +
 		"uptime:      3h12m\n" +
 		"processes:   5 (running 2, frozen 1, hibernated 1, exited 1)\n" +
+		"jobs:        3 running, 12 queued, 40 done; 1 lease\n" +
 		"checkpoint:  sim driver\n" +
 		"host ram:    8.0 GiB frozen (budget 64.0 GiB)\n" +
 		"disk tier:   criu 4.1.1, snapshots 1.5 GiB (budget 500.0 GiB)\n" +

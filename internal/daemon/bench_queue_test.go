@@ -1,13 +1,17 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/placement"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -141,4 +145,84 @@ func idealMakespan(mix []benchJob, margin uint64) time.Duration {
 		}
 	}
 	return now
+}
+
+// BenchmarkQueueScale queues 10,000 jobs behind eight running ones on 8
+// simulated 24 GiB GPUs and measures one placement pass (target < 20 ms),
+// status and the job list with that queue (status target < 10 ms), and
+// the daemon binary's resident memory holding it, and after listing it
+// b.N times (target < 100 MiB); ns/op of rss is one full job list.
+func BenchmarkQueueScale(b *testing.B) {
+	const queued = 10000
+	fill := func(h *ckptHarness) {
+		for i := range 8 {
+			h.submit(api.JobSpec{Name: fmt.Sprintf("hold%d", i), Cmd: h.simjob("--vram", "20480"), VRAM: api.VRAM{MiB: 20480}})
+		}
+		for i := range 8 {
+			h.waitJobState(fmt.Sprintf("hold%d", i), api.JobRunning)
+		}
+		specs := make([]api.JobSpec, queued)
+		for i := range specs {
+			specs[i] = api.JobSpec{Cmd: []string{"true"}, Dir: "/", VRAM: api.VRAM{MiB: []uint64{6, 12, 20}[i%3] << 10},
+				GPUs: 1 + i%2, Priority: i % 5, Env: map[string]string{"PATH": "/usr/bin:/bin"}}
+		}
+		t := time.Now()
+		if _, err := h.client().Submit(ctxT(b), api.SubmitParams{Jobs: specs}); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("submitting %d jobs in one batch took %v", queued, time.Since(t))
+	}
+	quiet := func(c *config.Config) { c.GPUPoll = time.Minute } // no background passes from samples
+	b.Run("pass", func(b *testing.B) {
+		h := newQueueHarness(b, "8x24G", quiet)
+		fill(h)
+		ctx := ctxT(b)
+		b.ResetTimer()
+		for range b.N {
+			h.d.schedulePass(ctx)
+		}
+		b.ReportMetric(float64(b.Elapsed().Microseconds())/1000/float64(b.N), "ms/pass")
+	})
+	b.Run("status", func(b *testing.B) {
+		h := newQueueHarness(b, "8x24G", quiet)
+		fill(h)
+		c := h.client()
+		measure(b, func() error { _, err := c.Status(context.Background()); return err })
+	})
+	b.Run("rss", func(b *testing.B) {
+		h := prepareCkpt(b, config.DriverSim, func(c *config.Config) { c.Sim = "8x24G" })
+		dp := h.startBinary()
+		fill(h)
+		queuedRSS, err := rssKiB(dp.cmd.Process.Pid)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for range b.N {
+			if _, err := h.client().Jobs(ctxT(b), api.JobsParams{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		listedRSS, err := rssKiB(dp.cmd.Process.Pid)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(queuedRSS)/1024, "RSS-MiB-queued")
+		b.ReportMetric(float64(listedRSS)/1024, "RSS-MiB-after-listing")
+	})
+}
+
+// rssKiB reads a process's resident memory from /proc/PID/status.
+func rssKiB(pid int) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+			return strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,6 +74,11 @@ type Daemon struct {
 	bg       sync.WaitGroup // job attempts being started or ended
 }
 
+// softMemoryLimit is the Go heap size past which the garbage collector
+// works harder (GOMEMLIMIT overrides it): large replies, such as a list of
+// ten thousand jobs, then do not leave the daemon holding their garbage.
+const softMemoryLimit = 64 << 20
+
 // Option adjusts a Daemon built by New.
 type Option func(*Daemon)
 
@@ -114,6 +120,9 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		return nil, err
 	}
 	d.methods = d.methodTable()
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(softMemoryLimit)
+	}
 	return d, nil
 }
 

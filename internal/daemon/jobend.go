@@ -128,7 +128,9 @@ func (d *Daemon) finishAttempt(j *jobqueue.Job, rec *proctable.Record) {
 			a.Outcome, cur.State, cur.Reason = "failed", api.JobFailed, "exited "+exitWords(rec.Exit)
 		}
 		cur.EndedAt = a.EndedAt
-		cur.Verdict = jobqueue.Verdict(cur.VRAMMiB, jobqueue.MaxPeak(cur.Peak()))
+		if peak := jobqueue.MaxPeak(cur.Peak()); peak > 0 || cur.State == api.JobDone || cur.State == api.JobFailed {
+			cur.Verdict = jobqueue.Verdict(cur.VRAMMiB, peak)
+		}
 		return nil
 	})
 	if err != nil {

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -154,6 +155,9 @@ func (d *Daemon) listJobs(c *call) (any, error) {
 	var p api.JobsParams
 	if err := c.decode(&p); err != nil {
 		return nil, err
+	}
+	if p.State != "" && !slices.Contains(api.JobStates, p.State) {
+		return nil, invalidf("jobs: unknown state %q (one of %v)", p.State, api.JobStates)
 	}
 	out := api.JobsResult{Jobs: []api.Job{}}
 	for _, j := range d.jobs.View() {

@@ -26,9 +26,9 @@ func (d *Daemon) schedulePass(ctx context.Context) {
 	defer d.reconcileJobs(ctx)
 	snap, queue := d.placementInput(time.Now())
 	plan := placement.Place(snap, queue)
-	reasons := make(map[string]string, len(plan.Waits))
+	reasons := make(map[string]placement.Wait, len(plan.Waits))
 	for _, w := range plan.Waits {
-		reasons[w.JobID] = string(w.Reason) + ": " + w.Detail
+		reasons[w.JobID] = w
 	}
 	d.sched.reasons.Store(&reasons)
 	d.leases.setReasons(reasons)
@@ -115,7 +115,7 @@ func (d *Daemon) runAttempt(ctx context.Context, j *jobqueue.Job, preempt []stri
 	}
 	rec := proctable.Record{
 		ID: j.Proc, Name: j.Name, Owner: proctable.Owner(j.Owner), Cmd: j.Cmd, Dir: j.Dir, GPUs: j.Current().GPUs,
-		Policy: api.Policy{Priority: j.Priority}, Job: j.ID,
+		Policy: api.Policy{Priority: evictionPriority(j)}, Job: j.ID,
 		State: api.StateStarting, BootID: d.bootID, CreatedAt: time.Now(),
 		LogPath:    filepath.Join(d.cfg.LogDir, j.Name+".log"),
 		StatusPath: filepath.Join(d.statusDir(), j.Proc),
@@ -252,3 +252,12 @@ func (d *Daemon) resumePreempted(ctx context.Context, name string) {
 // resumeWait bounds how long a placed thaw waits for a GPU sample to show
 // the memory placement already counted as free.
 const resumeWait = 10 * time.Second
+
+// evictionPriority is the disk-tier priority of a job's process: its job
+// priority, except that only root's jobs get one above 0, as with set.
+func evictionPriority(j *jobqueue.Job) int {
+	if j.Owner.UID != 0 {
+		return min(j.Priority, 0)
+	}
+	return j.Priority
+}

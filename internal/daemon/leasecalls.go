@@ -85,6 +85,9 @@ func (d *Daemon) release(c *call) (any, error) {
 	if err := c.decode(&p); err != nil {
 		return nil, err
 	}
+	if p.ID == "" {
+		return nil, invalidf("release: id is empty; give the id acquire returned")
+	}
 	h, ok := d.leases.heldCopy(p.ID)
 	if !ok {
 		return nil, api.Errorf(api.CodeNotFound, "lease %q not found", p.ID)

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -104,12 +105,12 @@ func (s *leaseSet) refuse(id, why string) {
 }
 
 // setReasons records why each pending lease waits, from a pass.
-func (s *leaseSet) setReasons(reasons map[string]string) {
+func (s *leaseSet) setReasons(reasons map[string]placement.Wait) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for id, l := range s.pending {
-		if why, ok := reasons[leasePrefix+id]; ok {
-			l.reason = why
+		if w, ok := reasons[leasePrefix+id]; ok {
+			l.reason = waitWords(w)
 			notify(l.wake)
 		}
 	}
@@ -138,6 +139,7 @@ func (s *leaseSet) status(l *lease) (granted bool, refused bool, reason string) 
 
 // heldLease is a copy of a granted lease for one pass.
 type heldLease struct {
+	seq        uint64
 	id         string
 	uuids      []string
 	mib        uint64
@@ -148,16 +150,16 @@ type heldLease struct {
 	at         time.Time
 }
 
-// granted copies the held leases, sorted by id.
+// granted copies the held leases, in the order they were asked for.
 func (s *leaseSet) granted() []heldLease {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]heldLease, 0, len(s.held))
 	for _, l := range s.held {
-		out = append(out, heldLease{id: l.id, uuids: slices.Clone(l.uuids), mib: l.mib, priority: l.priority,
+		out = append(out, heldLease{seq: l.seq, id: l.id, uuids: slices.Clone(l.uuids), mib: l.mib, priority: l.priority,
 			used: maps.Clone(l.used), peak: maps.Clone(l.peak), uid: l.uid, user: l.user, at: l.at})
 	}
-	slices.SortFunc(out, func(a, b heldLease) int { return strings.Compare(a.id, b.id) })
+	slices.SortFunc(out, func(a, b heldLease) int { return cmp.Compare(a.seq, b.seq) })
 	return out
 }
 

@@ -49,6 +49,17 @@ func (d *Daemon) status(c *call) (any, error) {
 			st.States[r.State]++
 		}
 	}
+	st.Jobs = map[api.JobState]int{}
+	for _, j := range d.jobs.View() {
+		if c.actor.owns(j.Owner.UID) {
+			st.Jobs[j.State]++
+		}
+	}
+	for _, l := range d.leases.granted() {
+		if c.actor.owns(l.uid) {
+			st.Leases++
+		}
+	}
 	for _, dv := range gv.devices {
 		st.GPUs = append(st.GPUs, api.GPUSummary{Index: dv.Index, UUID: dv.UUID, TotalMiB: dv.TotalMiB, UsedMiB: dv.UsedMiB, FreeMiB: free(dv.TotalMiB, dv.UsedMiB)})
 	}

@@ -8,13 +8,15 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/gpusched/gpusched/internal/placement"
 )
 
 // scheduler is the dispatch loop's state: what wakes it, why each queued
 // job waits, and what it observed of running jobs between passes.
 type scheduler struct {
 	kicks   chan struct{}
-	reasons atomic.Pointer[map[string]string] // job id -> why it waits, from the last pass
+	reasons atomic.Pointer[map[string]placement.Wait] // job id -> why it waits, from the last pass
 	passes  atomic.Uint64
 
 	mu        sync.Mutex
@@ -30,7 +32,7 @@ func newScheduler() *scheduler {
 	s := &scheduler{kicks: make(chan struct{}, 1), peaks: map[string]map[string]uint64{},
 		extPeaks: map[int]map[string]uint64{}, warned: map[string]bool{}, launching: map[string]bool{},
 		resuming: map[string]bool{}, timers: map[string]*time.Timer{}}
-	s.reasons.Store(&map[string]string{})
+	s.reasons.Store(&map[string]placement.Wait{})
 	return s
 }
 
@@ -43,7 +45,16 @@ func (s *scheduler) kick() {
 }
 
 // reason is why a queued job waited in the last pass.
-func (s *scheduler) reason(jobID string) string { return (*s.reasons.Load())[jobID] }
+func (s *scheduler) reason(jobID string) string {
+	w, ok := (*s.reasons.Load())[jobID]
+	if !ok {
+		return ""
+	}
+	return waitWords(w)
+}
+
+// waitWords says why a request waits: "no_memory: needs ...".
+func waitWords(w placement.Wait) string { return string(w.Reason) + ": " + w.Detail }
 
 // peaksOf is the peak memory per GPU observed for a process record.
 func (s *scheduler) peaksOf(recID string) map[string]uint64 {

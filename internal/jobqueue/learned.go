@@ -34,6 +34,9 @@ func OpenLearned(path string) (*Learned, error) {
 	if err := json.Unmarshal(b, &l.m); err != nil {
 		return nil, fmt.Errorf("learned declarations %s: %w", path, err)
 	}
+	if l.m == nil { // the file held null
+		l.m = map[string]uint64{}
+	}
 	return l, nil
 }
 

@@ -3,6 +3,7 @@ package jobqueue
 import (
 	"fmt"
 	"slices"
+	"strconv"
 
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -58,6 +59,10 @@ func validate(key string, j *Job) error {
 		return fmt.Errorf("job record %s holds id %q", key, j.ID)
 	case j.Seq == 0:
 		return fmt.Errorf("job %s: no sequence number", key)
+	case j.ID != "j"+strconv.FormatUint(j.Seq, 10):
+		// Add names the record of sequence number n j<n>: a record that
+		// breaks this would be overwritten by a later Add.
+		return fmt.Errorf("job %s: sequence number %d does not match its id", key, j.Seq)
 	case api.ValidateName(j.Name) != nil:
 		return fmt.Errorf("job %s: bad name %q", key, j.Name)
 	case len(j.Cmd) == 0:

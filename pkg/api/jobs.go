@@ -29,6 +29,9 @@ const (
 	JobInfeasible JobState = "infeasible"
 )
 
+// JobStates lists every job state.
+var JobStates = []JobState{JobQueued, JobStarting, JobRunning, JobPreempted, JobDone, JobFailed, JobTimedOut, JobCancelled, JobInfeasible}
+
 // Terminal reports whether s is final.
 func (s JobState) Terminal() bool {
 	switch s {

@@ -142,20 +142,22 @@ type Hello struct {
 
 // Status is the daemon overview: what `status` without a name returns.
 type Status struct {
-	Version       string        `json:"version"`
-	Protocol      int           `json:"protocol"`
-	Backend       string        `json:"backend"`
-	StartedAt     time.Time     `json:"started_at"`
-	UptimeSeconds float64       `json:"uptime_seconds"`
-	Processes     int           `json:"processes"` // visible to the caller
-	States        map[State]int `json:"states"`    // visible processes by state
-	GPUs          []GPUSummary  `json:"gpus"`
-	HostMiB       uint64        `json:"host_mib"`       // GPU memory parked in host RAM, all processes
-	RAMBudgetMiB  uint64        `json:"ram_budget_mib"` // --ram-budget; 0 = unlimited
-	Driver        string        `json:"driver"`         // checkpoint driver: api, cli, sim or none
-	DiskBytes     uint64        `json:"disk_bytes"`     // snapshot images on disk, all processes
-	DiskBudget    uint64        `json:"disk_budget"`    // --disk-budget in bytes; 0 = unlimited
-	CRIU          string        `json:"criu"`           // CRIU version, "" when the disk tier is off
+	Version       string           `json:"version"`
+	Protocol      int              `json:"protocol"`
+	Backend       string           `json:"backend"`
+	StartedAt     time.Time        `json:"started_at"`
+	UptimeSeconds float64          `json:"uptime_seconds"`
+	Processes     int              `json:"processes"` // visible to the caller
+	States        map[State]int    `json:"states"`    // visible processes by state
+	GPUs          []GPUSummary     `json:"gpus"`
+	HostMiB       uint64           `json:"host_mib"`       // GPU memory parked in host RAM, all processes
+	RAMBudgetMiB  uint64           `json:"ram_budget_mib"` // --ram-budget; 0 = unlimited
+	Driver        string           `json:"driver"`         // checkpoint driver: api, cli, sim or none
+	DiskBytes     uint64           `json:"disk_bytes"`     // snapshot images on disk, all processes
+	DiskBudget    uint64           `json:"disk_budget"`    // --disk-budget in bytes; 0 = unlimited
+	CRIU          string           `json:"criu"`           // CRIU version, "" when the disk tier is off
+	Jobs          map[JobState]int `json:"jobs"`           // visible jobs by state (finished ones included)
+	Leases        int              `json:"leases"`         // visible leases held
 }
 
 // EventType says what an Event reports.

@@ -83,6 +83,9 @@ _CANCEL_WAIT = 30.0
 job's tree (SIGTERM, SIGKILL after its --job-kill-grace, 10 s by default) before
 it answers."""
 
+_RELEASE_TIMEOUT = 30.0
+"""Seconds a lease's release may take once its client is gone (closing its connection ends it anyway)."""
+
 _JOB_SPEC_FIELDS = ("cmd", "name", "vram", "gpus", "priority", "timeout", "retries", "preemptible", "dir", "env", "user")
 
 T = TypeVar("T")
@@ -254,11 +257,13 @@ def _job_spec(
     dir: Optional[str] = None,
     env: Optional[Mapping[str, str]] = None,
     user: Optional[str] = None,
+    *,
+    what: str = "submit",
 ) -> Dict[str, Any]:
     """One JobSpec for the wire, with run()'s defaults: dir is os.getcwd(), env is sent only when given."""
     if isinstance(cmd, (str, bytes)):
         raise InvalidArgument(
-            f"submit: cmd must be an argv list like [\"python3\", \"train.py\"], not the string {cmd!r} "
+            f"{what}: cmd must be an argv list like [\"python3\", \"train.py\"], not the string {cmd!r} "
             "(for a shell line, use [\"/bin/sh\", \"-c\", line])"
         )
     spec: Dict[str, Any] = {"cmd": list(cmd), "dir": dir if dir is not None else os.getcwd()}
@@ -293,6 +298,7 @@ class _LeaseHolder:
         self.held = True
         self._client = weakref.ref(client)
         self._conn = conn
+        self._own = conn is not None
         self._lock = threading.Lock()
         self._applied: List[Tuple[MutableMapping[str, str], Optional[str], str]] = []
 
@@ -304,22 +310,22 @@ class _LeaseHolder:
         with self._lock:
             if not self.held:
                 return
-            conn = self._conn
             client = self._client()
-            if conn is None:
+            if not self._own:
                 if client is None:
                     raise ConnectionLost(f"lease {self.lease_id}: its client is gone")
                 client.call("release", {"id": self.lease_id})  # raises as the daemon answers
             else:
-                self._conn = None
-                try:
-                    params = _encode_params("release", {"id": self.lease_id})
-                    timeout = client.timeout if client is not None else None
-                    _result(conn.reply("release", conn.send("release", params, timeout)), "release")
-                except (GpuSchedError, OSError):
-                    pass  # already gone (NotFound), or the daemon cannot answer: closing ends it all the same
-                finally:
-                    conn.close()
+                conn, self._conn = self._conn, None
+                if conn is not None:  # else an interrupted release already closed it
+                    try:
+                        params = _encode_params("release", {"id": self.lease_id})
+                        timeout = client.timeout if client is not None else _RELEASE_TIMEOUT
+                        _result(conn.reply("release", conn.send("release", params, timeout)), "release")
+                    except (GpuSchedError, OSError):
+                        pass  # already gone (NotFound), or the daemon cannot answer: closing ends it all the same
+                    finally:
+                        conn.close()
             self.held = False
             applied, self._applied = self._applied, []
         _restore_environ(applied)
@@ -665,7 +671,8 @@ class GpuSched:
             if unknown or "cmd" not in spec:
                 what = f"unknown field {unknown[0]!r}" if unknown else "cmd is missing"
                 raise InvalidArgument(f"submit: nothing queued: job {number}: {what}")
-            wire.append(_job_spec(**{key: value for key, value in spec.items() if value is not None}))
+            given = {key: value for key, value in spec.items() if value is not None}
+            wire.append(_job_spec(**given, what=f"submit: nothing queued: job {number}"))
         if not wire:
             return []
         return self._submit({"jobs": wire})

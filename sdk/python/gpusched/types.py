@@ -339,7 +339,8 @@ class Status:
     checkpoint driver ("api", "cli", "sim" or "none"; "" from an older daemon);
     ``disk_bytes``: snapshot images on disk (all processes); ``disk_budget``: its
     ``--disk-budget`` in bytes (0: unlimited); ``criu``: the CRIU version behind the
-    disk tier ("" when it is off).
+    disk tier ("" when it is off); ``jobs``: the jobs the caller may see, by state
+    (finished ones included); ``leases``: the leases the caller may see that are held.
     """
 
     version: str = ""
@@ -356,6 +357,8 @@ class Status:
     disk_bytes: int = 0
     disk_budget: int = 0
     criu: str = ""
+    jobs: Dict[str, int] = field(default_factory=dict)
+    leases: int = 0
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod

@@ -201,7 +201,9 @@ def test_older_daemons_answers_still_parse() -> None:
     process = Process.from_dict({"name": "train", "state": "running", "created_at": "2026-01-02T03:04:05Z"})
     assert (process.tier, process.host_mib, process.frozen_at, process.error) == ("", 0, None, "")
     status = Status.from_dict({"version": "0.1", "protocol": 1, "states": {"running": 1}})
-    assert (status.host_mib, status.ram_budget_mib, status.driver) == (0, 0, "")
+    assert (status.host_mib, status.ram_budget_mib, status.driver, status.jobs, status.leases) == (0, 0, "", {}, 0)
+    status = Status.from_dict({"jobs": {"queued": 2, "done": 1}, "leases": 1})
+    assert (status.jobs, status.leases) == ({"queued": 2, "done": 1}, 1)
 
 
 def test_checkpoint_types() -> None:

@@ -90,6 +90,7 @@ def test_submit_and_wait_job(sched: GpuSched, simjob: SimJob) -> None:
     assert [e.job_state for e in events][-1:] in ([], ["done"])
 
     assert sched.wait_job(job.id) == sched.job("sim")  # finished: answered at once
+    assert (sched.status().jobs, sched.status().leases) == ({"done": 1}, 0)
     process = sched.status("sim")  # each attempt is a managed process named after the job
     assert (process.job, process.state, process.exit and process.exit.code) == (job.id, "exited", 0)
 
@@ -180,6 +181,8 @@ def test_bad_input_queues_nothing(sched: GpuSched) -> None:
     with pytest.raises(InvalidArgument, match="argv list") as string_cmd:
         sched.submit("python3 train.py")
     assert string_cmd.value.code is None
+    with pytest.raises(InvalidArgument, match="job 2: cmd must be an argv list"):
+        sched.submit_many([good, {"cmd": "true"}])
     with pytest.raises(InvalidArgument, match="job 2: unknown field 'colour'"):
         sched.submit_many([good, {"cmd": ["true"], "colour": "red"}])
     with pytest.raises(InvalidArgument, match="job 1: cmd is missing"):
@@ -218,7 +221,7 @@ def test_acquire_release(sched: GpuSched) -> None:
     assert (lease.cuda_visible_devices, lease.mib, lease.user, lease.uid) == (GPU1, 20480, "root", 0)
     assert is_aware(lease.acquired_at) and lease.released_at is None
     listed = sched.leases()
-    assert listed == [lease] and listed[0].held
+    assert listed == [lease] and listed[0].held and sched.status().leases == 1
 
     with pytest.raises(ResourceExhausted, match="no_memory"):
         sched.acquire(min_free=20480, gpu_ids=[GPU1])  # only 4096 MiB left beside it there

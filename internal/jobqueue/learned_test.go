@@ -1,0 +1,131 @@
+package jobqueue_test
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gpusched/gpusched/internal/jobqueue"
+)
+
+func TestLearned(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "learned.json")
+	l, err := jobqueue.OpenLearned(path)
+	if err != nil {
+		t.Fatalf("missing file: %v", err)
+	}
+	if _, err := os.Stat(path); err == nil {
+		t.Error("OpenLearned created the file before any Put")
+	}
+	train := []string{"python", "train.py"}
+	puts := []struct {
+		uid  uint32
+		cmd  []string
+		peak uint64
+	}{
+		{1000, train, 100}, // overwritten below
+		{1000, train, 5000},
+		{1001, train, 7000},
+		{1000, []string{"python", "train.py", "--big"}, 9000},
+		{1000, []string{"python train.py"}, 1},
+		{1000, []string{"python", "train.py", ""}, 2},
+		{0, []string{"nvidia-smi"}, 3},
+	}
+	for _, p := range puts {
+		if err := l.Put(p.uid, p.cmd, p.peak); err != nil {
+			t.Fatalf("Put: %v", err)
+		}
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("learned file: %v, %v; want mode 0600", fi, err)
+	}
+	l2, err := jobqueue.OpenLearned(path)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	cases := []struct {
+		name string
+		uid  uint32
+		cmd  []string
+		want uint64
+		ok   bool
+	}{
+		{"latest put wins", 1000, train, 5000, true},
+		{"other user", 1001, train, 7000, true},
+		{"unknown user", 1002, train, 0, false},
+		{"root", 0, []string{"nvidia-smi"}, 3, true},
+		{"root did not run train", 0, train, 0, false},
+		{"more args", 1000, []string{"python", "train.py", "--big"}, 9000, true},
+		{"fewer args", 1000, []string{"python"}, 0, false},
+		{"one arg with a space", 1000, []string{"python train.py"}, 1, true},
+		{"trailing empty arg", 1000, []string{"python", "train.py", ""}, 2, true},
+		{"other order", 1000, []string{"train.py", "python"}, 0, false},
+		{"other case", 1000, []string{"Python", "train.py"}, 0, false},
+	}
+	for _, tc := range cases {
+		for name, l := range map[string]*jobqueue.Learned{"live": l, "reopened": l2} {
+			t.Run(tc.name+"/"+name, func(t *testing.T) {
+				got, ok := l.Get(tc.uid, tc.cmd)
+				if got != tc.want || ok != tc.ok {
+					t.Errorf("Get(%d, %q) = %d, %v; want %d, %v", tc.uid, tc.cmd, got, ok, tc.want, tc.ok)
+				}
+			})
+		}
+	}
+}
+
+func TestOpenLearnedErrors(t *testing.T) {
+	cases := []struct {
+		name    string
+		content string
+	}{
+		{"truncated", `{"1000\u0000python":50`},
+		{"not json", "garbage"},
+		{"wrong type", `{"1000\u0000python":"lots"}`},
+		{"negative", `{"1000\u0000python":-1}`},
+		{"array", `[1,2]`},
+		{"empty", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "learned.json")
+			writeFile(t, path, tc.content)
+			if l, err := jobqueue.OpenLearned(path); err == nil {
+				t.Errorf("OpenLearned of %q = %v, nil; want an error", tc.content, l)
+			}
+		})
+	}
+	t.Run("null is an empty memory", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "learned.json")
+		writeFile(t, path, "null")
+		l, err := jobqueue.OpenLearned(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := l.Get(1000, []string{"x"}); ok {
+			t.Error("null remembers something")
+		}
+		if err := l.Put(1000, []string{"x"}, 1); err != nil {
+			t.Fatal(err)
+		}
+		if l2, err := jobqueue.OpenLearned(path); err != nil {
+			t.Fatal(err)
+		} else if v, ok := l2.Get(1000, []string{"x"}); !ok || v != 1 {
+			t.Errorf("after Put over null: %d, %v", v, ok)
+		}
+	})
+	t.Run("a directory", func(t *testing.T) {
+		if _, err := jobqueue.OpenLearned(t.TempDir()); err == nil {
+			t.Error("OpenLearned of a directory gave no error")
+		}
+	})
+	t.Run("put into a missing dir", func(t *testing.T) {
+		l, err := jobqueue.OpenLearned(filepath.Join(t.TempDir(), "gone", "learned.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Put(1000, []string{"x"}, 1); err == nil {
+			t.Error("Put with nowhere to write gave no error")
+		}
+	})
+}
