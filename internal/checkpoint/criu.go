@@ -285,7 +285,7 @@ func (c *CRIU) opError(op string, pid int, dir, log string, err error) error {
 	lines := LogErrors(filepath.Join(dir, log), 6)
 	class := ErrFailed
 	switch {
-	case errors.Is(err, ErrTimeout):
+	case errors.Is(err, ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		class = ErrTimeout
 	case mentions(lines, "No space left on device") || mentions(lines, "Disk quota exceeded"):
 		class = ErrNoSpace

@@ -14,7 +14,7 @@ func TestStatusOverview(t *testing.T) {
 		States:    map[api.State]int{api.StateExited: 1, api.StateRunning: 2, api.StateFrozen: 1, "hibernated": 1},
 		HostMiB:   8192, RAMBudgetMiB: 65536, Driver: "sim",
 		DiskBytes: 3 << 29, DiskBudget: 500 << 30, CRIU: "4.1.1",
-		Jobs:      map[api.JobState]int{api.JobQueued: 12, api.JobRunning: 3, api.JobDone: 40}, Leases: 1,
+		Jobs: map[api.JobState]int{api.JobQueued: 12, api.JobRunning: 3, api.JobDone: 40}, Leases: 1,
 		GPUs: []api.GPUSummary{
 			{Index: 0, UUID: "GPU-aaaa", TotalMiB: 81920, UsedMiB: 12800, FreeMiB: 69120},
 			{Index: 1, UUID: "GPU-bbbb", TotalMiB: 81920, UsedMiB: 0, FreeMiB: 81920},
