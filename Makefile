@@ -30,13 +30,16 @@ test-python: build
 	GPUSCHED_BIN_DIR=$(CURDIR)/bin $(PY) -m pytest -q sdk/python/tests
 
 bench:
-	go test -p 1 -run '^$$' -bench . -benchtime 3s ./internal/daemon/ ./internal/checkpoint/
+	go test -p 1 -run '^$$' -bench . -benchtime 3s ./internal/daemon/ ./internal/checkpoint/ ./internal/placement/
 
 demo:
 	scripts/demo.sh
 
 fuzz:
 	go test -run '^$$' -fuzz FuzzReadRequest -fuzztime 20s ./internal/daemon/
+	go test -run '^$$' -fuzz FuzzParseJobsFile -fuzztime 20s -fuzzminimizetime 1s ./internal/cli/
+	go test -run '^$$' -fuzz FuzzParseJobsCSV -fuzztime 20s -fuzzminimizetime 1s ./internal/cli/
+	go test -run '^$$' -fuzz FuzzIsOOM -fuzztime 10s ./internal/jobqueue/
 
 clean:
 	rm -rf bin
