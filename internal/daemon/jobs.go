@@ -185,28 +185,22 @@ func (d *Daemon) job(c *call) (any, error) {
 	return d.jobToAPI(j), nil
 }
 
-// jobToAPI renders a job, with why it waits when it is queued.
+// jobToAPI renders a job with what the scheduler knows beyond its record:
+// why it waits, and the peaks of its running attempt.
 func (d *Daemon) jobToAPI(j *jobqueue.Job) api.Job {
-	out := api.Job{
-		ID: j.ID, Name: j.Name, State: j.State, Reason: j.Reason, User: j.Owner.User, UID: j.Owner.UID,
-		Cmd: j.Cmd, Dir: j.Dir, VRAM: j.VRAM, VRAMMiB: j.VRAMMiB, GPUs: j.GPUs, Priority: j.Priority,
-		Timeout: api.Duration(j.Timeout), Retries: j.Retries, RetriesLeft: j.RetriesLeft, Preemptible: j.Preemptible,
-		SubmittedAt: j.SubmittedAt, EndedAt: j.EndedAt, Attempts: j.Attempts, PeakMiB: j.Peak(), Verdict: j.Verdict,
-	}
+	out := jobEvent(j)
 	if j.State == api.JobQueued {
 		if why := d.sched.reason(j.ID); why != "" {
 			out.Reason = why
 		}
 	}
-	if a := j.Current(); a != nil {
-		out.StartedAt, out.Exit, out.Process = a.StartedAt, a.Exit, j.Name
-		if j.Active() {
-			live := d.sched.peaksOf(j.Proc)
-			cur := out.Attempts[len(out.Attempts)-1]
-			cur.PeakMiB = mergePeaks(cur.PeakMiB, live)
-			out.Attempts = append(out.Attempts[:len(out.Attempts)-1:len(out.Attempts)-1], cur)
-			out.PeakMiB = mergePeaks(out.PeakMiB, live)
-		}
+	if j.Active() && len(out.Attempts) > 0 {
+		live := d.sched.peaksOf(j.Proc)
+		n := len(out.Attempts) - 1
+		cur := out.Attempts[n]
+		cur.PeakMiB = mergePeaks(cur.PeakMiB, live)
+		out.Attempts = append(out.Attempts[:n:n], cur)
+		out.PeakMiB = mergePeaks(out.PeakMiB, live)
 	}
 	return out
 }
