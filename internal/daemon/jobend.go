@@ -18,7 +18,7 @@ import (
 // timed_out, cancelled, or queued again for an out-of-memory retry). It is
 // level-triggered, so it also settles what happened while the daemon was
 // down.
-func (d *Daemon) reconcileJobs(ctx context.Context) {
+func (d *Daemon) reconcileJobs() {
 	for _, j := range d.jobs.View() {
 		if !j.Active() || d.sched.busy(d.sched.launching, j.ID) {
 			continue

@@ -23,7 +23,7 @@ import (
 // memory for this very pass; settling (which may queue a retry, and kicks
 // the next pass) comes after the starts so as not to delay them.
 func (d *Daemon) schedulePass(ctx context.Context) {
-	defer d.reconcileJobs(ctx)
+	defer d.reconcileJobs()
 	snap, queue := d.placementInput(time.Now())
 	plan := placement.Place(snap, queue)
 	reasons := make(map[string]placement.Wait, len(plan.Waits))

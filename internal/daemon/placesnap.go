@@ -131,7 +131,7 @@ func (d *Daemon) placementInput(now time.Time) (placement.Snapshot, []placement.
 	}
 	queue = append(queue, d.preemptedQueue(tv, active)...)
 	queue = append(queue, d.leases.queue()...)
-	return placement.Snapshot{Now: time.Now(), GPUs: gpus, Options: d.placementOptions(gv)}, queue
+	return placement.Snapshot{Now: now, GPUs: gpus, Options: d.placementOptions(gv)}, queue
 }
 
 // seqShift makes room below each job's sequence number for the leases

@@ -148,11 +148,6 @@ func cmpSeq(a, b uint64) int {
 	return 0
 }
 
-// NameOf says how a job is shown in messages: "name (id)".
-func NameOf(j *Job) string {
-	return fmt.Sprintf("%q (%s)", j.Name, j.ID)
-}
-
 // IsID reports whether s has the form of a job id: "j" and digits.
 func IsID(s string) bool {
 	if len(s) < 2 || s[0] != 'j' {

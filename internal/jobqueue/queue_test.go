@@ -705,9 +705,3 @@ func TestIsID(t *testing.T) {
 		})
 	}
 }
-
-func TestNameOf(t *testing.T) {
-	if got, want := jobqueue.NameOf(&jobqueue.Job{ID: "j3", Name: "train"}), `"train" (j3)`; got != want {
-		t.Errorf("NameOf = %s, want %s", got, want)
-	}
-}
