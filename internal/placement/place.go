@@ -71,7 +71,8 @@ type shapeKey struct {
 	gpus   int
 	vram   uint64
 	viewID int
-	owner  string // whose processes it may preempt; "" for any
+	owner  string // whose processes it may preempt, unless any
+	any    bool
 }
 
 // shape is what the pass learned about the jobs of one shape: their
@@ -123,9 +124,9 @@ func (p *pass) shape(j *Job) *shape {
 	if j.Pinned { // its verdict depends on its Only list itself
 		return &shape{infeasible: p.infeasible(j), gen: p.gen}
 	}
-	k := shapeKey{gpus: j.GPUs, vram: j.VRAMMiB, viewID: p.viewID}
+	k := shapeKey{gpus: j.GPUs, vram: j.VRAMMiB, viewID: p.viewID, any: j.PreemptAny}
 	if !j.PreemptAny {
-		k.owner = "=" + j.Owner
+		k.owner = j.Owner
 	}
 	s := p.shapes[k]
 	if s == nil {
