@@ -208,3 +208,24 @@ func (c *Client) Leases(ctx context.Context) ([]Lease, error) {
 	}
 	return out.Leases, nil
 }
+
+// Fill holds a GPU's total memory usage at a target.
+func (c *Client) Fill(ctx context.Context, p FillParams) (*Filler, error) {
+	var out Filler
+	return &out, c.Call(ctx, MethodFill, p, &out)
+}
+
+// Unfill releases a GPU's filler.
+func (c *Client) Unfill(ctx context.Context, gpu GPURef) (*Filler, error) {
+	var out Filler
+	return &out, c.Call(ctx, MethodUnfill, UnfillParams{GPU: gpu}, &out)
+}
+
+// Fillers lists the fillers.
+func (c *Client) Fillers(ctx context.Context) ([]Filler, error) {
+	var out FillersResult
+	if err := c.Call(ctx, MethodFillers, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Fillers, nil
+}

@@ -134,6 +134,11 @@ type JobSpec struct {
 	Retries     int               `json:"retries,omitempty"` // out-of-memory retries
 	Preemptible bool              `json:"preemptible,omitempty"`
 	User        string            `json:"user,omitempty"` // root only
+	Nice        int               `json:"nice,omitempty"` // CPU nice of every thread, -20..19 (below 0: root)
+	// MPS: a share of the GPU's threads (percent) and a hard memory cap per
+	// GPU (default: the declared VRAM). Needs the MPS tools.
+	MPSThreads  int  `json:"mps_threads,omitempty"`
+	MPSMemLimit VRAM `json:"mps_mem_limit,omitzero"`
 }
 
 // SubmitParams queues one job (the JobSpec fields inline) or, with Jobs,
@@ -198,6 +203,9 @@ type Job struct {
 	PeakMiB     map[string]uint64 `json:"peak_mib"`          // highest per GPU UUID over all attempts
 	Verdict     string            `json:"verdict,omitempty"` // declared vs actual, at completion
 	Process     string            `json:"process,omitempty"` // its managed process's name (the job's name)
+	Nice        int               `json:"nice,omitempty"`
+	MPSThreads  int               `json:"mps_threads,omitempty"`
+	MPSMemLimit uint64            `json:"mps_mem_limit_mib,omitempty"`
 }
 
 // Attempt is one run of a job.
@@ -225,7 +233,8 @@ type AcquireParams struct {
 	MinFree  VRAM     `json:"min_free,omitzero"`  // held on each GPU; empty: whole idle GPUs
 	MaxUtil  int      `json:"max_util,omitempty"` // percent
 	MaxPower float64  `json:"max_power,omitempty"`
-	GPUIDs   []GPURef `json:"gpu_ids,omitempty"` // choose only among these
+	MaxTemp  int      `json:"max_temp,omitempty"` // degrees C
+	GPUIDs   []GPURef `json:"gpu_ids,omitempty"`  // choose only among these
 	Timeout  Duration `json:"timeout,omitempty"`
 	Priority int      `json:"priority,omitempty"`
 }

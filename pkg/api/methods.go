@@ -32,6 +32,10 @@ const (
 	MethodAcquire = "acquire"
 	MethodRelease = "release"
 	MethodLeases  = "leases"
+
+	MethodFill    = "fill"
+	MethodUnfill  = "unfill"
+	MethodFillers = "fillers"
 )
 
 // MethodAliases maps accepted alternative spellings to their method.

@@ -17,6 +17,13 @@ type RunParams struct {
 	Pin      bool     `json:"pin,omitempty"`
 	TTL      Duration `json:"ttl,omitempty"`
 	Idle     Duration `json:"idle,omitempty"`
+	// Filled attaches a filler to the process's GPU: total usage is held at
+	// this ratio of its memory while the process frees and re-allocates.
+	Filled float64 `json:"filled,omitempty"`
+	// MPS: a share of the GPU's threads (percent) and a hard memory cap per
+	// GPU (default: none for run). Needs the MPS tools.
+	MPSThreads  int  `json:"mps_threads,omitempty"`
+	MPSMemLimit VRAM `json:"mps_mem_limit,omitzero"`
 }
 
 // NameParams names one process.

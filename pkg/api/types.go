@@ -88,6 +88,10 @@ type Process struct {
 	// PreemptedBy is the job it was frozen to make room for; placement thaws
 	// it once its memory fits again.
 	PreemptedBy string `json:"preempted_by,omitempty"`
+	// Filled is the ratio its attached filler holds its GPU at (run --filled).
+	Filled      float64 `json:"filled,omitempty"`
+	MPSThreads  int     `json:"mps_threads,omitempty"`
+	MPSMemLimit uint64  `json:"mps_mem_limit_mib,omitempty"`
 }
 
 // Policy is how the disk tier treats a process: eviction order (lowest
@@ -119,6 +123,16 @@ type GPU struct {
 	UtilPercent *int         `json:"util_percent,omitempty"`
 	PowerWatts  *float64     `json:"power_watts,omitempty"`
 	Processes   []GPUProcess `json:"processes"`
+	// Health and the daemon's view of the GPU.
+	PowerLimitWatts *float64 `json:"power_limit_watts,omitempty"`
+	TempC           *int     `json:"temp_c,omitempty"`
+	Driver          string   `json:"driver,omitempty"` // driver version
+	Checkpoint      string   `json:"checkpoint"`       // checkpoint driver: api, cli, sim or none
+	Healthy         bool     `json:"healthy"`          // passes the daemon's health thresholds
+	Unhealthy       []string `json:"unhealthy"`        // why not, one sentence each; [] when healthy
+	Filler          *Filler  `json:"filler,omitempty"`
+	Leases          []string `json:"leases"`     // ids of leases holding it
+	FrozenMiB       uint64   `json:"frozen_mib"` // memory of processes frozen off it, parked in host RAM
 }
 
 // GPUSummary is a GPU's memory at a glance, as status reports it.
@@ -158,6 +172,7 @@ type Status struct {
 	CRIU          string           `json:"criu"`           // CRIU version, "" when the disk tier is off
 	Jobs          map[JobState]int `json:"jobs"`           // visible jobs by state (finished ones included)
 	Leases        int              `json:"leases"`         // visible leases held
+	Fillers       []Filler         `json:"fillers"`        // every GPU's filler, by GPU index
 }
 
 // EventType says what an Event reports.
@@ -174,6 +189,9 @@ const (
 	EventJob EventType = "job"
 	// EventLease: a lease was granted or released; Lease holds it.
 	EventLease EventType = "lease"
+	// EventFiller: a filler started, changed target or was released; Filler
+	// holds it (HeldMiB 0 and a released filler's last state on release).
+	EventFiller EventType = "filler"
 )
 
 // Event is one streamed item.
@@ -190,4 +208,5 @@ type Event struct {
 	JobState  JobState  `json:"job_state,omitempty"`
 	Warning   string    `json:"warning,omitempty"` // e.g. a job exceeded its declared VRAM
 	Lease     *Lease    `json:"lease,omitempty"`
+	Filler    *Filler   `json:"filler,omitempty"`
 }
