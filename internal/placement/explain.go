@@ -82,7 +82,9 @@ func (p *pass) why(g *gpuState) string {
 		return fmt.Sprintf("free %d MiB < %d MiB", g.free, p.lim.minFree)
 	case skipUtil:
 		return fmt.Sprintf("utilization %d%% > %d%%", *g.util, p.lim.maxUtil)
-	default: // skipPower
+	case skipPower:
 		return fmt.Sprintf("power %g W > %g W", *g.power, p.lim.maxPower)
+	default: // skipTemp
+		return fmt.Sprintf("temperature %d C > %d C", *g.temp, p.lim.maxTemp)
 	}
 }

@@ -13,6 +13,7 @@ const (
 	skipMinFree
 	skipUtil
 	skipPower
+	skipTemp
 	outside
 )
 
@@ -22,6 +23,7 @@ type limits struct {
 	minFree  uint64
 	maxUtil  int
 	maxPower float64
+	maxTemp  int
 }
 
 func limitsFor(o Options, j *Job) limits {
@@ -29,6 +31,7 @@ func limitsFor(o Options, j *Job) limits {
 		minFree:  max(o.MinFreeMiB, j.MinFreeMiB),
 		maxUtil:  stricter(o.MaxUtilPercent, j.MaxUtilPercent),
 		maxPower: stricter(o.MaxPowerWatts, j.MaxPowerWatts),
+		maxTemp:  stricter(o.MaxTempC, j.MaxTempC),
 	}
 }
 
@@ -52,6 +55,8 @@ func (l limits) check(g *gpuState) skip {
 		return skipUtil
 	case l.maxPower > 0 && g.power != nil && *g.power > l.maxPower:
 		return skipPower
+	case l.maxTemp > 0 && g.temp != nil && *g.temp > l.maxTemp:
+		return skipTemp
 	}
 	return healthy
 }

@@ -17,12 +17,13 @@ func (p *pass) need(j *Job) uint64 {
 
 // fits reports whether j could start on g now, filters aside: a declared
 // job needs its need in headroom, an undeclared one a whole idle GPU (no
-// holder with a charge, unattributed memory within the margin).
+// holder with a charge, unattributed memory within the margin). The job's
+// owner's fillers count as free memory.
 func (p *pass) fits(j *Job, g *gpuState) bool {
 	if j.VRAMMiB == 0 {
-		return g.holders == 0 && g.unattributed <= p.opt.MarginMiB
+		return g.holdersFor(j.Owner) == 0 && g.unattributed <= p.opt.MarginMiB
 	}
-	return g.headroom() >= p.need(j)
+	return g.headroomFor(j.Owner) >= p.need(j)
 }
 
 // usable reports whether the current job may start on GPU i now: in its
@@ -56,7 +57,8 @@ func (p *pass) byHeadroom(gs []int) {
 }
 
 // start charges j on gs: its declaration, or the whole GPU when
-// undeclared, so that later jobs in the pass see it.
+// undeclared, so that later jobs in the pass see it; the owner's fillers
+// there hand over what they can of it.
 func (p *pass) start(j *Job, gs []int) {
 	for _, i := range gs {
 		g := &p.gpus[i]
@@ -64,6 +66,7 @@ func (p *pass) start(j *Job, gs []int) {
 		if c == 0 {
 			c = g.total
 		}
+		g.handOver(j.Owner, c)
 		g.load += c
 		g.nonPerm += c
 		g.holders++

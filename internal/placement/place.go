@@ -88,7 +88,7 @@ type shape struct {
 
 // look sets how j sees the GPUs.
 func (p *pass) look(j *Job) {
-	plain := len(j.Only) == 0 && j.MinFreeMiB == 0 && j.MaxUtilPercent == 0 && j.MaxPowerWatts == 0
+	plain := len(j.Only) == 0 && j.MinFreeMiB == 0 && j.MaxUtilPercent == 0 && j.MaxPowerWatts == 0 && j.MaxTempC == 0
 	if plain && p.plain != nil {
 		p.lim, p.view, p.viewID = p.plainLim, p.plain, p.plainID
 		return
@@ -106,6 +106,7 @@ func (p *pass) look(j *Job) {
 	b = binary.LittleEndian.AppendUint64(b, p.lim.minFree)
 	b = binary.LittleEndian.AppendUint64(b, uint64(p.lim.maxUtil))
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(p.lim.maxPower))
+	b = binary.LittleEndian.AppendUint64(b, uint64(p.lim.maxTemp))
 	p.key = b
 	id, ok := p.views[string(b)] // a lookup that does not allocate
 	if !ok {

@@ -197,6 +197,21 @@ func TestPlace(t *testing.T) {
 			want:  []string{"wait a no_memory"},
 		},
 		{
+			name: "filler: hands over to its owner's jobs, charges everyone else's",
+			gpus: []placement.GPU{dev(0, 40000, 38000, placement.Occupant{Kind: placement.Filler, ID: "f", UsedMiB: 38000, Owner: "u"})},
+			queue: []placement.Job{job("other", 3000, 1, owner("v")), job("a", 20000, 1), job("b", 10000, 1),
+				job("c", 9600, 1)},
+			// a and b take 30000 of the GPU's 40000 (the filler gives 30000 of
+			// its 38000); c needs 9600+512 of the 10000 left.
+			want: []string{"start a GPU-0", "start b GPU-0", "wait other no_memory", "wait c no_memory"},
+		},
+		{
+			name:  "filler: an undeclared job of its owner takes the whole GPU",
+			gpus:  []placement.GPU{dev(0, 40000, 30000, placement.Occupant{Kind: placement.Filler, ID: "f", UsedMiB: 30000, Owner: "u"})},
+			queue: []placement.Job{job("other", 0, 1, owner("v")), job("a", 0, 1)},
+			want:  []string{"start a GPU-0", "wait other no_idle_gpu"},
+		},
+		{
 			name: "health: utilization",
 			opts: func(o *placement.Options) { o.MaxUtilPercent = 80 },
 			gpus: []placement.GPU{
@@ -229,6 +244,43 @@ func TestPlace(t *testing.T) {
 			queue:  []placement.Job{job("a", 10000, 1)},
 			want:   []string{"wait a unhealthy"},
 			detail: map[string]string{"a": "needs 10000+512 MiB on 1 GPU; room only on GPUs it skips: GPU 0 power 310.5 W > 300 W"},
+		},
+		{
+			name: "health: temperature",
+			opts: func(o *placement.Options) { o.MaxTempC = 85 },
+			gpus: []placement.GPU{
+				{Index: 0, UUID: "GPU-0", TotalMiB: 40000, TempC: ptr(91)},
+				dev(1, 40000, 35000, ext("x", 35000, 35000)),
+				{Index: 2, UUID: "GPU-2", TotalMiB: 4000, TempC: ptr(85)}, // at the limit passes
+				{Index: 3, UUID: "GPU-3", TotalMiB: 4000},                 // unknown temperature passes
+			},
+			queue:  []placement.Job{job("a", 10000, 1), job("b", 3000, 1), job("c", 3000, 1)},
+			want:   []string{"start b GPU-2", "start c GPU-3", "wait a unhealthy"},
+			detail: map[string]string{"a": "needs 10000+512 MiB on 1 GPU; room only on GPUs it skips: GPU 0 temperature 91 C > 85 C"},
+		},
+		{
+			name: "health: the job's own temperature limit, stricter; the options' off",
+			gpus: []placement.GPU{
+				{Index: 0, UUID: "GPU-0", TotalMiB: 40000, TempC: ptr(70)},
+				{Index: 1, UUID: "GPU-1", TotalMiB: 40000, TempC: ptr(50)},
+			},
+			queue: []placement.Job{
+				job("a", 30000, 2, func(j *placement.Job) { j.MaxTempC = 60 }),
+				job("b", 30000, 1, func(j *placement.Job) { j.MaxTempC = 60 }),
+				job("c", 30000, 1),
+			},
+			want:   []string{"start b GPU-1", "start c GPU-0", "wait a unhealthy"},
+			detail: map[string]string{"a": "needs 30000+512 MiB on 2 GPUs; room only on GPUs it skips: GPU 0 temperature 70 C > 60 C"},
+		},
+		{
+			name: "health: the options' temperature limit, stricter than the job's",
+			opts: func(o *placement.Options) { o.MaxTempC = 60 },
+			gpus: []placement.GPU{{Index: 0, UUID: "GPU-0", TotalMiB: 40000, TempC: ptr(70)}},
+			queue: []placement.Job{
+				job("a", 10000, 1, func(j *placement.Job) { j.MaxTempC = 80 }),
+			},
+			want:   []string{"wait a unhealthy"},
+			detail: map[string]string{"a": "needs 10000+512 MiB on 1 GPU; room only on GPUs it skips: GPU 0 temperature 70 C > 60 C"},
 		},
 		{
 			name: "health: min free, the job's own above the options'",

@@ -78,7 +78,7 @@ func (p *pass) grow(j *Job, gs []int, seed int) preemption {
 func (p *pass) candidates(j *Job, i int, chosen []*proc) (cands []stake, deficit uint64, ok bool) {
 	g := &p.gpus[i]
 	var freed, sum uint64
-	holders := g.holders
+	holders := g.holdersFor(j.Owner)
 	for _, s := range g.stakes {
 		switch {
 		case s.p.gone:
@@ -93,7 +93,7 @@ func (p *pass) candidates(j *Job, i int, chosen []*proc) (cands []stake, deficit
 	if j.VRAMMiB == 0 {
 		return cands, sum, holders == len(cands) && g.unattributed <= p.opt.MarginMiB
 	}
-	deficit = sub(g.load-freed+p.need(j), g.total)
+	deficit = sub(sub(g.load-freed, g.fills[j.Owner].mib)+p.need(j), g.total)
 	return cands, deficit, sum >= deficit
 }
 

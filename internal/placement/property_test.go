@@ -23,6 +23,7 @@ func genWorld(t *rapid.T) (placement.Snapshot, []placement.Job) {
 		MinFreeMiB:     rapid.SampledFrom([]uint64{0, 0, 4000}).Draw(t, "minFree"),
 		MaxUtilPercent: rapid.SampledFrom([]int{0, 0, 80}).Draw(t, "maxUtil"),
 		MaxPowerWatts:  rapid.SampledFrom([]float64{0, 0, 250}).Draw(t, "maxPower"),
+		MaxTempC:       rapid.SampledFrom([]int{0, 0, 85}).Draw(t, "maxTemp"),
 	}
 	gpus := make([]placement.GPU, rapid.IntRange(1, 5).Draw(t, "gpus"))
 	var uuids []string
@@ -35,6 +36,9 @@ func genWorld(t *rapid.T) (placement.Snapshot, []placement.Job) {
 		}
 		if rapid.Bool().Draw(t, "hasPower") {
 			g.PowerWatts = ptr(float64(rapid.IntRange(50, 350).Draw(t, "power")))
+		}
+		if rapid.Bool().Draw(t, "hasTemp") {
+			g.TempC = ptr(rapid.IntRange(30, 100).Draw(t, "temp"))
 		}
 		if rapid.IntRange(0, 5).Draw(t, "ban") == 0 {
 			opts.Banned = append(opts.Banned, g.UUID)
@@ -85,6 +89,7 @@ func genWorld(t *rapid.T) (placement.Snapshot, []placement.Job) {
 			j.MinFreeMiB = rapid.SampledFrom([]uint64{0, 8000}).Draw(t, "jminFree")
 			j.MaxUtilPercent = rapid.SampledFrom([]int{0, 50}).Draw(t, "jmaxUtil")
 			j.MaxPowerWatts = rapid.SampledFrom([]float64{0, 150}).Draw(t, "jmaxPower")
+			j.MaxTempC = rapid.SampledFrom([]int{0, 60}).Draw(t, "jmaxTemp")
 		}
 	}
 	return placement.Snapshot{Now: now, GPUs: gpus, Options: opts}, queue
@@ -123,6 +128,7 @@ func refHealthy(o placement.Options, j placement.Job, g placement.GPU) bool {
 	}
 	util := limit(float64(o.MaxUtilPercent), float64(j.MaxUtilPercent))
 	power := limit(o.MaxPowerWatts, j.MaxPowerWatts)
+	temp := limit(float64(o.MaxTempC), float64(j.MaxTempC))
 	switch {
 	case slices.Contains(o.Banned, g.UUID), len(j.Only) > 0 && !slices.Contains(j.Only, g.UUID):
 		return false
@@ -131,6 +137,8 @@ func refHealthy(o placement.Options, j placement.Job, g placement.GPU) bool {
 	case util > 0 && g.UtilPercent != nil && float64(*g.UtilPercent) > util:
 		return false
 	case power > 0 && g.PowerWatts != nil && *g.PowerWatts > power:
+		return false
+	case temp > 0 && g.TempC != nil && float64(*g.TempC) > temp:
 		return false
 	}
 	return true
@@ -182,6 +190,7 @@ func TestPlaceProperties(t *testing.T) {
 		declared := map[string]uint64{} // per GPU: declared MiB started
 		whole := map[string]int{}       // per GPU: undeclared jobs started
 		starts := map[string]int{}
+		starters := map[string]map[string]bool{} // per GPU: owners of the jobs started
 		for _, s := range plan.Starts {
 			j := jobs[s.JobID]
 			// (f) exactly GPUs distinct GPUs; (b) each one allowed and healthy.
@@ -197,6 +206,10 @@ func TestPlaceProperties(t *testing.T) {
 					whole[u]++
 				}
 				declared[u] += j.VRAMMiB
+				if starters[u] == nil {
+					starters[u] = map[string]bool{}
+				}
+				starters[u][j.Owner] = true
 			}
 			// (e) victims: preemptible managed, of lower base priority, of
 			// the job's own user unless it may preempt any, once.
@@ -221,7 +234,8 @@ func TestPlaceProperties(t *testing.T) {
 			var load, used uint64
 			for _, o := range g.Occupants {
 				used += o.UsedMiB
-				if !victims[o.ID] {
+				// A filler hands its memory over to its owner's jobs.
+				if !victims[o.ID] && !(o.Kind == placement.Filler && starters[g.UUID][o.Owner]) {
 					load += refCharge(o, g.TotalMiB, snap.Options.SpikeBuffer)
 				}
 			}

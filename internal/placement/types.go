@@ -18,6 +18,7 @@ type GPU struct {
 	UsedMiB     uint64   // as sampled: every process, managed or not
 	UtilPercent *int     // nil when unknown (health filters then pass)
 	PowerWatts  *float64 // nil when unknown
+	TempC       *int     // degrees C; nil when unknown
 	Occupants   []Occupant
 }
 
@@ -39,7 +40,9 @@ const (
 	// Reservation is memory promised to something about to allocate it (a
 	// thaw in progress); charged DeclaredMiB.
 	Reservation OccupantKind = "reservation"
-	// Filler is a memory-reservation filler, charged UsedMiB.
+	// Filler is a memory-reservation filler, charged UsedMiB to other
+	// owners' jobs. To its Owner's jobs it is free memory: it hands over
+	// what they need before they start.
 	Filler OccupantKind = "filler"
 	// Lease is a GPU lease: DeclaredMiB when given, else (or when
 	// Exclusive) the whole GPU.
@@ -83,6 +86,7 @@ type Options struct {
 	MinFreeMiB     uint64   // a GPU with less free (sampled) memory is skipped
 	MaxUtilPercent int      // a GPU busier than this is skipped (0 = off)
 	MaxPowerWatts  float64  // a GPU drawing more is skipped (0 = off)
+	MaxTempC       int      // a GPU hotter than this, degrees C, is skipped (0 = off)
 	Banned         []string // UUIDs never placed on
 }
 
@@ -112,6 +116,7 @@ type Job struct {
 	MinFreeMiB     uint64
 	MaxUtilPercent int
 	MaxPowerWatts  float64
+	MaxTempC       int
 }
 
 // Reason says why a job does not start in this pass.
