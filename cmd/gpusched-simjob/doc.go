@@ -11,6 +11,12 @@
 // (fake) cuda-checkpoint holds it locked or checkpointed, its allocations
 // wait and retry every few milliseconds, as CUDA calls block, and signals are
 // still handled.
+// As an MPS client (the daemon's mps attributes), it prints
+// "simjob: mps threads=N" when CUDA_MPS_ACTIVE_THREAD_PERCENTAGE is set, and
+// registers CUDA_MPS_PINNED_DEVICE_MEM_LIMIT ("0=4096M,1=4096M", by device
+// ordinal: position in CUDA_VISIBLE_DEVICES) as its own cap per GPU before
+// allocating, so that an allocation past it fails with the out-of-memory
+// line, as an MPS server enforces it.
 // --host-mem fills real host memory with a pattern verified every second and
 // on SIGUSR1 (exit 3 on corruption), and --tick prints an in-memory counter:
 // both show that a checkpointed and restored process kept its memory.

@@ -18,6 +18,7 @@ type config struct {
 	oomOnce  string // marker file: fail with OOM once, when it is absent
 	hostMiB  uint64 // host memory filled with a verifiable pattern
 	tick     time.Duration
+	cycles   int // times to free everything and ramp again after a hold
 }
 
 // parseFlags parses the command line; usage and flag errors go to stderr.
@@ -32,12 +33,16 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.exitCode, "exit-code", 0, "exit status after --hold")
 	fs.StringVar(&cfg.oomOnce, "oom-once", "", "if `MARKERFILE` is absent, create it and fail with a CUDA out-of-memory error")
 	fs.Uint64Var(&cfg.hostMiB, "host-mem", 0, "host memory to fill with a pattern checked every second and on SIGUSR1, in `MiB`")
+	fs.IntVar(&cfg.cycles, "cycles", 0, "after each --hold, free all VRAM, wait --hold seconds and ramp again, `N` more times")
 	fs.Float64Var(&tick, "tick", 0, "print \"tick N\" every this many `seconds` (0: never)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if cfg.cycles < 0 {
+		return config{}, fmt.Errorf("--cycles %d: must not be negative", cfg.cycles)
 	}
 	if cfg.exitCode < 0 || cfg.exitCode > 255 {
 		return config{}, fmt.Errorf("--exit-code %d: must be 0 to 255", cfg.exitCode)

@@ -50,6 +50,11 @@ func run(cfg config, stdout, stderr io.Writer) int {
 		gpus = j.vram.uuids()
 	}
 	j.printf("simjob: pid=%d gpus=%s vram=%d", j.pid, gpus, cfg.vramMiB)
+	if err := j.applyMPS(); err != nil {
+		j.errorf("%v", err)
+		j.release()
+		return 2
+	}
 	if cfg.oomOnce != "" {
 		if code, failed := j.oomOnce(); failed {
 			return code
@@ -128,7 +133,7 @@ func (j *job) loop(sigs <-chan os.Signal) int {
 		defer t.Stop()
 		verifyC = t.C
 	}
-	ticks := 0
+	ticks, cycle := 0, 0
 	for {
 		select {
 		case sig := <-sigs:
@@ -170,6 +175,14 @@ func (j *job) loop(sigs <-chan os.Signal) int {
 			}
 		case <-holdC:
 			j.release()
+			if cycle < j.cfg.cycles && steps > 0 {
+				cycle++
+				j.vram.got, j.vram.held = make([]uint64, len(j.vram.devs)), 0
+				j.printf("simjob: freed all VRAM, cycle %d of %d", cycle, j.cfg.cycles)
+				begin, step, holdC = time.Now().Add(j.cfg.hold), 1, nil
+				stepC = stepAt(1)
+				continue
+			}
 			j.printf("simjob: done, exiting with %d", j.cfg.exitCode)
 			return j.cfg.exitCode
 		}

@@ -21,6 +21,10 @@ type vram struct {
 	devs  []simgpu.Device // in CUDA ordinal order
 	got   []uint64        // MiB held on each device, by position in devs
 	held  uint64          // MiB held on every device
+	// limits are the MPS memory limits by device uuid, registered before
+	// the first allocation and again after each release.
+	limits  map[string]uint64
+	limited bool
 }
 
 // openVRAM finds the sim directory and the visible GPUs from the environment.
@@ -61,6 +65,11 @@ type oomError struct {
 }
 
 func (e *oomError) Error() string {
+	if e.err.LimitMiB > 0 {
+		return fmt.Sprintf("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate %d MiB. "+
+			"GPU %d has a total capacity of %d MiB of which %d MiB is free under this process's MPS memory limit of %d MiB. (simulated on %s)",
+			e.err.RequestedMiB, e.ordinal, e.err.Device.TotalMiB, e.err.FreeMiB, e.err.LimitMiB, e.err.Device.UUID)
+	}
 	return fmt.Sprintf("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate %d MiB. "+
 		"GPU %d has a total capacity of %d MiB of which %d MiB is free. (simulated on %s)",
 		e.err.RequestedMiB, e.ordinal, e.err.Device.TotalMiB, e.err.FreeMiB, e.err.Device.UUID)
@@ -73,6 +82,9 @@ func (e *oomError) Unwrap() error { return e.err }
 // fails with simgpu.ErrLocked, and a later call resumes where it stopped.
 func (v *vram) grow(total uint64) error {
 	v.follow()
+	if err := v.applyLimits(); err != nil {
+		return err
+	}
 	for i, d := range v.devs {
 		if v.got[i] >= total {
 			continue
@@ -94,6 +106,7 @@ func (v *vram) grow(total uint64) error {
 // release frees all the job's simulated memory.
 func (v *vram) release() error {
 	v.follow()
+	v.limited = false
 	return v.reg.Release(v.pid)
 }
 

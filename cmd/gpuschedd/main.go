@@ -1,7 +1,8 @@
 // Command gpuschedd is the gpusched daemon: it owns the machine's GPUs and
 // serves the JSON-lines protocol on a Unix socket. Re-executed as
 // "gpusched-init", the same binary is the init of one managed process tree;
-// as "gpusched-cudahelper", the process that holds the CUDA driver library.
+// as "gpusched-cudahelper", the process that holds the CUDA driver library;
+// as "gpusched-filler", the process that holds a GPU's reserved memory.
 package main
 
 import (
@@ -16,6 +17,7 @@ import (
 	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/daemon"
+	"github.com/gpusched/gpusched/internal/memfill"
 	"github.com/gpusched/gpusched/internal/nsinit"
 )
 
@@ -25,6 +27,9 @@ func main() {
 	}
 	if checkpoint.IsHelper() {
 		os.Exit(checkpoint.HelperMain())
+	}
+	if memfill.IsHelper() {
+		os.Exit(memfill.HelperMain())
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

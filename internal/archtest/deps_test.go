@@ -73,11 +73,15 @@ var allowed = map[string][]string{
 	"internal/nsinit":                    {"internal/procfs"},
 	"internal/checkpoint":                {"internal/procfs", "internal/store", "pkg/api", "internal/simgpu", "internal/execx"},
 	"internal/execx":                     {},
+	"internal/mps":                       {"internal/execx"},
+	"internal/mps/mpstest":               {},
+	"internal/cgroup":                    {},
 	"internal/checkpoint/checkpointtest": {},
+	"internal/memfill":                   {"internal/procfs", "internal/simgpu"},
 	"internal/checkpoint/checkpointtest/cuda-checkpoint": {"internal/simgpu", "internal/procfs", "internal/checkpoint", "internal/checkpoint/checkpointtest"},
 	"internal/cli":        {"pkg/api"},
 	"cmd/gpuschedctl":     {"internal/cli"},
-	"cmd/gpuschedd":       {"internal/checkpoint", "internal/config", "internal/daemon", "internal/nsinit"},
+	"cmd/gpuschedd":       {"internal/checkpoint", "internal/config", "internal/daemon", "internal/memfill", "internal/nsinit"},
 	"cmd/gpusched-simjob": {"internal/procfs", "internal/simgpu"},
 }
 
@@ -96,6 +100,13 @@ func TestImportRules(t *testing.T) {
 			}
 			if ok, restricted := allowed[name]; restricted && !contains(ok, imp) {
 				t.Errorf("%s may not import %s (allowed: %v)", name, imp, ok)
+			}
+		}
+		if name == "internal/cgroup" {
+			for _, imp := range p.Imports {
+				if strings.Contains(strings.SplitN(imp, "/", 2)[0], ".") && !strings.HasPrefix(imp, "golang.org/x/sys/") {
+					t.Errorf("%s may use only the standard library and golang.org/x/sys, imports %s", name, imp)
+				}
 			}
 		}
 		if name == "pkg/api" || name == "internal/placement" {

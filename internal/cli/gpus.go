@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/gpusched/gpusched/pkg/api"
 	"github.com/spf13/cobra"
@@ -13,9 +14,17 @@ import (
 func newGPUsCmd(a *app) *cobra.Command {
 	return &cobra.Command{
 		Use:   "gpus",
-		Short: "List the GPUs with their memory, load and processes",
-		Long: `List the GPUs as the daemon last sampled them. PROCS counts the processes
-holding memory on each GPU, managed or not; --json lists them.`,
+		Short: "List the GPUs with their memory, load, health, leases and frozen memory",
+		Long: `List the GPUs as the daemon last sampled them, by index.
+
+MEMORY is used/total; POWER is draw/limit; "-" is a value the GPU does not
+report. HEALTH is "unhealthy" when the GPU breaks one of the daemon's health
+thresholds (--ban-gpu, --min-free, --max-util, --max-power, --max-temp), and
+the reasons follow the table: no job or lease is placed on such a GPU.
+LEASES are the ids of your leases holding the GPU (everyone's for root),
+FROZEN the GPU memory of processes frozen off it, parked in host RAM, and
+PROCS the number of processes holding memory on it, managed or not; --json
+lists them.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var res api.GPUsResult
@@ -26,20 +35,58 @@ holding memory on each GPU, managed or not; --json lists them.`,
 	}
 }
 
-// writeGPUs prints the GPU table in the order given.
+// writeGPUs prints the GPU table in the order given, then why the unhealthy
+// GPUs are unhealthy, then the driver versions.
 func writeGPUs(w io.Writer, gpus []api.GPU) error {
 	t := newTable(w)
-	fmt.Fprintf(t, "INDEX\tUUID\tNAME\tUSED/TOTAL\tFREE\tUTIL\tPOWER\tPROCS\n")
+	fmt.Fprintf(t, "INDEX\tNAME\tMEMORY\tUTIL\tPOWER\tTEMP\tHEALTH\tLEASES\tFROZEN\tPROCS\n")
+	var reasons []string
 	for _, g := range gpus {
-		util, power := "-", "-"
+		util, temp, health, leases, frozen := "-", "-", "ok", "-", "-"
 		if g.UtilPercent != nil {
 			util = strconv.Itoa(*g.UtilPercent) + "%"
 		}
-		if g.PowerWatts != nil {
-			power = fmt.Sprintf("%.0fW", *g.PowerWatts)
+		if g.TempC != nil {
+			temp = strconv.Itoa(*g.TempC) + "C"
 		}
-		fmt.Fprintf(t, "%d\t%s\t%s\t%s/%s\t%s\t%s\t%s\t%d\n",
-			g.Index, g.UUID, g.Name, mib(g.UsedMiB), mib(g.TotalMiB), mib(g.FreeMiB), util, power, len(g.Processes))
+		if !g.Healthy {
+			health = "unhealthy"
+			reasons = append(reasons, g.Unhealthy...)
+		}
+		if len(g.Leases) > 0 {
+			leases = strings.Join(g.Leases, ",")
+		}
+		if g.FrozenMiB > 0 {
+			frozen = mib(g.FrozenMiB)
+		}
+		fmt.Fprintf(t, "%d\t%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n",
+			g.Index, g.Name, mib(g.UsedMiB), mib(g.TotalMiB), util, powerText(g.PowerWatts, g.PowerLimitWatts),
+			temp, health, leases, frozen, len(g.Processes))
 	}
-	return t.Flush()
+	if err := t.Flush(); err != nil {
+		return err
+	}
+	for _, r := range reasons {
+		if _, err := fmt.Fprintln(w, r); err != nil {
+			return err
+		}
+	}
+	if len(gpus) > 0 && (gpus[0].Driver != "" || gpus[0].Checkpoint != "") {
+		_, err := fmt.Fprintf(w, "driver %s, checkpoint driver %s\n", orDash(gpus[0].Driver), orDash(gpus[0].Checkpoint))
+		return err
+	}
+	return nil
+}
+
+// powerText shows draw/limit as "252W/700W", "252W" without a limit, "-"
+// when neither is known.
+func powerText(draw, limit *float64) string {
+	d := "-"
+	if draw != nil {
+		d = fmt.Sprintf("%.0fW", *draw)
+	}
+	if limit == nil {
+		return d
+	}
+	return fmt.Sprintf("%s/%.0fW", d, *limit)
 }

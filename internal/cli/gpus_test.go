@@ -7,12 +7,17 @@ import (
 )
 
 func TestGPUsTable(t *testing.T) {
-	util, power := 35, 251.6
+	util, power, limit, temp, hot := 35, 251.6, 700.0, 64, 95
 	gpus := []api.GPU{
 		{Index: 0, UUID: "GPU-aaaa", Name: "H100", TotalMiB: 81920, UsedMiB: 12800, FreeMiB: 69120,
-			UtilPercent: &util, PowerWatts: &power,
+			UtilPercent: &util, PowerWatts: &power, PowerLimitWatts: &limit, TempC: &temp,
+			Driver: "550.54.15", Checkpoint: "api", Healthy: true, Unhealthy: []string{}, Leases: []string{"l1", "l3"},
 			Processes: []api.GPUProcess{{PID: 4242, UsedMiB: 12288, Managed: "train"}, {PID: 99, UsedMiB: 512}}},
-		{Index: 1, UUID: "GPU-bbbb", Name: "sim", TotalMiB: 1000, FreeMiB: 1000, Processes: []api.GPUProcess{}},
+		{Index: 1, UUID: "GPU-bbbb", Name: "H100", TotalMiB: 81920, FreeMiB: 81920, PowerLimitWatts: &limit, TempC: &hot,
+			Driver: "550.54.15", Checkpoint: "api", Unhealthy: []string{"GPU 1: temperature 95 C is above --max-temp 85"},
+			Leases: []string{}, FrozenMiB: 1536, Processes: []api.GPUProcess{}},
+		{Index: 2, UUID: "GPU-cccc", Name: "sim", TotalMiB: 1000, FreeMiB: 1000, Healthy: true,
+			Unhealthy: []string{}, Leases: []string{}, Processes: []api.GPUProcess{}},
 	}
 	d := newFakeDaemon(t, map[string]handler{api.MethodGPUs: answer(result(api.GPUsResult{GPUs: gpus}))})
 	out, errOut, code := ctl(t, d, "gpus")
@@ -20,10 +25,25 @@ func TestGPUsTable(t *testing.T) {
 		t.Fatalf("code %d, stderr %q", code, errOut)
 	}
 	want := "" +
-		"INDEX  UUID      NAME  USED/TOTAL         FREE      UTIL  POWER  PROCS\n" +
-		"0      GPU-aaaa  H100  12.5 GiB/80.0 GiB  67.5 GiB  35%   252W   2\n" +
-		"1      GPU-bbbb  sim   0 MiB/1000 MiB     1000 MiB  -     -      0\n"
+		"INDEX  NAME  MEMORY             UTIL  POWER      TEMP  HEALTH     LEASES  FROZEN   PROCS\n" +
+		"0      H100  12.5 GiB/80.0 GiB  35%   252W/700W  64C   ok         l1,l3   -        2\n" +
+		"1      H100  0 MiB/80.0 GiB     -     -/700W     95C   unhealthy  -       1.5 GiB  0\n" +
+		"2      sim   0 MiB/1000 MiB     -     -          -     ok         -       -        0\n" +
+		"GPU 1: temperature 95 C is above --max-temp 85\n" +
+		"driver 550.54.15, checkpoint driver api\n"
 	if out != want {
 		t.Errorf("got\n%s\nwant\n%s", out, want)
+	}
+}
+
+// TestGPUsTableEmpty: no GPUs is a header alone.
+func TestGPUsTableEmpty(t *testing.T) {
+	d := newFakeDaemon(t, map[string]handler{api.MethodGPUs: answer(result(api.GPUsResult{GPUs: []api.GPU{}}))})
+	out, errOut, code := ctl(t, d, "gpus")
+	if code != 0 || errOut != "" {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	if want := "INDEX  NAME  MEMORY  UTIL  POWER  TEMP  HEALTH  LEASES  FROZEN  PROCS\n"; out != want {
+		t.Errorf("got %q, want %q", out, want)
 	}
 }

@@ -136,6 +136,10 @@ func writeJob(w io.Writer, j *api.Job) error {
 	fmt.Fprintf(t, "gpus:\t%d\n", j.GPUs)
 	fmt.Fprintf(t, "priority:\t%d\n", j.Priority)
 	fmt.Fprintf(t, "preemptible:\t%s\n", yesNo(j.Preemptible))
+	fmt.Fprintf(t, "nice:\t%d (%s priority)\n", j.Nice, priorityClass(j.Nice))
+	if j.MPSThreads > 0 || j.MPSMemLimit > 0 {
+		fmt.Fprintf(t, "mps:\t%s\n", mpsText(j.MPSThreads, j.MPSMemLimit))
+	}
 	fmt.Fprintf(t, "retries:\t%d of %d left\n", j.RetriesLeft, j.Retries)
 	fmt.Fprintf(t, "timeout:\t%s\n", offDuration(j.Timeout))
 	fmt.Fprintf(t, "submitted:\t%s\n", since(j.SubmittedAt))

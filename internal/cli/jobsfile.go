@@ -27,6 +27,10 @@ var jobOptions = map[string]string{
 	"retries":     "retries=N",
 	"preemptible": "preemptible[=true|false]",
 	"name":        "name=NAME",
+	"nice":        "nice=N",
+	// NVIDIA MPS client attributes (docs/mps.md).
+	"mps_threads":   "mps_threads=PERCENT",
+	"mps_mem_limit": "mps_mem_limit=SIZE",
 }
 
 // parseJobsFile reads a jobs file: one shell command per line, run as
@@ -144,7 +148,7 @@ func setJobOptions(spec *api.JobSpec, block string) []string {
 		form, known := jobOptions[key]
 		switch {
 		case !known:
-			problems = append(problems, fmt.Sprintf("unknown option %q (want vram, gpus, priority, timeout, retries, preemptible or name)", key))
+			problems = append(problems, fmt.Sprintf("unknown option %q (want vram, gpus, priority, timeout, retries, preemptible, name, nice, mps_threads or mps_mem_limit)", key))
 			continue
 		case seen[key]:
 			problems = append(problems, fmt.Sprintf("option %q is given twice", key))
@@ -208,6 +212,27 @@ func setJobOption(spec *api.JobSpec, key, value string, hasValue bool) error {
 			return err
 		}
 		spec.Name = value
+	case "nice":
+		n, err := strconv.Atoi(value)
+		if err != nil || n < -20 || n > 19 {
+			return fmt.Errorf("nice %q: want a whole number, -20..19", value)
+		}
+		spec.Nice = n
+	case "mps_threads":
+		n, err := strconv.Atoi(value)
+		if err != nil || n < 1 || n > 100 {
+			return fmt.Errorf("mps_threads %q: want a percentage, 1..100", value)
+		}
+		spec.MPSThreads = n
+	case "mps_mem_limit":
+		n, err := api.ParseMiB(value)
+		if err != nil {
+			return fmt.Errorf("mps_mem_limit: %w", err)
+		}
+		if n == 0 {
+			return fmt.Errorf("mps_mem_limit %q: must be more than 0", value)
+		}
+		spec.MPSMemLimit = api.VRAM{MiB: n}
 	}
 	return nil
 }

@@ -100,7 +100,7 @@ func TestParseJobsFileErrors(t *testing.T) {
 				`jobs.txt:6: timeout "soon": want a duration like 90m or 2h30m, or whole seconds` + "\n" +
 				`jobs.txt:6: preemptible "maybe": want true or false` + "\n" +
 				`jobs.txt:7: name "a/b": only letters, digits, '.', '_' and '-' are allowed` + "\n" +
-				`jobs.txt:8: unknown option "vrma" (want vram, gpus, priority, timeout, retries, preemptible or name)` + "\n" +
+				`jobs.txt:8: unknown option "vrma" (want vram, gpus, priority, timeout, retries, preemptible, name, nice, mps_threads or mps_mem_limit)` + "\n" +
 				`jobs.txt:9: option "gpus" is given twice` + "\n" +
 				`jobs.txt:10: option "vram" needs a value: vram=SIZE or vram=auto` + "\n" +
 				`jobs.txt:11: option "name" needs a value: name=NAME` + "\n" +

@@ -58,6 +58,7 @@ func newRoot(a *app) *cobra.Command {
 		newHibernateCmd(a), newForkCmd(a), newSnapshotsCmd(a), newSetCmd(a),
 		newSubmitCmd(a), newJobsCmd(a), newJobCmd(a), newCancelCmd(a),
 		newAcquireCmd(a), newLeasesCmd(a), newReleaseCmd(a),
+		newFillCmd(a), newUnfillCmd(a), newFillersCmd(a),
 	)
 	return root
 }

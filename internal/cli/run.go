@@ -19,6 +19,10 @@ type runOptions struct {
 	nice     int
 	user     string
 	policy   policyFlags
+	mps      mpsFlags
+	filled   float64
+	// filledSet: --filled was given (0 then is a mistake, not "off").
+	filledSet bool
 }
 
 // newRunCmd builds `run`.
@@ -33,11 +37,21 @@ The command goes after --; no shell is involved. By default the process gets
 this shell's environment (PATH, virtualenv, ...) plus the --env values; with
 --clean-env it gets only the --env values. It runs in --dir, by default the
 current directory. Without --gpu it sees every GPU. --priority, --pin, --ttl
-and --idle set its disk-tier policy (see gpuschedctl set --help).`,
+and --idle set its disk-tier policy (see gpuschedctl set --help).
+
+--filled R attaches a memory filler to the process's single GPU: the GPU's
+total usage is held at R of its memory while the process frees and
+re-allocates, and the filler is released when the process exits. The filler
+gives back within one --filler-tick what the process takes, so keep the
+process's allocation steps below the free room R leaves (5% of the GPU at
+0.95). It is refused when the GPU already has a filler (see gpuschedctl fill
+--help).`,
 		Example: `  gpuschedctl run train --gpu 0 -- python train.py --lr 3e-4
-  gpuschedctl run eval --gpu GPU-5f0c... --clean-env --env PATH=/usr/bin -- ./eval.sh`,
+  gpuschedctl run eval --gpu GPU-5f0c... --clean-env --env PATH=/usr/bin -- ./eval.sh
+  gpuschedctl run rollout --gpu 1 --filled 0.95 -- python rollout.py`,
 		Args: runArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			o.filledSet = cmd.Flags().Changed("filled")
 			p, err := o.params(args[0], args[1:])
 			if err != nil {
 				return err
@@ -56,6 +70,8 @@ and --idle set its disk-tier policy (see gpuschedctl set --help).`,
 	f.StringVar(&o.dir, "dir", "", "working directory `DIR` (default: the current directory)")
 	f.IntVar(&o.nice, "nice", 0, "CPU nice value `N`, -20..19 (below 0 needs root)")
 	f.StringVar(&o.user, "user", "", "run as `USER` (root only)")
+	o.mps.register(cmd, false)
+	f.Float64Var(&o.filled, "filled", 0, "hold its GPU's total memory usage at `RATIO` (0 < RATIO <= 1) with a filler while it runs")
 	o.policy.register(cmd, true)
 	return cmd
 }
@@ -95,6 +111,15 @@ func (o *runOptions) params(name string, argv []string) (api.RunParams, error) {
 		Priority: o.policy.priority, Pin: o.policy.pin, TTL: api.Duration(o.policy.ttl), Idle: api.Duration(o.policy.idle)}
 	if err := o.policy.check(); err != nil {
 		return p, err
+	}
+	if err := o.mps.apply(&p.MPSThreads, &p.MPSMemLimit); err != nil {
+		return p, err
+	}
+	if o.filledSet {
+		if !validRatio(o.filled) {
+			return p, usagef("--filled must be more than 0 and at most 1")
+		}
+		p.Filled = o.filled
 	}
 	refs, err := parseGPURefs(o.gpus)
 	if err != nil {

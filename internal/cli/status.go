@@ -40,6 +40,13 @@ func writeOverview(w io.Writer, st *api.Status) error {
 	fmt.Fprintf(t, "uptime:\t%s\n", age(time.Duration(st.UptimeSeconds*float64(time.Second))))
 	fmt.Fprintf(t, "processes:\t%s\n", stateCounts(st))
 	fmt.Fprintf(t, "jobs:\t%s\n", jobCounts(st))
+	for i := range st.Fillers {
+		key := ""
+		if i == 0 {
+			key = "fillers:"
+		}
+		fmt.Fprintf(t, "%s\t%s\n", key, fillerLine(&st.Fillers[i]))
+	}
 	fmt.Fprintf(t, "checkpoint:\t%s driver\n", st.Driver)
 	budget := "unlimited"
 	if st.RAMBudgetMiB > 0 {
@@ -60,6 +67,22 @@ func writeOverview(w io.Writer, st *api.Status) error {
 		fmt.Fprintf(g, "%d\t%s\t%s\t%s\t%s\n", s.Index, s.UUID, mib(s.UsedMiB), mib(s.TotalMiB), mib(s.FreeMiB))
 	}
 	return g.Flush()
+}
+
+// fillerLine shows a filler at a glance: "GPU 1 alice, held 70.0 GiB of
+// 76.0 GiB (0.95)", then what it is attached to or that it is a session's.
+func fillerLine(f *api.Filler) string {
+	s := fmt.Sprintf("GPU %d %s, held %s of %s", f.Index, f.User, mib(f.HeldMiB), fillerTarget(f))
+	switch {
+	case f.Process != "":
+		s += ", attached to " + f.Process
+	case f.Session:
+		s += ", session"
+	}
+	if f.Error != "" {
+		s += " (error: " + f.Error + ")"
+	}
+	return s
 }
 
 // jobCounts shows the queue: "3 running, 12 queued, 40 done; 1 lease".
@@ -160,6 +183,9 @@ func writeProcess(w io.Writer, p *api.Process) error {
 	fmt.Fprintf(t, "cmd:\t%s\n", cmdline(p.Cmd))
 	fmt.Fprintf(t, "dir:\t%s\n", p.Dir)
 	fmt.Fprintf(t, "nice:\t%d\n", p.Nice)
+	if p.MPSThreads > 0 || p.MPSMemLimit > 0 {
+		fmt.Fprintf(t, "mps:\t%s\n", mpsText(p.MPSThreads, p.MPSMemLimit))
+	}
 	if len(p.GPUs) == 0 {
 		fmt.Fprintf(t, "gpus:\t-\n")
 	}

@@ -23,6 +23,8 @@ type submitOptions struct {
 	env                   []string
 	cleanEnv              bool
 	file, csv             string
+	nice                  int
+	mps                   mpsFlags
 }
 
 // newSubmitCmd builds `submit`.
@@ -58,6 +60,11 @@ start with options in brackets, which replace the flags for that line:
                (preemptible=true or preemptible=false also work)
   name=NAME    the job's name, unique in the file (default: the daemon's
                job-N)
+  nice=N       CPU nice value of every thread, -20..19 (below 0: root)
+  mps_threads=PERCENT  run as an NVIDIA MPS client with this share of
+               each GPU's threads, 1..100
+  mps_mem_limit=SIZE   MPS memory limit per GPU (default: vram); see
+               docs/mps.md
 A command that itself starts with "[" goes after an empty block:
   [] [ -f data.bin ] && ./train.sh
 
@@ -101,6 +108,8 @@ Prints one line per queued job: its name, id, state and VRAM declaration.`,
 	f.StringVar(&o.user, "user", "", "queue as `USER` (root only)")
 	f.StringVar(&o.file, "file", "", "queue one job per line of jobs `FILE` (-: standard input)")
 	f.StringVar(&o.csv, "csv", "", "queue one job per row of CSV `FILE`")
+	f.IntVar(&o.nice, "nice", 0, "CPU nice value `N` of every thread, -20..19 (below 0 needs root)")
+	o.mps.register(cmd, true)
 	return cmd
 }
 
@@ -188,8 +197,12 @@ func (o *submitOptions) defaults() (api.JobSpec, error) {
 	if err != nil {
 		return api.JobSpec{}, err
 	}
-	return api.JobSpec{Name: o.name, Dir: dir, Env: env, VRAM: vram, GPUs: o.gpus, Priority: o.priority,
-		Timeout: api.Duration(o.timeout), Retries: o.retries, Preemptible: o.preemptible, User: o.user}, nil
+	spec := api.JobSpec{Name: o.name, Dir: dir, Env: env, VRAM: vram, GPUs: o.gpus, Priority: o.priority,
+		Timeout: api.Duration(o.timeout), Retries: o.retries, Preemptible: o.preemptible, User: o.user, Nice: o.nice}
+	if err := o.mps.apply(&spec.MPSThreads, &spec.MPSMemLimit); err != nil {
+		return api.JobSpec{}, err
+	}
+	return spec, nil
 }
 
 // jobsParser reads the jobs of a file named name.

@@ -57,8 +57,24 @@ type Config struct {
 	MinFreeMiB     uint64        // health: skip GPUs with less free memory
 	MaxUtilPercent int           // health: skip busier GPUs; 0 = off
 	MaxPowerWatts  float64       // health: skip GPUs drawing more; 0 = off
+	MaxTempC       int           // health: skip GPUs hotter than this, degrees C; 0 = off
 	BannedGPUs     []string      // health: never place on these GPUs (indices or UUIDs)
+
+	CgroupRoot string // parent of the trees' cgroups (cpu.weight): "" = the daemon's delegated cgroup, CgroupNone = off, or an absolute path
+
+	FillerChunkMiB uint64        // a filler allocates and frees GPU memory in chunks of this size
+	FillerTick     time.Duration // how often a filler checks the GPU's free memory
+	FillerOrphan   time.Duration // a filler left without a daemon this long frees its memory and exits
+
+	MPSControl string // nvidia-cuda-mps-control binary; "" = found on PATH
 }
+
+// MaxTempC is the highest --max-temp accepted, in degrees C: above any
+// GPU's shutdown temperature.
+const MaxTempC = 150
+
+// CgroupNone turns the trees' cgroups (cpu.weight) off: only nice applies.
+const CgroupNone = "none"
 
 // Snapshots is the snapshot directory in effect.
 func (c Config) Snapshots() string {
@@ -110,6 +126,10 @@ func Default() Config {
 		AgingStep:    10 * time.Minute,
 		StarveAfter:  30 * time.Minute,
 		JobKillGrace: 10 * time.Second,
+
+		FillerChunkMiB: 256,
+		FillerTick:     10 * time.Millisecond,
+		FillerOrphan:   10 * time.Minute,
 	}
 }
 
@@ -172,6 +192,12 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Var(mibFlag{&c.MinFreeMiB}, "min-free", "health filter: place nothing on a GPU with less free memory, e.g. 1G")
 	fs.IntVar(&c.MaxUtilPercent, "max-util", c.MaxUtilPercent, "health filter: place nothing on a GPU busier than this percent (0: off)")
 	fs.Float64Var(&c.MaxPowerWatts, "max-power", c.MaxPowerWatts, "health filter: place nothing on a GPU drawing more watts (0: off)")
+	fs.IntVar(&c.MaxTempC, "max-temp", c.MaxTempC, "health filter: place nothing on a GPU hotter than this many degrees C (0: off)")
+	fs.Var(mibFlag{&c.FillerChunkMiB}, "filler-chunk", "fillers hold GPU memory in chunks of this size, e.g. 256M")
+	fs.DurationVar(&c.FillerTick, "filler-tick", c.FillerTick, "how often a filler checks its GPU's free memory")
+	fs.DurationVar(&c.FillerOrphan, "filler-orphan", c.FillerOrphan, "a filler left without a daemon this long frees its memory and exits")
+	fs.StringVar(&c.MPSControl, "mps-control", c.MPSControl, "NVIDIA MPS control binary for mps_threads and mps_mem_limit (default: nvidia-cuda-mps-control on PATH)")
+	fs.StringVar(&c.CgroupRoot, "cgroup-root", c.CgroupRoot, "cgroup v2 directory under which each managed tree gets a cgroup whose cpu.weight follows its nice (default: the daemon's own cgroup, delegated by systemd; none: off)")
 	fs.Func("ban-gpu", "health filter: never place jobs or leases on this GPU (index or UUID; repeatable)", func(s string) error {
 		if _, err := api.ParseGPURef(s); err != nil {
 			return err
@@ -233,6 +259,12 @@ func (c Config) Validate() error {
 	check(c.JobKillGrace > 0, "--job-kill-grace %v: must be positive", c.JobKillGrace)
 	check(c.MaxUtilPercent >= 0 && c.MaxUtilPercent <= 100, "--max-util %d: must be 0..100", c.MaxUtilPercent)
 	check(c.MaxPowerWatts >= 0, "--max-power %v: must not be negative", c.MaxPowerWatts)
+	check(c.MaxTempC >= 0 && c.MaxTempC <= MaxTempC, "--max-temp %d: must be 0..%d degrees C", c.MaxTempC, MaxTempC)
+	check(c.FillerChunkMiB >= 1 && c.FillerChunkMiB <= 64<<10, "--filler-chunk %d MiB: must be 1M..64G", c.FillerChunkMiB)
+	check(c.FillerTick >= time.Millisecond && c.FillerTick <= time.Minute, "--filler-tick %v: must be 1ms..1m", c.FillerTick)
+	check(c.FillerOrphan >= time.Second, "--filler-orphan %v: must be at least 1s", c.FillerOrphan)
+	check(c.CgroupRoot == "" || c.CgroupRoot == CgroupNone || filepath.IsAbs(c.CgroupRoot) && filepath.Clean(c.CgroupRoot) == c.CgroupRoot,
+		"--cgroup-root %q: must be a clean absolute path or none", c.CgroupRoot)
 	switch c.CheckpointDriver {
 	case DriverAuto, DriverAPI, DriverCLI, DriverNone:
 	case DriverSim:

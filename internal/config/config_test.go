@@ -22,6 +22,19 @@ func TestLoad(t *testing.T) {
 	}
 }
 
+func TestLoadHealthFilters(t *testing.T) {
+	c, err := Load([]string{"--max-temp", "85", "--max-util", "90", "--max-power", "350.5", "--min-free", "1G", "--ban-gpu", "1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MaxTempC != 85 || c.MaxUtilPercent != 90 || c.MaxPowerWatts != 350.5 || c.MinFreeMiB != 1024 || len(c.BannedGPUs) != 1 {
+		t.Fatalf("health filters: %+v", c)
+	}
+	if d := Default(); d.MaxTempC != 0 {
+		t.Errorf("--max-temp defaults to %d, want 0 (off)", d.MaxTempC)
+	}
+}
+
 func TestValidate(t *testing.T) {
 	tests := []struct {
 		args []string
@@ -38,6 +51,14 @@ func TestValidate(t *testing.T) {
 		{[]string{"--log-format", "xml"}, "--log-format"},
 		{[]string{"--log-level", "loud"}, "--log-level"},
 		{[]string{"--init-path", "gpuschedd"}, "--init-path"},
+		{[]string{"--cgroup-root", "sys/fs/cgroup/x"}, "--cgroup-root"},
+		{[]string{"--cgroup-root", "/sys/fs/cgroup/../x"}, "--cgroup-root"},
+		{[]string{"--cgroup-root", "off"}, "--cgroup-root"},
+		{[]string{"--max-util", "101"}, "--max-util 101: must be 0..100"},
+		{[]string{"--max-power", "-1"}, "--max-power -1: must not be negative"},
+		{[]string{"--max-temp", "-1"}, "--max-temp -1: must be 0..150 degrees C"},
+		{[]string{"--max-temp", "151"}, "--max-temp 151: must be 0..150 degrees C"},
+		{[]string{"--max-temp", "hot"}, "invalid value"},
 		{[]string{"extra"}, "unexpected argument"},
 		{[]string{"--no-such-flag"}, "not defined"},
 	}
@@ -51,5 +72,17 @@ func TestValidate(t *testing.T) {
 	}
 	if err := Default().Validate(); err != nil {
 		t.Fatalf("defaults invalid: %v", err)
+	}
+}
+
+func TestCgroupRoot(t *testing.T) {
+	for _, v := range []string{"", "none", "/sys/fs/cgroup/gpusched"} {
+		c, err := Load([]string{"--cgroup-root", v}, io.Discard)
+		if err != nil || c.CgroupRoot != v {
+			t.Errorf("--cgroup-root %q: %q, %v", v, c.CgroupRoot, err)
+		}
+	}
+	if Default().CgroupRoot != "" {
+		t.Errorf("default --cgroup-root %q, want \"\" (auto)", Default().CgroupRoot)
 	}
 }

@@ -35,10 +35,12 @@ func (a *admission) notify() {
 	a.mu.Unlock()
 }
 
-// admit reserves need (MiB per GPU UUID) once every GPU has it free beyond
-// the margin. With wait 0 it answers at once; otherwise it waits up to wait
-// for memory to free. The returned func releases the reservation.
-func (d *Daemon) admit(ctx context.Context, what string, need map[string]uint64, wait time.Duration) (func(), error) {
+// admit reserves need (MiB per GPU UUID) for a thaw of uid's once every GPU
+// has it free beyond the margin, counting what uid's fillers would hand
+// over as free; they hand it over before admit returns. With wait 0 it
+// answers at once; otherwise it waits up to wait for memory to free. The
+// returned func releases the reservation.
+func (d *Daemon) admit(ctx context.Context, what string, uid uint32, need map[string]uint64, wait time.Duration) (func(), error) {
 	a := d.admission
 	var expired <-chan time.Time
 	if wait > 0 {
@@ -48,7 +50,7 @@ func (d *Daemon) admit(ctx context.Context, what string, need map[string]uint64,
 	}
 	for {
 		a.mu.Lock()
-		short, err := a.shortfall(d.gpuView(), need, d.cfg.ThawMarginMiB)
+		short, err := a.shortfall(d.gpuView(), need, d.cfg.ThawMarginMiB, d.yieldTo(uid))
 		if err != nil {
 			a.mu.Unlock()
 			return nil, err
@@ -58,7 +60,8 @@ func (d *Daemon) admit(ctx context.Context, what string, need map[string]uint64,
 				a.reserved[uuid] += mib
 			}
 			a.mu.Unlock()
-			return func() { a.release(need) }, nil
+			handedOver := d.handOver(context.WithoutCancel(ctx), uid, need)
+			return func() { handedOver(); a.release(need) }, nil
 		}
 		changed := a.changed
 		a.mu.Unlock()
@@ -116,16 +119,22 @@ func (a *admission) release(need map[string]uint64) {
 }
 
 // fits reports whether need fits now, without reserving it.
-func (a *admission) fits(gv *gpuView, need map[string]uint64, margin uint64) bool {
+func (a *admission) fits(gv *gpuView, need map[string]uint64, margin uint64, yield func(uuid string) uint64) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	short, err := a.shortfall(gv, need, margin)
+	short, err := a.shortfall(gv, need, margin, yield)
 	return err == nil && short == ""
 }
 
-// shortfall describes the first GPU (by index) that lacks room for need,
-// or "" when all have it. A GPU missing from the sample is an error.
-func (a *admission) shortfall(gv *gpuView, need map[string]uint64, margin uint64) (string, error) {
+// yieldTo says how much memory uid's filler on a GPU would hand over.
+func (d *Daemon) yieldTo(uid uint32) func(uuid string) uint64 {
+	return func(uuid string) uint64 { return d.fillerYield(uuid, uid) }
+}
+
+// shortfall describes the GPUs (by index) that lack room for need, or ""
+// when all have it; yield is memory a GPU's filler would hand over. A GPU
+// missing from the sample is an error.
+func (a *admission) shortfall(gv *gpuView, need map[string]uint64, margin uint64, yield func(uuid string) uint64) (string, error) {
 	uuids := make([]string, 0, len(need))
 	for uuid := range need {
 		uuids = append(uuids, uuid)
@@ -137,7 +146,7 @@ func (a *admission) shortfall(gv *gpuView, need map[string]uint64, margin uint64
 		if !ok {
 			return "", api.Errorf(api.CodeUnavailable, "GPU %s is not present", uuid)
 		}
-		avail := free(dev.TotalMiB, dev.UsedMiB+a.reserved[uuid])
+		avail := free(dev.TotalMiB, dev.UsedMiB+a.reserved[uuid]) + yield(uuid)
 		if need[uuid]+margin > avail {
 			shorts = append(shorts, fmt.Sprintf("GPU %d needs %d MiB plus a %d MiB margin, %d MiB free", dev.Index, need[uuid], margin, avail))
 		}

@@ -81,6 +81,7 @@ func (d *Daemon) adopt(rec proctable.Record) {
 			}
 		}
 	}
+	d.adoptCPU(rec)
 	d.watch(rec, rt)
 	if rec.State == api.StateFreezing || rec.State == api.StateThawing {
 		rec = d.settleInterrupted(rec, log)

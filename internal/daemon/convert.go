@@ -15,8 +15,9 @@ func toAPI(r proctable.Record, gv *gpuView) api.Process {
 		Cmd: r.Cmd, Dir: r.Dir, Nice: r.Nice, Log: r.LogPath,
 		CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, ExitedAt: r.ExitedAt, Exit: r.Exit,
 		GPUs: make([]api.ProcessGPU, 0, len(r.GPUs)), Error: r.Error, Note: r.Note, Policy: r.Policy, Snapshot: r.Snapshot,
-		Job: r.Job, PreemptedBy: r.PreemptedBy,
+		Job: r.Job, PreemptedBy: r.PreemptedBy, Filled: r.Filled,
 	}
+	p.MPSThreads, p.MPSMemLimit = r.MPSThreads, r.MPSMemLimitMiB
 	switch {
 	case !r.Live():
 	case r.State == api.StateHibernated || r.State == api.StateRestoring:

@@ -19,6 +19,7 @@ import (
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/gpu"
 	"github.com/gpusched/gpusched/internal/jobqueue"
+	"github.com/gpusched/gpusched/internal/mps"
 	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/internal/store"
@@ -64,6 +65,9 @@ type Daemon struct {
 	learned    *jobqueue.Learned
 	sched      *scheduler
 	leases     *leaseSet
+	cpu        cpuPriority
+	mps        *mps.Manager // the MPS control daemon and its clients
+	fillers    *fillerSet
 
 	conns    connSet
 	wg       sync.WaitGroup // connection goroutines
@@ -92,7 +96,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, events: newBroker(), procs: newRuntimes(), admission: newAdmission(),
-		sched: newScheduler(), leases: newLeaseSet(), startedAt: time.Now(), ready: make(chan struct{})}
+		sched: newScheduler(), leases: newLeaseSet(), fillers: newFillerSet(), startedAt: time.Now(), ready: make(chan struct{})}
 	for _, o := range opts {
 		o(d)
 	}
@@ -103,6 +107,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		}
 		d.log = l
 	}
+	d.detectCPU()
 	d.initPath = cfg.InitPath
 	if d.initPath == "" {
 		exe, err := os.Executable()
@@ -119,6 +124,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	if err := d.openGPUs(); err != nil {
 		return nil, err
 	}
+	d.openMPS()
 	d.methods = d.methodTable()
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(softMemoryLimit)
@@ -168,6 +174,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.driver != nil {
 		defer d.driver.Close()
 	}
+	defer d.closeCPU()
 	if err != nil {
 		return err
 	}
@@ -177,11 +184,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 	serving, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
 	var bg sync.WaitGroup
-	bg.Add(4)
+	bg.Add(5)
 	go func() { defer bg.Done(); d.sampler.run(serving) }()
 	go func() { defer bg.Done(); d.rotateLogs(serving) }()
 	go func() { defer bg.Done(); d.runPolicies(serving) }()
 	go func() { defer bg.Done(); d.runScheduler(serving) }()
+	go func() { defer bg.Done(); d.runFillers(serving) }()
 	d.sched.kick()
 
 	serveErr := make(chan error, 1)
@@ -205,6 +213,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	bg.Wait()
 	d.bg.Wait()
 	d.procs.closeAll()
+	d.closeMPS()
 	d.log.Info("stopped; managed processes keep running")
 	return err
 }
@@ -245,9 +254,14 @@ func (d *Daemon) boot(ctx context.Context) error {
 	if err := d.openDiskTier(ctx); err != nil {
 		return err
 	}
+	d.setupCPU()
 	d.adoptAll(ctx)
+	d.adoptMPS(ctx)
 	d.discardIncomplete()
-	return nil
+	if d.fillers.store, err = store.OpenRecords(filepath.Join(d.cfg.StateDir, "fillers")); err != nil {
+		return err
+	}
+	return d.openFillers(ctx)
 }
 
 // lockState takes an exclusive lock on the state dir so two daemons never
@@ -286,7 +300,8 @@ func (d *Daemon) hello(c *call) (any, error) {
 	}
 	caps = append(caps, d.driverCaps()...)
 	caps = append(caps, d.diskCaps()...)
-	caps = append(caps, api.CapQueue, api.CapLeases)
+	caps = append(caps, d.cpuCaps()...)
+	caps = append(caps, api.CapQueue, api.CapLeases, api.CapFill)
 	if d.driver != nil {
 		caps = append(caps, api.CapPreemption)
 	}
@@ -323,5 +338,8 @@ func (d *Daemon) methodTable() map[string]method {
 		api.MethodAcquire:        {stream: d.acquire},
 		api.MethodRelease:        {unary: d.release},
 		api.MethodLeases:         {unary: d.listLeases},
+		api.MethodFill:           {unary: d.fill},
+		api.MethodUnfill:         {unary: d.unfill},
+		api.MethodFillers:        {unary: d.listFillers},
 	}
 }

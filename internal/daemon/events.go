@@ -9,10 +9,12 @@ import (
 
 // onChange publishes table changes in order; it runs under the table lock.
 func (d *Daemon) onChange(c proctable.Change) {
+	d.mpsChange(c)
 	if e, ok := d.eventOf(c); ok {
 		e.Time = time.Now()
 		d.events.publish(e)
 		d.sched.kick()
+		d.fillers.kick()
 	}
 }
 

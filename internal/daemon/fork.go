@@ -32,6 +32,9 @@ func (d *Daemon) fork(c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := refuseMPS(src); err != nil {
+		return nil, err
+	}
 	if p.Copies < 1 || p.Copies > maxCopies {
 		return nil, invalidf("fork %q: copies %d is outside 1..%d", p.Name, p.Copies, maxCopies)
 	}

@@ -48,7 +48,11 @@ func (d *Daemon) freeze(c *call) (any, error) {
 // lockProcess checks the driver and the caller's right to name, then takes
 // name's lifecycle lock and returns the record as it is under the lock.
 func (d *Daemon) lockProcess(c *call, name string) (func(), proctable.Record, error) {
-	if _, err := d.lookup(c, name); err != nil {
+	r, err := d.lookup(c, name)
+	if err != nil {
+		return nil, proctable.Record{}, err
+	}
+	if err := refuseMPS(r); err != nil {
 		return nil, proctable.Record{}, err
 	}
 	if err := d.needDriver(); err != nil {
@@ -70,6 +74,9 @@ func (d *Daemon) lockProcess(c *call, name string) (func(), proctable.Record, er
 // left locked or failed by an earlier attempt is resumed from the states
 // the driver reports.
 func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts freezeOpts) (api.CheckpointResult, error) {
+	if err := refuseMPS(rec); err != nil {
+		return api.CheckpointResult{}, err
+	}
 	start := time.Now()
 	var procs []proctable.CheckpointProc
 	assumed := checkpoint.StateRunning

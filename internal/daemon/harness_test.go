@@ -36,6 +36,7 @@ type harness struct {
 	d      *Daemon
 	cancel context.CancelFunc
 	done   chan error
+	opts   []Option // passed to New after the test logger
 }
 
 func newHarness(t testing.TB, mods ...func(*config.Config)) *harness {
@@ -60,6 +61,7 @@ func prepareHarness(t testing.TB, mods ...func(*config.Config)) *harness {
 	c.InitPath = h.bins.Daemon
 	c.KillGrace = 5 * time.Second
 	c.GPUPoll = 50 * time.Millisecond
+	c.CgroupRoot = config.CgroupNone // never reorganise the test runner's own cgroup
 	for _, m := range mods {
 		m(&c)
 	}
@@ -71,7 +73,7 @@ func prepareHarness(t testing.TB, mods ...func(*config.Config)) *harness {
 // start runs a fresh Daemon on the harness's configuration.
 func (h *harness) start() {
 	h.t.Helper()
-	d, err := New(h.cfg, WithLogger(zaptest.NewLogger(h.t, zaptest.Level(zap.WarnLevel))))
+	d, err := New(h.cfg, append([]Option{WithLogger(zaptest.NewLogger(h.t, zaptest.Level(zap.WarnLevel)))}, h.opts...)...)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -111,6 +113,12 @@ func (h *harness) killAll() {
 			unix.Kill(r.InitPID, unix.SIGKILL)
 			var ws unix.WaitStatus
 			unix.Wait4(r.InitPID, &ws, 0, nil)
+		}
+	}
+	// Filler helpers outlive the daemon by design; not the test.
+	for _, f := range h.d.fillers.all() {
+		if f.rec.PID > 0 && procfs.Alive(f.rec.PID, f.rec.Start) {
+			unix.Kill(f.rec.PID, unix.SIGKILL)
 		}
 	}
 }

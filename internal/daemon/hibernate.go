@@ -36,7 +36,9 @@ func (d *Daemon) hibernate(c *call) (any, error) {
 	if err := c.decode(&p); err != nil {
 		return nil, err
 	}
-	if _, err := d.lookup(c, p.Name); err != nil {
+	if r, err := d.lookup(c, p.Name); err != nil {
+		return nil, err
+	} else if err := refuseMPS(r); err != nil {
 		return nil, err
 	}
 	if err := d.needCRIU(); err != nil {

@@ -58,6 +58,7 @@ func jobEvent(j *jobqueue.Job) api.Job {
 	if a := j.Current(); a != nil {
 		out.StartedAt, out.Exit, out.Process = a.StartedAt, a.Exit, j.Name
 	}
+	out.Nice, out.MPSThreads, out.MPSMemLimit = j.Nice, j.MPSThreads, j.MPSLimitMiB()
 	return out
 }
 
@@ -67,6 +68,7 @@ func (d *Daemon) onSample() {
 	d.admission.notify()
 	d.observe(d.gpuView())
 	d.sched.kick()
+	d.fillers.kick()
 }
 
 // observe updates the peak memory of every managed tree and external

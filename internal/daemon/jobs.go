@@ -34,6 +34,9 @@ func (d *Daemon) submit(c *call) (any, error) {
 	case len(p.Jobs) > maxJobsPerSubmit:
 		return nil, invalidf("submit: %d jobs in one submission; at most %d", len(p.Jobs), maxJobsPerSubmit)
 	}
+	if err := d.checkSubmitMPS(specs); err != nil {
+		return nil, err
+	}
 	jobs := make([]*jobqueue.Job, 0, len(specs))
 	var errs []string
 	for i, s := range specs {
@@ -111,6 +114,12 @@ func (d *Daemon) newJob(c *call, s api.JobSpec) (*jobqueue.Job, error) {
 	case s.Priority < -maxJobPriority || s.Priority > maxJobPriority:
 		return nil, invalidf("%s: priority %d: must be %d..%d", what, s.Priority, -maxJobPriority, maxJobPriority)
 	}
+	if err := checkNice(c.actor, what, s.Nice); err != nil {
+		return nil, err
+	}
+	if err := d.checkJobMPS(what, s); err != nil {
+		return nil, err
+	}
 	owner, err := d.runAs(c.actor, s.User)
 	if err != nil {
 		return nil, err
@@ -126,12 +135,14 @@ func (d *Daemon) newJob(c *call, s api.JobSpec) (*jobqueue.Job, error) {
 	if s.VRAM.Auto {
 		vram, _ = d.learned.Get(owner.UID, s.Cmd)
 	}
-	return &jobqueue.Job{
+	j := &jobqueue.Job{
 		Name: s.Name, Owner: jobqueue.Owner(owner), Cmd: s.Cmd, Dir: dir, Env: s.Env,
 		VRAM: s.VRAM, VRAMMiB: vram, GPUs: gpus, Priority: s.Priority, Timeout: time.Duration(s.Timeout),
 		Retries: s.Retries, RetriesLeft: s.Retries, Preemptible: s.Preemptible,
 		State: api.JobQueued, SubmittedAt: time.Now(), Attempts: []api.Attempt{},
-	}, nil
+	}
+	j.Nice, j.MPSThreads, j.MPSMemLimitMiB = s.Nice, s.MPSThreads, s.MPSMemLimit.MiB
+	return j, nil
 }
 
 // lookupJob finds a job by name or id and checks that the caller may see

@@ -120,7 +120,12 @@ func (d *Daemon) runAttempt(ctx context.Context, j *jobqueue.Job, preempt []stri
 		LogPath:    filepath.Join(d.cfg.LogDir, j.Name+".log"),
 		StatusPath: filepath.Join(d.statusDir(), j.Proc),
 	}
-	env, err := d.environ(api.RunParams{Name: j.Name, Env: j.Env}, j.Proc, rec.GPUs)
+	// The job is recorded as starting: fillers on its GPUs hand its
+	// declaration over before its process runs.
+	d.syncFillers(ctx, rec.GPUs)
+	rec.Nice, rec.MPSThreads, rec.MPSMemLimitMiB = j.Nice, j.MPSThreads, j.MPSLimitMiB()
+	env, err := d.environ(api.RunParams{Name: j.Name, Env: j.Env, Nice: rec.Nice, MPSThreads: rec.MPSThreads,
+		MPSMemLimit: api.VRAM{MiB: rec.MPSMemLimitMiB}}, j.Proc, rec.GPUs)
 	if err == nil {
 		env = append(env, "GPUSCHED_JOB="+j.ID)
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startTimeout)
@@ -129,7 +134,7 @@ func (d *Daemon) runAttempt(ctx context.Context, j *jobqueue.Job, preempt []stri
 			if cur, ok := d.jobs.Get(j.ID); ok && cur.Ending == api.JobCancelled {
 				err = errCancelled
 			} else {
-				_, err = d.start(sctx, rec, env, j.Current().N > 1)
+				_, err = d.startProc(sctx, rec, env, j.Current().N > 1)
 			}
 			unlock()
 		}

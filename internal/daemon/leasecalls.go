@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -26,11 +27,13 @@ func (d *Daemon) acquire(c *call, _ func(*api.Event) error) (any, error) {
 		return nil, invalidf("acquire: max_util %d: must be 0..100", p.MaxUtil)
 	case p.MaxPower < 0:
 		return nil, invalidf("acquire: max_power %v: must not be negative", p.MaxPower)
+	case p.MaxTemp < 0 || p.MaxTemp > config.MaxTempC:
+		return nil, invalidf("acquire: max_temp %d: must be 0..%d degrees C", p.MaxTemp, config.MaxTempC)
 	case p.Priority < -maxJobPriority || p.Priority > maxJobPriority:
 		return nil, invalidf("acquire: priority %d: must be %d..%d", p.Priority, -maxJobPriority, maxJobPriority)
 	}
 	l := &lease{uid: c.actor.UID, user: c.actor.User, peerPID: c.actor.PID, mib: p.MinFree.MiB, count: max(p.GPUs, 1),
-		maxUtil: p.MaxUtil, maxPower: p.MaxPower, priority: p.Priority, queuedAt: time.Now()}
+		maxUtil: p.MaxUtil, maxPower: p.MaxPower, maxTemp: p.MaxTemp, priority: p.Priority, queuedAt: time.Now()}
 	if len(p.GPUIDs) > 0 {
 		uuids, err := d.resolveGPUs("acquire", nil, p.GPUIDs)
 		if err != nil {
@@ -56,6 +59,7 @@ func (d *Daemon) acquire(c *call, _ func(*api.Event) error) (any, error) {
 		case granted:
 			c.conn.onClose(func() { d.releaseLease(l.id) })
 			h, _ := d.leases.heldCopy(l.id)
+			d.syncFillers(ctx, h.uuids) // the owner's fillers hand the lease its memory
 			out := leaseToAPI(h, d.gpuView())
 			d.events.publish(api.Event{Type: api.EventLease, Time: time.Now(), Name: l.id, Lease: &out})
 			return out, nil

@@ -27,6 +27,7 @@ type lease struct {
 	only     []string
 	maxUtil  int
 	maxPower float64
+	maxTemp  int
 	priority int
 	seq      uint64
 	queuedAt time.Time
@@ -72,7 +73,7 @@ func (s *leaseSet) queue() []placement.Job {
 	for _, l := range s.pending {
 		out = append(out, placement.Job{ID: leasePrefix + l.id, Owner: l.user, Priority: l.priority, Seq: l.seq,
 			QueuedAt: l.queuedAt, GPUs: l.count, VRAMMiB: l.mib, Only: l.only, MaxUtilPercent: l.maxUtil, MaxPowerWatts: l.maxPower,
-			PreemptAny: l.uid == 0})
+			MaxTempC: l.maxTemp, PreemptAny: l.uid == 0})
 	}
 	slices.SortFunc(out, func(a, b placement.Job) int { return strings.Compare(a.ID, b.ID) })
 	return out

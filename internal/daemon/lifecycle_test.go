@@ -130,6 +130,8 @@ func TestEnvironmentIsExactlyWhatWasAsked(t *testing.T) {
 		"FOO=bar",
 		"GPUSCHED_ID=" + p.ID,
 		"GPUSCHED_NAME=env",
+		"GPUSCHED_NICE=0",
+		"GPUSCHED_PRIORITY=normal",
 		"GPUSCHED_SIM_DIR=" + h.cfg.SimDir,
 		"GPUSCHED_SOCKET=" + h.cfg.Socket,
 	}

@@ -39,7 +39,7 @@ func (d *Daemon) placementInput(now time.Time) (placement.Snapshot, []placement.
 	at := map[string]int{}
 	for i, dv := range gv.devices {
 		gpus[i] = placement.GPU{Index: dv.Index, UUID: dv.UUID, TotalMiB: dv.TotalMiB, UsedMiB: dv.UsedMiB,
-			UtilPercent: dv.UtilPercent, PowerWatts: dv.PowerWatts, Occupants: []placement.Occupant{}}
+			UtilPercent: dv.UtilPercent, PowerWatts: dv.PowerWatts, TempC: dv.TempC, Occupants: []placement.Occupant{}}
 		at[dv.UUID] = i
 	}
 	add := func(uuid string, o placement.Occupant) {
@@ -58,9 +58,10 @@ func (d *Daemon) placementInput(now time.Time) (placement.Snapshot, []placement.
 			}
 		}
 	}
+	fillerPIDs := d.fillers.pids()
 	var extPIDs []int
 	for _, pu := range gv.procs {
-		if gv.owner[pu.PID] == "" {
+		if gv.owner[pu.PID] == "" && fillerPIDs[pu.PID] == "" {
 			extPIDs = append(extPIDs, pu.PID)
 		}
 	}
@@ -101,7 +102,7 @@ func (d *Daemon) placementInput(now time.Time) (placement.Snapshot, []placement.
 		}
 	}
 	for _, pu := range gv.procs {
-		if gv.owner[pu.PID] != "" {
+		if gv.owner[pu.PID] != "" || fillerPIDs[pu.PID] != "" {
 			continue
 		}
 		if id, ok := leaseOf[pu.PID]; ok {
@@ -117,6 +118,10 @@ func (d *Daemon) placementInput(now time.Time) (placement.Snapshot, []placement.
 			add(uuid, placement.Occupant{Kind: placement.Lease, ID: leasePrefix + l.id, Name: "lease " + l.id,
 				UsedMiB: l.used[uuid], PeakMiB: l.peak[uuid], DeclaredMiB: l.mib, Exclusive: l.mib == 0, Priority: l.priority})
 		}
+	}
+	for _, f := range d.fillers.all() {
+		add(f.rec.UUID, placement.Occupant{Kind: placement.Filler, ID: "filler:" + f.rec.UUID, Name: "the filler of " + f.rec.Owner.User,
+			UsedMiB: d.fillerHeld(f, gv), Owner: f.rec.Owner.User})
 	}
 	for uuid, mib := range d.admission.held() {
 		add(uuid, placement.Occupant{Kind: placement.Reservation, ID: "thaw-admission", Name: "thaws in progress", DeclaredMiB: mib})
@@ -141,7 +146,7 @@ const seqShift = 20
 // jobOccupant is a job's attempt on one GPU.
 func (d *Daemon) jobOccupant(j *jobqueue.Job, name string, used, peak uint64, running bool) placement.Occupant {
 	return placement.Occupant{Kind: placement.Managed, ID: name, Name: name, UsedMiB: used, PeakMiB: peak, Owner: j.Owner.User,
-		DeclaredMiB: j.VRAMMiB, Exclusive: j.VRAMMiB == 0, Priority: j.Priority, Preemptible: j.Preemptible && running}
+		DeclaredMiB: j.VRAMMiB, Exclusive: j.VRAMMiB == 0, Priority: j.Priority, Preemptible: j.Preemptible && running && !j.MPS()}
 }
 
 // preemptedQueue asks placement to thaw back each process preemption
@@ -174,13 +179,10 @@ func (d *Daemon) preemptedQueue(tv *proctable.View, active map[string]*jobqueue.
 func (d *Daemon) placementOptions(gv *gpuView) placement.Options {
 	o := placement.Options{MarginMiB: d.cfg.JobMarginMiB, SpikeBuffer: d.cfg.SpikeBuffer, AgingStep: d.cfg.AgingStep,
 		StarveAfter: d.cfg.StarveAfter, MinFreeMiB: d.cfg.MinFreeMiB, MaxUtilPercent: d.cfg.MaxUtilPercent,
-		MaxPowerWatts: d.cfg.MaxPowerWatts}
-	for _, s := range d.cfg.BannedGPUs {
-		ref, _ := api.ParseGPURef(s)
-		for _, dv := range gv.devices {
-			if ref.UUID == dv.UUID || ref.UUID == "" && ref.Index == dv.Index {
-				o.Banned = append(o.Banned, dv.UUID)
-			}
+		MaxPowerWatts: d.cfg.MaxPowerWatts, MaxTempC: d.cfg.MaxTempC}
+	for _, dv := range gv.devices {
+		if bannedGPU(&d.cfg, dv) {
+			o.Banned = append(o.Banned, dv.UUID)
 		}
 	}
 	return o

@@ -40,7 +40,7 @@ func (d *Daemon) applyPolicies(ctx context.Context, now time.Time, idle idleTrac
 		case r.State == api.StateFrozen && r.Policy.TTL > 0 && d.criu != nil && !r.Policy.Pin &&
 			now.Sub(r.Checkpoint.FrozenAt) >= time.Duration(r.Policy.TTL):
 			d.evict(ctx, r, fmt.Sprintf("hibernated after %v frozen (ttl)", time.Duration(r.Policy.TTL)))
-		case r.State == api.StateRunning && r.Policy.Idle > 0:
+		case r.State == api.StateRunning && r.Policy.Idle > 0 && !r.MPSClient(): // MPS clients cannot be frozen
 			if since := idle.observe(r, view, now); now.Sub(since) >= time.Duration(r.Policy.Idle) {
 				delete(idle, r.ID)
 				d.idleFreeze(ctx, r, now.Sub(since))

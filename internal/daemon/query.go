@@ -42,6 +42,7 @@ func (d *Daemon) status(c *call) (any, error) {
 		States: map[api.State]int{}, GPUs: make([]api.GPUSummary, 0, len(gv.devices)),
 		HostMiB: d.hostMiB(""), RAMBudgetMiB: d.cfg.RAMBudgetMiB, Driver: d.driverName(),
 		DiskBytes: d.snaps.Bytes(), DiskBudget: d.cfg.DiskBudgetMiB << 20, CRIU: d.criuVersion(),
+		Fillers: d.fillersAPI(),
 	}
 	for _, r := range d.table.View().Records {
 		if c.actor.owns(r.Owner.UID) {
@@ -83,8 +84,10 @@ func (d *Daemon) ps(c *call) (any, error) {
 	return out, nil
 }
 
-// listGPUs reports every GPU with its processes; names of managed
-// processes are shown only to their owners.
+// listGPUs reports every GPU, by index, with its processes, its health
+// against the configured thresholds, the leases holding it and the memory
+// frozen off it. Names of managed processes and lease ids are shown only to
+// their owners.
 func (d *Daemon) listGPUs(c *call) (any, error) {
 	if err := c.decode(&struct{}{}); err != nil {
 		return nil, err
@@ -92,13 +95,39 @@ func (d *Daemon) listGPUs(c *call) (any, error) {
 	gv := d.gpuView()
 	view := d.table.View()
 	names := map[string]proctable.Record{}
+	frozen := map[string]uint64{} // uuid -> MiB parked in host RAM
 	for _, r := range view.Records {
 		names[r.ID] = r
+		if r.Live() && r.State != api.StateHibernated && r.Checkpoint != nil { // as hostMiB counts
+			for uuid, mib := range r.Checkpoint.VRAM() {
+				frozen[uuid] += mib
+			}
+		}
+	}
+	leases := map[string][]string{} // uuid -> ids, in the order asked for
+	for _, l := range d.leases.granted() {
+		if c.actor.owns(l.uid) {
+			for _, uuid := range l.uuids {
+				leases[uuid] = append(leases[uuid], l.id)
+			}
+		}
+	}
+	checkpoint := d.driverName()
+	fillers := map[string]api.Filler{}
+	for _, f := range d.fillersAPI() {
+		fillers[f.UUID] = f
 	}
 	out := api.GPUsResult{GPUs: make([]api.GPU, 0, len(gv.devices))}
-	for _, dv := range gv.devices {
+	for _, dv := range gv.devices { // sorted by index
+		unhealthy := gpuHealth(&d.cfg, dv)
 		g := api.GPU{Index: dv.Index, UUID: dv.UUID, Name: dv.Name, TotalMiB: dv.TotalMiB, UsedMiB: dv.UsedMiB,
-			FreeMiB: free(dv.TotalMiB, dv.UsedMiB), UtilPercent: dv.UtilPercent, PowerWatts: dv.PowerWatts, Processes: []api.GPUProcess{}}
+			FreeMiB: free(dv.TotalMiB, dv.UsedMiB), UtilPercent: dv.UtilPercent, PowerWatts: dv.PowerWatts, Processes: []api.GPUProcess{},
+			PowerLimitWatts: dv.PowerLimitWatts, TempC: dv.TempC, Driver: gv.driver, Checkpoint: checkpoint,
+			Healthy: len(unhealthy) == 0, Unhealthy: append([]string{}, unhealthy...),
+			Leases: append([]string{}, leases[dv.UUID]...), FrozenMiB: frozen[dv.UUID]}
+		if f, ok := fillers[dv.UUID]; ok {
+			g.Filler = &f
+		}
 		for _, pu := range gv.procs {
 			if pu.UUID != dv.UUID {
 				continue

@@ -38,7 +38,7 @@ func (d *Daemon) thawFromDisk(ctx context.Context, rec proctable.Record, opts th
 		return api.CheckpointResult{}, fmt.Errorf("%s: sample GPUs: %w", what, err)
 	}
 	t := time.Now()
-	release, err := d.admit(opts.waitCtx, what, need, opts.wait)
+	release, err := d.admit(opts.waitCtx, what, rec.Owner.UID, need, opts.wait)
 	if err != nil {
 		return api.CheckpointResult{}, err
 	}
@@ -131,6 +131,7 @@ func (d *Daemon) adoptRestored(rec proctable.Record, initPID int, dir string) (p
 		rt.pidfd.Close()
 		return rec, err
 	}
+	d.placeTree(out, stopped)
 	d.watch(out, rt)
 	d.log.Info("restored from disk", zap.String("name", rec.Name), zap.Int("init_pid", initPID), zap.Int("pid", cmdPID))
 	return out, nil

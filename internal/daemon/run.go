@@ -50,6 +50,9 @@ func (d *Daemon) run(c *call) (any, error) {
 	if p.Nice < 0 && !c.actor.root() {
 		return nil, deniedf("run %q: nice %d below 0 needs root", p.Name, p.Nice)
 	}
+	if err := d.checkMPS(fmt.Sprintf("run %q", p.Name), p.MPSThreads, p.MPSMemLimit); err != nil {
+		return nil, err
+	}
 	policy := api.Policy{Priority: p.Priority, Pin: p.Pin, TTL: p.TTL, Idle: p.Idle}
 	if err := checkPolicy(c.actor, fmt.Sprintf("run %q", p.Name), policy, api.Policy{}); err != nil {
 		return nil, err
@@ -61,6 +64,11 @@ func (d *Daemon) run(c *call) (any, error) {
 	gpus, err := d.resolveGPUs(fmt.Sprintf("run %q", p.Name), p.GPU, p.GPUs)
 	if err != nil {
 		return nil, err
+	}
+	if p.Filled != 0 {
+		if err := d.checkFilled(p.Name, p.Filled, gpus); err != nil {
+			return nil, err
+		}
 	}
 	dir, err := workDir(c.actor, p.Dir)
 	if err != nil {
@@ -96,7 +104,11 @@ func (d *Daemon) run(c *call) (any, error) {
 		LogPath:    filepath.Join(d.cfg.LogDir, p.Name+".log"),
 		StatusPath: filepath.Join(d.statusDir(), id),
 	}
-	started, err := d.start(ctx, rec, env, false)
+	rec.MPSThreads, rec.MPSMemLimitMiB = p.MPSThreads, p.MPSMemLimit.MiB
+	started, err := d.startProc(ctx, rec, env, false)
+	if err == nil && p.Filled != 0 {
+		started, err = d.attachFiller(ctx, started, p.Filled)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -134,6 +146,9 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, 
 				r.InitPID, r.InitStart = pid, start
 				return nil
 			})
+			if err == nil {
+				d.placeInit(rec, pid)
+			}
 			return err
 		},
 	})
@@ -279,6 +294,7 @@ func (d *Daemon) environ(p api.RunParams, id string, gpus []string) ([]string, e
 	}
 	env["CUDA_VISIBLE_DEVICES"] = strings.Join(gpus, ",")
 	env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+	d.attrEnv(env, p, len(gpus))
 	out := make([]string, 0, len(env))
 	for k, v := range env {
 		out = append(out, k+"="+v)

@@ -19,6 +19,7 @@ type gpuView struct {
 	at      time.Time
 	devices []gpu.Device
 	procs   []gpu.ProcUsage
+	driver  string                       // the GPU driver's version
 	index   map[string]int               // uuid -> device index
 	usage   map[string]map[string]uint64 // record id -> uuid -> MiB, over its whole tree
 	owner   map[int]string               // GPU pid -> record id
@@ -85,7 +86,7 @@ func (s *sampler) refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	v := &gpuView{at: time.Now(), devices: smp.Devices, procs: smp.Procs,
+	v := &gpuView{at: time.Now(), devices: smp.Devices, procs: smp.Procs, driver: smp.Driver,
 		index: map[string]int{}, usage: map[string]map[string]uint64{}, owner: map[int]string{}}
 	sort.Slice(v.devices, func(i, j int) bool { return v.devices[i].Index < v.devices[j].Index })
 	for _, dv := range v.devices {

@@ -23,7 +23,9 @@ func (d *Daemon) swap(c *call) (any, error) {
 		return nil, invalidf("swap: freeze and thaw name the same process %q", p.Freeze)
 	}
 	for _, name := range []string{p.Freeze, p.Thaw} {
-		if _, err := d.lookup(c, name); err != nil {
+		if r, err := d.lookup(c, name); err != nil {
+			return nil, err
+		} else if err := refuseMPS(r); err != nil {
 			return nil, err
 		}
 	}
@@ -66,7 +68,7 @@ func (d *Daemon) swap(c *call) (any, error) {
 	if err := d.sampler.refresh(ctx); err != nil {
 		return nil, fmt.Errorf("swap: sample GPUs: %w", err)
 	}
-	if d.admission.fits(d.gpuView(), on.Checkpoint.VRAM(), d.cfg.ThawMarginMiB) {
+	if d.admission.fits(d.gpuView(), on.Checkpoint.VRAM(), d.cfg.ThawMarginMiB, d.yieldTo(on.Owner.UID)) {
 		res.Concurrent = true
 		var wg sync.WaitGroup
 		wg.Add(1)

@@ -74,7 +74,7 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 			return api.CheckpointResult{}, fmt.Errorf("%s %q: sample GPUs: %w", opts.op, rec.Name, err)
 		}
 		t := time.Now()
-		release, err := d.admit(opts.waitCtx, fmt.Sprintf("%s %q", opts.op, rec.Name), need, opts.wait)
+		release, err := d.admit(opts.waitCtx, fmt.Sprintf("%s %q", opts.op, rec.Name), rec.Owner.UID, need, opts.wait)
 		if err != nil {
 			return api.CheckpointResult{}, err
 		}

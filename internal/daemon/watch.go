@@ -23,6 +23,7 @@ func (d *Daemon) watch(rec proctable.Record, rt *procRuntime) {
 			return
 		}
 		rt.exit = d.exitOf(rec, rt)
+		d.removeCPU(rec)
 		if rt.dumping.Load() {
 			d.procs.remove(rec.ID)
 			rt.pidfd.Close()

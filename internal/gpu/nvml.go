@@ -16,7 +16,8 @@ const notAvailable = math.MaxUint64
 // NVML is the backend for real GPUs, read through the NVIDIA driver's NVML
 // library. Sample may be called concurrently; Close comes after the last one.
 type NVML struct {
-	lib nvml.Interface
+	lib    nvml.Interface
+	driver string // driver version, read once at start; "" when unknown
 }
 
 // NewNVML loads and initialises NVML. Without a driver it fails with an error
@@ -28,7 +29,11 @@ func NewNVML() (*NVML, error) {
 func newNVML(lib nvml.Interface) (*NVML, error) {
 	switch ret := lib.Init(); ret {
 	case nvml.SUCCESS:
-		return &NVML{lib: lib}, nil
+		n := &NVML{lib: lib}
+		if v, ret := lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
+			n.driver = v
+		}
+		return n, nil
 	case nvml.ERROR_LIBRARY_NOT_FOUND:
 		return nil, fmt.Errorf("nvml: %w: libnvidia-ml.so.1 could not be loaded (use --sim N to run with N simulated GPUs)", ErrNoDriver)
 	case nvml.ERROR_DRIVER_NOT_LOADED:
@@ -48,7 +53,7 @@ func (n *NVML) Sample(ctx context.Context) (Sample, error) {
 	if ret != nvml.SUCCESS {
 		return Sample{}, fmt.Errorf("nvml: device count: %w", ret)
 	}
-	s := Sample{Devices: make([]Device, 0, count), Procs: []ProcUsage{}}
+	s := Sample{Devices: make([]Device, 0, count), Procs: []ProcUsage{}, Driver: n.driver}
 	for i := range count {
 		if err := ctx.Err(); err != nil {
 			return Sample{}, err
@@ -102,6 +107,20 @@ func (n *NVML) device(i int) (Device, []ProcUsage, error) {
 	} else if ok {
 		w := float64(mw) / 1000
 		d.PowerWatts = &w
+	}
+	limit, ret := h.GetPowerManagementLimit()
+	if ok, err := supported(ret); err != nil {
+		return Device{}, nil, fmt.Errorf("power limit: %w", err)
+	} else if ok {
+		w := float64(limit) / 1000
+		d.PowerLimitWatts = &w
+	}
+	temp, ret := h.GetTemperature(nvml.TEMPERATURE_GPU)
+	if ok, err := supported(ret); err != nil {
+		return Device{}, nil, fmt.Errorf("temperature: %w", err)
+	} else if ok {
+		c := int(temp)
+		d.TempC = &c
 	}
 
 	procs, err := processes(h, d.UUID)

@@ -28,14 +28,19 @@ func TestNewNVMLWithoutDriver(t *testing.T) {
 // here, any other would panic on the nil embedded interface.
 type fakeLib struct {
 	nvml.Interface
-	initRet  nvml.Return
-	devices  []*fakeDevice
-	shutdown int
+	initRet   nvml.Return
+	driver    string
+	driverRet nvml.Return
+	devices   []*fakeDevice
+	shutdown  int
 }
 
 func (f *fakeLib) Init() nvml.Return                  { return f.initRet }
 func (f *fakeLib) Shutdown() nvml.Return              { f.shutdown++; return nvml.SUCCESS }
 func (f *fakeLib) DeviceGetCount() (int, nvml.Return) { return len(f.devices), nvml.SUCCESS }
+func (f *fakeLib) SystemGetDriverVersion() (string, nvml.Return) {
+	return f.driver, f.driverRet
+}
 func (f *fakeLib) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
 	return f.devices[i], nvml.SUCCESS
 }
@@ -49,6 +54,10 @@ type fakeDevice struct {
 	utilRet  nvml.Return
 	powerMW  uint32
 	powerRet nvml.Return
+	limitMW  uint32
+	limitRet nvml.Return
+	tempC    uint32
+	tempRet  nvml.Return
 	compute  []nvml.ProcessInfo
 	graphics []nvml.ProcessInfo
 	gfxRet   nvml.Return
@@ -61,6 +70,15 @@ func (d *fakeDevice) GetUtilizationRates() (nvml.Utilization, nvml.Return) {
 	return nvml.Utilization{Gpu: d.util}, d.utilRet
 }
 func (d *fakeDevice) GetPowerUsage() (uint32, nvml.Return) { return d.powerMW, d.powerRet }
+func (d *fakeDevice) GetPowerManagementLimit() (uint32, nvml.Return) {
+	return d.limitMW, d.limitRet
+}
+func (d *fakeDevice) GetTemperature(sensor nvml.TemperatureSensors) (uint32, nvml.Return) {
+	if sensor != nvml.TEMPERATURE_GPU {
+		return 0, nvml.ERROR_INVALID_ARGUMENT
+	}
+	return d.tempC, d.tempRet
+}
 func (d *fakeDevice) GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
 	return d.compute, nvml.SUCCESS
 }
@@ -87,16 +105,17 @@ func TestNVMLInitErrors(t *testing.T) {
 }
 
 func TestNVMLSample(t *testing.T) {
-	lib := &fakeLib{devices: []*fakeDevice{
+	lib := &fakeLib{driver: "550.54.15", devices: []*fakeDevice{
 		{
 			uuid: "GPU-aaaa", mem: nvml.Memory{Total: 81559 * mib, Used: 4096*mib + 5},
-			util: 37, powerMW: 123456,
+			util: 37, powerMW: 123456, limitMW: 700000, tempC: 64,
 			compute:  []nvml.ProcessInfo{{Pid: 200, UsedGpuMemory: 3000 * mib}, {Pid: 100, UsedGpuMemory: notAvailable}},
 			graphics: []nvml.ProcessInfo{{Pid: 200, UsedGpuMemory: 1000 * mib}},
 		},
 		{
 			uuid: "GPU-bbbb", mem: nvml.Memory{Total: 1024 * mib},
 			utilRet: nvml.ERROR_NOT_SUPPORTED, powerRet: nvml.ERROR_NOT_SUPPORTED, gfxRet: nvml.ERROR_NOT_SUPPORTED,
+			limitRet: nvml.ERROR_NOT_SUPPORTED, tempRet: nvml.ERROR_NOT_SUPPORTED,
 			compute: []nvml.ProcessInfo{{Pid: 300, UsedGpuMemory: 512 * mib}},
 		},
 	}}
@@ -118,8 +137,14 @@ func TestNVMLSample(t *testing.T) {
 	if d0.UtilPercent == nil || *d0.UtilPercent != 37 || d0.PowerWatts == nil || *d0.PowerWatts != 123.456 {
 		t.Errorf("device 0 metrics = %v, %v", d0.UtilPercent, d0.PowerWatts)
 	}
-	if d1.Index != 1 || d1.UtilPercent != nil || d1.PowerWatts != nil {
+	if d0.PowerLimitWatts == nil || *d0.PowerLimitWatts != 700 || d0.TempC == nil || *d0.TempC != 64 {
+		t.Errorf("device 0 power limit, temperature = %v, %v", d0.PowerLimitWatts, d0.TempC)
+	}
+	if d1.Index != 1 || d1.UtilPercent != nil || d1.PowerWatts != nil || d1.PowerLimitWatts != nil || d1.TempC != nil {
 		t.Errorf("device 1 unsupported metrics = %+v", d1)
+	}
+	if s.Driver != "550.54.15" {
+		t.Errorf("driver = %q", s.Driver)
 	}
 	want := "[{100 GPU-aaaa 0} {200 GPU-aaaa 3000} {300 GPU-bbbb 512}]"
 	if got := fmt.Sprint(s.Procs); got != want {
@@ -127,6 +152,42 @@ func TestNVMLSample(t *testing.T) {
 	}
 	if err := n.Close(); err != nil || lib.shutdown != 1 {
 		t.Errorf("Close() = %v, shutdowns %d", err, lib.shutdown)
+	}
+}
+
+// TestNVMLDriverVersionUnknown: a driver that cannot say its version
+// still samples, with no version.
+func TestNVMLDriverVersionUnknown(t *testing.T) {
+	lib := &fakeLib{driverRet: nvml.ERROR_NOT_SUPPORTED, devices: []*fakeDevice{{uuid: "GPU-aaaa", mem: nvml.Memory{Total: mib}}}}
+	n, err := newNVML(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := n.Sample(context.Background())
+	if err != nil || s.Driver != "" {
+		t.Errorf("Sample() = driver %q, %v; want no version, no error", s.Driver, err)
+	}
+}
+
+// TestNVMLMetricErrors: a metric that fails other than by being
+// unsupported fails the sample, naming the metric.
+func TestNVMLMetricErrors(t *testing.T) {
+	for _, tt := range []struct {
+		what string
+		dev  fakeDevice
+	}{
+		{"power limit", fakeDevice{limitRet: nvml.ERROR_GPU_IS_LOST}},
+		{"temperature", fakeDevice{tempRet: nvml.ERROR_UNKNOWN}},
+	} {
+		dev := tt.dev
+		dev.uuid, dev.mem = "GPU-aaaa", nvml.Memory{Total: mib}
+		n, err := newNVML(&fakeLib{devices: []*fakeDevice{&dev}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.Sample(context.Background()); err == nil || !strings.Contains(err.Error(), tt.what) {
+			t.Errorf("%s: Sample() error = %v", tt.what, err)
+		}
 	}
 }
 

@@ -9,6 +9,10 @@ type Device struct {
 	UsedMiB     uint64
 	UtilPercent *int     // nil when the backend cannot measure it
 	PowerWatts  *float64 // nil when the backend cannot measure it
+	// PowerLimitWatts is the power management limit; nil when unknown.
+	PowerLimitWatts *float64
+	// TempC is the GPU core temperature in degrees C; nil when unknown.
+	TempC *int
 }
 
 // ProcUsage is one process's memory on one device, by host pid.
@@ -22,4 +26,5 @@ type ProcUsage struct {
 type Sample struct {
 	Devices []Device    // sorted by index
 	Procs   []ProcUsage // sorted by uuid, then pid; never nil
+	Driver  string      // driver version ("sim" for simulated GPUs); "" when unknown
 }

@@ -8,8 +8,10 @@ import (
 )
 
 // Sim is the simulated backend: devices from a simgpu registry, with usage
-// reported by the simulated processes themselves. It does not simulate
-// utilization or power: those stay nil, like unsupported NVML metrics.
+// reported by the simulated processes themselves. Utilization, power draw
+// and limit and temperature are what the registry's SetMetrics set, and nil
+// (like unsupported NVML metrics) where nothing was set. Its driver version
+// is "sim".
 type Sim struct {
 	reg *simgpu.Registry
 }
@@ -27,6 +29,9 @@ func NewSim(dir string, count int, sizeMiB uint64) (*Sim, error) {
 	return &Sim{reg: reg}, nil
 }
 
+// SimDriver is the driver version the simulated backend reports.
+const SimDriver = "sim"
+
 // Name returns "sim".
 func (s *Sim) Name() string { return "sim" }
 
@@ -42,9 +47,11 @@ func (s *Sim) Sample(ctx context.Context) (Sample, error) {
 	if err != nil {
 		return Sample{}, err
 	}
-	out := Sample{Devices: make([]Device, len(snap.Devices)), Procs: make([]ProcUsage, len(snap.Procs))}
+	out := Sample{Devices: make([]Device, len(snap.Devices)), Procs: make([]ProcUsage, len(snap.Procs)), Driver: SimDriver}
 	for i, d := range snap.Devices {
-		out.Devices[i] = Device{Index: d.Index, UUID: d.UUID, Name: d.Name, TotalMiB: d.TotalMiB, UsedMiB: d.UsedMiB}
+		m := d.Metrics
+		out.Devices[i] = Device{Index: d.Index, UUID: d.UUID, Name: d.Name, TotalMiB: d.TotalMiB, UsedMiB: d.UsedMiB,
+			UtilPercent: m.UtilPercent, PowerWatts: m.PowerWatts, PowerLimitWatts: m.PowerLimitWatts, TempC: m.TempC}
 	}
 	for i, p := range snap.Procs {
 		out.Procs[i] = ProcUsage{PID: p.PID, UUID: p.UUID, UsedMiB: p.UsedMiB}

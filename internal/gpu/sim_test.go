@@ -98,3 +98,46 @@ func TestNewSimRejectsBadSizes(t *testing.T) {
 		t.Error("NewSim with 0 MiB succeeded")
 	}
 }
+
+// TestSimMetrics: measurements set through the registry show in the next
+// sample; devices without any report nil, and the driver is "sim".
+func TestSimMetrics(t *testing.T) {
+	sim, err := NewSim(t.TempDir(), 2, 8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sim.Close()
+	s, err := sim.Sample(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Driver != "sim" {
+		t.Errorf("driver = %q, want sim", s.Driver)
+	}
+	for _, d := range s.Devices {
+		if d.UtilPercent != nil || d.PowerWatts != nil || d.PowerLimitWatts != nil || d.TempC != nil {
+			t.Errorf("GPU %d: metrics before any were set: %+v", d.Index, d)
+		}
+	}
+
+	reg, err := simgpu.Open(sim.Dir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	util, power, limit, temp := 88, 410.5, 450.0, 95
+	if err := reg.SetMetrics(simgpu.DeviceUUID(0), simgpu.Metrics{UtilPercent: &util, PowerWatts: &power,
+		PowerLimitWatts: &limit, TempC: &temp}); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = sim.Sample(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	d0, d1 := s.Devices[0], s.Devices[1]
+	if d0.UtilPercent == nil || *d0.UtilPercent != 88 || d0.PowerWatts == nil || *d0.PowerWatts != 410.5 ||
+		d0.PowerLimitWatts == nil || *d0.PowerLimitWatts != 450 || d0.TempC == nil || *d0.TempC != 95 {
+		t.Errorf("GPU 0 metrics = %v %v %v %v", d0.UtilPercent, d0.PowerWatts, d0.PowerLimitWatts, d0.TempC)
+	}
+	if d1.UtilPercent != nil || d1.PowerWatts != nil || d1.PowerLimitWatts != nil || d1.TempC != nil {
+		t.Errorf("GPU 1 metrics set by GPU 0's: %+v", d1)
+	}
+}

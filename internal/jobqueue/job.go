@@ -50,12 +50,37 @@ type Job struct {
 	PreemptedAt time.Time `json:"preempted_at,omitzero"`
 	Verdict     string    `json:"verdict,omitempty"`
 	Rev         uint64    `json:"rev"`
+
+	// Nice is the CPU nice value of every thread of each attempt.
+	Nice int `json:"nice,omitempty"`
+	// MPSThreads (percent of a GPU's threads) and MPSMemLimitMiB (a cap
+	// per GPU) make each attempt an NVIDIA MPS client; see MPS.
+	MPSThreads     int    `json:"mps_threads,omitempty"`
+	MPSMemLimitMiB uint64 `json:"mps_mem_limit_mib,omitempty"` // 0: its declaration
 }
 
 // Active reports whether the job has a current attempt (a process that is
 // starting, running or preempted).
 func (j *Job) Active() bool {
 	return j.State == api.JobStarting || j.State == api.JobRunning || j.State == api.JobPreempted
+}
+
+// MPS reports whether the job's attempts run as NVIDIA MPS clients: it
+// asked for a thread share or a memory limit.
+func (j *Job) MPS() bool { return j.MPSThreads > 0 || j.MPSMemLimitMiB > 0 }
+
+// MPSLimitMiB is the MPS memory limit per GPU of the next attempt: the one
+// asked for, else the current declaration (which an out-of-memory retry
+// raises). 0 means none: not an MPS client, or an undeclared job without an
+// explicit limit.
+func (j *Job) MPSLimitMiB() uint64 {
+	switch {
+	case !j.MPS():
+		return 0
+	case j.MPSMemLimitMiB > 0:
+		return j.MPSMemLimitMiB
+	}
+	return j.VRAMMiB
 }
 
 // Current is the current (last) attempt, nil before the first.

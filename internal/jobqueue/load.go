@@ -71,6 +71,10 @@ func validate(key string, j *Job) error {
 		return fmt.Errorf("job %s: %d GPUs", key, j.GPUs)
 	case j.State == "":
 		return fmt.Errorf("job %s: no state", key)
+	case j.Nice < -20 || j.Nice > 19:
+		return fmt.Errorf("job %s: nice %d outside -20..19", key, j.Nice)
+	case j.MPSThreads < 0 || j.MPSThreads > 100:
+		return fmt.Errorf("job %s: mps_threads %d outside 0..100", key, j.MPSThreads)
 	}
 	return nil
 }

@@ -54,8 +54,20 @@ type Record struct {
 	// PreemptedBy is the job whose room a preemption freeze made; set while
 	// the process waits to be thawed back by placement.
 	PreemptedBy string `json:"preempted_by,omitempty"`
-	Rev         uint64 `json:"rev"` // bumped on every write
+	// Filled is the ratio of its GPU an attached filler holds (run --filled).
+	Filled float64 `json:"filled,omitempty"`
+	Rev    uint64  `json:"rev"` // bumped on every write
+
+	// MPSThreads (percent of each GPU's threads) and MPSMemLimitMiB (a cap
+	// per GPU) are set when the process runs as an NVIDIA MPS client; see
+	// MPSClient.
+	MPSThreads     int    `json:"mps_threads,omitempty"`
+	MPSMemLimitMiB uint64 `json:"mps_mem_limit_mib,omitempty"`
 }
+
+// MPSClient reports whether the process was started as an NVIDIA MPS
+// client, which CUDA checkpoint cannot freeze.
+func (r Record) MPSClient() bool { return r.MPSThreads > 0 || r.MPSMemLimitMiB > 0 }
 
 // Checkpoint is what a freeze acted on: each CUDA process of the tree with
 // the GPU memory it held, so a thaw (maybe after a daemon restart) knows

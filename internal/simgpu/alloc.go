@@ -13,8 +13,9 @@ import (
 // Allocate adds mib MiB on device uuid to the record of process
 // (pid, startTime), which must be running. Under the lock it sums the live
 // usage of the device (pruning stale records) and fails with an
-// *OutOfMemoryError when the allocation does not fit, or with ErrLocked while
-// the process is locked or checkpointed.
+// *OutOfMemoryError when the allocation does not fit in the device or past
+// the process's own limit there (see SetLimit), or with ErrLocked while the
+// process is locked or checkpointed.
 func (r *Registry) Allocate(pid int, startTime uint64, uuid string, mib uint64) error {
 	dev, err := r.device(uuid)
 	if err != nil {
@@ -28,7 +29,11 @@ func (r *Registry) Allocate(pid int, startTime uint64, uuid string, mib uint64) 
 		if err := rec.blocked(); err != nil {
 			return err
 		}
-		if free := freeMiB(dev, s.used(uuid)); mib > free {
+		free := freeMiB(dev, s.used(uuid))
+		if limit, ok := rec.Limit[uuid]; ok && mib > limit-min(limit, rec.Usage[uuid]) {
+			return &OutOfMemoryError{Device: dev, RequestedMiB: mib, FreeMiB: min(free, limit-min(limit, rec.Usage[uuid])), LimitMiB: limit}
+		}
+		if mib > free {
 			return &OutOfMemoryError{Device: dev, RequestedMiB: mib, FreeMiB: free}
 		}
 		rec.Usage[uuid] += mib

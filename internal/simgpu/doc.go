@@ -4,10 +4,15 @@
 // A sim directory holds:
 //
 //	gpus.json        the simulated devices, written once by the daemon
+//	metrics.json     optional measurements by device uuid (utilization,
+//	                 power draw and limit, temperature), set with SetMetrics
+//	                 so that health filters can be tested; absent = unknown
 //	procs/<pid>.json one record per process (host pid): its start time, its
 //	                 device usage, its parked (checkpointed to host) memory,
-//	                 and "cuda", its CUDA checkpoint state ("locked",
-//	                 "checkpointed" or "failed"; absent means running)
+//	                 "cuda", its CUDA checkpoint state ("locked",
+//	                 "checkpointed" or "failed"; absent means running),
+//	                 and "limit", its own cap per device (an MPS client's
+//	                 pinned device memory limit, set with SetLimit)
 //	lock             flock(LOCK_EX) around every change, so that concurrent
 //	                 allocations never oversubscribe a device
 //
@@ -15,8 +20,8 @@
 // simulated jobs, fillers and a fake cuda-checkpoint Open it and change their
 // own record. A record counts only while its process is alive with the same
 // start time; stale records are ignored and pruned. A record is removed when
-// it holds no memory, unless its process is not running (locked,
-// checkpointed or failed).
+// it holds no memory and no limit, unless its process is not running
+// (locked, checkpointed or failed).
 //
 // The checkpoint state machine mirrors cuda-checkpoint's:
 //

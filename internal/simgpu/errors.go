@@ -26,13 +26,21 @@ var (
 
 // OutOfMemoryError reports a failed allocation with the numbers a job needs to
 // print a CUDA-style message. It matches ErrOutOfMemory with errors.Is.
+// LimitMiB is set when the process's own limit on the device (an MPS
+// pinned device memory limit) refused the allocation; FreeMiB is then what
+// is left under it.
 type OutOfMemoryError struct {
 	Device       Device
 	RequestedMiB uint64
 	FreeMiB      uint64
+	LimitMiB     uint64
 }
 
 func (e *OutOfMemoryError) Error() string {
+	if e.LimitMiB > 0 {
+		return fmt.Sprintf("simulated GPU %d (%s): %v: tried to allocate %d MiB, %d MiB free under the process's MPS memory limit of %d MiB",
+			e.Device.Index, e.Device.UUID, ErrOutOfMemory, e.RequestedMiB, e.FreeMiB, e.LimitMiB)
+	}
 	return fmt.Sprintf("simulated GPU %d (%s): %v: tried to allocate %d MiB, %d MiB free of %d MiB",
 		e.Device.Index, e.Device.UUID, ErrOutOfMemory, e.RequestedMiB, e.FreeMiB, e.Device.TotalMiB)
 }

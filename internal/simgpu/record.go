@@ -22,22 +22,25 @@ const maxRecordSize = 64 << 10
 // record is the content of procs/<pid>.json: one process's memory per device
 // uuid. Parked memory was moved to host RAM by a checkpoint and does not
 // count as device usage. CUDA is the checkpoint state; "" means running.
+// Limit caps the process's own usage per device uuid, as an MPS client's
+// pinned device memory limit does; a device without an entry is uncapped.
 type record struct {
 	PID       int               `json:"pid"`
 	StartTime uint64            `json:"start_time"`
 	Usage     map[string]uint64 `json:"usage"`
 	Parked    map[string]uint64 `json:"parked"`
 	CUDA      string            `json:"cuda,omitempty"`
+	Limit     map[string]uint64 `json:"limit,omitempty"`
 }
 
 func newRecord(pid int, startTime uint64) record {
 	return record{PID: pid, StartTime: startTime, Usage: map[string]uint64{}, Parked: map[string]uint64{}}
 }
 
-// empty reports whether the record holds no memory at all and its process
-// is running, so that the record can go.
+// empty reports whether the record holds no memory and no limit at all and
+// its process is running, so that the record can go.
 func (rec *record) empty() bool {
-	if rec.CUDA != "" {
+	if rec.CUDA != "" || len(rec.Limit) > 0 {
 		return false
 	}
 	for _, n := range rec.Usage {

@@ -9,10 +9,12 @@ type ProcUsage struct {
 	UsedMiB uint64
 }
 
-// DeviceUsage is a device with the sum of its live processes' usage.
+// DeviceUsage is a device with the sum of its live processes' usage and
+// the measurements set by SetMetrics (zero when none).
 type DeviceUsage struct {
 	Device
 	UsedMiB uint64
+	Metrics Metrics
 }
 
 // Snapshot is the simulated devices' state at one moment.
@@ -38,9 +40,13 @@ func (r *Registry) Snapshot() (Snapshot, error) {
 			}
 		})
 	}
+	metrics, err := r.readMetrics()
+	if err != nil {
+		return Snapshot{}, err
+	}
 	snap := Snapshot{Devices: make([]DeviceUsage, len(r.devices)), Procs: []ProcUsage{}}
 	for i, d := range r.devices {
-		snap.Devices[i] = DeviceUsage{Device: d, UsedMiB: s.used(d.UUID)}
+		snap.Devices[i] = DeviceUsage{Device: d, UsedMiB: s.used(d.UUID), Metrics: metrics[d.UUID]}
 	}
 	for pid, rec := range s.live {
 		for uuid, n := range rec.Usage {

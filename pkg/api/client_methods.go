@@ -218,7 +218,7 @@ func (c *Client) Fill(ctx context.Context, p FillParams) (*Filler, error) {
 // Unfill releases a GPU's filler.
 func (c *Client) Unfill(ctx context.Context, gpu GPURef) (*Filler, error) {
 	var out Filler
-	return &out, c.Call(ctx, MethodUnfill, UnfillParams{GPU: gpu}, &out)
+	return &out, c.Call(ctx, MethodUnfill, UnfillParams{GPU: &gpu}, &out)
 }
 
 // Fillers lists the fillers.

@@ -9,7 +9,7 @@ import "time"
 // the same GPU by the same owner changes the target. Session ties the
 // filler to the calling connection: it is released when that closes.
 type FillParams struct {
-	GPU     GPURef  `json:"gpu"`
+	GPU     *GPURef `json:"gpu"` // required
 	Ratio   float64 `json:"ratio,omitempty"`
 	MiB     VRAM    `json:"mib,omitzero"`
 	Session bool    `json:"session,omitempty"`
@@ -17,7 +17,7 @@ type FillParams struct {
 
 // UnfillParams releases a GPU's filler.
 type UnfillParams struct {
-	GPU GPURef `json:"gpu"`
+	GPU *GPURef `json:"gpu"` // required
 }
 
 // FillersResult lists fillers by GPU index.

@@ -71,4 +71,6 @@ const (
 	CapQueue      = "queue"      // submit, jobs, job, cancel, job_wait
 	CapPreemption = "preemption" // preemptible jobs frozen for higher priorities (needs freeze)
 	CapLeases     = "leases"     // acquire, release, leases
+	CapCPUWeight  = "cpu.weight" // each managed tree's cgroup v2 cpu.weight follows its nice
+	CapFill       = "fill"       // fill, unfill, fillers; run --filled
 )

@@ -24,6 +24,13 @@ code the daemon does not launch::
         with sched.lease(gpus=2, min_free="20G", timeout=600) as lease:
             lease.apply()                      # CUDA_VISIBLE_DEVICES, before CUDA starts
             ...
+
+A memory filler holds a GPU's total usage at a target, reserved for your own jobs
+and thaws (handed over before they start)::
+
+    with GpuSched() as sched:
+        with sched.fill(1, ratio=0.95, session=True) as filler:
+            print(filler.held_mib, sched.fillers())
 """
 
 from .client import DEFAULT_SOCKET, PROTOCOL_VERSION, SOCKET_ENV, Duration, GpuSched, GPURef, Size, Stream, socket_path
@@ -53,6 +60,7 @@ from .types import (
     CheckpointResult,
     Event,
     Exit,
+    Filler,
     ForkResult,
     GPUProcess,
     GPUSummary,
@@ -104,6 +112,7 @@ __all__ = [
     "JOB_FINAL_STATES",
     "Lease",
     "LeaseGPU",
+    "Filler",
     "GpuSchedError",
     "BadRequest",
     "UnknownMethod",

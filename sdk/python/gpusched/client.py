@@ -6,7 +6,8 @@ log follow, wait, job_wait) gets a connection of its own, so the main one stays
 usable. So does every GPU lease: the daemon holds a lease as long as the
 connection that acquired it stays open, and the lease's own connection is closed
 only by its release, by closing the client, or by the end of the process, never
-by a failure or reconnect of the main connection.
+by a failure or reconnect of the main connection. A session memory filler
+(``fill(..., session=True)``) is held on a connection of its own the same way.
 Each new connection first says ``hello`` and checks the daemon's protocol version.
 """
 
@@ -39,6 +40,7 @@ from .errors import (
     DaemonNotRunning,
     GpuSchedError,
     InvalidArgument,
+    NotFound,
     PermissionDenied,
     ProtocolError,
     Timeout,
@@ -48,6 +50,7 @@ from .types import (
     GPU,
     CheckpointResult,
     Event,
+    Filler,
     ForkResult,
     Hello,
     HibernateResult,
@@ -84,7 +87,8 @@ job's tree (SIGTERM, SIGKILL after its --job-kill-grace, 10 s by default) before
 it answers."""
 
 _RELEASE_TIMEOUT = 30.0
-"""Seconds a lease's release may take once its client is gone (closing its connection ends it anyway)."""
+"""Seconds a lease's or session filler's release may take once its client is gone (closing its
+connection ends it anyway)."""
 
 _JOB_SPEC_FIELDS = ("cmd", "name", "vram", "gpus", "priority", "timeout", "retries", "preemptible", "dir", "env", "user")
 
@@ -333,6 +337,67 @@ class _LeaseHolder:
             client._forget_lease(self)
 
 
+class _FillerHolder:
+    """What releases one Filler: for a session filler this client made, the
+    connection that holds it (an unfill on it, then closing it, which ends the
+    filler all the same); for any other, an unfill by GPU on the client's main
+    connection."""
+
+    def __init__(self, client: GpuSched, filler: Filler, conn: Optional[_Connection]) -> None:
+        self.index = filler.index
+        self.uuid = filler.uuid
+        self.created_at = filler.created_at  # a new filler on the GPU has a new one
+        self.held = True
+        self._client = weakref.ref(client)
+        self._conn = conn
+        self._own = conn is not None
+        self._lock = threading.Lock()
+
+    def _detach(self) -> Optional[_Connection]:
+        """Marks it released (elsewhere) and hands back its connection to close."""
+        with self._lock:
+            conn, self._conn, self.held = self._conn, None, False
+        return conn
+
+    def matches(self, gpu: GPURef) -> bool:
+        """Whether ``gpu`` (an index, a string of digits or a UUID) names this filler's GPU."""
+        if isinstance(gpu, int):
+            return gpu == self.index
+        return gpu == self.uuid or (gpu.isdigit() and int(gpu) == self.index)
+
+    def release(self) -> Optional[Dict[str, Any]]:
+        """Unfills; returns the daemon's answer, or None when it was already
+        released (here, or elsewhere: NotFound counts as released)."""
+        result: Optional[Dict[str, Any]] = None
+        with self._lock:
+            if not self.held:
+                return None
+            client = self._client()
+            params = {"gpu": self.uuid}
+            if not self._own:
+                if client is None:
+                    raise ConnectionLost(f"filler on GPU {self.index}: its client is gone")
+                try:
+                    result = client.call("unfill", params)
+                except NotFound:
+                    pass  # released elsewhere
+            else:
+                conn, self._conn = self._conn, None
+                if conn is not None:  # else an interrupted release already closed it
+                    try:
+                        timeout = client.timeout if client is not None else _RELEASE_TIMEOUT
+                        sent = conn.send("unfill", _encode_params("unfill", params), timeout)
+                        result = _result(conn.reply("unfill", sent), "unfill")
+                    except (GpuSchedError, OSError):
+                        pass  # already gone (NotFound), or no answer: closing ends it all the same
+                    finally:
+                        conn.close()
+            self.held = False
+        if client is not None:
+            client._forget_filler(self)
+        return result
+
+
 class Stream(Generic[T]):
     """A streaming call on a connection of its own.
 
@@ -412,6 +477,7 @@ class GpuSched:
         self._streams: "weakref.WeakSet[Stream[Any]]" = weakref.WeakSet()
         self._streams_lock = threading.Lock()
         self._leases: Dict[str, _LeaseHolder] = {}  # held by this client, by id
+        self._fillers: Dict[str, _FillerHolder] = {}  # session fillers held by this client, by GPU UUID
 
     def __repr__(self) -> str:
         return f"GpuSched(socket={self.socket_path!r})"
@@ -423,14 +489,18 @@ class GpuSched:
         self.close()
 
     def close(self) -> None:
-        """Releases every lease this client holds, then closes the main connection
-        (after a call in progress) and every open stream."""
+        """Releases every lease and session filler this client holds, then closes the
+        main connection (after a call in progress) and every open stream. Persistent
+        fillers stay."""
         with self._streams_lock:
             streams = list(self._streams)
             self._streams.clear()
             leases = list(self._leases.values())
+            fillers = list(self._fillers.values())
         for holder in leases:
             holder.release()
+        for filler_holder in fillers:
+            filler_holder.release()
         for stream in streams:
             stream.close()
         with self._lock:
@@ -510,6 +580,7 @@ class GpuSched:
         pin: bool = False,
         ttl: Optional[Duration] = None,
         idle: Optional[Duration] = None,
+        filled: Optional[float] = None,
     ) -> Process:
         """Starts ``cmd`` (an argv, no shell) as a managed process called ``name``.
 
@@ -520,7 +591,11 @@ class GpuSched:
         command name is still looked up in a standard PATH). Pass ``env=dict(os.environ)``
         to hand it yours. ``nice``: -20..19 (below 0 needs root). ``user``: root only,
         run as that user. ``priority``, ``pin``, ``ttl`` and ``idle``: its disk-tier
-        policy, as in :meth:`set_policy`.
+        policy, as in :meth:`set_policy`. ``filled``: attach a memory filler to its single
+        GPU that holds the GPU's total usage at this ratio (0 < filled <= 1) while the
+        process frees and re-allocates, released when it exits (see :meth:`fill`); keep
+        its allocation steps below the free room that leaves (5% of the GPU at 0.95).
+        Raises :class:`~gpusched.errors.Conflict` when the GPU already has a filler.
         """
         params: Dict[str, Any] = {"name": name, "cmd": list(cmd), "dir": dir if dir is not None else os.getcwd()}
         if gpu is not None:
@@ -541,6 +616,8 @@ class GpuSched:
             params["ttl"] = ttl
         if idle is not None:
             params["idle"] = idle
+        if filled is not None:
+            params["filled"] = filled
         return _decode(Process.from_dict, self.call("run", params), "run")
 
     def kill(self, name: str, signal: Union[str, int, None] = None, grace: Optional[float] = None) -> Process:
@@ -844,6 +921,98 @@ class GpuSched:
         with self._streams_lock:
             if self._leases.get(holder.lease_id) is holder:
                 del self._leases[holder.lease_id]
+
+    # Memory fillers (capability "fill"): GPU memory reserved for the owner's own work.
+
+    def fill(
+        self, gpu: GPURef, ratio: Optional[float] = None, mib: Optional[Size] = None, session: bool = False
+    ) -> Filler:
+        """Holds GPU ``gpu``'s TOTAL memory usage (everyone's) at ``ratio`` of its memory
+        (0 < ratio <= 1) or at ``mib`` (MiB, or a size like ``"20G"``), exactly one of
+        them, and returns the :class:`Filler` once its helper holds what it can::
+
+            with sched.fill(1, ratio=0.95, session=True):
+                ...                                  # GPU 1 kept for your own jobs
+
+        A helper process holds device memory in chunks, gives back within one tick
+        what others take and grows back when memory frees, so that the usage stays
+        within one chunk below the target. The memory is reserved for your own
+        managed work: your queued jobs and thaws count it as free, and the filler
+        hands it over before they start (a job's declaration, or the whole GPU for an
+        undeclared one); other users' jobs and thaws see it as used. A GPU has at most
+        one filler; filling it again (with the same ``session``) changes your
+        filler's target.
+
+        ``session``: hold the filler on a connection of its own, which this client
+        keeps open; it ends with :meth:`Filler.release` (or the ``with`` block),
+        :meth:`unfill`, :meth:`close`, or the end of this process. Otherwise the
+        filler is persistent: it stays, across daemon restarts, until :meth:`unfill`.
+
+        Raises :class:`~gpusched.errors.InvalidArgument` for a bad ratio or size or a
+        GPU that does not exist, :class:`~gpusched.errors.Conflict` when another user's
+        filler (or one attached to a process, or of the other ``session`` setting) is
+        on the GPU.
+        """
+        params: Dict[str, Any] = {"gpu": gpu}
+        if ratio is not None:
+            params["ratio"] = ratio
+        if mib is not None:
+            params["mib"] = mib
+        if not session:
+            filler = _decode(Filler.from_dict, self.call("fill", params), "fill")
+            object.__setattr__(filler, "_holder", _FillerHolder(self, filler, None))
+            return filler
+        params["session"] = True
+        params_json = _encode_params("fill", params)
+        conn = _open(self.socket_path, self.timeout)
+        try:
+            reply = conn.reply("fill", _send(conn, "fill", params_json, self.timeout))
+            filler = _decode(Filler.from_dict, _result(reply, "fill"), "fill")
+        except BaseException:
+            conn.close()  # a filler made meanwhile ends with it
+            raise
+        with self._streams_lock:
+            old = self._fillers.get(filler.uuid)
+            if old is not None and old.held and old.created_at == filler.created_at:
+                holder, stale = old, conn  # a new target for the filler this client holds: it stays on its connection
+            else:
+                # A new filler (one this client held was released elsewhere): it lives on the new connection.
+                holder = self._fillers[filler.uuid] = _FillerHolder(self, filler, conn)
+                stale = old._detach() if old is not None else None
+        if stale is not None:
+            stale.close()
+        object.__setattr__(filler, "_holder", holder)
+        return filler
+
+    def unfill(self, gpu: GPURef) -> Filler:
+        """Releases GPU ``gpu``'s filler (its helper frees its memory and exits) and
+        returns it, with ``held_mib`` 0. Only its owner (or root) may:
+        :class:`~gpusched.errors.PermissionDenied` otherwise;
+        :class:`~gpusched.errors.NotFound` when the GPU has no filler."""
+        with self._streams_lock:
+            holder = next((h for h in self._fillers.values() if h.matches(gpu)), None)
+        if holder is not None:
+            result = holder.release()
+            if result is not None:
+                return _decode(Filler.from_dict, result, "unfill")
+        return _decode(Filler.from_dict, self.call("unfill", {"gpu": gpu}), "unfill")
+
+    def fillers(self) -> List[Filler]:
+        """Every GPU's filler, whoever owns it, by GPU index. Those this client holds
+        release as from :meth:`fill`; others release with an unfill of their GPU."""
+        fillers = _decode(
+            lambda r: [Filler.from_dict(x) for x in r.get("fillers") or []], self.call("fillers"), "fillers"
+        )
+        for filler in fillers:
+            with self._streams_lock:
+                holder = self._fillers.get(filler.uuid)
+            object.__setattr__(filler, "_holder", holder or _FillerHolder(self, filler, None))
+        return fillers
+
+    def _forget_filler(self, holder: _FillerHolder) -> None:
+        with self._streams_lock:
+            if self._fillers.get(holder.uuid) is holder:
+                del self._fillers[holder.uuid]
 
     # Checkpointing: GPU memory parked in host RAM and brought back (capability "freeze";
     # migrate: "migrate"). The daemon finishes an operation it began even when the

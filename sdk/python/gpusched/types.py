@@ -52,6 +52,7 @@ __all__ = [
     "Job",
     "LeaseGPU",
     "Lease",
+    "Filler",
     "JOB_STATES",
     "JOB_FINAL_STATES",
     "parse_time",
@@ -216,6 +217,8 @@ class Process:
     ``job`` is the id of the queued :class:`Job` it is an attempt of ("" for a
     process started with ``run``); ``preempted_by`` the id of the job it was
     frozen to make room for (it is thawed back once its memory fits again).
+    ``filled`` is the ratio its attached :class:`Filler` holds its GPU at
+    (``run(..., filled=...)``; 0.0 without one).
     """
 
     name: str = ""
@@ -245,6 +248,7 @@ class Process:
     snapshot: str = ""
     job: str = ""
     preempted_by: str = ""
+    filled: float = 0.0
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -278,7 +282,8 @@ class GPUProcess:
 
 @dataclass(frozen=True)
 class GPU:
-    """One device as the daemon last sampled it; utilization and power when known."""
+    """One device as the daemon last sampled it; utilization and power when known;
+    ``filler``: its memory :class:`Filler` (anyone's), None when it has none."""
 
     index: int = 0
     uuid: str = ""
@@ -289,11 +294,12 @@ class GPU:
     util_percent: Optional[int] = None
     power_watts: Optional[float] = None
     processes: List[GPUProcess] = field(default_factory=list)
+    filler: Optional[Filler] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GPU:
-        return _build(cls, data, processes=_each(GPUProcess.from_dict))
+        return _build(cls, data, processes=_each(GPUProcess.from_dict), filler=Filler.from_dict)
 
 
 @dataclass(frozen=True)
@@ -340,7 +346,8 @@ class Status:
     ``disk_bytes``: snapshot images on disk (all processes); ``disk_budget``: its
     ``--disk-budget`` in bytes (0: unlimited); ``criu``: the CRIU version behind the
     disk tier ("" when it is off); ``jobs``: the jobs the caller may see, by state
-    (finished ones included); ``leases``: the leases the caller may see that are held.
+    (finished ones included); ``leases``: the leases the caller may see that are held;
+    ``fillers``: every GPU's memory :class:`Filler` (anyone's), by GPU index.
     """
 
     version: str = ""
@@ -359,17 +366,20 @@ class Status:
     criu: str = ""
     jobs: Dict[str, int] = field(default_factory=dict)
     leases: int = 0
+    fillers: List[Filler] = field(default_factory=list)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Status:
-        return _build(cls, data, started_at=parse_time, gpus=_each(GPUSummary.from_dict))
+        return _build(
+            cls, data, started_at=parse_time, gpus=_each(GPUSummary.from_dict), fillers=_each(Filler.from_dict)
+        )
 
 
 @dataclass(frozen=True)
 class Event:
     """One streamed item. ``type`` is "subscribed", "process", "removed", "log",
-    "job" or "lease".
+    "job", "lease" or "filler".
 
     A "process" or "removed" event carries ``process`` and its ``state``; a "job"
     event the :class:`Job` in ``job``, its state in ``job_state`` and the one
@@ -377,7 +387,10 @@ class Event:
     past its declared VRAM (its state did not change); a "lease" event the
     :class:`Lease` in ``lease`` (``name`` is its id), granted, or released when
     ``lease.released_at`` is set. Leases in events cannot be released through
-    the event: use :meth:`GpuSched.release` with their id.
+    the event: use :meth:`GpuSched.release` with their id. A "filler" event
+    carries the :class:`Filler` in ``filler`` (``name`` is its GPU's UUID) when one
+    starts, changes target or is released (then with ``held_mib`` 0); every
+    subscriber gets them.
     """
 
     type: str = ""
@@ -392,12 +405,19 @@ class Event:
     job_state: str = ""
     warning: str = ""
     lease: Optional[Lease] = None
+    filler: Optional[Filler] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Event:
         return _build(
-            cls, data, time=parse_time, process=Process.from_dict, job=Job.from_dict, lease=Lease.from_dict
+            cls,
+            data,
+            time=parse_time,
+            process=Process.from_dict,
+            job=Job.from_dict,
+            lease=Lease.from_dict,
+            filler=Filler.from_dict,
         )
 
 
@@ -749,6 +769,79 @@ class Lease:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Lease:
         return _build(cls, data, gpus=_each(LeaseGPU.from_dict), acquired_at=parse_time, released_at=parse_time)
+
+
+class _FillerHolder(Protocol):
+    """What the client attaches to a Filler it hands out (see client.py)."""
+
+    held: bool
+
+    def release(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Filler:
+    """A GPU memory filler (``fill``, ``fillers``): one helper process holding the
+    GPU's TOTAL memory usage (everyone's) within one chunk below ``target_mib``,
+    for its owner's own work.
+
+    ``index``, ``uuid``: its GPU; ``user``, ``uid``: its owner; ``ratio``: the target
+    as asked (0.0 when asked in MiB); ``held_mib``: what its helper holds now (0 in
+    a release); ``reserved_mib``: what it keeps free for its owner's job launches,
+    thaws and declared growth; ``chunk_mib``: its allocation size; ``pid``: the
+    helper; ``process``: the managed process it is attached to (``run(...,
+    filled=...)``; "" otherwise); ``session``: it ends with the connection that made
+    it; ``error``: the helper's last failure ("" when none).
+
+    A Filler from :meth:`GpuSched.fill` or :meth:`GpuSched.fillers` is a context
+    manager: leaving the ``with`` block releases it, as does :meth:`release`.
+    """
+
+    index: int = 0
+    uuid: str = ""
+    user: str = ""
+    uid: int = 0
+    ratio: float = 0.0
+    target_mib: int = 0
+    held_mib: int = 0
+    reserved_mib: int = 0
+    chunk_mib: int = 0
+    pid: int = 0
+    process: str = ""
+    session: bool = False
+    created_at: Optional[datetime] = None
+    error: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # What releases it, set on the instance by the client; not a field, so that
+    # copies, asdict() and == leave it alone.
+    _holder: ClassVar[Optional[_FillerHolder]] = None
+
+    @property
+    def held(self) -> bool:
+        """False once released through this SDK; always False for a filler from an
+        event, which this SDK does not hold."""
+        return self._holder is not None and self._holder.held
+
+    def release(self) -> None:
+        """Releases the filler (``unfill``); a second call does nothing. One released
+        elsewhere meanwhile counts as released."""
+        if self._holder is None:
+            raise InvalidArgument(
+                f"the filler on GPU {self.index} came from an event, not from a client: "
+                f"release it with GpuSched.unfill({self.index})"
+            )
+        self._holder.release()
+
+    def __enter__(self) -> Filler:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._holder is not None:
+            self._holder.release()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Filler:
+        return _build(cls, data, ratio=float, created_at=parse_time)
 
 
 def _restore_environ(applied: List[Tuple[MutableMapping[str, str], Optional[str], str]]) -> None:

@@ -1,0 +1,278 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/procfs"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// The fill tests run on one simulated 24 GiB GPU, where 0.95 is 23347 MiB.
+const (
+	fillGPU    = "1x24G"
+	fillChunk  = 256
+	fillTarget = 23347
+)
+
+// waitSettled waits until GPU gpu's total usage, read from the registry, is
+// within one chunk below target.
+func (h *ckptHarness) waitSettled(gpu int, target uint64) {
+	h.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		u := h.used(gpu)
+		if u <= target && u+fillChunk > target {
+			return
+		}
+		if time.Now().After(deadline) {
+			h.t.Fatalf("GPU %d holds %d MiB; want within %d MiB below %d", gpu, u, fillChunk, target)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// filler returns the daemon's filler on GPU index, failing t without one.
+func (h *ckptHarness) filler(index int) api.Filler {
+	h.t.Helper()
+	fs, err := h.client().Fillers(ctxT(h.t))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, f := range fs {
+		if f.Index == index {
+			return f
+		}
+	}
+	h.t.Fatalf("no filler on GPU %d: %+v", index, fs)
+	return api.Filler{}
+}
+
+// helperGone waits until a filler helper has exited and its simulated
+// memory is gone from the registry.
+func (h *ckptHarness) helperGone(pid int, start uint64) {
+	h.t.Helper()
+	waitFor(h.t.(*testing.T), func() bool {
+		if procfs.Alive(pid, start) {
+			return false
+		}
+		snap, err := h.reg.Snapshot()
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		for _, p := range snap.Procs {
+			if p.PID == pid {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestFillerFollowsOscillatingProcess is the attached filler: a process
+// that ramps to 8 GiB, frees everything and ramps again under
+// run --filled 0.95 never meets a simulated OOM, and once settled the
+// GPU's total stays within one chunk of the target; the filler goes with
+// the process.
+func TestFillerFollowsOscillatingProcess(t *testing.T) {
+	h := newQueueHarness(t, fillGPU)
+	p, err := h.client().Run(ctxT(t), api.RunParams{Name: "policy", Dir: "/", GPU: &api.GPURef{Index: 0}, Filled: 0.95,
+		Cmd: h.simjob("--vram", "8192", "--ramp", "1", "--hold", "0.8", "--cycles", "1"), Env: map[string]string{"PATH": os.Getenv("PATH")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Filled != 0.95 {
+		t.Fatalf("process filled %v, want 0.95", p.Filled)
+	}
+	f := h.filler(0)
+	if f.Process != "policy" || f.TargetMiB != fillTarget || f.User != "root" {
+		t.Fatalf("filler %+v", f)
+	}
+	start, err := procfs.StartTime(f.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Follow the job's log: at its peak and once it has freed everything,
+	// the total settles at the target.
+	settled := 0
+	done := errors.New("done")
+	err = h.client().FollowLogs(ctxT(t), "policy", -1, func(l string) error {
+		switch {
+		case strings.Contains(l, "out of memory"), strings.Contains(l, "OutOfMemory"):
+			t.Errorf("the job met an OOM: %s", l)
+		case strings.HasPrefix(l, "simjob: allocated 8192"), strings.HasPrefix(l, "simjob: freed all VRAM"):
+			h.waitSettled(0, fillTarget)
+			settled++
+		case strings.HasPrefix(l, "simjob: done"):
+			return done
+		}
+		return nil
+	})
+	if !errors.Is(err, done) {
+		t.Fatalf("follow: %v", err)
+	}
+	if settled != 3 { // peak, freed, peak again
+		t.Fatalf("settled %d times, want 3", settled)
+	}
+	if e := h.waitExit("policy").Exit; e == nil || e.Code == nil || *e.Code != 0 {
+		t.Fatalf("job exit %+v, want 0", e)
+	}
+	h.helperGone(f.PID, start)
+	waitFor(t, func() bool {
+		fs, err := h.client().Fillers(ctxT(t))
+		return err == nil && len(fs) == 0
+	})
+}
+
+// TestFillerHandsOverToQueuedJob: a standalone filler of root's at 0.95
+// hands a queued 8 GiB job of root's its declaration before it runs, and
+// grows back when the job ends.
+func TestFillerHandsOverToQueuedJob(t *testing.T) {
+	h := newQueueHarness(t, fillGPU)
+	f, err := h.client().Fill(ctxT(t), api.FillParams{GPU: &api.GPURef{Index: 0}, Ratio: 0.95})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.TargetMiB != fillTarget || f.HeldMiB == 0 {
+		t.Fatalf("fill: %+v", f)
+	}
+	h.waitSettled(0, fillTarget)
+
+	// The job allocates its whole declaration at once: it fits only if the
+	// filler has given the memory back before the job ran.
+	h.submit(api.JobSpec{Name: "train", VRAM: api.VRAM{MiB: 8192}, Cmd: h.simjob("--vram", "8192", "--hold", "0.5")})
+	j := h.waitJob("train")
+	if j.State != api.JobDone {
+		t.Fatalf("job %s (%s): %+v", j.State, j.Reason, j.Exit)
+	}
+	// With the job gone, the filler holds the target again.
+	h.waitSettled(0, fillTarget)
+	if g := h.filler(0); g.ReservedMiB != 0 {
+		waitFor(t, func() bool { return h.filler(0).ReservedMiB == 0 })
+	}
+	if _, err := h.client().Unfill(ctxT(t), api.GPURef{Index: 0}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return h.used(0) == 0 })
+}
+
+// TestFillerHandsOverToThaw: a frozen process thaws onto a GPU its owner's
+// filler holds; admission counts the filler's memory as free and the
+// filler frees it before the restore.
+func TestFillerHandsOverToThaw(t *testing.T) {
+	h := newQueueHarness(t, fillGPU)
+	h.jobs("model", 0, 10240)
+	if _, err := h.client().Freeze(ctxT(t), api.FreezeParams{Name: "model"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client().Fill(ctxT(t), api.FillParams{GPU: &api.GPURef{Index: 0}, Ratio: 0.95}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitSettled(0, fillTarget)
+	res, err := h.client().Thaw(ctxT(t), api.ThawParams{Name: "model"})
+	if err != nil {
+		t.Fatalf("thaw onto the filled GPU: %v", err)
+	}
+	if res.State != api.StateRunning {
+		t.Fatalf("thaw: %+v", res)
+	}
+	h.waitSettled(0, fillTarget)
+	if p := h.proc("model"); p.State != api.StateRunning {
+		t.Fatalf("model %s", p.State)
+	}
+}
+
+// TestFillerSurvivesRestart: the helper keeps holding while the daemon is
+// away and the next daemon re-adopts the same process.
+func TestFillerSurvivesRestart(t *testing.T) {
+	h := newQueueHarness(t, fillGPU)
+	f, err := h.client().Fill(ctxT(t), api.FillParams{GPU: &api.GPURef{Index: 0}, MiB: api.VRAM{MiB: 16384}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.waitSettled(0, 16384)
+	h.stop()
+	if got := h.used(0); got+fillChunk <= 16384 {
+		t.Fatalf("with the daemon down the GPU holds %d MiB", got)
+	}
+	h.begin()
+	g := h.filler(0)
+	if g.PID != f.PID || g.TargetMiB != 16384 {
+		t.Fatalf("after restart %+v, before %+v", g, f)
+	}
+	// It is driven again: a new target applies.
+	if _, err := h.client().Fill(ctxT(t), api.FillParams{GPU: &api.GPURef{Index: 0}, MiB: api.VRAM{MiB: 8192}}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitSettled(0, 8192)
+}
+
+// TestFillerSession: a session filler goes with its connection.
+func TestFillerSession(t *testing.T) {
+	h := newQueueHarness(t, fillGPU)
+	c, err := api.Dial(context.Background(), h.cfg.Socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := c.Fill(ctxT(t), api.FillParams{GPU: &api.GPURef{Index: 0}, Ratio: 0.5, Session: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, err := procfs.StartTime(f.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	h.helperGone(f.PID, start)
+	if fs, err := h.client().Fillers(ctxT(t)); err != nil || len(fs) != 0 {
+		t.Fatalf("fillers after the session closed: %+v, %v", fs, err)
+	}
+}
+
+// TestFillerBadInput: bad requests are refused with a clear code and leave
+// nothing behind.
+func TestFillerBadInput(t *testing.T) {
+	h := newQueueHarness(t, "2x24G", func(c *config.Config) {})
+	cl := h.client()
+	for _, tc := range []struct {
+		p    api.FillParams
+		code api.Code
+	}{
+		{api.FillParams{GPU: &api.GPURef{Index: 0}}, api.CodeInvalidArgument},
+		{api.FillParams{Ratio: 0.5}, api.CodeInvalidArgument},
+		{api.FillParams{GPU: &api.GPURef{Index: 0}, Ratio: 1.5}, api.CodeInvalidArgument},
+		{api.FillParams{GPU: &api.GPURef{Index: 0}, Ratio: -0.5}, api.CodeInvalidArgument},
+		{api.FillParams{GPU: &api.GPURef{Index: 0}, Ratio: 0.5, MiB: api.VRAM{MiB: 1024}}, api.CodeInvalidArgument},
+		{api.FillParams{GPU: &api.GPURef{Index: 0}, MiB: api.VRAM{MiB: 30000}}, api.CodeInvalidArgument},
+		{api.FillParams{GPU: &api.GPURef{Index: 0}, MiB: api.VRAM{Auto: true}}, api.CodeInvalidArgument},
+		{api.FillParams{GPU: &api.GPURef{Index: 7}, Ratio: 0.5}, api.CodeInvalidArgument},
+	} {
+		_, err := cl.Fill(ctxT(t), tc.p)
+		wantCode(t, err, tc.code)
+	}
+	_, err := cl.Unfill(ctxT(t), api.GPURef{Index: 1})
+	wantCode(t, err, api.CodeNotFound)
+	_, err = cl.Run(ctxT(t), api.RunParams{Name: "two", Dir: "/", Cmd: []string{"sleep", "100"}, Filled: 0.9,
+		Env: map[string]string{"PATH": os.Getenv("PATH")}})
+	wantCode(t, err, api.CodeInvalidArgument) // two GPUs
+	if _, err := cl.Fill(ctxT(t), api.FillParams{GPU: &api.GPURef{Index: 1}, Ratio: 0.5}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = cl.Run(ctxT(t), api.RunParams{Name: "one", Dir: "/", Cmd: []string{"sleep", "100"}, Filled: 0.9,
+		GPU: &api.GPURef{Index: 1}, Env: map[string]string{"PATH": os.Getenv("PATH")}})
+	wantCode(t, err, api.CodeConflict) // GPU 1 has a filler
+	fs, err := cl.Fillers(ctxT(t))
+	if err != nil || len(fs) != 1 || fs[0].Index != 1 {
+		t.Fatalf("fillers %+v, %v", fs, err)
+	}
+	ps, err := cl.PS(ctxT(t), api.PSParams{})
+	if err != nil || len(ps) != 0 {
+		t.Fatalf("processes after refused runs: %+v, %v", ps, err)
+	}
+}

@@ -1,0 +1,140 @@
+package daemon
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/gpusched/gpusched/internal/memfill"
+	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/internal/store"
+)
+
+// fillerHelper is what the daemon needs of a filler's helper process.
+type fillerHelper interface {
+	PID() int
+	StartTime() uint64
+	State() memfill.State
+	Set(ctx context.Context, targetMiB, reserveMiB uint64) (memfill.State, error)
+	Release(ctx context.Context) error
+	Detach() error
+	Done() <-chan struct{}
+}
+
+// fillerRecord is a filler as persisted under <state-dir>/fillers, one file
+// per GPU UUID, so that a restarted daemon re-adopts its helper.
+type fillerRecord struct {
+	UUID      string          `json:"uuid"`
+	Owner     proctable.Owner `json:"owner"`
+	Ratio     float64         `json:"ratio,omitempty"`
+	TargetMiB uint64          `json:"target_mib"`
+	Process   string          `json:"process,omitempty"` // record id of the attached process
+	Session   bool            `json:"session,omitempty"`
+	PID       int             `json:"pid"`
+	Start     uint64          `json:"start"`
+	Socket    string          `json:"socket"`
+	CreatedAt time.Time       `json:"created_at"`
+}
+
+// filler is one GPU's filler. mu serialises what is sent to its helper,
+// so that a reserve computed earlier never overwrites a later hand-over.
+type filler struct {
+	mu      sync.Mutex
+	rec     fillerRecord
+	helper  fillerHelper      // nil while it is being (re)started
+	sent    [2]uint64         // target and reserve last applied
+	pending map[uint64]uint64 // hand-overs in progress: token -> MiB
+	err     string            // the last failure to drive the helper
+}
+
+// reservePending is the memory promised to hand-overs in progress.
+func (f *filler) reservePending() uint64 {
+	var n uint64
+	for _, mib := range f.pending {
+		n += mib
+	}
+	return n
+}
+
+// fillerSet holds every GPU's filler, at most one per GPU.
+type fillerSet struct {
+	mu     sync.Mutex
+	byGPU  map[string]*filler
+	store  *store.Records
+	token  uint64
+	kicks  chan struct{}
+}
+
+func newFillerSet() *fillerSet {
+	return &fillerSet{byGPU: map[string]*filler{}, kicks: make(chan struct{}, 1)}
+}
+
+// kick asks the filler loop to bring every filler up to date.
+func (s *fillerSet) kick() {
+	select {
+	case s.kicks <- struct{}{}:
+	default:
+	}
+}
+
+func (s *fillerSet) get(uuid string) *filler {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byGPU[uuid]
+}
+
+// all lists the fillers (unordered).
+func (s *fillerSet) all() []*filler {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*filler, 0, len(s.byGPU))
+	for _, f := range s.byGPU {
+		out = append(out, f)
+	}
+	return out
+}
+
+// add registers f unless its GPU has a filler already; it returns the one
+// in place then.
+func (s *fillerSet) add(f *filler) (*filler, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.byGPU[f.rec.UUID]; old != nil {
+		return old, false
+	}
+	s.byGPU[f.rec.UUID] = f
+	return f, true
+}
+
+// remove forgets f if it is still its GPU's filler.
+func (s *fillerSet) remove(f *filler) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.byGPU[f.rec.UUID] == f {
+		delete(s.byGPU, f.rec.UUID)
+	}
+}
+
+// nextToken names one hand-over.
+func (s *fillerSet) nextToken() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.token++
+	return s.token
+}
+
+// pids maps each helper's pid to its GPU UUID, so that samples do not
+// count fillers as external processes.
+func (s *fillerSet) pids() map[int]string {
+	out := map[int]string{}
+	for _, f := range s.all() {
+		f.mu.Lock()
+		if f.helper != nil {
+			out[f.helper.PID()] = f.rec.UUID
+		} else if f.rec.PID > 0 {
+			out[f.rec.PID] = f.rec.UUID
+		}
+		f.mu.Unlock()
+	}
+	return out
+}
