@@ -58,11 +58,11 @@ func (f *filler) reservePending() uint64 {
 
 // fillerSet holds every GPU's filler, at most one per GPU.
 type fillerSet struct {
-	mu     sync.Mutex
-	byGPU  map[string]*filler
-	store  *store.Records
-	token  uint64
-	kicks  chan struct{}
+	mu    sync.Mutex
+	byGPU map[string]*filler
+	store *store.Records
+	token uint64
+	kicks chan struct{}
 }
 
 func newFillerSet() *fillerSet {
