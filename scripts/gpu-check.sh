@@ -2,7 +2,9 @@
 # gpu-check.sh: the hardware check of gpusched on a real NVIDIA GPU. Starts a
 # private gpuschedd on NVML, freezes/thaws (and migrates, with 2+ GPUs) a
 # PyTorch process holding N GiB through each checkpoint driver, verifies its
-# tensors after every move, and prints a table. See docs/hardware.md.
+# tensors after every move, and prints a table; then holds 0.9 of the GPU
+# with a filler, runs a 4 GB PyTorch job beside it and checks the usage
+# returns to the target. See docs/hardware.md.
 set -euo pipefail
 
 usage() {
@@ -112,6 +114,10 @@ stop_daemon() {
 		[[ -n $name ]] || continue
 		ctl kill "$name" --grace 5s >/dev/null 2>&1 || kill -9 "$pid" 2>/dev/null || true
 	done < <(ctl --json ps 2>/dev/null | jq_py 'print("\n".join(p["name"]+" "+str(p["init_pid"]) for p in r["processes"] if p["state"]!="exited"))' 2>/dev/null || true)
+	# Fillers outlive a daemon by design: release them before it goes.
+	while read -r idx; do
+		[[ -n $idx ]] && ctl unfill "$idx" >/dev/null 2>&1 || true
+	done < <(ctl --json fillers 2>/dev/null | jq_py 'print("\n".join(str(f["index"]) for f in r["fillers"]))' 2>/dev/null || true)
 	kill -TERM "$DAEMON" 2>/dev/null || true
 	for _ in $(seq 75); do kill -0 "$DAEMON" 2>/dev/null || break; sleep 0.2; done
 	kill -KILL "$DAEMON" 2>/dev/null || true
@@ -244,6 +250,81 @@ for drv in "${DRIVERS[@]}"; do
 	stop_daemon
 done
 
+# used_mib: GPU $GPU's total memory in use, all processes.
+used_mib() { ctl --json gpus | jq_py "print([g for g in r['gpus'] if g['index']==$GPU][0]['used_mib'])"; }
+
+# settle TARGET CHUNK TIMEOUT_S: until GPU $GPU's usage is within one chunk
+# below TARGET; prints the milliseconds it took, or fails.
+settle() {
+	local t0=${EPOCHREALTIME/./} u=-
+	for ((k = 0; k < $3 * 20; k++)); do
+		u=$(used_mib) || return 1
+		if ((u <= $1 && u + $2 > $1)); then
+			echo $(((${EPOCHREALTIME/./} - t0) / 1000))
+			return 0
+		fi
+		sleep 0.05
+	done
+	note "filler: GPU $GPU holds $u MiB, not within $2 MiB below $1 after $3 s"
+	return 1
+}
+
+# frow STEP RESULT [SETTLE_MS]: one row of the filler table.
+frow() { printf '%s\t%s\t%s\t%s\n' "$1" "$(used_mib 2>/dev/null || echo -)" "${3:--}" "$2" >>"$FRES"; }
+
+# check_filler DRV: hold 0.9 of the GPU, run a PyTorch job allocating 4 GB in
+# the room left, and check that it succeeds and the usage returns to target.
+check_filler() {
+	local drv=$1 out target chunk ms ok=ok name=gc-filler held
+	say "filler: holding 0.9 of GPU $GPU"
+	if ! out=$(ctl --json fill "$GPU" --ratio 0.9 --detach); then
+		note "filler: fill failed: $out"
+		frow "hold 0.9" FAIL
+		FAILED=1
+		return
+	fi
+	read -r target chunk <<<"$(echo "$out" | jq_py 'print(r["target_mib"], r["chunk_mib"])')"
+	if ms=$(settle "$target" "$chunk" 60); then
+		frow "hold 0.9 (target $target MiB)" ok "$ms"
+	else
+		frow "hold 0.9 (target $target MiB)" FAIL
+		ok=FAIL
+	fi
+	say "filler: a PyTorch job allocates 4 GB beside it"
+	if ctl run "$name" --gpu "$GPU" -- "$PY" "$WORKLOAD" --gb 4 >/dev/null &&
+		wait_lines "$name" '^READY' 1 180 && verify "$name"; then
+		held=$(ctl --json fillers | jq_py "print([f for f in r['fillers'] if f['index']==$GPU][0]['held_mib'])")
+		if ms=$(settle "$target" "$chunk" 60); then
+			frow "4 GB PyTorch job verified, filler down to $held MiB" ok "$ms"
+		else
+			frow "4 GB PyTorch job verified, filler at $held MiB" FAIL
+			ok=FAIL
+		fi
+	else
+		note "filler: the 4 GB job did not start or verify beside the filler; see $D/$drv/logs/$name.log"
+		frow "4 GB PyTorch job" FAIL
+		ok=FAIL
+	fi
+	ctl kill "$name" --grace 10s >/dev/null 2>&1 || true
+	if ms=$(settle "$target" "$chunk" 60); then
+		frow "job ended: back to the target" ok "$ms"
+	else
+		frow "job ended: back to the target" FAIL
+		ok=FAIL
+	fi
+	ctl unfill "$GPU" >/dev/null || ok=FAIL
+	[[ $ok == ok ]] || FAILED=1
+}
+
+FRES=$D/filler.tsv
+: >"$FRES"
+if start_daemon "${DRIVERS[0]}"; then
+	check_filler "${DRIVERS[0]}"
+	stop_daemon
+else
+	FAILED=1
+fi
+
 HEAD=("GPU $GPU: ${GPU_INFO%, *}, driver $DRIVER_VERSION; $(echo "$GPU_LIST" | wc -l) GPU(s); $(date -u '+%Y-%m-%d %H:%M UTC')"
 	"gpusched $VERSION (${BACKEND:-?} backend); $ROUNDS freeze/thaw rounds per size")
 [[ -z $CLI_COST ]] || HEAD+=("cuda-checkpoint --get-state start cost: $CLI_COST ms (median of 5); the cli driver pays one per step (lock, checkpoint, restore, unlock), the api driver none")
@@ -284,5 +365,21 @@ else:
         print("  ".join(v.ljust(w[i]) if i == 0 else v.rjust(w[i]) for i, v in enumerate(r)))
 print("\nms/GB = (freeze + thaw) / (2 x GB moved as the driver reports it, 1 GB = 1e9 bytes); x floor = ms/GB / %g" % FLOOR)
 EOF
-((FAILED == 0)) || die "some checks FAILED (see the table and notes above)"
+echo
+echo "Filler on GPU $GPU (fill --ratio 0.9; settle = until usage is within one chunk below the target):"
+"$PY" - "$FRES" "$MARKDOWN" <<'EOF'
+import sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+cols = ["step", "GPU used MiB", "settle ms", "result"]
+if sys.argv[2] == "1":
+    print("| " + " | ".join(cols) + " |")
+    print("|---|---:|---:|---|")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+else:
+    w = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
+    for r in [cols] + rows:
+        print("  ".join(v.ljust(w[i]) for i, v in enumerate(r)))
+EOF
+((FAILED == 0)) || die "some checks FAILED (see the tables and notes above)"
 say "all checks passed"
