@@ -27,6 +27,7 @@ type acquireOptions struct {
 	gpus, maxUtil, priority int
 	minFree                 string
 	maxPower                float64
+	maxTemp                 int
 	gpuIDs                  []string
 	timeout                 time.Duration
 }
@@ -38,7 +39,7 @@ func newAcquireCmd(a *app) *cobra.Command {
 		Use:   "acquire [flags] [-- CMD [ARGS...]]",
 		Short: "Lease GPUs for work the daemon does not launch",
 		Long: `Lease --gpus GPUs that pass the filters (--min-free memory free on each, at
-most --max-util utilization and --max-power draw, only among --gpu-ids),
+most --max-util utilization, --max-power draw and --max-temp temperature, only among --gpu-ids),
 waiting up to --timeout for them (0: fail at once when none fit). Until the
 lease ends, the daemon places nothing on what it holds: --min-free on each
 GPU, or without it the whole GPUs. The lease lives as long as this command's
@@ -73,6 +74,7 @@ With --json the lease is printed as one JSON object.`,
 	f.StringVar(&o.minFree, "min-free", "", "hold `SIZE` (such as 40G) free on each GPU (default: whole idle GPUs)")
 	f.IntVar(&o.maxUtil, "max-util", 0, "only GPUs at most `PERCENT` utilized, 1-100")
 	f.Float64Var(&o.maxPower, "max-power", 0, "only GPUs drawing at most `WATTS`")
+	f.IntVar(&o.maxTemp, "max-temp", 0, "only GPUs at most `DEGREES` C hot")
 	f.StringSliceVar(&o.gpuIDs, "gpu-ids", nil, "choose only among these `GPU`s (indexes or UUIDs, comma-separated or repeated)")
 	f.DurationVar(&o.timeout, "timeout", 0, "wait up to `DURATION` for GPUs to fit (0: fail at once)")
 	f.IntVar(&o.priority, "priority", 0, "lease priority `N`: higher is served first")
@@ -95,7 +97,7 @@ func acquireArgs(cmd *cobra.Command, args []string) error {
 
 // params builds the acquire request from the flags.
 func (o *acquireOptions) params(cmd *cobra.Command) (api.AcquireParams, error) {
-	p := api.AcquireParams{GPUs: o.gpus, MaxUtil: o.maxUtil, MaxPower: o.maxPower,
+	p := api.AcquireParams{GPUs: o.gpus, MaxUtil: o.maxUtil, MaxPower: o.maxPower, MaxTemp: o.maxTemp,
 		Timeout: api.Duration(o.timeout), Priority: o.priority}
 	f := cmd.Flags()
 	switch {
@@ -105,6 +107,8 @@ func (o *acquireOptions) params(cmd *cobra.Command) (api.AcquireParams, error) {
 		return p, usagef("--max-util must be a percentage, 1-100")
 	case f.Changed("max-power") && (!(o.maxPower > 0) || math.IsInf(o.maxPower, 0)):
 		return p, usagef("--max-power must be a number of watts, more than 0")
+	case f.Changed("max-temp") && (o.maxTemp < 1 || o.maxTemp > 150):
+		return p, usagef("--max-temp must be degrees C, 1-150")
 	case o.timeout < 0:
 		return p, usagef("--timeout must not be negative")
 	}

@@ -39,10 +39,10 @@ lists them.`,
 // GPUs are unhealthy, then the driver versions.
 func writeGPUs(w io.Writer, gpus []api.GPU) error {
 	t := newTable(w)
-	fmt.Fprintf(t, "INDEX\tNAME\tMEMORY\tUTIL\tPOWER\tTEMP\tHEALTH\tLEASES\tFROZEN\tPROCS\n")
+	fmt.Fprintf(t, "INDEX\tNAME\tMEMORY\tUTIL\tPOWER\tTEMP\tHEALTH\tLEASES\tFROZEN\tFILLER\tPROCS\n")
 	var reasons []string
 	for _, g := range gpus {
-		util, temp, health, leases, frozen := "-", "-", "ok", "-", "-"
+		util, temp, health, leases, frozen, filler := "-", "-", "ok", "-", "-", "-"
 		if g.UtilPercent != nil {
 			util = strconv.Itoa(*g.UtilPercent) + "%"
 		}
@@ -59,9 +59,12 @@ func writeGPUs(w io.Writer, gpus []api.GPU) error {
 		if g.FrozenMiB > 0 {
 			frozen = mib(g.FrozenMiB)
 		}
-		fmt.Fprintf(t, "%d\t%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n",
+		if f := g.Filler; f != nil {
+			filler = fmt.Sprintf("%s/%s (%s)", mib(f.HeldMiB), mib(f.TargetMiB), f.User)
+		}
+		fmt.Fprintf(t, "%d\t%s\t%s/%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n",
 			g.Index, g.Name, mib(g.UsedMiB), mib(g.TotalMiB), util, powerText(g.PowerWatts, g.PowerLimitWatts),
-			temp, health, leases, frozen, len(g.Processes))
+			temp, health, leases, frozen, filler, len(g.Processes))
 	}
 	if err := t.Flush(); err != nil {
 		return err

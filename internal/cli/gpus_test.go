@@ -15,7 +15,8 @@ func TestGPUsTable(t *testing.T) {
 			Processes: []api.GPUProcess{{PID: 4242, UsedMiB: 12288, Managed: "train"}, {PID: 99, UsedMiB: 512}}},
 		{Index: 1, UUID: "GPU-bbbb", Name: "H100", TotalMiB: 81920, FreeMiB: 81920, PowerLimitWatts: &limit, TempC: &hot,
 			Driver: "550.54.15", Checkpoint: "api", Unhealthy: []string{"GPU 1: temperature 95 C is above --max-temp 85"},
-			Leases: []string{}, FrozenMiB: 1536, Processes: []api.GPUProcess{}},
+			Leases: []string{}, FrozenMiB: 1536, Processes: []api.GPUProcess{},
+			Filler: &api.Filler{Index: 1, User: "ana", TargetMiB: 77824, HeldMiB: 77568}},
 		{Index: 2, UUID: "GPU-cccc", Name: "sim", TotalMiB: 1000, FreeMiB: 1000, Healthy: true,
 			Unhealthy: []string{}, Leases: []string{}, Processes: []api.GPUProcess{}},
 	}
@@ -25,10 +26,10 @@ func TestGPUsTable(t *testing.T) {
 		t.Fatalf("code %d, stderr %q", code, errOut)
 	}
 	want := "" +
-		"INDEX  NAME  MEMORY             UTIL  POWER      TEMP  HEALTH     LEASES  FROZEN   PROCS\n" +
-		"0      H100  12.5 GiB/80.0 GiB  35%   252W/700W  64C   ok         l1,l3   -        2\n" +
-		"1      H100  0 MiB/80.0 GiB     -     -/700W     95C   unhealthy  -       1.5 GiB  0\n" +
-		"2      sim   0 MiB/1000 MiB     -     -          -     ok         -       -        0\n" +
+		"INDEX  NAME  MEMORY             UTIL  POWER      TEMP  HEALTH     LEASES  FROZEN   FILLER                   PROCS\n" +
+		"0      H100  12.5 GiB/80.0 GiB  35%   252W/700W  64C   ok         l1,l3   -        -                        2\n" +
+		"1      H100  0 MiB/80.0 GiB     -     -/700W     95C   unhealthy  -       1.5 GiB  75.8 GiB/76.0 GiB (ana)  0\n" +
+		"2      sim   0 MiB/1000 MiB     -     -          -     ok         -       -        -                        0\n" +
 		"GPU 1: temperature 95 C is above --max-temp 85\n" +
 		"driver 550.54.15, checkpoint driver api\n"
 	if out != want {
@@ -43,7 +44,7 @@ func TestGPUsTableEmpty(t *testing.T) {
 	if code != 0 || errOut != "" {
 		t.Fatalf("code %d, stderr %q", code, errOut)
 	}
-	if want := "INDEX  NAME  MEMORY  UTIL  POWER  TEMP  HEALTH  LEASES  FROZEN  PROCS\n"; out != want {
+	if want := "INDEX  NAME  MEMORY  UTIL  POWER  TEMP  HEALTH  LEASES  FROZEN  FILLER  PROCS\n"; out != want {
 		t.Errorf("got %q, want %q", out, want)
 	}
 }

@@ -276,3 +276,23 @@ func TestFillerBadInput(t *testing.T) {
 		t.Fatalf("processes after refused runs: %+v, %v", ps, err)
 	}
 }
+
+// TestFillerHandsOverToLease: a lease of the filler's owner is granted on
+// the filled GPU, and the memory it holds is free when acquire answers.
+func TestFillerHandsOverToLease(t *testing.T) {
+	h := newQueueHarness(t, fillGPU)
+	if _, err := h.client().Fill(ctxT(t), api.FillParams{GPU: &api.GPURef{Index: 0}, Ratio: 0.95}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitSettled(0, fillTarget)
+	l, err := h.client().Acquire(ctxT(t), api.AcquireParams{MinFree: api.VRAM{MiB: 8192}})
+	if err != nil {
+		t.Fatalf("acquire beside the owner's filler: %v", err)
+	}
+	if free := 24576 - h.used(0); free < 8192 {
+		t.Fatalf("lease %s granted with %d MiB free, want 8192", l.ID, free)
+	}
+	if f := h.filler(0); f.ReservedMiB != 8192 {
+		t.Fatalf("filler reserves %d MiB for the lease, want 8192", f.ReservedMiB)
+	}
+}
