@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -132,37 +131,25 @@ func (o *acquireOptions) params(cmd *cobra.Command) (api.AcquireParams, error) {
 // lease until ctx ends or Ctrl-C or SIGTERM arrives. Either way it then
 // releases the lease.
 func (a *app) acquire(ctx context.Context, p api.AcquireParams, argv []string, stdin io.Reader) error {
-	held, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	c, err := a.dial(held)
+	var l api.Lease
+	h, err := a.callHeld(ctx, api.MethodAcquire, p, &l, "waiting for a lease")
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	var raw json.RawMessage
-	if err := c.Call(held, api.MethodAcquire, p, &raw); err != nil {
-		if errors.Is(err, context.Canceled) {
-			return errors.New("interrupted while waiting for a lease")
-		}
-		return err
-	}
-	var l api.Lease
-	if err := json.Unmarshal(raw, &l); err != nil {
-		return fmt.Errorf("decode acquire result: %w", err)
-	}
+	defer h.close()
 	if len(argv) > 0 {
-		return a.runLeased(ctx, c, &l, argv, stdin)
+		return a.runLeased(ctx, h.c, &l, argv, stdin)
 	}
 	if a.json {
-		err = writeJSON(a.stdout, raw)
+		err = writeJSON(a.stdout, h.raw)
 	} else {
 		err = writeLease(a.stdout, &l)
 	}
 	if err != nil {
 		return err
 	}
-	<-held.Done()
-	if err := releaseLease(ctx, c, l.ID); err != nil {
+	<-h.held.Done()
+	if err := releaseLease(ctx, h.c, l.ID); err != nil {
 		return err
 	}
 	if a.json {

@@ -2,16 +2,11 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/gpusched/gpusched/pkg/api"
 	"github.com/spf13/cobra"
@@ -191,34 +186,22 @@ func validRatio(r float64) bool {
 // held, prints it and holds it until ctx ends or Ctrl-C or SIGTERM arrives;
 // then it releases it.
 func (a *app) fill(ctx context.Context, p api.FillParams) error {
-	held, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	c, err := a.dial(held)
+	var f api.Filler
+	h, err := a.callHeld(ctx, api.MethodFill, p, &f, "starting the filler")
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	var raw json.RawMessage
-	if err := c.Call(held, api.MethodFill, p, &raw); err != nil {
-		if errors.Is(err, context.Canceled) {
-			return errors.New("interrupted while starting the filler")
-		}
-		return err
-	}
-	var f api.Filler
-	if err := json.Unmarshal(raw, &f); err != nil {
-		return fmt.Errorf("decode fill result: %w", err)
-	}
+	defer h.close()
 	if a.json {
-		err = writeJSON(a.stdout, raw)
+		err = writeJSON(a.stdout, h.raw)
 	} else {
 		err = writeFiller(a.stdout, &f, "held until Ctrl-C or SIGTERM")
 	}
 	if err != nil {
 		return err
 	}
-	<-held.Done()
-	if err := releaseFiller(ctx, c, *p.GPU); err != nil {
+	<-h.held.Done()
+	if err := releaseFiller(ctx, h.c, *p.GPU); err != nil {
 		return err
 	}
 	if a.json {
