@@ -30,7 +30,7 @@ test-python: build
 	GPUSCHED_BIN_DIR=$(CURDIR)/bin $(PY) -m pytest -q sdk/python/tests
 
 bench:
-	go test -p 1 -run '^$$' -bench . -benchtime 3s ./internal/daemon/ ./internal/checkpoint/ ./internal/placement/
+	go test -p 1 -run '^$$' -bench . -benchtime 3s ./internal/daemon/ ./internal/checkpoint/ ./internal/placement/ ./internal/memfill/
 
 demo:
 	scripts/demo.sh
