@@ -17,6 +17,9 @@
 // ordinal: position in CUDA_VISIBLE_DEVICES) as its own cap per GPU before
 // allocating, so that an allocation past it fails with the out-of-memory
 // line, as an MPS server enforces it.
+// --cycles N frees everything after each hold, waits --hold seconds and ramps
+// again, N more times ("simjob: freed all VRAM, cycle K of N"): a process
+// that frees and re-allocates, as an RL phase change does.
 // --host-mem fills real host memory with a pattern verified every second and
 // on SIGUSR1 (exit 3 on corruption), and --tick prints an in-memory counter:
 // both show that a checkpointed and restored process kept its memory.
