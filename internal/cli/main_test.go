@@ -125,21 +125,7 @@ func TestUsageErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			d := newFakeDaemon(t, nil)
-			out, errOut, code := ctl(t, d, tt.args...)
-			first, rest, _ := strings.Cut(errOut, "\n")
-			if code != 2 || out != "" {
-				t.Errorf("code %d, stdout %q; want 2, nothing", code, out)
-			}
-			if !strings.HasPrefix(first, "gpuschedctl: ") || !strings.Contains(first, tt.want) {
-				t.Errorf("first stderr line %q, want gpuschedctl: ...%s", first, tt.want)
-			}
-			if !strings.Contains(rest, "Usage:") {
-				t.Errorf("no usage after a usage error:\n%s", errOut)
-			}
-			if reqs := d.requests(); len(reqs) > 0 {
-				t.Errorf("usage error still called the daemon: %+v", reqs)
-			}
+			checkUsageError(t, tt.args, tt.want)
 		})
 	}
 }
@@ -170,4 +156,26 @@ func TestSocketFromEnvironment(t *testing.T) {
 		t.Fatalf("code %d, stderr %q", code, errOut)
 	}
 	d.only(t)
+}
+
+// checkUsageError runs gpuschedctl args against a fake daemon and checks a
+// usage error: exit 2, nothing on stdout, "gpuschedctl: ...want" then the
+// usage on stderr, and no call to the daemon.
+func checkUsageError(t *testing.T, args []string, want string) {
+	t.Helper()
+	d := newFakeDaemon(t, nil)
+	out, errOut, code := ctl(t, d, args...)
+	first, rest, _ := strings.Cut(errOut, "\n")
+	if code != 2 || out != "" {
+		t.Errorf("code %d, stdout %q; want 2, nothing", code, out)
+	}
+	if !strings.HasPrefix(first, "gpuschedctl: ") || !strings.Contains(first, want) {
+		t.Errorf("first stderr line %q, want gpuschedctl: ...%s", first, want)
+	}
+	if !strings.Contains(rest, "Usage:") {
+		t.Errorf("no usage after a usage error:\n%s", errOut)
+	}
+	if reqs := d.requests(); len(reqs) > 0 {
+		t.Errorf("usage error still called the daemon: %+v", reqs)
+	}
 }

@@ -173,7 +173,7 @@ func (d *Daemon) fillerToAPI(f *filler, gv *gpuView) api.Filler {
 		Ratio: f.rec.Ratio, TargetMiB: f.rec.TargetMiB, HeldMiB: held, ReservedMiB: f.sent[1],
 		ChunkMiB: d.cfg.FillerChunkMiB, PID: f.rec.PID, Session: f.rec.Session, CreatedAt: f.rec.CreatedAt, Error: f.err}
 	if f.helper != nil {
-		out.PID = f.helper.PID()
+		out.PID, out.ChunkMiB = f.helper.PID(), f.helper.ChunkMiB() // an adopted helper keeps its own chunk
 		if e := f.helper.State().Error; e != "" && out.Error == "" {
 			out.Error = e
 		}

@@ -14,6 +14,7 @@ import (
 type fillerHelper interface {
 	PID() int
 	StartTime() uint64
+	ChunkMiB() uint64
 	State() memfill.State
 	Set(ctx context.Context, targetMiB, reserveMiB uint64) (memfill.State, error)
 	Release(ctx context.Context) error
