@@ -33,6 +33,7 @@ and thaws (handed over before they start)::
             print(filler.held_mib, sched.fillers())
 """
 
+from .active import Activation
 from .client import DEFAULT_SOCKET, PROTOCOL_VERSION, SOCKET_ENV, Duration, GpuSched, GPURef, Size, Stream, socket_path
 from .errors import (
     BadRequest,
@@ -82,6 +83,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "GpuSched",
+    "Activation",
     "Stream",
     "GPURef",
     "Duration",

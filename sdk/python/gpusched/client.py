@@ -21,6 +21,7 @@ import weakref
 from typing import (
     Any,
     Callable,
+    ContextManager,
     Dict,
     Generic,
     Iterator,
@@ -35,6 +36,7 @@ from typing import (
     overload,
 )
 
+from .active import Activation, Activations
 from .errors import (
     ConnectionLost,
     DaemonNotRunning,
@@ -90,7 +92,10 @@ _RELEASE_TIMEOUT = 30.0
 """Seconds a lease's or session filler's release may take once its client is gone (closing its
 connection ends it anyway)."""
 
-_JOB_SPEC_FIELDS = ("cmd", "name", "vram", "gpus", "priority", "timeout", "retries", "preemptible", "dir", "env", "user")
+_JOB_SPEC_FIELDS = (
+    "cmd", "name", "vram", "gpus", "priority", "timeout", "retries", "preemptible", "dir", "env", "user",
+    "nice", "mps_threads", "mps_mem_limit",
+)
 
 T = TypeVar("T")
 
@@ -261,6 +266,9 @@ def _job_spec(
     dir: Optional[str] = None,
     env: Optional[Mapping[str, str]] = None,
     user: Optional[str] = None,
+    nice: int = 0,
+    mps_threads: Optional[int] = None,
+    mps_mem_limit: Optional[Size] = None,
     *,
     what: str = "submit",
 ) -> Dict[str, Any]:
@@ -289,6 +297,12 @@ def _job_spec(
         spec["preemptible"] = True
     if user is not None:
         spec["user"] = user
+    if nice:
+        spec["nice"] = nice
+    if mps_threads is not None:
+        spec["mps_threads"] = mps_threads
+    if mps_mem_limit is not None:
+        spec["mps_mem_limit"] = mps_mem_limit
     return spec
 
 
@@ -478,6 +492,7 @@ class GpuSched:
         self._streams_lock = threading.Lock()
         self._leases: Dict[str, _LeaseHolder] = {}  # held by this client, by id
         self._fillers: Dict[str, _FillerHolder] = {}  # session fillers held by this client, by GPU UUID
+        self._activations = Activations()
 
     def __repr__(self) -> str:
         return f"GpuSched(socket={self.socket_path!r})"
@@ -581,6 +596,8 @@ class GpuSched:
         ttl: Optional[Duration] = None,
         idle: Optional[Duration] = None,
         filled: Optional[float] = None,
+        mps_threads: Optional[int] = None,
+        mps_mem_limit: Optional[Size] = None,
     ) -> Process:
         """Starts ``cmd`` (an argv, no shell) as a managed process called ``name``.
 
@@ -596,6 +613,10 @@ class GpuSched:
         process frees and re-allocates, released when it exits (see :meth:`fill`); keep
         its allocation steps below the free room that leaves (5% of the GPU at 0.95).
         Raises :class:`~gpusched.errors.Conflict` when the GPU already has a filler.
+        ``mps_threads`` (percent of the GPU's threads, 1..100) and ``mps_mem_limit``
+        (MiB or a size like ``"4G"``, per GPU) make it an MPS client with those limits;
+        an MPS client cannot be frozen, and a daemon without the MPS tools raises
+        :class:`~gpusched.errors.Unavailable`.
         """
         params: Dict[str, Any] = {"name": name, "cmd": list(cmd), "dir": dir if dir is not None else os.getcwd()}
         if gpu is not None:
@@ -618,6 +639,10 @@ class GpuSched:
             params["idle"] = idle
         if filled is not None:
             params["filled"] = filled
+        if mps_threads is not None:
+            params["mps_threads"] = mps_threads
+        if mps_mem_limit is not None:
+            params["mps_mem_limit"] = mps_mem_limit
         return _decode(Process.from_dict, self.call("run", params), "run")
 
     def kill(self, name: str, signal: Union[str, int, None] = None, grace: Optional[float] = None) -> Process:
@@ -711,6 +736,9 @@ class GpuSched:
         dir: Optional[str] = None,
         env: Optional[Mapping[str, str]] = None,
         user: Optional[str] = None,
+        nice: int = 0,
+        mps_threads: Optional[int] = None,
+        mps_mem_limit: Optional[Size] = None,
     ) -> Job:
         """Queues ``cmd`` (an argv, no shell) as a job and returns it, "queued".
 
@@ -725,13 +753,17 @@ class GpuSched:
         ``dir`` and ``env`` as in :meth:`run`: ``dir`` defaults to ``os.getcwd()``,
         and ``env=None`` sends none (an EMPTY environment plus the daemon's
         ``GPUSCHED_*``/``CUDA_*`` variables). ``user``: root only, run as that user.
+        ``nice``, ``mps_threads`` and ``mps_mem_limit`` as in :meth:`run` (the MPS
+        memory cap defaults to the declared ``vram``).
 
         Raises :class:`~gpusched.errors.InvalidArgument` for bad input and
         :class:`~gpusched.errors.Exists` for a name in use by an unfinished job or a
         running process. A job that can never fit is accepted and then ends
         "infeasible" (see :meth:`wait_job`).
         """
-        spec = _job_spec(cmd, name, vram, gpus, priority, timeout, retries, preemptible, dir, env, user)
+        spec = _job_spec(
+            cmd, name, vram, gpus, priority, timeout, retries, preemptible, dir, env, user, nice, mps_threads, mps_mem_limit
+        )
         jobs = self._submit(spec)
         if len(jobs) != 1:
             raise ProtocolError(f"submit: gpuschedd answered {len(jobs)} jobs for one")
@@ -816,6 +848,7 @@ class GpuSched:
         gpu_ids: Optional[Sequence[GPURef]] = None,
         timeout: Optional[Duration] = None,
         priority: int = 0,
+        max_temp: Optional[int] = None,
     ) -> Lease:
         """Leases ``gpus`` GPUs and returns the :class:`Lease`, a context manager::
 
@@ -826,7 +859,8 @@ class GpuSched:
         Until it is released the daemon places nothing on what it holds:
         ``min_free`` (MiB, or a size like ``"20G"``) on each GPU, or without it the
         whole GPUs, which must then be idle. Only GPUs at most ``max_util`` percent
-        utilized and drawing at most ``max_power`` watts qualify, and only among
+        utilized, drawing at most ``max_power`` watts and at most ``max_temp``
+        degrees C qualify (besides the daemon's own health thresholds), and only among
         ``gpu_ids`` (indices or UUIDs) when given. ``priority``: -1000..1000, as for
         jobs. ``timeout``: seconds (or a string like ``"10m"``) to wait for GPUs
         that fit; None or 0 answers at once, raising
@@ -854,6 +888,8 @@ class GpuSched:
             params["timeout"] = timeout
         if priority:
             params["priority"] = priority
+        if max_temp is not None:
+            params["max_temp"] = max_temp
         params_json = _encode_params("acquire", params)
         wait = _seconds(timeout, "acquire: timeout")
         conn = _open(self.socket_path, self.timeout)
@@ -878,6 +914,7 @@ class GpuSched:
         gpu_ids: Optional[Sequence[GPURef]] = None,
         timeout: Optional[Duration] = None,
         priority: int = 0,
+        max_temp: Optional[int] = None,
     ) -> Lease:
         """:meth:`acquire`, spelled for ``with``: the GPUs are leased at once and
         released when the block ends::
@@ -885,7 +922,7 @@ class GpuSched:
             with sched.lease(gpus=2, min_free="20G") as lease:
                 print(lease.gpu_ids, lease.cuda_visible_devices)
         """
-        return self.acquire(gpus, min_free, max_util, max_power, gpu_ids, timeout, priority)
+        return self.acquire(gpus, min_free, max_util, max_power, gpu_ids, timeout, priority, max_temp)
 
     def release(self, lease_or_id: Union[Lease, str]) -> None:
         """Ends a lease, given as a :class:`Lease` or by id.
@@ -1068,6 +1105,42 @@ class GpuSched:
         if timeout is not None:
             params["timeout"] = timeout
         return _decode(SwapResult.from_dict, self._call("swap", params, self._timeout_plus(timeout)), "swap")
+
+    def active(
+        self, name: str, evict: Optional[Sequence[str]] = None, timeout: Optional[float] = None
+    ) -> ContextManager[Activation]:
+        """Makes ``name`` resident on its GPUs for the ``with`` block: the RL hand-off::
+
+            for step in range(steps):
+                with sched.active("policy"):
+                    rollouts = generate()
+                with sched.active("reward"):    # freezes policy only if both do not fit
+                    scores = score(rollouts)
+
+        On entry a frozen or hibernated ``name`` is thawed. When it does not fit, the
+        processes that may make room are frozen until it does: ``evict`` (names, in
+        that order), or by default its owner's running processes on its GPUs (not
+        queued jobs' attempts, not MPS clients), least recently active in this client
+        first; one alone is swapped out in a single daemon call. ``timeout``: seconds
+        the last thaw may wait for memory to free, as in :meth:`thaw`. If it still
+        does not fit, what was frozen is thawed back and the error is raised (most
+        often :class:`~gpusched.errors.ResourceExhausted`). A running ``name`` is
+        left as it is.
+
+        Yields the :class:`~gpusched.active.Activation` (what was thawed and frozen,
+        with client-side timings per step). Inside the block this client never
+        freezes ``name`` for another activation; on exit nothing happens, so the
+        next activation that needs its room freezes it. Activations of one client
+        run one at a time.
+        """
+        return self._activations.active(self, name, evict, timeout)
+
+    def activate(
+        self, name: str, evict: Optional[Sequence[str]] = None, timeout: Optional[float] = None
+    ) -> Activation:
+        """:meth:`active` without the block: makes ``name`` resident and returns the
+        :class:`~gpusched.active.Activation`."""
+        return self._activations.activate(self, name, evict, timeout)
 
     def migrate(
         self, name: str, gpu: Union[GPURef, Sequence[GPURef]], timeout: Optional[float] = None

@@ -218,7 +218,8 @@ class Process:
     process started with ``run``); ``preempted_by`` the id of the job it was
     frozen to make room for (it is thawed back once its memory fits again).
     ``filled`` is the ratio its attached :class:`Filler` holds its GPU at
-    (``run(..., filled=...)``; 0.0 without one).
+    (``run(..., filled=...)``; 0.0 without one). ``mps_threads`` and
+    ``mps_mem_limit_mib`` are its MPS limits (0: not an MPS client, or no cap).
     """
 
     name: str = ""
@@ -249,6 +250,8 @@ class Process:
     job: str = ""
     preempted_by: str = ""
     filled: float = 0.0
+    mps_threads: int = 0
+    mps_mem_limit_mib: int = 0
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -282,8 +285,14 @@ class GPUProcess:
 
 @dataclass(frozen=True)
 class GPU:
-    """One device as the daemon last sampled it; utilization and power when known;
-    ``filler``: its memory :class:`Filler` (anyone's), None when it has none."""
+    """One device as the daemon last sampled it: memory, and utilization, power
+    draw and limit and temperature when known (None otherwise). ``driver`` is the
+    driver version, ``checkpoint`` the checkpoint driver ("api", "cli", "sim" or
+    "none"). ``healthy`` says whether it passes the daemon's health thresholds;
+    ``unhealthy`` says why not, one sentence each. ``filler``: its memory
+    :class:`Filler` (anyone's), None when it has none; ``leases``: the ids of the
+    leases holding it; ``frozen_mib``: memory of processes frozen off it, parked in
+    host RAM."""
 
     index: int = 0
     uuid: str = ""
@@ -294,7 +303,15 @@ class GPU:
     util_percent: Optional[int] = None
     power_watts: Optional[float] = None
     processes: List[GPUProcess] = field(default_factory=list)
+    power_limit_watts: Optional[float] = None
+    temp_c: Optional[int] = None
+    driver: str = ""
+    checkpoint: str = ""
+    healthy: bool = True
+    unhealthy: List[str] = field(default_factory=list)
     filler: Optional[Filler] = None
+    leases: List[str] = field(default_factory=list)
+    frozen_mib: int = 0
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -610,7 +627,8 @@ class Job:
     and ``exit`` are of the current or last attempt; ``peak_mib`` is the most
     seen per GPU UUID over all attempts; ``verdict`` compares the declaration
     with what it used, once finished; ``process`` names its managed process
-    (the job's name), once it had an attempt.
+    (the job's name), once it had an attempt. ``nice`` is its attempts' CPU nice;
+    ``mps_threads``/``mps_mem_limit_mib`` their MPS limits (0: none).
     """
 
     id: str = ""
@@ -637,6 +655,9 @@ class Job:
     peak_mib: Dict[str, int] = field(default_factory=dict)
     verdict: str = ""
     process: str = ""
+    nice: int = 0
+    mps_threads: int = 0
+    mps_mem_limit_mib: int = 0
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property

@@ -6,12 +6,12 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, Union
 
 import pytest
 
-from gpusched import GpuSched
-from harness import REPO_ROOT, Daemon, find_criu, short_dir
+from gpusched import GpuSched, Process
+from harness import REPO_ROOT, Daemon, find_criu, guarded, short_dir
 
 BINARIES = ("gpuschedd", "gpuschedctl", "gpusched-simjob")
 
@@ -76,3 +76,23 @@ def tmp_short() -> Iterator[Path]:
     path = short_dir()
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+SimJob = Callable[..., Process]
+
+
+@pytest.fixture
+def simjob(bin_dir: Path, sched: GpuSched) -> SimJob:
+    """``simjob(name, vram_mib, gpu=0)`` runs gpusched-simjob holding that much
+    simulated VRAM and returns once it said it allocated it."""
+
+    def start(name: str, vram_mib: int, gpu: Union[int, str] = 0) -> Process:
+        process = sched.run(name, [str(bin_dir / "gpusched-simjob"), "--vram", str(vram_mib)], gpu=gpu)
+        with guarded(sched.follow_logs(name)) as lines:
+            for line in lines:
+                if line.startswith("simjob: allocated"):
+                    assert line == f"simjob: allocated {vram_mib} MiB on {process.gpus[0].uuid}"
+                    return process
+        raise AssertionError(f"{name} never allocated its memory; its log: {sched.logs(name)}")
+
+    return start

@@ -20,31 +20,12 @@ from gpusched import (
     SwapResult,
     Timeout,
 )
+from conftest import SimJob
 from harness import guarded
 
 GPU0 = "GPU-5a1d0000-0000-4000-8000-000000000000"
 GPU1 = "GPU-5a1d0000-0000-4000-8000-000000000001"
 MiB = 1 << 20
-
-SimJob = Callable[..., Process]
-
-
-@pytest.fixture
-def simjob(bin_dir: Path, sched: GpuSched) -> SimJob:
-    """``simjob(name, vram_mib, gpu=0)`` runs gpusched-simjob holding that much
-    simulated VRAM and returns once it said it allocated it."""
-
-    def start(name: str, vram_mib: int, gpu: Union[int, str] = 0) -> Process:
-        process = sched.run(name, [str(bin_dir / "gpusched-simjob"), "--vram", str(vram_mib)], gpu=gpu)
-        with guarded(sched.follow_logs(name)) as lines:
-            for line in lines:
-                if line.startswith("simjob: allocated"):
-                    assert line == f"simjob: allocated {vram_mib} MiB on {process.gpus[0].uuid}"
-                    return process
-        raise AssertionError(f"{name} never allocated its memory; its log: {sched.logs(name)}")
-
-    return start
-
 
 def is_aware(value: Union[datetime, None]) -> bool:
     return isinstance(value, datetime) and value.tzinfo is not None

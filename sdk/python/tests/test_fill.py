@@ -115,6 +115,7 @@ def test_fill_params_on_the_wire(tmp_short: Path) -> None:
         again = sched.fill(2, ratio=0.5, session=True)  # a new target: the filler stays on its connection
         assert again.held
         sched.run("rollout", ["true"], gpu=1, filled=0.95, dir="/")
+        sched.run("capped", ["true"], dir="/", mps_threads=30, mps_mem_limit="4G")
         [listed] = sched.fillers()
         assert listed.index == 3 and listed.held
         listed.release()  # not this client's session: an unfill by GPU
@@ -135,6 +136,7 @@ def test_fill_params_on_the_wire(tmp_short: Path) -> None:
         ("fill", {"gpu": 2, "mib": 20480, "session": True}),
         ("fill", {"gpu": 2, "ratio": 0.5, "session": True}),
         ("run", {"name": "rollout", "cmd": ["true"], "dir": "/", "gpu": 1, "filled": 0.95}),
+        ("run", {"name": "capped", "cmd": ["true"], "dir": "/", "mps_threads": 30, "mps_mem_limit": "4G"}),
         ("fillers", None),
         ("unfill", {"gpu": "GPU-3"}),
         ("unfill", {"gpu": "GPU-0"}),

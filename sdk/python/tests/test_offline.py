@@ -434,13 +434,13 @@ def test_queue_params_on_the_wire(tmp_short: Path) -> None:
         assert sched.submit(["true"]).name == ""
         sched.submit(["true"], name="t", vram="18G", gpus=2, priority=-3, timeout="2h", retries=1,
                      preemptible=True, dir="/", env={"A": "b"}, user="ana")
-        sched.submit(["true"], vram=512, timeout=90)
+        sched.submit(["true"], vram=512, timeout=90, nice=5, mps_threads=50, mps_mem_limit="4G")
         assert [j.name for j in sched.submit_many([{"cmd": ["a"], "name": "a"}, {"cmd": ("b",), "vram": None, "gpus": 2}])] == ["a", ""]
         assert sched.jobs() == [] and sched.jobs(state="done", all=True, user="ana") == []
         sched.job("t")
         sched.cancel("j3")
         sched.wait_job("t", timeout=5)
-        acquired = sched.acquire(gpus=2, min_free="20G", max_util=10, max_power=300.5, gpu_ids=[0, "GPU-1"], timeout="10m", priority=4)
+        acquired = sched.acquire(gpus=2, min_free="20G", max_util=10, max_power=300.5, gpu_ids=[0, "GPU-1"], timeout="10m", priority=4, max_temp=85)
         assert acquired.held and acquired.gpu_ids == [0]
         assert dataclasses.asdict(acquired)["gpus"] == [{"index": 0, "uuid": "GPU-0", "raw": {"index": 0, "uuid": "GPU-0"}}]
         acquired.release()
@@ -452,7 +452,8 @@ def test_queue_params_on_the_wire(tmp_short: Path) -> None:
         ("submit", {"cmd": ["true"], "dir": cwd}),
         ("submit", {"cmd": ["true"], "dir": "/", "name": "t", "env": {"A": "b"}, "vram": "18G", "gpus": 2, "priority": -3,
                     "timeout": "2h", "retries": 1, "preemptible": True, "user": "ana"}),
-        ("submit", {"cmd": ["true"], "dir": cwd, "vram": 512, "timeout": 90}),
+        ("submit", {"cmd": ["true"], "dir": cwd, "vram": 512, "timeout": 90, "nice": 5, "mps_threads": 50,
+                    "mps_mem_limit": "4G"}),
         ("submit", {"jobs": [{"cmd": ["a"], "dir": cwd, "name": "a"}, {"cmd": ["b"], "dir": cwd, "gpus": 2}]}),
         ("jobs", None),
         ("jobs", {"state": "done", "all": True, "user": "ana"}),
@@ -460,7 +461,7 @@ def test_queue_params_on_the_wire(tmp_short: Path) -> None:
         ("cancel", {"name": "j3"}),
         ("job_wait", {"name": "t", "timeout": 5}),
         ("acquire", {"gpus": 2, "min_free": "20G", "max_util": 10, "max_power": 300.5, "gpu_ids": [0, "GPU-1"],
-                     "timeout": "10m", "priority": 4}),
+                     "timeout": "10m", "priority": 4, "max_temp": 85}),
         ("release", {"id": "l1"}),
         ("acquire", {"gpus": 1}),
         ("release", {"id": "l1"}),
