@@ -4,7 +4,7 @@ LDFLAGS := -X github.com/gpusched/gpusched/internal/daemon.Version=$(VERSION) \
            -X github.com/gpusched/gpusched/internal/cli.Version=$(VERSION)
 PY      := /usr/bin/python3
 
-.PHONY: all build test test-deps test-go test-python lint bench demo fuzz clean
+.PHONY: all build test test-deps test-go test-python lint bench bench-sdk demo fuzz clean
 
 all: build
 
@@ -29,8 +29,12 @@ test-go:
 test-python: build
 	GPUSCHED_BIN_DIR=$(CURDIR)/bin $(PY) -m pytest -q sdk/python/tests
 
-bench:
+bench: bench-sdk
 	go test -p 1 -run '^$$' -bench . -benchtime 3s ./internal/daemon/ ./internal/checkpoint/ ./internal/placement/ ./internal/memfill/
+
+# The Python SDK's per-swap overhead over a raw socket client (200-step swap loop, simulated driver).
+bench-sdk: build
+	GPUSCHED_BIN_DIR=$(CURDIR)/bin $(PY) sdk/python/bench/swap_overhead.py --steps 200
 
 demo:
 	scripts/demo.sh

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test-deps.sh: install what the test suite needs, idempotently and quickly
-# when it is already there: Go modules, socat, Debian's python3-pytest and
+# when it is already there: Go modules, socat, Debian's python3-pytest (and
+# venv, wheel and mypy for the SDK's packaging tests) and
 # CRIU >= 4 (scripts/install-criu.sh). Needs root for the packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,6 +9,10 @@ cd "$(dirname "$0")/.."
 need=()
 command -v socat >/dev/null || need+=(socat)
 /usr/bin/python3 -c 'import pytest' 2>/dev/null || need+=(python3-pytest)
+# The SDK's packaging test: pip install into a venv, offline (Debian's setuptools and wheel), and mypy --strict.
+/usr/bin/python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
+/usr/bin/python3 -c 'import setuptools, wheel' 2>/dev/null || need+=(python3-setuptools python3-wheel)
+/usr/bin/python3 -c 'import mypy' 2>/dev/null || need+=(python3-mypy)
 command -v gcc >/dev/null || need+=(gcc) # builds the fake libcuda for the driver-API tests
 if ((${#need[@]})); then
 	echo "test-deps: installing ${need[*]}" >&2

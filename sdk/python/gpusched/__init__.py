@@ -25,6 +25,18 @@ code the daemon does not launch::
             lease.apply()                      # CUDA_VISIBLE_DEVICES, before CUDA starts
             ...
 
+RL loops hand one GPU back and forth between models; ``active`` thaws one and
+freezes what must make room (only when both do not fit)::
+
+    for step in range(steps):
+        with sched.active("policy"):
+            rollouts = generate()
+        with sched.active("reward"):
+            scores = score(rollouts)
+
+Inside a managed process, ``auto_priority()`` applies the priority the daemon gave
+it (nice on every thread, and a high-priority CUDA stream with PyTorch).
+
 A memory filler holds a GPU's total usage at a target, reserved for your own jobs
 and thaws (handed over before they start)::
 
@@ -35,6 +47,7 @@ and thaws (handed over before they start)::
 
 from .active import Activation
 from .client import DEFAULT_SOCKET, PROTOCOL_VERSION, SOCKET_ENV, Duration, GpuSched, GPURef, Size, Stream, socket_path
+from .priority import PrioritySetting, PriorityWarning, auto_priority, inject_priority
 from .errors import (
     BadRequest,
     Conflict,
@@ -79,11 +92,16 @@ from .types import (
     SwapResult,
 )
 
-__version__ = "0.1.0"
+__version__ = "1.0.0"
+"""The SDK's version; its major number is the wire protocol it speaks (:data:`PROTOCOL_VERSION`)."""
 
 __all__ = [
     "GpuSched",
     "Activation",
+    "auto_priority",
+    "inject_priority",
+    "PrioritySetting",
+    "PriorityWarning",
     "Stream",
     "GPURef",
     "Duration",

@@ -1008,6 +1008,7 @@ class GpuSched:
         except BaseException:
             conn.close()  # a filler made meanwhile ends with it
             raise
+        stale: Optional[_Connection]
         with self._streams_lock:
             old = self._fillers.get(filler.uuid)
             if old is not None and old.held and old.created_at == filler.created_at:

@@ -104,7 +104,7 @@ def priority(nice: Optional[int] = None, *, stream: bool = True) -> ContextManag
     that a high-priority stream is current only inside the block (``torch.cuda.stream``).
     On exit every thread's previous nice comes back (threads started inside keep what
     they inherited) and so does the previous stream. Nice belongs to the whole process:
-    do not nest or overlap these blocks from several threads. A bad ``nice`` raises
+    blocks may nest, but must not overlap from several threads. A bad ``nice`` raises
     InvalidArgument here, before anything changes.
     """
     _check_nice(nice)
@@ -297,23 +297,36 @@ def _apply_nice(target: Optional[int], out: _Outcome) -> Tuple[Optional[int], Di
 
 
 def _set_nice(target: int) -> Dict[int, int]:
-    """Sets ``target`` on every thread; on failure restores those already changed and raises."""
+    """Sets ``target`` on every thread; on failure restores those already changed and raises.
+
+    Only lowering a nice can be refused (EACCES), so in each round the threads to lower
+    come first: when one is refused, those changed before it were lowered too, and
+    raising them back is always permitted. Threads that appear meanwhile get a round
+    of their own.
+    """
     previous: Dict[int, int] = {}
     seen: Set[int] = set()
     try:
         for _ in range(_PASSES):
-            fresh = [tid for tid in _thread_ids() if tid not in seen]
-            if not fresh:
-                break
-            for tid in fresh:
+            fresh: List[Tuple[int, int]] = []
+            for tid in _thread_ids():
+                if tid in seen:
+                    continue
                 seen.add(tid)
                 try:
-                    old = os.getpriority(os.PRIO_PROCESS, tid)
-                    if old != target:
-                        os.setpriority(os.PRIO_PROCESS, tid, target)
-                        previous[tid] = old
+                    fresh.append((os.getpriority(os.PRIO_PROCESS, tid), tid))
                 except ProcessLookupError:  # the thread ended meanwhile
                     continue
+            if not fresh:
+                break
+            for old, tid in sorted(fresh, reverse=True):  # the highest nice (lowered most) first
+                if old == target:
+                    continue
+                try:
+                    os.setpriority(os.PRIO_PROCESS, tid, target)
+                except ProcessLookupError:
+                    continue
+                previous[tid] = old
     except BaseException:
         _restore(previous)
         raise
@@ -365,8 +378,9 @@ def _high_stream(out: _Outcome) -> Optional[Tuple[Any, Any]]:
 def _highest_priority(stream_class: Any) -> int:
     """The most urgent stream priority: lower numbers are more urgent and 0 is the default (and least).
 
-    ``Stream.priority_range()`` gives (least, greatest), e.g. (0, -5) on recent torch;
-    -1 is torch's long-documented "high" and is clamped into range by CUDA.
+    ``torch.cuda.Stream.priority_range()`` gives (least, greatest): (0, -1) on older
+    torch, down to (0, -3) on torch 2.1 and later. Without it (or when it fails), -1:
+    torch's long-documented "high", which any torch accepts.
     """
     priority_range = getattr(stream_class, "priority_range", None)
     if priority_range is not None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import SimJob
 from gpusched import Activation, Conflict, GpuSched, NotFound, ResourceExhausted
-from harness import guarded
+from harness import REPO_ROOT, Daemon, guarded
 
 
 def states(sched: GpuSched) -> dict:
@@ -114,3 +117,18 @@ def test_bad_names_and_states(sched: GpuSched) -> None:
     with pytest.raises(Conflict, match="it is exited"):
         with sched.active("done"):
             pass  # never reached
+
+
+def test_rl_swap_example(daemon: Daemon, sched: GpuSched, bin_dir: Path) -> None:
+    if REPO_ROOT is None:
+        pytest.skip("needs the repository's examples/")
+    run = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "examples" / "rl_swap.py"), "--steps", "2", "--vram", "13000"],
+        env={**os.environ, "GPUSCHED_SOCKET": daemon.socket, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"},
+        capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    rows = {line[:18].strip(): line[18:].split() for line in run.stdout.splitlines()[3:] if line.strip()}
+    assert rows["activate policy"][0] == "2" and rows["activate reward"][0] == "2"
+    assert rows["daemon freeze"][0] == "3" and rows["daemon thaw"][0] == "3"  # the first policy was running
+    assert sched.processes() == []  # it cleans up what it started
