@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 make -s build
 CRIU=$(scripts/install-criu.sh --print-path) # CRIU >= 4 for the disk tier (quick once installed)
 BIN=$PWD/bin
+PY=/usr/bin/python3
 DIR=$(mktemp -d /tmp/gsdemo.XXXX)
 chmod 755 "$DIR"
 export GPUSCHED_SOCKET=$DIR/run/gpusched.sock
@@ -98,6 +99,10 @@ echo "== oom ran out of GPU memory once and was retried with its declaration rai
 ctl job wait oom || true
 ctl jobs --all
 ctl job oom
+echo "== the Python SDK: examples/rl_swap.py hands GPU 1 back and forth between a policy and a reward model"
+echo "\$ python3 examples/rl_swap.py --steps 5 --gpu 1"
+"$PY" examples/rl_swap.py --steps 5 --gpu 1
+echo
 ctl status
 echo "== done; the daemon's own log:"
 sed 's/^/    /' "$DIR/daemon.log" | cut -c1-160

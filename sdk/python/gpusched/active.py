@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Sequence
 
-from .errors import Conflict, GpuSchedError, ResourceExhausted
+from .errors import Conflict, GpuSchedError, InvalidArgument, ResourceExhausted
 from .types import CheckpointResult, Process
 
 if TYPE_CHECKING:
@@ -110,6 +110,10 @@ class Activations:
     def _activate(
         self, client: GpuSched, name: str, evict: Optional[Sequence[str]], timeout: Optional[float]
     ) -> Activation:
+        if not isinstance(name, str) or not name:
+            raise InvalidArgument(f"active: name must be a process name, got {name!r:.100}")
+        if evict is not None and (isinstance(evict, str) or not all(isinstance(n, str) for n in evict)):
+            raise InvalidArgument(f"active {name!r}: evict must be a list of process names, got {evict!r:.100}")
         clock = _Clock()
         with clock.step("status"):
             target = client.status(name)

@@ -254,6 +254,33 @@ def _seconds(value: Optional[Duration], what: str) -> Optional[float]:
         raise InvalidArgument(f"{what}: {value!r} is not a duration (seconds, or a string like \"10m\")") from None
 
 
+def _argv(cmd: Any, what: str) -> List[str]:
+    """``cmd`` as an argv list, or InvalidArgument: never a string split into characters."""
+    if isinstance(cmd, (str, bytes)):
+        raise InvalidArgument(
+            f"{what}: cmd must be an argv list like [\"python3\", \"train.py\"], not the string {cmd!r} "
+            "(for a shell line, use [\"/bin/sh\", \"-c\", line])"
+        )
+    argv = _sequence(cmd, what, "cmd")
+    if not all(isinstance(arg, str) for arg in argv):
+        raise InvalidArgument(f"{what}: cmd must be a list of strings, got {argv!r:.200}")
+    return argv
+
+
+def _sequence(value: Any, what: str, field: str) -> List[Any]:
+    """A list or tuple argument as a list, or InvalidArgument (a string or a number is not one)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise InvalidArgument(f"{what}: {field} must be a list, got {value!r:.200}")
+    return list(value)
+
+
+def _environment(env: Any, what: str) -> Dict[str, Any]:
+    """An env mapping as a dict, or InvalidArgument."""
+    if not isinstance(env, Mapping):
+        raise InvalidArgument(f"{what}: env must be a mapping of names to values like dict(os.environ), got {env!r:.200}")
+    return dict(env)
+
+
 def _job_spec(
     cmd: Sequence[str],
     name: Optional[str] = None,
@@ -273,16 +300,11 @@ def _job_spec(
     what: str = "submit",
 ) -> Dict[str, Any]:
     """One JobSpec for the wire, with run()'s defaults: dir is os.getcwd(), env is sent only when given."""
-    if isinstance(cmd, (str, bytes)):
-        raise InvalidArgument(
-            f"{what}: cmd must be an argv list like [\"python3\", \"train.py\"], not the string {cmd!r} "
-            "(for a shell line, use [\"/bin/sh\", \"-c\", line])"
-        )
-    spec: Dict[str, Any] = {"cmd": list(cmd), "dir": dir if dir is not None else os.getcwd()}
+    spec: Dict[str, Any] = {"cmd": _argv(cmd, what), "dir": dir if dir is not None else os.getcwd()}
     if name is not None:
         spec["name"] = name
     if env is not None:
-        spec["env"] = dict(env)
+        spec["env"] = _environment(env, what)
     if vram is not None:
         spec["vram"] = vram
     if gpus != 1:
@@ -618,13 +640,13 @@ class GpuSched:
         an MPS client cannot be frozen, and a daemon without the MPS tools raises
         :class:`~gpusched.errors.Unavailable`.
         """
-        params: Dict[str, Any] = {"name": name, "cmd": list(cmd), "dir": dir if dir is not None else os.getcwd()}
+        params: Dict[str, Any] = {"name": name, "cmd": _argv(cmd, "run"), "dir": dir if dir is not None else os.getcwd()}
         if gpu is not None:
             params["gpu"] = gpu
         if gpus is not None:
-            params["gpus"] = list(gpus)
+            params["gpus"] = _sequence(gpus, "run", "gpus")
         if env is not None:
-            params["env"] = dict(env)
+            params["env"] = _environment(env, "run")
         if nice:
             params["nice"] = nice
         if user is not None:
@@ -775,7 +797,9 @@ class GpuSched:
         of :meth:`submit`'s arguments (``cmd`` required), with its defaults; the
         jobs come back in order."""
         wire: List[Dict[str, Any]] = []
-        for number, spec in enumerate(specs, 1):
+        for number, spec in enumerate(_sequence(specs, "submit", "specs"), 1):
+            if not isinstance(spec, Mapping):
+                raise InvalidArgument(f"submit: nothing queued: job {number} is not a dict of submit's arguments: {spec!r:.200}")
             unknown = sorted(set(spec) - set(_JOB_SPEC_FIELDS))
             if unknown or "cmd" not in spec:
                 what = f"unknown field {unknown[0]!r}" if unknown else "cmd is missing"
@@ -883,7 +907,7 @@ class GpuSched:
         if max_power is not None:
             params["max_power"] = max_power
         if gpu_ids is not None:
-            params["gpu_ids"] = list(gpu_ids)
+            params["gpu_ids"] = _sequence(gpu_ids, "acquire", "gpu_ids")
         if timeout is not None:
             params["timeout"] = timeout
         if priority:
@@ -1159,7 +1183,7 @@ class GpuSched:
         if isinstance(gpu, (int, str)):
             params["gpu"] = gpu
         else:
-            params["gpus"] = list(gpu)
+            params["gpus"] = _sequence(gpu, "migrate", "gpu (an index, a UUID, or a list of them)")
         if timeout is not None:
             params["timeout"] = timeout
         result = self._call("migrate", params, self._timeout_plus(timeout))
@@ -1204,7 +1228,7 @@ class GpuSched:
         """
         params: Dict[str, Any] = {"name": name, "copies": copies}
         if gpus is not None:
-            params["gpus"] = list(gpus)
+            params["gpus"] = _sequence(gpus, "fork", "gpus")
         if timeout is not None:
             params["timeout"] = timeout
         wait = timeout * copies if timeout is not None else None

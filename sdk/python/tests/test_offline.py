@@ -489,3 +489,30 @@ def test_acquire_waits_extend_the_client_timeout(tmp_short: Path) -> None:
     assert not lease.held
     sched.close()
     fake.close()
+
+
+BAD_ARGUMENTS: Dict[str, Callable[[GpuSched], Any]] = {
+    "run with a string cmd": lambda s: s.run("x", "sleep 1"),
+    "run without cmd": lambda s: s.run("x", None),  # type: ignore[arg-type]
+    "run with a number in cmd": lambda s: s.run("x", ["sleep", 1]),  # type: ignore[list-item]
+    "run with env as a list": lambda s: s.run("x", ["true"], env=[("A", "b")]),  # type: ignore[arg-type]
+    "run with gpus as a number": lambda s: s.run("x", ["true"], gpus=3),  # type: ignore[arg-type]
+    "migrate to None": lambda s: s.migrate("x", None),  # type: ignore[arg-type]
+    "fork onto a number": lambda s: s.fork("x", 2, gpus=1),  # type: ignore[arg-type]
+    "submit without cmd": lambda s: s.submit(None),  # type: ignore[arg-type]
+    "submit_many of a number": lambda s: s.submit_many([1]),  # type: ignore[list-item]
+    "submit_many of a string": lambda s: s.submit_many("abc"),  # type: ignore[arg-type]
+    "acquire with gpu_ids as a number": lambda s: s.acquire(gpu_ids=3),  # type: ignore[arg-type]
+    "activate None": lambda s: s.activate(None),  # type: ignore[arg-type]
+    "activate evicting a string": lambda s: s.activate("x", evict="abc"),
+    "a duration that is none": lambda s: s.acquire(timeout="soon"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_ARGUMENTS))
+def test_bad_arguments_are_refused_before_anything_is_sent(case: str, tmp_short: Path) -> None:
+    """InvalidArgument with a sentence, never a TypeError: raised before connecting
+    (the socket does not exist, so a connection attempt would raise DaemonNotRunning)."""
+    with pytest.raises(gpusched.InvalidArgument) as refused:
+        BAD_ARGUMENTS[case](GpuSched(str(tmp_short / "none.sock")))
+    assert refused.value.message[0].islower() and len(refused.value.message) > 20
