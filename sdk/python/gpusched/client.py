@@ -254,6 +254,11 @@ def _seconds(value: Optional[Duration], what: str) -> Optional[float]:
         raise InvalidArgument(f"{what}: {value!r} is not a duration (seconds, or a string like \"10m\")") from None
 
 
+def _given(params: Dict[str, Any], **values: Any) -> None:
+    """Adds to ``params`` the values that were given (not None)."""
+    params.update((key, value) for key, value in values.items() if value is not None)
+
+
 def _argv(cmd: Any, what: str) -> List[str]:
     """``cmd`` as an argv list, or InvalidArgument: never a string split into characters."""
     if isinstance(cmd, (str, bytes)):
@@ -321,10 +326,7 @@ def _job_spec(
         spec["user"] = user
     if nice:
         spec["nice"] = nice
-    if mps_threads is not None:
-        spec["mps_threads"] = mps_threads
-    if mps_mem_limit is not None:
-        spec["mps_mem_limit"] = mps_mem_limit
+    _given(spec, mps_threads=mps_threads, mps_mem_limit=mps_mem_limit)
     return spec
 
 
@@ -661,10 +663,7 @@ class GpuSched:
             params["idle"] = idle
         if filled is not None:
             params["filled"] = filled
-        if mps_threads is not None:
-            params["mps_threads"] = mps_threads
-        if mps_mem_limit is not None:
-            params["mps_mem_limit"] = mps_mem_limit
+        _given(params, mps_threads=mps_threads, mps_mem_limit=mps_mem_limit)
         return _decode(Process.from_dict, self.call("run", params), "run")
 
     def kill(self, name: str, signal: Union[str, int, None] = None, grace: Optional[float] = None) -> Process:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Callable, ContextManager, Dict, List, Optional, Set, Tuple, Type, TypeVar, cast
 
-from .errors import InvalidArgument
+from .errors import Conflict, InvalidArgument
 
 __all__ = [
     "PriorityWarning",
@@ -148,7 +148,7 @@ class _PriorityContext:
 
     def __enter__(self) -> PrioritySetting:
         if self._entered:
-            raise RuntimeError("a priority() context can be entered only once; call priority() again")
+            raise Conflict("a priority() context can be entered only once; call priority() again")
         self._entered = True
         out = _Outcome()
         level, target = _resolve(self._nice, out)

@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import pytest
 
 from gpusched import GpuSched
-from gpusched.errors import InvalidArgument
+from gpusched.errors import Conflict, InvalidArgument
 from gpusched.priority import (
     NICE_ENV,
     PRIORITY_ENV,
@@ -370,7 +370,7 @@ def test_context_manager_is_single_use() -> None:
     context = priority(-1, stream=False)
     with context:
         pass
-    with pytest.raises(RuntimeError):
+    with pytest.raises(Conflict, match="entered only once"):
         with context:
             pass
 
