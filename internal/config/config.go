@@ -5,8 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gpusched/gpusched/pkg/api"
@@ -67,6 +70,28 @@ type Config struct {
 	FillerOrphan   time.Duration // a filler left without a daemon this long frees its memory and exits
 
 	MPSControl string // nvidia-cuda-mps-control binary; "" = found on PATH
+
+	MetricsAddr string // Prometheus /metrics listen address; "" = off, a port alone = loopback
+}
+
+// MetricsListenAddr is the host:port /metrics is served on: MetricsAddr,
+// with 127.0.0.1 when it names only a port (":9400" or "9400").
+func (c Config) MetricsListenAddr() (string, error) {
+	addr := c.MetricsAddr
+	if !strings.Contains(addr, ":") {
+		addr = ":" + addr
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("port %q: must be 1..65535", port)
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port), nil
 }
 
 // MaxTempC is the highest --max-temp accepted, in degrees C: above any
@@ -197,6 +222,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&c.FillerTick, "filler-tick", c.FillerTick, "how often a filler checks its GPU's free memory")
 	fs.DurationVar(&c.FillerOrphan, "filler-orphan", c.FillerOrphan, "a filler left without a daemon this long frees its memory and exits")
 	fs.StringVar(&c.MPSControl, "mps-control", c.MPSControl, "NVIDIA MPS control binary for mps_threads and mps_mem_limit (default: nvidia-cuda-mps-control on PATH)")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "serve Prometheus metrics at http://ADDR/metrics: host:port, or a port alone for 127.0.0.1 (default: off)")
 	fs.StringVar(&c.CgroupRoot, "cgroup-root", c.CgroupRoot, "cgroup v2 directory under which each managed tree gets a cgroup whose cpu.weight follows its nice (default: the daemon's own cgroup, delegated by systemd; none: off)")
 	fs.Func("ban-gpu", "health filter: never place jobs or leases on this GPU (index or UUID; repeatable)", func(s string) error {
 		if _, err := api.ParseGPURef(s); err != nil {
@@ -265,6 +291,10 @@ func (c Config) Validate() error {
 	check(c.FillerOrphan >= time.Second, "--filler-orphan %v: must be at least 1s", c.FillerOrphan)
 	check(c.CgroupRoot == "" || c.CgroupRoot == CgroupNone || filepath.IsAbs(c.CgroupRoot) && filepath.Clean(c.CgroupRoot) == c.CgroupRoot,
 		"--cgroup-root %q: must be a clean absolute path or none", c.CgroupRoot)
+	if c.MetricsAddr != "" {
+		_, err := c.MetricsListenAddr()
+		check(err == nil, "--metrics-addr %q: %v", c.MetricsAddr, err)
+	}
 	switch c.CheckpointDriver {
 	case DriverAuto, DriverAPI, DriverCLI, DriverNone:
 	case DriverSim:

@@ -86,3 +86,23 @@ func TestCgroupRoot(t *testing.T) {
 		t.Errorf("default --cgroup-root %q, want \"\" (auto)", Default().CgroupRoot)
 	}
 }
+
+func TestMetricsAddr(t *testing.T) {
+	for in, want := range map[string]string{"9400": "127.0.0.1:9400", ":9400": "127.0.0.1:9400", "0.0.0.0:9400": "0.0.0.0:9400", "[::1]:80": "[::1]:80"} {
+		c, err := Load([]string{"--metrics-addr", in}, io.Discard)
+		if err != nil {
+			t.Fatalf("%s: %v", in, err)
+		}
+		if got, _ := c.MetricsListenAddr(); got != want {
+			t.Errorf("--metrics-addr %s listens on %s, want %s", in, got, want)
+		}
+	}
+	for _, bad := range []string{"x", "host:", ":0", ":70000", "a:b:c"} {
+		if _, err := Load([]string{"--metrics-addr", bad}, io.Discard); err == nil || !strings.Contains(err.Error(), "--metrics-addr") {
+			t.Errorf("--metrics-addr %q: got %v, want an error naming the flag", bad, err)
+		}
+	}
+	if Default().MetricsAddr != "" {
+		t.Error("metrics must be off by default")
+	}
+}
