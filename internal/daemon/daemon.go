@@ -162,7 +162,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	defer d.lock.Close()
-	ln, err := listen(d.cfg.Socket, d.cfg.Group)
+	ln, err := openListener(d.cfg.Socket, d.cfg.Group)
 	if err != nil {
 		return err
 	}
@@ -196,14 +196,16 @@ func (d *Daemon) Run(ctx context.Context) error {
 	go func() { serveErr <- d.serve(serving, ln) }()
 	d.log.Info("serving", zap.String("socket", d.cfg.Socket), zap.String("backend", d.gpus.Name()),
 		zap.Int("processes", len(d.table.View().Records)), zap.String("version", Version))
-	_, _ = sdnotify.SdNotify(false, sdnotify.SdNotifyReady)
+	sdNotify(sdnotify.SdNotifyReady + "\nSTATUS=" + d.statusLine())
 	close(d.ready)
+	bg.Add(1)
+	go func() { defer bg.Done(); d.superviseSystemd(serving) }()
 
 	select {
 	case <-ctx.Done():
 	case err = <-serveErr:
 	}
-	_, _ = sdnotify.SdNotify(false, sdnotify.SdNotifyStopping)
+	sdNotify(sdnotify.SdNotifyStopping)
 	d.stopping.Store(true)
 	stop()
 	ln.Close()

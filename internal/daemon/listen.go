@@ -10,7 +10,47 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/coreos/go-systemd/v22/activation"
 )
+
+// openListener takes the socket systemd passes (socket activation:
+// LISTEN_FDS and LISTEN_PID, as gpuschedd.socket does), or else listens on
+// path itself. systemd's socket must be a Unix stream socket at path: it
+// stays systemd's, so that connections made while the daemon restarts wait
+// in its backlog for the next daemon.
+func openListener(path, group string) (*socketListener, error) {
+	files := activation.Files(true)
+	switch {
+	case len(files) == 0:
+		return listen(path, group)
+	case len(files) > 1:
+		closeAll(files)
+		return nil, fmt.Errorf("socket activation passed %d sockets; gpuschedd serves one (ListenStream=%s)", len(files), path)
+	}
+	ln, err := net.FileListener(files[0])
+	files[0].Close()
+	if err != nil {
+		return nil, fmt.Errorf("socket activation: the passed fd 3 is not a listening socket: %w", err)
+	}
+	ul, ok := ln.(*net.UnixListener)
+	if !ok {
+		ln.Close()
+		return nil, fmt.Errorf("socket activation passed a %s socket at %s; gpuschedd serves a Unix stream socket (ListenStream=%s)", ln.Addr().Network(), ln.Addr(), path)
+	}
+	if got := ul.Addr().String(); got != path {
+		ul.Close()
+		return nil, fmt.Errorf("socket activation passed %s but the daemon's socket is %s: make --socket and ListenStream= the same", got, path)
+	}
+	ul.SetUnlinkOnClose(false)
+	return &socketListener{UnixListener: ul, path: path, activated: true}, nil
+}
+
+func closeAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
+}
 
 // listen serves path safely: it refuses when a live daemon answers there,
 // removes only a stale socket (never another kind of file), and creates
@@ -73,15 +113,19 @@ func listen(path, group string) (*socketListener, error) {
 }
 
 // socketListener removes its socket file on Close, unless another daemon
-// has put its own there since.
+// has put its own there since or systemd owns it (activated).
 type socketListener struct {
 	*net.UnixListener
-	path string
-	file os.FileInfo
+	path      string
+	file      os.FileInfo
+	activated bool // passed by systemd; its file is never removed
 }
 
 func (l *socketListener) Close() error {
 	err := l.UnixListener.Close()
+	if l.activated {
+		return err
+	}
 	if fi, serr := os.Lstat(l.path); serr == nil && os.SameFile(fi, l.file) {
 		os.Remove(l.path)
 	}

@@ -27,6 +27,14 @@ type daemonProc struct {
 func (h *harness) startBinary() *daemonProc {
 	h.t.Helper()
 	n := testutil.NewNotify(h.t, h.dir)
+	dp := h.spawnBinary(exec.Command(h.bins.Daemon, h.binaryArgs()...), "NOTIFY_SOCKET="+n.Path)
+	n.WaitFor(h.t, "READY=1", 30*time.Second)
+	return dp
+}
+
+// binaryArgs are the flags that run the built gpuschedd on the harness's
+// configuration.
+func (h *harness) binaryArgs() []string {
 	c := h.cfg
 	args := []string{"--socket", c.Socket, "--state-dir", c.StateDir, "--log-dir", c.LogDir,
 		"--sim", c.Sim, "--sim-dir", c.SimDir, "--gpu-poll", "50ms", "--log-format", "console",
@@ -38,8 +46,14 @@ func (h *harness) startBinary() *daemonProc {
 	if c.CRIU != "" {
 		args = append(args, "--criu", c.CRIU)
 	}
-	cmd := exec.Command(h.bins.Daemon, args...)
-	cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+n.Path)
+	return args
+}
+
+// spawnBinary starts cmd with env added to the test's environment,
+// capturing its stderr; the test's cleanup kills it if it still runs.
+func (h *harness) spawnBinary(cmd *exec.Cmd, env ...string) *daemonProc {
+	h.t.Helper()
+	cmd.Env = append(os.Environ(), env...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -52,7 +66,6 @@ func (h *harness) startBinary() *daemonProc {
 			cmd.Wait()
 		}
 	})
-	n.WaitFor(h.t, "READY=1", 30*time.Second)
 	return dp
 }
 

@@ -44,7 +44,8 @@ type sampler struct {
 	log      *zap.Logger
 	view     atomic.Pointer[gpuView]
 	kicks    chan struct{}
-	onSample func() // called after every new sample
+	onSample func()       // called after every new sample
+	lastTry  atomic.Int64 // unix nanoseconds when run last finished a round, failed or not
 }
 
 func newSampler(b gpuBackend, interval time.Duration, t *proctable.Table, log *zap.Logger) *sampler {
@@ -76,7 +77,18 @@ func (s *sampler) run(ctx context.Context) {
 		if err := s.refresh(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("GPU sample failed", zap.Error(err))
 		}
+		s.lastTry.Store(time.Now().UnixNano())
 	}
+}
+
+// idleFor is how long since run last finished a round (since start when it
+// has not yet): a GPU call that hangs shows here.
+func (s *sampler) idleFor(now time.Time, started time.Time) time.Duration {
+	last := started
+	if n := s.lastTry.Load(); n != 0 {
+		last = time.Unix(0, n)
+	}
+	return now.Sub(last)
 }
 
 // refresh takes one sample and attributes each GPU process to the managed
