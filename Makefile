@@ -4,12 +4,20 @@ LDFLAGS := -X github.com/gpusched/gpusched/internal/daemon.Version=$(VERSION) \
            -X github.com/gpusched/gpusched/internal/cli.Version=$(VERSION)
 PY      := /usr/bin/python3
 
-.PHONY: all build test test-deps test-go test-python lint bench bench-sdk demo fuzz clean
+.PHONY: all build install uninstall test test-deps test-go test-python lint bench bench-sdk demo fuzz clean
 
 all: build
 
 build:
 	go build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/gpuschedd ./cmd/gpuschedctl ./cmd/gpusched-simjob
+
+# Binaries, systemd units and snippets, completions and docs under PREFIX
+# (default /usr/local; DESTDIR stages them elsewhere); reloads systemd when it runs.
+install: build
+	scripts/install.sh install
+
+uninstall:
+	scripts/install.sh uninstall
 
 # The README's test command: installs what the tests need, then runs every test.
 test: test-deps lint test-go test-python

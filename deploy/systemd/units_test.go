@@ -1,0 +1,153 @@
+// Package systemd_test checks the shipped systemd units and `make install`.
+package systemd_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/coreos/go-systemd/v22/unit"
+
+	"github.com/gpusched/gpusched/internal/testutil"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testutil.Cleanup()
+	os.Exit(code)
+}
+
+func settings(t *testing.T, path string) map[string][]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	opts, err := unit.DeserializeOptions(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	out := map[string][]string{}
+	for _, o := range opts {
+		out[o.Section+"."+o.Name] = append(out[o.Section+"."+o.Name], o.Value)
+	}
+	return out
+}
+
+// TestServiceKeepsWhatCRIUNeeds: no setting that gives the daemon (and so
+// its managed processes) a mount namespace, filtered syscalls or forbidden
+// PID namespaces; processes outlive the daemon.
+func TestServiceKeepsWhatCRIUNeeds(t *testing.T) {
+	s := settings(t, "gpuschedd.service")
+	for _, forbidden := range []string{"PrivateTmp", "ProtectSystem", "ProtectHome", "ReadOnlyPaths", "InaccessiblePaths",
+		"PrivateDevices", "ProtectKernelTunables", "ProtectKernelModules", "ProtectControlGroups", "RestrictNamespaces",
+		"SystemCallFilter", "MountFlags", "PrivateMounts", "NoNewPrivileges", "TemporaryFileSystem", "BindPaths"} {
+		if v, ok := s["Service."+forbidden]; ok {
+			t.Errorf("gpuschedd.service sets %s=%q: it would put managed processes in a mount namespace or filter what CRIU needs", forbidden, v)
+		}
+	}
+	for key, want := range map[string]string{"Service.Type": "notify", "Service.KillMode": "process", "Service.Restart": "on-failure",
+		"Service.Delegate": "yes", "Service.StateDirectory": "gpusched", "Service.RuntimeDirectory": "gpusched"} {
+		if got := s[key]; !slices.Equal(got, []string{want}) {
+			t.Errorf("gpuschedd.service %s = %q, want %q", key, got, want)
+		}
+	}
+	sock := settings(t, "gpuschedd.socket")
+	for key, want := range map[string]string{"Socket.ListenStream": "/run/gpusched/gpusched.sock", "Socket.SocketMode": "0660", "Socket.SocketGroup": "gpusched"} {
+		if got := sock[key]; !slices.Equal(got, []string{want}) {
+			t.Errorf("gpuschedd.socket %s = %q, want %q", key, got, want)
+		}
+	}
+}
+
+// TestSystemdAnalyzeVerify runs systemd's own checker on the units, with
+// ExecStart pointing at a built daemon (the installed path does not exist here).
+func TestSystemdAnalyzeVerify(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze is not installed")
+	}
+	bins := testutil.Build(t)
+	dir := t.TempDir()
+	for _, name := range []string{"gpuschedd.service", "gpuschedd.socket"} {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := strings.ReplaceAll(string(data), "/usr/local/bin/gpuschedd", bins.Daemon)
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := exec.Command(analyze, "verify", filepath.Join(dir, "gpuschedd.service"), filepath.Join(dir, "gpuschedd.socket")).CombinedOutput()
+	var problems []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		// systemd < 254 does not know DelegateSubgroup= and ignores it (docs/priority.md).
+		if line != "" && !strings.Contains(line, "Unknown key 'DelegateSubgroup'") {
+			problems = append(problems, line)
+		}
+	}
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, strings.Join(problems, "\n"))
+	}
+}
+
+// TestMakeInstallAndUninstall stages an install under DESTDIR: every file in
+// place with its mode, the unit naming the binary under PREFIX, working
+// completions; then uninstall removes all of it.
+func TestMakeInstallAndUninstall(t *testing.T) {
+	bins := testutil.Build(t)
+	root, err := testutil.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dest := t.TempDir()
+	run := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(root, "scripts", "install.sh"), args...)
+		cmd.Env = append(os.Environ(), "DESTDIR="+dest, "PREFIX=/opt/gs", "BIN="+bins.Dir)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("install.sh %s: %v\n%s", args[0], err, out)
+		}
+		return string(out)
+	}
+	run("install")
+	files := strings.Fields(run("files"))
+	if len(files) < 10 {
+		t.Fatalf("install.sh files: %q", files)
+	}
+	for _, f := range files {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Errorf("not installed: %v", err)
+			continue
+		}
+		want := os.FileMode(0o644)
+		if strings.Contains(f, "/bin/") {
+			want = 0o755
+		}
+		if fi.Mode().Perm() != want || fi.Size() == 0 {
+			t.Errorf("%s: mode %v size %d, want %v and content", f, fi.Mode().Perm(), fi.Size(), want)
+		}
+	}
+	svc := settings(t, filepath.Join(dest, "opt/gs/lib/systemd/system/gpuschedd.service"))
+	if got := svc["Service.ExecStart"]; len(got) != 1 || !strings.HasPrefix(got[0], "/opt/gs/bin/gpuschedd ") {
+		t.Errorf("installed unit's ExecStart = %q, want the binary under PREFIX", got)
+	}
+	bash, err := os.ReadFile(filepath.Join(dest, "opt/gs/share/bash-completion/completions/gpuschedctl"))
+	if err != nil || !strings.Contains(string(bash), "__start_gpuschedctl") {
+		t.Errorf("bash completion: %v", err)
+	}
+
+	run("uninstall")
+	for _, f := range files {
+		if _, err := os.Lstat(f); err == nil {
+			t.Errorf("left behind by uninstall: %s", f)
+		}
+	}
+}
