@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -158,26 +157,12 @@ func Default() Config {
 	}
 }
 
-// Load builds the configuration from defaults, $GPUSCHED_SOCKET and args
-// (flags override the environment), then validates it.
+// Load builds the configuration from defaults, the configuration file
+// (--config, $GPUSCHED_CONFIG, else DefaultFile when it exists),
+// $GPUSCHED_SOCKET and args, each overriding the one before, then
+// validates it. See LoadWith.
 func Load(args []string, stderr io.Writer) (Config, error) {
-	c := Default()
-	if p := os.Getenv(api.SocketEnv); p != "" {
-		c.Socket = p
-	}
-	fs := flag.NewFlagSet("gpuschedd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	c.bind(fs)
-	if err := fs.Parse(args); err != nil {
-		return Config{}, err
-	}
-	if fs.NArg() > 0 {
-		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	if c.SimDir == "" {
-		c.SimDir = filepath.Join(filepath.Dir(c.Socket), "sim")
-	}
-	return c, c.Validate()
+	return LoadWith(DefaultFile, args, stderr)
 }
 
 func (c *Config) bind(fs *flag.FlagSet) {
@@ -224,13 +209,10 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.MPSControl, "mps-control", c.MPSControl, "NVIDIA MPS control binary for mps_threads and mps_mem_limit (default: nvidia-cuda-mps-control on PATH)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "serve Prometheus metrics at http://ADDR/metrics: host:port, or a port alone for 127.0.0.1 (default: off)")
 	fs.StringVar(&c.CgroupRoot, "cgroup-root", c.CgroupRoot, "cgroup v2 directory under which each managed tree gets a cgroup whose cpu.weight follows its nice (default: the daemon's own cgroup, delegated by systemd; none: off)")
-	fs.Func("ban-gpu", "health filter: never place jobs or leases on this GPU (index or UUID; repeatable)", func(s string) error {
-		if _, err := api.ParseGPURef(s); err != nil {
-			return err
-		}
-		c.BannedGPUs = append(c.BannedGPUs, s)
-		return nil
-	})
+	fs.Var(&listFlag{&c.BannedGPUs, func(s string) error {
+		_, err := api.ParseGPURef(s)
+		return err
+	}}, "ban-gpu", "health filter: never place jobs or leases on this GPU (index or UUID; repeatable)")
 }
 
 // mibFlag is a memory size flag in MiB ("64G", "512M", or MiB as a number).
@@ -251,6 +233,33 @@ func (f mibFlag) Set(s string) error {
 	*f.p = n
 	return nil
 }
+
+// listFlag is a repeatable flag: each use appends one value, checked by
+// check. In the configuration file it is an array, and a list given there
+// or on the command line replaces the one before it.
+type listFlag struct {
+	p     *[]string
+	check func(string) error
+}
+
+func (f *listFlag) String() string {
+	if f == nil || f.p == nil {
+		return ""
+	}
+	return strings.Join(*f.p, ",")
+}
+
+func (f *listFlag) Set(s string) error {
+	if f.check != nil {
+		if err := f.check(s); err != nil {
+			return err
+		}
+	}
+	*f.p = append(*f.p, s)
+	return nil
+}
+
+func (f *listFlag) reset() { *f.p = nil }
 
 // Validate reports the first problem with c, naming the setting.
 func (c Config) Validate() error {

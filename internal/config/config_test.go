@@ -9,21 +9,21 @@ import (
 
 func TestLoad(t *testing.T) {
 	t.Setenv("GPUSCHED_SOCKET", "/tmp/env.sock")
-	c, err := Load([]string{"--sim", "2x16G", "--kill-grace", "3s", "--state-dir", "/srv/gs"}, io.Discard)
+	c, err := load([]string{"--sim", "2x16G", "--kill-grace", "3s", "--state-dir", "/srv/gs"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Socket != "/tmp/env.sock" || c.SimDir != "/tmp/sim" || c.Sim != "2x16G" || c.KillGrace != 3*time.Second || c.StateDir != "/srv/gs" {
 		t.Fatalf("%+v", c)
 	}
-	c, err = Load([]string{"--socket", "/run/x/s.sock"}, io.Discard)
+	c, err = load([]string{"--socket", "/run/x/s.sock"}, io.Discard)
 	if err != nil || c.Socket != "/run/x/s.sock" || c.SimDir != "/run/x/sim" {
 		t.Fatalf("flag over env: %+v %v", c, err)
 	}
 }
 
 func TestLoadHealthFilters(t *testing.T) {
-	c, err := Load([]string{"--max-temp", "85", "--max-util", "90", "--max-power", "350.5", "--min-free", "1G", "--ban-gpu", "1"}, io.Discard)
+	c, err := load([]string{"--max-temp", "85", "--max-util", "90", "--max-power", "350.5", "--min-free", "1G", "--ban-gpu", "1"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
-			_, err := Load(tt.args, io.Discard)
+			_, err := load(tt.args, io.Discard)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v, want it to mention %q", err, tt.want)
 			}
@@ -77,7 +77,7 @@ func TestValidate(t *testing.T) {
 
 func TestCgroupRoot(t *testing.T) {
 	for _, v := range []string{"", "none", "/sys/fs/cgroup/gpusched"} {
-		c, err := Load([]string{"--cgroup-root", v}, io.Discard)
+		c, err := load([]string{"--cgroup-root", v}, io.Discard)
 		if err != nil || c.CgroupRoot != v {
 			t.Errorf("--cgroup-root %q: %q, %v", v, c.CgroupRoot, err)
 		}
@@ -89,7 +89,7 @@ func TestCgroupRoot(t *testing.T) {
 
 func TestMetricsAddr(t *testing.T) {
 	for in, want := range map[string]string{"9400": "127.0.0.1:9400", ":9400": "127.0.0.1:9400", "0.0.0.0:9400": "0.0.0.0:9400", "[::1]:80": "[::1]:80"} {
-		c, err := Load([]string{"--metrics-addr", in}, io.Discard)
+		c, err := load([]string{"--metrics-addr", in}, io.Discard)
 		if err != nil {
 			t.Fatalf("%s: %v", in, err)
 		}
@@ -98,7 +98,7 @@ func TestMetricsAddr(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"x", "host:", ":0", ":70000", "a:b:c"} {
-		if _, err := Load([]string{"--metrics-addr", bad}, io.Discard); err == nil || !strings.Contains(err.Error(), "--metrics-addr") {
+		if _, err := load([]string{"--metrics-addr", bad}, io.Discard); err == nil || !strings.Contains(err.Error(), "--metrics-addr") {
 			t.Errorf("--metrics-addr %q: got %v, want an error naming the flag", bad, err)
 		}
 	}
