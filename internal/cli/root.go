@@ -59,6 +59,7 @@ func newRoot(a *app) *cobra.Command {
 		newSubmitCmd(a), newJobsCmd(a), newJobCmd(a), newCancelCmd(a),
 		newAcquireCmd(a), newLeasesCmd(a), newReleaseCmd(a),
 		newFillCmd(a), newUnfillCmd(a), newFillersCmd(a),
+		newDashboardCmd(a),
 	)
 	return root
 }

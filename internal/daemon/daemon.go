@@ -68,6 +68,7 @@ type Daemon struct {
 	cpu        cpuPriority
 	mps        *mps.Manager // the MPS control daemon and its clients
 	fillers    *fillerSet
+	metrics    *metrics // nil while --metrics-addr is off
 
 	conns    connSet
 	wg       sync.WaitGroup // connection goroutines
@@ -126,6 +127,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	}
 	d.openMPS()
 	d.methods = d.methodTable()
+	d.metrics = newMetrics(d)
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(softMemoryLimit)
 	}
@@ -178,6 +180,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	stopMetrics, err := d.serveMetrics()
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 
 	// Serving outlives ctx until shutdown has marked itself, so that calls
 	// cut short can say why.

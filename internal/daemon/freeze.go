@@ -141,6 +141,7 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 		d.log.Warn("GPU sample after freeze", zap.Error(err))
 	}
 	op.ms["total"] = msSince(start)
+	d.metrics.checkpointDone(opFreeze, time.Since(start), rec.Checkpoint.MiB()<<20)
 	return d.result(rec, "freeze", op, rec.Checkpoint.MiB()), nil
 }
 

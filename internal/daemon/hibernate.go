@@ -106,6 +106,7 @@ func (d *Daemon) hibernateLocked(ctx context.Context, rec proctable.Record, o hi
 	}
 	ms["total"] = msSince(start)
 	res.MS = ms
+	d.metrics.checkpointDone(opHibernate, time.Since(start), res.Written)
 	return res, nil
 }
 

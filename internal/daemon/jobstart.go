@@ -75,10 +75,12 @@ func (d *Daemon) launch(ctx context.Context, s placement.Start) {
 	if !d.sched.setBusy(d.sched.launching, s.JobID) {
 		return
 	}
+	var since time.Time // when it began to wait, for the queue wait metric
 	j, err := d.jobs.Update(s.JobID, func(j *jobqueue.Job) error {
 		if j.State != api.JobQueued {
 			return errReplaced
 		}
+		since = queuedSince(j)
 		j.State, j.Reason, j.Proc, j.Ending = api.JobStarting, "", uuid.NewString(), ""
 		j.Attempts = append(j.Attempts, api.Attempt{N: len(j.Attempts) + 1, GPUs: s.GPUs, VRAMMiB: j.VRAMMiB,
 			StartedAt: time.Now(), PeakMiB: map[string]uint64{}})
@@ -91,6 +93,7 @@ func (d *Daemon) launch(ctx context.Context, s placement.Start) {
 		}
 		return
 	}
+	d.metrics.queueWaited(since, j.Current().StartedAt)
 	d.bg.Add(1)
 	go func() {
 		defer d.bg.Done()

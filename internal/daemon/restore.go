@@ -45,6 +45,7 @@ func (d *Daemon) thawFromDisk(ctx context.Context, rec proctable.Record, opts th
 	defer release()
 	admitMS := msSince(t)
 
+	readBytes := d.chainBytes(rec.Snapshot)
 	t = time.Now()
 	rec, err = d.restoreTree(ctx, rec, d.snaps.Path(rec.Snapshot))
 	if err != nil {
@@ -61,6 +62,7 @@ func (d *Daemon) thawFromDisk(ctx context.Context, rec proctable.Record, opts th
 	}
 	res.Snapshot = rec.Snapshot
 	res.MS["admit"], res.MS["criu_restore"], res.MS["total"] = admitMS, restoreMS, msSince(start)
+	d.metrics.checkpointDone(opRestore, time.Since(start), readBytes)
 	return res, nil
 }
 

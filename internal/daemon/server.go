@@ -119,6 +119,7 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 		}
 		switch {
 		case errors.As(err, &tooLong):
+			d.metrics.request(methodUnknown, string(api.CodeTooLarge))
 			if w.response(nil, nil, &api.Error{Code: api.CodeTooLarge, Message: tooLong.Error()}) != nil {
 				return
 			}
@@ -134,6 +135,7 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 		}
 		req, m, perr := d.parseRequest(line)
 		if perr != nil {
+			d.metrics.request(methodUnknown, string(perr.Code))
 			if w.response(req.ID, nil, perr) != nil {
 				return
 			}
@@ -238,15 +240,18 @@ func (d *Daemon) parseRequest(line []byte) (api.Request, method, *api.Error) {
 // answer writes the final response, mapping err to its wire code.
 func (d *Daemon) answer(w *lineWriter, c *call, id json.RawMessage, res any, err error) error {
 	if err == nil {
+		d.metrics.request(c.method, codeOK)
 		return w.response(id, res, nil)
 	}
 	if c.ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		if !d.stopping.Load() {
+			d.metrics.request(c.method, codeCanceled)
 			return err // the peer left; nobody to answer
 		}
 		err = api.Errorf(api.CodeUnavailable, "gpuschedd is shutting down; %s ended early (reconnect once it is back)", c.method)
 	}
 	code, msg := toWire(err)
+	d.metrics.request(c.method, string(code))
 	if code == api.CodeInternal {
 		d.log.Error("request failed", zap.String("method", c.method), zap.Uint32("uid", c.actor.UID), zap.Error(err))
 	}

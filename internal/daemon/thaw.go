@@ -152,6 +152,7 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 		d.log.Warn("GPU sample after thaw", zap.Error(err))
 	}
 	op.ms["total"] = msSince(start)
+	d.metrics.checkpointDone(opThaw, time.Since(start), mib<<20)
 	return d.result(rec, opts.op, op, mib), nil
 }
 
