@@ -13,6 +13,7 @@ command -v socat >/dev/null || need+=(socat)
 /usr/bin/python3 -c 'import ensurepip' 2>/dev/null || need+=(python3-venv)
 /usr/bin/python3 -c 'import setuptools, wheel' 2>/dev/null || need+=(python3-setuptools python3-wheel)
 /usr/bin/python3 -c 'import mypy' 2>/dev/null || need+=(python3-mypy)
+command -v shellcheck >/dev/null || need+=(shellcheck) # lints the install and Slurm scripts
 command -v gcc >/dev/null || need+=(gcc) # builds the fake libcuda for the driver-API tests
 if ((${#need[@]})); then
 	echo "test-deps: installing ${need[*]}" >&2
@@ -21,5 +22,6 @@ if ((${#need[@]})); then
 		{ apt-get update -q >/dev/null && apt-get install -y -q "${need[@]}" >/dev/null; }
 fi
 go mod download
+(cd deploy/k8s && go mod download)
 scripts/install-criu.sh >/dev/null
 echo "test-deps: ok (go $(go env GOVERSION), $(socat -V | sed -n 's/^socat version \([^ ]*\).*/socat \1/p'), pytest $(/usr/bin/python3 -m pytest --version 2>&1 | awk '{print $2}'), $(scripts/install-criu.sh --print-path))" >&2
