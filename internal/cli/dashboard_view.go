@@ -1,0 +1,429 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	tea "charm.land/bubbletea/v2"
+	"charm.land/lipgloss/v2"
+	"github.com/charmbracelet/x/ansi"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+const (
+	dashMaxJobs  = 8  // queue rows shown
+	dashMinRows  = 3  // process rows shown however small the terminal
+	dashBarWidth = 30 // cells of a bar on a wide terminal
+)
+
+// Bar cells. They tell the parts apart without colour too.
+const (
+	cellUsed   = "█"
+	cellFiller = "▓"
+	cellFrozen = "▒"
+	cellFree   = "·"
+)
+
+// dashStyles are the dashboard's styles. Without colour they are plain and
+// the screen is text only; with it, Bubble Tea still drops what the terminal
+// cannot show, all of it under NO_COLOR.
+type dashStyles struct {
+	title, section, dim, selected       lipgloss.Style
+	bad, warn, good                     lipgloss.Style
+	used, filler, frozen, free, segment lipgloss.Style
+}
+
+func newDashStyles(colour bool) dashStyles {
+	if !colour {
+		return dashStyles{}
+	}
+	s := lipgloss.NewStyle
+	return dashStyles{
+		title:    s().Bold(true),
+		section:  s().Bold(true).Foreground(lipgloss.Color("12")),
+		dim:      s().Faint(true),
+		selected: s().Reverse(true),
+		bad:      s().Foreground(lipgloss.Color("9")),
+		warn:     s().Foreground(lipgloss.Color("11")),
+		good:     s().Foreground(lipgloss.Color("10")),
+		used:     s().Foreground(lipgloss.Color("10")),
+		filler:   s().Foreground(lipgloss.Color("13")),
+		frozen:   s().Foreground(lipgloss.Color("14")),
+		free:     s().Faint(true),
+		segment:  s().Foreground(lipgloss.Color("10")),
+	}
+}
+
+// barPart is one coloured stretch of a bar.
+type barPart struct {
+	n     uint64 // in the bar's unit
+	cell  string
+	style lipgloss.Style
+}
+
+// bar draws parts of total in width cells between brackets, the rest free.
+// Each part takes its share of the cells, at least one when it is not zero,
+// and never more than are left.
+func (st dashStyles) bar(width int, total uint64, parts ...barPart) string {
+	var b strings.Builder
+	b.WriteString("[")
+	left := width
+	for _, p := range parts {
+		if p.n == 0 || left == 0 || total == 0 {
+			continue
+		}
+		cells := int((p.n*uint64(width) + total/2) / total)
+		cells = min(max(cells, 1), left)
+		b.WriteString(p.style.Render(strings.Repeat(p.cell, cells)))
+		left -= cells
+	}
+	if left > 0 {
+		b.WriteString(st.free.Render(strings.Repeat(cellFree, left)))
+	}
+	b.WriteString("]")
+	return b.String()
+}
+
+// View draws the whole screen, on the alternate screen.
+func (m dashModel) View() tea.View {
+	v := tea.NewView(m.render())
+	v.AltScreen = true
+	v.WindowTitle = "gpusched dashboard"
+	return v
+}
+
+// render draws the whole screen as text.
+func (m dashModel) render() string {
+	st := m.styles
+	var top []string
+	top = append(top, m.header()...)
+	if !m.loaded {
+		if m.loadErr == nil {
+			top = append(top, "loading…")
+		}
+		return m.fit(append(top, "", m.helpLine()))
+	}
+	top = append(top, "")
+	top = append(top, m.gpuLines()...)
+	top = append(top, m.memoryLines()...)
+	top = append(top, "")
+
+	var bottom []string
+	bottom = append(bottom, "")
+	bottom = append(bottom, m.queueLines()...)
+	bottom = append(bottom, "")
+	bottom = append(bottom, m.eventLines()...)
+	bottom = append(bottom, "")
+	switch {
+	case m.confirmKill != "":
+		bottom = append(bottom, st.warn.Render(m.note))
+	case m.noteErr:
+		bottom = append(bottom, st.bad.Render(m.note))
+	default:
+		bottom = append(bottom, m.note)
+	}
+	bottom = append(bottom, m.helpLine())
+	if m.help {
+		bottom = append(bottom, dashHelp...)
+	}
+
+	rows := len(m.procs)
+	if m.height > 0 {
+		rows = max(m.height-len(top)-len(bottom)-2, dashMinRows) // 2: the section title and column heads
+	}
+	lines := append(top, m.procLines(rows)...)
+	return m.fit(append(lines, bottom...))
+}
+
+// fit joins lines, each cut to the terminal's width.
+func (m dashModel) fit(lines []string) string {
+	if m.width > 0 {
+		for i, l := range lines {
+			lines[i] = ansi.Truncate(l, m.width, "")
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// header is the title line, the daemon's counts and a failed refresh.
+func (m dashModel) header() []string {
+	st := m.styles
+	title := "gpusched dashboard"
+	if s := m.status; s != nil {
+		title = fmt.Sprintf("gpusched %s dashboard (%s backend)", s.Version, s.Backend)
+	}
+	if !m.now.IsZero() {
+		title += "  " + m.now.Local().Format("15:04:05")
+	}
+	out := []string{st.title.Render(title)}
+	if s := m.status; s != nil {
+		out = append(out, fmt.Sprintf("processes %s · jobs %s · checkpoint %s driver", stateCounts(s), jobCounts(s), orDash(s.Driver)))
+	}
+	if m.loadErr != nil {
+		out = append(out, st.bad.Render("refresh failed: "+errorLine(m.loadErr)))
+	}
+	return out
+}
+
+// gpuLines draws one bar per GPU, a line of what holds or waits for its
+// memory, and why an unhealthy one is.
+func (m dashModel) gpuLines() []string {
+	st := m.styles
+	out := []string{st.section.Render("GPUS")}
+	if len(m.gpus) == 0 {
+		return append(out, "  none")
+	}
+	nameWidth := 0
+	for _, g := range m.gpus {
+		nameWidth = max(nameWidth, len(g.Name))
+	}
+	width := m.barWidth()
+	for _, g := range m.gpus {
+		var held uint64
+		if g.Filler != nil {
+			held = min(g.Filler.HeldMiB, g.UsedMiB)
+		}
+		free := g.TotalMiB - min(g.UsedMiB, g.TotalMiB)
+		b := st.bar(width, g.TotalMiB,
+			barPart{g.UsedMiB - held, cellUsed, st.used},
+			barPart{held, cellFiller, st.filler},
+			barPart{min(g.FrozenMiB, free), cellFrozen, st.frozen})
+		util, temp := "-", "-"
+		if g.UtilPercent != nil {
+			util = strconv.Itoa(*g.UtilPercent) + "%"
+		}
+		if g.TempC != nil {
+			temp = strconv.Itoa(*g.TempC) + "C"
+		}
+		health := st.good.Render("ok")
+		if !g.Healthy {
+			health = st.bad.Render("unhealthy")
+		}
+		out = append(out, fmt.Sprintf("  %d %-*s %s %s/%s  util %s  temp %s  %s",
+			g.Index, nameWidth, g.Name, b, mib(g.UsedMiB), mib(g.TotalMiB), util, temp, health))
+		var held2 []string
+		if f := g.Filler; f != nil {
+			s := fmt.Sprintf("filler %s (%s, target %s)", mib(f.HeldMiB), f.User, mib(f.TargetMiB))
+			if f.Error != "" {
+				s += " error: " + f.Error
+			}
+			held2 = append(held2, s)
+		}
+		if g.FrozenMiB > 0 {
+			held2 = append(held2, "frozen "+mib(g.FrozenMiB)+" in host RAM")
+		}
+		if len(g.Leases) > 0 {
+			held2 = append(held2, "leases "+strings.Join(g.Leases, ","))
+		}
+		indent := strings.Repeat(" ", 5+nameWidth)
+		if len(held2) > 0 {
+			out = append(out, indent+strings.Join(held2, " · "))
+		}
+		if !g.Healthy && len(g.Unhealthy) > 0 {
+			out = append(out, indent+st.bad.Render(strings.Join(g.Unhealthy, "; ")))
+		}
+	}
+	legend := fmt.Sprintf("%s used  %s filler  %s frozen (room a thaw needs)  %s free",
+		st.used.Render(cellUsed), st.filler.Render(cellFiller), st.frozen.Render(cellFrozen), st.free.Render(cellFree))
+	return append(out, "  "+st.dim.Render(legend))
+}
+
+// memoryLines draws the host RAM held by frozen processes and the disk tier.
+func (m dashModel) memoryLines() []string {
+	s := m.status
+	if s == nil {
+		return nil
+	}
+	st := m.styles
+	width := m.barWidth()
+	ram := fmt.Sprintf("  host RAM  %s frozen, no budget", mib(s.HostMiB))
+	if s.RAMBudgetMiB > 0 {
+		ram = fmt.Sprintf("  host RAM  %s %s/%s frozen", st.bar(width, s.RAMBudgetMiB, barPart{s.HostMiB, cellFrozen, st.frozen}),
+			mib(s.HostMiB), mib(s.RAMBudgetMiB))
+	}
+	var disk string
+	switch {
+	case s.CRIU == "" && s.DiskBytes == 0:
+		disk = "  disk      off (no CRIU)"
+	case s.DiskBudget > 0:
+		disk = fmt.Sprintf("  disk      %s %s/%s in snapshots", st.bar(width, s.DiskBudget, barPart{s.DiskBytes, cellUsed, st.segment}),
+			bytesize(s.DiskBytes), bytesize(s.DiskBudget))
+	default:
+		disk = fmt.Sprintf("  disk      %s in snapshots, no budget", bytesize(s.DiskBytes))
+	}
+	if s.CRIU == "" && s.DiskBytes > 0 {
+		disk += " (disk tier off: no CRIU)"
+	}
+	return []string{ram, disk}
+}
+
+// barWidth is the cells of a bar: narrower on a narrow terminal.
+func (m dashModel) barWidth() int {
+	if m.width == 0 {
+		return dashBarWidth
+	}
+	return min(max(m.width-70, 10), dashBarWidth)
+}
+
+// procLines draws the process table with at most rows rows, scrolled so
+// that the selected one shows, marked with ">".
+func (m dashModel) procLines(rows int) []string {
+	st := m.styles
+	title := "PROCESSES"
+	if len(m.procs) == 0 {
+		return []string{st.section.Render(title), "  none"}
+	}
+	first := 0
+	if rows < len(m.procs) {
+		first = min(max(m.cursor-rows/2, 0), len(m.procs)-rows)
+		title += fmt.Sprintf(" (%d-%d of %d)", first+1, first+rows, len(m.procs))
+	} else {
+		rows = len(m.procs)
+	}
+	var b strings.Builder
+	t := newTable(&b)
+	fmt.Fprintf(t, "NAME\tSTATE\tTIER\tUSER\tGPUS\tVRAM\tAGE\n")
+	for i := first; i < first+rows; i++ {
+		p := &m.procs[i]
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.State, tierText(p), p.User, gpuIndexes(p.GPUs), dashVRAM(p), m.ageOrExit(p))
+	}
+	_ = t.Flush()
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	out := []string{st.section.Render(title), st.dim.Render("  " + lines[0])}
+	for i, l := range lines[1:] {
+		if first+i == m.cursor {
+			out = append(out, st.selected.Render("> "+l))
+		} else {
+			out = append(out, "  "+l)
+		}
+	}
+	return out
+}
+
+// dashVRAM is a process's GPU memory, or for a frozen one the GPU memory
+// it parked in host RAM: "8.0 GiB in RAM".
+func dashVRAM(p *api.Process) string {
+	if p.Tier == api.TierHost && p.VRAMMiB == 0 && p.HostMiB > 0 {
+		return mib(p.HostMiB) + " in RAM"
+	}
+	return mib(p.VRAMMiB)
+}
+
+// ageOrExit is how long a live process has run by the snapshot's clock, or
+// how an exited one ended.
+func (m dashModel) ageOrExit(p *api.Process) string {
+	if p.State == api.StateExited {
+		return exitText(p.Exit)
+	}
+	start := p.StartedAt
+	if start.IsZero() {
+		start = p.CreatedAt
+	}
+	return age(m.now.Sub(start))
+}
+
+// queueLines draws the unfinished jobs in submission order.
+func (m dashModel) queueLines() []string {
+	st := m.styles
+	out := []string{st.section.Render("QUEUE")}
+	if len(m.jobs) == 0 {
+		return append(out, "  no jobs")
+	}
+	var b strings.Builder
+	t := newTable(&b)
+	fmt.Fprintf(t, "ID\tNAME\tSTATE\tVRAM\tREASON\n")
+	for i := range min(len(m.jobs), dashMaxJobs) {
+		j := &m.jobs[i]
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", j.ID, j.Name, j.State, jobVRAM(j), orDash(j.Reason))
+	}
+	_ = t.Flush()
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	out = append(out, st.dim.Render("  "+lines[0]))
+	for _, l := range lines[1:] {
+		out = append(out, "  "+l)
+	}
+	if n := len(m.jobs) - dashMaxJobs; n > 0 {
+		out = append(out, fmt.Sprintf("  … and %d more (gpuschedctl jobs)", n))
+	}
+	return out
+}
+
+// eventLines draws the last events, newest last.
+func (m dashModel) eventLines() []string {
+	st := m.styles
+	out := []string{st.section.Render("EVENTS")}
+	if m.eventsNote != "" {
+		out = append(out, "  "+st.warn.Render(m.eventsNote))
+	}
+	if len(m.events) == 0 {
+		return append(out, "  none yet")
+	}
+	for i := range m.events {
+		out = append(out, "  "+dashEventLine(&m.events[i]))
+	}
+	return out
+}
+
+// dashEventLine shows an event in one short line: "15:04:05 process
+// train running→frozen".
+func dashEventLine(e *api.Event) string {
+	ts := "--:--:--"
+	if !e.Time.IsZero() {
+		ts = e.Time.Local().Format("15:04:05")
+	}
+	var what string
+	switch e.Type {
+	case api.EventProcess:
+		what = e.Name + " " + string(e.State)
+		if e.PrevState != "" {
+			what = e.Name + " " + string(e.PrevState) + "→" + string(e.State)
+		}
+		if e.State == api.StateExited && e.Process != nil {
+			what += " (" + exitText(e.Process.Exit) + ")"
+		}
+	case api.EventJob:
+		state := e.JobState
+		if state == "" && e.Job != nil {
+			state = e.Job.State
+		}
+		what = strings.TrimSpace(e.Name + " " + string(state))
+		switch {
+		case e.Warning != "":
+			what += ": " + e.Warning
+		case e.Job != nil && e.Job.Reason != "":
+			what += " (" + e.Job.Reason + ")"
+		}
+	case api.EventLease:
+		what = e.Name
+		if l := e.Lease; l != nil {
+			what = l.ID + " granted to " + l.User
+			if !l.ReleasedAt.IsZero() {
+				what = l.ID + " released"
+			}
+		}
+	case api.EventFiller:
+		what = e.Name
+		if f := e.Filler; f != nil {
+			what = fmt.Sprintf("GPU %d holds %s (%s)", f.Index, mib(f.HeldMiB), f.User)
+		}
+	case api.EventLog:
+		what = e.Name + ": " + e.Line
+	default:
+		what = e.Name
+	}
+	return fmt.Sprintf("%s %-8s %s", ts, e.Type, what)
+}
+
+// helpLine is the short key list.
+func (m dashModel) helpLine() string {
+	return m.styles.dim.Render("f freeze · t thaw · h hibernate · k kill · ↑/↓ select · r refresh · q quit · ? help")
+}
+
+// dashHelp is what ? adds below the key list.
+var dashHelp = []string{
+	"f, t, h and k act on the selected process by name; k asks y/n first and any other key cancels.",
+	"↑/↓ move the selection (PgUp/PgDn by 10, Home/End); it stays on the same process when the table changes.",
+	"The screen refreshes on every event and every second; r refreshes at once. q or Ctrl-C quits.",
+	"GPU bars: used by processes, held by a filler, frozen memory that a thaw needs back, free.",
+}
