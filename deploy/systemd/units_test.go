@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/coreos/go-systemd/v22/unit"
-
 	"github.com/gpusched/gpusched/internal/testutil"
 )
 
@@ -20,29 +18,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func settings(t *testing.T, path string) map[string][]string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	opts, err := unit.DeserializeOptions(f)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	out := map[string][]string{}
-	for _, o := range opts {
-		out[o.Section+"."+o.Name] = append(out[o.Section+"."+o.Name], o.Value)
-	}
-	return out
-}
-
 // TestServiceKeepsWhatCRIUNeeds: no setting that gives the daemon (and so
 // its managed processes) a mount namespace, filtered syscalls or forbidden
 // PID namespaces; processes outlive the daemon.
 func TestServiceKeepsWhatCRIUNeeds(t *testing.T) {
-	s := settings(t, "gpuschedd.service")
+	s := testutil.UnitSettings(t, "gpuschedd.service")
 	for _, forbidden := range []string{"PrivateTmp", "ProtectSystem", "ProtectHome", "ReadOnlyPaths", "InaccessiblePaths",
 		"PrivateDevices", "ProtectKernelTunables", "ProtectKernelModules", "ProtectControlGroups", "RestrictNamespaces",
 		"SystemCallFilter", "MountFlags", "PrivateMounts", "NoNewPrivileges", "TemporaryFileSystem", "BindPaths"} {
@@ -56,7 +36,7 @@ func TestServiceKeepsWhatCRIUNeeds(t *testing.T) {
 			t.Errorf("gpuschedd.service %s = %q, want %q", key, got, want)
 		}
 	}
-	sock := settings(t, "gpuschedd.socket")
+	sock := testutil.UnitSettings(t, "gpuschedd.socket")
 	for key, want := range map[string]string{"Socket.ListenStream": "/run/gpusched/gpusched.sock", "Socket.SocketMode": "0660", "Socket.SocketGroup": "gpusched"} {
 		if got := sock[key]; !slices.Equal(got, []string{want}) {
 			t.Errorf("gpuschedd.socket %s = %q, want %q", key, got, want)
@@ -135,7 +115,7 @@ func TestMakeInstallAndUninstall(t *testing.T) {
 			t.Errorf("%s: mode %v size %d, want %v and content", f, fi.Mode().Perm(), fi.Size(), want)
 		}
 	}
-	svc := settings(t, filepath.Join(dest, "opt/gs/lib/systemd/system/gpuschedd.service"))
+	svc := testutil.UnitSettings(t, filepath.Join(dest, "opt/gs/lib/systemd/system/gpuschedd.service"))
 	if got := svc["Service.ExecStart"]; len(got) != 1 || !strings.HasPrefix(got[0], "/opt/gs/bin/gpuschedd ") {
 		t.Errorf("installed unit's ExecStart = %q, want the binary under PREFIX", got)
 	}

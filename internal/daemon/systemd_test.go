@@ -13,32 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coreos/go-systemd/v22/unit"
 	"go.uber.org/zap/zaptest"
 	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
-
-// unitSettings reads a shipped unit file as section.Name -> values.
-func unitSettings(t *testing.T, name string) map[string][]string {
-	t.Helper()
-	f, err := os.Open(filepath.Join("..", "..", "deploy", "systemd", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	opts, err := unit.DeserializeOptions(f)
-	if err != nil {
-		t.Fatalf("%s: %v", name, err)
-	}
-	settings := map[string][]string{}
-	for _, o := range opts {
-		settings[o.Section+"."+o.Name] = append(settings[o.Section+"."+o.Name], o.Value)
-	}
-	return settings
-}
 
 // TestSystemdRestartUnderTheShippedUnit runs the daemon binary the way
 // gpuschedd.service and gpuschedd.socket do: the socket passed as fd 3
@@ -48,7 +28,9 @@ func unitSettings(t *testing.T, name string) map[string][]string {
 // running through the restart and is re-adopted; a request sent while no
 // daemon runs waits in systemd's socket and the next daemon answers it.
 func TestSystemdRestartUnderTheShippedUnit(t *testing.T) {
-	service, socket := unitSettings(t, "gpuschedd.service"), unitSettings(t, "gpuschedd.socket")
+	units := filepath.Join("..", "..", "deploy", "systemd")
+	service := testutil.UnitSettings(t, filepath.Join(units, "gpuschedd.service"))
+	socket := testutil.UnitSettings(t, filepath.Join(units, "gpuschedd.socket"))
 	for key, want := range map[string]string{"Service.Type": "notify", "Service.KillMode": "process", "Service.Restart": "on-failure"} {
 		if got := service[key]; len(got) != 1 || got[0] != want {
 			t.Fatalf("gpuschedd.service %s = %q, want %q", key, got, want)
