@@ -145,22 +145,24 @@ class Activations:
         """Freezes ``victims`` in order until ``name`` thaws; rolls them back if it never does."""
         frozen: List[CheckpointResult] = []
         try:
-            for position, victim in enumerate(victims):
+            for victim in victims[:-1]:
                 with clock.step("freeze"):
                     frozen.append(client.freeze(victim))
-                last = position == len(victims) - 1
                 try:
                     with clock.step("thaw"):
-                        thawed = client.thaw(name, timeout=timeout if last else None)
+                        thawed = client.thaw(name)
                     return Activation(name, was, thaw=thawed, frozen=frozen, ms=clock.done())
                 except ResourceExhausted:
-                    if last:
-                        raise
+                    continue  # not yet: freeze the next one
+            with clock.step("freeze"):
+                frozen.append(client.freeze(victims[-1]))
+            with clock.step("thaw"):
+                thawed = client.thaw(name, timeout=timeout)  # the last chance may wait for memory
+            return Activation(name, was, thaw=thawed, frozen=frozen, ms=clock.done())
         except GpuSchedError as failed:
             with clock.step("rollback"):
                 undone = _thaw_back(client, frozen)
             raise _annotated(failed, f"active {name!r} failed after freezing {', '.join(victims[:len(frozen)]) or 'nothing'}; {undone}")
-        raise AssertionError("unreachable: the last victim's thaw returns or raises")
 
     def _victims(self, client: GpuSched, target: Process, evict: Optional[Sequence[str]]) -> List[str]:
         """The running processes that may be frozen to make room for ``target``:
