@@ -227,6 +227,7 @@ func (d *Daemon) openFillers(ctx context.Context) error {
 			}
 		}
 	}
+	d.sweepStrayFillers(ctx)
 	d.fillers.kick()
 	return nil
 }
