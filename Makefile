@@ -4,7 +4,7 @@ LDFLAGS := -X github.com/gpusched/gpusched/internal/daemon.Version=$(VERSION) \
            -X github.com/gpusched/gpusched/internal/cli.Version=$(VERSION)
 PY      := /usr/bin/python3
 
-.PHONY: all build install uninstall test test-deps test-go test-python lint bench bench-sdk demo fuzz clean
+.PHONY: all build install uninstall test test-deps test-go test-python test-fuzz lint bench bench-sdk demo fuzz crash load reliability clean
 
 all: build
 
@@ -20,7 +20,7 @@ uninstall:
 	scripts/install.sh uninstall
 
 # The README's test command: installs what the tests need, then runs every test.
-test: test-deps lint test-go test-python
+test: test-deps lint test-go test-fuzz test-python
 	bash scripts/install-criu_test.sh --reuse >/dev/null
 	@echo "all tests passed"
 
@@ -50,11 +50,38 @@ bench-sdk: build
 demo:
 	scripts/demo.sh
 
+# The fuzz targets: the protocol decoder, every method's params, the jobs-file
+# parsers and the config file. `make test` runs each for FUZZTIME=5s; `make fuzz`
+# runs them for FUZZTIME=2m each (any FUZZTIME works: make fuzz FUZZTIME=10m).
+FUZZTIME ?= 2m
+FUZZ_TARGETS := internal/daemon:FuzzReadRequest internal/daemon:FuzzParams \
+	internal/cli:FuzzParseJobsFile internal/cli:FuzzParseJobsCSV internal/config:FuzzFile \
+	internal/jobqueue:FuzzIsOOM
 fuzz:
-	go test -run '^$$' -fuzz FuzzReadRequest -fuzztime 20s ./internal/daemon/
-	go test -run '^$$' -fuzz FuzzParseJobsFile -fuzztime 20s -fuzzminimizetime 1s ./internal/cli/
-	go test -run '^$$' -fuzz FuzzParseJobsCSV -fuzztime 20s -fuzzminimizetime 1s ./internal/cli/
-	go test -run '^$$' -fuzz FuzzIsOOM -fuzztime 10s ./internal/jobqueue/
+	@for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t#*:} for $(FUZZTIME)"; \
+		go test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./$${t%%:*}/ || exit 1; \
+	done
+
+test-fuzz:
+	$(MAKE) --no-print-directory fuzz FUZZTIME=5s
+
+# The long crash test: CRASH_OPS operations of a randomized workload with kill -9
+# of the daemon at random points, a fresh seed (CRASH_SEED=N replays one).
+CRASH_OPS  ?= 2000
+CRASH_SEED ?= 0
+crash:
+	go test -count=1 -timeout 90m -run '^TestCrashRandomWorkload$$' -v ./internal/daemon/ \
+		-crash.ops $(CRASH_OPS) -crash.seed $(CRASH_SEED)
+
+# The long load test: 64 clients, LOAD_OPS operations each, under the race detector.
+LOAD_OPS ?= 500
+load:
+	go test -race -count=1 -timeout 60m -run '^TestLoad64Clients$$' -v ./internal/daemon/ \
+		-load.ops $(LOAD_OPS) -load.seed 0
+
+# Every long form: crash, load and fuzz.
+reliability: crash load fuzz
 
 clean:
 	rm -rf bin

@@ -22,6 +22,7 @@ type Config struct {
 	Version     int           // SchemaVersion
 	Socket      string        // unix socket path
 	Group       string        // group owning the socket (mode 0660); "" = root's group
+	MaxConns    int           // concurrent client connections; more are refused with unavailable
 	StateDir    string        // persisted records (0700)
 	LogDir      string        // per-process logs
 	Sim         string        // "" = NVML; "N" or "NxSIZE" simulated GPUs
@@ -125,6 +126,7 @@ func Default() Config {
 	return Config{
 		Version:     SchemaVersion,
 		Socket:      api.DefaultSocket,
+		MaxConns:    4096,
 		StateDir:    "/var/lib/gpusched",
 		LogDir:      "/var/log/gpusched",
 		KillGrace:   10 * time.Second,
@@ -168,6 +170,7 @@ func Load(args []string, stderr io.Writer) (Config, error) {
 func (c *Config) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.Socket, "socket", c.Socket, "unix socket to serve (also $"+api.SocketEnv+")")
 	fs.StringVar(&c.Group, "group", c.Group, "group owning the socket, which is mode 0660")
+	fs.IntVar(&c.MaxConns, "max-conns", c.MaxConns, "most client connections served at once; more are answered unavailable and closed (each takes one file descriptor: keep it under LimitNOFILE)")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for persisted state")
 	fs.StringVar(&c.LogDir, "log-dir", c.LogDir, "directory for managed processes' logs")
 	fs.StringVar(&c.Sim, "sim", c.Sim, "simulate GPUs instead of NVML: N or NxSIZE (e.g. 2x24G)")
@@ -277,6 +280,7 @@ func (c Config) Validate() error {
 	check(c.SimDir == "" || filepath.IsAbs(c.SimDir), "--sim-dir %q: must be an absolute path", c.SimDir)
 	check(c.InitPath == "" || filepath.IsAbs(c.InitPath), "--init-path %q: must be an absolute path", c.InitPath)
 	check(c.KillGrace > 0, "--kill-grace %v: must be positive", c.KillGrace)
+	check(c.MaxConns >= 1 && c.MaxConns <= 1<<20, "--max-conns %d: must be 1..1048576", c.MaxConns)
 	check(c.LogMaxBytes >= 4096, "--log-max-bytes %d: must be at least 4096", c.LogMaxBytes)
 	check(c.LogKeep >= 0 && c.LogKeep <= 100, "--log-keep %d: must be 0..100", c.LogKeep)
 	check(c.GPUPoll >= 10*time.Millisecond, "--gpu-poll %v: must be at least 10ms", c.GPUPoll)

@@ -120,7 +120,7 @@ type crashRun struct {
 	lease      *api.Client     // the connection holding a lease, if any
 	ops        int
 	crashes    int
-	thawed     int // frozen and hibernated processes thawed at the end
+	thawed     int            // frozen and hibernated processes thawed at the end
 	inFlight   map[string]int // crashes by the operation they cut short
 	results    map[string]map[string]int
 	violations []string

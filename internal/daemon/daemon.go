@@ -254,8 +254,17 @@ func (d *Daemon) boot(ctx context.Context) error {
 	}
 	d.sampler = newSampler(d.gpus, d.cfg.GPUPoll, d.table, d.log)
 	d.sampler.onSample = d.onSample
+	if err := d.sampler.loadKnown(filepath.Join(d.cfg.StateDir, "gpus.json")); err != nil {
+		return err
+	}
 	if err := d.sampler.refresh(ctx); err != nil {
-		return fmt.Errorf("first GPU sample: %w", err)
+		if ctx.Err() != nil {
+			return fmt.Errorf("first GPU sample: %w", err)
+		}
+		// A lost GPU must not keep the daemon (and its processes' tracking)
+		// down: serve, with the GPU data marked stale and nothing placed,
+		// until a sample succeeds.
+		d.log.Warn("first GPU sample failed; nothing is placed until one succeeds", zap.Error(err))
 	}
 	if err := d.openDriver(ctx); err != nil {
 		return err

@@ -22,7 +22,7 @@ func (d *Daemon) fill(c *call) (any, error) {
 	if p.GPU == nil {
 		return nil, invalidf("fill: gpu is required (an index or a UUID)")
 	}
-	uuids, err := d.resolveGPUs("fill", p.GPU, nil)
+	uuids, err := d.usableGPUs("fill", p.GPU, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -102,6 +102,7 @@ func (d *Daemon) releaseFiller(ctx context.Context, f *filler, why string) error
 	out.HeldMiB = 0
 	f.mu.Lock()
 	d.fillers.remove(f)
+	f.released = true
 	var err error
 	if f.helper != nil {
 		// Even when the daemon is shutting down: a helper left releasing
@@ -158,6 +159,9 @@ func (d *Daemon) tendFiller(ctx context.Context, f *filler) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.released {
+		return // released since the loop listed it: no helper to restart
+	}
 	if f.helper != nil {
 		select {
 		case <-f.helper.Done():

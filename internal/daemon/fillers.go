@@ -46,6 +46,9 @@ type filler struct {
 	sent    [2]uint64         // target and reserve last applied
 	pending map[uint64]uint64 // hand-overs in progress: token -> MiB
 	err     string            // the last failure to drive the helper
+	// released is set once releaseFiller has forgotten it: whoever still
+	// holds the pointer (the filler loop's earlier list) leaves it alone.
+	released bool
 }
 
 // reservePending is the memory promised to hand-overs in progress.

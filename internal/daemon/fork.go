@@ -112,7 +112,7 @@ func (d *Daemon) forkTargets(p api.ForkParams, src proctable.Record) ([]string, 
 		return nil, invalidf("fork %q: gpus places copies of a process on one GPU; %q has %d", p.Name, p.Name, len(src.GPUs))
 	}
 	for i, ref := range p.GPUs {
-		uuids, err := d.resolveGPUs(fmt.Sprintf("fork %q", p.Name), &ref, nil)
+		uuids, err := d.usableGPUs(fmt.Sprintf("fork %q", p.Name), &ref, nil)
 		if err != nil {
 			return nil, err
 		}

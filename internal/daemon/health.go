@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/gpu"
@@ -49,4 +50,23 @@ func bannedGPU(cfg *config.Config, dv gpu.Device) bool {
 		}
 	}
 	return false
+}
+
+// usableGPUs resolves the GPUs a call (what, for messages) aims at, as
+// resolveGPUs does, and refuses a lost one (missing from the driver's list,
+// or failing its queries) with unavailable; with none named it is every GPU
+// that is not lost.
+func (d *Daemon) usableGPUs(what string, gpu *api.GPURef, refs []api.GPURef) ([]string, error) {
+	uuids, err := d.resolveGPUs(what, gpu, refs)
+	if err != nil {
+		return nil, err
+	}
+	gv := d.gpuView()
+	if gpu == nil && len(refs) == 0 {
+		return slices.DeleteFunc(uuids, func(u string) bool { return gv.lost[u] != "" }), nil
+	}
+	if err := gv.lostError(what, uuids); err != nil {
+		return nil, err
+	}
+	return uuids, nil
 }

@@ -151,6 +151,9 @@ func (d *Daemon) lookupJob(c *call, name string) (*jobqueue.Job, error) {
 	if name == "" {
 		return nil, invalidf("%s: name is empty", c.method)
 	}
+	if err := api.ValidateName(name); err != nil {
+		return nil, invalidf("%s: %v", c.method, err) // no job has it: names and ids are valid names
+	}
 	j, ok := d.jobs.Get(name)
 	if !ok {
 		return nil, api.Errorf(api.CodeNotFound, "job %q not found", name)

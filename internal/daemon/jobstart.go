@@ -25,11 +25,17 @@ import (
 func (d *Daemon) schedulePass(ctx context.Context) {
 	defer d.reconcileJobs()
 	snap, queue := d.placementInput(time.Now())
+	if waits, stale := staleWaits(d.gpuView(), queue); stale {
+		d.sched.reasons.Store(&waits)
+		d.leases.setReasons(waits)
+		return
+	}
 	plan := placement.Place(snap, queue)
 	reasons := make(map[string]placement.Wait, len(plan.Waits))
 	for _, w := range plan.Waits {
 		reasons[w.JobID] = w
 	}
+	explainLost(d.gpuView(), reasons)
 	d.sched.reasons.Store(&reasons)
 	d.leases.setReasons(reasons)
 	for _, w := range plan.Infeasible {

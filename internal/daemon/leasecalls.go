@@ -35,7 +35,7 @@ func (d *Daemon) acquire(c *call, _ func(*api.Event) error) (any, error) {
 	l := &lease{uid: c.actor.UID, user: c.actor.User, peerPID: c.actor.PID, mib: p.MinFree.MiB, count: max(p.GPUs, 1),
 		maxUtil: p.MaxUtil, maxPower: p.MaxPower, maxTemp: p.MaxTemp, priority: p.Priority, queuedAt: time.Now()}
 	if len(p.GPUIDs) > 0 {
-		uuids, err := d.resolveGPUs("acquire", nil, p.GPUIDs)
+		uuids, err := d.usableGPUs("acquire", nil, p.GPUIDs)
 		if err != nil {
 			return nil, err
 		}

@@ -73,7 +73,7 @@ func (d *Daemon) migrationPairs(current []string, p api.MigrateParams) ([]checkp
 	if p.GPU == nil && len(p.GPUs) == 0 {
 		return nil, invalidf("%s: name the target GPU (gpu) or GPUs (gpus)", what)
 	}
-	targets, err := d.resolveGPUs(what, p.GPU, p.GPUs)
+	targets, err := d.usableGPUs(what, p.GPU, p.GPUs)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gpusched/gpusched/internal/jobqueue"
@@ -41,6 +42,14 @@ func (d *Daemon) placementInput(now time.Time) (placement.Snapshot, []placement.
 		gpus[i] = placement.GPU{Index: dv.Index, UUID: dv.UUID, TotalMiB: dv.TotalMiB, UsedMiB: dv.UsedMiB,
 			UtilPercent: dv.UtilPercent, PowerWatts: dv.PowerWatts, TempC: dv.TempC, Occupants: []placement.Occupant{}}
 		at[dv.UUID] = i
+		if gv.lost[dv.UUID] != "" {
+			// A lost GPU stays in the snapshot, so that a job needing it
+			// waits rather than being found infeasible, but full: an
+			// external holder of all its memory, which nothing preempts.
+			gpus[i].UsedMiB = dv.TotalMiB
+			gpus[i].Occupants = append(gpus[i].Occupants, placement.Occupant{Kind: placement.External, ID: "lost:" + dv.UUID,
+				Name: fmt.Sprintf("GPU %d lost", dv.Index), PeakMiB: dv.TotalMiB})
+		}
 	}
 	add := func(uuid string, o placement.Occupant) {
 		if i, ok := at[uuid]; ok {
@@ -186,6 +195,41 @@ func (d *Daemon) placementOptions(gv *gpuView) placement.Options {
 		}
 	}
 	return o
+}
+
+// reasonStaleGPUs: no GPU sample is fresh, so nothing is placed.
+const reasonStaleGPUs placement.Reason = "stale_gpu_data"
+
+// staleWaits is why every queued request waits when the last GPU sample
+// failed: placing on stale data could oversubscribe a GPU. ok is false when
+// the data is fresh.
+func staleWaits(gv *gpuView, queue []placement.Job) (map[string]placement.Wait, bool) {
+	if gv.stale == "" {
+		return nil, false
+	}
+	out := make(map[string]placement.Wait, len(queue))
+	for _, j := range queue {
+		out[j.ID] = placement.Wait{JobID: j.ID, Reason: reasonStaleGPUs,
+			Detail: fmt.Sprintf("GPU sampling fails since %s (%s); nothing is placed until a sample succeeds", gv.staleSince.Format(time.RFC3339), gv.stale)}
+	}
+	return out, true
+}
+
+// explainLost adds to every wait why the lost GPUs are full.
+func explainLost(gv *gpuView, waits map[string]placement.Wait) {
+	if len(gv.lost) == 0 {
+		return
+	}
+	var why []string
+	for _, dv := range gv.devices {
+		if w := gv.lost[dv.UUID]; w != "" {
+			why = append(why, w)
+		}
+	}
+	for id, w := range waits {
+		w.Detail += "; lost, counted as full: " + strings.Join(why, "; ")
+		waits[id] = w
+	}
 }
 
 // onGPU reports whether a live process in state s may hold GPU memory.

@@ -61,8 +61,10 @@ func (d *Daemon) status(c *call) (any, error) {
 			st.Leases++
 		}
 	}
+	st.GPUError = gv.stale
 	for _, dv := range gv.devices {
-		st.GPUs = append(st.GPUs, api.GPUSummary{Index: dv.Index, UUID: dv.UUID, TotalMiB: dv.TotalMiB, UsedMiB: dv.UsedMiB, FreeMiB: free(dv.TotalMiB, dv.UsedMiB)})
+		st.GPUs = append(st.GPUs, api.GPUSummary{Index: dv.Index, UUID: dv.UUID, TotalMiB: dv.TotalMiB, UsedMiB: dv.UsedMiB,
+			FreeMiB: free(dv.TotalMiB, dv.UsedMiB), Error: gv.problem(dv)})
 	}
 	return st, nil
 }
@@ -119,12 +121,16 @@ func (d *Daemon) listGPUs(c *call) (any, error) {
 	}
 	out := api.GPUsResult{GPUs: make([]api.GPU, 0, len(gv.devices))}
 	for _, dv := range gv.devices { // sorted by index
+		problem := gv.problem(dv)
 		unhealthy := gpuHealth(&d.cfg, dv)
+		if problem != "" {
+			unhealthy = append([]string{problem}, unhealthy...)
+		}
 		g := api.GPU{Index: dv.Index, UUID: dv.UUID, Name: dv.Name, TotalMiB: dv.TotalMiB, UsedMiB: dv.UsedMiB,
 			FreeMiB: free(dv.TotalMiB, dv.UsedMiB), UtilPercent: dv.UtilPercent, PowerWatts: dv.PowerWatts, Processes: []api.GPUProcess{},
 			PowerLimitWatts: dv.PowerLimitWatts, TempC: dv.TempC, Driver: gv.driver, Checkpoint: checkpoint,
 			Healthy: len(unhealthy) == 0, Unhealthy: append([]string{}, unhealthy...),
-			Leases: append([]string{}, leases[dv.UUID]...), FrozenMiB: frozen[dv.UUID]}
+			Leases: append([]string{}, leases[dv.UUID]...), FrozenMiB: frozen[dv.UUID], Error: problem}
 		if f, ok := fillers[dv.UUID]; ok {
 			g.Filler = &f
 		}

@@ -61,7 +61,7 @@ func (d *Daemon) run(c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	gpus, err := d.resolveGPUs(fmt.Sprintf("run %q", p.Name), p.GPU, p.GPUs)
+	gpus, err := d.usableGPUs(fmt.Sprintf("run %q", p.Name), p.GPU, p.GPUs)
 	if err != nil {
 		return nil, err
 	}

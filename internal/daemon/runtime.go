@@ -35,6 +35,11 @@ func (rt *procRuntime) signal(sig unix.Signal) error {
 	}
 	var serr error
 	if err := rc.Control(func(fd uintptr) { serr = unix.PidfdSendSignal(int(fd), sig, nil, 0) }); err != nil {
+		select {
+		case <-rt.exited:
+			return nil // the watcher recorded the exit and closed the pidfd meanwhile
+		default:
+		}
 		return err
 	}
 	if errors.Is(serr, unix.ESRCH) {

@@ -2,7 +2,13 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -11,6 +17,8 @@ import (
 	"github.com/gpusched/gpusched/internal/gpu"
 	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/internal/store"
+	"github.com/gpusched/gpusched/pkg/api"
 )
 
 // gpuView is one immutable GPU sample with its usage attributed to managed
@@ -23,6 +31,39 @@ type gpuView struct {
 	index   map[string]int               // uuid -> device index
 	usage   map[string]map[string]uint64 // record id -> uuid -> MiB, over its whole tree
 	owner   map[int]string               // GPU pid -> record id
+	// stale is why this view is not fresh: the error of the last sample,
+	// which failed as a whole (the view is then the last good sample's);
+	// "" when the last sample succeeded. staleSince is when sampling
+	// began to fail.
+	stale      string
+	staleSince time.Time
+	// lost says, by UUID, why a device's data is missing: it dropped out
+	// of the device list (fell off the bus) or its queries fail. Such a
+	// device stays in devices with its last known memory, so that it is
+	// reported and never silently dropped, but nothing is placed on it.
+	lost map[string]string
+}
+
+// problem is why dv's data cannot be trusted now, or "".
+func (v *gpuView) problem(dv gpu.Device) string {
+	if why := v.lost[dv.UUID]; why != "" {
+		return why
+	}
+	if v.stale != "" {
+		return fmt.Sprintf("GPU %d: data is stale: GPU sampling fails since %s: %s", dv.Index, v.staleSince.Format(time.RFC3339), v.stale)
+	}
+	return ""
+}
+
+// lostError refuses an operation (what) aimed at GPUs (UUIDs) of which
+// one is lost; nil when none is.
+func (v *gpuView) lostError(what string, uuids []string) error {
+	for _, uuid := range uuids {
+		if why := v.lost[uuid]; why != "" {
+			return api.Errorf(api.CodeUnavailable, "%s: %s", what, why)
+		}
+	}
+	return nil
 }
 
 // device finds a GPU of the sample by UUID.
@@ -46,6 +87,74 @@ type sampler struct {
 	kicks    chan struct{}
 	onSample func()       // called after every new sample
 	lastTry  atomic.Int64 // unix nanoseconds when run last finished a round, failed or not
+
+	// knownPath keeps the devices seen (gpus.json in the state directory),
+	// so that a GPU lost while the daemon was down is still reported
+	// missing; saved is what it holds.
+	knownPath string
+	saveMu    sync.Mutex
+	saved     string
+}
+
+// knownDevice is a device as gpus.json in the state directory keeps it.
+type knownDevice struct {
+	Index    int    `json:"index"`
+	UUID     string `json:"uuid"`
+	Name     string `json:"name"`
+	TotalMiB uint64 `json:"total_mib"`
+}
+
+// loadKnown starts the view with the devices seen by an earlier daemon
+// (none if it kept none), before the first sample: a device the first
+// sample lacks is then reported missing rather than forgotten.
+func (s *sampler) loadKnown(path string) error {
+	s.knownPath = path
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("known GPUs: %w", err)
+	}
+	var known []knownDevice
+	if err := json.Unmarshal(data, &known); err != nil {
+		s.log.Warn("ignoring a bad list of known GPUs", zap.String("path", path), zap.Error(err))
+		return nil
+	}
+	s.saved = string(data)
+	v := &gpuView{index: map[string]int{}}
+	for _, k := range known {
+		v.devices = append(v.devices, gpu.Device{Index: k.Index, UUID: k.UUID, Name: k.Name, TotalMiB: k.TotalMiB})
+		v.index[k.UUID] = k.Index
+	}
+	s.view.Store(v)
+	return nil
+}
+
+// saveKnown records the devices of v when they differ from what is saved.
+// A failure to save is logged: it only weakens the report after a restart.
+func (s *sampler) saveKnown(v *gpuView) {
+	if s.knownPath == "" {
+		return
+	}
+	known := make([]knownDevice, 0, len(v.devices))
+	for _, dv := range v.devices {
+		known = append(known, knownDevice{Index: dv.Index, UUID: dv.UUID, Name: dv.Name, TotalMiB: dv.TotalMiB})
+	}
+	data, err := json.Marshal(known)
+	if err != nil {
+		return
+	}
+	s.saveMu.Lock()
+	defer s.saveMu.Unlock()
+	if string(data) == s.saved {
+		return
+	}
+	if err := store.WriteFile(s.knownPath, data, 0o600); err != nil {
+		s.log.Warn("save the list of known GPUs", zap.String("path", s.knownPath), zap.Error(err))
+		return
+	}
+	s.saved = string(data)
 }
 
 func newSampler(b gpuBackend, interval time.Duration, t *proctable.Table, log *zap.Logger) *sampler {
@@ -93,14 +202,34 @@ func (s *sampler) idleFor(now time.Time, started time.Time) time.Duration {
 
 // refresh takes one sample and attributes each GPU process to the managed
 // tree it belongs to, by walking up its parents to a managed init.
+//
+// A failed sample keeps the last view, marked stale with the error (and
+// still tells onSample, so that placement stops using it). A device of the
+// last view that the new sample lacks, or lists with an error, stays in the
+// view, marked lost, with its last known memory.
 func (s *sampler) refresh(ctx context.Context) error {
 	smp, err := s.backend.Sample(ctx)
+	prev := s.view.Load()
 	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		v := *prev
+		v.stale, v.staleSince = err.Error(), time.Now()
+		if prev.stale != "" {
+			v.staleSince = prev.staleSince
+		}
+		s.view.Store(&v)
+		if s.onSample != nil {
+			s.onSample()
+		}
 		return err
 	}
-	v := &gpuView{at: time.Now(), devices: smp.Devices, procs: smp.Procs, driver: smp.Driver,
+	v := &gpuView{at: time.Now(), procs: smp.Procs, driver: smp.Driver,
 		index: map[string]int{}, usage: map[string]map[string]uint64{}, owner: map[int]string{}}
+	v.devices, v.lost = mergeLost(prev, smp.Devices)
 	sort.Slice(v.devices, func(i, j int) bool { return v.devices[i].Index < v.devices[j].Index })
+	s.saveKnown(v)
 	for _, dv := range v.devices {
 		v.index[dv.UUID] = dv.Index
 	}
@@ -141,4 +270,35 @@ func rootOf(pid int, inits map[int]string) (string, bool) {
 		pid = st.PPID
 	}
 	return "", false
+}
+
+// mergeLost adds to a new sample's devices those of the previous view it
+// lacks, and marks them and the devices it lists with an error as lost,
+// keeping their last known identity and memory.
+func mergeLost(prev *gpuView, devs []gpu.Device) ([]gpu.Device, map[string]string) {
+	out := make([]gpu.Device, 0, len(devs))
+	lost := map[string]string{}
+	seen := map[string]bool{}
+	for _, dv := range devs {
+		seen[dv.UUID] = true
+		if dv.Err == "" {
+			out = append(out, dv)
+			continue
+		}
+		last, ok := prev.device(dv.UUID)
+		if !ok || last.TotalMiB == 0 {
+			last = gpu.Device{Index: dv.Index, UUID: dv.UUID, Name: dv.Name, TotalMiB: dv.TotalMiB}
+		}
+		last.Err = dv.Err
+		lost[dv.UUID] = fmt.Sprintf("GPU %d (%s): its queries fail: %s", last.Index, dv.UUID, dv.Err)
+		out = append(out, last)
+	}
+	for _, dv := range prev.devices {
+		if seen[dv.UUID] {
+			continue
+		}
+		lost[dv.UUID] = fmt.Sprintf("GPU %d (%s) is missing: the GPU driver no longer lists it (fallen off the bus?)", dv.Index, dv.UUID)
+		out = append(out, dv)
+	}
+	return out, lost
 }

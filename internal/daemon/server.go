@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"time"
 
 	"go.uber.org/zap"
@@ -16,9 +17,16 @@ import (
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
-const (
-	maxConns     = 4096             // concurrent connections; more are told to retry
-	writeTimeout = 30 * time.Second // a peer that stops reading is dropped
+// Connection time limits; variables so that tests can shorten them.
+var (
+	// writeTimeout drops a peer that stops reading: one response line
+	// that cannot be written for this long ends the connection.
+	writeTimeout = 30 * time.Second
+	// lineTimeout drops a peer that stalls in the middle of a request
+	// line: once a line's first bytes have arrived, its newline must
+	// follow within this long. A connection idle between requests is
+	// never dropped (clients keep one open).
+	lineTimeout = 30 * time.Second
 )
 
 // call is one request being handled.
@@ -69,7 +77,7 @@ func (d *Daemon) serve(ctx context.Context, ln *socketListener) error {
 			d.log.Warn("accept", zap.Error(err))
 			continue
 		}
-		if !d.conns.add(c) {
+		if !d.conns.add(c, d.cfg.MaxConns) {
 			go refuse(c, "too many connections to gpuschedd; retry later")
 			continue
 		}
@@ -105,13 +113,17 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 	}
 	scope := &connScope{}
 	defer scope.close()
-	r := bufio.NewReaderSize(c, 64<<10)
+	r := bufio.NewReaderSize(&stallReader{c: c}, 64<<10)
 	var stream *activeStream
 	for {
 		line, err := readLine(r)
 		var tooLong *lineTooLong
+		stalled := errors.Is(err, os.ErrDeadlineExceeded)
 		if stream != nil {
-			if err != nil && !errors.As(err, &tooLong) {
+			switch {
+			case stalled:
+				stream.cancel() // the peer is broken; nobody reads the rest
+			case err != nil && !errors.As(err, &tooLong):
 				stream.peerClosedWrite(c)
 			}
 			<-stream.done
@@ -124,6 +136,10 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 				return
 			}
 			continue
+		case stalled:
+			d.metrics.request(methodUnknown, string(api.CodeBadRequest))
+			_ = w.response(nil, nil, api.Errorf(api.CodeBadRequest, "request line unfinished after %v: closing the connection", lineTimeout))
+			return
 		case err != nil:
 			if !errors.Is(err, io.EOF) && ctx.Err() == nil {
 				d.log.Debug("read", zap.Error(err))
@@ -151,7 +167,12 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 				defer close(st.done)
 				defer st.cancel()
 				res, err := m.stream(cl, func(e *api.Event) error { return w.event(req.ID, e) })
-				d.answer(w, cl, req.ID, res, err)
+				if d.answer(w, cl, req.ID, res, err) != nil {
+					// Gone, or not reading (the write timed out, maybe
+					// mid-line): the connection is done. Closing it ends
+					// the read ahead, which may never see the peer leave.
+					c.Close()
+				}
 			}(stream)
 			continue
 		}
@@ -161,6 +182,30 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 			return
 		}
 	}
+}
+
+// stallReader reads a connection for the request reader, and bounds how
+// long a request line may stall: while bytes of an unfinished line have
+// been read, the read deadline is lineTimeout from the first of them;
+// between lines there is none.
+type stallReader struct {
+	c       net.Conn
+	partial bool // the last byte read was not a newline
+}
+
+func (s *stallReader) Read(p []byte) (int, error) {
+	n, err := s.c.Read(p)
+	if n > 0 {
+		if partial := p[n-1] != '\n'; partial != s.partial {
+			s.partial = partial
+			var deadline time.Time
+			if partial {
+				deadline = time.Now().Add(lineTimeout)
+			}
+			_ = s.c.SetReadDeadline(deadline)
+		}
+	}
+	return n, err
 }
 
 // hangupCheck is how often a half-closed peer with a stream still running

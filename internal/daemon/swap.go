@@ -23,6 +23,11 @@ func (d *Daemon) swap(c *call) (any, error) {
 		return nil, invalidf("swap: freeze and thaw name the same process %q", p.Freeze)
 	}
 	for _, name := range []string{p.Freeze, p.Thaw} {
+		if err := api.ValidateName(name); err != nil {
+			return nil, invalidf("swap: %v", err)
+		}
+	}
+	for _, name := range []string{p.Freeze, p.Thaw} {
 		if r, err := d.lookup(c, name); err != nil {
 			return nil, err
 		} else if err := refuseMPS(r); err != nil {

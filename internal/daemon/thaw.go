@@ -73,6 +73,9 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 		if err := d.sampler.refresh(ctx); err != nil {
 			return api.CheckpointResult{}, fmt.Errorf("%s %q: sample GPUs: %w", opts.op, rec.Name, err)
 		}
+		if err := d.gpuView().lostError(fmt.Sprintf("%s %q", opts.op, rec.Name), sortedKeys(need)); err != nil {
+			return api.CheckpointResult{}, err
+		}
 		t := time.Now()
 		release, err := d.admit(opts.waitCtx, fmt.Sprintf("%s %q", opts.op, rec.Name), rec.Owner.UID, need, opts.wait)
 		if err != nil {

@@ -26,8 +26,8 @@ func (d *Daemon) watch(rec proctable.Record, rt *procRuntime) {
 		d.removeCPU(rec)
 		if rt.dumping.Load() {
 			d.procs.remove(rec.ID)
+			close(rt.exited) // before the pidfd closes: see procRuntime.signal
 			rt.pidfd.Close()
-			close(rt.exited)
 			return
 		}
 		d.recordExit(rec, rt)
@@ -50,12 +50,12 @@ func (d *Daemon) recordExit(rec proctable.Record, rt *procRuntime) {
 	}
 	d.dropSnapshots(rec.ID)
 	d.procs.remove(rec.ID)
-	rt.pidfd.Close()
 	select {
 	case <-rt.exited:
 	default:
-		close(rt.exited)
+		close(rt.exited) // before the pidfd closes: see procRuntime.signal
 	}
+	rt.pidfd.Close()
 	d.sampler.kick()
 	d.log.Info("process exited", zap.String("name", rec.Name), zap.Int("init_pid", rec.InitPID), zap.Any("exit", exit))
 }

@@ -96,13 +96,14 @@ type connSet struct {
 	m  map[net.Conn]struct{}
 }
 
-func (s *connSet) add(c net.Conn) bool {
+// add tracks c, unless limit connections are open already.
+func (s *connSet) add(c net.Conn, limit int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.m == nil {
 		s.m = map[net.Conn]struct{}{}
 	}
-	if len(s.m) >= maxConns {
+	if len(s.m) >= limit {
 		return false
 	}
 	s.m[c] = struct{}{}

@@ -47,7 +47,9 @@ func newNVML(lib nvml.Interface) (*NVML, error) {
 func (n *NVML) Name() string { return "nvml" }
 
 // Sample reads every device and the processes using it. Metrics a device
-// does not support are nil.
+// does not support are nil. Only a failed device count fails the sample; a
+// device whose handle or UUID cannot be read (fallen off the bus) is left
+// out, and one whose other queries fail is listed with Err.
 func (n *NVML) Sample(ctx context.Context) (Sample, error) {
 	count, ret := n.lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
@@ -59,8 +61,12 @@ func (n *NVML) Sample(ctx context.Context) (Sample, error) {
 			return Sample{}, err
 		}
 		dev, procs, err := n.device(i)
-		if err != nil {
-			return Sample{}, fmt.Errorf("nvml: GPU %d: %w", i, err)
+		switch {
+		case dev.UUID == "":
+			continue // unidentifiable: the daemon reports it missing
+		case err != nil:
+			s.Devices = append(s.Devices, Device{Index: i, UUID: dev.UUID, Name: dev.Name, TotalMiB: dev.TotalMiB, Err: err.Error()})
+			continue
 		}
 		s.Devices = append(s.Devices, dev)
 		s.Procs = append(s.Procs, procs...)
@@ -82,42 +88,49 @@ func (n *NVML) device(i int) (Device, []ProcUsage, error) {
 		return Device{}, nil, fmt.Errorf("handle: %w", ret)
 	}
 	d := Device{Index: i}
-	if d.UUID, ret = h.GetUUID(); ret != nvml.SUCCESS {
+	uuid, ret := h.GetUUID()
+	if ret != nvml.SUCCESS {
 		return Device{}, nil, fmt.Errorf("uuid: %w", ret)
 	}
+	// From here on an error keeps the identity, so the device is listed
+	// with the error.
+	fail := func(err error) (Device, []ProcUsage, error) {
+		return Device{Index: i, UUID: uuid, Name: d.Name}, nil, err
+	}
+	d.UUID = uuid
 	if d.Name, ret = h.GetName(); ret != nvml.SUCCESS {
-		return Device{}, nil, fmt.Errorf("name: %w", ret)
+		return fail(fmt.Errorf("name: %w", ret))
 	}
 	mem, ret := h.GetMemoryInfo()
 	if ret != nvml.SUCCESS {
-		return Device{}, nil, fmt.Errorf("memory info: %w", ret)
+		return fail(fmt.Errorf("memory info: %w", ret))
 	}
 	d.TotalMiB, d.UsedMiB = mem.Total>>20, mem.Used>>20
 
 	util, ret := h.GetUtilizationRates()
 	if ok, err := supported(ret); err != nil {
-		return Device{}, nil, fmt.Errorf("utilization: %w", err)
+		return fail(fmt.Errorf("utilization: %w", err))
 	} else if ok {
 		pct := int(util.Gpu)
 		d.UtilPercent = &pct
 	}
 	mw, ret := h.GetPowerUsage()
 	if ok, err := supported(ret); err != nil {
-		return Device{}, nil, fmt.Errorf("power usage: %w", err)
+		return fail(fmt.Errorf("power usage: %w", err))
 	} else if ok {
 		w := float64(mw) / 1000
 		d.PowerWatts = &w
 	}
 	limit, ret := h.GetPowerManagementLimit()
 	if ok, err := supported(ret); err != nil {
-		return Device{}, nil, fmt.Errorf("power limit: %w", err)
+		return fail(fmt.Errorf("power limit: %w", err))
 	} else if ok {
 		w := float64(limit) / 1000
 		d.PowerLimitWatts = &w
 	}
 	temp, ret := h.GetTemperature(nvml.TEMPERATURE_GPU)
 	if ok, err := supported(ret); err != nil {
-		return Device{}, nil, fmt.Errorf("temperature: %w", err)
+		return fail(fmt.Errorf("temperature: %w", err))
 	} else if ok {
 		c := int(temp)
 		d.TempC = &c
@@ -125,7 +138,7 @@ func (n *NVML) device(i int) (Device, []ProcUsage, error) {
 
 	procs, err := processes(h, d.UUID)
 	if err != nil {
-		return Device{}, nil, err
+		return fail(err)
 	}
 	return d, procs, nil
 }

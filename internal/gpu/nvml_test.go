@@ -32,35 +32,40 @@ type fakeLib struct {
 	driver    string
 	driverRet nvml.Return
 	devices   []*fakeDevice
+	countRet  nvml.Return
 	shutdown  int
 }
 
 func (f *fakeLib) Init() nvml.Return                  { return f.initRet }
 func (f *fakeLib) Shutdown() nvml.Return              { f.shutdown++; return nvml.SUCCESS }
-func (f *fakeLib) DeviceGetCount() (int, nvml.Return) { return len(f.devices), nvml.SUCCESS }
+func (f *fakeLib) DeviceGetCount() (int, nvml.Return) { return len(f.devices), f.countRet }
 func (f *fakeLib) SystemGetDriverVersion() (string, nvml.Return) {
 	return f.driver, f.driverRet
 }
 func (f *fakeLib) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
+	if f.devices[i].handleRet != nvml.SUCCESS {
+		return nil, f.devices[i].handleRet
+	}
 	return f.devices[i], nvml.SUCCESS
 }
 
 type fakeDevice struct {
 	nvml.Device
-	uuid     string
-	mem      nvml.Memory
-	memRet   nvml.Return
-	util     uint32
-	utilRet  nvml.Return
-	powerMW  uint32
-	powerRet nvml.Return
-	limitMW  uint32
-	limitRet nvml.Return
-	tempC    uint32
-	tempRet  nvml.Return
-	compute  []nvml.ProcessInfo
-	graphics []nvml.ProcessInfo
-	gfxRet   nvml.Return
+	handleRet nvml.Return
+	uuid      string
+	mem       nvml.Memory
+	memRet    nvml.Return
+	util      uint32
+	utilRet   nvml.Return
+	powerMW   uint32
+	powerRet  nvml.Return
+	limitMW   uint32
+	limitRet  nvml.Return
+	tempC     uint32
+	tempRet   nvml.Return
+	compute   []nvml.ProcessInfo
+	graphics  []nvml.ProcessInfo
+	gfxRet    nvml.Return
 }
 
 func (d *fakeDevice) GetUUID() (string, nvml.Return)            { return d.uuid, nvml.SUCCESS }
@@ -170,7 +175,8 @@ func TestNVMLDriverVersionUnknown(t *testing.T) {
 }
 
 // TestNVMLMetricErrors: a metric that fails other than by being
-// unsupported fails the sample, naming the metric.
+// unsupported marks its device with an error naming the metric, and the
+// other devices are still sampled.
 func TestNVMLMetricErrors(t *testing.T) {
 	for _, tt := range []struct {
 		what string
@@ -178,31 +184,48 @@ func TestNVMLMetricErrors(t *testing.T) {
 	}{
 		{"power limit", fakeDevice{limitRet: nvml.ERROR_GPU_IS_LOST}},
 		{"temperature", fakeDevice{tempRet: nvml.ERROR_UNKNOWN}},
+		{"memory info", fakeDevice{memRet: nvml.ERROR_GPU_IS_LOST}},
 	} {
 		dev := tt.dev
-		dev.uuid, dev.mem = "GPU-aaaa", nvml.Memory{Total: mib}
-		n, err := newNVML(&fakeLib{devices: []*fakeDevice{&dev}})
+		dev.uuid = "GPU-bbbb"
+		if dev.memRet == nvml.SUCCESS {
+			dev.mem = nvml.Memory{Total: mib}
+		}
+		good := &fakeDevice{uuid: "GPU-aaaa", mem: nvml.Memory{Total: 2 * mib, Used: mib}}
+		n, err := newNVML(&fakeLib{devices: []*fakeDevice{good, &dev}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := n.Sample(context.Background()); err == nil || !strings.Contains(err.Error(), tt.what) {
-			t.Errorf("%s: Sample() error = %v", tt.what, err)
+		s, err := n.Sample(context.Background())
+		if err != nil {
+			t.Fatalf("%s: Sample() error = %v, want the failure on the device", tt.what, err)
+		}
+		if len(s.Devices) != 2 || s.Devices[0].Err != "" || s.Devices[0].UsedMiB != 1 {
+			t.Fatalf("%s: devices = %+v", tt.what, s.Devices)
+		}
+		if d := s.Devices[1]; d.UUID != "GPU-bbbb" || d.Index != 1 || !strings.Contains(d.Err, tt.what) {
+			t.Errorf("%s: failing device = %+v, want its uuid and an error naming the metric", tt.what, d)
 		}
 	}
 }
 
-func TestNVMLSampleErrorNamesDevice(t *testing.T) {
-	lib := &fakeLib{devices: []*fakeDevice{
-		{uuid: "GPU-aaaa", mem: nvml.Memory{Total: mib}},
-		{uuid: "GPU-bbbb", memRet: nvml.ERROR_GPU_IS_LOST},
-	}}
+// TestNVMLSampleErrors: a failed device count fails the sample; a device
+// that cannot be identified is left out, the others are listed.
+func TestNVMLSampleErrors(t *testing.T) {
+	lib := &fakeLib{countRet: nvml.ERROR_UNKNOWN, devices: []*fakeDevice{{uuid: "GPU-aaaa", mem: nvml.Memory{Total: mib}}}}
 	n, err := newNVML(lib)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = n.Sample(context.Background())
-	if !errors.Is(err, nvml.ERROR_GPU_IS_LOST) || !strings.Contains(err.Error(), "GPU 1") {
-		t.Errorf("Sample() error = %v, want GPU 1 lost", err)
+	if _, err := n.Sample(context.Background()); !errors.Is(err, nvml.ERROR_UNKNOWN) || !strings.Contains(err.Error(), "device count") {
+		t.Errorf("Sample() error = %v, want the device count's error", err)
+	}
+	lib.countRet = nvml.SUCCESS
+	lib.devices = append(lib.devices, &fakeDevice{handleRet: nvml.ERROR_GPU_IS_LOST},
+		&fakeDevice{uuid: "GPU-cccc", mem: nvml.Memory{Total: mib}})
+	s, err := n.Sample(context.Background())
+	if err != nil || len(s.Devices) != 2 || s.Devices[0].UUID != "GPU-aaaa" || s.Devices[1].UUID != "GPU-cccc" || s.Devices[1].Index != 2 {
+		t.Errorf("Sample() = %+v, %v; want GPU 0 and GPU 2, the lost GPU 1 left out", s.Devices, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -13,6 +13,11 @@ type Device struct {
 	PowerLimitWatts *float64
 	// TempC is the GPU core temperature in degrees C; nil when unknown.
 	TempC *int
+	// Err is set when the device is listed but its queries failed (for
+	// example "memory info: GPU is lost"): its memory, metrics and
+	// processes are then unknown (zero). A device that cannot even be
+	// identified is left out of the sample.
+	Err string
 }
 
 // ProcUsage is one process's memory on one device, by host pid.
@@ -22,7 +27,9 @@ type ProcUsage struct {
 	UsedMiB uint64
 }
 
-// Sample is the state of all GPUs at one moment.
+// Sample is the state of all GPUs at one moment. A backend fails the whole
+// sample only when it cannot list the devices at all; one device's failure
+// is that device's Err, or its absence.
 type Sample struct {
 	Devices []Device    // sorted by index
 	Procs   []ProcUsage // sorted by uuid, then pid; never nil

@@ -11,7 +11,9 @@ import (
 // reported by the simulated processes themselves. Utilization, power draw
 // and limit and temperature are what the registry's SetMetrics set, and nil
 // (like unsupported NVML metrics) where nothing was set. Its driver version
-// is "sim".
+// is "sim". The failures injected in the sim directory's faults.json
+// (simgpu.SetFaults) come out as NVML's would: a failed sample, a device
+// left out, a device with Err.
 type Sim struct {
 	reg *simgpu.Registry
 }
@@ -52,6 +54,9 @@ func (s *Sim) Sample(ctx context.Context) (Sample, error) {
 		m := d.Metrics
 		out.Devices[i] = Device{Index: d.Index, UUID: d.UUID, Name: d.Name, TotalMiB: d.TotalMiB, UsedMiB: d.UsedMiB,
 			UtilPercent: m.UtilPercent, PowerWatts: m.PowerWatts, PowerLimitWatts: m.PowerLimitWatts, TempC: m.TempC}
+		if d.Err != "" {
+			out.Devices[i] = Device{Index: d.Index, UUID: d.UUID, Name: d.Name, TotalMiB: d.TotalMiB, Err: d.Err}
+		}
 	}
 	for i, p := range snap.Procs {
 		out.Procs[i] = ProcUsage{PID: p.PID, UUID: p.UUID, UsedMiB: p.UsedMiB}

@@ -3,9 +3,11 @@ package gpu
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/gpusched/gpusched/internal/procfs"
@@ -139,5 +141,43 @@ func TestSimMetrics(t *testing.T) {
 	}
 	if d1.UtilPercent != nil || d1.PowerWatts != nil || d1.PowerLimitWatts != nil || d1.TempC != nil {
 		t.Errorf("GPU 1 metrics set by GPU 0's: %+v", d1)
+	}
+}
+
+// TestSimFaults: the sim directory's injected NVML failures come out of
+// Sample as NVML's do: a failed sample, a device left out, a device with
+// Err; clearing them restores the devices.
+func TestSimFaults(t *testing.T) {
+	dir := t.TempDir()
+	sim, err := NewSim(dir, 3, 8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := simgpu.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.SetFaults(simgpu.Faults{Missing: []string{"GPU-nope"}}); err == nil {
+		t.Error("SetFaults accepted an unknown device")
+	}
+	if err := reg.SetFaults(simgpu.Faults{SampleError: "GPU is lost"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sim.Sample(context.Background()); !errors.Is(err, simgpu.ErrSampleFailed) || !strings.Contains(err.Error(), "GPU is lost") {
+		t.Errorf("Sample() with a sample error = %v", err)
+	}
+	if err := reg.SetFaults(simgpu.Faults{Missing: []string{simgpu.DeviceUUID(1)},
+		DeviceErrors: map[string]string{simgpu.DeviceUUID(2): "Unknown Error"}}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sim.Sample(context.Background())
+	if err != nil || len(s.Devices) != 2 || s.Devices[0].Err != "" || s.Devices[1].Index != 2 || s.Devices[1].Err != "Unknown Error" || s.Devices[1].TotalMiB != 8192 {
+		t.Errorf("Sample() with GPU 1 missing, GPU 2 failing = %+v, %v", s.Devices, err)
+	}
+	if err := reg.SetFaults(simgpu.Faults{}); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := sim.Sample(context.Background()); err != nil || len(s.Devices) != 3 {
+		t.Errorf("Sample() with faults cleared = %+v, %v", s.Devices, err)
 	}
 }

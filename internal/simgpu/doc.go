@@ -7,6 +7,12 @@
 //	metrics.json     optional measurements by device uuid (utilization,
 //	                 power draw and limit, temperature), set with SetMetrics
 //	                 so that health filters can be tested; absent = unknown
+//	faults.json      optional injected NVML failures, set with SetFaults:
+//	                 "sample_error" fails every Snapshot (as NVML does when
+//	                 the driver or a GPU is lost), "missing" leaves devices
+//	                 out (fell off the bus), "device_errors" fails one
+//	                 device's queries (listed with Err, no usage); absent =
+//	                 no faults
 //	procs/<pid>.json one record per process (host pid): its start time, its
 //	                 device usage, its parked (checkpointed to host) memory,
 //	                 "cuda", its CUDA checkpoint state ("locked",

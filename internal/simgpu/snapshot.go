@@ -1,6 +1,10 @@
 package simgpu
 
-import "sort"
+import (
+	"fmt"
+	"slices"
+	"sort"
+)
 
 // ProcUsage is one live process's memory on one device.
 type ProcUsage struct {
@@ -10,11 +14,14 @@ type ProcUsage struct {
 }
 
 // DeviceUsage is a device with the sum of its live processes' usage and
-// the measurements set by SetMetrics (zero when none).
+// the measurements set by SetMetrics (zero when none). Err is set, and
+// usage and metrics are zero, when an injected fault fails the device's
+// queries.
 type DeviceUsage struct {
 	Device
 	UsedMiB uint64
 	Metrics Metrics
+	Err     string
 }
 
 // Snapshot is the simulated devices' state at one moment.
@@ -25,8 +32,17 @@ type Snapshot struct {
 
 // Snapshot reads the live usage. It never waits for the lock, so a stopped
 // process holding it cannot stall the caller; stale records are pruned only
-// when the lock is free.
+// when the lock is free. The failures injected with SetFaults apply: the
+// whole snapshot fails (wrapping ErrSampleFailed), missing devices are left
+// out with their processes, and failing devices carry Err.
 func (r *Registry) Snapshot() (Snapshot, error) {
+	faults, err := r.readFaults()
+	if err != nil {
+		return Snapshot{}, err
+	}
+	if faults.SampleError != "" {
+		return Snapshot{}, fmt.Errorf("%w: %s", ErrSampleFailed, faults.SampleError)
+	}
 	s, err := r.scan()
 	if err != nil {
 		return Snapshot{}, err
@@ -44,13 +60,22 @@ func (r *Registry) Snapshot() (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, err
 	}
-	snap := Snapshot{Devices: make([]DeviceUsage, len(r.devices)), Procs: []ProcUsage{}}
-	for i, d := range r.devices {
-		snap.Devices[i] = DeviceUsage{Device: d, UsedMiB: s.used(d.UUID), Metrics: metrics[d.UUID]}
+	hidden := map[string]bool{} // devices whose processes are not listed
+	snap := Snapshot{Devices: make([]DeviceUsage, 0, len(r.devices)), Procs: []ProcUsage{}}
+	for _, d := range r.devices {
+		switch {
+		case slices.Contains(faults.Missing, d.UUID):
+			hidden[d.UUID] = true
+		case faults.DeviceErrors[d.UUID] != "":
+			hidden[d.UUID] = true
+			snap.Devices = append(snap.Devices, DeviceUsage{Device: d, Err: faults.DeviceErrors[d.UUID]})
+		default:
+			snap.Devices = append(snap.Devices, DeviceUsage{Device: d, UsedMiB: s.used(d.UUID), Metrics: metrics[d.UUID]})
+		}
 	}
 	for pid, rec := range s.live {
 		for uuid, n := range rec.Usage {
-			if _, ok := r.byUUID[uuid]; ok && n > 0 {
+			if _, ok := r.byUUID[uuid]; ok && n > 0 && !hidden[uuid] {
 				snap.Procs = append(snap.Procs, ProcUsage{PID: pid, UUID: uuid, UsedMiB: n})
 			}
 		}

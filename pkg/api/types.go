@@ -133,6 +133,10 @@ type GPU struct {
 	Filler          *Filler  `json:"filler,omitempty"`
 	Leases          []string `json:"leases"`     // ids of leases holding it
 	FrozenMiB       uint64   `json:"frozen_mib"` // memory of processes frozen off it, parked in host RAM
+	// Error says why the GPU's data cannot be trusted: it is missing from
+	// the driver's list, its queries fail, or GPU sampling fails as a
+	// whole (the numbers are then the last good sample's); "" when fresh.
+	Error string `json:"error,omitempty"`
 }
 
 // GPUSummary is a GPU's memory at a glance, as status reports it.
@@ -142,6 +146,7 @@ type GPUSummary struct {
 	TotalMiB uint64 `json:"total_mib"`
 	UsedMiB  uint64 `json:"used_mib"`
 	FreeMiB  uint64 `json:"free_mib"`
+	Error    string `json:"error,omitempty"` // as GPU.Error
 }
 
 // Hello is the daemon's self-description.
@@ -173,6 +178,9 @@ type Status struct {
 	Jobs          map[JobState]int `json:"jobs"`           // visible jobs by state (finished ones included)
 	Leases        int              `json:"leases"`         // visible leases held
 	Fillers       []Filler         `json:"fillers"`        // every GPU's filler, by GPU index
+	// GPUError is the error of the last GPU sample when it failed: GPUs
+	// then show the last good sample, and the queue places nothing.
+	GPUError string `json:"gpu_error,omitempty"`
 }
 
 // EventType says what an Event reports.

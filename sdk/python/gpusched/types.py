@@ -292,7 +292,8 @@ class GPU:
     ``unhealthy`` says why not, one sentence each. ``filler``: its memory
     :class:`Filler` (anyone's), None when it has none; ``leases``: the ids of the
     leases holding it; ``frozen_mib``: memory of processes frozen off it, parked in
-    host RAM."""
+    host RAM. ``error``: why its data cannot be trusted (missing from the driver's
+    list, its queries failing, or GPU sampling failing as a whole); "" when fresh."""
 
     index: int = 0
     uuid: str = ""
@@ -312,6 +313,7 @@ class GPU:
     filler: Optional[Filler] = None
     leases: List[str] = field(default_factory=list)
     frozen_mib: int = 0
+    error: str = ""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -321,13 +323,14 @@ class GPU:
 
 @dataclass(frozen=True)
 class GPUSummary:
-    """A GPU's memory at a glance, as ``status`` reports it."""
+    """A GPU's memory at a glance, as ``status`` reports it; ``error`` as :class:`GPU`'s."""
 
     index: int = 0
     uuid: str = ""
     total_mib: int = 0
     used_mib: int = 0
     free_mib: int = 0
+    error: str = ""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -364,7 +367,9 @@ class Status:
     ``--disk-budget`` in bytes (0: unlimited); ``criu``: the CRIU version behind the
     disk tier ("" when it is off); ``jobs``: the jobs the caller may see, by state
     (finished ones included); ``leases``: the leases the caller may see that are held;
-    ``fillers``: every GPU's memory :class:`Filler` (anyone's), by GPU index.
+    ``fillers``: every GPU's memory :class:`Filler` (anyone's), by GPU index;
+    ``gpu_error``: the error of the last GPU sample when it failed (GPUs then show the
+    last good sample, and the queue places nothing), "" otherwise.
     """
 
     version: str = ""
@@ -384,6 +389,7 @@ class Status:
     jobs: Dict[str, int] = field(default_factory=dict)
     leases: int = 0
     fillers: List[Filler] = field(default_factory=list)
+    gpu_error: str = ""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
