@@ -111,7 +111,8 @@ func (a *API) Close() error {
 }
 
 // do sends one request to the helper, starting a new helper first if the
-// last one died.
+// last one died; a request that never reached a helper that had just died
+// goes once more to a new one.
 func (a *API) do(ctx context.Context, req helperRequest) (helperResponse, error) {
 	fail := func(class, err error) (helperResponse, error) {
 		return helperResponse{}, &OpError{Op: opName(req.Op), PID: req.PID, Err: class, Detail: err.Error()}
@@ -119,12 +120,21 @@ func (a *API) do(ctx context.Context, req helperRequest) (helperResponse, error)
 	if err := ctx.Err(); err != nil {
 		return fail(ctxClass(err), err)
 	}
-	h, err := a.helper(ctx)
-	if err != nil {
-		return fail(classErr(className(err)), err)
+	for retried := false; ; retried = true {
+		h, err := a.helper(ctx)
+		if err != nil {
+			return fail(classErr(className(err)), err)
+		}
+		req.ID = a.ids.Add(1)
+		r, err := h.call(ctx, req)
+		var notSent *notSentError
+		if !errors.As(err, &notSent) {
+			return r, err
+		}
+		if retried {
+			return fail(ErrFailed, err)
+		}
 	}
-	req.ID = a.ids.Add(1)
-	return h.call(ctx, req)
 }
 
 // helper returns the running helper, starting one if the last has exited.

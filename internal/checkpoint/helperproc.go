@@ -155,6 +155,12 @@ func (p *helperProc) readLoop(stdout io.Reader, ready chan<- error) {
 	close(p.done)
 }
 
+// notSentError means a request never reached the helper, which had
+// exited: it can be sent again to a new one.
+type notSentError struct{ reason string }
+
+func (e *notSentError) Error() string { return e.reason }
+
 // deliver hands a response to the call waiting for it; a late one (its
 // caller gave up) is dropped.
 func (p *helperProc) deliver(r helperResponse) {
@@ -188,7 +194,7 @@ func (p *helperProc) call(ctx context.Context, req helperRequest) (helperRespons
 	if p.pending == nil {
 		err := p.err
 		p.mu.Unlock()
-		return fail(ErrFailed, err.Error())
+		return helperResponse{}, &notSentError{reason: err.Error()}
 	}
 	p.pending[req.ID] = ch
 	p.mu.Unlock()
@@ -201,13 +207,12 @@ func (p *helperProc) call(ctx context.Context, req helperRequest) (helperRespons
 	_, err = p.stdin.Write(append(line, '\n'))
 	p.wmu.Unlock()
 	if err != nil {
+		// A line shorter than PIPE_BUF is written whole or not at all: the
+		// helper never saw this one. Make sure it is gone, for its reason.
 		p.forget(req.ID)
-		select { // the helper is going: wait for its reason
-		case <-p.done:
-			return fail(ErrFailed, p.err.Error())
-		case <-time.After(time.Second):
-			return fail(ErrFailed, fmt.Sprintf("cuda helper: write request: %v", err))
-		}
+		p.kill()
+		<-p.done
+		return helperResponse{}, &notSentError{reason: p.err.Error()}
 	}
 	select {
 	case r := <-ch:

@@ -38,7 +38,13 @@ func (d *Daemon) adopt(rec proctable.Record) {
 		}
 		return
 	case rec.State == api.StateRestoring:
-		// The restore's outcome is unknown; the image is intact.
+		// The restore's outcome is unknown (a tree it left is swept as
+		// untracked); the image is intact, but for a fork copy's, which is
+		// discarded with its incomplete fork image.
+		if _, ok := d.snaps.Get(rec.Snapshot); !ok {
+			d.markExited(rec, api.Exit{Unknown: true, Reason: "the daemon restarted while it was being restored, and its image is gone"}, log)
+			return
+		}
 		if _, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
 			r.State, r.Error = api.StateHibernated, "the daemon restarted during a restore from disk"
 			return nil
