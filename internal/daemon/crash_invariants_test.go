@@ -357,11 +357,16 @@ func (r *crashRun) killAndWait(name string) {
 	}
 }
 
-// killLeftovers kills whatever the test left running, daemon first.
+// killLeftovers kills whatever the test left running, daemon first; when
+// the test failed, it logs the end of the last daemon's stderr.
 func (r *crashRun) killLeftovers() {
 	if r.dp != nil && r.dp.cmd.ProcessState == nil {
 		_ = r.dp.cmd.Process.Kill()
 		_ = r.dp.cmd.Wait()
+	}
+	if r.dp != nil && r.t.Failed() {
+		out := r.dp.stderr.String()
+		r.t.Logf("the last daemon's stderr (end):\n%s", out[max(0, len(out)-8000):])
 	}
 	for _, s := range r.strays(map[int]bool{}, 0) {
 		var pid int

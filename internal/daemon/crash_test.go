@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -82,7 +83,7 @@ func TestCrashRandomWorkload(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.killLeftovers)
-	r.dp = h.startBinary()
+	r.startDaemon()
 	reg, err := simgpu.Open(h.cfg.SimDir)
 	if err != nil {
 		t.Fatal(err)
@@ -215,10 +216,18 @@ func (r *crashRun) restart(when string) {
 		r.lease.Close()
 		r.lease = nil
 	}
-	r.dp = r.h.startBinary()
+	r.startDaemon()
 	for _, v := range r.check() {
 		r.violations = append(r.violations, fmt.Sprintf("crash %d (%s): %s", r.crashes, when, v))
 	}
+}
+
+// startDaemon runs the daemon binary and waits for its READY=1.
+func (r *crashRun) startDaemon() {
+	r.t.Helper()
+	n := testutil.NewNotify(r.t, r.h.dir)
+	r.dp = r.h.spawnBinary(exec.Command(r.h.bins.Daemon, r.h.binaryArgs()...), "NOTIFY_SOCKET="+n.Path)
+	n.WaitFor(r.t, "READY=1", 60*time.Second)
 }
 
 // name returns a fresh name with prefix.

@@ -3,8 +3,6 @@ package daemon
 import (
 	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -246,26 +244,14 @@ func TestStuckFreezeBlocksNothingElse(t *testing.T) {
 // command line holds arg when it is set.
 func fakeToolPIDs(t *testing.T, fake, arg string) []int {
 	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+	return procsWhere(t, func(pid int) bool {
+		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
 		if err != nil || exe != fake {
-			continue
+			return false
 		}
-		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if arg == "" || strings.Contains(string(cmdline), "\x00"+arg+"\x00") {
-			out = append(out, pid)
-		}
-	}
-	return out
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		return arg == "" || strings.Contains(string(cmdline), "\x00"+arg+"\x00")
+	})
 }
 
 // TestCrashDuringFreezeSettles kills -9 the daemon (a real gpuschedd

@@ -1,9 +1,8 @@
 package daemon
 
 import (
+	"fmt"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -63,25 +62,14 @@ func TestFillerHelperKilledIsRestarted(t *testing.T) {
 // process started (the in-process daemon's).
 func helperPIDs(t *testing.T) []int {
 	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+	return procsWhere(t, func(pid int) bool {
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 		if err != nil || !strings.HasPrefix(string(cmdline), checkpoint.HelperArgv0+"\x00") {
-			continue
+			return false
 		}
-		if st, err := procfs.ReadStat(pid); err == nil && st.PPID == os.Getpid() && !st.Exited() {
-			out = append(out, pid)
-		}
-	}
-	return out
+		st, err := procfs.ReadStat(pid)
+		return err == nil && st.PPID == os.Getpid() && !st.Exited()
+	})
 }
 
 // oneHelper returns the driver's only helper process.

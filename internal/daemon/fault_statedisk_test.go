@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -76,22 +75,10 @@ func (h *ckptHarness) reported() string {
 // processesNamed lists live processes started with GPUSCHED_NAME=name.
 func processesNamed(t *testing.T, name string) []int {
 	t.Helper()
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err == nil && strings.Contains("\x00"+string(env), "\x00GPUSCHED_NAME="+name+"\x00") {
-			out = append(out, pid)
-		}
-	}
-	return out
+	return procsWhere(t, func(pid int) bool {
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		return err == nil && strings.Contains("\x00"+string(env), "\x00GPUSCHED_NAME="+name+"\x00")
+	})
 }
 
 // TestStateDiskFull puts the state directory on a small tmpfs and fills

@@ -20,40 +20,47 @@ import (
 // down.
 func (d *Daemon) reconcileJobs() {
 	for _, j := range d.jobs.View() {
-		if !j.Active() || d.sched.busy(d.sched.launching, j.ID) {
-			continue
+		d.reconcileJob(j)
+	}
+}
+
+// reconcileJob settles one job as reconcileJobs read it. j may be stale by
+// now (its attempt may have settled since the view was read), so every
+// change it makes is checked against the job's current record.
+func (d *Daemon) reconcileJob(j *jobqueue.Job) {
+	if !j.Active() || d.sched.busy(d.sched.launching, j.ID) {
+		return
+	}
+	rec, ok := d.table.Get(j.Name)
+	if !ok || rec.ID != j.Proc {
+		if j.State == api.JobStarting {
+			d.requeue(j, "its attempt never started (daemon restart)")
+		} else {
+			d.finishAttempt(j, nil)
 		}
-		rec, ok := d.table.Get(j.Name)
-		if !ok || rec.ID != j.Proc {
-			if j.State == api.JobStarting {
-				d.requeue(j, "its attempt never started (daemon restart)")
-			} else {
-				d.finishAttempt(j, nil)
+		return
+	}
+	if rec.PreemptedBy != "" && onGPU(rec.State) && rec.State == api.StateRunning {
+		d.table.Update(rec.Name, func(r *proctable.Record) error { r.PreemptedBy = ""; return nil })
+	}
+	switch {
+	case !rec.Live():
+		d.finishAttempt(j, &rec)
+	case rec.State == api.StateStarting:
+	case !onGPU(rec.State) && rec.PreemptedBy != "" && j.State != api.JobPreempted:
+		d.stopTimer(j.ID)
+		d.setJobState(j, api.JobPreempted, func(cur *jobqueue.Job) {
+			cur.Current().Preempted++
+			cur.PreemptedAt = time.Now()
+		})
+	case onGPU(rec.State) && j.State != api.JobRunning:
+		d.setJobState(j, api.JobRunning, func(cur *jobqueue.Job) {
+			if !cur.PreemptedAt.IsZero() {
+				cur.Current().PreemptedFor += api.Duration(time.Since(cur.PreemptedAt))
+				cur.PreemptedAt = time.Time{}
 			}
-			continue
-		}
-		if rec.PreemptedBy != "" && onGPU(rec.State) && rec.State == api.StateRunning {
-			d.table.Update(rec.Name, func(r *proctable.Record) error { r.PreemptedBy = ""; return nil })
-		}
-		switch {
-		case !rec.Live():
-			d.finishAttempt(j, &rec)
-		case rec.State == api.StateStarting:
-		case !onGPU(rec.State) && rec.PreemptedBy != "" && j.State != api.JobPreempted:
-			d.stopTimer(j.ID)
-			d.setJobState(j, api.JobPreempted, func(cur *jobqueue.Job) {
-				cur.Current().Preempted++
-				cur.PreemptedAt = time.Now()
-			})
-		case onGPU(rec.State) && j.State != api.JobRunning:
-			d.setJobState(j, api.JobRunning, func(cur *jobqueue.Job) {
-				if !cur.PreemptedAt.IsZero() {
-					cur.Current().PreemptedFor += api.Duration(time.Since(cur.PreemptedAt))
-					cur.PreemptedAt = time.Time{}
-				}
-			})
-			d.armTimeout(j.ID)
-		}
+		})
+		d.armTimeout(j.ID)
 	}
 }
 

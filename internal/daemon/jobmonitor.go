@@ -56,7 +56,13 @@ func jobEvent(j *jobqueue.Job) api.Job {
 		SubmittedAt: j.SubmittedAt, EndedAt: j.EndedAt, Attempts: j.Attempts, PeakMiB: j.Peak(), Verdict: j.Verdict,
 	}
 	if a := j.Current(); a != nil {
-		out.StartedAt, out.Exit, out.Process = a.StartedAt, a.Exit, j.Name
+		out.StartedAt, out.Exit = a.StartedAt, a.Exit
+		// An attempt that ended with no exit left no process record to
+		// name: it never ran (cancelled or failed before it started), or
+		// its record was removed.
+		if a.EndedAt.IsZero() || a.Exit != nil {
+			out.Process = j.Name
+		}
 	}
 	out.Nice, out.MPSThreads, out.MPSMemLimit = j.Nice, j.MPSThreads, j.MPSLimitMiB()
 	return out

@@ -173,17 +173,10 @@ var errCancelled = errors.New("cancelled before it started")
 // failed without using a retry.
 func (d *Daemon) attemptNotStarted(j *jobqueue.Job, cause error) {
 	_, err := d.jobs.Update(j.ID, func(cur *jobqueue.Job) error {
-		if cur.Proc != j.Proc {
+		if cur.Proc != j.Proc || cur.State != api.JobStarting {
 			return errReplaced
 		}
-		a := cur.Current()
-		a.EndedAt = time.Now()
-		cur.EndedAt = a.EndedAt
-		if errors.Is(cause, errCancelled) {
-			a.Outcome, cur.State, cur.Reason = "cancelled", api.JobCancelled, "cancelled before it started"
-			return nil
-		}
-		a.Outcome, cur.State, cur.Reason = "failed", api.JobFailed, "could not start: "+cause.Error()
+		endNotStarted(cur, cause)
 		return nil
 	})
 	if err != nil && !errors.Is(err, errReplaced) {
@@ -191,12 +184,33 @@ func (d *Daemon) attemptNotStarted(j *jobqueue.Job, cause error) {
 	}
 }
 
+// endNotStarted ends cur's starting attempt, whose process never ran,
+// because of cause.
+func endNotStarted(cur *jobqueue.Job, cause error) {
+	a := cur.Current()
+	a.EndedAt = time.Now()
+	cur.EndedAt = a.EndedAt
+	if errors.Is(cause, errCancelled) {
+		a.Outcome, cur.State, cur.Reason = "cancelled", api.JobCancelled, "cancelled before it started"
+		return
+	}
+	a.Outcome, cur.State, cur.Reason = "failed", api.JobFailed, "could not start: "+cause.Error()
+}
+
 // requeue puts a job whose attempt never ran back in line, forgetting the
-// attempt.
+// attempt. Only a starting attempt goes back: j may be stale (a
+// reconcile pass read it before the attempt settled), and an attempt
+// that already ended must stay ended. One whose cancel was recorded
+// (before a restart, or while it preempted) ends cancelled instead, since
+// launching it again would lose the cancel.
 func (d *Daemon) requeue(j *jobqueue.Job, why string) {
 	_, err := d.jobs.Update(j.ID, func(cur *jobqueue.Job) error {
-		if cur.Proc != j.Proc {
+		switch {
+		case cur.Proc != j.Proc || cur.State != api.JobStarting:
 			return errReplaced
+		case cur.Ending == api.JobCancelled:
+			endNotStarted(cur, errCancelled)
+			return nil
 		}
 		cur.Attempts = cur.Attempts[:len(cur.Attempts)-1]
 		cur.State, cur.Reason, cur.Proc = api.JobQueued, why, ""
