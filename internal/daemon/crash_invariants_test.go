@@ -232,6 +232,17 @@ func (r *crashRun) refersToTest(pid int) bool {
 	return false
 }
 
+// holds reports whether pid has path open.
+func holds(pid int, path string) bool {
+	fds, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	for _, fd := range fds {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && l == path {
+			return true
+		}
+	}
+	return false
+}
+
 // running reports whether pid exists and is not a zombie.
 func running(pid int) bool {
 	st, err := procfs.ReadStat(pid)
@@ -367,6 +378,12 @@ func (r *crashRun) killLeftovers() {
 	if r.dp != nil && r.t.Failed() {
 		out := r.dp.stderr.String()
 		r.t.Logf("the last daemon's stderr (end):\n%s", out[max(0, len(out)-8000):])
+		lock := filepath.Join(r.h.cfg.StateDir, "lock")
+		for _, pid := range procsWhere(r.t, func(pid int) bool { return holds(pid, lock) }) {
+			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			st, _ := procfs.ReadStat(pid)
+			r.t.Logf("pid %d (parent %d, state %c) holds %s: %q", pid, st.PPID, st.State, lock, cmd)
+		}
 	}
 	for _, s := range r.strays(map[int]bool{}, 0) {
 		var pid int
