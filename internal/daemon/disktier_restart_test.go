@@ -1,8 +1,6 @@
 package daemon
 
 import (
-	"encoding/json"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -91,25 +89,7 @@ func killTree(t *testing.T, initPID int) {
 // earlier boot of the machine.
 func rebootRecords(t *testing.T, dir string) {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
-	if len(files) == 0 {
+	if editRecords(t, dir, func(m map[string]any) bool { m["boot_id"] = "an-earlier-boot"; return true }) == 0 {
 		t.Fatalf("no records in %s", dir)
-	}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var m map[string]any
-		if err := json.Unmarshal(b, &m); err != nil {
-			t.Fatal(err)
-		}
-		m["boot_id"] = "an-earlier-boot"
-		if b, err = json.Marshal(m); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(f, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
 	}
 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -46,32 +47,48 @@ func TestStrayFillerHelperReleasedAtStart(t *testing.T) {
 	}
 }
 
-// editRecord rewrites the saved record of process name (the daemon
-// stopped) through edit; it returns false when there is none.
-func editRecord(t *testing.T, h *harness, name string, edit func(m map[string]any) (keep bool)) bool {
+// editRecords rewrites each saved process record in dir (the daemon
+// stopped) through edit, which removes the record by returning false; it
+// returns how many records there were.
+func editRecords(t *testing.T, dir string, edit func(m map[string]any) (keep bool)) int {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(h.cfg.StateDir, "procs", "*.json"))
+	files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var m map[string]any
-		if err := json.Unmarshal(b, &m); err != nil {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber() // numbers are written back as they were
+		if err := dec.Decode(&m); err != nil {
 			t.Fatal(err)
-		}
-		if m["name"] != name {
-			continue
 		}
 		if !edit(m) {
-			return os.Remove(f) == nil
+			err = os.Remove(f)
+		} else if b, err = json.Marshal(m); err == nil {
+			err = os.WriteFile(f, b, 0o600)
 		}
-		if b, err = json.Marshal(m); err != nil {
+		if err != nil {
 			t.Fatal(err)
 		}
-		return os.WriteFile(f, b, 0o600) == nil
 	}
-	return false
+	return len(files)
+}
+
+// editRecord rewrites the saved record of process name through edit; it
+// returns false when there is none.
+func editRecord(t *testing.T, h *harness, name string, edit func(m map[string]any) (keep bool)) bool {
+	t.Helper()
+	found := false
+	editRecords(t, filepath.Join(h.cfg.StateDir, "procs"), func(m map[string]any) bool {
+		if m["name"] != name {
+			return true
+		}
+		found = true
+		return edit(m)
+	})
+	return found
 }
 
 // TestUntrackedTreeKilledAtStart is a daemon killed between starting a
