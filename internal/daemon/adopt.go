@@ -104,14 +104,24 @@ func (d *Daemon) settleInterrupted(rec proctable.Record, log *zap.Logger) procta
 	}
 	var procs []proctable.CheckpointProc
 	if d.driver != nil {
-		op := d.newCudaOp(liveProcs(checkpointed(rec)), "")
-		op.query(context.Background())
+		ctx := context.Background()
+		procs = liveProcs(checkpointed(rec))
+		if now, err := d.cudaProcs(ctx, rec); err == nil {
+			procs = append(procs, missingFrom(now, procs)...) // started using the GPU during the freeze
+		}
+		op := d.newCudaOp(procs, "")
+		op.query(ctx)
 		state, procs = op.verdict(empty), op.procs
 	}
-	if state == api.StateRunning && rec.Checkpoint != nil {
-		if err := continueTree(rec.Checkpoint.Stopped); err != nil {
-			log.Warn("continue tree", zap.Error(err))
+	// The crash may have come between stopping the tree and recording it.
+	var stopped []proctable.ProcRef
+	if state == api.StateFrozen && d.cfg.FreezeStop {
+		var err error
+		if stopped, err = stopTree(rec.InitPID); err != nil {
+			log.Warn("stop frozen tree", zap.Error(err))
 		}
+	} else if err := continueTree(stoppedIn(rec.InitPID)); err != nil {
+		log.Warn("continue tree", zap.Error(err))
 	}
 	msg := fmt.Sprintf("the daemon restarted during a %s; the checkpoint driver reports it %s", opOf(rec.State), state)
 	out, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
@@ -119,8 +129,11 @@ func (d *Daemon) settleInterrupted(rec proctable.Record, log *zap.Logger) procta
 		switch {
 		case state == api.StateRunning:
 			r.Checkpoint = nil
-		case r.Checkpoint != nil && procs != nil:
-			r.Checkpoint.Procs = procs
+		case r.Checkpoint != nil:
+			if procs != nil {
+				r.Checkpoint.Procs = procs
+			}
+			r.Checkpoint.Stopped = stopped
 		}
 		return nil
 	})

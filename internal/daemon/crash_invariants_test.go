@@ -20,8 +20,9 @@ import (
 
 // check verifies the crash test's invariants against the daemon that just
 // started and the machine itself, returning one sentence per violation:
-//   - every live record's init exists, no pid is tracked twice, and the
-//     driver's CUDA state agrees with the record's state; nothing is left in
+//   - every live record's init exists, no pid is tracked twice, the
+//     driver's CUDA state agrees with the record's state, and nothing of a
+//     running one's tree is left stopped; nothing is left in
 //     a transitional state; no process exited with a corrupted memory;
 //   - every managed process that exists is tracked (no strays), and no CRIU,
 //     cuda-checkpoint or filler helper of an earlier daemon is left;
@@ -60,7 +61,10 @@ func (r *crashRun) check() []string {
 				}
 				continue
 			}
-			for _, pid := range tree.Descendants(p.InitPID) {
+			for _, pid := range append([]int{p.InitPID}, tree.Descendants(p.InitPID)...) {
+				if ps, err := procfs.ReadStat(pid); err == nil && ps.State == 'T' && p.State == api.StateRunning {
+					bad("%s is running but its process %d is stopped", p.Name, pid)
+				}
 				st, err := r.h.reg.CheckpointState(pid)
 				if err != nil {
 					continue // not a CUDA process

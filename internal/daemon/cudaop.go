@@ -33,6 +33,15 @@ func (d *Daemon) newCudaOp(procs []proctable.CheckpointProc, assumed checkpoint.
 	return op
 }
 
+// add takes on procs, running as far as the daemon knows: CUDA processes
+// found after the operation began.
+func (op *cudaOp) add(procs []proctable.CheckpointProc) {
+	for _, p := range procs {
+		op.procs = append(op.procs, p)
+		op.states[p.PID] = checkpoint.StateRunning
+	}
+}
+
 // step runs act on every process in state from, in parallel, each under
 // its own deadline; those that succeed move to state to.
 func (op *cudaOp) step(ctx context.Context, phase string, from, to checkpoint.State, deadline time.Duration,

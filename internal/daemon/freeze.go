@@ -88,6 +88,9 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 		}
 	case api.StateLocked, api.StateFailed:
 		procs, assumed = liveProcs(checkpointed(rec)), ""
+		if now, err := d.cudaProcs(ctx, rec); err == nil {
+			procs = append(procs, missingFrom(now, procs)...)
+		}
 	case api.StateFrozen:
 		return api.CheckpointResult{}, conflictf("process %q is already frozen", rec.Name)
 	default:
@@ -118,13 +121,10 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 		op.rollback(ctx)
 		return d.failed(rec, op, "freeze", err, nil)
 	}
-	var stopped []proctable.ProcRef
-	if opts.stop {
-		t := time.Now()
-		if stopped, err = stopTree(rec.InitPID); err != nil {
-			d.log.Warn("stop frozen tree", zap.String("name", rec.Name), zap.Error(err))
-		}
-		op.ms["stop"] = msSince(t)
+	rec, stopped, err := d.quiesce(ctx, rec, op, opts)
+	if err != nil {
+		op.rollback(ctx)
+		return d.failed(rec, op, "freeze", err, nil)
 	}
 	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
 		if r.ID != rec.ID {

@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -10,27 +11,87 @@ import (
 	"github.com/gpusched/gpusched/internal/proctable"
 )
 
+// stopRounds bounds how often stopTree rescans a tree for children forked
+// by processes it had signalled but that had not stopped yet.
+const stopRounds = 8
+
+// stopWait bounds how long stopTree waits for signalled processes to stop.
+const stopWait = time.Second
+
 // stopTree stops every process of the tree under initPID with SIGSTOP and
 // returns them, so that continueTree resumes exactly those without another
-// scan of /proc.
+// scan of /proc. It returns once each of them has stopped (SIGSTOP takes
+// effect asynchronously), rescanning for children forked in between, so
+// that nothing of the tree runs on after it returns.
 func stopTree(initPID int) ([]proctable.ProcRef, error) {
-	tree, err := procfs.ScanTree()
-	if err != nil {
-		return nil, err
-	}
 	var stopped []proctable.ProcRef
-	for _, pid := range append([]int{initPID}, tree.Descendants(initPID)...) {
-		start, err := procfs.StartTime(pid)
+	signalled := map[int]bool{}
+	for range stopRounds {
+		tree, err := procfs.ScanTree()
 		if err != nil {
-			continue // gone
-		}
-		ref := proctable.ProcRef{PID: pid, Start: start}
-		if err := signalRef(ref, unix.SIGSTOP); err != nil {
 			return stopped, err
 		}
-		stopped = append(stopped, ref)
+		var fresh []proctable.ProcRef
+		for _, pid := range append([]int{initPID}, tree.Descendants(initPID)...) {
+			if signalled[pid] {
+				continue
+			}
+			start, err := procfs.StartTime(pid)
+			if err != nil {
+				continue // gone
+			}
+			ref := proctable.ProcRef{PID: pid, Start: start}
+			if err := signalRef(ref, unix.SIGSTOP); err != nil {
+				return stopped, err
+			}
+			signalled[pid] = true
+			stopped = append(stopped, ref)
+			fresh = append(fresh, ref)
+		}
+		if len(fresh) == 0 {
+			return stopped, nil
+		}
+		if err := waitStopped(fresh, stopWait); err != nil {
+			return stopped, err
+		}
 	}
 	return stopped, nil
+}
+
+// waitStopped polls /proc until every process of refs is stopped or gone.
+// Nothing reports another process's stop as an event (waitid does only to
+// its parent), and a signalled process stops within microseconds.
+func waitStopped(refs []proctable.ProcRef, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for _, ref := range refs {
+		for {
+			st, err := procfs.ReadStat(ref.PID)
+			if err != nil || st.StartTime != ref.Start || st.State == 'T' || st.State == 't' || st.State == 'Z' || st.State == 'X' {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("pid %d has not stopped %v after SIGSTOP (state %c)", ref.PID, limit, st.State)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+	return nil
+}
+
+// stoppedIn lists the processes of the tree under initPID that are
+// stopped: after a crash, what a freeze had stopped without recording it.
+func stoppedIn(initPID int) []proctable.ProcRef {
+	tree, err := procfs.ScanTree()
+	if err != nil {
+		return nil
+	}
+	var out []proctable.ProcRef
+	for _, pid := range append([]int{initPID}, tree.Descendants(initPID)...) {
+		if st, err := procfs.ReadStat(pid); err == nil && (st.State == 'T' || st.State == 't') {
+			out = append(out, proctable.ProcRef{PID: pid, Start: st.StartTime})
+		}
+	}
+	return out
 }
 
 // continueTree sends SIGCONT to what stopTree stopped; processes that

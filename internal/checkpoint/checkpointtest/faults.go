@@ -27,6 +27,9 @@ type Fault struct {
 	Times   int    `json:"times,omitempty"`    // only the first N matching calls (0: all)
 	PIDs    []int  `json:"pids,omitempty"`     // only these target pids (empty: all)
 	Leave   string `json:"leave,omitempty"`    // state to force when failing with Error
+	// Gate, a path, holds the call before it acts: the fake creates
+	// Gate+".waiting", then waits until Gate exists.
+	Gate string `json:"gate,omitempty"`
 
 	NoDeviceMap bool `json:"no_device_map,omitempty"` // help: no --device-map
 	NoAction    bool `json:"no_action,omitempty"`     // help: no --action (pre-570 tool)

@@ -151,6 +151,11 @@ func (f *fake) inject(action string, timeoutMS int) error {
 		return f.fail(action, "CUDA_ERROR_TIMEOUT", "lock timed out after %d ms", timeoutMS)
 	}
 	time.Sleep(time.Duration(flt.DelayMS) * time.Millisecond)
+	if flt.Gate != "" {
+		if err := waitGate(flt.Gate); err != nil {
+			return f.fail(action, "CUDA_ERROR_UNKNOWN", "fault injection: %v", err)
+		}
+	}
 	if flt.Error == "" {
 		return nil
 	}
@@ -160,6 +165,23 @@ func (f *fake) inject(action string, timeoutMS int) error {
 		}
 	}
 	return f.fail(action, flt.Error, "injected fault")
+}
+
+// gateLimit bounds how long a gated call waits for its gate.
+const gateLimit = time.Minute
+
+// waitGate announces that a call reached gate, then waits until the test
+// opens it.
+func waitGate(gate string) error {
+	if err := os.WriteFile(gate+".waiting", nil, 0o644); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(gateLimit); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(gate); err == nil {
+			return nil
+		}
+	}
+	return fmt.Errorf("gate %s not opened in %v", gate, gateLimit)
 }
 
 // simError reports a simgpu failure under its CUDA error name.
