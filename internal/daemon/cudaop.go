@@ -79,6 +79,18 @@ func (op *cudaOp) lock(ctx context.Context, timeout time.Duration) error {
 		func(ctx context.Context, pid int) error { return op.drv.Lock(ctx, pid, timeout) })
 }
 
+// freeze locks and checkpoints every running process of op, and fails
+// unless all of them end checkpointed.
+func (op *cudaOp) freeze(ctx context.Context, lockTimeout time.Duration) error {
+	if err := op.lock(ctx, lockTimeout); err != nil {
+		return err
+	}
+	if err := op.checkpoint(ctx); err != nil {
+		return err
+	}
+	return op.expect(api.StateFrozen)
+}
+
 func (op *cudaOp) checkpoint(ctx context.Context) error {
 	return op.step(ctx, "checkpoint", checkpoint.StateLocked, checkpoint.StateCheckpointed, op.timeout, op.drv.Checkpoint)
 }

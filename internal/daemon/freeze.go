@@ -110,18 +110,11 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 	if assumed == "" {
 		op.query(ctx)
 	}
-	err = op.lock(ctx, opts.lockTimeout)
+	var stopped []proctable.ProcRef
+	err = op.freeze(ctx, opts.lockTimeout)
 	if err == nil {
-		err = op.checkpoint(ctx)
+		rec, stopped, err = d.quiesce(ctx, rec, op, opts)
 	}
-	if err == nil {
-		err = op.expect(api.StateFrozen)
-	}
-	if err != nil {
-		op.rollback(ctx)
-		return d.failed(rec, op, "freeze", err, nil)
-	}
-	rec, stopped, err := d.quiesce(ctx, rec, op, opts)
 	if err != nil {
 		op.rollback(ctx)
 		return d.failed(rec, op, "freeze", err, nil)

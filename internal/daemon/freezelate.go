@@ -8,7 +8,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpusched/gpusched/internal/proctable"
-	"github.com/gpusched/gpusched/pkg/api"
 )
 
 // lateRounds bounds how often one freeze goes back for CUDA processes that
@@ -68,14 +67,7 @@ func (d *Daemon) quiesce(ctx context.Context, rec proctable.Record, op *cudaOp, 
 		}
 		rec = updated
 		op.add(late)
-		err = op.lock(ctx, opts.lockTimeout)
-		if err == nil {
-			err = op.checkpoint(ctx)
-		}
-		if err == nil {
-			err = op.expect(api.StateFrozen)
-		}
-		if err != nil {
+		if err := op.freeze(ctx, opts.lockTimeout); err != nil {
 			return rec, nil, err
 		}
 	}
