@@ -130,9 +130,7 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 	if err != nil {
 		return api.CheckpointResult{}, fmt.Errorf("freeze %q: %w", rec.Name, err)
 	}
-	if err := d.sampler.refresh(ctx); err != nil {
-		d.log.Warn("GPU sample after freeze", zap.Error(err))
-	}
+	d.onSample() // quiesce sampled the GPUs once every CUDA process was checkpointed
 	op.ms["total"] = msSince(start)
 	d.metrics.checkpointDone(opFreeze, time.Since(start), rec.Checkpoint.MiB()<<20)
 	return d.result(rec, "freeze", op, rec.Checkpoint.MiB()), nil

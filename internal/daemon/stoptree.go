@@ -11,8 +11,8 @@ import (
 	"github.com/gpusched/gpusched/internal/proctable"
 )
 
-// stopRounds bounds how often stopTree rescans a tree for children forked
-// by processes it had signalled but that had not stopped yet.
+// stopRounds bounds how often stopTree lists a tree again for children
+// forked by processes it had signalled but that had not stopped yet.
 const stopRounds = 8
 
 // stopWait bounds how long stopTree waits for signalled processes to stop.
@@ -21,18 +21,18 @@ const stopWait = time.Second
 // stopTree stops every process of the tree under initPID with SIGSTOP and
 // returns them, so that continueTree resumes exactly those without another
 // scan of /proc. It returns once each of them has stopped (SIGSTOP takes
-// effect asynchronously), rescanning for children forked in between, so
-// that nothing of the tree runs on after it returns.
+// effect asynchronously), listing the tree again for children forked in
+// between, so that nothing of the tree runs on after it returns.
 func stopTree(initPID int) ([]proctable.ProcRef, error) {
 	var stopped []proctable.ProcRef
 	signalled := map[int]bool{}
 	for range stopRounds {
-		tree, err := procfs.ScanTree()
+		pids, err := procfs.TreeOf(initPID)
 		if err != nil {
 			return stopped, err
 		}
 		var fresh []proctable.ProcRef
-		for _, pid := range append([]int{initPID}, tree.Descendants(initPID)...) {
+		for _, pid := range pids {
 			if signalled[pid] {
 				continue
 			}
@@ -81,12 +81,12 @@ func waitStopped(refs []proctable.ProcRef, limit time.Duration) error {
 // stoppedIn lists the processes of the tree under initPID that are
 // stopped: after a crash, what a freeze had stopped without recording it.
 func stoppedIn(initPID int) []proctable.ProcRef {
-	tree, err := procfs.ScanTree()
+	pids, err := procfs.TreeOf(initPID)
 	if err != nil {
 		return nil
 	}
 	var out []proctable.ProcRef
-	for _, pid := range append([]int{initPID}, tree.Descendants(initPID)...) {
+	for _, pid := range pids {
 		if st, err := procfs.ReadStat(pid); err == nil && (st.State == 'T' || st.State == 't') {
 			out = append(out, proctable.ProcRef{PID: pid, Start: st.StartTime})
 		}
