@@ -33,6 +33,9 @@ var Version = "dev"
 type gpuBackend interface {
 	Name() string
 	Sample(ctx context.Context) (gpu.Sample, error)
+	// BetweenCalls runs fn while no process is inside a GPU driver call:
+	// trees are stopped through it.
+	BetweenCalls(fn func()) error
 	Close() error
 }
 

@@ -11,19 +11,30 @@ import (
 	"github.com/gpusched/gpusched/internal/proctable"
 )
 
-// stopRounds bounds how often stopTree lists a tree again for children
+// stopRounds bounds how often sigstopTree lists a tree again for children
 // forked by processes it had signalled but that had not stopped yet.
 const stopRounds = 8
 
-// stopWait bounds how long stopTree waits for signalled processes to stop.
+// stopWait bounds how long sigstopTree waits for signalled processes to stop.
 const stopWait = time.Second
 
-// stopTree stops every process of the tree under initPID with SIGSTOP and
+// stopTree stops the tree under initPID (see sigstopTree) at a moment when
+// none of its processes is inside a GPU driver call.
+func (d *Daemon) stopTree(initPID int) ([]proctable.ProcRef, error) {
+	var stopped []proctable.ProcRef
+	var err error
+	if berr := d.gpus.BetweenCalls(func() { stopped, err = sigstopTree(initPID) }); berr != nil {
+		return nil, berr
+	}
+	return stopped, err
+}
+
+// sigstopTree stops every process of the tree under initPID with SIGSTOP and
 // returns them, so that continueTree resumes exactly those without another
 // scan of /proc. It returns once each of them has stopped (SIGSTOP takes
 // effect asynchronously), listing the tree again for children forked in
 // between, so that nothing of the tree runs on after it returns.
-func stopTree(initPID int) ([]proctable.ProcRef, error) {
+func sigstopTree(initPID int) ([]proctable.ProcRef, error) {
 	var stopped []proctable.ProcRef
 	signalled := map[int]bool{}
 	for range stopRounds {

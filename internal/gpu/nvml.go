@@ -46,6 +46,10 @@ func newNVML(lib nvml.Interface) (*NVML, error) {
 // Name returns "nvml".
 func (n *NVML) Name() string { return "nvml" }
 
+// BetweenCalls runs fn. A real driver call runs in the kernel, so a
+// process stopped meanwhile never stops inside one.
+func (n *NVML) BetweenCalls(fn func()) error { fn(); return nil }
+
 // Sample reads every device and the processes using it. Metrics a device
 // does not support are nil. Only a failed device count fails the sample; a
 // device whose handle or UUID cannot be read (fallen off the bus) is left

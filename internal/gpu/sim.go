@@ -40,6 +40,11 @@ func (s *Sim) Name() string { return "sim" }
 // Dir returns the sim directory, which jobs find through GPUSCHED_SIM_DIR.
 func (s *Sim) Dir() string { return s.reg.Dir() }
 
+// BetweenCalls runs fn while no simulated process is inside a simulated
+// driver call, so that a process stopped meanwhile does not stop holding
+// the registry's lock.
+func (s *Sim) BetweenCalls(fn func()) error { return s.reg.BetweenCalls(fn) }
+
 // Sample reads the registry.
 func (s *Sim) Sample(ctx context.Context) (Sample, error) {
 	if err := ctx.Err(); err != nil {

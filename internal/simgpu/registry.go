@@ -158,6 +158,16 @@ func (r *Registry) lookup(id string) (Device, error) {
 	return r.device(id)
 }
 
+// BetweenCalls runs fn while no simulated process is inside a simulated
+// driver call (it holds the directory lock those calls take). A process
+// stopped during fn stops outside any call, as a real one does: a real
+// driver call runs in the kernel, and SIGSTOP takes effect only on the way
+// back to user space. Stopped inside a call, a simulated process would
+// keep the lock, and every user of the sim directory would wait for good.
+func (r *Registry) BetweenCalls(fn func()) error {
+	return r.locked(func() error { fn(); return nil })
+}
+
 // locked runs fn holding the directory lock, waiting for it if needed.
 func (r *Registry) locked(fn func() error) error {
 	fd, err := r.lock(unix.LOCK_EX)

@@ -147,3 +147,25 @@ func equalInts(a, b []int) bool {
 	}
 	return len(a) == len(b)
 }
+
+// TestBetweenCallsExcludesCalls: while BetweenCalls runs its function, no
+// simulated driver call can hold the directory lock, so a process stopped
+// then is outside every call; afterwards calls go on.
+func TestBetweenCallsExcludesCalls(t *testing.T) {
+	reg, err := Create(t.TempDir(), Devices(1, 1024))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	if err := reg.BetweenCalls(func() {
+		ran = true
+		if reg.tryLocked(func() {}) {
+			t.Error("a driver call took the lock during BetweenCalls")
+		}
+	}); err != nil || !ran {
+		t.Fatalf("BetweenCalls: ran %v, %v", ran, err)
+	}
+	if !reg.tryLocked(func() {}) {
+		t.Fatal("the lock is still held after BetweenCalls")
+	}
+}
