@@ -205,7 +205,7 @@ func (r *crashRun) strays(keep map[int]bool, grace time.Duration) []string {
 			continue
 		}
 		parent[pid] = st.PPID
-		if r.refersToTest(pid) {
+		if refersTo(pid, r.h.dir) {
 			mine = append(mine, pid)
 		}
 	}
@@ -225,27 +225,6 @@ func (r *crashRun) strays(keep map[int]bool, grace time.Duration) []string {
 		out = append(out, fmt.Sprintf("pid %d: %s", pid, strings.ReplaceAll(strings.TrimRight(string(cmd), "\x00"), "\x00", " ")))
 	}
 	return out
-}
-
-// refersToTest reports whether pid's command line, environment, working
-// directory or an open file is in the test's directory.
-func (r *crashRun) refersToTest(pid int) bool {
-	base := fmt.Sprintf("/proc/%d/", pid)
-	for _, f := range []string{"cmdline", "environ"} {
-		if b, err := os.ReadFile(base + f); err == nil && bytes.Contains(b, []byte(r.h.dir)) {
-			return true
-		}
-	}
-	if cwd, err := os.Readlink(base + "cwd"); err == nil && strings.HasPrefix(cwd, r.h.dir) {
-		return true
-	}
-	fds, _ := os.ReadDir(base + "fd")
-	for _, fd := range fds {
-		if l, err := os.Readlink(base + "fd/" + fd.Name()); err == nil && strings.HasPrefix(l, r.h.dir) {
-			return true
-		}
-	}
-	return false
 }
 
 // holds reports whether pid has path open.

@@ -65,6 +65,7 @@ func (h *harness) spawnBinary(cmd *exec.Cmd, env ...string) *daemonProc {
 			cmd.Process.Kill()
 			cmd.Wait()
 		}
+		killLeftOver(h.t, h.dir)
 	})
 	return dp
 }

@@ -1,12 +1,14 @@
 package memfill
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -42,7 +44,10 @@ func newRig(t testing.TB, parent string) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		killHelpersOf(dir)
+		os.RemoveAll(dir)
+	})
 	reg, err := simgpu.Create(filepath.Join(dir, "sim"), simgpu.Devices(1, simGPUMiB))
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +75,22 @@ func newRig(t testing.TB, parent string) *rig {
 		Env:     []string{"GORACE=" + os.Getenv("GORACE") + " atexit_sleep_ms=0"},
 		OnState: w.on,
 	}}
+}
+
+// killHelpersOf SIGKILLs every helper whose command line names dir: one a
+// test left behind (detached, or superseded by an adoption) would otherwise
+// hold its memory until its orphan timeout.
+func killHelpersOf(dir string) {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && bytes.Contains(b, []byte(dir)) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
 
 // start starts a helper and releases it when t ends, unless gone.
