@@ -30,8 +30,8 @@ func (d *Daemon) stopTree(initPID int) ([]proctable.ProcRef, error) {
 }
 
 // sigstopTree stops every process of the tree under initPID with SIGSTOP and
-// returns them, so that continueTree resumes exactly those without another
-// scan of /proc. It returns once each of them has stopped (SIGSTOP takes
+// returns them, so that continueTree resumes exactly those without listing
+// the tree again. It returns once each of them has stopped (SIGSTOP takes
 // effect asynchronously), listing the tree again for children forked in
 // between, so that nothing of the tree runs on after it returns.
 func sigstopTree(initPID int) ([]proctable.ProcRef, error) {
