@@ -1,6 +1,7 @@
 // Command gpuschedd is the gpusched daemon: it owns the machine's GPUs and
 // serves the JSON-lines protocol on a Unix socket. Re-executed as
-// "gpusched-init", the same binary is the init of one managed process tree;
+// "gpusched-init", the same binary is the supervisor of one managed process
+// tree;
 // as "gpusched-cudahelper", the process that holds the CUDA driver library;
 // as "gpusched-filler", the process that holds a GPU's reserved memory.
 package main
@@ -18,12 +19,12 @@ import (
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/daemon"
 	"github.com/gpusched/gpusched/internal/memfill"
-	"github.com/gpusched/gpusched/internal/nsinit"
+	"github.com/gpusched/gpusched/internal/sandbox"
 )
 
 func main() {
-	if nsinit.IsInit() {
-		os.Exit(nsinit.Main())
+	if sandbox.IsSupervisor() {
+		os.Exit(sandbox.Main())
 	}
 	if checkpoint.IsHelper() {
 		os.Exit(checkpoint.HelperMain())

@@ -70,7 +70,7 @@ var allowed = map[string][]string{
 	"internal/simgpu":                    {"internal/procfs", "internal/store"},
 	"internal/proctable":                 {"internal/store", "pkg/api"},
 	"internal/gpu":                       {"internal/simgpu", "pkg/api"},
-	"internal/nsinit":                    {"internal/procfs"},
+	"internal/sandbox":                   {"internal/procfs", "internal/logfile"},
 	"internal/checkpoint":                {"internal/procfs", "internal/store", "pkg/api", "internal/simgpu", "internal/execx"},
 	"internal/execx":                     {},
 	"internal/mps":                       {"internal/execx"},
@@ -81,7 +81,7 @@ var allowed = map[string][]string{
 	"internal/checkpoint/checkpointtest/cuda-checkpoint": {"internal/simgpu", "internal/procfs", "internal/checkpoint", "internal/checkpoint/checkpointtest"},
 	"internal/cli":        {"pkg/api"},
 	"cmd/gpuschedctl":     {"internal/cli"},
-	"cmd/gpuschedd":       {"internal/checkpoint", "internal/config", "internal/daemon", "internal/memfill", "internal/nsinit"},
+	"cmd/gpuschedd":       {"internal/checkpoint", "internal/config", "internal/daemon", "internal/memfill", "internal/sandbox"},
 	"cmd/gpusched-simjob": {"internal/procfs", "internal/simgpu"},
 }
 

@@ -8,9 +8,9 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
-	"github.com/gpusched/gpusched/internal/nsinit"
 	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/internal/sandbox"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -77,7 +77,7 @@ func (d *Daemon) adopt(rec proctable.Record) {
 	child := isChild(rec.InitPID)
 	rt := d.procs.add(rec.ID, rec.InitPID, pidfd, child)
 	if rec.State == api.StateStarting {
-		if pid, err := nsinit.FindCommand(rec.InitPID); err == nil {
+		if pid, err := sandbox.FindCommand(rec.InitPID); err == nil {
 			start, _ := procfs.StartTime(pid)
 			if r, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
 				r.State, r.PID, r.PIDStart, r.StartedAt = api.StateRunning, pid, start, time.Now()

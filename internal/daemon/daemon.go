@@ -194,9 +194,8 @@ func (d *Daemon) Run(ctx context.Context) error {
 	serving, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
 	var bg sync.WaitGroup
-	bg.Add(5)
+	bg.Add(4)
 	go func() { defer bg.Done(); d.sampler.run(serving) }()
-	go func() { defer bg.Done(); d.rotateLogs(serving) }()
 	go func() { defer bg.Done(); d.runPolicies(serving) }()
 	go func() { defer bg.Done(); d.runScheduler(serving) }()
 	go func() { defer bg.Done(); d.runFillers(serving) }()
@@ -235,7 +234,7 @@ func (d *Daemon) Ready() <-chan struct{} { return d.ready }
 
 // boot loads the persisted table and re-adopts what still runs.
 func (d *Daemon) boot(ctx context.Context) error {
-	for _, dir := range []string{d.cfg.LogDir, d.statusDir()} {
+	for _, dir := range []string{d.cfg.LogDir, d.statusDir(), d.sandboxDir()} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("create %s: %w", dir, err)
 		}

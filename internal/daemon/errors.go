@@ -7,8 +7,8 @@ import (
 
 	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/jobqueue"
-	"github.com/gpusched/gpusched/internal/nsinit"
 	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/internal/sandbox"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -63,7 +63,7 @@ func toWire(err error) (api.Code, string) {
 		return api.CodeNotFound, err.Error()
 	case errors.Is(err, proctable.ErrExists), errors.Is(err, jobqueue.ErrExists):
 		return api.CodeExists, err.Error()
-	case errors.Is(err, nsinit.ErrCommand):
+	case errors.Is(err, sandbox.ErrCommand):
 		return api.CodeInvalidArgument, err.Error()
 	case errors.Is(err, ErrInvalid):
 		return api.CodeInvalidArgument, err.Error()

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/gpusched/gpusched/internal/jobqueue"
-	"github.com/gpusched/gpusched/internal/nsinit"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -124,12 +123,9 @@ func (d *Daemon) newJob(c *call, s api.JobSpec) (*jobqueue.Job, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir, err := workDir(c.actor, s.Dir)
+	dir, err := commandDir(c.actor, owner, what, s.Dir, s.Cmd[0], s.Env["PATH"])
 	if err != nil {
 		return nil, err
-	}
-	if _, err := nsinit.LookPath(s.Cmd[0], s.Env["PATH"], dir); err != nil {
-		return nil, invalidf("%s: %v", what, err)
 	}
 	vram := s.VRAM.MiB
 	if s.VRAM.Auto {

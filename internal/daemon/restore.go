@@ -9,9 +9,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/checkpoint"
-	"github.com/gpusched/gpusched/internal/nsinit"
 	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/internal/sandbox"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -112,7 +112,7 @@ func (d *Daemon) adoptRestored(rec proctable.Record, initPID int, dir string) (p
 	if err != nil {
 		return rec, err
 	}
-	cmdPID, _ := nsinit.FindCommand(initPID)
+	cmdPID, _ := sandbox.FindCommand(initPID)
 	cmdStart, _ := procfs.StartTime(cmdPID)
 	pidfd, err := unix.PidfdOpen(initPID, unix.PIDFD_NONBLOCK)
 	if err != nil {

@@ -18,8 +18,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpusched/gpusched/internal/logfile"
-	"github.com/gpusched/gpusched/internal/nsinit"
 	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/internal/sandbox"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -70,12 +70,9 @@ func (d *Daemon) run(c *call) (any, error) {
 			return nil, err
 		}
 	}
-	dir, err := workDir(c.actor, p.Dir)
+	dir, err := commandDir(c.actor, owner, fmt.Sprintf("run %q", p.Name), p.Dir, p.Cmd[0], p.Env["PATH"])
 	if err != nil {
 		return nil, err
-	}
-	if _, err := nsinit.LookPath(p.Cmd[0], p.Env["PATH"], dir); err != nil {
-		return nil, invalidf("run %q: %v", p.Name, err)
 	}
 	id := uuid.NewString()
 	env, err := d.environ(p, id, gpus)
@@ -133,14 +130,20 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, 
 		return rec, fmt.Errorf("status file: %w", err)
 	}
 	defer status.Close()
-	if _, err := d.table.Create(rec); err != nil {
+	home, err := d.makeSandboxHome(rec.ID)
+	if err != nil {
 		os.Remove(rec.StatusPath)
 		return rec, err
 	}
-	st, err := nsinit.Start(ctx, nsinit.Spec{
-		InitPath: d.initPath, Argv: rec.Cmd, Env: env, Dir: rec.Dir,
-		UID: rec.Owner.UID, GID: rec.Owner.GID, Groups: rec.Owner.Groups, Nice: rec.Nice,
-		Log: logf, Status: status,
+	if _, err := d.table.Create(rec); err != nil {
+		os.Remove(rec.StatusPath)
+		d.removeSandboxHome(rec.ID)
+		return rec, err
+	}
+	st, err := sandbox.Start(ctx, sandbox.Spec{
+		SupervisorPath: d.initPath, Mark: d.sandboxMark(), Argv: rec.Cmd, Env: env, Dir: rec.Dir,
+		Cred: credOf(rec.Owner), Nice: rec.Nice, Home: home,
+		Log: logf, LogPath: rec.LogPath, LogMax: d.cfg.LogMaxBytes, LogKeep: d.cfg.LogKeep, Status: status,
 		Recorded: func(pid int, start uint64) error {
 			_, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
 				r.InitPID, r.InitStart = pid, start
@@ -157,13 +160,14 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, 
 			d.log.Error("forget process that failed to start", zap.String("name", rec.Name), zap.Error(rerr))
 		}
 		os.Remove(rec.StatusPath)
+		d.removeSandboxHome(rec.ID)
 		if !keepLog {
 			d.removeLogs(rec.LogPath)
 		}
 		var pe *fs.PathError
 		if errors.As(err, &pe) {
-			return rec, invalidf("run %q: cannot start as %s in %s: %v (the directory, or the init binary %s, is not accessible to that user)",
-				rec.Name, rec.Owner.User, rec.Dir, pe.Err, d.initPath)
+			return rec, invalidf("run %q: cannot start as %s: %v (the supervisor binary %s is not accessible to that user)",
+				rec.Name, rec.Owner.User, pe.Err, d.initPath)
 		}
 		return rec, fmt.Errorf("run %q: %w", rec.Name, err)
 	}
@@ -256,22 +260,24 @@ func (d *Daemon) resolveGPUs(what string, gpu *api.GPURef, refs []api.GPURef) ([
 	return out, nil
 }
 
-// workDir is the requested directory, else the caller's own cwd.
-func workDir(a actor, dir string) (string, error) {
+// commandDir is the directory a command runs in: the requested one, else
+// the caller's own cwd. The directory and the command (cmd0, searched in
+// path) are checked as owner, the user the process runs as: a check as
+// root would tell the caller whether paths it may not see exist.
+func commandDir(a actor, owner proctable.Owner, what, dir, cmd0, path string) (string, error) {
 	if dir == "" {
 		cwd, err := os.Readlink("/proc/" + strconv.Itoa(a.PID) + "/cwd")
 		if err != nil {
-			return "", invalidf("run: dir is required (the caller's working directory cannot be read)")
+			return "", invalidf("%s: dir is required (the caller's working directory cannot be read)", what)
 		}
 		dir = cwd
 	}
 	if !filepath.IsAbs(dir) {
-		return "", invalidf("run: dir %q must be an absolute path", dir)
+		return "", invalidf("%s: dir %q must be an absolute path", what, dir)
 	}
 	dir = filepath.Clean(dir)
-	fi, err := os.Stat(dir)
-	if err != nil || !fi.IsDir() {
-		return "", invalidf("run: dir %q is not an existing directory", dir)
+	if err := sandbox.CheckCommand(credOf(owner), cmd0, path, dir); err != nil {
+		return "", invalidf("%s: as %s: %v", what, owner.User, err)
 	}
 	return dir, nil
 }

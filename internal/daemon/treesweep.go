@@ -2,22 +2,24 @@ package daemon
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"strconv"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
-	"github.com/gpusched/gpusched/internal/nsinit"
+	"github.com/gpusched/gpusched/internal/sandbox"
 )
 
 // sweepUntrackedTrees kills the process trees of this daemon that no live
 // record tracks: a daemon killed between starting a tree (a run, a restore
 // from disk, a fork copy) and recording it left one running behind the
 // table's back, holding GPU memory, while its record says it never started
-// or is still on disk. A tree is this daemon's when its init runs as
-// nsinit.Argv0 with this daemon's socket in its environment; SIGKILL to a
-// PID namespace's init ends the whole tree.
+// or is still on disk. A tree is this daemon's when its root is a
+// supervisor (sandbox.Argv0, holding the supervisor's capabilities, which
+// no caller's process can) whose environment is this daemon's mark;
+// SIGKILL to a PID namespace's init ends the whole tree.
 func (d *Daemon) sweepUntrackedTrees() {
 	tracked := map[int]bool{}
 	for _, r := range d.table.View().Records {
@@ -29,21 +31,31 @@ func (d *Daemon) sweepUntrackedTrees() {
 	if err != nil {
 		return
 	}
-	mark := []byte("\x00GPUSCHED_SOCKET=" + d.cfg.Socket + "\x00")
+	argv0 := []byte(sandbox.Argv0 + "\x00")
+	mark := []byte(d.sandboxMark() + "\x00")
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || tracked[pid] {
 			continue
 		}
-		cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || !bytes.HasPrefix(cmd, []byte(nsinit.Argv0+"\x00")) {
-			continue
-		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil || !bytes.Contains(append([]byte{0}, env...), mark) {
+		if !bytes.Equal(readProcHead(pid, "cmdline", len(argv0)), argv0) ||
+			!bytes.Equal(readProcHead(pid, "environ", len(mark)+1), mark) ||
+			!sandbox.HasSupervisorCaps(pid) {
 			continue
 		}
 		err = unix.Kill(pid, unix.SIGKILL)
 		d.log.Warn("killed a process tree that no record tracks", zap.Int("init_pid", pid), zap.Error(err))
 	}
+}
+
+// readProcHead reads at most n bytes of /proc/<pid>/<name>: a process's
+// command line and environment are its own to make as large as it likes.
+func readProcHead(pid int, name string, n int) []byte {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/" + name)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, int64(n)))
+	return b
 }

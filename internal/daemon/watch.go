@@ -7,8 +7,8 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
-	"github.com/gpusched/gpusched/internal/nsinit"
 	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/internal/sandbox"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -79,7 +79,7 @@ func (d *Daemon) exitOf(rec proctable.Record, rt *procRuntime) api.Exit {
 
 // exitFrom combines the evidence about an ended tree into its Exit.
 func exitFrom(rec proctable.Record, reaped bool, ws unix.WaitStatus, sentKill bool) api.Exit {
-	rep, err := nsinit.ReadExitReport(rec.StatusPath)
+	rep, err := sandbox.ReadExitReport(rec.StatusPath)
 	switch {
 	case err == nil && rep.Code != nil:
 		return api.Exit{Code: rep.Code}

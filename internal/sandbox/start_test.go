@@ -1,8 +1,9 @@
-package nsinit
+package sandbox
 
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,49 +12,92 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
-	if IsInit() {
+	if IsSupervisor() {
 		os.Exit(Main())
 	}
 	os.Exit(m.Run())
 }
 
+// tree is one supervised tree under test, in a directory every user may
+// enter (the supervisor binary is a copy of this test binary there).
 type tree struct {
 	t      *testing.T
 	dir    string
+	bin    string
 	log    *os.File
 	status *os.File
+	home   string
 }
 
 func newTree(t *testing.T) *tree {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: starts processes in new PID namespaces")
-	}
-	dir := t.TempDir()
-	log, err := os.OpenFile(filepath.Join(dir, "log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	testutil.RequiresRoot(t)
+	dir, err := os.MkdirTemp("", "sandbox-test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	status, err := os.OpenFile(filepath.Join(dir, "status"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "supervisor")
+	copyFile(t, exe, bin, 0o755)
+	private := filepath.Join(dir, "private")
+	home := filepath.Join(private, "home")
+	for _, d := range []string{private, home} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	log, err := os.OpenFile(filepath.Join(private, "log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := os.OpenFile(filepath.Join(private, "status"), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { log.Close(); status.Close() })
-	return &tree{t: t, dir: dir, log: log, status: status}
+	return &tree{t: t, dir: dir, bin: bin, log: log, status: status, home: home}
 }
 
-func (tr *tree) spec(argv ...string) Spec {
-	exe, err := os.Executable()
+func copyFile(t *testing.T, from, to string, mode os.FileMode) {
+	t.Helper()
+	in, err := os.Open(from)
 	if err != nil {
-		tr.t.Fatal(err)
+		t.Fatal(err)
 	}
-	return Spec{InitPath: exe, Argv: argv, Env: []string{"PATH=/usr/bin:/bin"}, Dir: tr.dir, Log: tr.log, Status: tr.status}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
 }
 
-// wait reaps the init and returns its exit report.
+func (tr *tree) logPath() string { return filepath.Join(tr.dir, "private", "log") }
+
+// spec runs argv as root in the test's directory.
+func (tr *tree) spec(argv ...string) Spec {
+	return Spec{SupervisorPath: tr.bin, Mark: "GPUSCHED_SOCKET=/test", Argv: argv, Env: []string{"PATH=/usr/bin:/bin"},
+		Dir: tr.dir, Cred: Cred{Groups: []uint32{}}, Home: tr.home, Log: tr.log, LogPath: tr.logPath(), Status: tr.status}
+}
+
+// wait reaps the supervisor and returns its exit report.
 func (tr *tree) wait(st *Started) ExitReport {
 	tr.t.Helper()
 	var ws unix.WaitStatus
@@ -61,7 +105,7 @@ func (tr *tree) wait(st *Started) ExitReport {
 		tr.t.Fatal(err)
 	}
 	unix.Close(st.Pidfd)
-	r, err := ReadExitReport(filepath.Join(tr.dir, "status"))
+	r, err := ReadExitReport(filepath.Join(tr.dir, "private", "status"))
 	if err != nil {
 		tr.t.Fatal(err)
 	}
@@ -69,7 +113,7 @@ func (tr *tree) wait(st *Started) ExitReport {
 }
 
 func (tr *tree) logText() string {
-	b, _ := os.ReadFile(filepath.Join(tr.dir, "log"))
+	b, _ := os.ReadFile(tr.logPath())
 	return string(b)
 }
 
@@ -118,7 +162,7 @@ func TestStartMissingCommand(t *testing.T) {
 	if !errors.Is(err, ErrCommand) || !strings.Contains(err.Error(), "no-such-command-xyz") {
 		t.Fatalf("err = %v, want ErrCommand naming the command", err)
 	}
-	r, err := ReadExitReport(filepath.Join(tr.dir, "status"))
+	r, err := ReadExitReport(filepath.Join(tr.dir, "private", "status"))
 	if err != nil || !strings.Contains(r.Error, "not found") {
 		t.Fatalf("report %+v, %v", r, err)
 	}

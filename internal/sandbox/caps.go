@@ -1,0 +1,69 @@
+package sandbox
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// supervisorCaps are the capabilities a supervisor holds, and what none of
+// the caller's processes has, so the kernel refuses them ptrace and
+// pidfd_getfd of it: CAP_SYS_ADMIN and CAP_DAC_OVERRIDE for CRIU's
+// parasite, which mounts a proc instance in the supervisor's root-only
+// working directory when it dumps the tree (criu/pie/parasite.c,
+// get_proc_fd: "can't dump unprivileged task whose /proc doesn't belong to
+// it" without them), and to rotate the log in the root-only log directory;
+// CAP_CHOWN to give a rotated log back to root.
+var supervisorCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_DAC_OVERRIDE, unix.CAP_CHOWN}
+
+// capMask is caps as a bit mask, as /proc/<pid>/status prints capability sets.
+func capMask(caps []uintptr) uint64 {
+	var m uint64
+	for _, c := range caps {
+		m |= 1 << c
+	}
+	return m
+}
+
+// dropThreadCaps empties every capability set of the calling OS thread
+// (effective, permitted, inheritable and ambient): a process this thread
+// starts then runs with exactly the capabilities its credentials give it at
+// execve (none for a non-root uid). Capabilities are per thread; the
+// caller locks its goroutine to the thread and lets the thread die with it.
+func dropThreadCaps() error {
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("drop capabilities: %w", err)
+	}
+	return nil
+}
+
+// HasSupervisorCaps reports whether the process pid holds the effective
+// capabilities of a supervisor: a process of the caller's can look like a
+// supervisor in every other way, but cannot hold these.
+func HasSupervisorCaps(pid int) bool {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f) // lines of /proc/<pid>/status are short; Scanner bounds them
+	for sc.Scan() {
+		v, ok := strings.CutPrefix(sc.Text(), "CapEff:")
+		if !ok {
+			continue
+		}
+		eff, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		want := capMask(supervisorCaps)
+		return err == nil && eff&want == want
+	}
+	return false
+}
