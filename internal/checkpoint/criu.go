@@ -6,13 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 
-	criu "github.com/checkpoint-restore/go-criu/v7"
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
-	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/execx"
 )
@@ -27,15 +23,13 @@ const (
 	RestoreLog = "restore.log"
 )
 
-// CRIU drives CRIU in swrk mode through go-criu: one worker process per
-// operation, each under a deadline that kills the worker when it passes.
+// CRIU drives CRIU in swrk mode with go-criu's RPC messages: one worker
+// process per operation (see swrk), each under a deadline that kills the
+// worker when it passes.
 type CRIU struct {
 	path       string
 	version    string
 	cudaPlugin bool
-	// spawn serializes worker starts, so the worker that appears among
-	// this process's children is known to be the one just started.
-	spawn sync.Mutex
 }
 
 // CRIUOptions configures NewCRIU.
@@ -58,15 +52,16 @@ func NewCRIU(ctx context.Context, o CRIUOptions) (*CRIU, error) {
 		return nil, fmt.Errorf("criu %s: %w: not an executable file", path, ErrUnsupported)
 	}
 	c := &CRIU{path: path}
-	var n int
-	err := c.do(ctx, func(w *criu.Criu) error {
-		var err error
-		n, err = w.GetCriuVersion()
+	var v *rpc.CriuVersion
+	err := c.do(ctx, nil, nil, func(w *swrk) error {
+		resp, err := w.call(&rpc.CriuReq{Type: rpc.CriuReqType_VERSION.Enum()}, nil)
+		v = resp.GetVersion()
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("criu %s: version: %w", path, err)
 	}
+	n := int(v.GetMajorNumber()*10000 + v.GetMinorNumber()*100 + v.GetSublevel())
 	c.version = fmt.Sprintf("%d.%d.%d", n/10000, n/100%100, n%100)
 	if n < minCRIU {
 		return nil, fmt.Errorf("criu %s is version %s: %w: gpusched needs CRIU 4.0 or newer (scripts/install-criu.sh installs one)", path, c.version, ErrUnsupported)
@@ -90,15 +85,13 @@ type DumpOpts struct {
 	Dir          string // images directory (exists, 0700)
 	PID          int    // root of the tree: the PID namespace's init
 	LeaveRunning bool   // leave the tree as it was (fork); otherwise CRIU kills it once dumped
-	// PageServer, when set (host:port), receives the memory pages
-	// instead of Dir: a PageServer's Endpoint.
-	PageServer *Endpoint
-}
-
-// Endpoint is a TCP address CRIU connects to.
-type Endpoint struct {
-	Address string
-	Port    int32
+	// As, when set, is the tree's owner, whom the worker runs as (see
+	// Owner); nil runs it as this process (root).
+	As *Owner
+	// PageServer, when set, is CRIU's end of a PageServer's socket
+	// (PageServer.TakeCRIUEnd): the memory pages go there instead of Dir.
+	// Dump closes it.
+	PageServer *os.File
 }
 
 // RestoreOpts is one restore of the tree imaged in Dir.
@@ -108,11 +101,20 @@ type RestoreOpts struct {
 
 // Dump images the tree rooted at o.PID into o.Dir.
 func (c *CRIU) Dump(ctx context.Context, o DumpOpts) error {
+	var extra []*os.File
+	if o.PageServer != nil {
+		defer o.PageServer.Close()
+		extra = append(extra, o.PageServer)
+	}
 	err := withDir(o.Dir, func(fd int) error {
-		return c.do(ctx, func(w *criu.Criu) error {
-			return w.Dump(dumpRPC(o, fd), criu.NoNotify{})
+		return c.do(ctx, o.As, extra, func(w *swrk) error {
+			_, err := w.call(&rpc.CriuReq{Type: rpc.CriuReqType_DUMP.Enum(), Opts: dumpRPC(o, fd)}, nil)
+			return err
 		})
 	})
+	if err == nil {
+		err = sealImages(o.Dir)
+	}
 	if err != nil {
 		return c.opError("dump", o.PID, o.Dir, DumpLog, err)
 	}
@@ -123,19 +125,25 @@ func (c *CRIU) Dump(ctx context.Context, o DumpOpts) error {
 // returns the host pid of its root, as CRIU's post-restore notification
 // gives it.
 func (c *CRIU) Restore(ctx context.Context, o RestoreOpts) (int, error) {
-	n := &restoreNotify{}
+	pid := 0
 	err := withDir(o.Dir, func(fd int) error {
-		return c.do(ctx, func(w *criu.Criu) error {
-			return w.Restore(restoreRPC(fd), n)
+		return c.do(ctx, nil, nil, func(w *swrk) error {
+			_, err := w.call(&rpc.CriuReq{Type: rpc.CriuReqType_RESTORE.Enum(), Opts: restoreRPC(fd)}, func(n *rpc.CriuNotify) error {
+				if n.GetScript() == "post-restore" {
+					pid = int(n.GetPid())
+				}
+				return nil
+			})
+			return err
 		})
 	})
-	if err == nil && n.pid <= 0 {
+	if err == nil && pid <= 0 {
 		err = errors.New("no post-restore notification")
 	}
 	if err != nil {
 		return 0, c.opError("restore", 0, o.Dir, RestoreLog, err)
 	}
-	return n.pid, nil
+	return pid, nil
 }
 
 // dumpRPC maps DumpOpts to CRIU's options; with restoreRPC the only place
@@ -145,7 +153,12 @@ func dumpRPC(o DumpOpts, dirFd int) *rpc.CriuOpts {
 	opts.Pid = ptr(int32(o.PID))
 	opts.LeaveRunning = ptr(o.LeaveRunning)
 	if o.PageServer != nil {
-		opts.Ps = &rpc.CriuPageServerInfo{Address: ptr(o.PageServer.Address), Port: ptr(o.PageServer.Port)}
+		// swrk mode takes an inherited, connected socket (criu/cr-service.c,
+		// ps->fd): nothing listens where another user could connect first.
+		opts.Ps = &rpc.CriuPageServerInfo{Fd: ptr(int32(swrkFirstExtraFD))}
+	}
+	if o.As != nil {
+		opts.Unprivileged = ptr(true) // CRIU refuses a non-root euid without it
 	}
 	return opts
 }
@@ -207,77 +220,55 @@ func withDir(dir string, fn func(fd int) error) error {
 	return fn(int(f.Fd()))
 }
 
-// restoreNotify takes the restored root's pid from CRIU's notification.
-type restoreNotify struct {
-	criu.NoNotify
-	pid int
-}
-
-func (n *restoreNotify) PostRestore(pid int32) error {
-	n.pid = int(pid)
-	return nil
-}
-
-// do runs fn against a fresh swrk worker, killing the worker when ctx ends
-// first.
-func (c *CRIU) do(ctx context.Context, fn func(*criu.Criu) error) error {
+// do runs fn against a fresh swrk worker (run as as, with extra
+// descriptors), killing the worker when ctx ends first.
+func (c *CRIU) do(ctx context.Context, as *Owner, extra []*os.File, fn func(*swrk) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	w := criu.MakeCriu()
-	w.SetCriuPath(c.path)
-	c.spawn.Lock()
-	before := swrkChildren()
-	err := w.Prepare()
-	var worker int
-	for pid := range swrkChildren() {
-		if !before[pid] {
-			worker = pid
-		}
-	}
-	c.spawn.Unlock()
+	w, err := startSwrk(c.path, as, extra)
 	if err != nil {
-		return fmt.Errorf("start criu swrk: %w", err)
+		return err
+	}
+	for _, f := range extra {
+		f.Close() // the worker holds them now; a page server sees EOF once the worker is done
 	}
 	done := make(chan error, 1)
 	go func() { done <- fn(w) }()
 	select {
 	case err = <-done:
 	case <-ctx.Done():
-		if worker > 0 {
-			_ = unix.Kill(worker, unix.SIGKILL)
-		}
+		w.kill()
 		<-done
 		err = fmt.Errorf("%w: criu did not finish in time (%v)", ErrTimeout, context.Cause(ctx))
 	}
-	if cerr := w.Cleanup(); cerr != nil && err == nil {
+	if cerr := w.close(); cerr != nil && err == nil {
 		err = cerr
 	}
 	return err
 }
 
-// swrkChildren lists this process's children that are CRIU workers. The
-// children of a process are listed per thread.
-func swrkChildren() map[int]bool {
-	out := map[int]bool{}
-	tasks, _ := os.ReadDir("/proc/self/task")
-	for _, t := range tasks {
-		b, err := os.ReadFile(filepath.Join("/proc/self/task", t.Name(), "children"))
-		if err != nil {
-			continue
+// sealImages makes the files CRIU wrote into an images directory root's
+// and private to root (CRIU writes them 0644, and as the tree's owner when
+// it ran as that owner); the directory itself is root's and 0700 already.
+func sealImages(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("images %s: %w", dir, err)
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue // the parent link
 		}
-		for _, f := range strings.Fields(string(b)) {
-			pid, err := strconv.Atoi(f)
-			if err != nil {
-				continue
-			}
-			cmd, _ := os.ReadFile("/proc/" + f + "/cmdline")
-			if strings.Contains(string(cmd), "\x00swrk\x00") {
-				out[pid] = true
-			}
+		p := filepath.Join(dir, e.Name())
+		if err := os.Lchown(p, 0, 0); err != nil {
+			return fmt.Errorf("images %s: %w", dir, err)
+		}
+		if err := os.Chmod(p, 0o600); err != nil {
+			return fmt.Errorf("images %s: %w", dir, err)
 		}
 	}
-	return out
+	return nil
 }
 
 // opError wraps a failed CRIU operation with the Error lines of its log.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -152,7 +153,7 @@ func TestCRIUDeadlineKillsWorker(t *testing.T) {
 	if !errors.Is(err, ErrTimeout) {
 		t.Fatalf("err = %v, want ErrTimeout", err)
 	}
-	if left := swrkChildren(); len(left) > 0 {
+	if left := criuChildren(t); len(left) > 0 {
 		t.Fatalf("criu workers left: %v", left)
 	}
 }
@@ -174,4 +175,21 @@ func TestLogErrorsSkipsHarmlessLines(t *testing.T) {
 	if len(got) != 1 || got[0] != "Error (criu/files.c:9): Can't open file" {
 		t.Fatalf("got %q", got)
 	}
+}
+
+// criuChildren lists this process's children that are CRIU workers.
+func criuChildren(t *testing.T) []int {
+	t.Helper()
+	var out []int
+	tasks, _ := os.ReadDir("/proc/self/task")
+	for _, task := range tasks {
+		b, _ := os.ReadFile(filepath.Join("/proc/self/task", task.Name(), "children"))
+		for _, f := range strings.Fields(string(b)) {
+			if cmd, _ := os.ReadFile("/proc/" + f + "/cmdline"); strings.Contains(string(cmd), "\x00swrk\x00") {
+				pid, _ := strconv.Atoi(f)
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+
+	"golang.org/x/sys/unix"
 )
 
 // PageServer receives one CRIU dump's memory pages (CRIU's page-server
@@ -23,20 +25,21 @@ import (
 // Besides the images it writes a page-hash index (gpusched-pagehash.bin)
 // that covers every page of the image, so the next dump needs only this
 // directory. The index is written last: an image without one is never
-// used for dedup. Only connections from the server's own uid (root, for
-// CRIU) are served.
+// used for dedup. CRIU reaches it through one end of a socketpair that the
+// daemon hands the CRIU worker: no address anyone else could connect to
+// (and feed a process's memory) ever exists.
 type PageServer struct {
 	dir    string
-	parent string    // "" or the parent images directory
-	link   string    // relative target of dir/parent
-	base   hashIndex // the parent's index; nil: write every page
-	ln     *net.TCPListener
+	parent string        // "" or the parent images directory
+	link   string        // relative target of dir/parent
+	base   hashIndex     // the parent's index; nil: write every page
 	limit  atomic.Uint64 // bytes the server may write; 0: no limit
 	done   chan struct{} // closed when serving ends
 
-	mu     sync.Mutex
-	conn   net.Conn
-	closed bool
+	mu      sync.Mutex
+	conn    net.Conn // the server's end
+	criuEnd *os.File // CRIU's end, until TakeCRIUEnd
+	closed  bool
 
 	stats PageStats // set before done closes
 	err   error
@@ -51,8 +54,8 @@ type PageStats struct {
 
 var errServerClosed = errors.New("page server closed")
 
-// StartPageServer listens on 127.0.0.1 (an ephemeral TCP port) for one
-// CRIU dump into dir. parent, when not "", is the images directory of the
+// StartPageServer serves one CRIU dump into dir over a socketpair whose
+// other end TakeCRIUEnd gives out. parent, when not "", is the images directory of the
 // previous dump of the same process tree (a snapshot restored from it is
 // what is being dumped now); at the end of the transfer the server links
 // dir/parent to it by a relative path, so that CRIU's restore finds it.
@@ -63,13 +66,30 @@ func StartPageServer(dir, parent string) (*PageServer, error) {
 	if err := p.prepare(); err != nil {
 		return nil, fmt.Errorf("page server for %s: %w", dir, err)
 	}
-	ln, err := net.ListenTCP("tcp4", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("page server for %s: %w", dir, err)
 	}
-	p.ln = ln
+	ours := os.NewFile(uintptr(fds[0]), "page-server")
+	p.criuEnd = os.NewFile(uintptr(fds[1]), "page-server-criu")
+	p.conn, err = net.FileConn(ours)
+	ours.Close() // FileConn holds a dup
+	if err != nil {
+		p.criuEnd.Close()
+		return nil, fmt.Errorf("page server for %s: %w", dir, err)
+	}
 	go p.serve()
 	return p, nil
+}
+
+// TakeCRIUEnd hands over CRIU's end of the connection (DumpOpts.PageServer),
+// once; the caller must close it, and does so by giving it to CRIU.Dump.
+func (p *PageServer) TakeCRIUEnd() *os.File {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f := p.criuEnd
+	p.criuEnd = nil
+	return f
 }
 
 // prepare checks the directories and reads the parent's index.
@@ -114,19 +134,12 @@ func isDir(path string) error {
 	return nil
 }
 
-// Endpoint is what CRIU's dump options need: rpc.CriuPageServerInfo{Address, Port}.
-func (p *PageServer) Endpoint() (address string, port int32) {
-	a := p.ln.Addr().(*net.TCPAddr)
-	return a.IP.String(), int32(a.Port)
-}
-
 // SetLimit caps the bytes the server writes into its directory; past it
 // the transfer fails with ErrNoSpace, as on a full disk. 0 is no limit.
 func (p *PageServer) SetLimit(bytes uint64) { p.limit.Store(bytes) }
 
 // Wait returns once CRIU has closed the connection after a complete
-// transfer (or ctx ends, or the connection fails), with the stats; it then
-// closes the listener. A complete transfer is not a successful dump: CRIU
+// transfer (or ctx ends, or the connection fails), with the stats. A complete transfer is not a successful dump: CRIU
 // closes the transfer even when the dump fails afterwards, so its own
 // result decides.
 func (p *PageServer) Wait(ctx context.Context) (PageStats, error) {
@@ -140,31 +153,26 @@ func (p *PageServer) Wait(ctx context.Context) (PageStats, error) {
 }
 
 // Close stops the server (idempotent), e.g. when the dump failed before
-// connecting. It returns once nothing writes into the directory any more.
+// CRIU connected. It returns once nothing writes into the directory any
+// more.
 func (p *PageServer) Close() error {
 	p.mu.Lock()
 	p.closed = true
-	conn := p.conn
-	p.mu.Unlock()
-	p.ln.Close()
-	if conn != nil {
-		conn.Close()
+	if p.criuEnd != nil {
+		p.criuEnd.Close()
+		p.criuEnd = nil
 	}
+	p.mu.Unlock()
+	p.conn.Close()
 	<-p.done
 	return nil
 }
 
-// serve takes the first connection from our own uid and runs its session.
+// serve runs the session with CRIU.
 func (p *PageServer) serve() {
 	defer close(p.done)
-	conn, err := p.accept()
-	p.ln.Close() // one dump per server
-	if err != nil {
-		p.err = fmt.Errorf("page server for %s: %w", p.dir, err)
-		return
-	}
-	defer conn.Close()
-	s, err := newPageSession(p.dir, p.link, p.base, &p.limit, conn)
+	defer p.conn.Close()
+	s, err := newPageSession(p.dir, p.link, p.base, &p.limit, p.conn)
 	if err == nil {
 		p.stats, err = s.run()
 	}
@@ -175,33 +183,5 @@ func (p *PageServer) serve() {
 		}
 		p.mu.Unlock()
 		p.err = fmt.Errorf("page server for %s: %w", p.dir, err)
-	}
-}
-
-func (p *PageServer) accept() (net.Conn, error) {
-	for {
-		conn, err := p.ln.AcceptTCP()
-		if err != nil {
-			p.mu.Lock()
-			closed := p.closed
-			p.mu.Unlock()
-			if closed {
-				return nil, fmt.Errorf("%w before CRIU connected", errServerClosed)
-			}
-			return nil, err
-		}
-		if uid, err := peerUID(conn); err != nil || uid != uint32(os.Geteuid()) {
-			conn.Close() // not CRIU: never let another user feed a process's memory
-			continue
-		}
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			conn.Close()
-			return nil, fmt.Errorf("%w before CRIU connected", errServerClosed)
-		}
-		p.conn = conn
-		p.mu.Unlock()
-		return conn, nil
 	}
 }

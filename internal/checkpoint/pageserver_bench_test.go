@@ -122,9 +122,7 @@ func BenchmarkPageServerCRIUDump(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		addr, port := ps.Endpoint()
-		j.runCRIU("dump", "-t", strconv.Itoa(j.pid), "-D", dir, "--leave-running", "--page-server",
-			"--address", addr, "--port", strconv.Itoa(int(port)), "-o", "dump.log")
+		j.dumpThrough(ps, dir, true)
 		st, err := ps.Wait(context.Background())
 		if err != nil {
 			b.Fatal(err)

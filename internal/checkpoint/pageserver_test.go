@@ -67,10 +67,12 @@ type psClient struct {
 	conn net.Conn
 }
 
+// dialPageServer takes CRIU's end of ps's connection.
 func dialPageServer(t testing.TB, ps *PageServer) *psClient {
 	t.Helper()
-	addr, port := ps.Endpoint()
-	conn, err := net.Dial("tcp", net.JoinHostPort(addr, strconv.Itoa(int(port))))
+	f := ps.TakeCRIUEnd()
+	conn, err := net.FileConn(f)
+	f.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -588,38 +590,6 @@ func TestPageServerProtocolEdges(t *testing.T) {
 	})
 }
 
-func TestPageServerServesOnlyItsOwnUser(t *testing.T) {
-	testutil.RequiresRoot(t)
-	bash, err := exec.LookPath("bash")
-	if err != nil {
-		t.Skip("needs bash for a connection from another user")
-	}
-	ps, err := StartPageServer(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ps.Close() })
-	_, port := ps.Endpoint()
-	// nobody connects first and waits for an answer: the server drops it.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, bash, "-c", fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d; read -r -u 3 x; echo eof", port))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	out, err := cmd.CombinedOutput()
-	if err != nil || strings.TrimSpace(string(out)) != "eof" {
-		t.Fatalf("connection as nobody: %v: %s", err, out)
-	}
-	c := dialPageServer(t, ps)
-	mem := psRandomMemory(3, map[pagemapKey][][2]uint64{{id: 1}: {{0x1000, 2}}})
-	c.sendMemory(mem)
-	if st := c.finish(); st != 0 {
-		t.Fatalf("CLOSE status %d", st)
-	}
-	if st, err := ps.Wait(context.Background()); err != nil || st.Pages != 2 {
-		t.Errorf("Wait = %+v, %v", st, err)
-	}
-}
-
 // criuJob is a gpusched-simjob with patterned host memory and a tick
 // counter, in its own session with its output in a log file, dumped and
 // restored with the criu CLI. The restore makes it a sibling of criu, so
@@ -714,6 +684,21 @@ func (j *criuJob) runCRIU(args ...string) {
 	}
 }
 
+// dumpThrough dumps the job into dir with its pages through ps, as the
+// daemon does: a CRIU swrk worker with ps's socket.
+func (j *criuJob) dumpThrough(ps *PageServer, dir string, leaveRunning bool) {
+	j.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := NewCRIU(ctx, CRIUOptions{Path: j.criu})
+	if err != nil {
+		j.t.Fatal(err)
+	}
+	if err := c.Dump(ctx, DumpOpts{Dir: dir, PID: j.pid, LeaveRunning: leaveRunning, PageServer: ps.TakeCRIUEnd()}); err != nil {
+		j.t.Fatal(err)
+	}
+}
+
 func psErrorLines(log string) string {
 	var b strings.Builder
 	for line := range strings.Lines(log) {
@@ -733,9 +718,7 @@ func (j *criuJob) dump(dir, parent string) PageStats {
 		j.t.Fatal(err)
 	}
 	defer ps.Close()
-	addr, port := ps.Endpoint()
-	j.runCRIU("dump", "-t", strconv.Itoa(j.pid), "-D", dir, "--page-server", "--address", addr,
-		"--port", strconv.Itoa(int(port)), "-o", "dump.log", "-v2")
+	j.dumpThrough(ps, dir, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stats, err := ps.Wait(ctx)

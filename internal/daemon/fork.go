@@ -180,7 +180,7 @@ func (d *Daemon) dumpForFork(ctx context.Context, src proctable.Record) (forkSou
 	t := time.Now()
 	err = writeCarry(img.dir, carry)
 	if err == nil {
-		_, err = d.criuDump(ctx, src.InitPID, img.dir, "", true)
+		_, err = d.criuDump(ctx, src, img.dir, "", true)
 	}
 	img.dumpMS = msSince(t)
 	if err != nil {
@@ -210,7 +210,11 @@ func (d *Daemon) restoreCopy(ctx context.Context, c *call, src proctable.Record,
 		return api.Process{}, fmt.Errorf("copy %q: %w", name, err)
 	}
 	dir := filepath.Join(img.dir, fmt.Sprintf("copy-%d", n))
-	err := checkpoint.CloneImage(img.dir, dir, map[string]string{src.LogPath: rec.LogPath, src.StatusPath: rec.StatusPath})
+	home, err := d.makeSandboxHome(rec.ID)
+	if err == nil {
+		err = checkpoint.CloneImage(img.dir, dir, map[string]string{src.LogPath: rec.LogPath, src.StatusPath: rec.StatusPath,
+			d.sandboxHome(src.ID): home})
+	}
 	if err == nil {
 		rec, err = d.table.Create(rec)
 	}
@@ -229,6 +233,7 @@ func (d *Daemon) restoreCopy(ctx context.Context, c *call, src proctable.Record,
 			_, _ = d.table.Remove(name, nil)
 			os.Remove(rec.StatusPath)
 			d.removeLogs(rec.LogPath)
+			d.removeSandboxHome(rec.ID)
 		}
 		return api.Process{}, fmt.Errorf("copy %q: %w", name, err)
 	}

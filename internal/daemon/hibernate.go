@@ -156,7 +156,7 @@ func (d *Daemon) dump(ctx context.Context, rec proctable.Record, o hibernateOpts
 	ms := map[string]float64{}
 	t := time.Now()
 	rt.dumping.Store(true)
-	stats, err := d.criuDump(ctx, rec.InitPID, dir, parent, false)
+	stats, err := d.criuDump(ctx, rec, dir, parent, false)
 	ms["dump"] = msSince(t)
 	if err != nil {
 		rt.dumping.Store(false)
@@ -198,10 +198,10 @@ func (d *Daemon) dump(ctx context.Context, rec proctable.Record, o hibernateOpts
 		Written: meta.Written, Pages: meta.Pages, Reused: meta.Reused, GPUBytes: rec.Checkpoint.MiB() << 20, MS: ms}, nil
 }
 
-// criuDump runs one CRIU dump of the tree at initPID into dir with the
-// pages through a page server that leaves pages unchanged since parent in
-// it.
-func (d *Daemon) criuDump(ctx context.Context, initPID int, dir, parent string, leaveRunning bool) (checkpoint.PageStats, error) {
+// criuDump runs one CRIU dump of rec's tree into dir, as the tree's owner,
+// with the pages through a page server that leaves pages unchanged since
+// parent in it.
+func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent string, leaveRunning bool) (checkpoint.PageStats, error) {
 	parentDir := ""
 	if parent != "" {
 		parentDir = d.snaps.Path(parent)
@@ -221,9 +221,13 @@ func (d *Daemon) criuDump(ctx context.Context, initPID int, dir, parent string, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
 	defer cancel()
-	addr, port := ps.Endpoint()
-	err = d.criu.Dump(ctx, checkpoint.DumpOpts{Dir: dir, PID: initPID, LeaveRunning: leaveRunning,
-		PageServer: &checkpoint.Endpoint{Address: addr, Port: port}})
+	var as *checkpoint.Owner
+	if rec.Owner.UID != 0 {
+		as = &checkpoint.Owner{UID: rec.Owner.UID, GID: rec.Owner.GID}
+	}
+	clearProcMount(d.sandboxHome(rec.ID))
+	err = d.criu.Dump(ctx, checkpoint.DumpOpts{Dir: dir, PID: rec.InitPID, LeaveRunning: leaveRunning, As: as,
+		PageServer: ps.TakeCRIUEnd()})
 	if err != nil {
 		ps.Close() // CRIU may never have connected
 	}

@@ -143,7 +143,7 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, 
 	st, err := sandbox.Start(ctx, sandbox.Spec{
 		SupervisorPath: d.initPath, Mark: d.sandboxMark(), Argv: rec.Cmd, Env: env, Dir: rec.Dir,
 		Cred: credOf(rec.Owner), Nice: rec.Nice, Home: home,
-		Log: logf, LogPath: rec.LogPath, LogMax: d.cfg.LogMaxBytes, LogKeep: d.cfg.LogKeep, Status: status,
+		Log: logf, LogMax: d.cfg.LogMaxBytes, LogKeep: d.cfg.LogKeep, Status: status,
 		Recorded: func(pid int, start uint64) error {
 			_, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
 				r.InitPID, r.InitStart = pid, start
@@ -277,7 +277,7 @@ func commandDir(a actor, owner proctable.Owner, what, dir, cmd0, path string) (s
 	}
 	dir = filepath.Clean(dir)
 	if err := sandbox.CheckCommand(credOf(owner), cmd0, path, dir); err != nil {
-		return "", invalidf("%s: as %s: %v", what, owner.User, err)
+		return "", invalidf("%s: %v", what, err)
 	}
 	return dir, nil
 }

@@ -167,8 +167,8 @@ func TestNoDriverMessageNamesSim(t *testing.T) {
 // retained reads as one unbroken tail of the output.
 func TestLogCapRotatesInSupervisor(t *testing.T) {
 	h := newHarness(t, func(c *config.Config) { c.LogMaxBytes = 4096; c.LogKeep = 1 })
-	h.run("chatty", "sh", "-c", `i=0; while [ $i -lt 3000 ]; do echo "line $i of some filler text"; i=$((i+1)); done; echo wrote; exec sleep 1000`)
-	h.followUntil("chatty", "wrote")
+	h.run("chatty", "sh", "-c", `i=0; while [ $i -lt 3000 ]; do echo "line $i of some filler text"; i=$((i+1)); done; echo wrote`)
+	h.waitExit("chatty") // the supervisor copies all output before it reports the exit
 	for _, name := range []string{"chatty.log", "chatty.log.1"} {
 		fi, err := os.Stat(filepath.Join(h.cfg.LogDir, name))
 		if err != nil {

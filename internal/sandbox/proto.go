@@ -46,7 +46,6 @@ type goSpec struct {
 	Env     []string `json:"env"`
 	Dir     string   `json:"dir"`     // the command's working directory
 	Home    string   `json:"home"`    // the supervisor's own (private) working directory
-	Log     string   `json:"log"`     // the log's path, for rotation
 	LogMax  int64    `json:"log_max"` // rotate past this many bytes; 0: never
 	LogKeep int      `json:"log_keep"`
 }

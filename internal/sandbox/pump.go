@@ -3,7 +3,10 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/gpusched/gpusched/internal/logfile"
@@ -21,19 +24,18 @@ const drainTime = 100 * time.Millisecond
 type pump struct {
 	r, w *os.File // the pipe; w goes to the command
 	log  *os.File
-	path string
 	max  int64
 	keep int
 	size int64
 	done chan struct{}
 }
 
-func newPump(log *os.File, path string, max int64, keep int) (*pump, error) {
+func newPump(log *os.File, max int64, keep int) (*pump, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("output pipe: %w", err)
 	}
-	p := &pump{r: r, w: w, log: log, path: path, max: max, keep: keep, done: make(chan struct{})}
+	p := &pump{r: r, w: w, log: log, max: max, keep: keep, done: make(chan struct{})}
 	if fi, err := log.Stat(); err == nil {
 		p.size = fi.Size()
 	}
@@ -65,14 +67,23 @@ func (p *pump) write(b []byte) {
 
 // rotate copy-truncates the log and gives the rotated copies back to root
 // (the supervisor runs as the caller; its files would be the caller's).
+// The log is found by its descriptor, not by a path kept in memory: a
+// copy restored from a fork image holds the same memory but its own log.
 func (p *pump) rotate() {
-	if err := logfile.Rotate(p.path, p.keep); err != nil {
-		fmt.Fprintf(p.log, "gpusched-init: log rotation: %v\n", err)
+	path, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(int(p.log.Fd())))
+	if err == nil && !filepath.IsAbs(path) {
+		err = fmt.Errorf("log descriptor names %q", path) // deleted, or not a file
 	}
-	for i := 1; i <= p.keep; i++ {
-		if err := os.Lchown(fmt.Sprintf("%s.%d", p.path, i), 0, 0); err != nil && !errors.Is(err, os.ErrNotExist) {
-			fmt.Fprintf(p.log, "gpusched-init: log rotation: %v\n", err)
+	if err == nil {
+		err = logfile.Rotate(path, p.keep)
+	}
+	for i := 1; err == nil && i <= p.keep; i++ {
+		if err = os.Lchown(fmt.Sprintf("%s.%d", path, i), 0, 0); errors.Is(err, fs.ErrNotExist) {
+			err = nil
 		}
+	}
+	if err != nil {
+		fmt.Fprintf(p.log, "gpusched-init: log rotation: %v\n", err)
 	}
 	p.size = 0
 	if fi, err := p.log.Stat(); err == nil {

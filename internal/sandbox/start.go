@@ -32,7 +32,6 @@ type Spec struct {
 	Nice           int      // applied to the supervisor, hence to the command, before it runs
 	Home           string   // the supervisor's private directory (exists; root only)
 	Log            *os.File // the log (O_APPEND): the supervisor's stdout and stderr
-	LogPath        string   // its path, for rotation
 	LogMax         int64    // rotate past this many bytes; 0: never
 	LogKeep        int      // rotated copies kept
 	Status         *os.File // written by the supervisor when the command ends
@@ -129,7 +128,7 @@ func handshake(ctx context.Context, s Spec, sync *os.File, pid int) (*Started, e
 		}
 	}
 	spec, err := json.Marshal(goSpec{Argv: s.Argv, Env: s.Env, Dir: s.Dir, Home: s.Home,
-		Log: s.LogPath, LogMax: s.LogMax, LogKeep: s.LogKeep})
+		LogMax: s.LogMax, LogKeep: s.LogKeep})
 	if err != nil {
 		return nil, err
 	}
@@ -156,13 +155,23 @@ func handshake(ctx context.Context, s Spec, sync *os.File, pid int) (*Started, e
 }
 
 // commandOf is the host pid of the supervisor's command: the one it
-// reported when that is its child, else its first child. A pid that is not
-// the supervisor's child is never taken.
+// reported when that is its child, else its first child found. A pid that
+// names another process is never taken; one that is gone (a command that
+// exited at once) is, as the supervisor reported it.
 func commandOf(initPID int, reported string) (int, error) {
-	if pid, err := strconv.Atoi(reported); err == nil && pid > 0 {
-		if st, err := procfs.ReadStat(pid); err == nil && st.PPID == initPID {
-			return pid, nil
+	pid, err := strconv.Atoi(reported)
+	if err != nil || pid <= 0 {
+		return FindCommand(initPID)
+	}
+	st, err := procfs.ReadStat(pid)
+	switch {
+	case err == nil && st.PPID == initPID:
+		return pid, nil
+	case errors.Is(err, procfs.ErrGone):
+		if found, ferr := FindCommand(initPID); ferr == nil {
+			return found, nil
 		}
+		return pid, nil
 	}
 	return FindCommand(initPID)
 }

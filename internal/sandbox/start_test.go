@@ -94,7 +94,7 @@ func (tr *tree) logPath() string { return filepath.Join(tr.dir, "private", "log"
 // spec runs argv as root in the test's directory.
 func (tr *tree) spec(argv ...string) Spec {
 	return Spec{SupervisorPath: tr.bin, Mark: "GPUSCHED_SOCKET=/test", Argv: argv, Env: []string{"PATH=/usr/bin:/bin"},
-		Dir: tr.dir, Cred: Cred{Groups: []uint32{}}, Home: tr.home, Log: tr.log, LogPath: tr.logPath(), Status: tr.status}
+		Dir: tr.dir, Cred: Cred{Groups: []uint32{}}, Home: tr.home, Log: tr.log, Status: tr.status}
 }
 
 // wait reaps the supervisor and returns its exit report.

@@ -57,7 +57,7 @@ func Main() int {
 	if err := os.Chdir(spec.Home); err != nil {
 		return fail(125, fmt.Errorf("supervisor directory: %w", err))
 	}
-	pump, err := newPump(log, spec.Log, spec.LogMax, spec.LogKeep)
+	pump, err := newPump(log, spec.LogMax, spec.LogKeep)
 	if err != nil {
 		return fail(125, err)
 	}
