@@ -115,11 +115,15 @@ func (d *Daemon) run(c *call) (any, error) {
 	return toAPI(started, d.gpuView()), nil
 }
 
-// start opens the log and status files, records the process and spawns it.
-// A new process starts a new log unless keepLog (a job's next attempt
-// appends): what a replaced process of the same name logged is gone with
-// its record, as after rm.
+// start claims the name, opens the log and status files, records the
+// process and spawns it. A new process starts a new log unless keepLog (a
+// job's next attempt appends): what a replaced process of the same name
+// and owner logged is gone with its record, as after rm. The caller holds
+// the name's op lock.
 func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, keepLog bool) (proctable.Record, error) {
+	if err := d.claimName(rec.Name, rec.Owner.UID); err != nil {
+		return rec, err
+	}
 	if !keepLog {
 		d.removeLogs(rec.LogPath)
 	}
