@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -234,4 +236,51 @@ func TestRedTeamNamesJobVsJob(t *testing.T) {
 	if out := h.mustCtl(bob, "--json", "job", "sweep"); json.Unmarshal([]byte(out), &j) != nil || j.UID != bob.UID || j.State != api.JobCancelled {
 		t.Errorf("bob's job sweep after alice reused the name: %s", out)
 	}
+}
+
+// TestRedTeamRunAsOwnUIDKeepsDroppedGroups: a caller that dropped a
+// supplementary group and names its own uid as user gets exactly its own
+// credentials, not the groups /etc/group lists for it.
+func TestRedTeamRunAsOwnUIDKeepsDroppedGroups(t *testing.T) {
+	alice := testutil.NewUser(t, rtAlice, rtGroup)
+	dropped := testutil.NewUser(t, rtAlice, rtGroup+"-x") // alice is also in rtGroup-x
+	h := newHarness(t, func(c *config.Config) { c.Group = rtGroup })
+	for i, user := range []string{strconv.Itoa(int(alice.UID)), alice.Name} {
+		name := "dropped-" + strconv.Itoa(i)
+		_, stderr, code := h.ctlAs(alice, []uint32{alice.GroupGID}, "", "run", "--user", user, "--dir", "/", name, "--", "sleep", "1000")
+		if code != 0 {
+			t.Fatalf("run --user %s as alice: %s", user, stderr)
+		}
+		p, err := h.client().Process(ctxT(t), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pid := range []int{p.InitPID, p.PID} {
+			groups := procGroups(t, pid)
+			if slices.Contains(groups, dropped.GroupGID) || !slices.Contains(groups, alice.GroupGID) {
+				t.Errorf("run --user %s: pid %d has groups %v; want %d kept and the dropped %d absent", user, pid, groups, alice.GroupGID, dropped.GroupGID)
+			}
+		}
+	}
+}
+
+// procGroups returns the Groups: line of /proc/pid/status.
+func procGroups(t *testing.T, pid int) []uint32 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Groups:"); ok {
+			out := []uint32{}
+			for _, f := range strings.Fields(v) {
+				g, _ := strconv.ParseUint(f, 10, 32)
+				out = append(out, uint32(g))
+			}
+			return out
+		}
+	}
+	t.Fatalf("pid %d: no Groups line", pid)
+	return nil
 }

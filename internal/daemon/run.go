@@ -209,7 +209,12 @@ func (d *Daemon) runAs(a actor, name string) (proctable.Owner, error) {
 	}
 	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
 	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-	if !a.root() && uint32(uid) != a.UID {
+	if uint32(uid) == a.UID {
+		// The caller's own uid, by number or another name: exactly the
+		// caller's credentials, never groups it has dropped.
+		return self, nil
+	}
+	if !a.root() {
 		return proctable.Owner{}, deniedf("run: only root may run as another user (%s)", name)
 	}
 	o := proctable.Owner{UID: uint32(uid), GID: uint32(gid), User: u.Username, Groups: []uint32{}}
