@@ -284,3 +284,42 @@ func procGroups(t *testing.T, pid int) []uint32 {
 	t.Fatalf("pid %d: no Groups line", pid)
 	return nil
 }
+
+// TestRedTeamNamesFillerLog: a process named filler-N never shares a log
+// with the root filler helper on GPU N, whichever starts first: the
+// helper's log keeps what the helper wrote, and the user reads only its
+// own output.
+func TestRedTeamNamesFillerLog(t *testing.T) {
+	bob := testutil.NewUser(t, rtBob, rtGroup)
+	h := newQueueHarness(t, "2x4G", func(c *config.Config) { c.Group = rtGroup })
+	helperLog := func(index int) string {
+		return h.d.fillerOptions(h.d.gpuView().devices[index].UUID, index).LogPath
+	}
+	fill := func(index int) {
+		if _, err := h.client().Fill(ctxT(t), api.FillParams{GPU: &api.GPURef{Index: index}, MiB: api.VRAM{MiB: 512}}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool {
+			b, _ := os.ReadFile(helperLog(index))
+			return strings.Contains(string(b), "started:")
+		})
+	}
+	// The helper first, then bob's process of that name.
+	fill(0)
+	h.mustCtl(bob, "run", "--dir", "/", "filler-0", "--", "sh", "-c", "echo bob-output; exec sleep 1000")
+	h.followUntil("filler-0", "bob-output")
+	// Bob's process first, then the helper.
+	h.mustCtl(bob, "run", "--dir", "/", "filler-1", "--", "sh", "-c", "echo bob-output; exec sleep 1000")
+	h.followUntil("filler-1", "bob-output")
+	fill(1)
+	for i := range 2 {
+		b, _ := os.ReadFile(helperLog(i))
+		if log := string(b); !strings.Contains(log, "started:") || strings.Contains(log, "bob-output") {
+			t.Errorf("filler %d's helper log %s: %q; want the helper's lines only", i, helperLog(i), log)
+		}
+		name := "filler-" + strconv.Itoa(i)
+		if out := h.mustCtl(bob, "logs", name); out != "bob-output\n" {
+			t.Errorf("bob's logs %s: %q; want only bob's output", name, out)
+		}
+	}
+}
