@@ -59,7 +59,7 @@ func abuseRows(nobodyUID uint32) []abuseRow {
 		{label: "run as owner", method: api.MethodRun, code: denied, params: func(o *abuseOwner) any {
 			return map[string]any{"name": "escalate", "cmd": []string{"id"}, "dir": "/", "user": o.user.Username}
 		}},
-		{label: "run live name", method: api.MethodRun, code: api.CodeExists, params: func(o *abuseOwner) any {
+		{label: "run live name", method: api.MethodRun, code: denied, params: func(o *abuseOwner) any {
 			return map[string]any{"name": o.p + "-run", "cmd": []string{"true"}, "dir": "/"}
 		}},
 		{label: "kill", method: api.MethodKill, code: denied, params: name("-run")},

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -118,25 +117,6 @@ func (h *ckptHarness) jobs(name string, gpu int, vrams ...int) *api.Process {
 		h.t.Fatal(err)
 	}
 	return p
-}
-
-// followCount follows name's log until n lines start with prefix.
-func (h *ckptHarness) followCount(name, prefix string, n int) {
-	h.t.Helper()
-	found := errors.New("found")
-	seen := 0
-	err := h.client().FollowLogs(ctxT(h.t), name, -1, func(l string) error {
-		if strings.HasPrefix(l, prefix) {
-			seen++
-		}
-		if seen == n {
-			return found
-		}
-		return nil
-	})
-	if !errors.Is(err, found) {
-		h.t.Fatalf("log of %s showed %d of %d lines %q: %v", name, seen, n, prefix, err)
-	}
 }
 
 func (h *ckptHarness) refresh() {

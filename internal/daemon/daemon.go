@@ -234,7 +234,7 @@ func (d *Daemon) Ready() <-chan struct{} { return d.ready }
 
 // boot loads the persisted table and re-adopts what still runs.
 func (d *Daemon) boot(ctx context.Context) error {
-	for _, dir := range []string{d.cfg.LogDir, d.statusDir(), d.sandboxDir()} {
+	for _, dir := range []string{d.cfg.LogDir, d.fillerLogDir(), d.statusDir(), d.sandboxDir()} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("create %s: %w", dir, err)
 		}

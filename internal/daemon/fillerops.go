@@ -19,12 +19,17 @@ import (
 // one change of what it holds.
 const fillerTimeout = 10 * time.Second
 
+// fillerLogDir holds the helpers' logs. It is a directory of its own
+// because a process name cannot contain '/': no process's log (NAME.log,
+// rotated NAME.log.N) can ever be a helper's.
+func (d *Daemon) fillerLogDir() string { return filepath.Join(d.cfg.LogDir, "fillers") }
+
 // fillerOptions are the helper options for a filler on uuid.
 func (d *Daemon) fillerOptions(uuid string, index int) memfill.Options {
 	o := memfill.Options{
 		Path: d.initPath, Backend: "cuda", UUID: uuid, ChunkMiB: d.cfg.FillerChunkMiB,
 		Socket:  filepath.Join(d.cfg.StateDir, "fillers", strconv.Itoa(index)+".sock"),
-		LogPath: filepath.Join(d.cfg.LogDir, "filler-"+strconv.Itoa(index)+".log"),
+		LogPath: filepath.Join(d.fillerLogDir(), "filler-"+strconv.Itoa(index)+".log"),
 		Tick:    d.cfg.FillerTick, Orphan: d.cfg.FillerOrphan,
 		Env:     []string{"CUDA_VISIBLE_DEVICES=" + uuid},
 		OnState: func(memfill.State) { d.sched.kick() },

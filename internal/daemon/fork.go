@@ -44,10 +44,10 @@ func (d *Daemon) fork(c *call) (any, error) {
 		if err := api.ValidateName(names[i]); err != nil {
 			return nil, invalidf("fork %q: copy name: %v", p.Name, err)
 		}
-		if old, ok := d.table.Get(names[i]); ok && old.Live() {
+		if old, ok := d.table.Get(names[i]); ok && old.Live() && old.Owner.UID == src.Owner.UID {
 			return nil, api.Errorf(api.CodeExists, "fork %q: process %q already exists (%s)", p.Name, names[i], old.State)
-		} else if ok && !c.actor.owns(old.Owner.UID) {
-			return nil, deniedf("fork %q: name %q is held by an exited process of %s", p.Name, names[i], old.Owner.User)
+		} else if ok && old.Owner.UID != src.Owner.UID {
+			return nil, fmt.Errorf("fork %q: %w", p.Name, heldByOther(names[i], "process"))
 		}
 	}
 	targets, err := d.forkTargets(p, src)
@@ -204,6 +204,9 @@ func (d *Daemon) restoreCopy(ctx context.Context, c *call, src proctable.Record,
 	var pairs []checkpoint.GPUPair
 	if target != "" && target != src.GPUs[0] {
 		pairs = []checkpoint.GPUPair{{Old: src.GPUs[0], New: target}}
+	}
+	if err := d.claimName(name, rec.Owner.UID); err != nil {
+		return api.Process{}, fmt.Errorf("copy %q: %w", name, err)
 	}
 	d.removeLogs(rec.LogPath)
 	if err := touch(rec.LogPath, rec.StatusPath); err != nil {

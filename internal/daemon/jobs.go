@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -38,6 +39,7 @@ func (d *Daemon) submit(c *call) (any, error) {
 	}
 	jobs := make([]*jobqueue.Job, 0, len(specs))
 	var errs []string
+	denied := false // a job was refused for the caller's rights, not its input
 	for i, s := range specs {
 		if len(p.Jobs) > 0 {
 			if s.Env == nil {
@@ -53,9 +55,13 @@ func (d *Daemon) submit(c *call) (any, error) {
 				return nil, err
 			}
 			errs = append(errs, fmt.Sprintf("job %d: %v", i+1, err))
+			denied = denied || errors.Is(err, ErrPermission)
 			continue
 		}
 		jobs = append(jobs, j)
+	}
+	if denied {
+		return nil, deniedf("submit: nothing queued: %s", strings.Join(errs, "; "))
 	}
 	if len(errs) > 0 {
 		return nil, invalidf("submit: nothing queued: %s", strings.Join(errs, "; "))
@@ -82,9 +88,6 @@ func (d *Daemon) newJob(c *call, s api.JobSpec) (*jobqueue.Job, error) {
 		what = fmt.Sprintf("submit %q", s.Name)
 		if jobqueue.IsID(s.Name) {
 			return nil, invalidf("%s: names of the form j<number> are reserved for job ids", what)
-		}
-		if r, ok := d.table.Get(s.Name); ok && r.Live() && r.Job == "" {
-			return nil, api.Errorf(api.CodeExists, "%s: a running process holds that name; choose another", what)
 		}
 	}
 	if len(s.Cmd) == 0 || s.Cmd[0] == "" {
@@ -123,6 +126,14 @@ func (d *Daemon) newJob(c *call, s api.JobSpec) (*jobqueue.Job, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.Name != "" {
+		if err := d.checkJobName(s.Name, owner.UID); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		if r, ok := d.table.Get(s.Name); ok && r.Live() && r.Job == "" {
+			return nil, api.Errorf(api.CodeExists, "%s: a running process holds that name; choose another", what)
+		}
+	}
 	dir, err := commandDir(c.actor, owner, what, s.Dir, s.Cmd[0], s.Env["PATH"])
 	if err != nil {
 		return nil, err
@@ -141,8 +152,8 @@ func (d *Daemon) newJob(c *call, s api.JobSpec) (*jobqueue.Job, error) {
 	return j, nil
 }
 
-// lookupJob finds a job by name or id and checks that the caller may see
-// and act on it.
+// lookupJob finds a job by name (the newest of that name, else the
+// caller's newest) or id and checks that the caller may see and act on it.
 func (d *Daemon) lookupJob(c *call, name string) (*jobqueue.Job, error) {
 	if name == "" {
 		return nil, invalidf("%s: name is empty", c.method)
@@ -153,6 +164,11 @@ func (d *Daemon) lookupJob(c *call, name string) (*jobqueue.Job, error) {
 	j, ok := d.jobs.Get(name)
 	if !ok {
 		return nil, api.Errorf(api.CodeNotFound, "job %q not found", name)
+	}
+	if j.Name == name && !c.actor.owns(j.Owner.UID) {
+		if own, found := d.ownJob(c.actor, name); found {
+			j = own // another user reused the name of the caller's finished job
+		}
 	}
 	if !c.actor.owns(j.Owner.UID) {
 		return nil, deniedf("job %q belongs to %s; you (%s) may only act on your own jobs", name, j.Owner.User, c.actor.User)

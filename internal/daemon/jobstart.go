@@ -111,10 +111,17 @@ func (d *Daemon) launch(ctx context.Context, s placement.Start) {
 
 // runAttempt preempts, then spawns the attempt's process. A failure that
 // is the machine's (a preemption that did not free the memory) puts the
-// job back in the queue; one that is the job's (its command cannot start)
-// fails it.
+// job back in the queue; one that is the job's (its command cannot start,
+// or another user's process holds its name) fails it.
 func (d *Daemon) runAttempt(ctx context.Context, j *jobqueue.Job, preempt []string) {
 	log := d.log.With(zap.String("job", j.Name), zap.String("id", j.ID), zap.Int("attempt", j.Current().N))
+	if r, ok := d.table.Get(j.Name); ok && r.Owner.UID != j.Owner.UID {
+		// Another user took the name while the job waited: it fails before
+		// preempting anything (start checks again under the name's lock).
+		log.Warn("job attempt did not start", zap.String("held_by", r.Owner.User))
+		d.attemptNotStarted(j, heldByOther(j.Name, "process"))
+		return
+	}
 	for _, name := range preempt {
 		if err := d.preempt(ctx, name, j); err != nil {
 			log.Warn("preemption failed; job requeued", zap.String("victim", name), zap.Error(err))

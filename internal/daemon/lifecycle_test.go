@@ -30,6 +30,25 @@ func (h *harness) followUntil(name, want string) {
 	}
 }
 
+// followCount follows name's log until n lines start with prefix.
+func (h *harness) followCount(name, prefix string, n int) {
+	h.t.Helper()
+	found := errors.New("found")
+	seen := 0
+	err := h.client().FollowLogs(ctxT(h.t), name, -1, func(l string) error {
+		if strings.HasPrefix(l, prefix) {
+			seen++
+		}
+		if seen == n {
+			return found
+		}
+		return nil
+	})
+	if !errors.Is(err, found) {
+		h.t.Fatalf("log of %s showed %d of %d lines %q: %v", name, seen, n, prefix, err)
+	}
+}
+
 func TestKillEscalatesToSigkillAfterGrace(t *testing.T) {
 	h := newHarness(t)
 	h.run("stubborn", "sh", "-c", `trap "" TERM; echo ready; exec sleep 1000`)

@@ -13,9 +13,18 @@ func (d *Daemon) rm(c *call) (any, error) {
 	if err := c.decode(&p); err != nil {
 		return nil, err
 	}
-	if _, err := d.lookup(c, p.Name); err != nil {
+	if r, err := d.lookup(c, p.Name); err != nil {
+		return nil, err
+	} else if r.Live() {
+		return nil, conflictf("process %q is %s; kill it before rm", p.Name, r.State)
+	}
+	// Under the name's op lock, so that the logs removed below cannot be
+	// those of a process that takes the name meanwhile.
+	unlock, err := d.ops.lock(c.ctx, p.Name)
+	if err != nil {
 		return nil, err
 	}
+	defer unlock()
 	gv := d.gpuView()
 	rec, err := d.table.Remove(p.Name, func(r proctable.Record) error {
 		if !c.actor.owns(r.Owner.UID) {

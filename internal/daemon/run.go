@@ -87,13 +87,8 @@ func (d *Daemon) run(c *call) (any, error) {
 		return nil, err
 	}
 	defer unlock()
-	if old, ok := d.table.Get(p.Name); ok {
-		if old.Live() {
-			return nil, api.Errorf(api.CodeExists, "process %q is already %s (pid %d); kill it or choose another name", p.Name, old.State, old.PID)
-		}
-		if !c.actor.owns(old.Owner.UID) {
-			return nil, deniedf("name %q is held by an exited process of %s", p.Name, old.Owner.User)
-		}
+	if err := d.claimName(p.Name, owner.UID); err != nil {
+		return nil, err
 	}
 	rec := proctable.Record{
 		ID: id, Name: p.Name, Owner: owner, Cmd: p.Cmd, Dir: dir, GPUs: gpus, Nice: p.Nice, Policy: policy,
@@ -112,11 +107,15 @@ func (d *Daemon) run(c *call) (any, error) {
 	return toAPI(started, d.gpuView()), nil
 }
 
-// start opens the log and status files, records the process and spawns it.
-// A new process starts a new log unless keepLog (a job's next attempt
-// appends): what a replaced process of the same name logged is gone with
-// its record, as after rm.
+// start claims the name, opens the log and status files, records the
+// process and spawns it. A new process starts a new log unless keepLog (a
+// job's next attempt appends): what a replaced process of the same name
+// and owner logged is gone with its record, as after rm. The caller holds
+// the name's op lock.
 func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, keepLog bool) (proctable.Record, error) {
+	if err := d.claimName(rec.Name, rec.Owner.UID); err != nil {
+		return rec, err
+	}
 	if !keepLog {
 		d.removeLogs(rec.LogPath)
 	}
@@ -209,7 +208,12 @@ func (d *Daemon) runAs(a actor, name string) (proctable.Owner, error) {
 	}
 	uid, _ := strconv.ParseUint(u.Uid, 10, 32)
 	gid, _ := strconv.ParseUint(u.Gid, 10, 32)
-	if !a.root() && uint32(uid) != a.UID {
+	if uint32(uid) == a.UID {
+		// The caller's own uid, by number or another name: exactly the
+		// caller's credentials, never groups it has dropped.
+		return self, nil
+	}
+	if !a.root() {
 		return proctable.Owner{}, deniedf("run: only root may run as another user (%s)", name)
 	}
 	o := proctable.Owner{UID: uint32(uid), GID: uint32(gid), User: u.Username, Groups: []uint32{}}

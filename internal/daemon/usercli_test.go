@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os/exec"
+	"strings"
 	"syscall"
 
 	"github.com/gpusched/gpusched/internal/testutil"
@@ -14,10 +15,21 @@ import (
 // status.
 func (h *harness) ctlAs(u testutil.User, args ...string) (string, string, int) {
 	h.t.Helper()
+	return h.ctlWith(u, nil, "", args...)
+}
+
+// ctlWith is ctlAs with groups as u's supplementary groups (u.Groups()
+// when nil) and stdin as its input.
+func (h *harness) ctlWith(u testutil.User, groups []uint32, stdin string, args ...string) (string, string, int) {
+	h.t.Helper()
+	if groups == nil {
+		groups = u.Groups()
+	}
 	cmd := exec.Command(h.bins.Ctl, append([]string{"--socket", h.cfg.Socket}, args...)...)
 	cmd.Dir = "/"
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups()}}
+	cmd.Stdin = strings.NewReader(stdin)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: groups}}
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -27,7 +39,7 @@ func (h *harness) ctlAs(u testutil.User, args ...string) (string, string, int) {
 	case errors.As(err, &ee):
 		code = ee.ExitCode()
 	case err != nil:
-		h.t.Fatalf("gpuschedctl %v: %v", args, err)
+		h.t.Fatalf("gpuschedctl %v as %s: %v", args, u.Name, err)
 	}
 	return out.String(), errb.String(), code
 }

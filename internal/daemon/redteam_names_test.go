@@ -1,0 +1,298 @@
+package daemon
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/internal/testutil"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// The red-team tests of name collisions (issue 19): two real unprivileged
+// users of the socket's group, where one tries to take over, through a
+// name, what is the other's.
+const (
+	rtGroup = "gsrtnames"   // the socket's group
+	rtAlice = "gsrtnames-a" // the victim
+	rtBob   = "gsrtnames-b" // the attacker
+)
+
+// mustCtl runs gpuschedctl as u and fails t unless it succeeds.
+func (h *harness) mustCtl(u testutil.User, args ...string) string {
+	h.t.Helper()
+	out, stderr, code := h.ctlAs(u, args...)
+	if code != 0 {
+		h.t.Fatalf("gpuschedctl %v as %s: exit %d: %s", args, u.Name, code, stderr)
+	}
+	return out
+}
+
+// held is what a user holds under one name: the record, the log and its
+// rotated copy (contents and inode), and whether the status file exists.
+type held struct {
+	rec              proctable.Record
+	log, rotated     string
+	logIno, rotIno   uint64
+	status           bool
+	rotatedPath, who string
+}
+
+// holding reads what name holds now; it fails t when there is no record.
+func (h *harness) holding(name string) held {
+	h.t.Helper()
+	rec, ok := h.d.table.Get(name)
+	if !ok {
+		h.t.Fatalf("no record %q", name)
+	}
+	out := held{rec: rec, rotatedPath: rec.LogPath + ".1", who: rec.Owner.User}
+	out.log, out.logIno = fileAndInode(h.t, rec.LogPath)
+	out.rotated, out.rotIno = fileAndInode(h.t, out.rotatedPath)
+	_, err := os.Stat(rec.StatusPath)
+	out.status = err == nil
+	return out
+}
+
+// intact checks that name still holds exactly what before recorded.
+func (h *harness) intact(before held) {
+	h.t.Helper()
+	name := before.rec.Name
+	now := h.holding(name)
+	switch r, b := now.rec, before.rec; {
+	case r.ID != b.ID, r.Owner.UID != b.Owner.UID, r.State != b.State, r.PID != b.PID, r.LogPath != b.LogPath:
+		h.t.Errorf("%s's record %q was replaced or changed: was %s %s pid %d uid %d, now %s %s pid %d uid %d",
+			before.who, name, b.ID, b.State, b.PID, b.Owner.UID, r.ID, r.State, r.PID, r.Owner.UID)
+	}
+	if now.log != before.log || now.logIno != before.logIno {
+		h.t.Errorf("%s's log %s was replaced: was %q (inode %d), now %q (inode %d)", before.who, before.rec.LogPath, before.log, before.logIno, now.log, now.logIno)
+	}
+	if now.rotated != before.rotated || now.rotIno != before.rotIno {
+		h.t.Errorf("%s's rotated log %s was replaced: was %q, now %q", before.who, before.rotatedPath, before.rotated, now.rotated)
+	}
+	if now.status != before.status {
+		h.t.Errorf("%s's status file %s: existed %v, now %v", before.who, before.rec.StatusPath, before.status, now.status)
+	}
+}
+
+// fileAndInode returns a file's contents and inode; a missing file is
+// empty, inode 0.
+func fileAndInode(t testing.TB, path string) (string, uint64) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", 0
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return string(b), st.Ino
+}
+
+// wantDenied checks that a refused gpuschedctl call said permission_denied
+// with a sentence naming another user's process or job.
+func wantDenied(t *testing.T, what, stderr string, code int, holder string) {
+	t.Helper()
+	if code == 0 || !strings.Contains(stderr, string(api.CodePermissionDenied)) || !strings.Contains(stderr, "another user's "+holder) {
+		t.Errorf("%s: exit %d, stderr %q; want permission_denied naming another user's %s", what, code, stderr, holder)
+	}
+}
+
+// TestRedTeamNamesExitedRecord: bob tries every path that creates or
+// removes a record under the name of alice's exited process (submit, a
+// batch submit, run, run by root on bob's behalf, a fork copy, rm). Each
+// is refused, nothing of bob's is queued, and alice's record, log, rotated
+// log and status file are as they were.
+func TestRedTeamNamesExitedRecord(t *testing.T) {
+	alice, bob := testutil.NewUser(t, rtAlice, rtGroup), testutil.NewUser(t, rtBob, rtGroup)
+	h := newHarness(t, func(c *config.Config) { c.Group = rtGroup })
+	h.mustCtl(alice, "run", "--dir", "/", "share-1", "--", "sh", "-c", "echo alice-secret")
+	if p := h.waitExit("share-1"); p.UID != alice.UID {
+		t.Fatalf("share-1 runs as %d, want alice (%d)", p.UID, alice.UID)
+	}
+	rotated := filepath.Join(h.cfg.LogDir, "share-1.log.1") // as rotation leaves it
+	if err := os.WriteFile(rotated, []byte("alice-rotated\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := h.holding("share-1")
+	if before.log != "alice-secret\n" || !before.status {
+		t.Fatalf("alice's share-1: log %q, status file %v", before.log, before.status)
+	}
+
+	_, stderr, code := h.ctlAs(bob, "submit", "--name", "share-1", "--dir", "/", "--", "true")
+	wantDenied(t, "submit share-1 as bob", stderr, code, "process")
+	_, stderr, code = h.ctlWith(bob, nil, "[name=bob-ok] true\n[name=share-1] true\n", "submit", "--dir", "/", "--file", "-")
+	wantDenied(t, "batch submit with share-1 as bob", stderr, code, "process")
+	jobs, err := h.client().Jobs(ctxT(t), api.JobsParams{All: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs) != 0 {
+		t.Errorf("refused submissions queued %+v", jobs)
+	}
+	h.mustCtl(bob, "run", "--dir", "/", "share", "--", "sleep", "1000")
+	for _, args := range [][]string{
+		{"run", "--dir", "/", "share-1", "--", "true"},
+		{"fork", "share", "--copies", "1"},
+		{"rm", "share-1"},
+	} {
+		if _, stderr, code := h.ctlAs(bob, args...); code == 0 || !strings.Contains(stderr, string(api.CodePermissionDenied)) {
+			t.Errorf("%v as bob: exit %d, stderr %q; want permission_denied", args, code, stderr)
+		}
+	}
+	// Root running a process as bob does not replace alice's either.
+	_, err = h.client().Run(ctxT(t), api.RunParams{Name: "share-1", User: bob.Name, Dir: "/", Cmd: []string{"true"},
+		Env: map[string]string{"PATH": "/usr/bin:/bin"}})
+	if api.CodeOf(err) != api.CodePermissionDenied || !strings.Contains(err.Error(), "another user's process") {
+		t.Errorf("root's run of share-1 as bob: %v; want permission_denied naming another user's process", err)
+	}
+	h.intact(before)
+	if out := h.mustCtl(alice, "logs", "share-1"); out != "alice-rotated\nalice-secret\n" {
+		t.Errorf("alice's logs share-1: %q", out)
+	}
+}
+
+// TestRedTeamNamesLaunchOverLiveProcess: bob's job waits for memory; alice
+// meanwhile runs a process under the job's name. When the job is placed
+// it must not start: it fails, saying why, and alice's live process, its
+// record and its log (the same file) are untouched.
+func TestRedTeamNamesLaunchOverLiveProcess(t *testing.T) {
+	alice, bob := testutil.NewUser(t, rtAlice, rtGroup), testutil.NewUser(t, rtBob, rtGroup)
+	h := newQueueHarness(t, "1x4G", func(c *config.Config) { c.Group = rtGroup })
+	h.submit(api.JobSpec{Name: "blocker", Cmd: h.simjob("--vram", "3072"), VRAM: gib(3)})
+	h.waitRunning("blocker")
+	h.mustCtl(bob, "submit", "--name", "late", "--vram", "3G", "--dir", "/", "--", "sleep", "1000")
+	if j := h.job("late"); j.State != api.JobQueued || j.UID != bob.UID {
+		t.Fatalf("bob's job late: %s uid %d, want queued for bob", j.State, j.UID)
+	}
+	h.mustCtl(alice, "run", "--dir", "/", "late", "--", "sh", "-c", "echo alice-live; exec sleep 1000")
+	h.followUntil("late", "alice-live")
+	before := h.holding("late")
+
+	if _, err := h.client().Cancel(ctxT(t), "blocker"); err != nil {
+		t.Fatal(err)
+	}
+	j := h.waitJob("late")
+	if j.UID != bob.UID || j.State != api.JobFailed || !strings.Contains(j.Reason, "another user's process") {
+		t.Errorf("bob's job after placement: %s %q (uid %d); want failed, saying another user's process holds the name", j.State, j.Reason, j.UID)
+	}
+	h.intact(before)
+	if p, err := h.client().Process(ctxT(t), "late"); err != nil || p.State != api.StateRunning || p.UID != alice.UID {
+		t.Errorf("alice's late: %+v %v", p, err)
+	}
+}
+
+// TestRedTeamNamesJobVsJob: a name that bob's unfinished job holds is
+// refused to alice's submission as another user's, and once bob's job has
+// finished and its process is forgotten, alice may take the name while
+// bob still finds his own job under it.
+func TestRedTeamNamesJobVsJob(t *testing.T) {
+	alice, bob := testutil.NewUser(t, rtAlice, rtGroup), testutil.NewUser(t, rtBob, rtGroup)
+	h := newQueueHarness(t, "1x4G", func(c *config.Config) { c.Group = rtGroup })
+	h.mustCtl(bob, "submit", "--name", "sweep", "--dir", "/", "--", "sleep", "1000")
+	h.waitJobState("sweep", api.JobRunning)
+	_, stderr, code := h.ctlAs(alice, "submit", "--name", "sweep", "--dir", "/", "--", "true")
+	wantDenied(t, "submit sweep as alice", stderr, code, "job")
+
+	h.mustCtl(bob, "job", "cancel", "sweep")
+	h.waitJob("sweep")
+	h.mustCtl(bob, "rm", "sweep")
+	h.mustCtl(alice, "submit", "--name", "sweep", "--dir", "/", "--", "true")
+	var j api.Job
+	if out := h.mustCtl(bob, "--json", "job", "sweep"); json.Unmarshal([]byte(out), &j) != nil || j.UID != bob.UID || j.State != api.JobCancelled {
+		t.Errorf("bob's job sweep after alice reused the name: %s", out)
+	}
+}
+
+// TestRedTeamRunAsOwnUIDKeepsDroppedGroups: a caller that dropped a
+// supplementary group and names its own uid as user gets exactly its own
+// credentials, not the groups /etc/group lists for it.
+func TestRedTeamRunAsOwnUIDKeepsDroppedGroups(t *testing.T) {
+	alice := testutil.NewUser(t, rtAlice, rtGroup)
+	dropped := testutil.NewUser(t, rtAlice, rtGroup+"-x") // alice is also in rtGroup-x
+	h := newHarness(t, func(c *config.Config) { c.Group = rtGroup })
+	for i, user := range []string{strconv.Itoa(int(alice.UID)), alice.Name} {
+		name := "dropped-" + strconv.Itoa(i)
+		_, stderr, code := h.ctlWith(alice, []uint32{alice.GroupGID}, "", "run", "--user", user, "--dir", "/", name, "--", "sleep", "1000")
+		if code != 0 {
+			t.Fatalf("run --user %s as alice: %s", user, stderr)
+		}
+		p, err := h.client().Process(ctxT(t), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, pid := range []int{p.InitPID, p.PID} {
+			groups := procGroups(t, pid)
+			if slices.Contains(groups, dropped.GroupGID) || !slices.Contains(groups, alice.GroupGID) {
+				t.Errorf("run --user %s: pid %d has groups %v; want %d kept and the dropped %d absent", user, pid, groups, alice.GroupGID, dropped.GroupGID)
+			}
+		}
+	}
+}
+
+// procGroups returns the Groups: line of /proc/pid/status.
+func procGroups(t *testing.T, pid int) []uint32 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Groups:"); ok {
+			out := []uint32{}
+			for _, f := range strings.Fields(v) {
+				g, _ := strconv.ParseUint(f, 10, 32)
+				out = append(out, uint32(g))
+			}
+			return out
+		}
+	}
+	t.Fatalf("pid %d: no Groups line", pid)
+	return nil
+}
+
+// TestRedTeamNamesFillerLog: a process named filler-N never shares a log
+// with the root filler helper on GPU N, whichever starts first: the
+// helper's log keeps what the helper wrote, and the user reads only its
+// own output.
+func TestRedTeamNamesFillerLog(t *testing.T) {
+	bob := testutil.NewUser(t, rtBob, rtGroup)
+	h := newQueueHarness(t, "2x4G", func(c *config.Config) { c.Group = rtGroup })
+	helperLog := func(index int) string {
+		return h.d.fillerOptions(h.d.gpuView().devices[index].UUID, index).LogPath
+	}
+	fill := func(index int) {
+		if _, err := h.client().Fill(ctxT(t), api.FillParams{GPU: &api.GPURef{Index: index}, MiB: api.VRAM{MiB: 512}}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool {
+			b, _ := os.ReadFile(helperLog(index))
+			return strings.Contains(string(b), "started:")
+		})
+	}
+	// The helper first, then bob's process of that name.
+	fill(0)
+	h.mustCtl(bob, "run", "--dir", "/", "filler-0", "--", "sh", "-c", "echo bob-output; exec sleep 1000")
+	h.followUntil("filler-0", "bob-output")
+	// Bob's process first, then the helper.
+	h.mustCtl(bob, "run", "--dir", "/", "filler-1", "--", "sh", "-c", "echo bob-output; exec sleep 1000")
+	h.followUntil("filler-1", "bob-output")
+	fill(1)
+	for i := range 2 {
+		b, _ := os.ReadFile(helperLog(i))
+		if log := string(b); !strings.Contains(log, "started:") || strings.Contains(log, "bob-output") {
+			t.Errorf("filler %d's helper log %s: %q; want the helper's lines only", i, helperLog(i), log)
+		}
+		name := "filler-" + strconv.Itoa(i)
+		if out := h.mustCtl(bob, "logs", name); out != "bob-output\n" {
+			t.Errorf("bob's logs %s: %q; want only bob's output", name, out)
+		}
+	}
+}
