@@ -127,3 +127,73 @@ func niceOf(t *testing.T, pid int) int {
 	fmt.Sscan(f[16], &n)
 	return n
 }
+
+// TestRedTeamStdoutTruncateCannotFillDisk is vector 2: a process grew its
+// stdout, the log itself, to 5 GiB with ftruncate, and the daemon's
+// copy-truncate rotation then wrote gigabytes of root-owned zeros. Its
+// stdout is now a pipe to the supervisor, which alone writes the log: the
+// log and its one rotated copy stay within the cap, in blocks too.
+func TestRedTeamStdoutTruncateCannotFillDisk(t *testing.T) {
+	u := testutil.NewUser(t, "gsred1", "gsred")
+	const capBytes = 1 << 20
+	h := newHarness(t, func(c *config.Config) { c.Group = "gsred"; c.LogMaxBytes = capBytes; c.LogKeep = 1 })
+	script := `truncate -s 5G /proc/self/fd/1 2>&1; truncate -s 5G /proc/self/fd/2 2>&1; head -c 3000000 /dev/zero | tr '\0' x; echo; echo done`
+	if _, errOut, code := h.ctlAs(u, "run", "filler", "--dir", "/", "--", "sh", "-c", script); code != 0 {
+		t.Fatal(errOut)
+	}
+	if p := h.waitExit("filler"); p.Exit == nil || p.Exit.Code == nil || *p.Exit.Code != 0 {
+		t.Fatalf("exit %+v", p.Exit)
+	}
+	var total int64
+	for _, name := range []string{"filler.log", "filler.log.1"} {
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(h.cfg.LogDir, name), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Size > capBytes+64<<10 {
+			t.Errorf("%s: %d bytes past the cap", name, st.Size)
+		}
+		total += st.Blocks * 512
+	}
+	if total > 2*(capBytes+64<<10)+64<<10 {
+		t.Fatalf("logs take %d bytes of disk; cap %d plus one rotation", total, capBytes)
+	}
+	if lines := mustHarnessLogs(t, h, "filler"); lines[len(lines)-1] != "done" {
+		t.Fatalf("last line %q", lines[len(lines)-1])
+	}
+}
+
+// TestRedTeamRunChecksAsCaller is vector 6a: the daemon checked a run's
+// dir and command as root, so whether a path exists in a directory the
+// caller may not read showed in the answer. Checked as the caller, an
+// existing and a missing path there are refused alike.
+func TestRedTeamRunChecksAsCaller(t *testing.T) {
+	u := testutil.NewUser(t, "gsred1", "gsred")
+	h := newHarness(t, func(c *config.Config) { c.Group = "gsred" })
+	private := filepath.Join(h.dir, "private")
+	if err := os.MkdirAll(filepath.Join(private, "exists"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(private, "tool"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	answer := func(args ...string) string {
+		t.Helper()
+		_, errOut, code := h.ctlAs(u, args...)
+		if code == 0 {
+			t.Fatalf("%v as %s succeeded", args, u.Name)
+		}
+		return strings.ReplaceAll(errOut, "exists", "X")
+	}
+	for _, pair := range [][2][]string{
+		{{"run", "a", "--dir", filepath.Join(private, "exists"), "--", "true"}, {"run", "a", "--dir", filepath.Join(private, "missing"), "--", "true"}},
+		{{"run", "a", "--dir", "/", "--", filepath.Join(private, "tool")}, {"run", "a", "--dir", "/", "--", filepath.Join(private, "none")}},
+		{{"submit", "--name", "a", "--dir", filepath.Join(private, "exists"), "--", "true"}, {"submit", "--name", "a", "--dir", filepath.Join(private, "missing"), "--", "true"}},
+	} {
+		a := strings.ReplaceAll(answer(pair[0]...), "tool", "X")
+		b := strings.ReplaceAll(strings.ReplaceAll(answer(pair[1]...), "missing", "X"), "none", "X")
+		if a != b || !strings.Contains(a, "permission denied") {
+			t.Errorf("an existing and a missing path answer differently:\n%s%s", a, b)
+		}
+	}
+}
