@@ -29,11 +29,11 @@ func (d *Daemon) logs(c *call, emit func(*api.Event) error) (any, error) {
 	}
 	res := api.LogsResult{Name: p.Name, Lines: []string{}}
 	if !p.Follow {
-		lines, _, err := logfile.Tail(c.ctx, rec.LogPath, n, d.cfg.LogKeep)
+		lines, truncated, err := logfile.Tail(c.ctx, rec.LogPath, n, d.cfg.LogKeep)
 		if err != nil {
 			return nil, err
 		}
-		res.Lines = lines
+		res.Lines, res.Truncated = lines, truncated
 		return res, nil
 	}
 	done := make(chan struct{})
