@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/execx"
+	"github.com/gpusched/gpusched/internal/procfs"
 )
 
 // minCRIU is the oldest CRIU that dumps and restores on current kernels
@@ -257,13 +259,16 @@ func (c *CRIU) do(ctx context.Context, fn func(*criu.Criu) error) error {
 }
 
 // swrkChildren lists this process's children that are CRIU workers. The
-// children of a process are listed per thread.
+// children of a process are listed per thread; the start of a child's
+// command line tells a worker.
 func swrkChildren() map[int]bool {
 	out := map[int]bool{}
 	tasks, _ := os.ReadDir("/proc/self/task")
 	for _, t := range tasks {
-		b, err := os.ReadFile(filepath.Join("/proc/self/task", t.Name(), "children"))
-		if err != nil {
+		b, err := procfs.ReadFile(filepath.Join("/proc/self/task", t.Name(), "children"), procfs.MaxPIDList)
+		if errors.Is(err, procfs.ErrTruncated) {
+			b = b[:bytes.LastIndexByte(b, ' ')+1] // whole pids only
+		} else if err != nil {
 			continue
 		}
 		for _, f := range strings.Fields(string(b)) {
@@ -271,7 +276,7 @@ func swrkChildren() map[int]bool {
 			if err != nil {
 				continue
 			}
-			cmd, _ := os.ReadFile("/proc/" + f + "/cmdline")
+			cmd, _ := procfs.ReadFile("/proc/"+f+"/cmdline", procfs.MaxArgs) // a prefix will do
 			if strings.Contains(string(cmd), "\x00swrk\x00") {
 				out[pid] = true
 			}
