@@ -34,6 +34,17 @@ func TestLogsTail(t *testing.T) {
 	}
 }
 
+// TestLogsTruncated: a reply cut at the daemon's cap prints its lines and
+// says on stderr that older ones were left out.
+func TestLogsTruncated(t *testing.T) {
+	res := api.LogsResult{Name: "train", Lines: []string{"epoch 9"}, Truncated: true}
+	d := newFakeDaemon(t, map[string]handler{api.MethodLogs: answer(result(res))})
+	out, errOut, code := ctl(t, d, "logs", "train", "-n", "-1")
+	if code != 0 || out != "epoch 9\n" || !strings.Contains(errOut, "older lines of train left out") {
+		t.Fatalf("code %d, stderr %q, stdout %q", code, errOut, out)
+	}
+}
+
 // followed streams two log lines around a state change, then ends as the
 // process exits.
 var followed = answer(

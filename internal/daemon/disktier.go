@@ -117,7 +117,7 @@ func treeBytes(initPID int) uint64 {
 	}
 	var sum uint64
 	for _, pid := range append([]int{initPID}, tree.Descendants(initPID)...) {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/statm")
+		b, err := procfs.ReadFile("/proc/"+strconv.Itoa(pid)+"/statm", procfs.MaxNumbers)
 		if err != nil {
 			continue
 		}

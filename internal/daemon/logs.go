@@ -8,7 +8,9 @@ import (
 const defaultLogLines = 100
 
 // logs returns the last lines of a process's log; with follow it streams
-// them, then every new line, as log events until the process exits.
+// them, then every new line, as log events until the process exits. What
+// it reads of the log is bounded (see package logfile), whatever the
+// process wrote.
 func (d *Daemon) logs(c *call, emit func(*api.Event) error) (any, error) {
 	var p api.LogsParams
 	if err := c.decode(&p); err != nil {
@@ -27,11 +29,11 @@ func (d *Daemon) logs(c *call, emit func(*api.Event) error) (any, error) {
 	}
 	res := api.LogsResult{Name: p.Name, Lines: []string{}}
 	if !p.Follow {
-		lines, err := logfile.Tail(rec.LogPath, n, d.cfg.LogKeep)
+		lines, truncated, err := logfile.Tail(c.ctx, rec.LogPath, n, d.cfg.LogKeep)
 		if err != nil {
 			return nil, err
 		}
-		res.Lines = lines
+		res.Lines, res.Truncated = lines, truncated
 		return res, nil
 	}
 	done := make(chan struct{})
@@ -40,7 +42,7 @@ func (d *Daemon) logs(c *call, emit func(*api.Event) error) (any, error) {
 	} else {
 		close(done)
 	}
-	lines, offset, err := logfile.TailForFollow(rec.LogPath, n, d.cfg.LogKeep)
+	lines, offset, err := logfile.TailForFollow(c.ctx, rec.LogPath, n, d.cfg.LogKeep)
 	if err != nil {
 		return nil, err
 	}

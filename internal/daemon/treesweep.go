@@ -2,13 +2,13 @@ package daemon
 
 import (
 	"bytes"
-	"io"
 	"os"
 	"strconv"
 
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/sandbox"
 )
 
@@ -48,14 +48,10 @@ func (d *Daemon) sweepUntrackedTrees() {
 	}
 }
 
-// readProcHead reads at most n bytes of /proc/<pid>/<name>: a process's
-// command line and environment are its own to make as large as it likes.
+// readProcHead is the first n bytes (at most) of /proc/<pid>/<name>: a
+// process's command line and environment are its own to make as large as
+// it likes.
 func readProcHead(pid int, name string, n int) []byte {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/" + name)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	b, _ := io.ReadAll(io.LimitReader(f, int64(n)))
+	b, _ := procfs.ReadFile("/proc/"+strconv.Itoa(pid)+"/"+name, n)
 	return b
 }

@@ -16,8 +16,15 @@
 // that a tail followed by a follow neither repeats nor skips a line.
 //
 // Lines are split at '\n'. A line longer than [MaxLine] bytes is cut to its
-// first MaxLine bytes followed by [CutMarker]. File boundaries end lines: a
-// line split by a rotation reads as two in [Tail].
+// first MaxLine bytes followed by [CutMarker]; so is a line whose start was
+// not read. File boundaries end lines: a line split by a rotation reads as
+// two in [Tail].
+//
+// The content of a log is the process's to choose (a line of gigabytes, a
+// hole of terabytes made by ftruncate), so every read is bounded: Tail reads
+// at most the last [MaxTail] bytes, Follow never holds more than a line of
+// MaxLine bytes and skips ahead when more than [MaxLag] bytes behind, and
+// both stop at the end of their context.
 //
 // Every open refuses a symbolic link as the final path component, since the
 // daemon runs as root and the paths may sit where users can write.

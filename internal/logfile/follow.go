@@ -12,9 +12,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// seenLen is how many of the bytes last read Follow keeps to recognise a
-// file that was truncated and then refilled past its offset.
-const seenLen = 64
+const (
+	// seenLen is how many of the bytes last read Follow keeps to recognise
+	// a file that was truncated and then refilled past its offset.
+	seenLen = 64
+	// MaxLag is how far behind the end of the file Follow may fall before
+	// it skips ahead.
+	MaxLag = 8 << 20
+)
+
+// SkipFormat is the line Follow emits, with the count, for bytes it skipped.
+const SkipFormat = "[%d bytes skipped]"
 
 // Follow emits every line appended to path after byte offset (from
 // TailForFollow), in order, each once it is complete. It sleeps on an
@@ -33,6 +41,13 @@ const seenLen = 64
 // when the bytes just before the offset changed; a follower that lags behind
 // a rotation loses what was written between its offset and the rotation
 // (that is in path.1).
+//
+// Follow holds at most MaxLine bytes of a line and reads at most MaxLag
+// bytes behind the end of the file: when it falls further behind (a client
+// slower than the writer, or a file extended by a hole), it emits the line
+// in progress cut, then a SkipFormat line, and goes on MaxLag bytes before
+// the end. A line it starts inside (at such a point, or at an offset that
+// is not a line start) is cut.
 func Follow(ctx context.Context, path string, offset int64, done <-chan struct{}, emit func(line string) error) error {
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
@@ -48,7 +63,10 @@ func Follow(ctx context.Context, path string, offset int64, done <-chan struct{}
 	if err := w.Add(path); err != nil {
 		return fmt.Errorf("log %s: %w", path, err)
 	}
-	fl := &follower{f: f, path: path, offset: offset, buf: make([]byte, chunkSize), emit: emit}
+	fl := &follower{f: f, path: path, buf: make([]byte, chunkSize), emit: emit}
+	if err := fl.startAt(offset); err != nil {
+		return err
+	}
 	for {
 		if err := fl.drain(ctx); err != nil {
 			return err
@@ -95,6 +113,9 @@ func (fl *follower) drain(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if err := fl.keepUp(); err != nil {
+			return err
+		}
 		n, rerr := fl.f.ReadAt(fl.buf, fl.offset)
 		if rerr != nil && !errors.Is(rerr, io.EOF) {
 			return fmt.Errorf("log %s: %w", fl.path, rerr)
@@ -117,6 +138,45 @@ func (fl *follower) drain(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// keepUp skips ahead to MaxLag bytes before the end of the file when the
+// offset is further behind.
+func (fl *follower) keepUp() error {
+	fi, err := fl.f.Stat()
+	if err != nil {
+		return fmt.Errorf("log %s: %w", fl.path, err)
+	}
+	to := fi.Size() - MaxLag
+	if to <= fl.offset {
+		return nil
+	}
+	if err := fl.lines.cutShort(fl.emit); err != nil {
+		return err
+	}
+	if err := fl.emit(fmt.Sprintf(SkipFormat, to-fl.offset)); err != nil {
+		return err
+	}
+	fl.seen = fl.seen[:0]
+	return fl.startAt(to)
+}
+
+// startAt moves to offset, cutting the first line when offset is inside
+// one. An offset past the end is left to intact.
+func (fl *follower) startAt(offset int64) error {
+	fl.offset = offset
+	if offset == 0 {
+		return nil
+	}
+	mid, err := midLine(fl.f, offset)
+	switch {
+	case errors.Is(err, io.EOF):
+		return nil
+	case err != nil:
+		return fmt.Errorf("log %s: %w", fl.path, err)
+	}
+	fl.lines.cut = fl.lines.cut || mid
+	return nil
 }
 
 // intact reports whether the bytes before the offset are still those that

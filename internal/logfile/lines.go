@@ -13,7 +13,7 @@ const (
 // at most MaxLine bytes of the line in progress.
 type lineBuf struct {
 	buf []byte
-	cut bool
+	cut bool // bytes of the line in progress were dropped
 }
 
 // feed adds p to the stream and emits each line it completes.
@@ -30,6 +30,16 @@ func (l *lineBuf) feed(p []byte, emit func(string) error) error {
 		}
 		p = p[i+1:]
 	}
+}
+
+// cutShort emits the line in progress, if any, cut: the rest of it will
+// not be read.
+func (l *lineBuf) cutShort(emit func(string) error) error {
+	if len(l.buf) == 0 && !l.cut {
+		return nil
+	}
+	l.cut = true
+	return emit(l.take())
 }
 
 // flush emits the line in progress, if any, as a final line.

@@ -2,6 +2,7 @@ package logfile
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,10 @@ import (
 )
 
 const (
+	// MaxTail is the most bytes of a log that Tail and TailForFollow read,
+	// counted back from the end of the current file into the rotated
+	// copies: what they return is at most this much, plus cut markers.
+	MaxTail = 1 << 20
 	// chunkSize is how much Tail and Follow read at a time.
 	chunkSize = 64 << 10
 	// tailAttempts bounds the retries of a Tail that raced a rotation.
@@ -22,29 +27,44 @@ const (
 // backwards from the end and continuing into path.1 … path.keep while it
 // has fewer; n < 0 returns every retained line. A final line without a
 // trailing newline is included. A missing log gives an empty slice.
-func Tail(path string, n, keep int) ([]string, error) {
-	lines, _, err := tail(path, n, keep, false)
-	return lines, err
+//
+// Tail reads only the last MaxTail bytes of the log. When the lines asked
+// for reach further back, it returns those that start within them, the
+// oldest cut (with CutMarker) if it starts before them, and truncated.
+// It returns ctx.Err() when ctx ends first.
+func Tail(ctx context.Context, path string, n, keep int) (lines []string, truncated bool, err error) {
+	t, err := tail(ctx, path, n, keep, false)
+	return t.lines, t.truncated, err
 }
 
 // TailForFollow is Tail for a caller that goes on with Follow: it returns
 // only complete lines, leaving an unterminated last line to Follow, and the
 // offset just past the last complete line of path, from which Follow goes on
-// with no line missed or repeated.
-func TailForFollow(path string, n, keep int) (lines []string, offset int64, err error) {
-	return tail(path, n, keep, true)
+// with no line missed or repeated. When the last MaxTail bytes of path hold
+// no newline, the offset is where they start, and Follow cuts the line it
+// finds there.
+func TailForFollow(ctx context.Context, path string, n, keep int) (lines []string, offset int64, err error) {
+	t, err := tail(ctx, path, n, keep, true)
+	return t.lines, t.offset, err
+}
+
+// tailed is what a tail found.
+type tailed struct {
+	lines     []string
+	offset    int64 // the end of what was read of path itself
+	truncated bool  // lines asked for lie before the MaxTail bytes read
 }
 
 // tail implements Tail and TailForFollow, retrying when a rotation truncated
 // a file under it.
-func tail(path string, n, keep int, complete bool) ([]string, int64, error) {
+func tail(ctx context.Context, path string, n, keep int, complete bool) (tailed, error) {
 	if err := checkKeep(path, keep); err != nil {
-		return nil, 0, err
+		return tailed{}, err
 	}
 	for attempt := 1; ; attempt++ {
-		lines, offset, err := tailOnce(path, n, keep, complete)
+		t, err := tailOnce(ctx, path, n, keep, complete)
 		if !errors.Is(err, errShrunk) || attempt == tailAttempts {
-			return lines, offset, err
+			return t, err
 		}
 	}
 }
@@ -54,12 +74,16 @@ type span struct {
 	name       string
 	r          io.ReaderAt
 	start, end int64
+	cut        bool // start is inside a line, which is therefore cut
 }
 
-func tailOnce(path string, n, keep int, complete bool) (lines []string, offset int64, err error) {
+func tailOnce(ctx context.Context, path string, n, keep int, complete bool) (tailed, error) {
 	buf := make([]byte, chunkSize)
+	var t tailed
 	var spans []span // newest first
 	wanted := n      // lines still wanted; < 0 for all
+	budget := int64(MaxTail)
+	total := 0 // lines in spans
 	for i := 0; i <= keep && (i == 0 || wanted != 0); i++ {
 		name := rotatedPath(path, i)
 		f, err := os.OpenFile(name, os.O_RDONLY|unix.O_NOFOLLOW, 0)
@@ -67,54 +91,87 @@ func tailOnce(path string, n, keep int, complete bool) (lines []string, offset i
 			continue
 		}
 		if err != nil {
-			return nil, 0, fmt.Errorf("log %s: %w", name, err)
+			return tailed{}, fmt.Errorf("log %s: %w", name, err)
 		}
 		defer f.Close()
-		s, count, err := lastSpan(f, name, wanted, i == 0 && complete, buf)
+		fi, err := f.Stat()
 		if err != nil {
-			return nil, 0, err
+			return tailed{}, fmt.Errorf("log %s: %w", name, err)
+		}
+		if budget == 0 {
+			if fi.Size() > 0 {
+				t.truncated = true
+				break
+			}
+			continue
+		}
+		floor := max(fi.Size()-budget, 0)
+		s, count, err := lastSpan(ctx, f, name, fi.Size(), floor, wanted, i == 0 && complete, buf)
+		if err != nil {
+			return tailed{}, err
 		}
 		if i == 0 {
-			offset = s.end
+			t.offset = s.end
 		}
+		budget -= fi.Size() - s.start
 		if wanted > 0 {
 			wanted -= count
 		}
+		total += count
 		spans = append(spans, s)
-	}
-	lines = []string{}
-	for i := len(spans) - 1; i >= 0; i-- {
-		if lines, err = appendLines(lines, spans[i], buf); err != nil {
-			return nil, 0, err
+		if s.start > 0 && wanted != 0 {
+			t.truncated = true
+			break
 		}
 	}
-	return lines, offset, nil
+	t.lines = make([]string, 0, total)
+	for i := len(spans) - 1; i >= 0; i-- {
+		var err error
+		if t.lines, err = appendLines(ctx, t.lines, spans[i], buf); err != nil {
+			return tailed{}, err
+		}
+	}
+	return t, nil
 }
 
-// lastSpan finds the last n lines of f (all for n < 0; only complete ones
-// if asked) and returns them with their count.
-func lastSpan(f *os.File, name string, n int, complete bool, buf []byte) (span, int, error) {
-	fi, err := f.Stat()
-	if err != nil {
-		return span{}, 0, fmt.Errorf("log %s: %w", name, err)
-	}
-	s := span{name: name, r: f, end: fi.Size()}
+// lastSpan finds the last n lines of f[floor:size] (all for n < 0; only
+// complete ones if asked) and returns them with their count.
+func lastSpan(ctx context.Context, f *os.File, name string, size, floor int64, n int, complete bool, buf []byte) (span, int, error) {
+	s := span{name: name, r: f, start: floor, end: size}
+	var err error
 	if complete {
-		if s.end, err = completeEnd(f, s.end, buf); err != nil {
+		if s.end, err = completeEnd(ctx, f, size, floor, buf); err != nil {
 			return span{}, 0, readErr(name, err)
 		}
 	}
-	if n < 0 {
-		return s, 0, nil
+	var count int
+	s.start, count, err = lastLines(ctx, f, s.end, floor, n, buf)
+	if err != nil {
+		return span{}, 0, readErr(name, err)
 	}
-	s.start, n, err = lastLines(f, s.end, n, buf)
-	return s, n, readErr(name, err)
+	if s.start > 0 && s.start == floor {
+		if s.cut, err = midLine(f, s.start); err != nil {
+			return span{}, 0, readErr(name, err)
+		}
+	}
+	return s, count, nil
 }
 
-// completeEnd returns the offset just past the last newline in r[:size], or 0.
-func completeEnd(r io.ReaderAt, size int64, buf []byte) (int64, error) {
-	var end int64
-	err := scanBack(r, size, buf, func(b []byte, at int64) bool {
+// midLine reports whether offset at > 0 of r is inside a line: the byte
+// before it is not a newline.
+func midLine(r io.ReaderAt, at int64) (bool, error) {
+	var b [1]byte
+	if _, err := r.ReadAt(b[:], at-1); err != nil {
+		return false, err
+	}
+	return b[0] != '\n', nil
+}
+
+// completeEnd returns the offset just past the last newline in
+// r[floor:size], or floor when there is none.
+func completeEnd(ctx context.Context, r io.ReaderAt, size, floor int64, buf []byte) (int64, error) {
+	end := floor
+	err := scanBack(ctx, r, size, floor, buf, func(b []byte, at int64) bool {
 		i := bytes.LastIndexByte(b, '\n')
 		if i >= 0 {
 			end = at + int64(i) + 1
@@ -124,15 +181,16 @@ func completeEnd(r io.ReaderAt, size int64, buf []byte) (int64, error) {
 	return end, err
 }
 
-// lastLines returns where the last n lines of r[:size] start and how many
-// lines there are from there, which is fewer than n only when the start is 0.
-// A final newline ends the last line; bytes after the last newline are a line.
-func lastLines(r io.ReaderAt, size int64, n int, buf []byte) (start int64, count int, err error) {
-	if size == 0 || n == 0 {
-		return size, 0, nil
+// lastLines returns where the last n lines (all for n < 0) of r[floor:end]
+// start and how many lines there are from there, which is fewer than n
+// only when the start is floor. A final newline ends the last line; bytes
+// after the last newline are a line.
+func lastLines(ctx context.Context, r io.ReaderAt, end, floor int64, n int, buf []byte) (start int64, count int, err error) {
+	if end == floor || n == 0 {
+		return end, 0, nil
 	}
 	last := true
-	err = scanBack(r, size, buf, func(b []byte, at int64) bool {
+	err = scanBack(ctx, r, end, floor, buf, func(b []byte, at int64) bool {
 		if last && b[len(b)-1] == '\n' {
 			b = b[:len(b)-1]
 		}
@@ -145,17 +203,21 @@ func lastLines(r io.ReaderAt, size int64, n int, buf []byte) (start int64, count
 		}
 		return false
 	})
-	if count < n {
-		return 0, count + 1, err
+	if n < 0 || count < n {
+		return floor, count + 1, err
 	}
 	return start, n, err
 }
 
-// scanBack reads r[:end] in chunks of len(buf), last chunk first, handing
-// each with its offset to fn until fn returns true or the start is reached.
-func scanBack(r io.ReaderAt, end int64, buf []byte, fn func(b []byte, at int64) bool) error {
-	for end > 0 {
-		at := max(end-int64(len(buf)), 0)
+// scanBack reads r[floor:end] in chunks of len(buf), last chunk first,
+// handing each with its offset to fn until fn returns true or floor is
+// reached.
+func scanBack(ctx context.Context, r io.ReaderAt, end, floor int64, buf []byte, fn func(b []byte, at int64) bool) error {
+	for end > floor {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		at := max(end-int64(len(buf)), floor)
 		b := buf[:end-at]
 		if _, err := r.ReadAt(b, at); err != nil {
 			return err
@@ -169,13 +231,16 @@ func scanBack(r io.ReaderAt, end int64, buf []byte, fn func(b []byte, at int64) 
 }
 
 // appendLines appends the lines of s to lines; the end of s ends a line.
-func appendLines(lines []string, s span, buf []byte) ([]string, error) {
-	var lb lineBuf
+func appendLines(ctx context.Context, lines []string, s span, buf []byte) ([]string, error) {
+	lb := lineBuf{cut: s.cut}
 	emit := func(line string) error {
 		lines = append(lines, line)
 		return nil
 	}
 	for at := s.start; at < s.end; {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		b := buf[:min(int64(len(buf)), s.end-at)]
 		if _, err := s.r.ReadAt(b, at); err != nil {
 			return nil, readErr(s.name, err)
@@ -188,11 +253,13 @@ func appendLines(lines []string, s span, buf []byte) ([]string, error) {
 }
 
 // readErr wraps an error from ReadAt; reading past the end means the file
-// shrank since its size was taken.
+// shrank since its size was taken. A context's error is returned as it is.
 func readErr(name string, err error) error {
 	switch {
 	case err == nil:
 		return nil
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
 	case errors.Is(err, io.EOF):
 		return fmt.Errorf("log %s: %w", name, errShrunk)
 	default:

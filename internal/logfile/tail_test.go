@@ -2,6 +2,7 @@ package logfile
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -81,12 +82,12 @@ func TestTail(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "log")
 			writeFiles(t, path, tt.files)
-			got, err := Tail(path, tt.n, tt.keep)
+			got, truncated, err := Tail(context.Background(), path, tt.n, tt.keep)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got == nil || !slices.Equal(got, tt.want) {
-				t.Errorf("Tail(%d, keep %d) = %#v, want %q", tt.n, tt.keep, got, tt.want)
+			if got == nil || !slices.Equal(got, tt.want) || truncated {
+				t.Errorf("Tail(%d, keep %d) = %#v, %v; want %q, false", tt.n, tt.keep, got, truncated, tt.want)
 			}
 		})
 	}
@@ -111,7 +112,7 @@ func TestTailForFollow(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "log")
 			writeFiles(t, path, tt.files)
-			got, offset, err := TailForFollow(path, tt.n, 1)
+			got, offset, err := TailForFollow(context.Background(), path, tt.n, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -123,7 +124,7 @@ func TestTailForFollow(t *testing.T) {
 }
 
 func TestTailNegativeKeep(t *testing.T) {
-	if _, err := Tail(filepath.Join(t.TempDir(), "log"), 1, -1); !errors.Is(err, ErrInvalidArgument) {
+	if _, _, err := Tail(context.Background(), filepath.Join(t.TempDir(), "log"), 1, -1); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("err = %v, want ErrInvalidArgument", err)
 	}
 }
@@ -132,7 +133,7 @@ func TestTailLongLine(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "log")
 	long := strings.Repeat("x", MaxLine)
 	writeFiles(t, path, map[string]string{"": "first\n" + long + "yyyy\nlast\n"})
-	got, err := Tail(path, 2, 0)
+	got, _, err := Tail(context.Background(), path, 2, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,11 +175,11 @@ func TestTailLargeFileReadsOnlyTheEnd(t *testing.T) {
 	defer f.Close()
 	cr := &countingReader{r: f}
 	buf := make([]byte, chunkSize)
-	start, count, err := lastLines(cr, int64(b.Len()), 100, buf)
+	start, count, err := lastLines(context.Background(), cr, int64(b.Len()), 0, 100, buf)
 	if err != nil || count != 100 {
 		t.Fatalf("lastLines = %d, %d, %v", start, count, err)
 	}
-	lines, err := appendLines(nil, span{name: path, r: cr, start: start, end: int64(b.Len())}, buf)
+	lines, err := appendLines(context.Background(), nil, span{name: path, r: cr, start: start, end: int64(b.Len())}, buf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +187,7 @@ func TestTailLargeFileReadsOnlyTheEnd(t *testing.T) {
 		t.Errorf("read %d bytes of %d for 100 lines", read, b.Len())
 	}
 
-	got, err := Tail(path, 100, 0)
+	got, _, err := Tail(context.Background(), path, 100, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,36 +197,45 @@ func TestTailLargeFileReadsOnlyTheEnd(t *testing.T) {
 }
 
 // FuzzTail checks lastLines and appendLines, with chunks small enough to cut
-// lines anywhere, against splitting the whole content.
+// lines anywhere and a floor anywhere, against splitting the content from
+// the floor on: the first line is cut when the floor is inside it.
 func FuzzTail(f *testing.F) {
-	f.Add([]byte("a\nb\nc"), 2, 3)
-	f.Add([]byte("\n\n\n"), 5, 1)
-	f.Add([]byte("abc\n"), 1, 2)
-	f.Fuzz(func(t *testing.T, content []byte, n, bufLen int) {
-		n, bufLen = n%20, 1+abs(bufLen)%16
+	f.Add([]byte("a\nb\nc"), 2, 3, 0)
+	f.Add([]byte("\n\n\n"), 5, 1, 0)
+	f.Add([]byte("abc\n"), 1, 2, 0)
+	f.Add([]byte("abc\ndef"), -1, 2, 1)
+	f.Add([]byte("abc\ndef\n"), 3, 4, 4)
+	f.Fuzz(func(t *testing.T, content []byte, n, bufLen, floor int) {
+		n, bufLen, floor = n%20, 1+abs(bufLen)%16, abs(floor)%(len(content)+1)
 		r := bytes.NewReader(content)
 		buf := make([]byte, bufLen)
-		start := int64(0)
-		if n >= 0 {
-			var err error
-			if start, _, err = lastLines(r, int64(len(content)), n, buf); err != nil {
-				t.Fatal(err)
-			}
-		}
-		got, err := appendLines([]string{}, span{r: r, start: start, end: int64(len(content))}, buf)
+		end := int64(len(content))
+		start, count, err := lastLines(context.Background(), r, end, int64(floor), n, buf)
 		if err != nil {
 			t.Fatal(err)
 		}
-		all := strings.Split(strings.TrimSuffix(string(content), "\n"), "\n")
-		if len(content) == 0 {
+		s := span{r: r, start: start, end: end}
+		if start > 0 && start == int64(floor) {
+			s.cut = content[start-1] != '\n'
+		}
+		got, err := appendLines(context.Background(), []string{}, s, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rest := content[floor:]
+		all := strings.Split(strings.TrimSuffix(string(rest), "\n"), "\n")
+		if len(rest) == 0 {
 			all = []string{}
+		}
+		if floor > 0 && content[floor-1] != '\n' && len(all) > 0 {
+			all[0] += CutMarker
 		}
 		want := all
 		if n >= 0 && n < len(all) {
 			want = all[len(all)-n:]
 		}
-		if !slices.Equal(got, want) {
-			t.Errorf("last %d of %q = %q, want %q", n, content, got, want)
+		if !slices.Equal(got, want) || count != len(want) {
+			t.Errorf("last %d of %q from %d = %q (count %d), want %q", n, content, floor, got, count, want)
 		}
 	})
 }

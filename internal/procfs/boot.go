@@ -1,14 +1,11 @@
 package procfs
 
-import (
-	"os"
-	"strings"
-)
+import "strings"
 
 // BootID returns the kernel's boot id; it changes on every boot, so a
 // recorded (pid, start time) from another boot names nothing alive.
 func BootID() (string, error) {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	b, err := ReadFile("/proc/sys/kernel/random/boot_id", MaxNumbers)
 	if err != nil {
 		return "", err
 	}

@@ -13,13 +13,13 @@ import (
 // files, where ScanTree reads every process of the machine. The lists are
 // exact for stopped processes; a child forked meanwhile by a running one
 // may be missed. Without those lists (a kernel built without
-// CONFIG_PROC_CHILDREN) it scans /proc instead. A root that is gone gives
-// an empty list.
+// CONFIG_PROC_CHILDREN), or when one is longer than MaxPIDList, it scans
+// /proc instead. A root that is gone gives an empty list.
 func TreeOf(root int) ([]int, error) {
 	out := []int{root}
 	for i := 0; i < len(out); i++ {
 		kids, err := childrenOf(out[i])
-		if errors.Is(err, errNoChildrenFile) {
+		if errors.Is(err, errNoChildrenFile) || errors.Is(err, ErrTruncated) {
 			t, err := ScanTree()
 			if err != nil {
 				return nil, err
@@ -39,7 +39,8 @@ func TreeOf(root int) ([]int, error) {
 
 var errNoChildrenFile = errors.New("no /proc/<pid>/task/<tid>/children")
 
-// childrenOf reads the children of every thread of pid.
+// childrenOf reads the children of every thread of pid. A list longer than
+// MaxPIDList gives ErrTruncated.
 func childrenOf(pid int) ([]int, error) {
 	dir := "/proc/" + strconv.Itoa(pid) + "/task"
 	tids, err := os.ReadDir(dir)
@@ -48,7 +49,10 @@ func childrenOf(pid int) ([]int, error) {
 	}
 	var out []int
 	for _, tid := range tids {
-		b, err := os.ReadFile(dir + "/" + tid.Name() + "/children")
+		b, err := ReadFile(dir+"/"+tid.Name()+"/children", MaxPIDList)
+		if errors.Is(err, ErrTruncated) {
+			return nil, err
+		}
 		if errors.Is(err, fs.ErrNotExist) {
 			if _, serr := os.Stat(dir + "/" + tid.Name()); serr == nil {
 				return nil, errNoChildrenFile

@@ -3,6 +3,7 @@ package procfs
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -34,7 +35,7 @@ func SelfPID() (int, error) {
 
 // statusNSpid returns the first field of the NSpid line of a status file.
 func statusNSpid(path string) (int, error) {
-	b, err := os.ReadFile(path)
+	b, err := ReadFile(path, MaxStatus)
 	if err != nil {
 		return 0, err
 	}
@@ -54,7 +55,10 @@ func statusNSpid(path string) (int, error) {
 // NSPid returns pid's pid in its innermost PID namespace (the last field of
 // the NSpid line of its status): what it keeps across a CRIU restore.
 func NSPid(pid int) (int, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	b, err := ReadFile("/proc/"+strconv.Itoa(pid)+"/status", MaxStatus)
+	if errors.Is(err, ErrTruncated) {
+		return 0, fmt.Errorf("pid %d: %w", pid, err)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("pid %d: %w", pid, ErrGone)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/store"
 )
 
@@ -71,7 +72,7 @@ func (r *Registry) SetFaults(f Faults) error {
 
 // readFaults reads faults.json; an absent file injects nothing.
 func (r *Registry) readFaults() (Faults, error) {
-	data, err := os.ReadFile(filepath.Join(r.dir, faultsName))
+	data, err := procfs.ReadFile(filepath.Join(r.dir, faultsName), maxStateSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Faults{}, nil
 	}

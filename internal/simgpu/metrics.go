@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
-	"os"
 	"path/filepath"
 
+	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/store"
 )
 
@@ -83,7 +83,7 @@ func (r *Registry) SetMetrics(uuid string, m Metrics) error {
 
 // readMetrics reads metrics.json; an absent file means no measurements.
 func (r *Registry) readMetrics() (map[string]Metrics, error) {
-	data, err := os.ReadFile(filepath.Join(r.dir, metricsName))
+	data, err := procfs.ReadFile(filepath.Join(r.dir, metricsName), maxStateSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return map[string]Metrics{}, nil
 	}

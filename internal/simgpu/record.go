@@ -16,8 +16,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// maxRecordSize bounds what is read from a record file.
-const maxRecordSize = 64 << 10
+const (
+	// maxRecordSize bounds what is read from a record file.
+	maxRecordSize = 64 << 10
+	// maxStateSize bounds what is read from gpus.json, metrics.json and
+	// faults.json.
+	maxStateSize = 1 << 20
+	// maxProcEntries bounds the entries of procs/ a scan reads: anyone may
+	// add files there, while a live record needs a live process.
+	maxProcEntries = 1 << 14
+)
 
 // record is the content of procs/<pid>.json: one process's memory per device
 // uuid. Parked memory was moved to host RAM by a checkpoint and does not

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/store"
 	"golang.org/x/sys/unix"
 )
@@ -84,7 +85,7 @@ func setupDir(dir string) error {
 
 // Open opens the sim directory dir made by Create.
 func Open(dir string) (*Registry, error) {
-	data, err := os.ReadFile(filepath.Join(dir, gpusName))
+	data, err := procfs.ReadFile(filepath.Join(dir, gpusName), maxStateSize)
 	if err != nil {
 		return nil, fmt.Errorf("sim dir %s: %w (is gpuschedd running with --sim?)", dir, err)
 	}

@@ -3,6 +3,7 @@ package simgpu
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -29,16 +30,15 @@ func (s *scanResult) used(uuid string) uint64 {
 
 // scan reads every record in procs/ and sorts them into live and garbage.
 // Each file is replaced atomically, so a scan without the lock still sees
-// whole records.
+// whole records. A procs/ of more than maxProcEntries entries fails it.
 func (r *Registry) scan() (scanResult, error) {
 	procs := filepath.Join(r.dir, procsName)
-	ents, err := os.ReadDir(procs)
+	names, err := listProcs(procs)
 	if err != nil {
 		return scanResult{}, fmt.Errorf("sim dir %s: %w", r.dir, err)
 	}
 	s := scanResult{live: make(map[int]record)}
-	for _, e := range ents {
-		name := e.Name()
+	for _, name := range names {
 		if store.IsTemp(name) {
 			s.temps = append(s.temps, name)
 			continue
@@ -60,6 +60,30 @@ func (r *Registry) scan() (scanResult, error) {
 		}
 	}
 	return s, nil
+}
+
+// listProcs returns the names in procs/, reading the directory a batch at
+// a time so that an overfull one costs no more than maxProcEntries names.
+func listProcs(procs string) ([]string, error) {
+	d, err := os.Open(procs)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	var names []string
+	for {
+		batch, err := d.Readdirnames(256)
+		names = append(names, batch...)
+		if len(names) > maxProcEntries {
+			return nil, fmt.Errorf("%s holds over %d entries: remove the files that are not records of live processes", procs, maxProcEntries)
+		}
+		if errors.Is(err, io.EOF) {
+			return names, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
 }
 
 // alive reports whether process (pid, startTime) is running. When /proc

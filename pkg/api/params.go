@@ -65,10 +65,13 @@ type LogsParams struct {
 	Follow bool   `json:"follow,omitempty"`
 }
 
-// LogsResult holds the last lines, oldest first.
+// LogsResult holds the last lines, oldest first. Truncated means that
+// older lines asked for were left out: the daemon reads at most the last
+// MiB of a log per call.
 type LogsResult struct {
-	Name  string   `json:"name"`
-	Lines []string `json:"lines"`
+	Name      string   `json:"name"`
+	Lines     []string `json:"lines"`
+	Truncated bool     `json:"truncated,omitempty"`
 }
 
 // WaitParams waits until a process exits; Timeout 0 waits forever.

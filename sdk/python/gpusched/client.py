@@ -699,7 +699,11 @@ class GpuSched:
         return _decode(lambda r: [Process.from_dict(p) for p in r.get("processes") or []], result, "ps")
 
     def logs(self, name: str, lines: int = 100) -> List[str]:
-        """The last ``lines`` lines of a process's log, oldest first (-1: all retained)."""
+        """The last ``lines`` lines of a process's log, oldest first (-1: all retained).
+
+        The daemon reads at most the last MiB of a log: lines asked for beyond it are left
+        out (the raw result, ``call("logs", ...)``, then says ``"truncated": true``).
+        """
         result = self.call("logs", {"name": name, "lines": lines})
         return _decode(lambda r: [str(line) for line in r.get("lines") or []], result, "logs")
 

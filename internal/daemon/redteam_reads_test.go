@@ -1,0 +1,178 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/logfile"
+	"github.com/gpusched/gpusched/internal/testutil"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// Issue 19, vector 5: every read the daemon makes of data a caller's code
+// produces is bounded. Here the caller is a real unprivileged user, and
+// what its process produces is its log.
+
+// readsCtl runs gpuschedctl as u; it returns stdout, stderr and the exit
+// status.
+func readsCtl(h *harness, u testutil.User, args ...string) (string, string, int) {
+	h.t.Helper()
+	cmd := exec.Command(h.bins.Ctl, append([]string{"--socket", h.cfg.Socket}, args...)...)
+	cmd.Dir = "/"
+	cmd.Env = []string{"PATH=/usr/bin:/bin"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups()}}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		return out.String(), errb.String(), ee.ExitCode()
+	case err != nil:
+		h.t.Fatalf("gpuschedctl %v: %v", args, err)
+	}
+	return out.String(), errb.String(), 0
+}
+
+// daemonCost is what the daemon, which runs in this process, read and
+// allocated during fn.
+func daemonCost(t *testing.T, fn func()) (read, alloc uint64) {
+	t.Helper()
+	var before, after runtime.MemStats
+	r0 := processRChar(t)
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return processRChar(t) - r0, after.TotalAlloc - before.TotalAlloc
+}
+
+// processRChar is the number of bytes this process has read so far.
+func processRChar(t *testing.T) uint64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		t.Skipf("no I/O accounting: %v", err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "rchar: "); ok {
+			n, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("/proc/self/io has no rchar")
+	return 0
+}
+
+// TestRedTeamReadsHugeLog: a user's process writes two million short lines,
+// then a line of a gigabyte with no newline (8 MiB written, the rest a
+// hole made by ftruncate on its own stdout). Asked for every line, the
+// daemon reads about the last MiB, answers with the one line there, cut,
+// says truncated, and allocates a bounded amount; a follower reads as
+// little and gets the same cut line when the process ends. Before the
+// bounds, one such call read the whole gigabyte and allocated hundreds of
+// MiB, and the reply held every short line.
+func TestRedTeamReadsHugeLog(t *testing.T) {
+	u := testutil.NewUser(t, "gsreads", "gsredteam")
+	h := newHarness(t, func(c *config.Config) {
+		c.Group = u.Group
+		c.LogMaxBytes = 1 << 40 // rotation is another vector's
+	})
+	const size = 1<<30 + 4
+	script := `$| = 1; print "start\n"; print "y\n" x 2000000; print "x" x (8 << 20);
+		truncate(STDOUT, 1 << 30) or die "truncate: $!"; print "tail"; sleep 1000`
+	if _, errOut, code := readsCtl(h, u, "run", "--dir", "/", "huge", "--", "perl", "-e", script); code != 0 {
+		t.Fatalf("run: %s", errOut)
+	}
+	p, err := h.client().Process(ctxT(t), "huge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if fi, err := os.Stat(p.Log); err == nil && fi.Size() == size {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the log never reached %d bytes", size)
+		}
+	}
+
+	// What a line from the end of the log is: its first MaxLine bytes, all
+	// of the hole, cut.
+	cut := strings.Repeat("\x00", logfile.MaxLine) + logfile.CutMarker
+	const (
+		readBound  = 16 << 20 // the MiB of the log, and whatever else the daemon reads meanwhile
+		allocBound = 64 << 20
+		replyBound = 6*logfile.MaxTail + 4<<10 // every byte escaped as \u0000
+	)
+	var out, errOut string
+	var code int
+	read, alloc := daemonCost(t, func() { out, errOut, code = readsCtl(h, u, "--json", "logs", "huge", "-n", "-1") })
+	if code != 0 {
+		t.Fatalf("logs: %s", errOut)
+	}
+	t.Logf("logs: the daemon read %d bytes and allocated %d; reply %d bytes", read, alloc, len(out))
+	if read > readBound || alloc > allocBound || len(out) > replyBound {
+		t.Errorf("logs: the daemon read %d bytes and allocated %d for a reply of %d; want at most %d, %d and %d",
+			read, alloc, len(out), readBound, allocBound, replyBound)
+	}
+	var res api.LogsResult
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("logs --json: %v", err)
+	}
+	if !res.Truncated || len(res.Lines) != 1 || res.Lines[0] != cut {
+		t.Errorf("logs = %d lines (the last %.20q), truncated %v; want the cut line alone, truncated", len(res.Lines), readsLast(res.Lines), res.Truncated)
+	}
+	if _, errOut, _ := readsCtl(h, u, "logs", "huge", "-n", "-1"); !strings.Contains(errOut, "left out") {
+		t.Errorf("logs says nothing of the lines left out: %q", errOut)
+	}
+
+	var lines []string
+	read, alloc = daemonCost(t, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		following := make(chan error, 1)
+		go func() {
+			following <- h.client().FollowLogs(ctx, "huge", -1, func(l string) error {
+				lines = append(lines, l)
+				return nil
+			})
+		}()
+		// The follower ends when the process does; until then it waits
+		// with the line in progress, not reading.
+		time.Sleep(200 * time.Millisecond) // nothing to wait on; a follow that starts after the kill ends the same way
+		if _, errOut, code := readsCtl(h, u, "kill", "huge"); code != 0 {
+			t.Errorf("kill: %s", errOut)
+		}
+		if err := <-following; err != nil {
+			t.Errorf("follow: %v", err)
+		}
+	})
+	t.Logf("logs -f: the daemon read %d bytes and allocated %d", read, alloc)
+	if read > readBound || alloc > allocBound {
+		t.Errorf("logs -f: the daemon read %d bytes and allocated %d; want at most %d and %d", read, alloc, readBound, allocBound)
+	}
+	if len(lines) != 1 || lines[0] != cut {
+		t.Errorf("logs -f = %d lines (the last %.20q); want the cut line alone", len(lines), readsLast(lines))
+	}
+}
+
+func readsLast(lines []string) string {
+	if len(lines) == 0 {
+		return ""
+	}
+	return lines[len(lines)-1]
+}
