@@ -78,7 +78,8 @@ func TestCrashRandomWorkload(t *testing.T) {
 	})
 	h.faults(`{"lock": {"delay_ms": 10}, "checkpoint": {"delay_ms": 40}, "restore": {"delay_ms": 40}, "unlock": {"delay_ms": 10}}`)
 	r := &crashRun{t: t, h: h, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		marks: filepath.Join(h.dir, "marks"), jobs: map[string]bool{}, results: map[string]map[string]int{}}
+		marks: filepath.Join(h.dir, "marks"), jobs: map[string]bool{}, results: map[string]map[string]int{},
+		user: testutil.NewUser(t, "gscrash1", "gscrash").Name}
 	if err := os.MkdirAll(r.marks, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -115,6 +116,7 @@ type crashRun struct {
 	rng   *rand.Rand
 	dp    *daemonProc
 	marks string // each job appends a line to marks/<name> when it starts
+	user  string // an unprivileged user half the processes run as
 
 	seq        int
 	jobs       map[string]bool // submitted jobs: true once the daemon acknowledged
@@ -271,8 +273,12 @@ func (r *crashRun) opRun(c *api.Client, ctx context.Context) error {
 		return errNoTarget
 	}
 	vram := []int{256, 512, 1024, 2048}[r.rng.IntN(4)]
-	_, err = c.Run(ctx, api.RunParams{Name: r.name("p"), Dir: "/", GPU: &api.GPURef{Index: r.rng.IntN(2)},
-		Cmd: []string{r.h.bins.SimJob, "--vram", fmt.Sprint(vram), "--host-mem", "4", "--tick", "0.05"}})
+	p := api.RunParams{Name: r.name("p"), Dir: "/", GPU: &api.GPURef{Index: r.rng.IntN(2)},
+		Cmd: []string{r.h.bins.SimJob, "--vram", fmt.Sprint(vram), "--host-mem", "4", "--tick", "0.05"}}
+	if r.rng.IntN(2) == 0 {
+		p.User = r.user // the sandbox of a non-root tree: hibernated and forked as its owner
+	}
+	_, err = c.Run(ctx, p)
 	return err
 }
 

@@ -230,3 +230,51 @@ func copySDK(t *testing.T) string {
 	}
 	return dir
 }
+
+// TestRedTeamParasiteMountPoint is vector 6d: CRIU's parasite mounts a
+// proc instance on proc.crtools in the working directory of the tree's
+// root while it dumps it. That root was the init, in the caller's
+// directory: another user who may write there could plant the name (the
+// dump failed) or swap it for a symlink (root's parasite would mount over
+// its target). The root is now the supervisor, in a private directory:
+// the plant is ignored and nothing is mounted.
+func TestRedTeamParasiteMountPoint(t *testing.T) {
+	other := testutil.NewUser(t, "gsdisk2", "gsdisk")
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group = "gsdisk" })
+	shared := filepath.Join(h.dir, "shared")
+	target := filepath.Join(h.dir, "target")
+	for _, d := range []string{shared, target} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(shared, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	plant := exec.Command("ln", "-s", target, filepath.Join(shared, "proc.crtools"))
+	plant.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: other.UID, Gid: other.GID, Groups: other.Groups()}}
+	if out, err := plant.CombinedOutput(); err != nil {
+		t.Fatalf("plant: %v: %s", err, out)
+	}
+	if _, err := h.client().Run(ctxT(t), api.RunParams{Name: "job", Dir: shared, GPU: &api.GPURef{Index: 0},
+		Cmd: []string{h.bins.SimJob, "--vram", "256", "--host-mem", "16", "--tick", "0.02"}}); err != nil {
+		t.Fatal(err)
+	}
+	h.followCount("job", "tick 3", 1)
+	if _, err := h.client().Hibernate(ctxT(t), api.HibernateParams{Name: "job"}); err != nil {
+		t.Fatalf("hibernate with a planted proc.crtools: %v", err)
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(mounts), target) || strings.Contains(string(mounts), shared) {
+		t.Fatalf("something was mounted under the test's directories:\n%s", mounts)
+	}
+	if l, err := os.Readlink(filepath.Join(shared, "proc.crtools")); err != nil || l != target {
+		t.Fatalf("the planted link: %q, %v", l, err)
+	}
+	if _, err := h.client().Thaw(ctxT(t), api.ThawParams{Name: "job"}); err != nil {
+		t.Fatal(err)
+	}
+}
