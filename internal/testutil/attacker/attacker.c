@@ -7,7 +7,8 @@
  *
  * Every regular file it can get a descriptor of (its own, and those it can
  * take with pidfd_getfd from any process it can open) is grown to 1 TiB;
- * every descriptor gets a forged handshake line naming $ATTACK_VICTIM; it
+ * with $ATTACK_VICTIM set, every descriptor gets a forged handshake line
+ * naming that pid; it
  * tries to ptrace and to read the environment of its parent. One summary
  * line goes to stderr:
  *   attacker: uid U took N fds (pids P), grew G files, ptrace parent: E, environ parent: E
@@ -40,7 +41,7 @@ static void hit(int fd, const char *forged)
 	struct stat st;
 	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && ftruncate(fd, 1LL << 40) == 0)
 		grown++;
-	if (write(fd, forged, strlen(forged)) < 0) {
+	if (forged[0] && write(fd, forged, strlen(forged)) < 0) {
 		/* not writable: fine */
 	}
 }
@@ -57,7 +58,9 @@ static void attack(void)
 
 	if (getuid() == 0 || geteuid() == 0)
 		return;
-	snprintf(forged, sizeof forged, "started %s %s\n", victim ? victim : "1", victim ? victim : "1");
+	forged[0] = 0;
+	if (victim)
+		snprintf(forged, sizeof forged, "started %s %s\n", victim, victim);
 	for (fd = 1; fd < 1024; fd++)
 		if (fcntl(fd, F_GETFD) >= 0)
 			hit(fd, forged);
