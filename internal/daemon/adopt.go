@@ -76,23 +76,74 @@ func (d *Daemon) adopt(rec proctable.Record) {
 	}
 	child := isChild(rec.InitPID)
 	rt := d.procs.add(rec.ID, rec.InitPID, pidfd, child)
-	if rec.State == api.StateStarting {
-		if pid, err := sandbox.FindCommand(rec.InitPID); err == nil {
-			start, _ := procfs.StartTime(pid)
-			if r, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
-				r.State, r.PID, r.PIDStart, r.StartedAt = api.StateRunning, pid, start, time.Now()
-				return nil
-			}); err == nil {
-				rec = r
-			}
+	starting := rec.State == api.StateStarting
+	if starting {
+		if r, ok := d.commandStarted(rec); ok {
+			rec, starting = r, false
 		}
 	}
 	d.adoptCPU(rec)
 	d.watch(rec, rt)
+	if starting {
+		d.awaitCommand(rec, rt)
+	}
 	if rec.State == api.StateFreezing || rec.State == api.StateThawing {
 		rec = d.settleInterrupted(rec, log)
 	}
 	log.Info("re-adopted process", zap.Int("pid", rec.PID), zap.String("state", string(rec.State)))
+}
+
+// commandStarted records rec as running once its supervisor's command
+// exists; false while it does not.
+func (d *Daemon) commandStarted(rec proctable.Record) (proctable.Record, bool) {
+	pid, err := sandbox.FindCommand(rec.InitPID)
+	if err != nil {
+		return rec, false
+	}
+	start, _ := procfs.StartTime(pid)
+	r, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+		if r.ID != rec.ID || r.State != api.StateStarting {
+			return errReplaced
+		}
+		r.State, r.PID, r.PIDStart, r.StartedAt = api.StateRunning, pid, start, time.Now()
+		return nil
+	})
+	return r, err == nil
+}
+
+// commandPoll is how often awaitCommand looks for a command.
+const commandPoll = 20 * time.Millisecond
+
+// awaitCommand records a tree adopted as starting as running once its
+// command appears: a daemon killed between its "go" and the supervisor's
+// "started" left the supervisor starting the command with nobody to tell.
+// Nothing reports another process's fork as an event, so it polls, until
+// the command appears, the tree ends, startTimeout passes or the daemon
+// stops.
+func (d *Daemon) awaitCommand(rec proctable.Record, rt *procRuntime) {
+	d.procs.wg.Add(1)
+	go func() {
+		defer d.procs.wg.Done()
+		tick := time.NewTicker(commandPoll)
+		defer tick.Stop()
+		deadline := time.After(startTimeout)
+		for {
+			select {
+			case <-rt.exited:
+				return
+			case <-d.procs.closing:
+				return
+			case <-deadline:
+				d.log.Warn("adopted tree never started its command", zap.String("name", rec.Name), zap.Int("init_pid", rec.InitPID))
+				return
+			case <-tick.C:
+			}
+			if _, ok := d.commandStarted(rec); ok {
+				d.sampler.kick()
+				return
+			}
+		}
+	}()
 }
 
 // settleInterrupted decides where a freeze or thaw cut short by a daemon

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -182,3 +184,66 @@ func TestCleanRestartKeepsProcesses(t *testing.T) {
 		t.Fatalf("kill after restart: %+v %v", k, err)
 	}
 }
+
+// TestAdoptedStartingTreeRecordedOnceItsCommandRuns is a daemon killed
+// between its "go" and the supervisor's "started": the next daemon adopts
+// the tree as starting and records it running once the command appears.
+// The supervisor here is a shell held at a FIFO before it forks.
+func TestAdoptedStartingTreeRecordedOnceItsCommandRuns(t *testing.T) {
+	h := newHarness(t)
+	p := h.run("slow", "sleep", "1000")
+	h.stop()
+	unix.Kill(p.InitPID, unix.SIGKILL)
+	var ws unix.WaitStatus
+	unix.Wait4(p.InitPID, &ws, 0, nil)
+	gate := filepath.Join(h.dir, "gate")
+	if err := unix.Mkfifo(gate, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sup := exec.Command("sh", "-c", `read x < "$0"; sleep 1000 & wait`, gate)
+	if err := sup.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sup.Process.Kill() })
+	start, err := procfs.StartTime(sup.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !editRecord(t, h, "slow", func(m map[string]any) bool {
+		m["state"], m["init_pid"], m["init_start"], m["pid"], m["pid_start"] = "starting", sup.Process.Pid, start, 0, 0
+		return true
+	}) {
+		t.Fatal("no record of slow")
+	}
+	h.start()
+	ctx := ctxT(t)
+	running := make(chan error, 1)
+	subscribed := make(chan struct{})
+	go func() {
+		running <- h.client().Events(ctx, api.EventsParams{Name: "slow"}, func(e *api.Event) error {
+			if e.Type == api.EventSubscribed {
+				close(subscribed)
+			}
+			if e.State == api.StateRunning {
+				return errFound
+			}
+			return nil
+		})
+	}()
+	<-subscribed
+	if got, err := h.client().Process(ctx, "slow"); err != nil || got.State != api.StateStarting {
+		t.Fatalf("adopted before its command runs: %+v, %v", got, err)
+	}
+	if err := os.WriteFile(gate, []byte("go\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-running; !errors.Is(err, errFound) {
+		t.Fatalf("no running event: %v", err)
+	}
+	got, err := h.client().Process(ctx, "slow")
+	if err != nil || got.PID <= 0 || got.PID == sup.Process.Pid {
+		t.Fatalf("after the command started: %+v, %v", got, err)
+	}
+}
+
+var errFound = errors.New("found")

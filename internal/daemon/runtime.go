@@ -50,12 +50,15 @@ func (rt *procRuntime) signal(sig unix.Signal) error {
 
 // runtimes indexes live processes by record id and owns their watchers.
 type runtimes struct {
-	mu sync.Mutex
-	m  map[string]*procRuntime
-	wg sync.WaitGroup
+	mu      sync.Mutex
+	m       map[string]*procRuntime
+	wg      sync.WaitGroup
+	closing chan struct{} // closed at shutdown
 }
 
-func newRuntimes() *runtimes { return &runtimes{m: map[string]*procRuntime{}} }
+func newRuntimes() *runtimes {
+	return &runtimes{m: map[string]*procRuntime{}, closing: make(chan struct{})}
+}
 
 func (r *runtimes) get(id string) *procRuntime {
 	r.mu.Lock()
@@ -81,6 +84,11 @@ func (r *runtimes) remove(id string) {
 
 // closeAll stops every watcher (at shutdown) and waits for them.
 func (r *runtimes) closeAll() {
+	select {
+	case <-r.closing:
+	default:
+		close(r.closing)
+	}
 	r.mu.Lock()
 	for _, rt := range r.m {
 		rt.pidfd.Close()
