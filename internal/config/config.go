@@ -176,7 +176,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.Sim, "sim", c.Sim, "simulate GPUs instead of NVML: N or NxSIZE (e.g. 2x24G)")
 	fs.StringVar(&c.SimDir, "sim-dir", c.SimDir, "shared simulated-GPU state (default: <socket dir>/sim)")
 	fs.DurationVar(&c.KillGrace, "kill-grace", c.KillGrace, "default time between SIGTERM and SIGKILL on kill")
-	fs.Int64Var(&c.LogMaxBytes, "log-max-bytes", c.LogMaxBytes, "rotate a process log past this size")
+	fs.Int64Var(&c.LogMaxBytes, "log-max-bytes", c.LogMaxBytes, "rotate a process log past this size (its supervisor does; a change applies to processes started after it)")
 	fs.IntVar(&c.LogKeep, "log-keep", c.LogKeep, "rotated log files kept per process")
 	fs.DurationVar(&c.GPUPoll, "gpu-poll", c.GPUPoll, "GPU sampling interval")
 	fs.StringVar(&c.InitPath, "init-path", c.InitPath, "binary run as each process's PID-namespace init (default: this executable)")
