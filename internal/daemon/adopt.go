@@ -213,6 +213,7 @@ func (d *Daemon) markExited(rec proctable.Record, exit api.Exit, log *zap.Logger
 		log.Error("record exit found at start", zap.Error(err))
 		return
 	}
+	d.removeSandboxHome(rec.ID)
 	log.Info("process ended while the daemon was away", zap.Any("exit", exit))
 }
 

@@ -277,6 +277,7 @@ func (d *Daemon) boot(ctx context.Context) error {
 	d.setupCPU()
 	d.adoptAll(ctx)
 	d.sweepUntrackedTrees()
+	d.sweepSandboxHomes()
 	d.adoptMPS(ctx)
 	d.discardIncomplete()
 	if d.fillers.store, err = store.OpenRecords(filepath.Join(d.cfg.StateDir, "fillers")); err != nil {

@@ -40,5 +40,6 @@ func (d *Daemon) rm(c *call) (any, error) {
 	}
 	os.Remove(rec.StatusPath)
 	d.removeLogs(rec.LogPath)
+	d.removeSandboxHome(rec.ID)
 	return toAPI(rec, gv), nil
 }

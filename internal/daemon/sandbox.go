@@ -66,3 +66,24 @@ func clearProcMount(home string) {
 	_ = unix.Unmount(p, unix.MNT_DETACH)
 	_ = os.Remove(p)
 }
+
+// sweepSandboxHomes removes the supervisor directories no live record owns
+// (a daemon killed between creating one and recording its exit): run at
+// start, before anything may create one.
+func (d *Daemon) sweepSandboxHomes() {
+	ents, err := os.ReadDir(d.sandboxDir())
+	if err != nil {
+		return
+	}
+	live := map[string]bool{}
+	for _, r := range d.table.View().Records {
+		if r.Live() {
+			live[r.ID] = true
+		}
+	}
+	for _, e := range ents {
+		if !live[e.Name()] {
+			d.removeSandboxHome(e.Name())
+		}
+	}
+}

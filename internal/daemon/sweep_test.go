@@ -3,6 +3,8 @@ package daemon
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -128,5 +130,34 @@ func TestRestoringCopyWithoutImageExits(t *testing.T) {
 	got, err := h.client().Process(ctxT(t), "copy-1")
 	if err != nil || got.State != api.StateExited || got.Exit == nil || !got.Exit.Unknown || !strings.Contains(got.Exit.Reason, "being restored") {
 		t.Fatalf("copy-1 after restart: %+v, %v", got, err)
+	}
+}
+
+// TestSandboxHomesFollowRecords: a supervisor's private directory lives as
+// long as its record may still run or be restored: gone once the process
+// exits, and one no record owns (a daemon killed in between) is removed at
+// start.
+func TestSandboxHomesFollowRecords(t *testing.T) {
+	h := newHarness(t)
+	p := h.run("short", "sleep", "1000")
+	home := filepath.Join(h.cfg.StateDir, "sandbox", p.ID)
+	if fi, err := os.Stat(home); err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("supervisor directory of a running process: %v %v", fi, err)
+	}
+	if _, err := h.client().Kill(ctxT(t), api.KillParams{Name: "short", Signal: "KILL"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitExit("short")
+	if _, err := os.Stat(home); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("supervisor directory after the exit: %v", err)
+	}
+	h.stop()
+	stray := filepath.Join(h.cfg.StateDir, "sandbox", "no-such-record")
+	if err := os.Mkdir(stray, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	if _, err := os.Stat(stray); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("stray supervisor directory after a restart: %v", err)
 	}
 }

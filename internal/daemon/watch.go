@@ -34,8 +34,8 @@ func (d *Daemon) watch(rec proctable.Record, rt *procRuntime) {
 	}()
 }
 
-// recordExit marks rec exited as rt says it ended and forgets its runtime
-// and snapshots.
+// recordExit marks rec exited as rt says it ended and forgets its runtime,
+// snapshots and supervisor directory.
 func (d *Daemon) recordExit(rec proctable.Record, rt *procRuntime) {
 	exit := rt.exit
 	_, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
@@ -49,6 +49,7 @@ func (d *Daemon) recordExit(rec proctable.Record, rt *procRuntime) {
 		d.log.Error("record exit", zap.String("name", rec.Name), zap.Error(err))
 	}
 	d.dropSnapshots(rec.ID)
+	d.removeSandboxHome(rec.ID)
 	d.procs.remove(rec.ID)
 	select {
 	case <-rt.exited:

@@ -155,25 +155,32 @@ func handshake(ctx context.Context, s Spec, sync *os.File, pid int) (*Started, e
 }
 
 // commandOf is the host pid of the supervisor's command: the one it
-// reported when that is its child, else its first child found. A pid that
-// names another process is never taken; one that is gone (a command that
-// exited at once) is, as the supervisor reported it.
+// reported when that is its child, else its child found in /proc. A pid
+// that names another process is never taken. A command that is already
+// gone (it exited at once) is the pid reported, or 0 when the supervisor
+// could not name it: its exit is the watcher's to report.
 func commandOf(initPID int, reported string) (int, error) {
 	pid, err := strconv.Atoi(reported)
-	if err != nil || pid <= 0 {
-		return FindCommand(initPID)
+	if err != nil || pid < 0 {
+		pid = 0
 	}
-	st, err := procfs.ReadStat(pid)
-	switch {
-	case err == nil && st.PPID == initPID:
-		return pid, nil
-	case errors.Is(err, procfs.ErrGone):
-		if found, ferr := FindCommand(initPID); ferr == nil {
-			return found, nil
+	if pid > 0 {
+		st, err := procfs.ReadStat(pid)
+		if err == nil && st.PPID == initPID {
+			return pid, nil
 		}
+		if err == nil {
+			pid = 0 // another process's
+		}
+	}
+	found, err := FindCommand(initPID)
+	switch {
+	case err == nil:
+		return found, nil
+	case errors.Is(err, procfs.ErrGone):
 		return pid, nil
 	}
-	return FindCommand(initPID)
+	return 0, err
 }
 
 // expect reads one handshake line and checks its verb.
