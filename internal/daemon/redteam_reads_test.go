@@ -25,38 +25,11 @@ import (
 func daemonCost(t *testing.T, fn func()) (read, alloc uint64) {
 	t.Helper()
 	var before, after runtime.MemStats
-	r0 := processRChar(t)
+	r0 := testutil.RChar(t, "self")
 	runtime.ReadMemStats(&before)
 	fn()
 	runtime.ReadMemStats(&after)
-	return processRChar(t) - r0, after.TotalAlloc - before.TotalAlloc
-}
-
-// processRChar is the number of bytes this process has read so far,
-// including what the children it reaped read.
-func processRChar(t *testing.T) uint64 {
-	t.Helper()
-	return rcharOf(t, "self")
-}
-
-// rcharOf is the number of bytes process pid has read so far.
-func rcharOf(t *testing.T, pid string) uint64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/" + pid + "/io")
-	if err != nil {
-		t.Skipf("no I/O accounting: %v", err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "rchar: "); ok {
-			n, err := strconv.ParseUint(v, 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatal("/proc/self/io has no rchar")
-	return 0
+	return testutil.RChar(t, "self") - r0, after.TotalAlloc - before.TotalAlloc
 }
 
 // TestRedTeamReadsHugeLog: a user's process writes two million short lines,
@@ -137,7 +110,7 @@ func TestRedTeamReadsHugeLog(t *testing.T) {
 		time.Sleep(200 * time.Millisecond) // nothing to wait on; a follow that starts after the kill ends the same way
 		// The supervisor copied the whole log through its pipe; once reaped,
 		// what it read counts as this process's.
-		supervisorRead = rcharOf(t, strconv.Itoa(p.InitPID))
+		supervisorRead = testutil.RChar(t, strconv.Itoa(p.InitPID))
 		if _, errOut, code := h.ctlAs(u, "kill", "huge"); code != 0 {
 			t.Errorf("kill: %s", errOut)
 		}

@@ -9,9 +9,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gpusched/gpusched/internal/testutil"
 )
 
 // The content of a log is the process's to choose: these tests hold every
@@ -30,11 +31,11 @@ const (
 func cost(t *testing.T, fn func()) (read, alloc uint64) {
 	t.Helper()
 	var before, after runtime.MemStats
-	r0 := rchar(t)
+	r0 := testutil.RChar(t, "self")
 	runtime.ReadMemStats(&before)
 	fn()
 	runtime.ReadMemStats(&after)
-	return rchar(t) - r0, after.TotalAlloc - before.TotalAlloc
+	return testutil.RChar(t, "self") - r0, after.TotalAlloc - before.TotalAlloc
 }
 
 // checkCost fails when fn read more than readBound plus extra bytes or
@@ -45,26 +46,6 @@ func checkCost(t *testing.T, what string, extra uint64, fn func()) {
 	if read > readBound+extra || alloc > allocBound {
 		t.Errorf("%s read %d bytes and allocated %d, want at most %d and %d", what, read, alloc, readBound+extra, allocBound)
 	}
-}
-
-// rchar is the number of bytes this process has read so far.
-func rchar(t *testing.T) uint64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/self/io")
-	if err != nil {
-		t.Skipf("no I/O accounting: %v", err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "rchar: "); ok {
-			n, err := strconv.ParseUint(v, 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatal("/proc/self/io has no rchar")
-	return 0
 }
 
 // sparseLog makes a log of head, then a hole up to size, then tail.
