@@ -1,13 +1,13 @@
 package sandbox
 
 import (
-	"bufio"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/procfs"
 )
 
 // supervisorCaps are the capabilities a supervisor holds, and what none of
@@ -50,20 +50,16 @@ func dropThreadCaps() error {
 // capabilities of a supervisor: a process of the caller's can look like a
 // supervisor in every other way, but cannot hold these.
 func HasSupervisorCaps(pid int) bool {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	b, err := procfs.ReadFile("/proc/"+strconv.Itoa(pid)+"/status", procfs.MaxStatus)
 	if err != nil {
 		return false
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f) // lines of /proc/<pid>/status are short; Scanner bounds them
-	for sc.Scan() {
-		v, ok := strings.CutPrefix(sc.Text(), "CapEff:")
-		if !ok {
-			continue
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "CapEff:"); ok {
+			eff, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			want := capMask(supervisorCaps)
+			return err == nil && eff&want == want
 		}
-		eff, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-		want := capMask(supervisorCaps)
-		return err == nil && eff&want == want
 	}
 	return false
 }
