@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -19,18 +18,6 @@ import (
 // Issue 19, vector 5: every read the daemon makes of data a caller's code
 // produces is bounded. Here the caller is a real unprivileged user, and
 // what its process produces is its log.
-
-// daemonCost is what the daemon, which runs in this process, read and
-// allocated during fn.
-func daemonCost(t *testing.T, fn func()) (read, alloc uint64) {
-	t.Helper()
-	var before, after runtime.MemStats
-	r0 := testutil.RChar(t, "self")
-	runtime.ReadMemStats(&before)
-	fn()
-	runtime.ReadMemStats(&after)
-	return testutil.RChar(t, "self") - r0, after.TotalAlloc - before.TotalAlloc
-}
 
 // TestRedTeamReadsHugeLog: a user's process writes two million short lines,
 // then a line of 200 MiB with no newline. Asked for every line, the daemon
@@ -73,7 +60,7 @@ func TestRedTeamReadsHugeLog(t *testing.T) {
 	)
 	var out, errOut string
 	var code int
-	read, alloc := daemonCost(t, func() { out, errOut, code = h.ctlAs(u, "--json", "logs", "huge", "-n", "-1") })
+	read, alloc := testutil.Cost(t, func() { out, errOut, code = h.ctlAs(u, "--json", "logs", "huge", "-n", "-1") })
 	if code != 0 {
 		t.Fatalf("logs: %s", errOut)
 	}
@@ -95,7 +82,7 @@ func TestRedTeamReadsHugeLog(t *testing.T) {
 
 	var lines []string
 	var supervisorRead uint64
-	read, alloc = daemonCost(t, func() {
+	read, alloc = testutil.Cost(t, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		following := make(chan error, 1)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -27,22 +26,11 @@ const (
 	allocBound = 32 << 20
 )
 
-// cost is what fn read and allocated.
-func cost(t *testing.T, fn func()) (read, alloc uint64) {
-	t.Helper()
-	var before, after runtime.MemStats
-	r0 := testutil.RChar(t, "self")
-	runtime.ReadMemStats(&before)
-	fn()
-	runtime.ReadMemStats(&after)
-	return testutil.RChar(t, "self") - r0, after.TotalAlloc - before.TotalAlloc
-}
-
 // checkCost fails when fn read more than readBound plus extra bytes or
 // allocated more than allocBound.
 func checkCost(t *testing.T, what string, extra uint64, fn func()) {
 	t.Helper()
-	read, alloc := cost(t, fn)
+	read, alloc := testutil.Cost(t, fn)
 	if read > readBound+extra || alloc > allocBound {
 		t.Errorf("%s read %d bytes and allocated %d, want at most %d and %d", what, read, alloc, readBound+extra, allocBound)
 	}
@@ -208,7 +196,7 @@ func TestFollowSkipsAheadWhileFollowing(t *testing.T) {
 	appendTo(t, w, "a\nhalf")
 	fw.expect(t, "a")
 	var skipped int64
-	read, alloc := cost(t, func() {
+	read, alloc := testutil.Cost(t, func() {
 		if err := w.Truncate(1 << 30); err != nil {
 			t.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,4 +28,16 @@ func RChar(t testing.TB, pid string) uint64 {
 	}
 	t.Fatal("/proc/" + pid + "/io has no rchar")
 	return 0
+}
+
+// Cost is what this process read (RChar) and allocated (the Go heap's
+// TotalAlloc) while fn ran.
+func Cost(t testing.TB, fn func()) (read, alloc uint64) {
+	t.Helper()
+	var before, after runtime.MemStats
+	r0 := RChar(t, "self")
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return RChar(t, "self") - r0, after.TotalAlloc - before.TotalAlloc
 }
