@@ -205,6 +205,7 @@ func opOf(s api.State) string {
 }
 
 func (d *Daemon) markExited(rec proctable.Record, exit api.Exit, log *zap.Logger) {
+	d.removeSandboxHome(rec.ID)
 	_, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
 		r.State, r.Exit, r.ExitedAt = api.StateExited, &exit, time.Now()
 		return nil
@@ -213,7 +214,6 @@ func (d *Daemon) markExited(rec proctable.Record, exit api.Exit, log *zap.Logger
 		log.Error("record exit found at start", zap.Error(err))
 		return
 	}
-	d.removeSandboxHome(rec.ID)
 	log.Info("process ended while the daemon was away", zap.Any("exit", exit))
 }
 

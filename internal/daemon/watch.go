@@ -38,6 +38,7 @@ func (d *Daemon) watch(rec proctable.Record, rt *procRuntime) {
 // snapshots and supervisor directory.
 func (d *Daemon) recordExit(rec proctable.Record, rt *procRuntime) {
 	exit := rt.exit
+	d.removeSandboxHome(rec.ID) // before the exit is visible: nothing runs in it any more
 	_, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
@@ -49,7 +50,6 @@ func (d *Daemon) recordExit(rec proctable.Record, rt *procRuntime) {
 		d.log.Error("record exit", zap.String("name", rec.Name), zap.Error(err))
 	}
 	d.dropSnapshots(rec.ID)
-	d.removeSandboxHome(rec.ID)
 	d.procs.remove(rec.ID)
 	select {
 	case <-rt.exited:
