@@ -76,6 +76,7 @@ var allowed = map[string][]string{
 	"internal/mps":                       {"internal/execx"},
 	"internal/mps/mpstest":               {},
 	"internal/cgroup":                    {},
+	"internal/limits":                    {},
 	"internal/checkpoint/checkpointtest": {},
 	"internal/memfill":                   {"internal/procfs", "internal/simgpu"},
 	"internal/checkpoint/checkpointtest/cuda-checkpoint": {"internal/simgpu", "internal/procfs", "internal/checkpoint", "internal/checkpoint/checkpointtest"},

@@ -72,6 +72,24 @@ type Config struct {
 	MPSControl string // nvidia-cuda-mps-control binary; "" = found on PATH
 
 	MetricsAddr string // Prometheus /metrics listen address; "" = off, a port alone = loopback
+
+	Limits Limits // per-user caps on non-root callers (docs/operations.md, "Limits")
+}
+
+// Limits are the caps one non-root user is held to, so that no local user
+// can take the daemon or the GPUs away from the others. Root (the operator)
+// is held only to the retention limits. A cap of 0 turns it off.
+type Limits struct {
+	ConnsPerUser    int           // client connections open at once
+	StreamsPerUser  int           // streaming calls (logs -f, events, wait, job wait, acquire) at once
+	ProcsPerUser    int           // managed processes not yet exited
+	JobsPerUser     int           // jobs submitted and not finished
+	LeasesPerUser   int           // leases pending or held
+	MaxPriority     int           // highest job, lease and process priority a user may set
+	LeaseMaxHold    time.Duration // a user's granted lease is released after this long
+	FillFraction    float64       // share of each GPU's memory a user's fillers may hold, 0..1
+	KeepFinished    int           // exited processes and finished jobs kept per user (root included)
+	KeepFinishedFor time.Duration // and for how long after they ended (root included)
 }
 
 // MetricsListenAddr is the host:port /metrics is served on: MetricsAddr,
@@ -156,6 +174,25 @@ func Default() Config {
 		FillerChunkMiB: 256,
 		FillerTick:     10 * time.Millisecond,
 		FillerOrphan:   10 * time.Minute,
+
+		Limits: DefaultLimits(),
+	}
+}
+
+// DefaultLimits are caps a shared lab box accepts: generous for one user's
+// real work, far below what takes the daemon or a GPU from everyone else.
+func DefaultLimits() Limits {
+	return Limits{
+		ConnsPerUser:    256,
+		StreamsPerUser:  64,
+		ProcsPerUser:    256,
+		JobsPerUser:     10000,
+		LeasesPerUser:   16,
+		MaxPriority:     100,
+		LeaseMaxHold:    24 * time.Hour,
+		FillFraction:    0.5,
+		KeepFinished:    500,
+		KeepFinishedFor: 7 * 24 * time.Hour,
 	}
 }
 
@@ -211,6 +248,17 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.DurationVar(&c.FillerOrphan, "filler-orphan", c.FillerOrphan, "a filler left without a daemon this long frees its memory and exits")
 	fs.StringVar(&c.MPSControl, "mps-control", c.MPSControl, "NVIDIA MPS control binary for mps_threads and mps_mem_limit (default: nvidia-cuda-mps-control on PATH)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "serve Prometheus metrics at http://ADDR/metrics: host:port, or a port alone for 127.0.0.1 (default: off)")
+	l := &c.Limits
+	fs.IntVar(&l.ConnsPerUser, "max-conns-per-user", l.ConnsPerUser, "most client connections one non-root user may hold open (0: only --max-conns applies)")
+	fs.IntVar(&l.StreamsPerUser, "max-streams-per-user", l.StreamsPerUser, "most streaming calls (logs -f, events, wait, job wait, acquire) one non-root user may run at once (0: no cap)")
+	fs.IntVar(&l.ProcsPerUser, "max-procs-per-user", l.ProcsPerUser, "most managed processes one non-root user may have that have not exited (0: no cap)")
+	fs.IntVar(&l.JobsPerUser, "max-jobs-per-user", l.JobsPerUser, "most unfinished jobs one non-root user may have queued or running (0: no cap)")
+	fs.IntVar(&l.LeasesPerUser, "max-leases-per-user", l.LeasesPerUser, "most GPU leases one non-root user may hold or wait for (0: no cap)")
+	fs.IntVar(&l.MaxPriority, "user-max-priority", l.MaxPriority, "highest job, lease and process priority a non-root user may set (root: up to 1000)")
+	fs.DurationVar(&l.LeaseMaxHold, "user-lease-max-hold", l.LeaseMaxHold, "a non-root user's granted lease is released after this long (0: held until released)")
+	fs.Float64Var(&l.FillFraction, "user-fill-fraction", l.FillFraction, "share of each GPU's memory one non-root user's fillers may hold, 0..1")
+	fs.IntVar(&l.KeepFinished, "keep-finished", l.KeepFinished, "exited processes and finished jobs kept per user, newest first; older ones are removed (0: no count cap)")
+	fs.DurationVar(&l.KeepFinishedFor, "keep-finished-for", l.KeepFinishedFor, "exited processes and finished jobs are removed this long after they ended (0: no age cap)")
 	fs.StringVar(&c.CgroupRoot, "cgroup-root", c.CgroupRoot, "cgroup v2 directory under which each managed tree gets a cgroup whose cpu.weight follows its nice (default: the daemon's own cgroup, delegated by systemd; none: off)")
 	fs.Var(&listFlag{&c.BannedGPUs, func(s string) error {
 		_, err := api.ParseGPURef(s)
@@ -304,6 +352,7 @@ func (c Config) Validate() error {
 	check(c.FillerOrphan >= time.Second, "--filler-orphan %v: must be at least 1s", c.FillerOrphan)
 	check(c.CgroupRoot == "" || c.CgroupRoot == CgroupNone || filepath.IsAbs(c.CgroupRoot) && filepath.Clean(c.CgroupRoot) == c.CgroupRoot,
 		"--cgroup-root %q: must be a clean absolute path or none", c.CgroupRoot)
+	errs = append(errs, c.Limits.validate()...)
 	if c.MetricsAddr != "" {
 		_, err := c.MetricsListenAddr()
 		check(err == nil, "--metrics-addr %q: %v", c.MetricsAddr, err)
@@ -321,4 +370,28 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--log-level %q: must be debug, info, warn or error", c.LogLevel))
 	}
 	return errors.Join(errs...)
+}
+
+// validate reports every limit out of range, naming its flag.
+func (l Limits) validate() []error {
+	var errs []error
+	for _, n := range []struct {
+		flag string
+		v    int
+	}{{"max-conns-per-user", l.ConnsPerUser}, {"max-streams-per-user", l.StreamsPerUser}, {"max-procs-per-user", l.ProcsPerUser},
+		{"max-jobs-per-user", l.JobsPerUser}, {"max-leases-per-user", l.LeasesPerUser}, {"keep-finished", l.KeepFinished}} {
+		if n.v < 0 || n.v > 1<<24 {
+			errs = append(errs, fmt.Errorf("--%s %d: must be 0..16777216", n.flag, n.v))
+		}
+	}
+	if l.MaxPriority < -1000 || l.MaxPriority > 1000 {
+		errs = append(errs, fmt.Errorf("--user-max-priority %d: must be -1000..1000", l.MaxPriority))
+	}
+	if l.LeaseMaxHold < 0 || l.KeepFinishedFor < 0 {
+		errs = append(errs, fmt.Errorf("--user-lease-max-hold/--keep-finished-for: must not be negative"))
+	}
+	if !(l.FillFraction >= 0 && l.FillFraction <= 1) {
+		errs = append(errs, fmt.Errorf("--user-fill-fraction %v: must be 0..1", l.FillFraction))
+	}
+	return errs
 }

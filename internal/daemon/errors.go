@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/jobqueue"
+	"github.com/gpusched/gpusched/internal/limits"
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/internal/sandbox"
 	"github.com/gpusched/gpusched/pkg/api"
@@ -52,6 +53,7 @@ func toWire(err error) (api.Code, string) {
 	var ce *codedError
 	var ae *api.Error
 	var te *proctable.TransitionError
+	var ex *limits.Exceeded
 	switch {
 	case errors.As(err, &ae):
 		return ae.Code, ae.Message
@@ -59,6 +61,8 @@ func toWire(err error) (api.Code, string) {
 		return ce.code, err.Error()
 	case errors.As(err, &te):
 		return api.CodeConflict, err.Error()
+	case errors.As(err, &ex):
+		return api.CodeResourceExhausted, err.Error()
 	case errors.Is(err, proctable.ErrNotFound), errors.Is(err, jobqueue.ErrNotFound):
 		return api.CodeNotFound, err.Error()
 	case errors.Is(err, proctable.ErrExists), errors.Is(err, jobqueue.ErrExists):
