@@ -1,0 +1,222 @@
+package daemon
+
+import (
+	"bufio"
+	"encoding/json"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/procfs"
+	"github.com/gpusched/gpusched/internal/testutil"
+)
+
+// BenchmarkFairness runs a fixed workload as one unprivileged user (status,
+// run, freeze and thaw, logs -f: fairload victim) twice on one daemon: alone,
+// then while a second unprivileged user floods the daemon every way issue 20
+// lists (fairload hostile: idle metrics and socket connections, processes
+// with megabyte command lines, logs -f streams, queued jobs, leases on every
+// GPU at the highest priority, fillers at ratio 1, every line of a 60 MiB
+// log from four callers in a loop). It reports the victim's status p99 and
+// run p50 in both runs and their ratio (target: within 2x), and the daemon's
+// peak RSS and descriptor count in each. The daemon runs as its own process
+// with default limits.
+func BenchmarkFairness(b *testing.B) {
+	victim := testutil.NewUser(b, "gsfairv", "gsfair")
+	hostile := testutil.NewUser(b, "gsfairh", "gsfair")
+	h := prepareHarness(b, func(c *config.Config) {
+		c.Group = victim.Group
+		c.CheckpointDriver = config.DriverSim
+		c.Sim = "2x24G"
+	})
+	load := buildFairload(b, h.dir)
+	metrics := freeLoopback(b)
+	dp := h.spawnBinary(exec.Command(h.bins.Daemon, append(h.binaryArgs(), "--group", victim.Group, "--metrics-addr", metrics)...))
+	waitSocket(b, h.cfg.Socket)
+	pid := dp.cmd.Process.Pid
+
+	for range b.N {
+		alone := watchDaemon(pid)
+		calm := runVictim(b, load, victim, h)
+		calmPeak := alone.stop()
+
+		hc := exec.Command(load, "hostile", "-socket", h.cfg.Socket, "-metrics", metrics)
+		asUser(hc, hostile)
+		out, err := hc.StdoutPipe()
+		if err != nil {
+			b.Fatal(err)
+		}
+		hc.Stderr = os.Stderr
+		if err := hc.Start(); err != nil {
+			b.Fatal(err)
+		}
+		lines := bufio.NewScanner(out)
+		if !lines.Scan() || lines.Text() != "flooding" {
+			hc.Process.Kill()
+			b.Fatalf("hostile: %q", lines.Text())
+		}
+		flooded := watchDaemon(pid)
+		stormy := runVictim(b, load, victim, h)
+		floodPeak := flooded.stop()
+		hc.Process.Signal(syscall.SIGTERM)
+		var tally []string
+		for lines.Scan() {
+			tally = append(tally, lines.Text())
+		}
+		hc.Wait()
+		b.Logf("hostile: %s", strings.Join(tally, "; "))
+		for _, op := range []string{"status", "run", "freeze+thaw", "logs-f"} {
+			b.Logf("%-12s alone p50 %7.2f ms p99 %7.2f ms | hostile p50 %7.2f ms p99 %7.2f ms", op,
+				calm[op].P50, calm[op].P99, stormy[op].P50, stormy[op].P99)
+		}
+		b.Logf("daemon alone: RSS %d MiB, %d fds; hostile: RSS %d MiB, %d fds", calmPeak.rss>>20, calmPeak.fds, floodPeak.rss>>20, floodPeak.fds)
+		b.ReportMetric(calm["status"].P99, "status-p99-alone-ms")
+		b.ReportMetric(stormy["status"].P99, "status-p99-hostile-ms")
+		b.ReportMetric(stormy["status"].P99/calm["status"].P99, "status-p99-x")
+		b.ReportMetric(calm["run"].P50, "run-p50-alone-ms")
+		b.ReportMetric(stormy["run"].P50, "run-p50-hostile-ms")
+		b.ReportMetric(stormy["run"].P50/calm["run"].P50, "run-p50-x")
+		b.ReportMetric(stormy["freeze+thaw"].P50/calm["freeze+thaw"].P50, "swap-p50-x")
+		b.ReportMetric(stormy["logs-f"].P50/calm["logs-f"].P50, "follow-p50-x")
+		b.ReportMetric(float64(calmPeak.rss>>20), "rss-alone-MiB")
+		b.ReportMetric(float64(floodPeak.rss>>20), "rss-hostile-MiB")
+		b.ReportMetric(float64(floodPeak.fds), "fds-hostile")
+	}
+}
+
+// victimOp is one operation's latencies from fairload victim.
+type victimOp struct {
+	Op  string  `json:"op"`
+	N   int     `json:"n"`
+	P50 float64 `json:"p50_ms"`
+	P99 float64 `json:"p99_ms"`
+}
+
+func runVictim(b *testing.B, load string, u testutil.User, h *harness) map[string]victimOp {
+	b.Helper()
+	c := exec.Command(load, "victim", "-socket", h.cfg.Socket, "-simjob", h.bins.SimJob)
+	asUser(c, u)
+	c.Stderr = os.Stderr
+	out, err := c.Output()
+	if err != nil {
+		b.Fatalf("victim: %v", err)
+	}
+	var ops []victimOp
+	if err := json.Unmarshal(out, &ops); err != nil {
+		b.Fatalf("victim: %v: %s", err, out)
+	}
+	m := map[string]victimOp{}
+	for _, op := range ops {
+		m[op.Op] = op
+	}
+	return m
+}
+
+// asUser runs c as u, in u's group, from /.
+func asUser(c *exec.Cmd, u testutil.User) {
+	c.Dir = "/"
+	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups()}}
+}
+
+func buildFairload(b *testing.B, dir string) string {
+	b.Helper()
+	root, err := testutil.ModuleRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	bin := filepath.Join(dir, "fairload")
+	cmd := exec.Command("go", "build", "-o", bin, "./internal/testutil/fairload")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.Fatalf("build fairload: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// freeLoopback is a loopback address with a port free a moment ago.
+func freeLoopback(b *testing.B) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// waitSocket waits until a daemon answers on path.
+func waitSocket(b *testing.B, path string) {
+	b.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("no daemon on %s", path)
+		}
+	}
+}
+
+// peak is the most a daemon held while watched.
+type peak struct {
+	rss uint64
+	fds int
+}
+
+// daemonWatch samples a daemon's RSS and descriptors until stopped.
+type daemonWatch struct {
+	stopc chan struct{}
+	done  sync.WaitGroup
+	max   peak
+}
+
+func watchDaemon(pid int) *daemonWatch {
+	w := &daemonWatch{stopc: make(chan struct{})}
+	w.done.Add(1)
+	go func() {
+		defer w.done.Done()
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			w.sample(pid)
+			select {
+			case <-w.stopc:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return w
+}
+
+func (w *daemonWatch) sample(pid int) {
+	dir := "/proc/" + strconv.Itoa(pid)
+	if fds, err := os.ReadDir(dir + "/fd"); err == nil {
+		w.max.fds = max(w.max.fds, len(fds))
+	}
+	status, err := procfs.ReadFile(dir+"/status", procfs.MaxStatus)
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			w.max.rss = max(w.max.rss, kb<<10)
+		}
+	}
+}
+
+func (w *daemonWatch) stop() peak {
+	close(w.stopc)
+	w.done.Wait()
+	return w.max
+}
+

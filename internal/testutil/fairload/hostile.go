@@ -1,0 +1,369 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+func hostile(args []string) {
+	fs := flag.NewFlagSet("hostile", flag.ExitOnError)
+	var (
+		socket      = fs.String("socket", "", "gpuschedd socket")
+		metrics     = fs.String("metrics", "", "metrics host:port; empty: no metrics flood")
+		metricConns = fs.Int("metrics-conns", 2000, "idle keep-alive connections to hold on the metrics port")
+		conns       = fs.Int("conns", 2000, "idle connections to hold on the socket")
+		follows     = fs.Int("follows", 200, "logs -f streams to hold")
+		procs       = fs.Int("procs", 400, "managed processes to start")
+		jobs        = fs.Int("jobs", 20000, "jobs to queue")
+		readers     = fs.Int("readers", 4, "callers asking for every line of a 60 MiB log of newlines, in a loop")
+		cmdBytes    = fs.Int("cmd-bytes", 900<<10, "bytes of command line per process record")
+	)
+	fs.Parse(args)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	f := &flooder{socket: *socket}
+	var first sync.WaitGroup
+	floods := []struct {
+		name string
+		run  func(ctx context.Context, started func())
+	}{
+		{"metrics", func(ctx context.Context, s func()) { f.metricsFlood(ctx, *metrics, *metricConns, s) }},
+		{"conns", func(ctx context.Context, s func()) { f.connFlood(ctx, *conns, s) }},
+		{"procs", func(ctx context.Context, s func()) { f.procFlood(ctx, *procs, *cmdBytes, s) }},
+		{"follows", func(ctx context.Context, s func()) { f.followFlood(ctx, *follows, s) }},
+		{"jobs", func(ctx context.Context, s func()) { f.jobFlood(ctx, *jobs, s) }},
+		{"leases", func(ctx context.Context, s func()) { f.leaseFlood(ctx, s) }},
+		{"fill", func(ctx context.Context, s func()) { f.fillFlood(ctx, s) }},
+		{"reads", func(ctx context.Context, s func()) { f.readFlood(ctx, *readers, s) }},
+	}
+	var all sync.WaitGroup
+	for _, fl := range floods {
+		first.Add(1)
+		all.Add(1)
+		go func() {
+			defer all.Done()
+			var once sync.Once
+			fl.run(ctx, func() { once.Do(first.Done) })
+			once.Do(first.Done)
+		}()
+	}
+	first.Wait()
+	fmt.Println("flooding")
+	all.Wait()
+	for _, fl := range floods {
+		t := f.tally(fl.name)
+		fmt.Printf("%s: %d granted, %d refused\n", fl.name, t.granted.Load(), t.refused.Load())
+	}
+}
+
+// retry is how long a refused flood waits before it tries again: a real
+// attacker would spin, but on a small benchmark machine its own CPU use would
+// then measure the machine, not the daemon.
+const retry = 50 * time.Millisecond
+
+type tally struct{ granted, refused atomic.Int64 }
+
+func (t *tally) count(err error) bool {
+	if err != nil {
+		t.refused.Add(1)
+		return false
+	}
+	t.granted.Add(1)
+	return true
+}
+
+type flooder struct {
+	socket  string
+	mu      sync.Mutex
+	tallies map[string]*tally
+}
+
+func (f *flooder) tally(name string) *tally {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.tallies == nil {
+		f.tallies = map[string]*tally{}
+	}
+	if f.tallies[name] == nil {
+		f.tallies[name] = &tally{}
+	}
+	return f.tallies[name]
+}
+
+func (f *flooder) dial(ctx context.Context) (*api.Client, error) { return api.Dial(ctx, f.socket) }
+
+// pause waits retry, or until ctx ends (false).
+func pause(ctx context.Context) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(retry):
+		return true
+	}
+}
+
+// metricsFlood holds n keep-alive connections open on the metrics port, each
+// having sent one complete request, reopening any the daemon closes.
+func (f *flooder) metricsFlood(ctx context.Context, addr string, n int, started func()) {
+	if addr == "" {
+		return
+	}
+	t := f.tally("metrics")
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+				if i == n-1 {
+					started()
+				}
+				if !t.count(err) {
+					pause(ctx)
+					continue
+				}
+				fmt.Fprintf(c, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+				go func() { <-ctx.Done(); c.Close() }()
+				r := bufio.NewReader(c)
+				for {
+					if _, err := r.ReadByte(); err != nil {
+						break // closed by the daemon (or by ctx): reopen
+					}
+				}
+				c.Close()
+				pause(ctx)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// connFlood holds n idle connections on the socket.
+func (f *flooder) connFlood(ctx context.Context, n int, started func()) {
+	t := f.tally("conns")
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				c, err := f.dial(ctx)
+				if err == nil {
+					_, err = c.Hello(ctx) // a refused connection answers its first request with the refusal
+				}
+				if i == n-1 {
+					started()
+				}
+				if t.count(err) {
+					<-ctx.Done()
+				}
+				if c != nil {
+					c.Close()
+				}
+				pause(ctx)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// procFlood starts n sleeping processes with cmdBytes of command line each,
+// then keeps retrying the refused ones.
+func (f *flooder) procFlood(ctx context.Context, n, cmdBytes int, started func()) {
+	t := f.tally("procs")
+	c, err := f.dial(ctx)
+	if err != nil {
+		t.count(err)
+		return
+	}
+	defer c.Close()
+	arg := strings.Repeat("x", min(cmdBytes, 100<<10))
+	cmd := []string{"sleep", "100000"}
+	for len(strings.Join(cmd, "")) < cmdBytes {
+		cmd = append(cmd, arg)
+	}
+	cmd = append([]string{"sh", "-c", "exec sleep 100000", "sh"}, cmd[2:]...)
+	for ctx.Err() == nil {
+		for i := range n {
+			_, err := c.Run(ctx, api.RunParams{Name: fmt.Sprintf("hostile-%d", i), Cmd: cmd, Dir: "/"})
+			if err != nil && strings.Contains(err.Error(), "exists") {
+				continue
+			}
+			t.count(err)
+		}
+		started()
+		if !pause(ctx) {
+			return
+		}
+	}
+}
+
+// followFlood keeps n logs -f streams open on one of its processes.
+func (f *flooder) followFlood(ctx context.Context, n int, started func()) {
+	t := f.tally("follows")
+	c, err := f.dial(ctx)
+	if err == nil {
+		_, err = c.Run(ctx, api.RunParams{Name: "hostile-talker", Cmd: []string{"sh", "-c", "while :; do echo chatter; sleep 1; done"}, Dir: "/"})
+		c.Close()
+	}
+	if !t.count(err) {
+		return
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				c, err := f.dial(ctx)
+				if err != nil {
+					t.count(err)
+					pause(ctx)
+					continue
+				}
+				got := make(chan struct{})
+				var once sync.Once
+				go func() {
+					<-got
+					if i == n-1 {
+						started()
+					}
+				}()
+				err = c.FollowLogs(ctx, "hostile-talker", 1, func(string) error { once.Do(func() { close(got) }); return nil })
+				once.Do(func() { close(got) })
+				t.count(err)
+				c.Close()
+				pause(ctx)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// jobFlood queues n jobs, in batches, that wait behind its leases: at the
+// highest priority the daemon takes, and on at every cap.
+func (f *flooder) jobFlood(ctx context.Context, n int, started func()) {
+	t := f.tally("jobs")
+	c, err := f.dial(ctx)
+	if err != nil {
+		t.count(err)
+		return
+	}
+	defer c.Close()
+	const batch = 1000
+	specs := make([]api.JobSpec, batch)
+	for i := range specs {
+		specs[i] = api.JobSpec{Cmd: []string{"true"}, Dir: "/", GPUs: 2, Priority: 1000}
+	}
+	for queued := 0; ctx.Err() == nil; {
+		if queued >= n {
+			started()
+			<-ctx.Done()
+			return
+		}
+		_, err := c.Submit(ctx, api.SubmitParams{Jobs: specs})
+		if t.count(err) {
+			queued += batch
+			continue
+		}
+		if specs[0].Priority > 0 && strings.Contains(err.Error(), "priority") {
+			for i := range specs {
+				specs[i].Priority = 0
+			}
+			continue
+		}
+		started()
+		pause(ctx)
+	}
+}
+
+// leaseFlood holds leases on every GPU, at the highest priority allowed.
+func (f *flooder) leaseFlood(ctx context.Context, started func()) {
+	t := f.tally("leases")
+	for _, prio := range []int{1000, 100, 0} {
+		c, err := f.dial(ctx)
+		if err != nil {
+			t.count(err)
+			return
+		}
+		_, err = c.Acquire(ctx, api.AcquireParams{GPUs: 2, Priority: prio, Timeout: api.Duration(10 * time.Second)})
+		if t.count(err) {
+			started()
+			<-ctx.Done()
+			c.Close()
+			return
+		}
+		c.Close()
+	}
+}
+
+// fillFlood asks for every GPU filled to the brim.
+func (f *flooder) fillFlood(ctx context.Context, started func()) {
+	t := f.tally("fill")
+	c, err := f.dial(ctx)
+	if err != nil {
+		t.count(err)
+		return
+	}
+	defer c.Close()
+	for i := range 2 {
+		_, err := c.Fill(ctx, api.FillParams{GPU: &api.GPURef{Index: i}, Ratio: 1})
+		if !t.count(err) {
+			_, err = c.Fill(ctx, api.FillParams{GPU: &api.GPURef{Index: i}, Ratio: 0.5})
+			t.count(err)
+		}
+	}
+	started()
+}
+
+// readFlood has a process write 60 MiB of newlines, then asks for all of its
+// lines from n callers in a loop.
+func (f *flooder) readFlood(ctx context.Context, n int, started func()) {
+	t := f.tally("reads")
+	c, err := f.dial(ctx)
+	if err != nil {
+		t.count(err)
+		return
+	}
+	_, err = c.Run(ctx, api.RunParams{Name: "hostile-newlines", Dir: "/",
+		Cmd: []string{"sh", "-c", "head -c 62914560 /dev/zero | tr '\\0' '\\n'; exec sleep 100000"}})
+	c.Close()
+	if !t.count(err) {
+		return
+	}
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := f.dial(ctx)
+			if err != nil {
+				t.count(err)
+				return
+			}
+			defer c.Close()
+			for ctx.Err() == nil {
+				_, err := c.Logs(ctx, "hostile-newlines", -1)
+				started()
+				if !t.count(err) && !errors.Is(err, context.Canceled) {
+					pause(ctx)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}

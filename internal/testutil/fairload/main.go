@@ -1,0 +1,36 @@
+// Command fairload is the load of the fairness benchmark (BenchmarkFairness
+// in internal/daemon), run as unprivileged users:
+//
+//	fairload hostile -socket S [-metrics ADDR] ...
+//
+// floods gpuschedd every way issue 20 lists at once and keeps at it,
+// retrying what is refused, until SIGTERM. It prints "flooding" once every
+// flood has made its first attempt, and on SIGTERM a tally of what the
+// daemon granted and refused.
+//
+//	fairload victim -socket S
+//
+// runs a fixed workload (status, run, freeze and thaw, logs -f) and prints
+// each operation's latencies as one JSON line.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: fairload hostile|victim [flags]")
+		os.Exit(2)
+	}
+	switch os.Args[1] {
+	case "hostile":
+		hostile(os.Args[2:])
+	case "victim":
+		victim(os.Args[2:])
+	default:
+		fmt.Fprintf(os.Stderr, "fairload: unknown role %q\n", os.Args[1])
+		os.Exit(2)
+	}
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// Op is one operation's latencies in a victim run, in milliseconds.
+type Op struct {
+	Op  string  `json:"op"`
+	N   int     `json:"n"`
+	P50 float64 `json:"p50_ms"`
+	P99 float64 `json:"p99_ms"`
+	Max float64 `json:"max_ms"`
+}
+
+// victim runs the fixed workload of a well-behaved user and prints its
+// latencies: status on one connection, run of a sleeping process, a freeze
+// and thaw of a simulated GPU job, and logs -f until the first line.
+func victim(args []string) {
+	fs := flag.NewFlagSet("victim", flag.ExitOnError)
+	var (
+		socket   = fs.String("socket", "", "gpuschedd socket")
+		simjob   = fs.String("simjob", "", "gpusched-simjob binary")
+		statuses = fs.Int("status", 500, "status calls")
+		runs     = fs.Int("runs", 20, "runs")
+		swaps    = fs.Int("swaps", 10, "freeze and thaw round trips")
+		follows  = fs.Int("follows", 20, "logs -f calls")
+	)
+	fs.Parse(args)
+	ctx := context.Background()
+	c, err := api.Dial(ctx, *socket)
+	must(err)
+	defer c.Close()
+	var ops []Op
+	ops = append(ops, timed("status", *statuses, func(int) error { _, err := c.Status(ctx); return err }))
+	ops = append(ops, timed("run", *runs, func(i int) error {
+		_, err := c.Run(ctx, api.RunParams{Name: fmt.Sprintf("victim-%d", i), Cmd: []string{"sleep", "100000"}, Dir: "/"})
+		return err
+	}))
+	for i := range *runs {
+		name := fmt.Sprintf("victim-%d", i)
+		_, err := c.Kill(ctx, api.KillParams{Name: name, Signal: "KILL"})
+		must(err)
+		_, err = c.Wait(ctx, api.WaitParams{Name: name}, nil)
+		must(err)
+		_, err = c.Rm(ctx, name)
+		must(err)
+	}
+	_, err = c.Run(ctx, api.RunParams{Name: "victim-gpu", Cmd: []string{*simjob, "--vram", "1000"}, Dir: "/", GPU: &api.GPURef{Index: 0}})
+	must(err)
+	must(followOnce(ctx, *socket, "victim-gpu", "simjob: allocated"))
+	ops = append(ops, timed("freeze+thaw", *swaps, func(int) error {
+		if _, err := c.Freeze(ctx, api.FreezeParams{Name: "victim-gpu"}); err != nil {
+			return err
+		}
+		_, err := c.Thaw(ctx, api.ThawParams{Name: "victim-gpu"})
+		return err
+	}))
+	_, err = c.Run(ctx, api.RunParams{Name: "victim-talker", Cmd: []string{"sh", "-c", "echo hello; exec sleep 100000"}, Dir: "/"})
+	must(err)
+	ops = append(ops, timed("logs-f", *follows, func(int) error { return followOnce(ctx, *socket, "victim-talker", "hello") }))
+	for _, name := range []string{"victim-gpu", "victim-talker"} {
+		_, err := c.Kill(ctx, api.KillParams{Name: name, Signal: "KILL"})
+		must(err)
+		_, err = c.Wait(ctx, api.WaitParams{Name: name}, nil)
+		must(err)
+		_, err = c.Rm(ctx, name)
+		must(err)
+	}
+	must(json.NewEncoder(os.Stdout).Encode(ops))
+}
+
+// errStop ends a follow once its line came.
+var errStop = errors.New("stop")
+
+// followOnce follows name's log on a connection of its own (a follow cut
+// short closes it) until a line starts with want.
+func followOnce(ctx context.Context, socket, name, want string) error {
+	c, err := api.Dial(ctx, socket)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	err = c.FollowLogs(ctx, name, 100, func(line string) error {
+		if strings.HasPrefix(line, want) {
+			return errStop
+		}
+		return nil
+	})
+	if errors.Is(err, errStop) {
+		return nil
+	}
+	return err
+}
+
+// timed runs op n times and summarises its latencies; a follow ended by
+// errStop counts as done.
+func timed(name string, n int, op func(i int) error) Op {
+	lat := make([]float64, 0, n)
+	for i := range n {
+		t0 := time.Now()
+		if err := op(i); err != nil {
+			fmt.Fprintf(os.Stderr, "fairload victim: %s: %v\n", name, err)
+			os.Exit(1)
+		}
+		lat = append(lat, float64(time.Since(t0).Microseconds())/1000)
+	}
+	slices.Sort(lat)
+	at := func(q float64) float64 { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
+	return Op{Op: name, N: n, P50: at(0.5), P99: at(0.99), Max: lat[len(lat)-1]}
+}
+
+func must(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fairload victim:", err)
+		os.Exit(1)
+	}
+}
