@@ -219,4 +219,3 @@ func (w *daemonWatch) stop() peak {
 	w.done.Wait()
 	return w.max
 }
-
