@@ -29,7 +29,7 @@ type Queue struct {
 	// the newest jobs must not let a restarted queue hand their ids out
 	// again.
 	seqMark uint64
-	view   atomic.Pointer[[]*Job] // sorted by Seq; entries never modified
+	view    atomic.Pointer[[]*Job] // sorted by Seq; entries never modified
 }
 
 // New creates an empty queue writing through st; onChange may be nil.
