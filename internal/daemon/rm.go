@@ -155,9 +155,9 @@ func (d *Daemon) rmResult(names []string, removed []proctable.Record, failed map
 }
 
 // forget removes the records of names that check accepts, as rm does: the
-// record, its status file, its logs and its supervisor directory, under
-// the name's op lock, so that what goes is never a newer process's. why
-// goes with each removal's event. It returns the records removed, in the
+// record, its status file, its logs and its supervisor directory, all gone
+// before the removal's event (which carries why) is published, under the
+// name's op lock, so that what goes is never a newer process's. It returns the records removed, in the
 // order of names, and why each other name was not.
 func (d *Daemon) forget(ctx context.Context, names []string, why string, check func(proctable.Record) error) ([]proctable.Record, map[string]error) {
 	got := map[string]proctable.Record{}
@@ -202,7 +202,11 @@ func (d *Daemon) forgetLocked(names []string, why string, check func(proctable.R
 	if len(names) == 0 {
 		return
 	}
-	recs, f, err := d.table.RemoveAll(names, why, check)
+	recs, f, err := d.table.RemoveAll(names, proctable.Removal{Why: why, Check: check, Clean: func(rec proctable.Record) {
+		os.Remove(rec.StatusPath)
+		d.removeLogs(rec.LogPath)
+		d.removeSandboxHome(rec.ID)
+	}})
 	if err != nil {
 		d.log.Error("forget processes", zap.Error(err))
 	}
@@ -211,8 +215,5 @@ func (d *Daemon) forgetLocked(names []string, why string, check func(proctable.R
 	}
 	for _, rec := range recs {
 		got[rec.Name] = rec
-		os.Remove(rec.StatusPath)
-		d.removeLogs(rec.LogPath)
-		d.removeSandboxHome(rec.ID)
 	}
 }

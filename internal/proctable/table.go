@@ -162,13 +162,23 @@ func (t *Table) Remove(name string, check func(Record) error) (Record, error) {
 	return rec, nil
 }
 
-// RemoveAll forgets each named record that check (may be nil) accepts, as
-// Remove does one, with one directory sync and one new snapshot for all:
-// for removing many at once. Each change published says why. It returns
-// the records removed, in the order named, and why each other name was
-// not. err is a failed directory sync: the records are gone from the table
-// and their files deleted, but a machine crash may bring them back.
-func (t *Table) RemoveAll(names []string, why string, check func(Record) error) (removed []Record, failed map[string]error, err error) {
+// Removal says how RemoveAll treats the records it is given.
+type Removal struct {
+	Why   string             // goes with each change published
+	Check func(Record) error // refuses a record with an error (nil: none)
+	// Clean runs for each record removed, before its change is published,
+	// so that whoever sees the change sees what Clean removes gone (nil:
+	// none). It runs under the table's lock: keep it short.
+	Clean func(Record)
+}
+
+// RemoveAll forgets each named record that how.Check accepts, as Remove
+// does one, with one directory sync and one new snapshot for all: for
+// removing many at once. It returns the records removed, in the order
+// named, and why each other name was not. err is a failed directory sync:
+// the records are gone from the table and their files deleted, but a
+// machine crash may bring them back.
+func (t *Table) RemoveAll(names []string, how Removal) (removed []Record, failed map[string]error, err error) {
 	failed = map[string]error{}
 	type held struct {
 		name string
@@ -203,8 +213,8 @@ func (t *Table) RemoveAll(names []string, why string, check func(Record) error) 
 		case h.e.removed:
 			failed[h.name] = fmt.Errorf("process %q: %w", h.name, ErrNotFound)
 			continue
-		case check != nil:
-			if err := check(h.e.rec); err != nil {
+		case how.Check != nil:
+			if err := how.Check(h.e.rec); err != nil {
 				failed[h.name] = err
 				continue
 			}
@@ -228,7 +238,10 @@ func (t *Table) RemoveAll(names []string, why string, check func(Record) error) 
 		rec := e.rec
 		removed = append(removed, rec)
 		t.seq++
-		changes[i] = Change{Seq: t.seq, Old: &rec, Why: why}
+		changes[i] = Change{Seq: t.seq, Old: &rec, Why: how.Why}
+		if how.Clean != nil {
+			how.Clean(rec)
+		}
 	}
 	t.snapshotLocked()
 	if t.onChange != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -237,17 +238,28 @@ func TestRemoveAll(t *testing.T) {
 	tb.Create(rec("live", api.StateRunning))
 	before := len(*changes)
 	busy := errors.New("live")
-	removed, failed, err := tb.RemoveAll([]string{"c", "live", "a", "nope", "c"}, "retention", func(r Record) error {
-		if r.Live() {
-			return busy
-		}
-		return nil
-	})
+	var cleaned []string
+	removed, failed, err := tb.RemoveAll([]string{"c", "live", "a", "nope", "c"}, Removal{Why: "retention",
+		Check: func(r Record) error {
+			if r.Live() {
+				return busy
+			}
+			return nil
+		},
+		Clean: func(r Record) {
+			if len(*changes) != before {
+				t.Errorf("%s cleaned after a change was published", r.Name)
+			}
+			cleaned = append(cleaned, r.Name)
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(removed) != 2 || removed[0].Name != "c" || removed[1].Name != "a" {
 		t.Fatalf("removed %+v, want c then a", removed)
+	}
+	if !slices.Equal(cleaned, []string{"c", "a"}) {
+		t.Fatalf("cleaned %v, want c then a", cleaned)
 	}
 	if len(failed) != 2 || !errors.Is(failed["live"], busy) || !errors.Is(failed["nope"], ErrNotFound) {
 		t.Fatalf("failed %v, want live refused by check and nope not found", failed)
