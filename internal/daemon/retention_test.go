@@ -6,12 +6,16 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/jobqueue"
+	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/internal/store"
 	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -310,5 +314,47 @@ func TestRetentionBadInput(t *testing.T) {
 	}
 	if names := h.psNames(api.PSParams{}); !slices.Equal(names, []string{"keep"}) {
 		t.Errorf("processes %v after bad calls, want keep", names)
+	}
+}
+
+// TestFinishedProcsLeavesLiveAndUnsettled: what retention and rm --exited
+// may take is only exited records: never a hibernated process (it can
+// still be thawed) nor the process of a job attempt the queue has not
+// settled from it yet.
+func TestFinishedProcsLeavesLiveAndUnsettled(t *testing.T) {
+	dir := t.TempDir()
+	pst, err := store.OpenRecords(filepath.Join(dir, "procs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jst, err := store.OpenRecords(filepath.Join(dir, "jobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &Daemon{table: proctable.New(pst, nil), jobs: jobqueue.New(jst, nil)}
+	for _, r := range []proctable.Record{
+		{ID: "p-done", Name: "done", State: api.StateExited},
+		{ID: "p-hib", Name: "hib", State: api.StateHibernated, Snapshot: "s"},
+		{ID: "p-attempt", Name: "attempt", State: api.StateExited},
+		{ID: "p-settled", Name: "settled", State: api.StateExited},
+	} {
+		r.Cmd = []string{"true"}
+		if _, err := d.table.Create(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jobs, err := d.jobs.Add([]*jobqueue.Job{
+		{Name: "attempt", Cmd: []string{"true"}, GPUs: 1, State: api.JobRunning, Proc: "p-attempt"},
+		{Name: "settled", Cmd: []string{"true"}, GPUs: 1, State: api.JobDone, Proc: "p-settled"},
+	})
+	if err != nil || len(jobs) != 2 {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range d.finishedProcs() {
+		names = append(names, r.Name)
+	}
+	if want := []string{"done", "settled"}; !slices.Equal(names, want) {
+		t.Fatalf("finished %v, want %v", names, want)
 	}
 }
