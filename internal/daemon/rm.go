@@ -54,7 +54,7 @@ func (d *Daemon) rmNames(c *call, names []string) (any, error) {
 		return nil, invalidf("rm: %d names; at most %d at once", len(names), maxRmNames)
 	}
 	seen := make(map[string]bool, len(names))
-	uniq := names[:0:0]
+	uniq := make([]string, 0, len(names))
 	for _, n := range names {
 		if err := api.ValidateName(n); err != nil {
 			return nil, invalidf("rm: %v", err)
