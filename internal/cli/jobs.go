@@ -18,15 +18,19 @@ var jobStates = []api.JobState{api.JobQueued, api.JobStarting, api.JobRunning, a
 // newJobsCmd builds `jobs`.
 func newJobsCmd(a *app) *cobra.Command {
 	var (
-		all         bool
-		state, user string
+		all    bool
+		user   string
+		states []string
 	)
 	cmd := &cobra.Command{
 		Use:   "jobs",
 		Short: "List queued and running jobs",
 		Long: `List the jobs you may see in submission order: the unfinished ones, or with
---all the finished ones too. --state shows only jobs in that state; a final
-state (done, failed, timed_out, cancelled, infeasible) implies --all.
+--all the finished ones too. --state shows only jobs in those states
+(comma-separated, or the flag repeated), finished ones included; "finished"
+stands for every final state (done, failed, timed_out, cancelled,
+infeasible). Finished jobs stay listed until jobs prune removes them, or the
+daemon does past --keep-finished per user or --keep-finished-for.
 
 VRAM is a job's current declaration per GPU: as submitted, an auto one once
 resolved, or raised after an out-of-memory retry; "whole" is an undeclared
@@ -35,12 +39,17 @@ counts its runs, AGE is the time since it was submitted and REASON says why
 it waits or why it ended as it did.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p := api.JobsParams{State: api.JobState(state), All: all, User: user}
-			if state != "" {
-				if !slices.Contains(jobStates, p.State) {
-					return usagef("bad --state %q: want one of %s", state, joinStates(jobStates))
+			p := api.JobsParams{All: all, User: user}
+			for _, s := range states {
+				st := api.JobState(s)
+				if st != api.JobsFinished && !slices.Contains(jobStates, st) {
+					return usagef("bad --state %q: want one of %s, or %s", s, joinStates(jobStates), api.JobsFinished)
 				}
-				p.All = p.All || p.State.Terminal()
+				p.States = append(p.States, st)
+			}
+			if len(p.States) == 1 && p.States[0] != api.JobsFinished {
+				// One state goes as state, which every daemon knows.
+				p.State, p.States, p.All = p.States[0], nil, p.All || p.States[0].Terminal()
 			}
 			var res api.JobsResult
 			return a.call(cmd.Context(), api.MethodJobs, p, &res, func() error {
@@ -49,13 +58,14 @@ it waits or why it ended as it did.`,
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "include finished jobs")
-	cmd.Flags().StringVar(&state, "state", "", "only jobs in `STATE` ("+joinStates(jobStates)+")")
+	cmd.Flags().StringSliceVar(&states, "state", nil, "only jobs in these `STATES` ("+joinStates(jobStates)+", finished)")
 	cmd.Flags().StringVar(&user, "user", "", "only jobs of `USER`")
+	cmd.AddCommand(newJobsPruneCmd(a))
 	return cmd
 }
 
 // joinStates lists states as "queued, starting, ...".
-func joinStates(states []api.JobState) string {
+func joinStates[S ~string](states []S) string {
 	s := make([]string, len(states))
 	for i, st := range states {
 		s[i] = string(st)

@@ -42,6 +42,8 @@ func TestJobsParams(t *testing.T) {
 		{[]string{"jobs"}, `{}`},
 		{[]string{"jobs", "--state", "queued"}, `{"state":"queued"}`},
 		{[]string{"jobs", "--state", "done"}, `{"state":"done","all":true}`},
+		{[]string{"jobs", "--state", "finished"}, `{"states":["finished"]}`},
+		{[]string{"jobs", "--state", "done,failed", "--state", "queued"}, `{"states":["done","failed","queued"]}`},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -278,5 +280,28 @@ func TestJobWaitJSON(t *testing.T) {
 	}
 	if want := result(cancelled).Result; !sameJSON(t, []byte(got[len(got)-1]), want) {
 		t.Errorf("last line %s, want the job %s", got[len(got)-1], want)
+	}
+}
+
+func TestJobsBadState(t *testing.T) {
+	d := newFakeDaemon(t, nil)
+	_, errOut, code := ctl(t, d, "jobs", "--state", "done,finshed")
+	if code != exitUsage || !strings.Contains(errOut, `bad --state "finshed"`) {
+		t.Errorf("code %d, stderr %q; want a usage error naming finshed", code, errOut)
+	}
+	if n := len(d.requests()); n != 0 {
+		t.Errorf("%d requests sent", n)
+	}
+}
+
+func TestJobsPrune(t *testing.T) {
+	done := endedJob("old", api.JobDone, api.Exit{Code: intp(0)})
+	d := newFakeDaemon(t, map[string]handler{api.MethodPruneJobs: answer(result(api.JobsResult{Jobs: []api.Job{done}}))})
+	out, errOut, code := ctl(t, d, "jobs", "prune", "--user", "alice")
+	if code != 0 || errOut != "" || out != "removed old (j-old, done)\n" {
+		t.Fatalf("code %d, stderr %q, stdout %q", code, errOut, out)
+	}
+	if got, want := string(d.only(t).Params), `{"user":"alice"}`; got != want {
+		t.Errorf("params %s, want %s", got, want)
 	}
 }

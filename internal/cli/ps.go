@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/gpusched/gpusched/pkg/api"
@@ -11,7 +12,10 @@ import (
 
 // newPSCmd builds `ps`.
 func newPSCmd(a *app) *cobra.Command {
-	var user string
+	var (
+		user   string
+		states []string
+	)
 	cmd := &cobra.Command{
 		Use:     "ps",
 		Aliases: []string{"list"},
@@ -19,16 +23,25 @@ func newPSCmd(a *app) *cobra.Command {
 		Long: `List the managed processes you may see, sorted by name. TIER is where a live
 process's GPU memory is: gpu, host (frozen into host RAM) or disk (hibernated
 into a snapshot). AGE/EXIT is the time since start for a live process and how
-it ended for an exited one.`,
+it ended for an exited one. --state shows only processes in those states
+(comma-separated, or the flag repeated): ps --state exited,frozen.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			p := api.PSParams{User: user}
+			for _, s := range states {
+				if !slices.Contains(api.States, api.State(s)) {
+					return usagef("bad --state %q: want one of %s", s, joinStates(api.States))
+				}
+				p.States = append(p.States, api.State(s))
+			}
 			var res api.PSResult
-			return a.call(cmd.Context(), api.MethodPS, api.PSParams{User: user}, &res, func() error {
+			return a.call(cmd.Context(), api.MethodPS, p, &res, func() error {
 				return writePS(a.stdout, res.Processes)
 			})
 		},
 	}
 	cmd.Flags().StringVar(&user, "user", "", "only processes of `USER`")
+	cmd.Flags().StringSliceVar(&states, "state", nil, "only processes in these `STATES` ("+joinStates(api.States)+")")
 	return cmd
 }
 

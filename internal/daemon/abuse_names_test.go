@@ -27,7 +27,7 @@ var nameFields = map[string]bool{
 // in-memory objects (no file is named after them): a bad one is simply
 // not found.
 var (
-	filterNames = map[string]bool{"ps.user": true, "jobs.user": true}
+	filterNames = map[string]bool{"ps.user": true, "jobs.user": true, "prune_jobs.user": true}
 	lookupOnly  = map[string]bool{"release.id": true}
 )
 
@@ -36,6 +36,7 @@ var (
 var optionalNames = map[string]bool{
 	"status.name": true, "events.name": true, "snapshots.name": true, "ps.user": true, "jobs.user": true,
 	"run.user": true, "submit.user": true, "submit.name": true, "submit.jobs[].name": true, "submit.jobs[].user": true,
+	"prune_jobs.user": true,
 }
 
 // stringFields lists the JSON paths of the string fields of t ("name",

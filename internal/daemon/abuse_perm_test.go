@@ -91,6 +91,33 @@ func abuseRows(nobodyUID uint32) []abuseRow {
 				}
 			}},
 		{label: "rm", method: api.MethodRm, code: denied, params: name("-exited")},
+		{label: "rm names", method: api.MethodRm, params: func(o *abuseOwner) any { return map[string]any{"names": []string{o.p + "-exited"}} },
+			check: func(t *testing.T, r json.RawMessage, o *abuseOwner) {
+				var res api.RmResult
+				decodeInto(t, r, &res)
+				if len(res.Removed) != 0 || len(res.Failed) != 1 || res.Failed[0].Code != denied {
+					t.Fatalf("rm of another's name: %+v, want it failed with %s", res, denied)
+				}
+			}},
+		{label: "rm exited", method: api.MethodRm, params: func(o *abuseOwner) any { return map[string]any{"exited": true} },
+			check: func(t *testing.T, r json.RawMessage, o *abuseOwner) {
+				var res api.RmResult
+				decodeInto(t, r, &res)
+				if len(res.Removed) != 0 || len(res.Failed) != 0 {
+					t.Fatalf("rm --exited touched others': %+v", res)
+				}
+			}},
+		{label: "rm exited of owner", method: api.MethodRm, code: denied, params: func(o *abuseOwner) any {
+			return map[string]any{"exited": true, "user": o.user.Username}
+		}},
+		{label: "ps exited", method: api.MethodPS, params: func(o *abuseOwner) any { return map[string]any{"states": []string{"exited"}} },
+			check: func(t *testing.T, r json.RawMessage, o *abuseOwner) {
+				var ps api.PSResult
+				decodeInto(t, r, &ps)
+				if len(ps.Processes) != 0 {
+					t.Fatalf("ps --state exited shows %+v", ps.Processes)
+				}
+			}},
 		{label: "gpus", method: api.MethodGPUs, check: func(t *testing.T, r json.RawMessage, o *abuseOwner) {
 			var g api.GPUsResult
 			decodeInto(t, r, &g)
@@ -156,6 +183,16 @@ func abuseRows(nobodyUID uint32) []abuseRow {
 				}
 			}},
 		{label: "job", method: api.MethodJob, code: denied, params: name("-job")},
+		{label: "prune_jobs", method: api.MethodPruneJobs, check: func(t *testing.T, r json.RawMessage, o *abuseOwner) {
+			var j api.JobsResult
+			decodeInto(t, r, &j)
+			if len(j.Jobs) != 0 {
+				t.Fatalf("prune_jobs removed others' %+v", j.Jobs)
+			}
+		}},
+		{label: "prune_jobs of owner", method: api.MethodPruneJobs, code: denied, params: func(o *abuseOwner) any {
+			return map[string]any{"user": o.user.Username}
+		}},
 		{label: "cancel", method: api.MethodCancel, code: denied, params: name("-job")},
 		{label: "job_wait", method: api.MethodJobWait, code: denied, params: name("-job")},
 		{label: "acquire held gpu", method: api.MethodAcquire, code: api.CodeResourceExhausted, params: func(o *abuseOwner) any {

@@ -65,7 +65,7 @@ func (d *Daemon) eventOf(c proctable.Change) (api.Event, bool) {
 	switch {
 	case c.New == nil && c.Old != nil:
 		p := toAPI(*c.Old, gv)
-		return api.Event{Seq: c.Seq, Type: api.EventRemoved, Name: c.Old.Name, State: c.Old.State, Process: &p}, true
+		return api.Event{Seq: c.Seq, Type: api.EventRemoved, Name: c.Old.Name, State: c.Old.State, Process: &p, Reason: c.Why}, true
 	case c.New != nil && (c.Old == nil || c.Old.State != c.New.State):
 		p := toAPI(*c.New, gv)
 		e := api.Event{Seq: c.Seq, Type: api.EventProcess, Name: c.New.Name, State: c.New.State, Process: &p}

@@ -80,6 +80,7 @@ type Daemon struct {
 	lock     *os.File       // flock on the state dir
 	ready    chan struct{}  // closed once the socket serves
 	bg       sync.WaitGroup // job attempts being started or ended
+	retain   chan struct{}  // kicks a retention pass
 }
 
 // softMemoryLimit is the Go heap size past which the garbage collector
@@ -100,7 +101,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, events: newBroker(), procs: newRuntimes(), admission: newAdmission(),
-		sched: newScheduler(), leases: newLeaseSet(), fillers: newFillerSet(), startedAt: time.Now(), ready: make(chan struct{})}
+		sched: newScheduler(), leases: newLeaseSet(), fillers: newFillerSet(), startedAt: time.Now(), ready: make(chan struct{}), retain: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(d)
 	}
@@ -194,8 +195,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	serving, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
 	var bg sync.WaitGroup
-	bg.Add(4)
+	bg.Add(5)
 	go func() { defer bg.Done(); d.sampler.run(serving) }()
+	go func() { defer bg.Done(); d.runRetention(serving) }()
 	go func() { defer bg.Done(); d.runPolicies(serving) }()
 	go func() { defer bg.Done(); d.runScheduler(serving) }()
 	go func() { defer bg.Done(); d.runFillers(serving) }()
@@ -357,6 +359,7 @@ func (d *Daemon) methodTable() map[string]method {
 		api.MethodJob:            {unary: d.job},
 		api.MethodCancel:         {unary: d.cancel},
 		api.MethodJobWait:        {stream: d.jobWait},
+		api.MethodPruneJobs:      {unary: d.pruneJobs},
 		api.MethodAcquire:        {stream: d.acquire},
 		api.MethodRelease:        {unary: d.release},
 		api.MethodLeases:         {unary: d.listLeases},

@@ -10,6 +10,9 @@ import (
 // onChange publishes table changes in order; it runs under the table lock.
 func (d *Daemon) onChange(c proctable.Change) {
 	d.mpsChange(c)
+	if c.New != nil && !c.New.Live() && (c.Old == nil || c.Old.Live()) {
+		d.kickRetention()
+	}
 	if e, ok := d.eventOf(c); ok {
 		e.Time = time.Now()
 		d.events.publish(e)

@@ -22,7 +22,7 @@ var methodParams = map[string]reflect.Type{
 	api.MethodKill:           reflect.TypeFor[api.KillParams](),
 	api.MethodStatus:         reflect.TypeFor[api.StatusParams](),
 	api.MethodPS:             reflect.TypeFor[api.PSParams](),
-	api.MethodRm:             reflect.TypeFor[api.NameParams](),
+	api.MethodRm:             reflect.TypeFor[api.RmParams](),
 	api.MethodGPUs:           reflect.TypeFor[struct{}](),
 	api.MethodFreeze:         reflect.TypeFor[api.FreezeParams](),
 	api.MethodThaw:           reflect.TypeFor[api.ThawParams](),
@@ -47,6 +47,7 @@ var methodParams = map[string]reflect.Type{
 	api.MethodFill:           reflect.TypeFor[api.FillParams](),
 	api.MethodUnfill:         reflect.TypeFor[api.UnfillParams](),
 	api.MethodFillers:        reflect.TypeFor[struct{}](),
+	api.MethodPruneJobs:      reflect.TypeFor[api.PruneJobsParams](),
 }
 
 // TestMethodParamsCovered fails when the daemon has a method that
@@ -124,6 +125,7 @@ func FuzzParams(f *testing.F) {
 		`{"priority":1,"pin":true,"ttl":null,"idle":"5m"}`, `{"freeze":"a","thaw":"b","timeout":"1s"}`,
 		`{"id":"0b6d2d3c-8869-452c-9a4e-33a8305c71c3"}`, `{"lines":-1,"follow":true}`, `{"name":"a"} {}`,
 		`{"name":"a","name":"b"}`, `{"NAME":"a"}`, `{"gpu":-1}`, `{"gpu":1.5}`, `{"gpus":[null]}`,
+		`{"names":["a","../b"],"exited":true,"user":"x"}`, `{"states":["exited",null]}`, `{"states":[]}`,
 	} {
 		f.Add([]byte(s))
 	}

@@ -35,8 +35,16 @@ func (d *Daemon) openJobs() error {
 // onJobChange publishes a job's state changes; it runs under the queue
 // lock and must not block.
 func (d *Daemon) onJobChange(c jobqueue.Change) {
+	if c.New == nil {
+		j := jobEvent(c.Old)
+		d.events.publish(api.Event{Type: api.EventJobRemoved, Time: time.Now(), Name: j.Name, JobState: j.State, Job: &j, Reason: c.Why})
+		return
+	}
 	if c.Old != nil && c.Old.State == c.New.State {
 		return
+	}
+	if c.New.State.Terminal() {
+		d.kickRetention()
 	}
 	j := jobEvent(c.New)
 	e := api.Event{Type: api.EventJob, Time: time.Now(), Name: j.Name, JobState: j.State, Job: &j}

@@ -3,7 +3,6 @@ package daemon
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -182,15 +181,16 @@ func (d *Daemon) listJobs(c *call) (any, error) {
 	if err := c.decode(&p); err != nil {
 		return nil, err
 	}
-	if p.State != "" && !slices.Contains(api.JobStates, p.State) {
-		return nil, invalidf("jobs: unknown state %q (one of %v)", p.State, api.JobStates)
+	states, err := jobStateFilter(p.State, p.States)
+	if err != nil {
+		return nil, err
 	}
 	out := api.JobsResult{Jobs: []api.Job{}}
 	for _, j := range d.jobs.View() {
 		switch {
 		case !c.actor.owns(j.Owner.UID), p.User != "" && j.Owner.User != p.User:
-		case p.State != "" && j.State != p.State:
-		case p.State == "" && !p.All && j.State.Terminal():
+		case states != nil && !states[j.State]:
+		case states == nil && !p.All && j.State.Terminal():
 		default:
 			out.Jobs = append(out.Jobs, d.jobToAPI(j))
 		}

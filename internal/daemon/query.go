@@ -75,10 +75,14 @@ func (d *Daemon) ps(c *call) (any, error) {
 	if err := c.decode(&p); err != nil {
 		return nil, err
 	}
+	states, err := procStateFilter(p.States)
+	if err != nil {
+		return nil, err
+	}
 	gv := d.gpuView()
 	out := api.PSResult{Processes: []api.Process{}}
 	for _, r := range d.table.View().Records {
-		if !c.actor.owns(r.Owner.UID) || p.User != "" && r.Owner.User != p.User {
+		if !c.actor.owns(r.Owner.UID) || p.User != "" && r.Owner.User != p.User || states != nil && !states[r.State] {
 			continue
 		}
 		out.Processes = append(out.Processes, toAPI(r, gv))

@@ -1,45 +1,219 @@
 package daemon
 
 import (
+	"context"
 	"os"
+
+	"go.uber.org/zap"
 
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
-// rm forgets an exited process: its record, status file and logs.
+// maxRmNames bounds the names one rm may list.
+const maxRmNames = 10000
+
+// rm forgets exited processes: one by name (answered with its Process),
+// several by names, or every exited process the caller may remove (both
+// answered with what was removed and what was not, and why).
 func (d *Daemon) rm(c *call) (any, error) {
-	var p api.NameParams
+	var p api.RmParams
 	if err := c.decode(&p); err != nil {
 		return nil, err
 	}
-	if r, err := d.lookup(c, p.Name); err != nil {
-		return nil, err
-	} else if r.Live() {
-		return nil, conflictf("process %q is %s; kill it before rm", p.Name, r.State)
+	switch {
+	case p.Exited && (p.Name != "" || p.Names != nil):
+		return nil, invalidf("rm: give names or exited, not both")
+	case p.Exited:
+		return d.rmExited(c, p.User)
+	case p.User != "":
+		return nil, invalidf("rm: user goes only with exited")
+	case p.Name != "" && p.Names != nil:
+		return nil, invalidf("rm: give name or names, not both")
+	case p.Names != nil:
+		return d.rmNames(c, p.Names)
 	}
-	// Under the name's op lock, so that the logs removed below cannot be
-	// those of a process that takes the name meanwhile.
-	unlock, err := d.ops.lock(c.ctx, p.Name)
+	rec, err := d.rmCheck(c, p.Name)
 	if err != nil {
 		return nil, err
 	}
-	defer unlock()
-	gv := d.gpuView()
-	rec, err := d.table.Remove(p.Name, func(r proctable.Record) error {
-		if !c.actor.owns(r.Owner.UID) {
-			return deniedf("process %q belongs to %s", p.Name, r.Owner.User)
+	removed, failed := d.forget(c.ctx, []string{p.Name}, "", sameRecord(c.actor, map[string]string{p.Name: rec.ID}))
+	if err := failed[p.Name]; err != nil {
+		return nil, err
+	}
+	return toAPI(removed[0], d.gpuView()), nil
+}
+
+// rmNames forgets each of names that the caller may remove; each name is
+// removed entirely or not at all. A bad name refuses the whole call.
+func (d *Daemon) rmNames(c *call, names []string) (any, error) {
+	switch {
+	case len(names) == 0:
+		return nil, invalidf("rm: names is empty")
+	case len(names) > maxRmNames:
+		return nil, invalidf("rm: %d names; at most %d at once", len(names), maxRmNames)
+	}
+	seen := make(map[string]bool, len(names))
+	uniq := make([]string, 0, len(names))
+	for _, n := range names {
+		if err := api.ValidateName(n); err != nil {
+			return nil, invalidf("rm: %v", err)
 		}
-		if r.Live() {
-			return conflictf("process %q is %s; kill it before rm", p.Name, r.State)
+		if !seen[n] {
+			seen[n] = true
+			uniq = append(uniq, n)
+		}
+	}
+	want := map[string]string{}
+	early := map[string]error{}
+	var ok []string
+	for _, n := range uniq {
+		rec, err := d.rmCheck(c, n)
+		if err != nil {
+			early[n] = err
+			continue
+		}
+		want[n] = rec.ID
+		ok = append(ok, n)
+	}
+	removed, failed := d.forget(c.ctx, ok, "", sameRecord(c.actor, want))
+	for n, err := range early {
+		failed[n] = err
+	}
+	return d.rmResult(uniq, removed, failed), nil
+}
+
+// rmExited forgets every exited process of the caller (root: of every
+// user, or of user).
+func (d *Daemon) rmExited(c *call, user string) (any, error) {
+	if err := checkUserFilter(c, user, "processes"); err != nil {
+		return nil, err
+	}
+	want := map[string]string{}
+	var names []string
+	for _, r := range d.finishedProcs() {
+		if c.actor.owns(r.Owner.UID) && (user == "" || r.Owner.User == user) {
+			want[r.Name] = r.ID
+			names = append(names, r.Name)
+		}
+	}
+	removed, failed := d.forget(c.ctx, names, "", sameRecord(c.actor, want))
+	return d.rmResult(names, removed, failed), nil
+}
+
+// checkUserFilter refuses a non-root caller's user filter naming someone
+// else: only root acts on other users' what.
+func checkUserFilter(c *call, user, what string) error {
+	if user != "" && !c.actor.root() && user != c.actor.User {
+		return deniedf("%s: only root may act on another user's %s; you are %s", c.method, what, c.actor.User)
+	}
+	return nil
+}
+
+// rmCheck finds name and checks that the caller may rm it now.
+func (d *Daemon) rmCheck(c *call, name string) (proctable.Record, error) {
+	r, err := d.lookup(c, name)
+	if err != nil {
+		return proctable.Record{}, err
+	}
+	if r.Live() {
+		return proctable.Record{}, conflictf("process %q is %s; kill it before rm", name, r.State)
+	}
+	return r, nil
+}
+
+// sameRecord accepts, at removal, only the record of each name that was
+// looked at (want: name -> record id), still exited and the caller's.
+func sameRecord(a actor, want map[string]string) func(proctable.Record) error {
+	return func(r proctable.Record) error {
+		switch {
+		case !a.owns(r.Owner.UID):
+			return deniedf("process %q belongs to %s", r.Name, r.Owner.User)
+		case r.Live():
+			return conflictf("process %q is %s; kill it before rm", r.Name, r.State)
+		case r.ID != want[r.Name]:
+			return conflictf("process %q was replaced meanwhile; nothing removed", r.Name)
 		}
 		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
-	os.Remove(rec.StatusPath)
-	d.removeLogs(rec.LogPath)
-	d.removeSandboxHome(rec.ID)
-	return toAPI(rec, gv), nil
+}
+
+// rmResult lists, in the order of names, what was removed and what failed.
+func (d *Daemon) rmResult(names []string, removed []proctable.Record, failed map[string]error) api.RmResult {
+	gv := d.gpuView()
+	out := api.RmResult{Removed: make([]api.Process, 0, len(removed)), Failed: []api.RmFailure{}}
+	for _, r := range removed {
+		out.Removed = append(out.Removed, toAPI(r, gv))
+	}
+	for _, n := range names {
+		if err, ok := failed[n]; ok {
+			code, msg := toWire(err)
+			out.Failed = append(out.Failed, api.RmFailure{Name: n, Error: msg, Code: code})
+		}
+	}
+	return out
+}
+
+// forget removes the records of names that check accepts, as rm does: the
+// record, its status file, its logs and its supervisor directory, all gone
+// before the removal's event (which carries why) is published, under the
+// name's op lock, so that what goes is never a newer process's. It returns the records removed, in the
+// order of names, and why each other name was not.
+func (d *Daemon) forget(ctx context.Context, names []string, why string, check func(proctable.Record) error) ([]proctable.Record, map[string]error) {
+	got := map[string]proctable.Record{}
+	failed := map[string]error{}
+	// Names whose op lock is free go in one batch, with one sync; the
+	// others are waited for one at a time, holding no other lock.
+	var batch, busy []string
+	var unlocks []func()
+	for _, n := range names {
+		if unlock, ok := d.ops.tryLock(n); ok {
+			batch = append(batch, n)
+			unlocks = append(unlocks, unlock)
+		} else {
+			busy = append(busy, n)
+		}
+	}
+	d.forgetLocked(batch, why, check, got, failed)
+	for _, unlock := range unlocks {
+		unlock()
+	}
+	for _, n := range busy {
+		unlock, err := d.ops.lock(ctx, n)
+		if err != nil {
+			failed[n] = err
+			continue
+		}
+		d.forgetLocked([]string{n}, why, check, got, failed)
+		unlock()
+	}
+	removed := make([]proctable.Record, 0, len(got))
+	for _, n := range names {
+		if r, ok := got[n]; ok {
+			removed = append(removed, r)
+		}
+	}
+	return removed, failed
+}
+
+// forgetLocked is forget's removal of names, whose op locks the caller
+// holds; it adds to got and failed.
+func (d *Daemon) forgetLocked(names []string, why string, check func(proctable.Record) error, got map[string]proctable.Record, failed map[string]error) {
+	if len(names) == 0 {
+		return
+	}
+	recs, f, err := d.table.RemoveAll(names, proctable.Removal{Why: why, Check: check, Clean: func(rec proctable.Record) {
+		os.Remove(rec.StatusPath)
+		d.removeLogs(rec.LogPath)
+		d.removeSandboxHome(rec.ID)
+	}})
+	if err != nil {
+		d.log.Error("forget processes", zap.Error(err))
+	}
+	for n, e := range f {
+		failed[n] = e
+	}
+	for _, rec := range recs {
+		got[rec.Name] = rec
+	}
 }

@@ -28,6 +28,16 @@ func (q *Queue) Load() ([]Problem, error) {
 	defer q.mu.Unlock()
 	all := []*Job{}
 	for _, key := range keys {
+		if key == seqKey {
+			if err := q.loadSeqMark(); err != nil {
+				dst, qerr := q.store.Quarantine(key)
+				if qerr != nil {
+					err = fmt.Errorf("%w (quarantine failed: %v)", err, qerr)
+				}
+				problems = append(problems, Problem{Key: key, Err: err, Quarantine: dst})
+			}
+			continue
+		}
 		j := &Job{}
 		err := q.store.Get(key, j)
 		if err == nil {
@@ -49,6 +59,7 @@ func (q *Queue) Load() ([]Problem, error) {
 		q.byName[j.Name] = j.ID
 		q.seq = max(q.seq, j.Seq)
 	}
+	q.seq = max(q.seq, q.seqMark)
 	q.view.Store(&all)
 	return problems, nil
 }

@@ -9,9 +9,11 @@ import (
 	"github.com/gpusched/gpusched/internal/store"
 )
 
-// Change is one published modification; Old is nil for a new job.
+// Change is one published modification; Old is nil for a new job, New
+// for a removed one.
 type Change struct {
 	Old, New *Job
+	Why      string // why a job was removed, as RemoveAll was told
 }
 
 // Queue holds every job, unfinished and finished, persisted one file each.
@@ -23,7 +25,11 @@ type Queue struct {
 	byID   map[string]*Job
 	byName map[string]string // name -> id of the newest job of that name
 	seq    uint64
-	view   atomic.Pointer[[]*Job] // sorted by Seq; entries never modified
+	// seqMark is the sequence number last persisted under seqKey: removing
+	// the newest jobs must not let a restarted queue hand their ids out
+	// again.
+	seqMark uint64
+	view    atomic.Pointer[[]*Job] // sorted by Seq; entries never modified
 }
 
 // New creates an empty queue writing through st; onChange may be nil.

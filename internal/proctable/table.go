@@ -16,6 +16,7 @@ type Change struct {
 	Seq uint64
 	Old *Record
 	New *Record
+	Why string // why a record was removed, as RemoveAll was told
 }
 
 // View is an immutable snapshot of the table, sorted by name.
@@ -161,6 +162,96 @@ func (t *Table) Remove(name string, check func(Record) error) (Record, error) {
 	return rec, nil
 }
 
+// Removal says how RemoveAll treats the records it is given.
+type Removal struct {
+	Why   string             // goes with each change published
+	Check func(Record) error // refuses a record with an error (nil: none)
+	// Clean runs for each record removed, before its change is published,
+	// so that whoever sees the change sees what Clean removes gone (nil:
+	// none). It runs under the table's lock: keep it short.
+	Clean func(Record)
+}
+
+// RemoveAll forgets each named record that how.Check accepts, as Remove
+// does one, with one directory sync and one new snapshot for all: for
+// removing many at once. It returns the records removed, in the order
+// named, and why each other name was not. err is a failed directory sync:
+// the records are gone from the table and their files deleted, but a
+// machine crash may bring them back.
+func (t *Table) RemoveAll(names []string, how Removal) (removed []Record, failed map[string]error, err error) {
+	failed = map[string]error{}
+	type held struct {
+		name string
+		e    *entry
+	}
+	var hold []held
+	defer func() {
+		for _, h := range hold {
+			h.e.mu.Unlock()
+		}
+	}()
+	seen := map[string]bool{}
+	for _, name := range names {
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		e, err := t.entry(name)
+		if err != nil {
+			failed[name] = err
+			continue
+		}
+		// Safe to hold several: no other writer holds more than one.
+		e.mu.Lock()
+		hold = append(hold, held{name, e})
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var gone []*entry
+	for _, h := range hold {
+		switch {
+		case h.e.removed:
+			failed[h.name] = fmt.Errorf("process %q: %w", h.name, ErrNotFound)
+			continue
+		case how.Check != nil:
+			if err := how.Check(h.e.rec); err != nil {
+				failed[h.name] = err
+				continue
+			}
+		}
+		if err := t.store.DeleteVolatile(h.e.rec.ID); err != nil {
+			failed[h.name] = fmt.Errorf("process %q: %w", h.name, err)
+			continue
+		}
+		gone = append(gone, h.e)
+	}
+	if len(gone) == 0 {
+		return nil, failed, nil
+	}
+	if serr := t.store.Sync(); serr != nil {
+		err = fmt.Errorf("forget %d processes: %w", len(gone), serr)
+	}
+	changes := make([]Change, len(gone))
+	for i, e := range gone {
+		e.removed = true
+		delete(t.byName, e.rec.Name)
+		rec := e.rec
+		removed = append(removed, rec)
+		t.seq++
+		changes[i] = Change{Seq: t.seq, Old: &rec, Why: how.Why}
+		if how.Clean != nil {
+			how.Clean(rec)
+		}
+	}
+	t.snapshotLocked()
+	if t.onChange != nil {
+		for _, c := range changes {
+			t.onChange(c)
+		}
+	}
+	return removed, failed, err
+}
+
 // entry finds name's entry.
 func (t *Table) entry(name string) (*entry, error) {
 	t.mu.Lock()
@@ -180,9 +271,14 @@ func (t *Table) publishLocked(c Change) {
 	}
 }
 
-// rebuildLocked stores a fresh snapshot.
+// rebuildLocked stores a fresh snapshot under the next sequence number.
 func (t *Table) rebuildLocked() {
 	t.seq++
+	t.snapshotLocked()
+}
+
+// snapshotLocked stores a fresh snapshot under the current sequence number.
+func (t *Table) snapshotLocked() {
 	recs := make([]Record, 0, len(t.byName))
 	for _, e := range t.byName {
 		recs = append(recs, e.rec)

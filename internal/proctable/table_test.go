@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -226,5 +227,55 @@ func TestConcurrentUpdatesKeepEveryWrite(t *testing.T) {
 		if r.PID != writes || disk.PID != writes || disk.Rev != writes+1 {
 			t.Fatalf("p%d: memory pid %d, disk pid %d rev %d", i, r.PID, disk.PID, disk.Rev)
 		}
+	}
+}
+
+func TestRemoveAll(t *testing.T) {
+	tb, st, changes := newTable(t)
+	for _, n := range []string{"a", "b", "c"} {
+		tb.Create(rec(n, api.StateExited))
+	}
+	tb.Create(rec("live", api.StateRunning))
+	before := len(*changes)
+	busy := errors.New("live")
+	var cleaned []string
+	removed, failed, err := tb.RemoveAll([]string{"c", "live", "a", "nope", "c"}, Removal{Why: "retention",
+		Check: func(r Record) error {
+			if r.Live() {
+				return busy
+			}
+			return nil
+		},
+		Clean: func(r Record) {
+			if len(*changes) != before {
+				t.Errorf("%s cleaned after a change was published", r.Name)
+			}
+			cleaned = append(cleaned, r.Name)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 2 || removed[0].Name != "c" || removed[1].Name != "a" {
+		t.Fatalf("removed %+v, want c then a", removed)
+	}
+	if !slices.Equal(cleaned, []string{"c", "a"}) {
+		t.Fatalf("cleaned %v, want c then a", cleaned)
+	}
+	if len(failed) != 2 || !errors.Is(failed["live"], busy) || !errors.Is(failed["nope"], ErrNotFound) {
+		t.Fatalf("failed %v, want live refused by check and nope not found", failed)
+	}
+	v := tb.View()
+	if len(v.Records) != 2 || v.Records[0].Name != "b" || v.Records[1].Name != "live" {
+		t.Fatalf("left %+v, want b and live", v.Records)
+	}
+	if keys, _ := st.Keys(); len(keys) != 2 {
+		t.Fatalf("stored keys %v, want 2", keys)
+	}
+	got := (*changes)[before:]
+	if len(got) != 2 || got[0].Old.Name != "c" || got[1].Old.Name != "a" || got[0].Why != "retention" || got[1].New != nil {
+		t.Fatalf("changes %+v", got)
+	}
+	if got[1].Seq != got[0].Seq+1 || v.Seq != got[1].Seq {
+		t.Fatalf("seqs %d, %d, view %d: want consecutive, the view at the last", got[0].Seq, got[1].Seq, v.Seq)
 	}
 }

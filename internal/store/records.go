@@ -92,6 +92,15 @@ func (r *Records) Get(key string, v any) error {
 
 // Delete removes the record under key; a missing record is not an error.
 func (r *Records) Delete(key string) error {
+	if err := r.DeleteVolatile(key); err != nil {
+		return err
+	}
+	return r.Sync()
+}
+
+// DeleteVolatile removes the record under key without syncing the
+// directory: for batches, made durable together by one Sync.
+func (r *Records) DeleteVolatile(key string) error {
 	p, err := r.path(key)
 	if err != nil {
 		return err
@@ -99,8 +108,11 @@ func (r *Records) Delete(key string) error {
 	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("record %s: %w", key, err)
 	}
-	return SyncDir(r.dir)
+	return nil
 }
+
+// Sync makes the directory's changes (deletions, renames) durable.
+func (r *Records) Sync() error { return SyncDir(r.dir) }
 
 // Keys lists the stored keys, sorted. Leftover temp files are removed.
 func (r *Records) Keys() ([]string, error) {

@@ -72,7 +72,14 @@ func (c *Client) Wait(ctx context.Context, p WaitParams, onEvent func(*Event) er
 // Rm forgets an exited process and returns its last record.
 func (c *Client) Rm(ctx context.Context, name string) (*Process, error) {
 	var out Process
-	return &out, c.Call(ctx, MethodRm, NameParams{Name: name}, &out)
+	return &out, c.Call(ctx, MethodRm, RmParams{Name: name}, &out)
+}
+
+// Remove forgets several exited processes (p.Names), or every exited one
+// the caller may remove (p.Exited), and says what it removed and what not.
+func (c *Client) Remove(ctx context.Context, p RmParams) (*RmResult, error) {
+	var out RmResult
+	return &out, c.Call(ctx, MethodRm, p, &out)
 }
 
 // Events streams events to onEvent until it returns an error or ctx ends.
@@ -157,6 +164,15 @@ func (c *Client) Submit(ctx context.Context, p SubmitParams) ([]Job, error) {
 func (c *Client) Jobs(ctx context.Context, p JobsParams) ([]Job, error) {
 	var out JobsResult
 	if err := c.Call(ctx, MethodJobs, p, &out); err != nil {
+		return nil, err
+	}
+	return out.Jobs, nil
+}
+
+// PruneJobs removes finished jobs and returns them.
+func (c *Client) PruneJobs(ctx context.Context, p PruneJobsParams) ([]Job, error) {
+	var out JobsResult
+	if err := c.Call(ctx, MethodPruneJobs, p, &out); err != nil {
 		return nil, err
 	}
 	return out.Jobs, nil

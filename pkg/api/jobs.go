@@ -154,11 +154,21 @@ type SubmitResult struct {
 	Jobs []Job `json:"jobs"`
 }
 
+// JobsFinished, in a jobs states filter, stands for every final state.
+const JobsFinished JobState = "finished"
+
 // JobsParams filters the job list.
 type JobsParams struct {
-	State JobState `json:"state,omitempty"` // only jobs in this state
-	All   bool     `json:"all,omitempty"`   // include finished jobs (default: only unfinished)
-	User  string   `json:"user,omitempty"`
+	State  JobState   `json:"state,omitempty"`  // only jobs in this state
+	States []JobState `json:"states,omitempty"` // only jobs in one of these states (or JobsFinished)
+	All    bool       `json:"all,omitempty"`    // include finished jobs (default: only unfinished)
+	User   string     `json:"user,omitempty"`
+}
+
+// PruneJobsParams removes the caller's finished jobs (root: every user's,
+// or User's). The result is a JobsResult of the jobs removed.
+type PruneJobsParams struct {
+	User string `json:"user,omitempty"`
 }
 
 // JobsResult lists jobs in submission order.

@@ -36,6 +36,8 @@ const (
 	MethodFill    = "fill"
 	MethodUnfill  = "unfill"
 	MethodFillers = "fillers"
+
+	MethodPruneJobs = "prune_jobs" // remove finished jobs
 )
 
 // MethodAliases maps accepted alternative spellings to their method.

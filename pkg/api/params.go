@@ -48,7 +48,32 @@ type KillParams struct {
 
 // PSParams filters the process list.
 type PSParams struct {
-	User string `json:"user,omitempty"` // only processes of this user
+	User   string  `json:"user,omitempty"`   // only processes of this user
+	States []State `json:"states,omitempty"` // only processes in one of these states
+}
+
+// RmParams forgets exited processes: one (Name, answered with its
+// Process), several (Names), or every exited process of the caller
+// (Exited; root: of every user, or of User), both answered with RmResult.
+type RmParams struct {
+	Name   string   `json:"name,omitempty"`
+	Names  []string `json:"names,omitempty"`
+	Exited bool     `json:"exited,omitempty"`
+	User   string   `json:"user,omitempty"` // with Exited
+}
+
+// RmResult says what an rm of several names or of every exited process
+// removed, by name, and what it could not, in the order asked.
+type RmResult struct {
+	Removed []Process   `json:"removed"`
+	Failed  []RmFailure `json:"failed"`
+}
+
+// RmFailure is one name rm left as it was, and why.
+type RmFailure struct {
+	Name  string `json:"name"`
+	Error string `json:"error"`
+	Code  Code   `json:"code"`
 }
 
 // PSResult lists processes sorted by name.

@@ -21,6 +21,10 @@ const (
 	StateRestoring   State = "restoring"   // being restored from disk (then thawed)
 )
 
+// States lists every process state.
+var States = []State{StateStarting, StateRunning, StateFreezing, StateFrozen, StateThawing, StateLocked, StateFailed,
+	StateHibernating, StateHibernated, StateRestoring, StateExited}
+
 // Tier says where a live process's GPU memory is.
 type Tier string
 
@@ -195,12 +199,19 @@ const (
 	// EventJob: a job changed state; Job holds it. A job going past its
 	// declaration is an EventJob with Warning set.
 	EventJob EventType = "job"
+	// EventJobRemoved: a finished job was removed (prune_jobs, retention);
+	// Job holds its last state.
+	EventJobRemoved EventType = "job_removed"
 	// EventLease: a lease was granted or released; Lease holds it.
 	EventLease EventType = "lease"
 	// EventFiller: a filler started, changed target or was released; Filler
 	// holds it (HeldMiB 0 and a released filler's last state on release).
 	EventFiller EventType = "filler"
 )
+
+// RemovedByRetention is the Reason of a removal by --keep-finished or
+// --keep-finished-for.
+const RemovedByRetention = "retention"
 
 // Event is one streamed item.
 type Event struct {
@@ -217,4 +228,8 @@ type Event struct {
 	Warning   string    `json:"warning,omitempty"` // e.g. a job exceeded its declared VRAM
 	Lease     *Lease    `json:"lease,omitempty"`
 	Filler    *Filler   `json:"filler,omitempty"`
+
+	// Reason says why a record was removed when the daemon removed it by
+	// itself: RemovedByRetention.
+	Reason string `json:"reason,omitempty"`
 }

@@ -59,6 +59,7 @@ from .types import (
     Job,
     Lease,
     Process,
+    RmResult,
     Snapshot,
     Status,
     SwapResult,
@@ -113,6 +114,11 @@ def _encode_params(method: str, params: Optional[Mapping[str, Any]]) -> Optional
         return json.dumps(params, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as e:
         raise InvalidArgument(f"{method}: params cannot be sent as JSON: {e}") from None
+
+
+def _strings(values: Sequence[str]) -> List[str]:
+    """A list of strings from a sequence of them; one string is one item, not its letters."""
+    return [values] if isinstance(values, str) else [str(v) for v in values]
 
 
 def _decode(convert: Callable[[Any], T], data: Any, method: str) -> T:
@@ -693,9 +699,15 @@ class GpuSched:
             return _decode(Status.from_dict, self.call("status"), "status")
         return _decode(Process.from_dict, self.call("status", {"name": name}), "status")
 
-    def processes(self, user: Optional[str] = None) -> List[Process]:
-        """The processes the caller may see (root: all, or ``user``'s), sorted by name."""
-        result = self.call("ps", {"user": user} if user else None)
+    def processes(self, user: Optional[str] = None, states: Optional[Sequence[str]] = None) -> List[Process]:
+        """The processes the caller may see (root: all, or ``user``'s), sorted by name;
+        with ``states`` (e.g. ``["exited", "frozen"]``) only those in one of them."""
+        params: Dict[str, Any] = {}
+        if user:
+            params["user"] = user
+        if states is not None:
+            params["states"] = _strings(states)
+        result = self.call("ps", params or None)
         return _decode(lambda r: [Process.from_dict(p) for p in r.get("processes") or []], result, "ps")
 
     def logs(self, name: str, lines: int = 100) -> List[str]:
@@ -734,6 +746,20 @@ class GpuSched:
     def rm(self, name: str) -> Process:
         """Forgets an exited process (record and logs) and returns its last record."""
         return _decode(Process.from_dict, self.call("rm", {"name": name}), "rm")
+
+    def remove(self, names: Sequence[str] = (), exited: bool = False, user: Optional[str] = None) -> RmResult:
+        """Forgets several exited processes by ``names``, or with ``exited`` every
+        exited process of the caller (root: of everyone, or of ``user``). Each is
+        removed entirely or not at all; the result says which were and, for the
+        others, why (it raises only for bad input, such as an invalid name)."""
+        params: Dict[str, Any] = {}
+        if names or not exited:
+            params["names"] = _strings(names)
+        if exited:
+            params["exited"] = True
+        if user is not None:
+            params["user"] = user
+        return _decode(RmResult.from_dict, self.call("rm", params), "rm")
 
     def events(self, name: Optional[str] = None) -> Stream[Event]:
         """Every event the caller may see (of ``name`` only, if given), starting with
@@ -817,18 +843,33 @@ class GpuSched:
         result = self.call("submit", params)
         return _decode(lambda r: [Job.from_dict(j) for j in r.get("jobs") or []], result, "submit")
 
-    def jobs(self, state: Optional[str] = None, all: bool = False, user: Optional[str] = None) -> List[Job]:
+    def jobs(
+        self,
+        state: Optional[str] = None,
+        all: bool = False,
+        user: Optional[str] = None,
+        states: Optional[Sequence[str]] = None,
+    ) -> List[Job]:
         """The caller's jobs (root: everyone's, or ``user``'s) in submission order:
-        unfinished ones, or with ``all`` finished ones too, or those in ``state``."""
+        unfinished ones, or with ``all`` finished ones too, or those in ``state`` or
+        in one of ``states`` ("finished" stands for every final state)."""
         params: Dict[str, Any] = {}
         if state is not None:
             params["state"] = state
+        if states is not None:
+            params["states"] = _strings(states)
         if all:
             params["all"] = True
         if user is not None:
             params["user"] = user
         result = self.call("jobs", params or None)
         return _decode(lambda r: [Job.from_dict(j) for j in r.get("jobs") or []], result, "jobs")
+
+    def prune_jobs(self, user: Optional[str] = None) -> List[Job]:
+        """Removes the caller's finished jobs (root: everyone's, or ``user``'s) and
+        returns them; unfinished jobs are left as they are."""
+        result = self.call("prune_jobs", {"user": user} if user is not None else None)
+        return _decode(lambda r: [Job.from_dict(j) for j in r.get("jobs") or []], result, "prune_jobs")
 
     def job(self, name: str) -> Job:
         """One job, by name (the newest job of that name) or by id ("j12")."""

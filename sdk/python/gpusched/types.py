@@ -413,7 +413,10 @@ class Event:
     the event: use :meth:`GpuSched.release` with their id. A "filler" event
     carries the :class:`Filler` in ``filler`` (``name`` is its GPU's UUID) when one
     starts, changes target or is released (then with ``held_mib`` 0); every
-    subscriber gets them.
+    subscriber gets them. A "job_removed" event carries the finished :class:`Job`
+    removed. On "removed" and "job_removed", ``reason`` is "retention" when the
+    daemon removed the record by itself (``--keep-finished``,
+    ``--keep-finished-for``), "" when a caller did.
     """
 
     type: str = ""
@@ -429,6 +432,7 @@ class Event:
     warning: str = ""
     lease: Optional[Lease] = None
     filler: Optional[Filler] = None
+    reason: str = ""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -442,6 +446,36 @@ class Event:
             lease=Lease.from_dict,
             filler=Filler.from_dict,
         )
+
+
+@dataclass(frozen=True)
+class RmFailure:
+    """A name rm left as it was: why (``error``, a sentence) and the wire ``code``
+    (``not_found``, ``permission_denied``, ``conflict``, ...)."""
+
+    name: str = ""
+    error: str = ""
+    code: str = ""
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RmFailure:
+        return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class RmResult:
+    """What an rm of several names, or of every exited process, did: ``removed``
+    the processes forgotten (each entirely), ``failed`` the names left as they
+    were, each with why, in the order asked."""
+
+    removed: List[Process] = field(default_factory=list)
+    failed: List[RmFailure] = field(default_factory=list)
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RmResult:
+        return _build(cls, data, removed=_each(Process.from_dict), failed=_each(RmFailure.from_dict))
 
 
 @dataclass(frozen=True)

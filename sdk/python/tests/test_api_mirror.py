@@ -57,7 +57,7 @@ METHODS = {
     "ps": ("processes", "PSParams", {}),
     "logs": ("follow_logs", "LogsParams", {"follow": None}),
     "wait": ("wait", "WaitParams", {}),
-    "rm": ("rm", "NameParams", {}),
+    "rm": ("remove", "RmParams", {"name": None}),
     "events": ("events", "EventsParams", {}),
     "gpus": ("gpus", None, {}),
     "freeze": ("freeze", "FreezeParams", {}),
@@ -74,6 +74,7 @@ METHODS = {
     "job": ("job", "JobParams", {}),
     "cancel": ("cancel", "NameParams", {}),
     "job_wait": ("wait_job", "JobWaitParams", {}),
+    "prune_jobs": ("prune_jobs", "PruneJobsParams", {}),
     "acquire": ("acquire", "AcquireParams", {}),
     "release": ("release", "ReleaseParams", {"id": "lease_or_id"}),
     "leases": ("leases", None, {}),
@@ -86,7 +87,7 @@ METHODS = {
 RESULT_TYPES = [
     "Exit", "Identity", "ProcessGPU", "Process", "Policy", "GPUProcess", "GPU", "GPUSummary", "Hello",
     "Status", "Event", "CheckpointResult", "SwapResult", "HibernateResult", "ForkResult", "Snapshot",
-    "Job", "Attempt", "Lease", "LeaseGPU", "Filler",
+    "Job", "Attempt", "Lease", "LeaseGPU", "Filler", "RmResult", "RmFailure",
 ]
 
 

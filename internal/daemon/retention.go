@@ -1,0 +1,145 @@
+package daemon
+
+import (
+	"context"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/gpusched/gpusched/internal/jobqueue"
+	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/internal/retention"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// retentionMaxWait bounds the wait between two retention passes, so that
+// records come due even when the wall clock steps.
+const retentionMaxWait = time.Hour
+
+// runRetention forgets finished history past --keep-finished and
+// --keep-finished-for, each user's counted apart, until ctx ends: at start,
+// after every kick (a process exited, a job finished) and when the next
+// record comes due for its age.
+func (d *Daemon) runRetention(ctx context.Context) {
+	p := retention.Policy{Keep: d.cfg.Limits.KeepFinished, For: d.cfg.Limits.KeepFinishedFor}
+	if p.Off() {
+		return
+	}
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.retain:
+		case <-t.C:
+		}
+		now := time.Now()
+		next := earliest(d.retainProcs(ctx, p, now), d.retainJobs(p, now))
+		wait := retentionMaxWait
+		if !next.IsZero() {
+			wait = min(wait, next.Sub(now))
+		}
+		t.Reset(wait)
+	}
+}
+
+// kickRetention asks for a retention pass; kicks while one is due
+// coalesce.
+func (d *Daemon) kickRetention() {
+	select {
+	case d.retain <- struct{}{}:
+	default:
+	}
+}
+
+// earliest is the earlier of two times, zero meaning none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || !b.IsZero() && b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// retainProcs forgets the exited processes p says to drop at now, and
+// returns when the next comes due.
+func (d *Daemon) retainProcs(ctx context.Context, p retention.Policy, now time.Time) time.Time {
+	recs := d.finishedProcs()
+	items := make([]retention.Item, len(recs))
+	for i, r := range recs {
+		ended := r.ExitedAt
+		if ended.IsZero() {
+			ended = r.CreatedAt
+		}
+		items[i] = retention.Item{UID: r.Owner.UID, Ended: ended}
+	}
+	drop, next := retention.Select(now, p, items)
+	if len(drop) == 0 {
+		return next
+	}
+	want := make(map[string]string, len(drop))
+	names := make([]string, len(drop))
+	for i, k := range drop {
+		want[recs[k].Name], names[i] = recs[k].ID, recs[k].Name
+	}
+	removed, _ := d.forget(ctx, names, api.RemovedByRetention, func(r proctable.Record) error {
+		if r.ID != want[r.Name] || r.Live() {
+			return errReplaced
+		}
+		return nil
+	})
+	for _, r := range removed {
+		d.log.Info("removed an exited process by retention", zap.String("name", r.Name), zap.String("id", r.ID),
+			zap.String("user", r.Owner.User), zap.Time("exited_at", r.ExitedAt))
+	}
+	return next
+}
+
+// finishedProcs lists the exited processes, less those of job attempts
+// not yet settled: their jobs read the record to settle.
+func (d *Daemon) finishedProcs() []proctable.Record {
+	pending := map[string]bool{}
+	for _, j := range d.jobs.View() {
+		if j.Active() && j.Proc != "" {
+			pending[j.Proc] = true
+		}
+	}
+	var out []proctable.Record
+	for _, r := range d.table.View().Records {
+		if !r.Live() && !pending[r.ID] {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// retainJobs forgets the finished jobs p says to drop at now, and returns
+// when the next comes due.
+func (d *Daemon) retainJobs(p retention.Policy, now time.Time) time.Time {
+	var jobs []*jobqueue.Job
+	var items []retention.Item
+	for _, j := range d.jobs.View() { // in submission order: of equal ends, the later is newer
+		if !j.State.Terminal() {
+			continue
+		}
+		ended := j.EndedAt
+		if ended.IsZero() {
+			ended = j.SubmittedAt
+		}
+		jobs = append(jobs, j)
+		items = append(items, retention.Item{UID: j.Owner.UID, Ended: ended})
+	}
+	drop, next := retention.Select(now, p, items)
+	if len(drop) == 0 {
+		return next
+	}
+	ids := make([]string, len(drop))
+	for i, k := range drop {
+		ids[i] = jobs[k].ID
+	}
+	for _, j := range d.forgetJobs(ids, api.RemovedByRetention, nil) {
+		d.log.Info("removed a finished job by retention", zap.String("job", j.Name), zap.String("id", j.ID),
+			zap.String("user", j.Owner.User), zap.Time("ended_at", j.EndedAt))
+	}
+	return next
+}
