@@ -291,6 +291,7 @@ func TestRedteamConnsPerUser(t *testing.T) {
 	}
 	refused := func(who string, rc *rawConn, code api.Code, says ...string) {
 		t.Helper()
+		_, _ = rc.c.Write([]byte(`{"method":"hello"}` + "\n")) // a refused one may be closed already
 		r := rc.recv()
 		msg, _ := r["error"].(string)
 		if r["code"] != string(code) {
@@ -313,7 +314,8 @@ func TestRedteamConnsPerUser(t *testing.T) {
 		hogs = append(hogs, rc)
 	}
 	refused(hog.Name+" past its share", dial(hog), api.CodeResourceExhausted, "--max-conns-per-user", hog.Name)
-	if out, errOut, code := h.ctlAs(hog, "ps"); code == 0 || !strings.Contains(errOut, "--max-conns-per-user") {
+	out, errOut, code := h.ctlAs(hog, "ps")
+	if code == 0 || !strings.Contains(errOut, "--max-conns-per-user") {
 		t.Fatalf("gpuschedctl as %s past its share: exit %d: %s%s", hog.Name, code, out, errOut)
 	}
 
@@ -337,7 +339,7 @@ func TestRedteamConnsPerUser(t *testing.T) {
 	hogs[0].expectClosed()
 	for attempt := 0; ; attempt++ {
 		rc := dial(hog)
-		_, _ = rc.c.Write([]byte(`{"method":"hello"}` + "\n")) // a refused one may be closed already
+		_, _ = rc.c.Write([]byte(`{"method":"hello"}` + "\n"))
 		r := rc.recv()
 		if r["ok"] == true {
 			break
