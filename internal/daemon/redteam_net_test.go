@@ -3,6 +3,7 @@ package daemon
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +17,11 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/testutil"
@@ -348,4 +353,50 @@ func TestRedteamConnsPerUser(t *testing.T) {
 			t.Fatalf("%s after closing a connection (attempt %d): %v", hog.Name, attempt+1, r)
 		}
 	}
+}
+
+// failingAcceptor fails its first fails accepts with EMFILE, as a daemon
+// out of descriptors does, then closes failed and blocks until ctx ends.
+type failingAcceptor struct {
+	ctx    context.Context
+	fails  int
+	calls  int
+	failed chan struct{}
+}
+
+func (a *failingAcceptor) AcceptUnix() (*net.UnixConn, error) {
+	if a.calls++; a.calls <= a.fails {
+		return nil, &net.OpError{Op: "accept", Net: "unix", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	close(a.failed)
+	<-a.ctx.Done()
+	return nil, net.ErrClosed
+}
+
+// TestServeBacksOffOnAcceptErrors: out of descriptors, the socket's accept
+// loop waits between attempts (5ms doubling to 1s, on synctest's clock)
+// and logs the run of errors once, instead of spinning and logging each.
+func TestServeBacksOffOnAcceptErrors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		core, logs := observer.New(zap.WarnLevel)
+		d := &Daemon{log: zap.New(core)}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		ln := &failingAcceptor{ctx: ctx, fails: 12, failed: make(chan struct{})}
+		start := time.Now()
+		done := make(chan error, 1)
+		go func() { done <- d.serve(ctx, ln) }()
+		<-ln.failed
+		// 5+10+...+640ms, then 1s for each failure after the eighth.
+		if waited, want := time.Since(start), 1275*time.Millisecond+4*time.Second; waited != want {
+			t.Errorf("12 accept failures waited %v in all; want %v", waited, want)
+		}
+		if n := logs.Len(); n != 1 {
+			t.Errorf("12 accept failures logged %d lines, want 1: %v", n, logs.All())
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
 }

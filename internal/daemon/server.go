@@ -68,10 +68,15 @@ type method struct {
 	stream streamHandler
 }
 
+// unixAcceptor is what serve needs of its listener.
+type unixAcceptor interface {
+	AcceptUnix() (*net.UnixConn, error)
+}
+
 // serve accepts connections until the listener closes. Accept errors (such
 // as running out of descriptors) are retried with a backoff and logged once
 // per run of them.
-func (d *Daemon) serve(ctx context.Context, ln *socketListener) error {
+func (d *Daemon) serve(ctx context.Context, ln unixAcceptor) error {
 	retry := netguard.NewRetry(func(err error) {
 		d.log.Error("accept failing; retrying with backoff", zap.String("socket", d.cfg.Socket), zap.Error(err))
 	})
