@@ -78,6 +78,7 @@ var allowed = map[string][]string{
 	"internal/cgroup":                    {},
 	"internal/limits":                    {},
 	"internal/retention":                 {},
+	"internal/netguard":                  {},
 	"internal/checkpoint/checkpointtest": {},
 	"internal/memfill":                   {"internal/procfs", "internal/simgpu"},
 	"internal/checkpoint/checkpointtest/cuda-checkpoint": {"internal/simgpu", "internal/procfs", "internal/checkpoint", "internal/checkpoint/checkpointtest"},

@@ -73,7 +73,7 @@ type Daemon struct {
 	fillers    *fillerSet
 	metrics    *metrics // nil while --metrics-addr is off
 
-	conns    connSet
+	conns    *connSet
 	wg       sync.WaitGroup // connection goroutines
 	streams  sync.WaitGroup // streaming calls in progress
 	stopping atomic.Bool    // set once shutdown begins
@@ -101,7 +101,8 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, events: newBroker(), procs: newRuntimes(), admission: newAdmission(),
-		sched: newScheduler(), leases: newLeaseSet(), fillers: newFillerSet(), startedAt: time.Now(), ready: make(chan struct{}), retain: make(chan struct{}, 1)}
+		sched: newScheduler(), leases: newLeaseSet(), fillers: newFillerSet(), startedAt: time.Now(), ready: make(chan struct{}), retain: make(chan struct{}, 1),
+		conns: newConnSet(cfg.MaxConns, cfg.Limits.ConnsPerUser)}
 	for _, o := range opts {
 		o(d)
 	}

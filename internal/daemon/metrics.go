@@ -1,17 +1,10 @@
 package daemon
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"net"
-	"net/http"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"go.uber.org/zap"
 
 	"github.com/gpusched/gpusched/internal/jobqueue"
 )
@@ -48,10 +41,6 @@ var (
 	checkpointBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60, 120, 300, 600}
 	queueWaitBuckets  = []float64{0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800, 3600, 7200, 14400, 43200, 86400}
 )
-
-// metricsShutdownTimeout bounds how long Run waits for scrapes in progress
-// when it stops serving /metrics.
-const metricsShutdownTimeout = 5 * time.Second
 
 // metrics holds the daemon's Prometheus registry and the metrics updated
 // at operation sites. A nil *metrics (metrics off) ignores every update.
@@ -152,44 +141,4 @@ func (d *Daemon) chainBytes(id string) uint64 {
 		}
 	}
 	return n
-}
-
-// serveMetrics starts serving GET /metrics on --metrics-addr, when set, and
-// returns the function that stops it (waiting for scrapes in progress). A
-// listen failure is an error that names the address.
-func (d *Daemon) serveMetrics() (stop func(), err error) {
-	if d.metrics == nil {
-		return func() {}, nil
-	}
-	addr, err := d.cfg.MetricsListenAddr()
-	if err != nil {
-		return nil, fmt.Errorf("--metrics-addr %q: %w", d.cfg.MetricsAddr, err)
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--metrics-addr: cannot serve metrics on %s: %w", addr, err)
-	}
-	errLog := zap.NewStdLog(d.log.Named("metrics"))
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(d.metrics.reg, promhttp.HandlerOpts{
-		ErrorLog: errLog, ErrorHandling: promhttp.ContinueOnError, Registry: d.metrics.reg,
-	}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			d.log.Error("metrics server stopped", zap.String("addr", addr), zap.Error(err))
-		}
-	}()
-	d.log.Info("serving metrics", zap.String("url", "http://"+ln.Addr().String()+"/metrics"))
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), metricsShutdownTimeout)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			d.log.Warn("metrics server shutdown", zap.Error(err))
-			_ = srv.Close()
-		}
-		<-done
-	}, nil
 }

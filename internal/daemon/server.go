@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/gpusched/gpusched/internal/netguard"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -66,19 +68,29 @@ type method struct {
 	stream streamHandler
 }
 
-// serve accepts connections until the listener closes.
-func (d *Daemon) serve(ctx context.Context, ln *socketListener) error {
+// unixAcceptor is what serve needs of its listener.
+type unixAcceptor interface {
+	AcceptUnix() (*net.UnixConn, error)
+}
+
+// serve accepts connections until the listener closes. Accept errors (such
+// as running out of descriptors) are retried with a backoff and logged once
+// per run of them.
+func (d *Daemon) serve(ctx context.Context, ln unixAcceptor) error {
+	retry := netguard.NewRetry(func(err error) {
+		d.log.Error("accept failing; retrying with backoff", zap.String("socket", d.cfg.Socket), zap.Error(err))
+	})
 	for {
 		c, err := ln.AcceptUnix()
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) || !retry.Failed(err, ctx.Done()) {
 				return nil
 			}
-			d.log.Warn("accept", zap.Error(err))
 			continue
 		}
-		if !d.conns.add(c, d.cfg.MaxConns) {
-			go refuse(c, "too many connections to gpuschedd; retry later")
+		retry.Succeeded()
+		if err := d.admitConn(c); err != nil {
+			go refuse(c, err)
 			continue
 		}
 		d.wg.Add(1)
@@ -90,10 +102,22 @@ func (d *Daemon) serve(ctx context.Context, ln *socketListener) error {
 	}
 }
 
-func refuse(c net.Conn, msg string) {
+// admitConn counts c against the connection caps (conns.go), as a connection
+// of the uid the kernel gives for its peer.
+func (d *Daemon) admitConn(c *net.UnixConn) error {
+	uid, err := peerUID(c)
+	if err != nil {
+		return fmt.Errorf("cannot identify peer: %w", err)
+	}
+	return d.conns.add(c, uid, func() string { return d.names.name(uid) })
+}
+
+// refuse answers c with err, in one line, and closes it.
+func refuse(c net.Conn, err error) {
+	code, msg := toWire(err)
 	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 	w := newLineWriter(c)
-	_ = w.response(nil, nil, &api.Error{Code: api.CodeUnavailable, Message: msg})
+	_ = w.response(nil, nil, &api.Error{Code: code, Message: msg})
 	c.Close()
 }
 

@@ -90,38 +90,4 @@ func (w *lineWriter) flush() error {
 	return w.bw.Flush()
 }
 
-// connSet tracks open connections so shutdown can close them.
-type connSet struct {
-	mu sync.Mutex
-	m  map[net.Conn]struct{}
-}
-
-// add tracks c, unless limit connections are open already.
-func (s *connSet) add(c net.Conn, limit int) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.m == nil {
-		s.m = map[net.Conn]struct{}{}
-	}
-	if len(s.m) >= limit {
-		return false
-	}
-	s.m[c] = struct{}{}
-	return true
-}
-
-func (s *connSet) remove(c net.Conn) {
-	s.mu.Lock()
-	delete(s.m, c)
-	s.mu.Unlock()
-}
-
-func (s *connSet) closeAll() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for c := range s.m {
-		c.Close()
-	}
-}
-
 func itoa(n int) string { return strconv.Itoa(n) }

@@ -94,6 +94,9 @@ func (c *Client) Stream(ctx context.Context, method string, params any, onEvent 
 		defer stop()
 	}
 	if err := c.send(&req); err != nil {
+		if refused := c.refusal(err); refused != nil {
+			return c.broken(ctx, refused)
+		}
 		return c.broken(ctx, err)
 	}
 	for {
@@ -141,6 +144,25 @@ func (c *Client) send(req *Request) error {
 		return err
 	}
 	return c.w.Flush()
+}
+
+// refusal is the error line the daemon wrote before it closed the
+// connection, when that close made a request fail to send (sendErr): a
+// connection past one of the daemon's caps is answered at once, unasked,
+// and closed. Nil when there is none.
+func (c *Client) refusal(sendErr error) *Error {
+	if !errors.Is(sendErr, syscall.EPIPE) && !errors.Is(sendErr, syscall.ECONNRESET) {
+		return nil
+	}
+	line, err := c.r.ReadSlice('\n') // the peer is gone: what it wrote is here, then EOF
+	if err != nil {
+		return nil
+	}
+	var l Line
+	if json.Unmarshal(line, &l) != nil || l.OK || l.Event != nil || l.Code == "" {
+		return nil
+	}
+	return &Error{Code: l.Code, Message: l.Error}
 }
 
 // readLong continues a line longer than the read buffer.

@@ -108,3 +108,36 @@ func TestCanceledCallLeavesClientUnusable(t *testing.T) {
 		t.Fatalf("second call on a broken connection: %v", err)
 	}
 }
+
+// TestRefusedConnectionSaysWhy: a daemon that answers a new connection
+// with an error line and closes it before any request (a cap reached)
+// gives that error to the call whose request could no longer be sent.
+func TestRefusedConnectionSaysWhy(t *testing.T) {
+	dir := t.TempDir()
+	ln, err := net.Listen("unix", filepath.Join(dir, "s.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	refused := make(chan struct{})
+	go func() {
+		defer close(refused)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		c.Write([]byte(`{"ok":false,"error":"user alice has 4 connections open, the most --max-conns-per-user allows","code":"resource_exhausted"}` + "\n"))
+		c.Close()
+	}()
+	c, err := Dial(context.Background(), ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	<-refused // the request is sent to a closed connection
+	_, err = c.Status(context.Background())
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeResourceExhausted || !strings.Contains(e.Message, "--max-conns-per-user") {
+		t.Fatalf("call on a refused connection: %v", err)
+	}
+}

@@ -213,6 +213,17 @@ class _Connection:
             if "event" not in message:
                 return message
 
+    def refusal(self) -> Optional[GpuSchedError]:
+        """The error line a daemon wrote before closing this connection unasked (past one of its
+        caps), when that close broke a send; None when there is none."""
+        try:
+            message = json.loads(self._reader.readline())  # the daemon is gone: this does not block
+        except (OSError, ValueError):
+            return None
+        if not isinstance(message, dict) or message.get("ok") is not False or "code" not in message:
+            return None
+        return error_from_wire(str(message["code"]), str(message.get("error", "")))
+
     def close(self) -> None:
         """Closes the socket; safe to call from another thread while one reads."""
         try:
@@ -228,7 +239,10 @@ def _send(conn: _Connection, method: str, params_json: Optional[str], timeout: O
     try:
         return conn.send(method, params_json, timeout)
     except OSError as e:
+        refusal = conn.refusal() if isinstance(e, (BrokenPipeError, ConnectionResetError)) else None
         conn.close()
+        if refusal is not None:
+            raise refusal from None
         raise ConnectionLost(f"connection to gpuschedd at {conn.path} broke before `{method}` was sent: {e}") from None
 
 

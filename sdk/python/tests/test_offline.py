@@ -182,6 +182,23 @@ def test_a_request_that_may_have_run_is_never_resent(tmp_short: Path) -> None:
     fake.close()
 
 
+def test_a_refused_connection_says_why(tmp_short: Path) -> None:
+    """A daemon past a connection cap answers a new connection with one error line and closes
+    it; a request that can then no longer be sent fails with that error."""
+    path = str(tmp_short / "refusing.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen()
+    conn = gpusched.client._Connection(path, 5.0)
+    refused, _ = listener.accept()
+    refused.sendall(b'{"ok":false,"error":"user alice has 4 connections open, the most '
+                    b'--max-conns-per-user allows","code":"resource_exhausted"}\n')
+    refused.close()
+    listener.close()
+    with pytest.raises(gpusched.ResourceExhausted, match="--max-conns-per-user"):
+        gpusched.client._send(conn, "hello", None, 5.0)
+
+
 def test_client_timeout(tmp_short: Path) -> None:
     fake = FakeDaemon(tmp_short, lambda request: HELLO if request["method"] == "hello" else SILENT)
     with pytest.raises(Timeout, match="within 0.05s") as caught:

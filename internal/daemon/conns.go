@@ -1,0 +1,79 @@
+package daemon
+
+import (
+	"net"
+	"sync"
+
+	"github.com/gpusched/gpusched/internal/limits"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// rootReserve is how many of --max-conns only root may take (at most half
+// of them): however many connections the users hold, the operator and the
+// watchdog's own status check (alive, in sdnotify.go) still get in.
+const rootReserve = 8
+
+// errConnsFull refuses a connection past --max-conns, or past the part of
+// it that users other than root may hold.
+var errConnsFull = &codedError{code: api.CodeUnavailable, msg: "too many connections to gpuschedd; retry later", base: ErrUnavailable}
+
+// connSet tracks open connections, so that shutdown can close them, and
+// admits new ones: max in all, of which users other than root hold at most
+// max less the root reserve, and each of them at most perUser (0: no
+// share).
+type connSet struct {
+	mu      sync.Mutex
+	m       map[net.Conn]uint32 // open connection → its peer's uid
+	byUID   map[uint32]int      // open connections of each uid
+	max     int
+	reserve int
+	perUser int
+}
+
+func newConnSet(max, perUser int) *connSet {
+	return &connSet{m: map[net.Conn]uint32{}, byUID: map[uint32]int{}, max: max, reserve: min(rootReserve, max/2), perUser: perUser}
+}
+
+// add tracks c, made by uid, or refuses it: an *limits.Exceeded naming
+// --max-conns-per-user when uid holds its share (user gives its name for
+// the message), else errConnsFull when the daemon or its users hold all
+// they may.
+func (s *connSet) add(c net.Conn, uid uint32, user func() string) error {
+	s.mu.Lock()
+	held := s.byUID[uid]
+	overShare := uid != limits.Root && s.perUser > 0 && held >= s.perUser
+	full := len(s.m) >= s.max || uid != limits.Root && len(s.m)-s.byUID[limits.Root] >= s.max-s.reserve
+	if !overShare && !full {
+		s.m[c] = uid
+		s.byUID[uid]++
+	}
+	s.mu.Unlock()
+	switch {
+	case overShare:
+		return limits.Check(uid, user(), held, s.perUser, "max-conns-per-user", "connections open")
+	case full:
+		return errConnsFull
+	}
+	return nil
+}
+
+func (s *connSet) remove(c net.Conn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	uid, ok := s.m[c]
+	if !ok {
+		return
+	}
+	delete(s.m, c)
+	if s.byUID[uid]--; s.byUID[uid] == 0 {
+		delete(s.byUID, uid)
+	}
+}
+
+func (s *connSet) closeAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.m {
+		c.Close()
+	}
+}
