@@ -77,6 +77,7 @@ var allowed = map[string][]string{
 	"internal/mps/mpstest":               {},
 	"internal/cgroup":                    {},
 	"internal/limits":                    {},
+	"internal/backoff":                   {},
 	"internal/checkpoint/checkpointtest": {},
 	"internal/memfill":                   {"internal/procfs", "internal/simgpu"},
 	"internal/checkpoint/checkpointtest/cuda-checkpoint": {"internal/simgpu", "internal/procfs", "internal/checkpoint", "internal/checkpoint/checkpointtest"},
