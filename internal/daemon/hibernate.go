@@ -87,7 +87,7 @@ func (d *Daemon) hibernateLocked(ctx context.Context, rec proctable.Record, o hi
 	}
 	if len(rec.Checkpoint.Stopped) == 0 {
 		// Frozen without SIGSTOP: the image must be of a still tree.
-		stopped, err := d.stopTree(rec.InitPID)
+		stopped, err := d.stopTree(rec.InitPID, rec.Owner.UID)
 		if err != nil {
 			return api.HibernateResult{}, fmt.Errorf("hibernate %q: stop tree: %w", rec.Name, err)
 		}

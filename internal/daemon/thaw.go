@@ -113,7 +113,7 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 		op.refreeze(ctx)
 		var restopped []proctable.ProcRef
 		if len(stopped) > 0 && op.verdict(api.StateFrozen) == api.StateFrozen {
-			restopped, _ = d.stopTree(rec.InitPID)
+			restopped, _ = d.stopTree(rec.InitPID, rec.Owner.UID)
 		}
 		return d.failed(rec, op, opts.op, err, restopped, false)
 	}
