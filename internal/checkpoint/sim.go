@@ -155,6 +155,8 @@ func simError(op string, pid int, err error) error {
 		class = ErrIllegalState
 	case errors.Is(err, simgpu.ErrOutOfMemory):
 		class = ErrOutOfMemory
+	case errors.Is(err, simgpu.ErrLockHeld):
+		class = ErrTimeout
 	}
 	return &OpError{Op: op, PID: pid, Err: class, Detail: err.Error()}
 }
