@@ -30,6 +30,18 @@ func newScanResult() scanResult {
 	return scanResult{live: map[int]record{}, garbage: map[uint32][]string{}, temps: map[uint32][]string{}}
 }
 
+// untidy returns the users whose directories hold garbage or temporary
+// files.
+func (s *scanResult) untidy() map[uint32]bool {
+	out := map[uint32]bool{}
+	for _, m := range []map[uint32][]string{s.garbage, s.temps} {
+		for uid := range m {
+			out[uid] = true
+		}
+	}
+	return out
+}
+
 // used returns the live device usage on uuid.
 func (s *scanResult) used(uuid string) uint64 {
 	var sum uint64

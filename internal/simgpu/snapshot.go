@@ -36,9 +36,10 @@ type Snapshot struct {
 
 // Snapshot reads the live usage. It never waits for a lock, so a stopped
 // process holding one cannot stall the caller; a user's stale records are
-// pruned only when that user's lock is free (and the caller may take it). The failures injected with SetFaults apply: the
-// whole snapshot fails (wrapping ErrSampleFailed), missing devices are left
-// out with their processes, and failing devices carry Err.
+// pruned only when that user's lock is free (and the caller may take it).
+// The failures injected with SetFaults apply: the whole snapshot fails
+// (wrapping ErrSampleFailed), missing devices are left out with their
+// processes, and failing devices carry Err.
 func (r *Registry) Snapshot() (Snapshot, error) {
 	faults, err := r.readFaults()
 	if err != nil {
@@ -51,17 +52,14 @@ func (r *Registry) Snapshot() (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, err
 	}
-	for _, uids := range []map[uint32][]string{s.garbage, s.temps} {
-		for uid := range uids {
-			r.tryLockedUser(uid, func() {
-				// Rescan under the lock: a pid may have been reused
-				// meanwhile, and a temporary file seen without the lock
-				// may be in use.
-				s2 := newScanResult()
-				r.scanUser(&s2, uid)
-				r.removeGarbage(uid, s2)
-			})
-		}
+	for uid := range s.untidy() {
+		r.tryLockedUser(uid, func() {
+			// Rescan under the lock: a pid may have been reused meanwhile,
+			// and a temporary file seen without the lock may be in use.
+			s2 := newScanResult()
+			r.scanUser(&s2, uid)
+			r.removeGarbage(uid, s2)
+		})
 	}
 	metrics, err := r.readMetrics()
 	if err != nil {
