@@ -4,7 +4,9 @@
 //
 // It finds the sim directory in GPUSCHED_SIM_DIR and its GPUs in
 // CUDA_VISIBLE_DEVICES (UUIDs, or indices into gpus.json), registers under
-// its host pid as NVML would report it, grows to --vram MiB on each GPU
+// its host pid as NVML would report it, in its user's own record directory
+// (which the daemon makes when it starts a process for the user), grows to
+// --vram MiB on each GPU
 // (over --ramp seconds), holds it for --hold seconds (0: until killed) and
 // exits with --exit-code. On a full GPU it prints PyTorch's out-of-memory
 // line and exits 1; --oom-once does so once, keyed by a marker file. While a

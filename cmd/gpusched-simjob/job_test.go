@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -165,15 +167,17 @@ func procUsage(t *testing.T, reg *simgpu.Registry) []simgpu.ProcUsage {
 	return snap.Procs
 }
 
-// assertNoRecords checks that procs/ holds no file at all.
+// assertNoRecords checks that the jobs' user's record directory,
+// procs/<uid>/, holds no file at all.
 func assertNoRecords(t *testing.T, reg *simgpu.Registry) {
 	t.Helper()
-	ents, err := os.ReadDir(filepath.Join(reg.Dir(), "procs"))
-	if err != nil {
+	dir := filepath.Join(reg.Dir(), "procs", strconv.Itoa(os.Geteuid()))
+	ents, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		t.Fatal(err)
 	}
 	if len(ents) != 0 {
-		t.Errorf("records left in procs/: %v", ents)
+		t.Errorf("records left in %s: %v", dir, ents)
 	}
 }
 

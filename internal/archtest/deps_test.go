@@ -79,6 +79,7 @@ var allowed = map[string][]string{
 	"internal/limits":                    {},
 	"internal/retention":                 {},
 	"internal/netguard":                  {},
+	"internal/backoff":                   {},
 	"internal/checkpoint/checkpointtest": {},
 	"internal/memfill":                   {"internal/procfs", "internal/simgpu"},
 	"internal/checkpoint/checkpointtest/cuda-checkpoint": {"internal/simgpu", "internal/procfs", "internal/checkpoint", "internal/checkpoint/checkpointtest"},

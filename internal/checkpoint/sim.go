@@ -16,6 +16,9 @@ type SimOptions struct {
 	// ends early, with ErrTimeout, when ctx does.
 	CheckpointPerGiB time.Duration
 	RestorePerGiB    time.Duration
+	// LockWait bounds the wait for a user's simulated GPU lock (0: none):
+	// past it a call fails, naming the user.
+	LockWait time.Duration
 }
 
 // Sim is the in-process driver of the daemon's --sim mode: the same state
@@ -33,6 +36,7 @@ func NewSim(dir string, opts SimOptions) (*Sim, error) {
 	if err != nil {
 		return nil, fmt.Errorf("simulated cuda checkpoint: %w", err)
 	}
+	reg.SetLockWait(opts.LockWait)
 	return &Sim{reg: reg, opts: opts}, nil
 }
 
@@ -151,6 +155,8 @@ func simError(op string, pid int, err error) error {
 		class = ErrIllegalState
 	case errors.Is(err, simgpu.ErrOutOfMemory):
 		class = ErrOutOfMemory
+	case errors.Is(err, simgpu.ErrLockHeld):
+		class = ErrTimeout
 	}
 	return &OpError{Op: op, PID: pid, Err: class, Detail: err.Error()}
 }

@@ -168,7 +168,7 @@ func (d *Daemon) settleInterrupted(rec proctable.Record, log *zap.Logger) procta
 	var stopped []proctable.ProcRef
 	if state == api.StateFrozen && d.cfg.FreezeStop {
 		var err error
-		if stopped, err = d.stopTree(rec.InitPID); err != nil {
+		if stopped, err = d.stopTree(rec.InitPID, rec.Owner.UID); err != nil {
 			log.Warn("stop frozen tree", zap.Error(err))
 		}
 	} else if err := continueTree(stoppedIn(rec.InitPID)); err != nil {

@@ -40,7 +40,7 @@ func (d *Daemon) openDriver(ctx context.Context) error {
 	switch mode {
 	case config.DriverSim:
 		d.driver, err = checkpoint.NewSim(d.simDir, checkpoint.SimOptions{
-			CheckpointPerGiB: d.cfg.SimCheckpointGiB, RestorePerGiB: d.cfg.SimRestoreGiB})
+			CheckpointPerGiB: d.cfg.SimCheckpointGiB, RestorePerGiB: d.cfg.SimRestoreGiB, LockWait: d.cfg.LockTimeout})
 	case config.DriverAPI:
 		d.driver, err = d.openAPIDriver(ctx)
 	case config.DriverCLI:

@@ -33,9 +33,9 @@ var Version = "dev"
 type gpuBackend interface {
 	Name() string
 	Sample(ctx context.Context) (gpu.Sample, error)
-	// BetweenCalls runs fn while no process is inside a GPU driver call:
-	// trees are stopped through it.
-	BetweenCalls(fn func()) error
+	// BetweenCalls runs fn while no process of uid is inside a GPU driver
+	// call: trees are stopped through it.
+	BetweenCalls(uid uint32, fn func()) error
 	Close() error
 }
 
@@ -156,6 +156,7 @@ func (d *Daemon) openGPUs() error {
 	if err != nil {
 		return err
 	}
+	b.SetLockWait(d.cfg.LockTimeout)
 	d.gpus, d.simDir = b, d.cfg.SimDir
 	return nil
 }

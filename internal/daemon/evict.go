@@ -41,7 +41,10 @@ func (d *Daemon) makeRoom(ctx context.Context, what string, need uint64, skip st
 		}
 		v := victims[0]
 		tried[v.Name] = true
-		d.evict(ctx, v, fmt.Sprintf("hibernated to make room in host RAM for %s", what))
+		why := fmt.Sprintf("hibernated to make room in host RAM for %s", what)
+		if _, err := d.evict(ctx, v, why, false); err != nil {
+			d.log.Warn("eviction failed", zap.String("name", v.Name), zap.String("why", why), zap.Error(err))
+		}
 	}
 }
 
@@ -70,20 +73,21 @@ func (d *Daemon) victims(skip map[string]bool) (out []proctable.Record, pinned [
 }
 
 // evict hibernates v if its lifecycle lock is free and it is still frozen;
-// why is recorded on the process.
-func (d *Daemon) evict(ctx context.Context, v proctable.Record, why string) {
+// why is recorded on the process. It reports whether it tried. quiet marks
+// a policy's try, whose failure the policy logs.
+func (d *Daemon) evict(ctx context.Context, v proctable.Record, why string, quiet bool) (bool, error) {
 	unlock, ok := d.ops.tryLock(v.Name)
 	if !ok {
-		return
+		return false, nil
 	}
 	defer unlock()
 	cur, ok := d.table.Get(v.Name)
 	if !ok || cur.ID != v.ID || cur.State != api.StateFrozen {
-		return
+		return false, nil
 	}
-	if _, err := d.hibernateLocked(ctx, cur, hibernateOpts{why: why}); err != nil {
-		d.log.Warn("eviction failed", zap.String("name", v.Name), zap.String("why", why), zap.Error(err))
-		return
+	if _, err := d.hibernateLocked(ctx, cur, hibernateOpts{why: why, quiet: quiet}); err != nil {
+		return true, err
 	}
 	d.log.Info("evicted to disk", zap.String("name", v.Name), zap.String("why", why))
+	return true, nil
 }

@@ -160,7 +160,7 @@ func (d *Daemon) forkImage(ctx context.Context, src proctable.Record) (forkSourc
 
 func (d *Daemon) dumpForFork(ctx context.Context, src proctable.Record) (forkSource, error) {
 	if len(src.Checkpoint.Stopped) == 0 {
-		stopped, err := d.stopTree(src.InitPID)
+		stopped, err := d.stopTree(src.InitPID, src.Owner.UID)
 		if err != nil {
 			return forkSource{}, err
 		}

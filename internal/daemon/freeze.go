@@ -20,6 +20,7 @@ type freezeOpts struct {
 	// preemptedBy (a job id) marks the freeze as a preemption, which
 	// placement undoes; note says so to the owner.
 	preemptedBy, note string
+	quiet             bool // a policy's try: the policy logs its failure
 }
 
 // freeze parks a process's GPU memory in host RAM: lock every CUDA process
@@ -117,7 +118,7 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 	}
 	if err != nil {
 		op.rollback(ctx)
-		return d.failed(rec, op, "freeze", err, nil)
+		return d.failed(rec, op, "freeze", err, nil, opts.quiet)
 	}
 	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
 		if r.ID != rec.ID {
@@ -138,8 +139,9 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 
 // failed records where a failed freeze or thaw left the process, as the
 // driver's own state query says, and returns the error that says so.
-// stopped lists the processes of the tree stopped now.
-func (d *Daemon) failed(rec proctable.Record, op *cudaOp, what string, cause error, stopped []proctable.ProcRef) (api.CheckpointResult, error) {
+// stopped lists the processes of the tree stopped now; quiet lowers its log
+// line to debug.
+func (d *Daemon) failed(rec proctable.Record, op *cudaOp, what string, cause error, stopped []proctable.ProcRef, quiet bool) (api.CheckpointResult, error) {
 	empty := api.StateRunning
 	if what != "freeze" {
 		empty = api.StateFrozen
@@ -166,7 +168,7 @@ func (d *Daemon) failed(rec proctable.Record, op *cudaOp, what string, cause err
 		return nil
 	})
 	d.sampler.kick()
-	d.log.Warn(what+" failed", zap.String("name", rec.Name), zap.String("state", string(state)), zap.Error(cause))
+	d.log.Log(failLevel(quiet), what+" failed", zap.String("name", rec.Name), zap.String("state", string(state)), zap.Error(cause))
 	if err != nil {
 		return api.CheckpointResult{}, fmt.Errorf("%s %q: %w (and recording the outcome failed: %v)", what, rec.Name, cause, err)
 	}

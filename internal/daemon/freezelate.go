@@ -27,7 +27,7 @@ func (d *Daemon) quiesce(ctx context.Context, rec proctable.Record, op *cudaOp, 
 		if opts.stop {
 			t := time.Now()
 			var err error
-			if stopped, err = d.stopTree(rec.InitPID); err != nil {
+			if stopped, err = d.stopTree(rec.InitPID, rec.Owner.UID); err != nil {
 				d.log.Warn("stop frozen tree", zap.String("name", rec.Name), zap.Error(err))
 			}
 			op.ms["stop"] += msSince(t)

@@ -28,6 +28,7 @@ type hibernateOpts struct {
 	lockTimeout time.Duration
 	full        bool   // no parent image
 	why         string // "" when asked for; else the policy that evicted it
+	quiet       bool   // a policy's try: the policy logs its failure
 }
 
 // hibernate moves a running or frozen process to disk.
@@ -86,7 +87,7 @@ func (d *Daemon) hibernateLocked(ctx context.Context, rec proctable.Record, o hi
 	}
 	if len(rec.Checkpoint.Stopped) == 0 {
 		// Frozen without SIGSTOP: the image must be of a still tree.
-		stopped, err := d.stopTree(rec.InitPID)
+		stopped, err := d.stopTree(rec.InitPID, rec.Owner.UID)
 		if err != nil {
 			return api.HibernateResult{}, fmt.Errorf("hibernate %q: stop tree: %w", rec.Name, err)
 		}
@@ -160,7 +161,7 @@ func (d *Daemon) dump(ctx context.Context, rec proctable.Record, o hibernateOpts
 	ms["dump"] = msSince(t)
 	if err != nil {
 		rt.dumping.Store(false)
-		return api.HibernateResult{}, d.dumpFailed(rec, rt, meta.ID, parent, fmt.Errorf("%s: %w", what, err))
+		return api.HibernateResult{}, d.dumpFailed(rec, rt, meta.ID, parent, fmt.Errorf("%s: %w", what, err), o.quiet)
 	}
 	// CRIU ends a tree once it is dumped: wait for the watcher to see it.
 	select {
@@ -173,7 +174,7 @@ func (d *Daemon) dump(ctx context.Context, rec proctable.Record, o hibernateOpts
 	meta, err = d.snaps.Commit(meta)
 	ms["sync"] = msSince(t)
 	if err != nil {
-		return api.HibernateResult{}, d.dumpFailed(rec, rt, meta.ID, parent, fmt.Errorf("%s: %w", what, err))
+		return api.HibernateResult{}, d.dumpFailed(rec, rt, meta.ID, parent, fmt.Errorf("%s: %w", what, err), o.quiet)
 	}
 	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
 		if r.ID != rec.ID {
@@ -244,8 +245,8 @@ func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent
 
 // dumpFailed settles a hibernate whose dump failed: the image goes, and the
 // process is frozen again, as CRIU leaves a tree it failed to dump, or
-// exited if it ended meanwhile.
-func (d *Daemon) dumpFailed(rec proctable.Record, rt *procRuntime, id, parent string, cause error) error {
+// exited if it ended meanwhile. quiet lowers its log line to debug.
+func (d *Daemon) dumpFailed(rec proctable.Record, rt *procRuntime, id, parent string, cause error, quiet bool) error {
 	d.discard(id)
 	select {
 	case <-rt.exited:
@@ -260,7 +261,7 @@ func (d *Daemon) dumpFailed(rec proctable.Record, rt *procRuntime, id, parent st
 		r.State, r.Snapshot, r.Error = api.StateFrozen, parent, cause.Error()
 		return nil
 	})
-	d.log.Warn("hibernate failed", zap.String("name", rec.Name), zap.Error(cause))
+	d.log.Log(failLevel(quiet), "hibernate failed", zap.String("name", rec.Name), zap.Error(cause))
 	if err != nil {
 		return fmt.Errorf("%w (and recording it failed: %v)", cause, err)
 	}

@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
+	"github.com/gpusched/gpusched/internal/backoff"
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -14,63 +16,177 @@ import (
 // policyTick is how often TTL and idle policies are checked.
 const policyTick = 250 * time.Millisecond
 
+// A policy action that fails is tried again after policyRetryMin, then
+// after twice as long each time, up to policyRetryMax.
+const (
+	policyRetryMin = time.Second
+	policyRetryMax = 10 * time.Minute
+)
+
+// The policy actions, as keys of their failure streaks.
+const (
+	actionTTL  = "ttl"  // hibernate a process frozen past its TTL
+	actionIdle = "idle" // freeze a process idle past its Idle time
+)
+
+// policyState is what the policy loop keeps between ticks: since when each
+// running process has been idle, and the failure streaks of its actions.
+type policyState struct {
+	idle  idleTracker
+	retry *backoff.Set[policyKey, policySubject]
+}
+
+// policyKey is one action on one process record.
+type policyKey struct {
+	id     string
+	action string
+}
+
+// policySubject is what a failed action acted on: a streak ends when the
+// record's state, policy or freeze changes.
+type policySubject struct {
+	state    api.State
+	policy   api.Policy
+	frozenAt time.Time
+}
+
+func newPolicyState() *policyState {
+	return &policyState{idle: idleTracker{}, retry: backoff.New[policyKey, policySubject](policyRetryMin, policyRetryMax)}
+}
+
+func subjectOf(r proctable.Record) policySubject {
+	s := policySubject{state: r.State, policy: r.Policy}
+	if r.Checkpoint != nil {
+		s.frozenAt = r.Checkpoint.FrozenAt
+	}
+	return s
+}
+
 // runPolicies applies the time-based policies until ctx ends: a frozen
 // process past its TTL is hibernated, a running one whose GPUs have been
 // idle for its Idle time is frozen.
 func (d *Daemon) runPolicies(ctx context.Context) {
 	t := time.NewTicker(policyTick)
 	defer t.Stop()
-	idle := idleTracker{}
+	st := newPolicyState()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			d.applyPolicies(ctx, now, idle)
+			d.applyPolicies(ctx, now, st)
 		}
 	}
 }
 
-func (d *Daemon) applyPolicies(ctx context.Context, now time.Time, idle idleTracker) {
+// applyPolicies is one tick of the policy loop at now. An action that
+// failed waits out its backoff, so that one failing process costs a try
+// now and then, not one per tick.
+func (d *Daemon) applyPolicies(ctx context.Context, now time.Time, st *policyState) {
 	view := d.gpuView()
-	seen := map[string]bool{}
+	subjects := map[string]policySubject{}
 	for _, r := range d.table.View().Records {
-		seen[r.ID] = true
+		subjects[r.ID] = subjectOf(r)
 		switch {
 		case r.State == api.StateFrozen && r.Policy.TTL > 0 && d.criu != nil && !r.Policy.Pin &&
 			now.Sub(r.Checkpoint.FrozenAt) >= time.Duration(r.Policy.TTL):
-			d.evict(ctx, r, fmt.Sprintf("hibernated after %v frozen (ttl)", time.Duration(r.Policy.TTL)))
+			d.tryPolicy(st, now, r, actionTTL, func() (bool, error) {
+				return d.evict(ctx, r, fmt.Sprintf("hibernated after %v frozen (ttl)", time.Duration(r.Policy.TTL)), true)
+			})
 		case r.State == api.StateRunning && r.Policy.Idle > 0 && !r.MPSClient(): // MPS clients cannot be frozen
-			if since := idle.observe(r, view, now); now.Sub(since) >= time.Duration(r.Policy.Idle) {
-				delete(idle, r.ID)
-				d.idleFreeze(ctx, r, now.Sub(since))
+			if since := st.idle.observe(r, view, now); now.Sub(since) >= time.Duration(r.Policy.Idle) {
+				d.tryPolicy(st, now, r, actionIdle, func() (bool, error) {
+					delete(st.idle, r.ID)
+					return d.idleFreeze(ctx, r, now.Sub(since))
+				})
 			}
 		}
 	}
-	for id := range idle {
-		if !seen[id] {
-			delete(idle, id)
+	for id := range st.idle {
+		if _, ok := subjects[id]; !ok {
+			delete(st.idle, id)
+		}
+	}
+	st.retry.Retain(func(k policyKey, s policySubject) bool { return subjects[k.id] == s })
+}
+
+// tryPolicy runs action on r unless an earlier failure's backoff holds it
+// back. try reports whether it acted (it does not when the process is busy
+// or has changed). The first failure of a streak is logged, published as a
+// process event with a warning and noted on the process; later ones only
+// lengthen the wait.
+func (d *Daemon) tryPolicy(st *policyState, now time.Time, r proctable.Record, action string, try func() (bool, error)) {
+	key, subject := policyKey{id: r.ID, action: action}, subjectOf(r)
+	if !st.retry.Ready(key, subject, now) {
+		return
+	}
+	tried, err := try()
+	switch {
+	case !tried:
+	case err == nil:
+		if s := st.retry.Succeed(key); s.Failures > 0 {
+			d.log.Info("policy action succeeded after failing", zap.String("name", r.Name), zap.String("policy", action),
+				zap.Int("failures", s.Failures), zap.Duration("since", now.Sub(s.Since)))
+		}
+	default:
+		s := st.retry.Fail(key, subject, now)
+		if s.Failures == 1 {
+			d.policyFailed(r, action, err, s.Next.Sub(now))
+		} else {
+			d.log.Debug("policy action failed again", zap.String("name", r.Name), zap.String("policy", action),
+				zap.Int("failures", s.Failures), zap.Time("next", s.Next), zap.Error(err))
 		}
 	}
 }
 
-// idleFreeze freezes r after its GPUs were idle for long enough.
-func (d *Daemon) idleFreeze(ctx context.Context, r proctable.Record, idleFor time.Duration) {
+// policyFailed reports the failure that starts a streak: one log line, one
+// event, and the process's note.
+func (d *Daemon) policyFailed(r proctable.Record, action string, cause error, wait time.Duration) {
+	verb := map[string]string{actionTTL: "hibernate", actionIdle: "freeze"}[action]
+	msg := fmt.Sprintf("%s policy: %s failed; retrying in %v, then less often (at most every %v) until it succeeds or the process changes: %v",
+		action, verb, wait, policyRetryMax, cause)
+	d.log.Warn("policy action failed; retrying with backoff", zap.String("name", r.Name), zap.String("policy", action),
+		zap.Duration("retry_in", wait), zap.Error(cause))
+	cur, err := d.table.Update(r.Name, func(x *proctable.Record) error {
+		if x.ID != r.ID {
+			return errReplaced
+		}
+		x.Note = msg
+		return nil
+	})
+	if err != nil {
+		return // replaced or gone: nobody to tell
+	}
+	p := toAPI(cur, d.gpuView())
+	d.events.publish(api.Event{Type: api.EventProcess, Time: time.Now(), Name: cur.Name, State: cur.State, Process: &p, Warning: msg})
+}
+
+// failLevel is the level a failed freeze or hibernate logs at: a policy's
+// try (quiet) is logged by the policy, once per failure streak.
+func failLevel(quiet bool) zapcore.Level {
+	if quiet {
+		return zapcore.DebugLevel
+	}
+	return zapcore.WarnLevel
+}
+
+// idleFreeze freezes r after its GPUs were idle for long enough; it reports
+// whether it tried.
+func (d *Daemon) idleFreeze(ctx context.Context, r proctable.Record, idleFor time.Duration) (bool, error) {
 	if d.driver == nil {
-		return
+		return false, nil
 	}
 	unlock, ok := d.ops.tryLock(r.Name)
 	if !ok {
-		return
+		return false, nil
 	}
 	defer unlock()
 	cur, ok := d.table.Get(r.Name)
 	if !ok || cur.ID != r.ID || cur.State != api.StateRunning {
-		return
+		return false, nil
 	}
-	if _, err := d.freezeLocked(ctx, cur, freezeOpts{lockTimeout: d.cfg.LockTimeout, stop: d.cfg.FreezeStop}); err != nil {
-		d.log.Warn("idle freeze failed", zap.String("name", r.Name), zap.Error(err))
-		return
+	if _, err := d.freezeLocked(ctx, cur, freezeOpts{lockTimeout: d.cfg.LockTimeout, stop: d.cfg.FreezeStop, quiet: true}); err != nil {
+		return true, err
 	}
 	_, _ = d.table.Update(r.Name, func(x *proctable.Record) error {
 		if x.ID == r.ID {
@@ -79,6 +195,7 @@ func (d *Daemon) idleFreeze(ctx context.Context, r proctable.Record, idleFor tim
 		return nil
 	})
 	d.log.Info("froze an idle process", zap.String("name", r.Name), zap.Duration("idle", idleFor))
+	return true, nil
 }
 
 // idleTracker remembers, per running process, since when its GPU memory

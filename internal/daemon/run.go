@@ -116,6 +116,9 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, 
 	if err := d.claimName(rec.Name, rec.Owner.UID); err != nil {
 		return rec, err
 	}
+	if err := d.addGPUUser(rec.Owner.UID); err != nil {
+		return rec, err
+	}
 	if old, ok := d.table.Get(rec.Name); ok && old.StatusPath != rec.StatusPath {
 		os.Remove(old.StatusPath) // the exited record this one replaces (claimName checked)
 	}

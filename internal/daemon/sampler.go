@@ -225,6 +225,7 @@ func (s *sampler) refresh(ctx context.Context) error {
 		}
 		return err
 	}
+	logUntrusted(s.log, smp.Untrusted)
 	v := &gpuView{at: time.Now(), procs: smp.Procs, driver: smp.Driver,
 		index: map[string]int{}, usage: map[string]map[string]uint64{}, owner: map[int]string{}}
 	v.devices, v.lost = mergeLost(prev, smp.Devices)

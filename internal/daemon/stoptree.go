@@ -18,12 +18,12 @@ const stopRounds = 8
 // stopWait bounds how long sigstopTree waits for signalled processes to stop.
 const stopWait = time.Second
 
-// stopTree stops the tree under initPID (see sigstopTree) at a moment when
-// none of its processes is inside a GPU driver call.
-func (d *Daemon) stopTree(initPID int) ([]proctable.ProcRef, error) {
+// stopTree stops the tree under initPID, whose processes run as uid (see
+// sigstopTree), at a moment when none of them is inside a GPU driver call.
+func (d *Daemon) stopTree(initPID int, uid uint32) ([]proctable.ProcRef, error) {
 	var stopped []proctable.ProcRef
 	var err error
-	if berr := d.gpus.BetweenCalls(func() { stopped, err = sigstopTree(initPID) }); berr != nil {
+	if berr := d.gpus.BetweenCalls(uid, func() { stopped, err = sigstopTree(initPID) }); berr != nil {
 		return nil, berr
 	}
 	return stopped, err

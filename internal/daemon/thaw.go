@@ -113,9 +113,9 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 		op.refreeze(ctx)
 		var restopped []proctable.ProcRef
 		if len(stopped) > 0 && op.verdict(api.StateFrozen) == api.StateFrozen {
-			restopped, _ = d.stopTree(rec.InitPID)
+			restopped, _ = d.stopTree(rec.InitPID, rec.Owner.UID)
 		}
-		return d.failed(rec, op, opts.op, err, restopped)
+		return d.failed(rec, op, opts.op, err, restopped, false)
 	}
 	if len(opts.pairs) > 0 {
 		// The memory is on the new GPUs now, whatever the unlock does.
@@ -136,7 +136,7 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 	}
 	if err != nil {
 		op.query(ctx)
-		return d.failed(rec, op, opts.op, err, nil)
+		return d.failed(rec, op, opts.op, err, nil, false)
 	}
 	mib := rec.Checkpoint.MiB()
 	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {

@@ -48,7 +48,7 @@ func (n *NVML) Name() string { return "nvml" }
 
 // BetweenCalls runs fn. A real driver call runs in the kernel, so a
 // process stopped meanwhile never stops inside one.
-func (n *NVML) BetweenCalls(fn func()) error { fn(); return nil }
+func (n *NVML) BetweenCalls(_ uint32, fn func()) error { fn(); return nil }
 
 // Sample reads every device and the processes using it. Metrics a device
 // does not support are nil. Only a failed device count fails the sample; a

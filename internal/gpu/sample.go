@@ -34,4 +34,9 @@ type Sample struct {
 	Devices []Device    // sorted by index
 	Procs   []ProcUsage // sorted by uuid, then pid; never nil
 	Driver  string      // driver version ("sim" for simulated GPUs); "" when unknown
+	// Untrusted lists, for simulated GPUs, the records the sample left out
+	// because they are not the named process's own (another user wrote
+	// them), each "procs/<uid>/<pid>.json: why"; only those not reported by
+	// an earlier sample.
+	Untrusted []string
 }

@@ -3,6 +3,8 @@ package gpu
 import (
 	"context"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/gpusched/gpusched/internal/simgpu"
 )
@@ -16,6 +18,9 @@ import (
 // left out, a device with Err.
 type Sim struct {
 	reg *simgpu.Registry
+
+	mu       sync.Mutex
+	reported map[string]bool // untrusted records already reported
 }
 
 // NewSim creates the sim directory dir with count devices of sizeMiB each.
@@ -40,10 +45,18 @@ func (s *Sim) Name() string { return "sim" }
 // Dir returns the sim directory, which jobs find through GPUSCHED_SIM_DIR.
 func (s *Sim) Dir() string { return s.reg.Dir() }
 
-// BetweenCalls runs fn while no simulated process is inside a simulated
-// driver call, so that a process stopped meanwhile does not stop holding
-// the registry's lock.
-func (s *Sim) BetweenCalls(fn func()) error { return s.reg.BetweenCalls(fn) }
+// SetLockWait bounds how long the backend waits for a user's simulated
+// GPU lock (see simgpu.Registry.SetLockWait). Call it before use.
+func (s *Sim) SetLockWait(d time.Duration) { s.reg.SetLockWait(d) }
+
+// AddUser gives uid a record directory, so that the processes the daemon
+// starts for uid can register their simulated GPU memory.
+func (s *Sim) AddUser(uid uint32) error { return s.reg.AddUser(uid) }
+
+// BetweenCalls runs fn while no simulated process of uid is inside a
+// simulated driver call, so that a process stopped meanwhile does not stop
+// holding its user's lock.
+func (s *Sim) BetweenCalls(uid uint32, fn func()) error { return s.reg.BetweenCalls(uid, fn) }
 
 // Sample reads the registry.
 func (s *Sim) Sample(ctx context.Context) (Sample, error) {
@@ -66,7 +79,26 @@ func (s *Sim) Sample(ctx context.Context) (Sample, error) {
 	for i, p := range snap.Procs {
 		out.Procs[i] = ProcUsage{PID: p.PID, UUID: p.UUID, UsedMiB: p.UsedMiB}
 	}
+	out.Untrusted = s.fresh(snap.Untrusted)
 	return out, nil
+}
+
+// fresh returns those of untrusted not reported by an earlier sample, and
+// remembers the current ones (only those: one that goes and comes back is
+// new again).
+func (s *Sim) fresh(untrusted []string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	now := make(map[string]bool, len(untrusted))
+	for _, u := range untrusted {
+		now[u] = true
+		if !s.reported[u] {
+			out = append(out, u)
+		}
+	}
+	s.reported = now
+	return out
 }
 
 // CarryOut returns the CUDA state of simulated process pid, for a dump.

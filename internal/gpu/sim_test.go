@@ -181,3 +181,43 @@ func TestSimFaults(t *testing.T) {
 		t.Errorf("Sample() with faults cleared = %+v, %v", s.Devices, err)
 	}
 }
+
+// TestSimReportsUntrustedOnce: a record another user wrote for a process
+// not theirs is left out of the sample and listed in the first sample that
+// sees it only.
+func TestSimReportsUntrustedOnce(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the record is written as another user")
+	}
+	dir := t.TempDir()
+	sim, err := NewSim(dir, 1, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const nobody = 65534
+	if err := sim.AddUser(nobody); err != nil {
+		t.Fatal(err)
+	}
+	pid := os.Getpid() // root's
+	st, err := procfs.StartTime(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := fmt.Sprintf("%s/procs/%d/%d.json", dir, nobody, pid)
+	rec := fmt.Sprintf(`{"pid":%d,"start_time":%d,"usage":{%q:500}}`, pid, st, simgpu.DeviceUUID(0))
+	if err := os.WriteFile(path, []byte(rec), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(path, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{1, 0} {
+		s, err := sim.Sample(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Procs) != 0 || len(s.Untrusted) != want {
+			t.Errorf("sample %d: procs %+v, untrusted %q; want none and %d", i, s.Procs, s.Untrusted, want)
+		}
+	}
+}

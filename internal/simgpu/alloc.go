@@ -11,33 +11,34 @@ import (
 )
 
 // Allocate adds mib MiB on device uuid to the record of process
-// (pid, startTime), which must be running. Under the lock it sums the live
-// usage of the device (pruning stale records) and fails with an
-// *OutOfMemoryError when the allocation does not fit in the device or past
-// the process's own limit there (see SetLimit), or with ErrLocked while the
-// process is locked or checkpointed.
+// (pid, startTime), which must be running. Under its owner's lock it sums
+// the live usage of the device (pruning the owner's stale records) and
+// fails with an *OutOfMemoryError when the allocation does not fit in the
+// device or past the process's own limit there (see SetLimit), or with
+// ErrLocked while the process is locked or checkpointed.
 func (r *Registry) Allocate(pid int, startTime uint64, uuid string, mib uint64) error {
 	dev, err := r.device(uuid)
 	if err != nil {
 		return err
 	}
-	return r.lockedScan(pid, startTime, func(s scanResult) error {
-		rec, ok := s.live[pid]
+	return r.lockedScan(pid, startTime, func(uid uint32, s scanResult) error {
+		old, ok := s.live[pid]
 		if !ok {
-			rec = newRecord(pid, startTime)
+			old = newRecord(pid, startTime)
 		}
-		if err := rec.blocked(); err != nil {
+		if err := old.blocked(); err != nil {
 			return err
 		}
 		free := freeMiB(dev, s.used(uuid))
-		if limit, ok := rec.Limit[uuid]; ok && mib > limit-min(limit, rec.Usage[uuid]) {
-			return &OutOfMemoryError{Device: dev, RequestedMiB: mib, FreeMiB: min(free, limit-min(limit, rec.Usage[uuid])), LimitMiB: limit}
+		if limit, ok := old.Limit[uuid]; ok && mib > limit-min(limit, old.Usage[uuid]) {
+			return &OutOfMemoryError{Device: dev, RequestedMiB: mib, FreeMiB: min(free, limit-min(limit, old.Usage[uuid])), LimitMiB: limit}
 		}
 		if mib > free {
 			return &OutOfMemoryError{Device: dev, RequestedMiB: mib, FreeMiB: free}
 		}
+		rec := old.clone()
 		rec.Usage[uuid] += mib
-		return r.writeRecord(rec)
+		return r.commitUsage(uid, old, rec, map[string]uint64{uuid: mib})
 	})
 }
 
@@ -48,8 +49,8 @@ func (r *Registry) Free(pid int, startTime uint64, uuid string, mib uint64) erro
 	if _, err := r.device(uuid); err != nil {
 		return err
 	}
-	return r.locked(func() error {
-		rec, err := r.ownRecord(pid, startTime)
+	return r.lockedOwner(pid, func(uid uint32) error {
+		rec, err := r.ownRecord(uid, pid, startTime)
 		if err != nil {
 			return err
 		}
@@ -60,27 +61,32 @@ func (r *Registry) Free(pid int, startTime uint64, uuid string, mib uint64) erro
 			return fmt.Errorf("process %d: free %d MiB on simulated GPU %s: only %d MiB allocated", pid, mib, uuid, have)
 		}
 		rec.Usage[uuid] -= mib
-		return r.writeRecord(rec)
+		return r.writeRecord(uid, rec)
 	})
 }
 
 // Release removes the record of process pid, freeing all its memory. A
-// process without a record is not an error.
+// process without a record is not an error, nor is one that is gone (its
+// record is garbage that the next scan prunes).
 func (r *Registry) Release(pid int) error {
-	return r.locked(func() error {
-		err := os.Remove(r.recordPath(pid))
+	err := r.lockedOwner(pid, func(uid uint32) error {
+		err := os.Remove(r.recordPath(uid, pid))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("process %d: %w", pid, err)
 		}
 		return nil
 	})
+	if errors.Is(err, ErrNoSuchProcess) {
+		return nil
+	}
+	return err
 }
 
 // Park moves all device memory of process (pid, startTime) to its parked
 // memory, as a checkpoint moves GPU memory to host RAM.
 func (r *Registry) Park(pid int, startTime uint64) error {
-	return r.locked(func() error {
-		rec, err := r.ownRecord(pid, startTime)
+	return r.lockedOwner(pid, func(uid uint32) error {
+		rec, err := r.ownRecord(uid, pid, startTime)
 		if err != nil {
 			return err
 		}
@@ -88,7 +94,7 @@ func (r *Registry) Park(pid int, startTime uint64) error {
 			rec.Parked[uuid] += n
 		}
 		rec.Usage = map[string]uint64{}
-		return r.writeRecord(rec)
+		return r.writeRecord(uid, rec)
 	})
 }
 
@@ -96,13 +102,13 @@ func (r *Registry) Park(pid int, startTime uint64) error {
 // devices, as a restore does. It moves all or nothing, and fails with an
 // *OutOfMemoryError when a device lacks room.
 func (r *Registry) Unpark(pid int, startTime uint64) error {
-	return r.lockedScan(pid, startTime, func(s scanResult) error {
-		rec, ok := s.live[pid]
+	return r.lockedScan(pid, startTime, func(uid uint32, s scanResult) error {
+		old, ok := s.live[pid]
 		if !ok {
 			return fmt.Errorf("process %d: no simulated GPU memory: %w", pid, ErrNoSuchProcess)
 		}
-		uuids := make([]string, 0, len(rec.Parked))
-		for uuid := range rec.Parked {
+		uuids := make([]string, 0, len(old.Parked))
+		for uuid := range old.Parked {
 			uuids = append(uuids, uuid)
 		}
 		sort.Strings(uuids)
@@ -111,22 +117,28 @@ func (r *Registry) Unpark(pid int, startTime uint64) error {
 			if err != nil {
 				return err
 			}
-			if free := freeMiB(dev, s.used(uuid)); rec.Parked[uuid] > free {
-				return &OutOfMemoryError{Device: dev, RequestedMiB: rec.Parked[uuid], FreeMiB: free}
+			if free := freeMiB(dev, s.used(uuid)); old.Parked[uuid] > free {
+				return &OutOfMemoryError{Device: dev, RequestedMiB: old.Parked[uuid], FreeMiB: free}
 			}
 		}
+		rec := old.clone()
 		for _, uuid := range uuids {
 			rec.Usage[uuid] += rec.Parked[uuid]
 		}
+		added := rec.Parked
 		rec.Parked = map[string]uint64{}
-		return r.writeRecord(rec)
+		return r.commitUsage(uid, old, rec, added)
 	})
 }
 
-// lockedScan runs fn under the directory lock with a fresh, cleaned scan,
-// after checking that process (pid, startTime) is running.
-func (r *Registry) lockedScan(pid int, startTime uint64, fn func(scanResult) error) error {
-	return r.locked(func() error {
+// lockedScan runs fn under the lock of the owner of process
+// (pid, startTime), which must be running, with a fresh scan, after pruning
+// the owner's stale records.
+func (r *Registry) lockedScan(pid int, startTime uint64, fn func(uid uint32, s scanResult) error) error {
+	if err := checkRunning(pid, startTime); err != nil {
+		return err
+	}
+	return r.lockedOwner(pid, func(uid uint32) error {
 		if err := checkRunning(pid, startTime); err != nil {
 			return err
 		}
@@ -134,9 +146,46 @@ func (r *Registry) lockedScan(pid int, startTime uint64, fn func(scanResult) err
 		if err != nil {
 			return err
 		}
-		r.removeGarbage(s)
-		return fn(s)
+		r.removeGarbage(uid, s)
+		return fn(uid, s)
 	})
+}
+
+// commitUsage replaces old, a record of uid's, with rec, which adds the
+// MiB of added on its devices, then checks those devices again. Users'
+// calls do not wait for each other (no user can hold up another), so a
+// process of another user may have taken the same memory meanwhile; when
+// a device is now over its total, rec is undone and the call fails as out
+// of memory, which is what one of the two would have got.
+func (r *Registry) commitUsage(uid uint32, old, rec record, added map[string]uint64) error {
+	if err := r.writeRecord(uid, rec); err != nil {
+		return err
+	}
+	undo := func(err error) error {
+		if uerr := r.writeRecord(uid, old); uerr != nil {
+			return errors.Join(err, uerr)
+		}
+		return err
+	}
+	s, err := r.scan()
+	if err != nil {
+		return undo(err)
+	}
+	uuids := make([]string, 0, len(added))
+	for uuid := range added {
+		uuids = append(uuids, uuid)
+	}
+	sort.Strings(uuids)
+	for _, uuid := range uuids {
+		dev, err := r.device(uuid)
+		if err != nil {
+			return undo(err)
+		}
+		if used := s.used(uuid); used > dev.TotalMiB {
+			return undo(&OutOfMemoryError{Device: dev, RequestedMiB: added[uuid], FreeMiB: freeMiB(dev, used-min(used, added[uuid]))})
+		}
+	}
+	return nil
 }
 
 // checkRunning verifies that process (pid, startTime) is running.

@@ -66,7 +66,7 @@ func usedOn(snap Snapshot, uuid string) uint64 {
 
 func recordExists(t *testing.T, reg *Registry, pid int) bool {
 	t.Helper()
-	_, err := os.Stat(reg.recordPath(pid))
+	_, err := os.Stat(reg.recordPath(uint32(os.Geteuid()), pid))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		t.Fatal(err)
 	}
@@ -258,7 +258,10 @@ func TestStartTimeMismatchPruned(t *testing.T) {
 	pid, st := self(t)
 	rec := newRecord(pid, st+100) // as if pid had been reused
 	rec.Usage[DeviceUUID(0)] = 512
-	if err := reg.writeRecord(rec); err != nil {
+	if err := reg.ensureUser(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.writeRecord(0, rec); err != nil {
 		t.Fatal(err)
 	}
 	if snap := snapshot(t, reg); len(snap.Procs) != 0 || snap.Devices[0].UsedMiB != 0 {

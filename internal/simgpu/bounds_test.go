@@ -12,28 +12,34 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestSnapshotOverfullProcs: procs/ is anyone's to fill; past
-// maxProcEntries entries a snapshot fails, having listed no more than that.
+// TestSnapshotOverfullProcs: a user's directory is theirs to fill; past
+// maxProcEntries entries, having listed no more than that, a snapshot
+// ignores that user's records and says so, and still counts the others.
 func TestSnapshotOverfullProcs(t *testing.T) {
 	reg := newTestRegistry(t, 1, 1024)
-	procs := filepath.Join(reg.Dir(), procsName)
+	pid, st := self(t)
+	if err := reg.Allocate(pid, st, DeviceUUID(0), 10); err != nil {
+		t.Fatal(err)
+	}
+	procs := reg.userDir(0)
 	first := filepath.Join(procs, "junk")
 	if err := os.WriteFile(first, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for i := range maxProcEntries - 1 {
+	for i := range maxProcEntries - 2 {
 		if err := os.Link(first, filepath.Join(procs, "junk"+strconv.Itoa(i))); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := reg.Snapshot(); err != nil {
-		t.Fatalf("Snapshot with %d entries: %v", maxProcEntries, err)
+	if snap := snapshot(t, reg); usedOn(snap, DeviceUUID(0)) != 10 || len(snap.Untrusted) != 0 {
+		t.Fatalf("snapshot with %d entries: %+v", maxProcEntries, snap)
 	}
 	if err := os.Link(first, filepath.Join(procs, "one-more")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reg.Snapshot(); err == nil || !strings.Contains(err.Error(), "entries") {
-		t.Fatalf("Snapshot with %d entries = %v, want an error", maxProcEntries+1, err)
+	snap := snapshot(t, reg)
+	if usedOn(snap, DeviceUUID(0)) != 0 || len(snap.Untrusted) != 1 || !strings.Contains(snap.Untrusted[0], "over") {
+		t.Fatalf("snapshot with %d entries: %+v, want procs/0 ignored and said so", maxProcEntries+1, snap)
 	}
 }
 

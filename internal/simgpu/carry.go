@@ -16,9 +16,9 @@ import (
 // checkpoint state.
 func (r *Registry) ExportProcess(pid int) ([]byte, error) {
 	var out []byte
-	err := r.locked(func() error {
-		rec, err := readRecord(r.recordPath(pid))
-		if errors.Is(err, fs.ErrNotExist) {
+	err := r.lockedOwner(pid, func(uid uint32) error {
+		rec, owner, err := readRecord(r.recordPath(uid, pid))
+		if errors.Is(err, fs.ErrNotExist) || (err == nil && owner != uid) {
 			return fmt.Errorf("process %d: %w", pid, ErrNoSuchProcess)
 		}
 		if err != nil {
@@ -31,7 +31,7 @@ func (r *Registry) ExportProcess(pid int) ([]byte, error) {
 }
 
 // ImportProcess stores an exported record as that of process (pid,
-// startTime).
+// startTime), in the directory of the user it runs as.
 func (r *Registry) ImportProcess(pid int, startTime uint64, data []byte) error {
 	var rec record
 	if err := json.Unmarshal(data, &rec); err != nil {
@@ -44,5 +44,5 @@ func (r *Registry) ImportProcess(pid int, startTime uint64, data []byte) error {
 		rec.Parked = map[string]uint64{}
 	}
 	rec.PID, rec.StartTime = pid, startTime
-	return r.locked(func() error { return r.writeRecord(rec) })
+	return r.lockedOwner(pid, func(uid uint32) error { return r.writeRecord(uid, rec) })
 }

@@ -21,8 +21,8 @@ const (
 // CheckpointState returns the CUDA checkpoint state of live process pid.
 func (r *Registry) CheckpointState(pid int) (string, error) {
 	var state string
-	err := r.locked(func() error {
-		rec, err := r.cudaRecord(pid)
+	err := r.lockedCUDA(pid, func(uid uint32) error {
+		rec, err := r.cudaRecord(uid, pid)
 		state = rec.state()
 		return err
 	})
@@ -44,8 +44,8 @@ func (r *Registry) UnlockProcess(pid int) error {
 // all its device memory in host RAM. It returns the MiB moved.
 func (r *Registry) CheckpointProcess(pid int) (uint64, error) {
 	var moved uint64
-	err := r.locked(func() error {
-		rec, err := r.cudaRecord(pid)
+	err := r.lockedCUDA(pid, func(uid uint32) error {
+		rec, err := r.cudaRecord(uid, pid)
 		if err != nil {
 			return err
 		}
@@ -58,7 +58,7 @@ func (r *Registry) CheckpointProcess(pid int) (uint64, error) {
 		}
 		rec.Usage = map[string]uint64{}
 		rec.CUDA = StateCheckpointed
-		return r.writeRecord(rec)
+		return r.writeRecord(uid, rec)
 	})
 	return moved, err
 }
@@ -70,12 +70,12 @@ func (r *Registry) CheckpointProcess(pid int) (uint64, error) {
 // the MiB moved.
 func (r *Registry) RestoreProcess(pid int, remap map[string]string) (uint64, error) {
 	var moved uint64
-	err := r.locked(func() error {
-		rec, err := r.cudaRecord(pid)
+	err := r.lockedCUDA(pid, func(uid uint32) error {
+		old, err := r.cudaRecord(uid, pid)
 		if err != nil {
 			return err
 		}
-		if err := rec.need("restore", StateCheckpointed); err != nil {
+		if err := old.need("restore", StateCheckpointed); err != nil {
 			return err
 		}
 		for _, to := range remap {
@@ -84,7 +84,7 @@ func (r *Registry) RestoreProcess(pid int, remap map[string]string) (uint64, err
 			}
 		}
 		want := map[string]uint64{} // target uuid -> MiB
-		for uuid, n := range rec.Parked {
+		for uuid, n := range old.Parked {
 			if to, ok := remap[uuid]; ok {
 				uuid = to
 			}
@@ -94,7 +94,7 @@ func (r *Registry) RestoreProcess(pid int, remap map[string]string) (uint64, err
 		if err != nil {
 			return err
 		}
-		r.removeGarbage(s)
+		r.removeGarbage(uid, s)
 		targets := make([]string, 0, len(want))
 		for uuid := range want {
 			targets = append(targets, uuid)
@@ -110,13 +110,18 @@ func (r *Registry) RestoreProcess(pid int, remap map[string]string) (uint64, err
 					&OutOfMemoryError{Device: dev, RequestedMiB: want[uuid], FreeMiB: free})
 			}
 		}
+		rec := old.clone()
 		for _, uuid := range targets {
 			rec.Usage[uuid] += want[uuid]
 			moved += want[uuid]
 		}
 		rec.Parked = map[string]uint64{}
 		rec.CUDA = StateLocked
-		return r.writeRecord(rec)
+		if err := r.commitUsage(uid, old, rec, want); err != nil {
+			moved = 0
+			return fmt.Errorf("process %d: restore: %w", pid, err)
+		}
+		return nil
 	})
 	return moved, err
 }
@@ -129,20 +134,20 @@ func (r *Registry) SetCheckpointState(pid int, state string) error {
 	default:
 		return fmt.Errorf("process %d: unknown CUDA state %q", pid, state)
 	}
-	return r.locked(func() error {
-		rec, err := r.cudaRecord(pid)
+	return r.lockedCUDA(pid, func(uid uint32) error {
+		rec, err := r.cudaRecord(uid, pid)
 		if err != nil {
 			return err
 		}
 		rec.CUDA = state
-		return r.writeRecord(rec)
+		return r.writeRecord(uid, rec)
 	})
 }
 
 // transition moves process pid from state from to state to.
 func (r *Registry) transition(pid int, action, from, to string) error {
-	return r.locked(func() error {
-		rec, err := r.cudaRecord(pid)
+	return r.lockedCUDA(pid, func(uid uint32) error {
+		rec, err := r.cudaRecord(uid, pid)
 		if err != nil {
 			return err
 		}
@@ -150,13 +155,23 @@ func (r *Registry) transition(pid int, action, from, to string) error {
 			return err
 		}
 		rec.CUDA = to
-		return r.writeRecord(rec)
+		return r.writeRecord(uid, rec)
 	})
 }
 
-// cudaRecord reads the record of live process pid, whose start time must
-// match the running process; call it under the lock.
-func (r *Registry) cudaRecord(pid int) (record, error) {
+// lockedCUDA is lockedOwner for a checkpoint call: a process that is gone
+// has no CUDA context (ErrNoCUDA).
+func (r *Registry) lockedCUDA(pid int, fn func(uid uint32) error) error {
+	err := r.lockedOwner(pid, fn)
+	if errors.Is(err, ErrNoSuchProcess) && !errors.Is(err, ErrNoCUDA) {
+		return fmt.Errorf("process %d: %w", pid, ErrNoCUDA)
+	}
+	return err
+}
+
+// cudaRecord reads the record of uid's live process pid, whose start time
+// must match the running process; call it under uid's lock.
+func (r *Registry) cudaRecord(uid uint32, pid int) (record, error) {
 	st, err := readStat(pid)
 	if errors.Is(err, ErrNoSuchProcess) || (err == nil && st.Exited()) {
 		return record{}, fmt.Errorf("process %d: %w", pid, ErrNoCUDA)
@@ -164,8 +179,8 @@ func (r *Registry) cudaRecord(pid int) (record, error) {
 	if err != nil {
 		return record{}, err
 	}
-	rec, err := readRecord(r.recordPath(pid))
-	if errors.Is(err, fs.ErrNotExist) || (err == nil && !procfs.SameStart(rec.StartTime, st.StartTime)) {
+	rec, owner, err := readRecord(r.recordPath(uid, pid))
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && (!procfs.SameStart(rec.StartTime, st.StartTime) || owner != uid)) {
 		return record{}, fmt.Errorf("process %d: no simulated GPU record: %w", pid, ErrNoCUDA)
 	}
 	if err != nil {

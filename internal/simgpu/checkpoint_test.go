@@ -192,7 +192,10 @@ func TestNoCUDAContext(t *testing.T) {
 	}
 	rec := newRecord(pid, st+100) // a reused pid
 	rec.Usage[DeviceUUID(0)] = 10
-	if err := reg.writeRecord(rec); err != nil {
+	if err := reg.ensureUser(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.writeRecord(0, rec); err != nil {
 		t.Fatal(err)
 	}
 	if err := reg.LockProcess(pid); !errors.Is(err, ErrNoCUDA) {
@@ -228,7 +231,10 @@ func TestNotRunningRecordKept(t *testing.T) {
 	pid, st := self(t)
 	rec := newRecord(pid, st)
 	rec.CUDA = StateFailed
-	if err := reg.writeRecord(rec); err != nil {
+	if err := reg.ensureUser(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.writeRecord(0, rec); err != nil {
 		t.Fatal(err)
 	}
 	snapshot(t, reg) // prunes garbage

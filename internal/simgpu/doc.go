@@ -13,14 +13,17 @@
 //	                 out (fell off the bus), "device_errors" fails one
 //	                 device's queries (listed with Err, no usage); absent =
 //	                 no faults
-//	procs/<pid>.json one record per process (host pid): its start time, its
-//	                 device usage, its parked (checkpointed to host) memory,
-//	                 "cuda", its CUDA checkpoint state ("locked",
-//	                 "checkpointed" or "failed"; absent means running),
-//	                 and "limit", its own cap per device (an MPS client's
-//	                 pinned device memory limit, set with SetLimit)
-//	lock             flock(LOCK_EX) around every change, so that concurrent
-//	                 allocations never oversubscribe a device
+//	procs/<uid>/<pid>.json
+//	                 one record per process (host pid), in the directory of
+//	                 the user it runs as: its start time, its device usage,
+//	                 its parked (checkpointed to host) memory, "cuda", its
+//	                 CUDA checkpoint state ("locked", "checkpointed" or
+//	                 "failed"; absent means running), and "limit", its own
+//	                 cap per device (an MPS client's pinned device memory
+//	                 limit, set with SetLimit)
+//	locks/<uid>      flock(LOCK_EX) around every change to uid's records, so
+//	                 that one user's calls and the daemon's checkpoints of
+//	                 that user's processes never interleave
 //
 // The daemon creates the directory with Create and samples it with Snapshot;
 // simulated jobs, fillers and a fake cuda-checkpoint Open it and change their
@@ -29,6 +32,20 @@
 // it holds no memory and no limit, unless its process is not running
 // (locked, checkpointed or failed).
 //
+// The simulated GPU stands in for the driver, so it keeps the daemon's
+// trust model: a user's process can change only its own user's records and
+// block only its own user's calls. The directory, procs/ and locks/ are
+// root's (0755); procs/<uid>/ (0755) and locks/<uid> (0600) are uid's,
+// made by root (AddUser: the daemon, before it starts a process for uid).
+// A record counts only when its file, its directory and the process it
+// names (its real uid in /proc) all belong to the same user; others are
+// listed in Snapshot.Untrusted and ignored. Each user's calls take only that
+// user's lock, so a user holding theirs (or stopped inside a call) delays
+// only their own processes; the daemon also bounds its waits (SetLockWait).
+// Since users do not wait for each other, a call that adds device memory
+// checks the device again once its record is written, and undoes it when
+// another user's process took the memory meanwhile (commitUsage).
+//
 // The checkpoint state machine mirrors cuda-checkpoint's:
 //
 //	running -lock-> locked -checkpoint-> checkpointed -restore-> locked -unlock-> running
@@ -36,8 +53,4 @@
 // Checkpoint parks the device memory, restore puts it back (optionally on
 // other devices) if it fits, and while a process is locked or checkpointed
 // its Allocate and Free fail with ErrLocked, as CUDA calls block.
-//
-// procs/ is world-writable (sticky, like /tmp) so that unprivileged jobs can
-// register themselves: the simulated state is a test vehicle, not a security
-// boundary.
 package simgpu

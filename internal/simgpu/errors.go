@@ -22,6 +22,12 @@ var (
 	// ErrLocked means a process's CUDA calls are blocked because it is
 	// locked or checkpointed.
 	ErrLocked = errors.New("CUDA calls blocked: process is locked")
+	// ErrNoUserDir means a user has no record directory yet: the daemon
+	// makes one when it starts a process for that user.
+	ErrNoUserDir = errors.New("no simulated GPU directory for this user (the daemon makes one when it starts a process for the user)")
+	// ErrLockHeld means a user's lock stayed held past the Registry's wait
+	// limit (SetLockWait).
+	ErrLockHeld = errors.New("simulated GPU lock held")
 )
 
 // OutOfMemoryError reports a failed allocation with the numbers a job needs to

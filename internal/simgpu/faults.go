@@ -38,7 +38,7 @@ func (f Faults) zero() bool {
 }
 
 // SetFaults replaces the injected failures (zero Faults clear them).
-// faults.json is replaced atomically under the directory lock; like
+// faults.json is replaced atomically under root's lock; like
 // metrics.json it outlives the daemon, as a lost GPU stays lost.
 func (r *Registry) SetFaults(f Faults) error {
 	for _, uuid := range f.Missing {
@@ -51,7 +51,7 @@ func (r *Registry) SetFaults(f Faults) error {
 			return err
 		}
 	}
-	return r.locked(func() error {
+	return r.lockedState(func() error {
 		path := filepath.Join(r.dir, faultsName)
 		if f.zero() {
 			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {

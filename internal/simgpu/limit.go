@@ -15,7 +15,7 @@ func (r *Registry) SetLimit(pid int, startTime uint64, uuid string, mib uint64) 
 	if _, err := r.device(uuid); err != nil {
 		return err
 	}
-	return r.lockedScan(pid, startTime, func(s scanResult) error {
+	return r.lockedScan(pid, startTime, func(uid uint32, s scanResult) error {
 		rec, ok := s.live[pid]
 		if !ok {
 			rec = newRecord(pid, startTime)
@@ -28,7 +28,7 @@ func (r *Registry) SetLimit(pid int, startTime uint64, uuid string, mib uint64) 
 			}
 			rec.Limit[uuid] = mib
 		}
-		return r.writeRecord(rec)
+		return r.writeRecord(uid, rec)
 	})
 }
 
@@ -36,9 +36,9 @@ func (r *Registry) SetLimit(pid int, startTime uint64, uuid string, mib uint64) 
 // (none for a process without a record).
 func (r *Registry) Limits(pid int) (map[string]uint64, error) {
 	out := map[string]uint64{}
-	err := r.locked(func() error {
-		rec, err := readRecord(r.recordPath(pid))
-		if errors.Is(err, fs.ErrNotExist) {
+	err := r.lockedOwner(pid, func(uid uint32) error {
+		rec, owner, err := readRecord(r.recordPath(uid, pid))
+		if errors.Is(err, fs.ErrNotExist) || (err == nil && owner != uid) {
 			return nil
 		}
 		if err != nil {

@@ -95,8 +95,16 @@ type helperProc struct {
 // startHelper starts the test binary in a helper mode.
 func startHelper(t *testing.T, mode string, env ...string) *helperProc {
 	t.Helper()
-	cmd := helperCmd(mode, env...)
-	cmd.Stderr = os.Stderr
+	return startCmd(t, helperCmd(mode, env...))
+}
+
+// startCmd starts a helper command; its stderr goes to the test's unless
+// set.
+func startCmd(t *testing.T, cmd *exec.Cmd) *helperProc {
+	t.Helper()
+	if cmd.Stderr == nil {
+		cmd.Stderr = os.Stderr
+	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -49,7 +49,7 @@ type metricsFile struct {
 
 // SetMetrics sets the measurements Snapshot reports for device uuid,
 // replacing what was set before; zero Metrics clear them. metrics.json is
-// replaced atomically under the directory lock, so readers never see a
+// replaced atomically under root's lock, so readers never see a
 // partial file and concurrent setters do not lose each other's devices.
 // The measurements outlive the daemon, as a real GPU's temperature would.
 func (r *Registry) SetMetrics(uuid string, m Metrics) error {
@@ -60,7 +60,7 @@ func (r *Registry) SetMetrics(uuid string, m Metrics) error {
 	if err := m.check(); err != nil {
 		return fmt.Errorf("simulated GPU %d (%s): %w", d.Index, uuid, err)
 	}
-	return r.locked(func() error {
+	return r.lockedState(func() error {
 		all, err := r.readMetrics()
 		if err != nil {
 			return err

@@ -6,14 +6,15 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
-	"github.com/gpusched/gpusched/internal/procfs"
-	"github.com/gpusched/gpusched/internal/store"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/procfs"
 )
 
 const (
@@ -22,12 +23,13 @@ const (
 	// maxStateSize bounds what is read from gpus.json, metrics.json and
 	// faults.json.
 	maxStateSize = 1 << 20
-	// maxProcEntries bounds the entries of procs/ a scan reads: anyone may
-	// add files there, while a live record needs a live process.
+	// maxProcEntries bounds the entries a scan reads in procs/ and in each
+	// user's directory there: a user may add files to their own, while a
+	// live record needs a live process.
 	maxProcEntries = 1 << 14
 )
 
-// record is the content of procs/<pid>.json: one process's memory per device
+// record is the content of procs/<uid>/<pid>.json: one process's memory per device
 // uuid. Parked memory was moved to host RAM by a checkpoint and does not
 // count as device usage. CUDA is the checkpoint state; "" means running.
 // Limit caps the process's own usage per device uuid, as an MPS client's
@@ -43,6 +45,13 @@ type record struct {
 
 func newRecord(pid int, startTime uint64) record {
 	return record{PID: pid, StartTime: startTime, Usage: map[string]uint64{}, Parked: map[string]uint64{}}
+}
+
+// clone returns a copy of rec that shares no map with it.
+func (rec record) clone() record {
+	c := rec
+	c.Usage, c.Parked, c.Limit = maps.Clone(rec.Usage), maps.Clone(rec.Parked), maps.Clone(rec.Limit)
+	return c
 }
 
 // empty reports whether the record holds no memory and no limit at all and
@@ -64,8 +73,8 @@ func (rec *record) empty() bool {
 	return true
 }
 
-func (r *Registry) recordPath(pid int) string {
-	return filepath.Join(r.dir, procsName, strconv.Itoa(pid)+".json")
+func (r *Registry) recordPath(uid uint32, pid int) string {
+	return filepath.Join(r.userDir(uid), strconv.Itoa(pid)+".json")
 }
 
 // recordPID returns the pid named by a record file name "<pid>.json".
@@ -82,34 +91,35 @@ func recordPID(name string) (int, bool) {
 // prune, unlike an I/O error.
 var errBadRecord = errors.New("bad record")
 
-// readRecord reads a record file. It refuses symlinks and anything but a
-// regular file (a FIFO must not block the daemon).
-func readRecord(path string) (record, error) {
+// readRecord reads a record file and the uid that owns it. It refuses
+// symlinks and anything but a regular file (a FIFO must not block the
+// daemon).
+func readRecord(path string) (record, uint32, error) {
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if errors.Is(err, unix.ELOOP) {
-		return record{}, fmt.Errorf("%s: %w: symlink", path, errBadRecord)
+		return record{}, 0, fmt.Errorf("%s: %w: symlink", path, errBadRecord)
 	}
 	if err != nil {
-		return record{}, err
+		return record{}, 0, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return record{}, err
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return record{}, 0, err
 	}
-	if !st.Mode().IsRegular() {
-		return record{}, fmt.Errorf("%s: %w: not a regular file", path, errBadRecord)
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return record{}, 0, fmt.Errorf("%s: %w: not a regular file", path, errBadRecord)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, maxRecordSize+1))
 	if err != nil {
-		return record{}, err
+		return record{}, 0, err
 	}
 	if len(data) > maxRecordSize {
-		return record{}, fmt.Errorf("%s: %w: larger than %d bytes", path, errBadRecord, maxRecordSize)
+		return record{}, 0, fmt.Errorf("%s: %w: larger than %d bytes", path, errBadRecord, maxRecordSize)
 	}
 	rec := record{}
 	if err := json.Unmarshal(data, &rec); err != nil {
-		return record{}, fmt.Errorf("%s: %w: %v", path, errBadRecord, err)
+		return record{}, 0, fmt.Errorf("%s: %w: %v", path, errBadRecord, err)
 	}
 	if rec.Usage == nil {
 		rec.Usage = map[string]uint64{}
@@ -117,23 +127,25 @@ func readRecord(path string) (record, error) {
 	if rec.Parked == nil {
 		rec.Parked = map[string]uint64{}
 	}
-	return rec, nil
+	return rec, st.Uid, nil
 }
 
-// ownRecord reads the record of process (pid, startTime), which must exist.
-func (r *Registry) ownRecord(pid int, startTime uint64) (record, error) {
-	rec, err := readRecord(r.recordPath(pid))
-	if errors.Is(err, fs.ErrNotExist) || (err == nil && !procfs.SameStart(rec.StartTime, startTime)) {
+// ownRecord reads the record of uid's process (pid, startTime), which must
+// exist and be uid's.
+func (r *Registry) ownRecord(uid uint32, pid int, startTime uint64) (record, error) {
+	rec, owner, err := readRecord(r.recordPath(uid, pid))
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && (!procfs.SameStart(rec.StartTime, startTime) || owner != uid)) {
 		return record{}, fmt.Errorf("process %d: no simulated GPU memory: %w", pid, ErrNoSuchProcess)
 	}
 	return rec, err
 }
 
-// writeRecord stores rec atomically (mode 0644), dropping zero entries and
-// a running state, or removes the file when the record holds no memory and
-// its process is running. Records describe live processes only, so they are
-// not fsynced.
-func (r *Registry) writeRecord(rec record) error {
+// writeRecord stores rec in uid's directory, atomically, mode 0644 and
+// owned by uid (root writes records of other users' processes too),
+// dropping zero entries and a running state; or removes the file when the
+// record holds no memory and its process is running. Records describe
+// live processes only, so they are not fsynced.
+func (r *Registry) writeRecord(uid uint32, rec record) error {
 	if rec.CUDA == StateRunning {
 		rec.CUDA = ""
 	}
@@ -144,7 +156,7 @@ func (r *Registry) writeRecord(rec record) error {
 			}
 		}
 	}
-	path := r.recordPath(rec.PID)
+	path := r.recordPath(uid, rec.PID)
 	if rec.empty() {
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("process %d: %w", rec.PID, err)
@@ -155,8 +167,38 @@ func (r *Registry) writeRecord(rec record) error {
 	if err != nil {
 		return err
 	}
-	if err := store.Replace(path, data, 0o644); err != nil {
+	if err := replaceAs(path, data, uid); err != nil {
 		return fmt.Errorf("process %d: %w", rec.PID, err)
 	}
 	return nil
+}
+
+// replaceAs writes data to a temporary file beside path, owned by uid and
+// mode 0644, and renames it over path.
+func replaceAs(path string, data []byte, uid uint32) (err error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if os.Geteuid() == 0 && uid != 0 {
+		if err = f.Chown(int(uid), -1); err != nil {
+			return err
+		}
+	}
+	if err = f.Chmod(0o644); err != nil {
+		return err
+	}
+	if _, err = f.Write(data); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }

@@ -9,17 +9,18 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/store"
-	"golang.org/x/sys/unix"
 )
 
 // File names inside a sim directory.
 const (
-	gpusName  = "gpus.json"
-	procsName = "procs"
-	lockName  = "lock"
+	gpusName       = "gpus.json"
+	procsName      = "procs"
+	locksName      = "locks"
+	legacyLockName = "lock" // the one lock of every user before per-user locks
 )
 
 // EnvDir is the environment variable through which the daemon tells the
@@ -27,17 +28,21 @@ const (
 const EnvDir = "GPUSCHED_SIM_DIR"
 
 // Registry is an open sim directory. Its methods are safe for concurrent use
-// by goroutines and processes: changes are serialised by the directory's lock
-// file, which each call opens afresh.
+// by goroutines and processes: each user's changes are serialised by that
+// user's lock file, which each call opens afresh, and a change that adds
+// device memory checks the device again once written (see commitUsage).
 type Registry struct {
 	dir     string
 	devices []Device       // sorted by index
 	byUUID  map[string]int // uuid -> position in devices
+	wait    time.Duration  // bound on waiting for a user's lock; 0: none
 }
 
-// Create makes (or re-initialises) the sim directory dir for devs: dir 0755,
-// procs/ 01777, lock 0666, and gpus.json written atomically. Records of
-// processes already in procs/ are kept, so that jobs outlive a daemon restart.
+// Create makes (or re-initialises) the sim directory dir for devs: dir,
+// procs/ and locks/ 0755 and root's, and gpus.json written atomically.
+// Records of processes already in procs/<uid>/ are kept, so that jobs
+// outlive a daemon restart; the shared lock file and records of earlier
+// versions are removed. Create is the daemon's, which runs as root.
 func Create(dir string, devs []Device) (*Registry, error) {
 	devs, err := checkDevices(devs)
 	if err != nil {
@@ -56,31 +61,37 @@ func Create(dir string, devs []Device) (*Registry, error) {
 	return newRegistry(dir, devs), nil
 }
 
-// setupDir creates dir, procs/ and the lock file with explicit modes, since
-// the umask would otherwise narrow them.
+// setupDir creates dir, procs/ and locks/ with explicit modes, since the
+// umask would otherwise narrow them, and removes what earlier versions
+// left that anyone could write: the shared lock and procs/'s own files.
 func setupDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if err := os.Chmod(dir, 0o755); err != nil {
+	for _, d := range []string{dir, filepath.Join(dir, procsName), filepath.Join(dir, locksName)} {
+		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+		if err := os.Lchown(d, os.Geteuid(), os.Getegid()); err != nil {
+			return err
+		}
+		if err := os.Chmod(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.Remove(filepath.Join(dir, legacyLockName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	procs := filepath.Join(dir, procsName)
-	if err := os.Mkdir(procs, 0o777); err != nil && !errors.Is(err, fs.ErrExist) {
-		return err
-	}
-	if err := os.Chmod(procs, 0o777|fs.ModeSticky); err != nil {
-		return err
-	}
-	lock := filepath.Join(dir, lockName)
-	f, err := os.OpenFile(lock, os.O_RDWR|os.O_CREATE, 0o666)
+	ents, err := os.ReadDir(filepath.Join(dir, procsName))
 	if err != nil {
 		return err
 	}
-	if err := f.Close(); err != nil {
-		return err
+	for _, e := range ents {
+		if !e.IsDir() {
+			_ = os.Remove(filepath.Join(dir, procsName, e.Name()))
+		}
 	}
-	return os.Chmod(lock, 0o666)
+	return nil
 }
 
 // Open opens the sim directory dir made by Create.
@@ -159,55 +170,19 @@ func (r *Registry) lookup(id string) (Device, error) {
 	return r.device(id)
 }
 
-// BetweenCalls runs fn while no simulated process is inside a simulated
-// driver call (it holds the directory lock those calls take). A process
+// SetLockWait bounds how long calls wait for a user's lock: past d they
+// fail with ErrLockHeld, naming the user (0, the default, waits as long as
+// it takes). The daemon bounds its waits, so that a user who holds their
+// own lock delays only the daemon's work on their own processes. Call it
+// before the Registry is used.
+func (r *Registry) SetLockWait(d time.Duration) { r.wait = d }
+
+// BetweenCalls runs fn while no simulated process of uid is inside a
+// simulated driver call (it holds the lock those calls take). A process
 // stopped during fn stops outside any call, as a real one does: a real
 // driver call runs in the kernel, and SIGSTOP takes effect only on the way
-// back to user space. Stopped inside a call, a simulated process would
-// keep the lock, and every user of the sim directory would wait for good.
-func (r *Registry) BetweenCalls(fn func()) error {
-	return r.locked(func() error { fn(); return nil })
-}
-
-// locked runs fn holding the directory lock, waiting for it if needed.
-func (r *Registry) locked(fn func() error) error {
-	fd, err := r.lock(unix.LOCK_EX)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	return fn()
-}
-
-// tryLocked runs fn if the directory lock is free, and reports whether it did.
-func (r *Registry) tryLocked(fn func()) bool {
-	fd, err := r.lock(unix.LOCK_EX | unix.LOCK_NB)
-	if err != nil {
-		return false
-	}
-	defer unix.Close(fd)
-	fn()
-	return true
-}
-
-// lock opens the lock file and flocks it; closing the fd releases the lock.
-// A fresh open file description per call makes goroutines exclude each other
-// as well as processes.
-func (r *Registry) lock(how int) (int, error) {
-	path := filepath.Join(r.dir, lockName)
-	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("sim dir %s: lock: %w", r.dir, err)
-	}
-	for {
-		err = unix.Flock(fd, how)
-		if !errors.Is(err, unix.EINTR) {
-			break
-		}
-	}
-	if err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("sim dir %s: lock: %w", r.dir, err)
-	}
-	return fd, nil
+// back to user space. Stopped inside a call, a simulated process would keep
+// its user's lock, and that user's calls would wait for good.
+func (r *Registry) BetweenCalls(uid uint32, fn func()) error {
+	return r.lockedUser(uid, func() error { fn(); return nil })
 }

@@ -33,8 +33,8 @@ func TestCreateModesDespiteUmask(t *testing.T) {
 	}
 	for name, want := range map[string]fs.FileMode{
 		"":        fs.ModeDir | 0o755,
-		procsName: fs.ModeDir | fs.ModeSticky | 0o777,
-		lockName:  0o666,
+		procsName: fs.ModeDir | 0o755,
+		locksName: fs.ModeDir | 0o755,
 		gpusName:  0o644,
 	} {
 		fi, err := os.Stat(filepath.Join(dir, name))
@@ -157,15 +157,15 @@ func TestBetweenCallsExcludesCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	ran := false
-	if err := reg.BetweenCalls(func() {
+	if err := reg.BetweenCalls(0, func() {
 		ran = true
-		if reg.tryLocked(func() {}) {
+		if reg.tryLockedUser(0, func() {}) {
 			t.Error("a driver call took the lock during BetweenCalls")
 		}
 	}); err != nil || !ran {
 		t.Fatalf("BetweenCalls: ran %v, %v", ran, err)
 	}
-	if !reg.tryLocked(func() {}) {
+	if !reg.tryLockedUser(0, func() {}) {
 		t.Fatal("the lock is still held after BetweenCalls")
 	}
 }

@@ -15,7 +15,7 @@ func TestSnapshotPrunesGarbage(t *testing.T) {
 	if err := reg.Allocate(pid, st, DeviceUUID(0), 10); err != nil {
 		t.Fatal(err)
 	}
-	procs := filepath.Join(reg.Dir(), procsName)
+	procs := reg.userDir(0)
 	other := strconv.Itoa(pid + 1)
 	write := func(name, content string) {
 		if err := os.WriteFile(filepath.Join(procs, name), []byte(content), 0o644); err != nil {

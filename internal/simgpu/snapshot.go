@@ -28,13 +28,18 @@ type DeviceUsage struct {
 type Snapshot struct {
 	Devices []DeviceUsage // sorted by index
 	Procs   []ProcUsage   // nonzero usage on known devices, sorted by uuid then pid
+	// Untrusted lists the records left out because they are not the named
+	// process's own (written by another user, naming another user's
+	// process) or cannot be read, each as "procs/<uid>/<pid>.json: why".
+	Untrusted []string
 }
 
-// Snapshot reads the live usage. It never waits for the lock, so a stopped
-// process holding it cannot stall the caller; stale records are pruned only
-// when the lock is free. The failures injected with SetFaults apply: the
-// whole snapshot fails (wrapping ErrSampleFailed), missing devices are left
-// out with their processes, and failing devices carry Err.
+// Snapshot reads the live usage. It never waits for a lock, so a stopped
+// process holding one cannot stall the caller; a user's stale records are
+// pruned only when that user's lock is free (and the caller may take it).
+// The failures injected with SetFaults apply: the whole snapshot fails
+// (wrapping ErrSampleFailed), missing devices are left out with their
+// processes, and failing devices carry Err.
 func (r *Registry) Snapshot() (Snapshot, error) {
 	faults, err := r.readFaults()
 	if err != nil {
@@ -47,13 +52,13 @@ func (r *Registry) Snapshot() (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, err
 	}
-	if len(s.garbage) > 0 || len(s.temps) > 0 {
-		r.tryLocked(func() {
+	for uid := range s.untidy() {
+		r.tryLockedUser(uid, func() {
 			// Rescan under the lock: a pid may have been reused meanwhile,
 			// and a temporary file seen without the lock may be in use.
-			if s2, err := r.scan(); err == nil {
-				r.removeGarbage(s2)
-			}
+			s2 := newScanResult()
+			r.scanUser(&s2, uid)
+			r.removeGarbage(uid, s2)
 		})
 	}
 	metrics, err := r.readMetrics()
@@ -61,7 +66,7 @@ func (r *Registry) Snapshot() (Snapshot, error) {
 		return Snapshot{}, err
 	}
 	hidden := map[string]bool{} // devices whose processes are not listed
-	snap := Snapshot{Devices: make([]DeviceUsage, 0, len(r.devices)), Procs: []ProcUsage{}}
+	snap := Snapshot{Devices: make([]DeviceUsage, 0, len(r.devices)), Procs: []ProcUsage{}, Untrusted: s.untrusted}
 	for _, d := range r.devices {
 		switch {
 		case slices.Contains(faults.Missing, d.UUID):
