@@ -20,6 +20,9 @@ func TestMain(m *testing.M) {
 	if IsSupervisor() {
 		os.Exit(Main())
 	}
+	if IsExecStage() {
+		os.Exit(ExecMain())
+	}
 	os.Exit(m.Run())
 }
 
