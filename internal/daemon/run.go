@@ -141,6 +141,7 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, 
 		os.Remove(rec.StatusPath)
 		return rec, err
 	}
+	rec.Cgroup = d.userCgroupOf(rec.Owner, rec.ID)
 	if _, err := d.table.Create(rec); err != nil {
 		os.Remove(rec.StatusPath)
 		d.removeSandboxHome(rec.ID)
@@ -155,10 +156,10 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, 
 				r.InitPID, r.InitStart = pid, start
 				return nil
 			})
-			if err == nil {
-				d.placeInit(rec, pid)
+			if err != nil {
+				return err
 			}
-			return err
+			return d.placeInit(rec, pid)
 		},
 	})
 	if err != nil {
@@ -167,6 +168,7 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, 
 		}
 		os.Remove(rec.StatusPath)
 		d.removeSandboxHome(rec.ID)
+		d.removeCPU(rec)
 		if !keepLog {
 			d.removeLogs(rec.LogPath)
 		}

@@ -69,6 +69,9 @@ type Record struct {
 	// one (run, or a job's submission), in force on its command; nil: the
 	// daemon's own. A copy restored from disk has those its image holds.
 	Rlimits rlimit.Set `json:"rlimits,omitempty"`
+	// Cgroup is the tree's cgroup in its owner's own delegated cgroup; ""
+	// when it runs in the daemon's.
+	Cgroup string `json:"cgroup,omitempty"`
 }
 
 // MPSClient reports whether the process was started as an NVIDIA MPS
