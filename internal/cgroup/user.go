@@ -11,9 +11,9 @@ import (
 	"syscall"
 )
 
-// UserPrefix begins the name of a tree's cgroup in its owner's delegated
+// userPrefix begins the name of a tree's cgroup in its owner's delegated
 // cgroup; the tree's record id follows.
-const UserPrefix = "gpusched-"
+const userPrefix = "gpusched-"
 
 // Users places managed trees under their owners' own cgroups, so that the
 // limits and accounting systemd gives a user (TasksMax, MemoryMax and the
@@ -34,7 +34,7 @@ type Users struct {
 // /sys/fs/cgroup/user.slice/user-%U.slice/user@%U.service.
 func NewUsers(pattern string) *Users { return &Users{pattern: pattern} }
 
-// Dir is the cgroup tree id of user uid belongs in: UserPrefix+id in the
+// Dir is the cgroup tree id of user uid belongs in: userPrefix+id in the
 // cgroup delegated to uid, or "" when uid has none (no such directory, not
 // cgroup2, or not the user's) and the tree goes where Manager puts it.
 func (u *Users) Dir(uid uint32, id string) string {
@@ -45,7 +45,7 @@ func (u *Users) Dir(uid uint32, id string) string {
 	if !isCgroup2(parent) || ownedBy(parent, uid) != nil || ownedBy(filepath.Join(parent, "cgroup.procs"), uid) != nil {
 		return ""
 	}
-	return filepath.Join(parent, UserPrefix+id)
+	return filepath.Join(parent, userPrefix+id)
 }
 
 // Place puts pid in dir (from Dir), created when missing, with the
@@ -86,7 +86,7 @@ func (u *Users) Remove(dir string) error {
 
 // checkUserDir refuses a path that Dir cannot have returned.
 func checkUserDir(dir string) error {
-	id, ok := strings.CutPrefix(filepath.Base(dir), UserPrefix)
+	id, ok := strings.CutPrefix(filepath.Base(dir), userPrefix)
 	if !ok || !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
 		return fmt.Errorf("%q: %w", dir, ErrInvalidID)
 	}
