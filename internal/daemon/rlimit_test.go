@@ -71,6 +71,20 @@ const raiseNofile = `ulimit -Hn 65 2>/dev/null && echo raised || echo refused; e
 func (h *harness) checkLimits(name string, want rlimit.Set) {
 	h.t.Helper()
 	h.followCount(name, "r", 1)
+	h.expectLimits(name, want)
+	lines, err := h.client().Logs(ctxT(h.t), name, -1)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if text := strings.TrimSpace(strings.Join(lines, "\n")); text != "refused" {
+		h.t.Errorf("raising the hard NOFILE limit past the caller's: %q, want refused", text)
+	}
+}
+
+// expectLimits fails t unless the command of name runs under exactly want
+// and its supervisor under the daemon's limits.
+func (h *harness) expectLimits(name string, want rlimit.Set) {
+	h.t.Helper()
 	p, err := h.client().Process(ctxT(h.t), name)
 	if err != nil {
 		h.t.Fatal(err)
@@ -87,20 +101,13 @@ func (h *harness) checkLimits(name string, want rlimit.Set) {
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	for name, l := range want {
-		if got[name] != l {
-			h.t.Errorf("managed process's %s = %+v, want the caller's %+v", name, got[name], l)
+	for res, l := range want {
+		if got[res] != l {
+			h.t.Errorf("%s: managed process's %s = %+v, want the caller's %+v", name, res, got[res], l)
 		}
-		if sup[name] != own[name] {
-			h.t.Errorf("supervisor's %s = %+v, want the daemon's %+v", name, sup[name], own[name])
+		if sup[res] != own[res] {
+			h.t.Errorf("%s: supervisor's %s = %+v, want the daemon's %+v", name, res, sup[res], own[res])
 		}
-	}
-	lines, err := h.client().Logs(ctxT(h.t), name, -1)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	if text := strings.TrimSpace(strings.Join(lines, "\n")); text != "refused" {
-		h.t.Errorf("raising the hard NOFILE limit past the caller's: %q, want refused", text)
 	}
 }
 
@@ -148,4 +155,25 @@ func TestRunRefusedWhenPeerGone(t *testing.T) {
 	if _, err := h.client().Process(ctxT(t), "orphan"); !api.IsNotFound(err) {
 		t.Fatalf("a refused run left a record: %v", err)
 	}
+}
+
+// TestDiskTierKeepsCallersLimits: a user's process hibernated to disk
+// comes back, and forks, under the limits it ran with.
+func TestDiskTierKeepsCallersLimits(t *testing.T) {
+	u := testutil.NewUser(t, "gsrlimdisk", "gsrlim")
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group = u.Group })
+	limits, want := testCallerLimits(t)
+	run := []string{"run", "job", "--gpu", "0", "--dir", "/", "--", h.bins.SimJob, "--vram", "64", "--host-mem", "8", "--tick", "0.02"}
+	if _, errOut, code := h.ctlLimited(u, limits, run...); code != 0 {
+		t.Fatalf("run: %s", errOut)
+	}
+	h.followCount("job", "tick 3", 1)
+	h.expectLimits("job", want)
+	for _, args := range [][]string{{"hibernate", "job"}, {"thaw", "job"}, {"fork", "job", "--copies", "1"}} {
+		if _, errOut, code := h.ctlAs(u, args...); code != 0 {
+			t.Fatalf("%v: %s", args, errOut)
+		}
+	}
+	h.expectLimits("job", want)
+	h.expectLimits("job-1", want)
 }
