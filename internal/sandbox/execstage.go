@@ -25,11 +25,10 @@ import (
 // caller, finds the command, enters its directory and executes it.
 const ExecArgv0 = "gpusched-exec"
 
-// Exec stage report verbs: nothing at all means the execve succeeded
-// (the socket closed on exec).
-const (
-	msgNotFound = "notfound"
-)
+// msgNotFound is the exec stage's report that the command does not
+// resolve (msgError any other failure); no report at all means its execve
+// succeeded (the socket closed on exec).
+const msgNotFound = "notfound"
 
 // IsExecStage reports whether this process was started as an exec stage.
 func IsExecStage() bool { return len(os.Args) > 0 && os.Args[0] == ExecArgv0 }
@@ -116,7 +115,7 @@ func startCommand(c command, out *os.File) (int, error) {
 	theirs.Close()
 	if err != nil {
 		if errors.Is(err, unix.EAGAIN) {
-			err = fmt.Errorf("%w (the caller's process limit, RLIMIT_NPROC or its cgroup's pids.max, is reached)", err)
+			err = fmt.Errorf("%w (the tree's cgroup allows no more processes: pids.max)", err)
 		}
 		return 0, fmt.Errorf("start %s: %w", c.Argv[0], err)
 	}
