@@ -116,7 +116,8 @@ func (d *Daemon) placeInit(rec proctable.Record, initPID int) error {
 
 // placeTree puts every process of a tree that already runs (restored by
 // CRIU into the daemon's own cgroup, or adopted) in the tree's cgroup,
-// the init first.
+// the init first: its owner's (best effort: the tree already runs) or the
+// one for cpu.weight.
 func (d *Daemon) placeTree(rec proctable.Record, procs []proctable.ProcRef) {
 	place := func(pid int) error { return d.cpu.groups.Place(rec.ID, pid, rec.Nice) }
 	switch {
@@ -135,7 +136,11 @@ func (d *Daemon) placeTree(rec proctable.Record, procs []proctable.ProcRef) {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		d.log.Warn("cpu.weight not applied to the whole tree; nice still applies", zap.String("name", rec.Name), zap.String("id", rec.ID), zap.Error(err))
+		msg := "cpu.weight not applied to the whole tree; nice still applies"
+		if rec.Cgroup != "" {
+			msg = "the tree is not wholly in its user's cgroup; the rest stays in the daemon's"
+		}
+		d.log.Warn(msg, zap.String("name", rec.Name), zap.String("id", rec.ID), zap.String("cgroup", rec.Cgroup), zap.Error(err))
 	}
 }
 
