@@ -72,12 +72,12 @@ func readCommand(r *bufio.Reader) (command, error) {
 // execCommand becomes c; it returns only on failure. It runs on a locked
 // thread: capabilities are per thread, and execve gives the new image the
 // calling thread's.
+//
+// The caller's limits come last: under an address-space limit below the
+// stage's own size, the stage can map no new memory, so it first lets
+// the garbage of the spec go, and execve's copies of argv and environment
+// fit in memory it already has.
 func execCommand(c command) error {
-	if c.Rlimits != nil {
-		if err := rlimit.Apply(c.Rlimits); err != nil {
-			return fmt.Errorf("the caller's resource limits: %w", err)
-		}
-	}
 	if err := dropThreadCaps(); err != nil {
 		return err
 	}
@@ -87,6 +87,12 @@ func execCommand(c command) error {
 	}
 	if err := unix.Chdir(c.Dir); err != nil {
 		return fmt.Errorf("dir %s: %w", c.Dir, err)
+	}
+	if c.Rlimits != nil {
+		runtime.GC()
+		if err := rlimit.Apply(c.Rlimits); err != nil {
+			return fmt.Errorf("the caller's resource limits: %w", err)
+		}
 	}
 	err = syscall.Exec(path, c.Argv, c.Env)
 	return fmt.Errorf("start %s: %w", c.Argv[0], err)

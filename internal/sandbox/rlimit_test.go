@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -57,6 +58,29 @@ func TestCommandGetsCallersLimits(t *testing.T) {
 	}
 	if got := strings.TrimSpace(tr.logText()); got != "refused" {
 		t.Errorf("raising the hard nofile limit: %q, want refused", got)
+	}
+}
+
+// TestSmallAddressSpaceLargeEnvironment: an address-space limit far below
+// the exec stage's own size (a Go binary maps far more than 64 MiB), with
+// an environment near the kernel's 2 MiB bound, still runs the command
+// under that limit: after the limit is in force the stage maps nothing
+// new.
+func TestSmallAddressSpaceLargeEnvironment(t *testing.T) {
+	tr := newTree(t)
+	u := testutil.NewUser(t, "gsrlim1", "gsrlim")
+	s := tr.asUser(tr.spec("sh", "-c", "ulimit -v"), u)
+	for i := range 15 {
+		s.Env = append(s.Env, fmt.Sprintf("BIG%d=%s", i, strings.Repeat("x", 120<<10)))
+	}
+	s.Rlimits = rlimit.Set{"as": {Cur: 64 << 20, Max: 64 << 20}}
+	st, err := Start(ctx(t), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := tr.wait(st)
+	if got := strings.TrimSpace(tr.logText()); r.Code == nil || *r.Code != 0 || got != "65536" {
+		t.Fatalf("report %+v, log %.300q; want code 0 and 65536 (KiB)", r, got)
 	}
 }
 
