@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -74,9 +75,11 @@ func readCommand(r *bufio.Reader) (command, error) {
 // calling thread's.
 //
 // The caller's limits come last: under an address-space limit below the
-// stage's own size, the stage can map no new memory, so it first lets
-// the garbage of the spec go, and execve's copies of argv and environment
-// fit in memory it already has.
+// stage's own size, the stage can map no new memory (heap, thread
+// stacks). So it first collects the garbage of the spec, with the
+// collector's threads already made, then turns the collector off: the
+// copies of argv and environment execve needs fit in the freed memory, and
+// no collection starts a thread.
 func execCommand(c command) error {
 	if err := dropThreadCaps(); err != nil {
 		return err
@@ -90,6 +93,7 @@ func execCommand(c command) error {
 	}
 	if c.Rlimits != nil {
 		runtime.GC()
+		debug.SetGCPercent(-1)
 		if err := rlimit.Apply(c.Rlimits); err != nil {
 			return fmt.Errorf("the caller's resource limits: %w", err)
 		}

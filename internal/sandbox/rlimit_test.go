@@ -3,6 +3,7 @@ package sandbox
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -30,9 +31,22 @@ func TestCommandGetsCallersLimits(t *testing.T) {
 	want["core"] = rlimit.Limit{Cur: 0, Max: 1 << 20}
 	want["fsize"] = rlimit.Limit{Cur: 1 << 20, Max: 2 << 20}
 	want["nproc"] = rlimit.Limit{Cur: 200, Max: 300}
-	s := tr.asUser(tr.spec("sh", "-c", `ulimit -Hn 65 2>/dev/null && echo raised || echo refused; exec sleep 1000`), u)
+	// The command waits on a FIFO once it has tried: opening the FIFO's
+	// other end returns once it has got there.
+	fifo := filepath.Join(tr.dir, "go")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(fifo, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	s := tr.asUser(tr.spec("sh", "-c", `ulimit -Hn 65 2>/dev/null && echo raised || echo refused; read x < `+fifo), u)
 	s.Rlimits = want
 	st, err := Start(ctx(t), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,9 +58,7 @@ func TestCommandGetsCallersLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.PidfdSendSignal(st.Pidfd, unix.SIGTERM, nil, 0); err != nil {
-		t.Fatal(err)
-	}
+	w.Close()
 	tr.wait(st)
 	for name, l := range want {
 		if cmd[name] != l {
@@ -65,15 +77,18 @@ func TestCommandGetsCallersLimits(t *testing.T) {
 // the exec stage's own size (a Go binary maps far more than 64 MiB), with
 // an environment near the kernel's 2 MiB bound, still runs the command
 // under that limit: after the limit is in force the stage maps nothing
-// new.
+// new. The supervisor is the daemon's binary, built as it ships (the race
+// detector's runtime alone maps more than the limit).
 func TestSmallAddressSpaceLargeEnvironment(t *testing.T) {
 	tr := newTree(t)
 	u := testutil.NewUser(t, "gsrlim1", "gsrlim")
 	s := tr.asUser(tr.spec("sh", "-c", "ulimit -v"), u)
-	for i := range 15 {
+	s.SupervisorPath = testutil.Build(t).Daemon
+	for i := range 50 {
 		s.Env = append(s.Env, fmt.Sprintf("BIG%d=%s", i, strings.Repeat("x", 120<<10)))
 	}
-	s.Rlimits = rlimit.Set{"as": {Cur: 64 << 20, Max: 64 << 20}}
+	// A 32 MiB stack limit lets execve take 8 MiB of arguments.
+	s.Rlimits = rlimit.Set{"as": {Cur: 64 << 20, Max: 64 << 20}, "stack": {Cur: 32 << 20, Max: 32 << 20}}
 	st, err := Start(ctx(t), s)
 	if err != nil {
 		t.Fatal(err)

@@ -23,7 +23,9 @@ func TestMain(m *testing.M) {
 	if IsExecStage() {
 		os.Exit(ExecMain())
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	testutil.Cleanup()
+	os.Exit(code)
 }
 
 // tree is one supervised tree under test, in a directory every user may
