@@ -1,7 +1,7 @@
 // Command gpuschedd is the gpusched daemon: it owns the machine's GPUs and
 // serves the JSON-lines protocol on a Unix socket. Re-executed as
 // "gpusched-init", the same binary is the supervisor of one managed process
-// tree;
+// tree; as "gpusched-exec", the stage that becomes a tree's command;
 // as "gpusched-cudahelper", the process that holds the CUDA driver library;
 // as "gpusched-filler", the process that holds a GPU's reserved memory.
 package main
@@ -25,6 +25,9 @@ import (
 func main() {
 	if sandbox.IsSupervisor() {
 		os.Exit(sandbox.Main())
+	}
+	if sandbox.IsExecStage() {
+		os.Exit(sandbox.ExecMain())
 	}
 	if checkpoint.IsHelper() {
 		os.Exit(checkpoint.HelperMain())

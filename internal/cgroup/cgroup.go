@@ -341,6 +341,11 @@ func (m *Manager) rmdir(dir string, tries int) error {
 			}
 		}
 	}
+	return rmdirRetry(dir, tries)
+}
+
+// rmdirRetry removes one cgroup, retrying while it still holds processes.
+func rmdirRetry(dir string, tries int) error {
 	for i := 0; ; i++ {
 		err := unix.Rmdir(dir)
 		switch {

@@ -64,6 +64,9 @@ type Config struct {
 	BannedGPUs     []string      // health: never place on these GPUs (indices or UUIDs)
 
 	CgroupRoot string // parent of the trees' cgroups (cpu.weight): "" = the daemon's delegated cgroup, CgroupNone = off, or an absolute path
+	// UserCgroups is where a user's own delegated cgroup is (%U: the uid);
+	// a non-root user's trees go there when it exists. CgroupNone = off.
+	UserCgroups string
 
 	FillerChunkMiB uint64        // a filler allocates and frees GPU memory in chunks of this size
 	FillerTick     time.Duration // how often a filler checks the GPU's free memory
@@ -117,7 +120,12 @@ func (c Config) MetricsListenAddr() (string, error) {
 const MaxTempC = 150
 
 // CgroupNone turns the trees' cgroups (cpu.weight) off: only nice applies.
+// As UserCgroups, it keeps every tree out of its user's cgroup.
 const CgroupNone = "none"
+
+// DefaultUserCgroups is the cgroup systemd delegates to a user's own
+// service manager.
+const DefaultUserCgroups = "/sys/fs/cgroup/user.slice/user-%U.slice/user@%U.service"
 
 // Snapshots is the snapshot directory in effect.
 func (c Config) Snapshots() string {
@@ -170,6 +178,8 @@ func Default() Config {
 		AgingStep:    10 * time.Minute,
 		StarveAfter:  30 * time.Minute,
 		JobKillGrace: 10 * time.Second,
+
+		UserCgroups: DefaultUserCgroups,
 
 		FillerChunkMiB: 256,
 		FillerTick:     10 * time.Millisecond,
@@ -260,6 +270,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.IntVar(&l.KeepFinished, "keep-finished", l.KeepFinished, "exited processes and finished jobs kept per user, newest first; older ones are removed (0: no count cap)")
 	fs.DurationVar(&l.KeepFinishedFor, "keep-finished-for", l.KeepFinishedFor, "exited processes and finished jobs are removed this long after they ended (0: no age cap)")
 	fs.StringVar(&c.CgroupRoot, "cgroup-root", c.CgroupRoot, "cgroup v2 directory under which each managed tree gets a cgroup whose cpu.weight follows its nice (default: the daemon's own cgroup, delegated by systemd; none: off)")
+	fs.StringVar(&c.UserCgroups, "user-cgroups", c.UserCgroups, "a user's own delegated cgroup v2 directory (%U: the uid), where a non-root user's trees go when it exists and the user owns it, under their systemd limits (none: off)")
 	fs.Var(&listFlag{&c.BannedGPUs, func(s string) error {
 		_, err := api.ParseGPURef(s)
 		return err
@@ -352,6 +363,9 @@ func (c Config) Validate() error {
 	check(c.FillerOrphan >= time.Second, "--filler-orphan %v: must be at least 1s", c.FillerOrphan)
 	check(c.CgroupRoot == "" || c.CgroupRoot == CgroupNone || filepath.IsAbs(c.CgroupRoot) && filepath.Clean(c.CgroupRoot) == c.CgroupRoot,
 		"--cgroup-root %q: must be a clean absolute path or none", c.CgroupRoot)
+	ucg := strings.ReplaceAll(c.UserCgroups, "%U", "0")
+	check(c.UserCgroups == CgroupNone || filepath.IsAbs(ucg) && filepath.Clean(ucg) == ucg && !strings.Contains(ucg, "%"),
+		"--user-cgroups %q: must be a clean absolute path (with %%U for the uid) or none", c.UserCgroups)
 	errs = append(errs, c.Limits.validate()...)
 	if c.MetricsAddr != "" {
 		_, err := c.MetricsListenAddr()

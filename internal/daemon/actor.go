@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -20,6 +21,10 @@ type actor struct {
 	Groups []uint32
 	PID    int
 	User   string
+	// PIDStart is PID's start time when the connection was accepted (0 when
+	// it could not be read): with PID, the identity of the connecting
+	// process, which a reused pid does not share.
+	PIDStart uint64
 }
 
 func (a actor) root() bool { return a.UID == 0 }
@@ -55,6 +60,9 @@ func peerActor(c *net.UnixConn, names *userNames) (actor, error) {
 		return actor{}, err
 	}
 	a.User = names.name(a.UID)
+	if a.PID > 0 {
+		a.PIDStart, _ = procfs.StartTime(a.PID)
+	}
 	return a, nil
 }
 

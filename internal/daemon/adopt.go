@@ -206,6 +206,7 @@ func opOf(s api.State) string {
 
 func (d *Daemon) markExited(rec proctable.Record, exit api.Exit, log *zap.Logger) {
 	d.removeSandboxHome(rec.ID)
+	d.removeCPU(rec)
 	_, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
 		r.State, r.Exit, r.ExitedAt = api.StateExited, &exit, time.Now()
 		return nil

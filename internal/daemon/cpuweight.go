@@ -98,21 +98,32 @@ func (d *Daemon) cpuCaps() []string {
 
 // placeInit puts a new tree's init in its cgroup. It runs in the spawn
 // handshake before the command starts, so the whole tree is born there.
-func (d *Daemon) placeInit(rec proctable.Record, initPID int) {
+// Only a tree bound for its owner's cgroup fails to start if it cannot go
+// there (see placeUserInit).
+func (d *Daemon) placeInit(rec proctable.Record, initPID int) error {
+	if rec.Cgroup != "" {
+		return d.placeUserInit(rec, initPID)
+	}
 	if d.cpu.groups == nil {
-		return
+		return nil
 	}
 	if err := d.cpu.groups.Place(rec.ID, initPID, rec.Nice); err != nil {
 		d.log.Warn("cpu.weight not applied; nice still applies", zap.String("name", rec.Name), zap.String("id", rec.ID),
 			zap.Int("init_pid", initPID), zap.Error(err))
 	}
+	return nil
 }
 
 // placeTree puts every process of a tree that already runs (restored by
 // CRIU into the daemon's own cgroup, or adopted) in the tree's cgroup,
-// the init first.
+// the init first: its owner's (best effort: the tree already runs) or the
+// one for cpu.weight.
 func (d *Daemon) placeTree(rec proctable.Record, procs []proctable.ProcRef) {
-	if d.cpu.groups == nil {
+	place := func(pid int) error { return d.cpu.groups.Place(rec.ID, pid, rec.Nice) }
+	switch {
+	case rec.Cgroup != "" && d.users != nil:
+		place = func(pid int) error { return d.users.Place(rec.Cgroup, pid, rec.Nice) }
+	case d.cpu.groups == nil:
 		return
 	}
 	var errs []error
@@ -120,12 +131,16 @@ func (d *Daemon) placeTree(rec proctable.Record, procs []proctable.ProcRef) {
 		if !procfs.Alive(p.PID, p.Start) {
 			continue
 		}
-		if err := d.cpu.groups.Place(rec.ID, p.PID, rec.Nice); err != nil {
+		if err := place(p.PID); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		d.log.Warn("cpu.weight not applied to the whole tree; nice still applies", zap.String("name", rec.Name), zap.String("id", rec.ID), zap.Error(err))
+		msg := "cpu.weight not applied to the whole tree; nice still applies"
+		if rec.Cgroup != "" {
+			msg = "the tree is not wholly in its user's cgroup; the rest stays in the daemon's"
+		}
+		d.log.Warn(msg, zap.String("name", rec.Name), zap.String("id", rec.ID), zap.String("cgroup", rec.Cgroup), zap.Error(err))
 	}
 }
 
@@ -134,7 +149,7 @@ func (d *Daemon) placeTree(rec proctable.Record, procs []proctable.ProcRef) {
 // places a tree that has no cgroup yet, as one started before cpu.weight
 // was managed.
 func (d *Daemon) adoptCPU(rec proctable.Record) {
-	if d.cpu.groups == nil || rec.InitPID <= 0 {
+	if d.cpu.groups == nil || rec.InitPID <= 0 || rec.Cgroup != "" {
 		return
 	}
 	err := d.cpu.groups.SetWeight(rec.ID, rec.Nice)
@@ -162,10 +177,14 @@ func (d *Daemon) adoptCPU(rec proctable.Record) {
 // the time the init's pidfd reports the exit: the init of a PID namespace
 // exits only after every other process in it.
 func (d *Daemon) removeCPU(rec proctable.Record) {
-	if d.cpu.groups == nil {
+	remove := func() error { return d.cpu.groups.Remove(rec.ID) }
+	switch {
+	case rec.Cgroup != "" && d.users != nil:
+		remove = func() error { return d.users.Remove(rec.Cgroup) }
+	case d.cpu.groups == nil:
 		return
 	}
-	if err := d.cpu.groups.Remove(rec.ID); err != nil {
+	if err := remove(); err != nil {
 		d.log.Warn("remove an ended tree's cgroup", zap.String("name", rec.Name), zap.String("id", rec.ID), zap.Error(err))
 	}
 }

@@ -69,6 +69,7 @@ type Daemon struct {
 	sched      *scheduler
 	leases     *leaseSet
 	cpu        cpuPriority
+	users      userCgroups  // nil: every tree stays in the daemon's cgroups
 	mps        *mps.Manager // the MPS control daemon and its clients
 	fillers    *fillerSet
 	metrics    *metrics // nil while --metrics-addr is off
@@ -114,6 +115,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		d.log = l
 	}
 	d.detectCPU()
+	d.users = newUserCgroups(cfg)
 	d.initPath = cfg.InitPath
 	if d.initPath == "" {
 		exe, err := os.Executable()

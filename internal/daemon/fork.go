@@ -196,7 +196,7 @@ func (d *Daemon) dumpForFork(ctx context.Context, src proctable.Record) (forkSou
 func (d *Daemon) restoreCopy(ctx context.Context, c *call, src proctable.Record, img forkSource, name string, n int, target string, wait time.Duration) (api.Process, error) {
 	rec := proctable.Record{
 		ID: uuid.NewString(), Name: name, Owner: src.Owner, Cmd: src.Cmd, Dir: src.Dir, GPUs: src.GPUs,
-		Nice: src.Nice, Policy: src.Policy, State: api.StateHibernated, BootID: d.bootID, CreatedAt: time.Now(),
+		Nice: src.Nice, Rlimits: src.Rlimits, Policy: src.Policy, State: api.StateHibernated, BootID: d.bootID, CreatedAt: time.Now(),
 		LogPath:    filepath.Join(d.cfg.LogDir, name+".log"),
 		Checkpoint: &proctable.Checkpoint{Procs: img.procs, FrozenAt: time.Now()},
 	}

@@ -65,6 +65,13 @@ func (d *Daemon) submit(c *call) (any, error) {
 	if len(errs) > 0 {
 		return nil, invalidf("submit: nothing queued: %s", strings.Join(errs, "; "))
 	}
+	rlimits, err := callerLimits(c.actor, "submit")
+	if err != nil {
+		return nil, err
+	}
+	for _, j := range jobs {
+		j.Rlimits = rlimits
+	}
 	added, err := d.jobs.Add(jobs)
 	if err != nil {
 		return nil, err

@@ -119,8 +119,9 @@ func (d *Daemon) adoptRestored(rec proctable.Record, initPID int, dir string) (p
 		return rec, fmt.Errorf("restored init %d: %w", initPID, err)
 	}
 	rt := d.procs.add(rec.ID, initPID, pidfd, true)
+	cg := d.userCgroupOf(rec.Owner, rec.ID) // where the owner's cgroup is now
 	out, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
-		r.State, r.BootID = api.StateFrozen, d.bootID
+		r.State, r.BootID, r.Cgroup = api.StateFrozen, d.bootID, cg
 		r.InitPID, r.InitStart, r.PID, r.PIDStart = initPID, initStart, cmdPID, cmdStart
 		if r.StartedAt.IsZero() { // a fork's copy starts its life here
 			r.StartedAt = time.Now()

@@ -90,13 +90,17 @@ func (d *Daemon) run(c *call) (any, error) {
 	if err := d.claimName(p.Name, owner.UID); err != nil {
 		return nil, err
 	}
+	rlimits, err := callerLimits(c.actor, fmt.Sprintf("run %q", p.Name))
+	if err != nil {
+		return nil, err
+	}
 	rec := proctable.Record{
 		ID: id, Name: p.Name, Owner: owner, Cmd: p.Cmd, Dir: dir, GPUs: gpus, Nice: p.Nice, Policy: policy,
 		State: api.StateStarting, BootID: d.bootID, CreatedAt: time.Now(),
 		LogPath:    filepath.Join(d.cfg.LogDir, p.Name+".log"),
 		StatusPath: filepath.Join(d.statusDir(), id),
 	}
-	rec.MPSThreads, rec.MPSMemLimitMiB = p.MPSThreads, p.MPSMemLimit.MiB
+	rec.MPSThreads, rec.MPSMemLimitMiB, rec.Rlimits = p.MPSThreads, p.MPSMemLimit.MiB, rlimits
 	started, err := d.startProc(ctx, rec, env, false)
 	if err == nil && p.Filled != 0 {
 		started, err = d.attachFiller(ctx, started, p.Filled)
@@ -140,6 +144,7 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, 
 		os.Remove(rec.StatusPath)
 		return rec, err
 	}
+	rec.Cgroup = d.userCgroupOf(rec.Owner, rec.ID)
 	if _, err := d.table.Create(rec); err != nil {
 		os.Remove(rec.StatusPath)
 		d.removeSandboxHome(rec.ID)
@@ -147,17 +152,17 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, 
 	}
 	st, err := sandbox.Start(ctx, sandbox.Spec{
 		SupervisorPath: d.initPath, Mark: d.sandboxMark(), Argv: rec.Cmd, Env: env, Dir: rec.Dir,
-		Cred: credOf(rec.Owner), Nice: rec.Nice, Home: home,
+		Cred: credOf(rec.Owner), Rlimits: rec.Rlimits, Nice: rec.Nice, Home: home,
 		Log: logf, LogMax: d.cfg.LogMaxBytes, LogKeep: d.cfg.LogKeep, Status: status,
 		Recorded: func(pid int, start uint64) error {
 			_, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
 				r.InitPID, r.InitStart = pid, start
 				return nil
 			})
-			if err == nil {
-				d.placeInit(rec, pid)
+			if err != nil {
+				return err
 			}
-			return err
+			return d.placeInit(rec, pid)
 		},
 	})
 	if err != nil {
@@ -166,6 +171,7 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, 
 		}
 		os.Remove(rec.StatusPath)
 		d.removeSandboxHome(rec.ID)
+		d.removeCPU(rec)
 		if !keepLog {
 			d.removeLogs(rec.LogPath)
 		}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpusched/gpusched/internal/rlimit"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -57,6 +58,9 @@ type Job struct {
 	// per GPU) make each attempt an NVIDIA MPS client; see MPS.
 	MPSThreads     int    `json:"mps_threads,omitempty"`
 	MPSMemLimitMiB uint64 `json:"mps_mem_limit_mib,omitempty"` // 0: its declaration
+	// Rlimits are the resource limits of the process that submitted the
+	// job, which every attempt runs under; nil: the daemon's own.
+	Rlimits rlimit.Set `json:"rlimits,omitempty"`
 }
 
 // Active reports whether the job has a current attempt (a process that is
@@ -108,6 +112,7 @@ func (j *Job) clone() *Job {
 	c.Owner.Groups = slices.Clone(j.Owner.Groups)
 	c.Cmd = slices.Clone(j.Cmd)
 	c.Env = maps.Clone(j.Env)
+	c.Rlimits = maps.Clone(j.Rlimits)
 	c.Attempts = make([]api.Attempt, len(j.Attempts))
 	for i, a := range j.Attempts {
 		a.GPUs = slices.Clone(a.GPUs)

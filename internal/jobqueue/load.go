@@ -87,5 +87,8 @@ func validate(key string, j *Job) error {
 	case j.MPSThreads < 0 || j.MPSThreads > 100:
 		return fmt.Errorf("job %s: mps_threads %d outside 0..100", key, j.MPSThreads)
 	}
+	if err := j.Rlimits.Validate(); err != nil {
+		return fmt.Errorf("job %s: %w", key, err)
+	}
 	return nil
 }

@@ -71,5 +71,8 @@ func validate(key string, r Record) error {
 	if len(r.Cmd) == 0 {
 		return fmt.Errorf("record %s: no command", key)
 	}
+	if err := r.Rlimits.Validate(); err != nil {
+		return fmt.Errorf("record %s: %w", key, err)
+	}
 	return nil
 }

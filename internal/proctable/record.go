@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpusched/gpusched/internal/rlimit"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -63,6 +64,14 @@ type Record struct {
 	// MPSClient.
 	MPSThreads     int    `json:"mps_threads,omitempty"`
 	MPSMemLimitMiB uint64 `json:"mps_mem_limit_mib,omitempty"`
+
+	// Rlimits are the resource limits of the process that asked for this
+	// one (run, or a job's submission), in force on its command; nil: the
+	// daemon's own. A copy restored from disk has those its image holds.
+	Rlimits rlimit.Set `json:"rlimits,omitempty"`
+	// Cgroup is the tree's cgroup in its owner's own delegated cgroup; ""
+	// when it runs in the daemon's.
+	Cgroup string `json:"cgroup,omitempty"`
 }
 
 // MPSClient reports whether the process was started as an NVIDIA MPS
@@ -128,6 +137,7 @@ func (r Record) Clone() Record {
 	r.Owner.Groups = slices.Clone(r.Owner.Groups)
 	r.Cmd = slices.Clone(r.Cmd)
 	r.GPUs = slices.Clone(r.GPUs)
+	r.Rlimits = maps.Clone(r.Rlimits)
 	if r.Exit != nil {
 		e := *r.Exit
 		if e.Code != nil {

@@ -33,7 +33,8 @@ func capMask(caps []uintptr) uint64 {
 // (effective, permitted, inheritable and ambient): a process this thread
 // starts then runs with exactly the capabilities its credentials give it at
 // execve (none for a non-root uid). Capabilities are per thread; the
-// caller locks its goroutine to the thread and lets the thread die with it.
+// caller locks its goroutine to the thread, which then executes the
+// command or dies with the goroutine.
 func dropThreadCaps() error {
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
 		return fmt.Errorf("clear ambient capabilities: %w", err)

@@ -22,9 +22,14 @@
 //     copy-truncate rotation; the caller's code can neither truncate, extend
 //     nor fill the log beyond the cap. The pipe lives inside the tree, so it
 //     survives a daemon restart and a CRIU dump and restore.
-//   - The command is started from an OS thread that has dropped every
-//     capability, after the supervisor marked every descriptor it did not
-//     open close-on-exec: nothing privileged is inherited.
+//   - The command is an exec stage (argv[0] "gpusched-exec", our binary
+//     again) that the supervisor starts with its own capabilities, after it
+//     marked every descriptor it did not open close-on-exec. The stage puts
+//     the caller's resource limits in force on itself (the supervisor keeps
+//     the daemon's), then, from an OS thread that has dropped every
+//     capability, looks the command up, enters its directory and executes
+//     it as the caller: nothing privileged is inherited, and until the
+//     execve the caller's processes cannot ptrace the stage.
 //   - The supervisor alone reaps the command and writes its exit report; the
 //     daemon reads the report, and every handshake line, bounded.
 //   - The supervisor works in a private directory under the daemon's state

@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+
+	"github.com/gpusched/gpusched/internal/rlimit"
 )
 
 // Argv0 marks a re-executed binary as a supervisor.
@@ -40,14 +42,21 @@ const (
 // (the environment itself is not changed).
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+// command is what the exec stage makes of itself: the caller's argv,
+// environment and working directory, under the caller's resource limits.
+type command struct {
+	Argv    []string   `json:"argv"`
+	Env     []string   `json:"env"`
+	Dir     string     `json:"dir"`
+	Rlimits rlimit.Set `json:"rlimits,omitempty"` // nil: the supervisor's own
+}
+
 // goSpec is what the daemon sends the supervisor with "go".
 type goSpec struct {
-	Argv    []string `json:"argv"`
-	Env     []string `json:"env"`
-	Dir     string   `json:"dir"`     // the command's working directory
-	Home    string   `json:"home"`    // the supervisor's own (private) working directory
-	LogMax  int64    `json:"log_max"` // rotate past this many bytes; 0: never
-	LogKeep int      `json:"log_keep"`
+	command
+	Home    string `json:"home"`    // the supervisor's own (private) working directory
+	LogMax  int64  `json:"log_max"` // rotate past this many bytes; 0: never
+	LogKeep int    `json:"log_keep"`
 }
 
 // ExitReport is what a supervisor writes to its status file when its

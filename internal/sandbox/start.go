@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/procfs"
+	"github.com/gpusched/gpusched/internal/rlimit"
 )
 
 // ErrCommand means the supervisor ran but could not start the command (not
@@ -29,12 +30,13 @@ type Spec struct {
 	Env            []string // its whole environment
 	Dir            string   // its working directory
 	Cred           Cred
-	Nice           int      // applied to the supervisor, hence to the command, before it runs
-	Home           string   // the supervisor's private directory (exists; root only)
-	Log            *os.File // the log (O_APPEND): the supervisor's stdout and stderr
-	LogMax         int64    // rotate past this many bytes; 0: never
-	LogKeep        int      // rotated copies kept
-	Status         *os.File // written by the supervisor when the command ends
+	Rlimits        rlimit.Set // the command's resource limits; nil: the supervisor's
+	Nice           int        // applied to the supervisor, hence to the command, before it runs
+	Home           string     // the supervisor's private directory (exists; root only)
+	Log            *os.File   // the log (O_APPEND): the supervisor's stdout and stderr
+	LogMax         int64      // rotate past this many bytes; 0: never
+	LogKeep        int        // rotated copies kept
+	Status         *os.File   // written by the supervisor when the command ends
 	// Recorded is called once the supervisor exists and before the command
 	// runs; the daemon persists the supervisor's identity there. An error
 	// aborts the start.
@@ -54,6 +56,9 @@ type Started struct {
 // spec's user, runs the handshake and returns once the command runs. On any
 // error nothing is left running: the supervisor is killed and reaped.
 func Start(ctx context.Context, s Spec) (*Started, error) {
+	if err := s.Rlimits.Validate(); err != nil {
+		return nil, err
+	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("handshake socketpair: %w", err)
@@ -127,8 +132,8 @@ func handshake(ctx context.Context, s Spec, sync *os.File, pid int) (*Started, e
 			return nil, err
 		}
 	}
-	spec, err := json.Marshal(goSpec{Argv: s.Argv, Env: s.Env, Dir: s.Dir, Home: s.Home,
-		LogMax: s.LogMax, LogKeep: s.LogKeep})
+	spec, err := json.Marshal(goSpec{command: command{Argv: s.Argv, Env: s.Env, Dir: s.Dir, Rlimits: s.Rlimits},
+		Home: s.Home, LogMax: s.LogMax, LogKeep: s.LogKeep})
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,12 @@ func TestMain(m *testing.M) {
 	if IsSupervisor() {
 		os.Exit(Main())
 	}
-	os.Exit(m.Run())
+	if IsExecStage() {
+		os.Exit(ExecMain())
+	}
+	code := m.Run()
+	testutil.Cleanup()
+	os.Exit(code)
 }
 
 // tree is one supervised tree under test, in a directory every user may

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -61,7 +60,7 @@ func Main() int {
 	if err != nil {
 		return fail(125, err)
 	}
-	child, err := startCommand(spec, pump.w)
+	child, err := startCommand(spec.command, pump.w)
 	pump.w.Close() // the command holds the only write end now
 	if err != nil {
 		code := 126
@@ -105,48 +104,6 @@ func readSpec(r *bufio.Reader) (goSpec, error) {
 
 // errNotFound is a command that does not resolve to an executable file.
 var errNotFound = errors.New("command not found")
-
-// startCommand starts the command, stdout and stderr into out, from an OS
-// thread that has dropped every capability: the command's path is looked
-// up, its directory entered and its image executed with exactly the
-// caller's permissions.
-func startCommand(s goSpec, out *os.File) (int, error) {
-	type started struct {
-		pid int
-		err error
-	}
-	done := make(chan started, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the capability-less thread exits with this goroutine
-		if err := dropThreadCaps(); err != nil {
-			done <- started{err: err}
-			return
-		}
-		path, err := LookPath(s.Argv[0], envValue(s.Env, "PATH"), s.Dir)
-		if err != nil {
-			done <- started{err: fmt.Errorf("%w: %v", errNotFound, err)}
-			return
-		}
-		devnull, err := os.Open(os.DevNull)
-		if err != nil {
-			done <- started{err: err}
-			return
-		}
-		defer devnull.Close()
-		p, err := os.StartProcess(path, s.Argv, &os.ProcAttr{
-			Dir: s.Dir, Env: s.Env, Files: []*os.File{devnull, out, out},
-		})
-		if err != nil {
-			done <- started{err: fmt.Errorf("start %s: %w", s.Argv[0], err)}
-			return
-		}
-		pid := p.Pid
-		_ = p.Release() // reaped by supervise
-		done <- started{pid: pid}
-	}()
-	r := <-done
-	return r.pid, r.err
-}
 
 // envValue is the value of key in env, the last one winning as in execve's
 // getenv.

@@ -1,0 +1,117 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// userPrefix begins the name of a tree's cgroup in its owner's delegated
+// cgroup; the tree's record id follows.
+const userPrefix = "gpusched-"
+
+// Users places managed trees under their owners' own cgroups, so that the
+// limits and accounting systemd gives a user (TasksMax, MemoryMax and the
+// CPU share of user-UID.slice) cover what the daemon runs for them.
+//
+// A cgroup is delegated to a user when it is a cgroup2 directory that the
+// user owns together with its cgroup.procs, as systemd's Delegate= leaves
+// the cgroup of a unit that runs as that user (user@UID.service): the user
+// may create cgroups in it and move their own processes within it, and
+// nobody else's limits are at stake there. The daemon never writes into a
+// cgroup that systemd keeps for itself (root-owned slices).
+type Users struct {
+	pattern string // the user's delegated cgroup; %U stands for the uid
+}
+
+// NewUsers finds users' delegated cgroups at pattern, an absolute path in
+// which %U stands for the uid, e.g.
+// /sys/fs/cgroup/user.slice/user-%U.slice/user@%U.service.
+func NewUsers(pattern string) *Users { return &Users{pattern: pattern} }
+
+// Dir is the cgroup tree id of user uid belongs in: userPrefix+id in the
+// cgroup delegated to uid, or "" when uid has none (no such directory, not
+// cgroup2, or not the user's) and the tree goes where Manager puts it.
+func (u *Users) Dir(uid uint32, id string) string {
+	if validID(id) != nil {
+		return ""
+	}
+	parent := strings.ReplaceAll(u.pattern, "%U", strconv.FormatUint(uint64(uid), 10))
+	if !isCgroup2(parent) || ownedBy(parent, uid) != nil || ownedBy(filepath.Join(parent, "cgroup.procs"), uid) != nil {
+		return ""
+	}
+	return filepath.Join(parent, userPrefix+id)
+}
+
+// Place puts pid in dir (from Dir), created when missing, with the
+// cpu.weight of nice where the user's cgroup hands the cpu controller
+// down (else only nice applies). As with Manager.Place, children pid
+// already has stay where they are.
+func (u *Users) Place(dir string, pid, nice int) error {
+	if err := checkUserDir(dir); err != nil {
+		return err
+	}
+	if err := mkdir(dir); err != nil {
+		return fmt.Errorf("cgroup %s: %w", dir, err)
+	}
+	weight := filepath.Join(dir, "cpu.weight")
+	if _, err := os.Stat(weight); err == nil {
+		if err := writeFile(weight, strconv.FormatUint(Weight(nice), 10)); err != nil {
+			return fmt.Errorf("cgroup %s: cpu.weight: %w", dir, err)
+		}
+	}
+	if err := writeFile(filepath.Join(dir, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+		return fmt.Errorf("cgroup %s: move pid %d: %w", dir, pid, err)
+	}
+	return nil
+}
+
+// Remove deletes dir (from Dir) once its processes are gone, waiting a
+// little for the last ones as Manager.Remove does; a missing cgroup is not
+// an error.
+func (u *Users) Remove(dir string) error {
+	if err := checkUserDir(dir); err != nil {
+		return err
+	}
+	if err := rmdirRetry(dir, 20); err != nil {
+		return fmt.Errorf("cgroup %s: %w", dir, err)
+	}
+	return nil
+}
+
+// checkUserDir refuses a path that Dir cannot have returned.
+func checkUserDir(dir string) error {
+	id, ok := strings.CutPrefix(filepath.Base(dir), userPrefix)
+	if !ok || !filepath.IsAbs(dir) || filepath.Clean(dir) != dir {
+		return fmt.Errorf("%q: %w", dir, ErrInvalidID)
+	}
+	return validID(id)
+}
+
+// ownedBy checks that path exists and belongs to uid.
+func ownedBy(path string, uid uint32) error {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || st.Uid != uid {
+		return fmt.Errorf("%s: not owned by uid %d: %w", path, uid, fs.ErrPermission)
+	}
+	return nil
+}
+
+// writeFile writes one value to an existing interface file.
+func writeFile(path, value string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(value + "\n")
+	return errors.Join(err, f.Close())
+}

@@ -1,0 +1,84 @@
+package cgroup
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestUsersDirNeedsDelegation: a user's cgroup is used only when it is a
+// cgroup2 directory the user owns with its cgroup.procs.
+func TestUsersDirNeedsDelegation(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to give directories away")
+	}
+	plain := t.TempDir()
+	mine := filepath.Join(plain, "user-4242")
+	if err := os.Mkdir(mine, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mine, "cgroup.procs"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{mine, filepath.Join(mine, "cgroup.procs")} {
+		if err := os.Chown(p, 4242, 4242); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u := NewUsers(filepath.Join(plain, "user-%U"))
+	if d := u.Dir(4242, "abc"); d != "" {
+		t.Errorf("a plain directory (not cgroup2) was taken: %s", d)
+	}
+	if d := u.Dir(4343, "abc"); d != "" {
+		t.Errorf("a missing directory was taken: %s", d)
+	}
+	mnt := Mount
+	if !isCgroup2(mnt) {
+		mnt = filepath.Join(Mount, "unified")
+	}
+	if !isCgroup2(mnt) {
+		t.Skip("no cgroup2 mount at " + Mount)
+	}
+	top, err := os.MkdirTemp(mnt, "gsrlim-unit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(top) })
+	dir := filepath.Join(top, "user-4242")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	u = NewUsers(filepath.Join(top, "user-%U"))
+	if d := u.Dir(4242, "abc"); d != "" {
+		t.Errorf("a root-owned cgroup was taken as user 4242's: %s", d)
+	}
+	if err := os.Chown(dir, 4242, 4242); err != nil {
+		t.Fatal(err)
+	}
+	if d := u.Dir(4242, "abc"); d != "" {
+		t.Errorf("a cgroup whose cgroup.procs is root's was taken: %s", d)
+	}
+	if err := os.Chown(filepath.Join(dir, "cgroup.procs"), 4242, 4242); err != nil {
+		t.Fatal(err)
+	}
+	if d, want := u.Dir(4242, "abc"), filepath.Join(dir, "gpusched-abc"); d != want {
+		t.Errorf("Dir = %q, want %q", d, want)
+	}
+	if d := u.Dir(4242, "../x"); d != "" {
+		t.Errorf("a bad id gave %q", d)
+	}
+}
+
+func TestUsersRefuseForeignPaths(t *testing.T) {
+	u := NewUsers("/sys/fs/cgroup/user-%U")
+	for _, dir := range []string{"/etc", "/sys/fs/cgroup/user-1/x", "relative/gpusched-a", "/sys/fs/cgroup/user-1/gpusched-a/../gpusched-b", "/sys/fs/cgroup/gpusched-a.b"} {
+		if err := u.Place(dir, 1, 0); !errors.Is(err, ErrInvalidID) {
+			t.Errorf("Place(%q) = %v, want ErrInvalidID", dir, err)
+		}
+		if err := u.Remove(dir); !errors.Is(err, ErrInvalidID) {
+			t.Errorf("Remove(%q) = %v, want ErrInvalidID", dir, err)
+		}
+	}
+}

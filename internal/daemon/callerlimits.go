@@ -1,0 +1,86 @@
+package daemon
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/procfs"
+	"github.com/gpusched/gpusched/internal/rlimit"
+)
+
+// callerLimits are the resource limits of the process that made the
+// request, read now from /proc, which the managed process it asks for runs
+// under: a caller keeps its own ulimits, whatever the daemon's are. The
+// process must still be the one that connected (pid and start time) and
+// hold the connection's uid, so that neither a reused pid nor a setuid
+// program lends its limits. A non-root caller whose process is gone or
+// changed is refused; root's process then runs with the daemon's limits
+// (nil).
+func callerLimits(a actor, what string) (rlimit.Set, error) {
+	s, err := readPeerLimits(a)
+	switch {
+	case err == nil:
+		return s, nil
+	case a.root():
+		return nil, nil
+	}
+	return nil, deniedf("%s: the resource limits of the connecting process cannot be read (%v); send the request from a process that stays connected and keeps its uid", what, err)
+}
+
+// readPeerLimits reads the limits of a's process, checking its identity
+// around the read: the pidfd taken first names the process that had the
+// connection's start time, and it still running at the end means the pid
+// named it throughout.
+func readPeerLimits(a actor) (rlimit.Set, error) {
+	if a.PID <= 0 || a.PIDStart == 0 {
+		return nil, fmt.Errorf("pid %d: %w", a.PID, procfs.ErrGone)
+	}
+	pidfd, err := unix.PidfdOpen(a.PID, 0)
+	if err != nil {
+		return nil, fmt.Errorf("pid %d: %w", a.PID, procfs.ErrGone)
+	}
+	defer unix.Close(pidfd)
+	if start, err := procfs.StartTime(a.PID); err != nil || start != a.PIDStart {
+		return nil, fmt.Errorf("pid %d: %w", a.PID, procfs.ErrGone)
+	}
+	s, err := rlimit.Of(a.PID)
+	if err != nil {
+		return nil, err
+	}
+	if err := sameUID(a.PID, a.UID); err != nil {
+		return nil, err
+	}
+	if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
+		return nil, fmt.Errorf("pid %d: %w", a.PID, procfs.ErrGone)
+	}
+	return s, nil
+}
+
+// sameUID checks that every uid of pid (real, effective, saved, file
+// system) is uid.
+func sameUID(pid int, uid uint32) error {
+	b, err := procfs.ReadFile("/proc/"+strconv.Itoa(pid)+"/status", procfs.MaxStatus)
+	if err != nil {
+		return fmt.Errorf("pid %d: %w", pid, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		v, ok := strings.CutPrefix(line, "Uid:")
+		if !ok {
+			continue
+		}
+		ids := strings.Fields(v)
+		if len(ids) != 4 {
+			return fmt.Errorf("pid %d: malformed Uid line %q", pid, line)
+		}
+		for _, id := range ids {
+			if id != strconv.FormatUint(uint64(uid), 10) {
+				return fmt.Errorf("pid %d runs as uid %s now, not %d", pid, id, uid)
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("pid %d: no Uid line", pid)
+}
