@@ -25,27 +25,51 @@ const userPrefix = "gpusched-"
 // may create cgroups in it and move their own processes within it, and
 // nobody else's limits are at stake there. The daemon never writes into a
 // cgroup that systemd keeps for itself (root-owned slices).
+//
+// A user manager's cgroup (user@UID.service) is used only while the user
+// lingers (loginctl enable-linger): without it, systemd stops the manager,
+// and every process in its cgroup, when the user's last session ends, and a
+// managed process must outlive its caller's login.
 type Users struct {
 	pattern string // the user's delegated cgroup; %U stands for the uid
 }
+
+// LingerDir holds a file named after each user whose systemd user manager
+// outlives their sessions (loginctl enable-linger).
+var LingerDir = "/var/lib/systemd/linger"
 
 // NewUsers finds users' delegated cgroups at pattern, an absolute path in
 // which %U stands for the uid, e.g.
 // /sys/fs/cgroup/user.slice/user-%U.slice/user@%U.service.
 func NewUsers(pattern string) *Users { return &Users{pattern: pattern} }
 
-// Dir is the cgroup tree id of user uid belongs in: userPrefix+id in the
-// cgroup delegated to uid, or "" when uid has none (no such directory, not
-// cgroup2, or not the user's) and the tree goes where Manager puts it.
-func (u *Users) Dir(uid uint32, id string) string {
+// Dir is the cgroup tree id of user uid (named user) belongs in:
+// userPrefix+id in the cgroup delegated to uid, or "" when uid has none (no
+// such directory, not cgroup2, not the user's, or a user manager's that
+// ends with the user's sessions) and the tree goes where Manager puts it.
+func (u *Users) Dir(uid uint32, user, id string) string {
 	if validID(id) != nil {
 		return ""
 	}
-	parent := strings.ReplaceAll(u.pattern, "%U", strconv.FormatUint(uint64(uid), 10))
+	uidStr := strconv.FormatUint(uint64(uid), 10)
+	parent := strings.ReplaceAll(u.pattern, "%U", uidStr)
 	if !isCgroup2(parent) || ownedBy(parent, uid) != nil || ownedBy(filepath.Join(parent, "cgroup.procs"), uid) != nil {
 		return ""
 	}
+	if filepath.Base(parent) == "user@"+uidStr+".service" && !lingers(user) {
+		return ""
+	}
 	return filepath.Join(parent, userPrefix+id)
+}
+
+// lingers reports whether user's systemd user manager outlives their
+// sessions.
+func lingers(user string) bool {
+	if user == "" || strings.ContainsAny(user, "/\x00") || user == "." || user == ".." {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(LingerDir, user))
+	return err == nil
 }
 
 // Place puts pid in dir (from Dir), created when missing, with the

@@ -27,10 +27,10 @@ func TestUsersDirNeedsDelegation(t *testing.T) {
 		}
 	}
 	u := NewUsers(filepath.Join(plain, "user-%U"))
-	if d := u.Dir(4242, "abc"); d != "" {
+	if d := u.Dir(4242, "gsrlim-unit", "abc"); d != "" {
 		t.Errorf("a plain directory (not cgroup2) was taken: %s", d)
 	}
-	if d := u.Dir(4343, "abc"); d != "" {
+	if d := u.Dir(4343, "gsrlim-unit", "abc"); d != "" {
 		t.Errorf("a missing directory was taken: %s", d)
 	}
 	mnt := Mount
@@ -51,22 +51,22 @@ func TestUsersDirNeedsDelegation(t *testing.T) {
 	}
 	t.Cleanup(func() { os.Remove(dir) })
 	u = NewUsers(filepath.Join(top, "user-%U"))
-	if d := u.Dir(4242, "abc"); d != "" {
+	if d := u.Dir(4242, "gsrlim-unit", "abc"); d != "" {
 		t.Errorf("a root-owned cgroup was taken as user 4242's: %s", d)
 	}
 	if err := os.Chown(dir, 4242, 4242); err != nil {
 		t.Fatal(err)
 	}
-	if d := u.Dir(4242, "abc"); d != "" {
+	if d := u.Dir(4242, "gsrlim-unit", "abc"); d != "" {
 		t.Errorf("a cgroup whose cgroup.procs is root's was taken: %s", d)
 	}
 	if err := os.Chown(filepath.Join(dir, "cgroup.procs"), 4242, 4242); err != nil {
 		t.Fatal(err)
 	}
-	if d, want := u.Dir(4242, "abc"), filepath.Join(dir, "gpusched-abc"); d != want {
+	if d, want := u.Dir(4242, "gsrlim-unit", "abc"), filepath.Join(dir, "gpusched-abc"); d != want {
 		t.Errorf("Dir = %q, want %q", d, want)
 	}
-	if d := u.Dir(4242, "../x"); d != "" {
+	if d := u.Dir(4242, "gsrlim-unit", "../x"); d != "" {
 		t.Errorf("a bad id gave %q", d)
 	}
 }
@@ -80,5 +80,52 @@ func TestUsersRefuseForeignPaths(t *testing.T) {
 		if err := u.Remove(dir); !errors.Is(err, ErrInvalidID) {
 			t.Errorf("Remove(%q) = %v, want ErrInvalidID", dir, err)
 		}
+	}
+}
+
+// TestUsersDirNeedsLingerForUserManager: a user manager's cgroup
+// (user@UID.service) is taken only while the user lingers, since systemd
+// stops it, with every process in it, when their last session ends.
+func TestUsersDirNeedsLingerForUserManager(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to give directories away")
+	}
+	mnt := Mount
+	if !isCgroup2(mnt) {
+		mnt = filepath.Join(Mount, "unified")
+	}
+	if !isCgroup2(mnt) {
+		t.Skip("no cgroup2 mount at " + Mount)
+	}
+	top, err := os.MkdirTemp(mnt, "gsrlim-linger")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(top) })
+	dir := filepath.Join(top, "user@4242.service")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	for _, p := range []string{dir, filepath.Join(dir, "cgroup.procs")} {
+		if err := os.Chown(p, 4242, 4242); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := LingerDir
+	LingerDir = t.TempDir()
+	t.Cleanup(func() { LingerDir = old })
+	u := NewUsers(filepath.Join(top, "user@%U.service"))
+	if d := u.Dir(4242, "gslinger", "abc"); d != "" {
+		t.Errorf("the user manager's cgroup of a user who does not linger was taken: %s", d)
+	}
+	if err := os.WriteFile(filepath.Join(LingerDir, "gslinger"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if d, want := u.Dir(4242, "gslinger", "abc"), filepath.Join(dir, "gpusched-abc"); d != want {
+		t.Errorf("Dir = %q, want %q", d, want)
+	}
+	if d := u.Dir(4242, "../gslinger", "abc"); d != "" {
+		t.Errorf("a user name with a slash was looked up: %s", d)
 	}
 }

@@ -11,7 +11,7 @@ import (
 // userCgroups puts the trees of a user who has a cgroup of their own (see
 // cgroup.Users) in it, under the limits and accounting of that user.
 type userCgroups interface {
-	Dir(uid uint32, id string) string
+	Dir(uid uint32, user, id string) string
 	Place(dir string, pid, nice int) error
 	Remove(dir string) error
 }
@@ -31,7 +31,7 @@ func (d *Daemon) userCgroupOf(owner proctable.Owner, id string) string {
 	if d.users == nil || owner.UID == 0 {
 		return ""
 	}
-	return d.users.Dir(owner.UID, id)
+	return d.users.Dir(owner.UID, owner.User, id)
 }
 
 // placeUserInit puts a new tree's init in its owner's cgroup, before the
