@@ -19,6 +19,8 @@ import (
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/gpu"
 	"github.com/gpusched/gpusched/internal/jobqueue"
+	"github.com/gpusched/gpusched/internal/limits"
+	"github.com/gpusched/gpusched/internal/logfile"
 	"github.com/gpusched/gpusched/internal/mps"
 	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/proctable"
@@ -71,7 +73,9 @@ type Daemon struct {
 	cpu        cpuPriority
 	mps        *mps.Manager // the MPS control daemon and its clients
 	fillers    *fillerSet
-	metrics    *metrics // nil while --metrics-addr is off
+	metrics    *metrics         // nil while --metrics-addr is off
+	logWatch   *logfile.Watcher // wakes every log follower; open while Run serves
+	streamCap  *limits.Slots    // streaming calls in progress per user
 
 	conns    connSet
 	wg       sync.WaitGroup // connection goroutines
@@ -100,7 +104,8 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, events: newBroker(), procs: newRuntimes(), admission: newAdmission(),
-		sched: newScheduler(), leases: newLeaseSet(), fillers: newFillerSet(), startedAt: time.Now(), ready: make(chan struct{})}
+		sched: newScheduler(), leases: newLeaseSet(), fillers: newFillerSet(), startedAt: time.Now(), ready: make(chan struct{}),
+		streamCap: limits.NewSlots(cfg.Limits.StreamsPerUser, "max-streams-per-user", "streaming calls in progress")}
 	for _, o := range opts {
 		o(d)
 	}
@@ -167,6 +172,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	defer d.lock.Close()
+	watch, err := logfile.NewWatcher()
+	if err != nil {
+		return err
+	}
+	defer watch.Close() // after the streams, which follow through it, have ended
+	d.logWatch = watch
 	ln, err := openListener(d.cfg.Socket, d.cfg.Group)
 	if err != nil {
 		return err

@@ -151,7 +151,7 @@ func TestTailCanceled(t *testing.T) {
 	if _, _, err := TailForFollow(ctx, path, -1, 0); !errors.Is(err, context.Canceled) {
 		t.Errorf("TailForFollow = %v, want context.Canceled", err)
 	}
-	err := Follow(ctx, path, 0, nil, func(string) error { return nil })
+	err := Follow(ctx, testWatcher(t), path, 0, nil, func(string) error { return nil })
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Follow = %v, want context.Canceled", err)
 	}
@@ -167,7 +167,7 @@ func followToEnd(t *testing.T, path string, offset int64) []string {
 	var lines []string
 	var err error
 	checkCost(t, "Follow", MaxLag, func() {
-		err = Follow(context.Background(), path, offset, done, func(l string) error {
+		err = Follow(context.Background(), testWatcher(t), path, offset, done, func(l string) error {
 			lines = append(lines, l)
 			return nil
 		})

@@ -13,7 +13,9 @@
 //
 // [Tail] reads the last lines backwards from the end, continuing into the
 // rotated copies; [TailForFollow] and [Follow] hand over at a byte offset so
-// that a tail followed by a follow neither repeats nor skips a line.
+// that a tail followed by a follow neither repeats nor skips a line. Every
+// Follow sleeps on one shared [Watcher]: one inotify instance for the whole
+// daemon, with one watch per followed file.
 //
 // Lines are split at '\n'. A line longer than [MaxLine] bytes is cut to its
 // first MaxLine bytes followed by [CutMarker]; so is a line whose start was
