@@ -25,9 +25,9 @@
 // The content of a log is the process's to choose (a line of gigabytes, a
 // hole of terabytes made by ftruncate), so every read is bounded: Tail reads
 // at most the last [MaxTail] bytes and returns at most [MaxTailLines] lines
-// of them, Follow never holds more than a line of
-// MaxLine bytes and skips ahead when more than [MaxLag] bytes behind, and
-// both stop at the end of their context.
+// of them, Follow never holds more than a line of MaxLine bytes and skips
+// ahead when more than [MaxLag] bytes behind, and both stop at the end of
+// their context.
 //
 // Every open refuses a symbolic link as the final path component, since the
 // daemon runs as root and the paths may sit where users can write.
