@@ -74,7 +74,7 @@ type Daemon struct {
 	mps        *mps.Manager // the MPS control daemon and its clients
 	fillers    *fillerSet
 	metrics    *metrics         // nil while --metrics-addr is off
-	logWatch   *logfile.Watcher // wakes every log follower; open while Run serves
+	logWatch   *logfile.Watcher // wakes every log follower; closed when Run ends
 	streamCap  *limits.Slots    // streaming calls in progress per user
 
 	conns    connSet
@@ -105,7 +105,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	}
 	d := &Daemon{cfg: cfg, events: newBroker(), procs: newRuntimes(), admission: newAdmission(),
 		sched: newScheduler(), leases: newLeaseSet(), fillers: newFillerSet(), startedAt: time.Now(), ready: make(chan struct{}),
-		streamCap: limits.NewSlots(cfg.Limits.StreamsPerUser, "max-streams-per-user", "streaming calls in progress")}
+		logWatch: logfile.NewWatcher(), streamCap: limits.NewSlots(cfg.Limits.StreamsPerUser, "max-streams-per-user", "streaming calls in progress")}
 	for _, o := range opts {
 		o(d)
 	}
@@ -172,12 +172,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	defer d.lock.Close()
-	watch, err := logfile.NewWatcher()
-	if err != nil {
-		return err
-	}
-	defer watch.Close() // after the streams, which follow through it, have ended
-	d.logWatch = watch
+	defer d.logWatch.Close() // after the streams, which follow through it, have ended
 	ln, err := openListener(d.cfg.Socket, d.cfg.Group)
 	if err != nil {
 		return err

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"encoding/json"
-	"os/user"
 	"runtime"
 	"strings"
 	"sync"
@@ -82,13 +81,8 @@ func TestRedTeamLogsMemory(t *testing.T) {
 		t.Errorf("logs says nothing of the lines left out: %q", errOut)
 	}
 
-	osUser, err := user.Lookup(u.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
 	before := liveHeap()
-	for range callers {
-		rc := h.rawAs(osUser, itoa(int(u.GroupGID)))
+	for _, rc := range h.rawsAsUser(u, callers) {
 		resp := rc.call(api.MethodLogs, map[string]any{"name": "control", "lines": -1})
 		if lines, _ := resp["result"].(map[string]any)["lines"].([]any); len(lines) != 16 {
 			t.Fatalf("logs of control bytes = %.200v, want 16 lines", resp)

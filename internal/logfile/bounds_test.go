@@ -156,16 +156,16 @@ func TestTailLineCap(t *testing.T) {
 	const allocBound = 2 * MaxTailLines * 16
 	for _, tc := range []struct {
 		rotated, current string // lines: rotated + current, the rotated copy first
-		n                    int
-		want                 int
-		truncated            bool
+		n                int
+		want             int
+		truncated        bool
 	}{
 		{strings.Repeat("\n", MaxTail-2), "a\n", -1, MaxTailLines, true},
 		{strings.Repeat("\n", MaxTail-2), "a\n", MaxTailLines + 1, MaxTailLines, true},
 		{strings.Repeat("\n", MaxTail-2), "a\n", MaxTailLines, MaxTailLines, false},
 		{strings.Repeat("\n", MaxTailLines-2), "a\n", -1, MaxTailLines - 1, false},
 		{strings.Repeat("\n", MaxTailLines-1), "a\n", -1, MaxTailLines, false},
-		{strings.Repeat("\n", MaxTailLines), "a\n", -1, MaxTailLines, true},  // the line left out is in the rotated copy
+		{strings.Repeat("\n", MaxTailLines), "a\n", -1, MaxTailLines, true},   // the line left out is in the rotated copy
 		{"", string(newlines[:MaxTailLines]) + "a\n", -1, MaxTailLines, true}, // and here in the current file
 	} {
 		writeFiles(t, path, map[string]string{".1": tc.rotated, "": tc.current})

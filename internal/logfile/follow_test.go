@@ -57,10 +57,7 @@ func startFollowWith(t *testing.T, w *Watcher, path string, offset int64) *follo
 // (cleanups run last first).
 func testWatcher(t *testing.T) *Watcher {
 	t.Helper()
-	w, err := NewWatcher()
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := NewWatcher()
 	t.Cleanup(func() { w.Close() })
 	return w
 }

@@ -16,14 +16,15 @@ import (
 // for root by default): an instance per follower would let the callers of
 // one daemon exhaust root's.
 //
-// Build one with NewWatcher, share it between every Follow, and Close it
-// once they have all returned.
+// The instance is made at the first follow, so that a daemon starts even
+// while root has none to spare (a follow then fails, and the next tries
+// again). Share one Watcher between every Follow, and Close it once they
+// have all returned.
 type Watcher struct {
-	f    *os.File      // the inotify descriptor, non-blocking, read by loop
-	fd   int           // f's number (f.Fd would make f blocking), valid until closed
-	done chan struct{} // closed when loop returns
-
 	mu      sync.Mutex
+	f       *os.File         // the inotify descriptor, non-blocking, read by loop; nil until made
+	fd      int              // f's number (f.Fd would make f blocking)
+	done    chan struct{}    // closed when loop returns
 	watches map[int32]*watch // by watch descriptor: one per inode
 	closed  bool
 }
@@ -45,15 +46,20 @@ type subscription struct {
 // watchMask is what wakes a follower: writes and truncations.
 const watchMask = unix.IN_MODIFY
 
-// NewWatcher opens the inotify instance and starts reading it.
-func NewWatcher() (*Watcher, error) {
+// NewWatcher returns a Watcher; it holds no inotify instance yet.
+func NewWatcher() *Watcher {
+	return &Watcher{watches: map[int32]*watch{}}
+}
+
+// open makes the inotify instance and starts reading it; w.mu is held.
+func (w *Watcher) open() error {
 	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
 	if err != nil {
-		return nil, fmt.Errorf("inotify: %w", err)
+		return fmt.Errorf("inotify: %w", err)
 	}
-	w := &Watcher{f: os.NewFile(uintptr(fd), "inotify"), fd: fd, done: make(chan struct{}), watches: map[int32]*watch{}}
-	go w.loop()
-	return w, nil
+	w.f, w.fd, w.done = os.NewFile(uintptr(fd), "inotify"), fd, make(chan struct{})
+	go w.loop(w.f, w.done)
+	return nil
 }
 
 // Close stops the watcher; a follower still running returns an error.
@@ -64,9 +70,13 @@ func (w *Watcher) Close() error {
 		return nil
 	}
 	w.closed = true
+	f, done := w.f, w.done
 	w.mu.Unlock()
-	err := w.f.Close() // ends loop's read; the kernel drops every watch
-	<-w.done
+	var err error
+	if f != nil {
+		err = f.Close() // ends loop's read; the kernel drops every watch
+		<-done
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for wd, wt := range w.watches {
@@ -83,6 +93,11 @@ func (w *Watcher) subscribe(f *os.File) (*subscription, error) {
 	defer w.mu.Unlock()
 	if w.closed {
 		return nil, errWatchEnded
+	}
+	if w.f == nil {
+		if err := w.open(); err != nil {
+			return nil, err
+		}
 	}
 	wd, err := unix.InotifyAddWatch(w.fd, "/proc/self/fd/"+strconv.Itoa(int(f.Fd())), watchMask)
 	if err != nil {
@@ -119,11 +134,11 @@ func (s *subscription) close() {
 
 // loop reads events until the descriptor is closed, waking the followers
 // of each file that changed.
-func (w *Watcher) loop() {
-	defer close(w.done)
+func (w *Watcher) loop(f *os.File, done chan<- struct{}) {
+	defer close(done)
 	buf := make([]byte, 64*(unix.SizeofInotifyEvent+unix.NAME_MAX+1))
 	for {
-		n, err := w.f.Read(buf)
+		n, err := f.Read(buf)
 		if err != nil {
 			return // closed; nothing else fails on an inotify descriptor
 		}

@@ -22,10 +22,14 @@ func watchCount(t *testing.T, w *Watcher) int {
 }
 
 // TestWatcherShared: more followers than root has inotify instances, of
-// two files, share one instance and one watch per file; each is woken by
-// its own file's writes, and the watches go with the last follower.
+// two files, share one instance, made at the first follow, and one watch
+// per file; each is woken by its own file's writes, and the watches go
+// with the last follower.
 func TestWatcherShared(t *testing.T) {
 	w := testWatcher(t)
+	if got := testutil.InotifyInstances(t); got != 0 {
+		t.Errorf("a watcher nobody follows through holds %d inotify instances, want 0", got)
+	}
 	pathA, wa := openLog(t)
 	pathB, wb := openLog(t)
 	n := maxInstances(t) + 8
@@ -66,10 +70,7 @@ func TestWatcherShared(t *testing.T) {
 
 // TestWatcherClosed: a follower whose watcher closes returns an error.
 func TestWatcherClosed(t *testing.T) {
-	w, err := NewWatcher()
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := NewWatcher()
 	path, log := openLog(t)
 	fw := startFollowWith(t, w, path, 0)
 	appendTo(t, log, "x\n")
