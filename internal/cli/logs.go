@@ -22,7 +22,7 @@ func newLogsCmd(a *app) *cobra.Command {
 keep printing new lines until the process exits or Ctrl-C. With --json and
 -f, each line is printed as its log event.
 
-The daemon returns at most the last 10,000 lines and MiB of a log per
+The daemon returns at most the last 65,536 lines and MiB of a log per
 call; when older lines asked for lie beyond them, a note on stderr says
 they were left out. A line over 64 KiB is printed cut, ending in " [cut]".`,
 		Args: oneName,
@@ -44,7 +44,7 @@ func (a *app) logs(ctx context.Context, p api.LogsParams) error {
 	var res api.LogsResult
 	return a.call(ctx, api.MethodLogs, p, &res, func() error {
 		if res.Truncated {
-			fmt.Fprintf(a.stderr, "gpuschedctl: older lines of %s left out: the daemon returns at most the last 10,000 lines and MiB of a log\n", res.Name)
+			fmt.Fprintf(a.stderr, "gpuschedctl: older lines of %s left out: the daemon returns at most the last 65,536 lines and MiB of a log\n", res.Name)
 		}
 		for _, l := range res.Lines {
 			if _, err := fmt.Fprintln(a.stdout, l); err != nil {

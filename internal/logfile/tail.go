@@ -18,8 +18,10 @@ const (
 	// copies: what they return is at most this much, plus cut markers.
 	MaxTail = 1 << 20
 	// MaxTailLines is the most lines Tail and TailForFollow return: the
-	// MaxTail bytes could otherwise be a million empty lines.
-	MaxTailLines = 10000
+	// MaxTail bytes could otherwise be a million empty lines. At this many,
+	// the lines' string headers (16 bytes each) take no more memory than
+	// the bytes read; lines of 16 bytes or more meet MaxTail first.
+	MaxTailLines = MaxTail / 16
 	// chunkSize is how much Tail and Follow read at a time.
 	chunkSize = 64 << 10
 	// tailAttempts bounds the retries of a Tail that raced a rotation.

@@ -67,7 +67,7 @@ type LogsParams struct {
 
 // LogsResult holds the last lines, oldest first. Truncated means that
 // older lines asked for were left out: the daemon returns at most the last
-// 10,000 lines and MiB of a log per call.
+// 65,536 lines and MiB of a log per call.
 type LogsResult struct {
 	Name      string   `json:"name"`
 	Lines     []string `json:"lines"`

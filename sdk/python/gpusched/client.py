@@ -701,7 +701,7 @@ class GpuSched:
     def logs(self, name: str, lines: int = 100) -> List[str]:
         """The last ``lines`` lines of a process's log, oldest first (-1: all retained).
 
-        The daemon returns at most the last 10,000 lines and MiB of a log: lines asked for
+        The daemon returns at most the last 65,536 lines and MiB of a log: lines asked for
         beyond them are left out (the raw result, ``call("logs", ...)``, then says
         ``"truncated": true``).
         """
