@@ -25,7 +25,7 @@ import (
 // of root's: past fs.inotify.max_user_instances every further follow, of
 // any user, failed, and so did inotify_init for root anywhere on the host.
 func TestRedTeamFollowsShareOneInotify(t *testing.T) {
-	limit := inotifyLimit(t)
+	limit := testutil.InotifyLimit(t)
 	if limit > 1024 {
 		t.Skipf("fs.inotify.max_user_instances is %d: too many follows to open here", limit)
 	}
@@ -238,18 +238,4 @@ func expectFirst(t *testing.T, rc *rawConn, line string) {
 	if got, _ := ev["line"].(string); ev == nil || (line != "" && got != line) {
 		t.Fatalf("first line %v, want an event (%q)", m, line)
 	}
-}
-
-// inotifyLimit is the host's fs.inotify.max_user_instances.
-func inotifyLimit(t *testing.T) int {
-	t.Helper()
-	b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_instances")
-	if err != nil {
-		t.Skipf("no inotify limit to read: %v", err)
-	}
-	var n int
-	if _, err := fmt.Sscan(string(b), &n); err != nil {
-		t.Fatal(err)
-	}
-	return n
 }

@@ -32,7 +32,7 @@ func TestWatcherShared(t *testing.T) {
 	}
 	pathA, wa := openLog(t)
 	pathB, wb := openLog(t)
-	n := maxInstances(t) + 8
+	n := testutil.InotifyLimit(t) + 8
 	fws := make([]*following, n)
 	for i := range fws {
 		fws[i] = startFollowWith(t, w, []string{pathA, pathB}[i%2], 0)
@@ -84,18 +84,4 @@ func TestWatcherClosed(t *testing.T) {
 	if err := Follow(t.Context(), w, path, 0, nil, func(string) error { return nil }); !errors.Is(err, errWatchEnded) {
 		t.Errorf("Follow after Close = %v, want errWatchEnded", err)
 	}
-}
-
-// maxInstances is the host's inotify instance limit per user.
-func maxInstances(t *testing.T) int {
-	t.Helper()
-	b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_instances")
-	if err != nil {
-		t.Skipf("no inotify limit to read: %v", err)
-	}
-	var n int
-	if _, err := fmt.Sscan(string(b), &n); err != nil {
-		t.Fatal(err)
-	}
-	return n
 }

@@ -3,6 +3,8 @@ package testutil
 import (
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -20,6 +22,21 @@ func InotifyInstances(t testing.TB) int {
 		if l, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); err == nil && l == "anon_inode:inotify" {
 			n++
 		}
+	}
+	return n
+}
+
+// InotifyLimit is the host's inotify instance limit per user
+// (fs.inotify.max_user_instances); it skips t where there is none to read.
+func InotifyLimit(t testing.TB) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_instances")
+	if err != nil {
+		t.Skipf("no inotify limit to read: %v", err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
 	}
 	return n
 }
