@@ -8,7 +8,6 @@ require (
 	github.com/checkpoint-restore/go-criu/v7 v7.2.0
 	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/ebitengine/purego v0.11.3
-	github.com/fsnotify/fsnotify v1.10.1
 	github.com/google/uuid v1.6.0
 	github.com/spf13/cobra v1.10.2
 	github.com/zeebo/xxh3 v1.1.0

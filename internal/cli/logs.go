@@ -22,9 +22,9 @@ func newLogsCmd(a *app) *cobra.Command {
 keep printing new lines until the process exits or Ctrl-C. With --json and
 -f, each line is printed as its log event.
 
-The daemon reads at most the last MiB of a log per call; when older lines
-asked for lie beyond it, a note on stderr says they were left out. A line
-over 64 KiB is printed cut, ending in " [cut]".`,
+The daemon returns at most the last 65,536 lines and MiB of a log per
+call; when older lines asked for lie beyond them, a note on stderr says
+they were left out. A line over 64 KiB is printed cut, ending in " [cut]".`,
 		Args: oneName,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.logs(cmd.Context(), api.LogsParams{Name: args[0], Lines: &lines, Follow: follow})
@@ -44,7 +44,7 @@ func (a *app) logs(ctx context.Context, p api.LogsParams) error {
 	var res api.LogsResult
 	return a.call(ctx, api.MethodLogs, p, &res, func() error {
 		if res.Truncated {
-			fmt.Fprintf(a.stderr, "gpuschedctl: older lines of %s left out: the daemon returns at most the last MiB of a log\n", res.Name)
+			fmt.Fprintf(a.stderr, "gpuschedctl: older lines of %s left out: the daemon returns at most the last 65,536 lines and MiB of a log\n", res.Name)
 		}
 		for _, l := range res.Lines {
 			if _, err := fmt.Fprintln(a.stdout, l); err != nil {

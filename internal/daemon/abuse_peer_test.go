@@ -18,9 +18,17 @@ import (
 )
 
 // connectAsEnv makes the test binary a helper that connects to a socket as
-// another user and hands the connection back (see connectAs). Its value is
-// "uid:gid:group,group:socket".
-const connectAsEnv = "GPUSCHED_TEST_CONNECT_AS"
+// another user and hands the connections back (see connectAs). Its value is
+// "uid:gid:group,group:socket"; connectCountEnv, when set, is how many
+// connections to make (one helper for many: starting the test binary takes
+// a second under the race detector).
+const (
+	connectAsEnv    = "GPUSCHED_TEST_CONNECT_AS"
+	connectCountEnv = "GPUSCHED_TEST_CONNECT_COUNT"
+)
+
+// fdsPerMessage is how many descriptors the helper sends per message.
+const fdsPerMessage = 64
 
 func init() {
 	if spec := os.Getenv(connectAsEnv); spec != "" {
@@ -59,19 +67,39 @@ func connectAsHelper(spec string) error {
 	if err := syscall.Setuid(uid); err != nil {
 		return err
 	}
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return err
+	count := 1
+	if c := os.Getenv(connectCountEnv); c != "" {
+		count, _ = strconv.Atoi(c)
 	}
-	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: parts[3]}); err != nil {
-		return fmt.Errorf("connect %s as uid %d: %w", parts[3], uid, err)
+	for count > 0 {
+		var fds []int
+		for range min(count, fdsPerMessage) {
+			fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			if err := unix.Connect(fd, &unix.SockaddrUnix{Name: parts[3]}); err != nil {
+				return fmt.Errorf("connect %s as uid %d: %w", parts[3], uid, err)
+			}
+			fds = append(fds, fd)
+		}
+		if err := unix.Sendmsg(3, []byte{0}, unix.UnixRights(fds...), nil, 0); err != nil {
+			return err
+		}
+		count -= len(fds)
 	}
-	return unix.Sendmsg(3, []byte{0}, unix.UnixRights(fd), nil, 0)
+	return nil
 }
 
 // connectAs returns a connection to socket made by u (with extra
 // supplementary groups), as the kernel will report it to the daemon.
 func connectAs(t testing.TB, socket string, u *user.User, groups ...string) net.Conn {
+	t.Helper()
+	return connectManyAs(t, socket, u, 1, groups...)[0]
+}
+
+// connectManyAs is connectAs n times, through one helper.
+func connectManyAs(t testing.TB, socket string, u *user.User, n int, groups ...string) []net.Conn {
 	t.Helper()
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -84,34 +112,41 @@ func connectAs(t testing.TB, socket string, u *user.User, groups ...string) net.
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), connectAsEnv+"="+u.Uid+":"+u.Gid+":"+strings.Join(groups, ",")+":"+socket)
+	cmd.Env = append(os.Environ(), connectAsEnv+"="+u.Uid+":"+u.Gid+":"+strings.Join(groups, ",")+":"+socket,
+		connectCountEnv+"="+strconv.Itoa(n))
 	cmd.ExtraFiles = []*os.File{theirs}
 	out, err := cmd.CombinedOutput()
 	theirs.Close()
 	if err != nil {
 		t.Fatalf("connect as %s: %v: %s", u.Username, err, out)
 	}
-	buf, oob := make([]byte, 1), make([]byte, unix.CmsgSpace(4))
-	_, oobn, _, _, err := unix.Recvmsg(int(mine.Fd()), buf, oob, 0)
-	if err != nil {
-		t.Fatal(err)
+	var conns []net.Conn
+	buf, oob := make([]byte, 1), make([]byte, unix.CmsgSpace(4*fdsPerMessage))
+	for len(conns) < n {
+		_, oobn, _, _, err := unix.Recvmsg(int(mine.Fd()), buf, oob, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+		if err != nil || len(msgs) != 1 {
+			t.Fatalf("connect as %s: no descriptor came back: %v", u.Username, err)
+		}
+		fds, err := unix.ParseUnixRights(&msgs[0])
+		if err != nil || len(fds) == 0 {
+			t.Fatalf("connect as %s: %v", u.Username, err)
+		}
+		for _, fd := range fds {
+			f := os.NewFile(uintptr(fd), "conn-as-"+u.Username)
+			c, err := net.FileConn(f)
+			f.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			conns = append(conns, c)
+		}
 	}
-	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil || len(msgs) != 1 {
-		t.Fatalf("connect as %s: no descriptor came back: %v", u.Username, err)
-	}
-	fds, err := unix.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) != 1 {
-		t.Fatalf("connect as %s: %v", u.Username, err)
-	}
-	f := os.NewFile(uintptr(fds[0]), "conn-as-"+u.Username)
-	c, err := net.FileConn(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return conns
 }
 
 // rawAs is a raw connection to the harness's daemon made by u.

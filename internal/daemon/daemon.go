@@ -19,6 +19,8 @@ import (
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/gpu"
 	"github.com/gpusched/gpusched/internal/jobqueue"
+	"github.com/gpusched/gpusched/internal/limits"
+	"github.com/gpusched/gpusched/internal/logfile"
 	"github.com/gpusched/gpusched/internal/mps"
 	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/proctable"
@@ -72,7 +74,9 @@ type Daemon struct {
 	users      userCgroups  // nil: every tree stays in the daemon's cgroups
 	mps        *mps.Manager // the MPS control daemon and its clients
 	fillers    *fillerSet
-	metrics    *metrics // nil while --metrics-addr is off
+	metrics    *metrics         // nil while --metrics-addr is off
+	logWatch   *logfile.Watcher // wakes every log follower; closed when Run ends
+	streamCap  *limits.Slots    // streaming calls in progress per user
 
 	conns    *connSet
 	wg       sync.WaitGroup // connection goroutines
@@ -103,7 +107,8 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	}
 	d := &Daemon{cfg: cfg, events: newBroker(), procs: newRuntimes(), admission: newAdmission(),
 		sched: newScheduler(), leases: newLeaseSet(), fillers: newFillerSet(), startedAt: time.Now(), ready: make(chan struct{}), retain: make(chan struct{}, 1),
-		conns: newConnSet(cfg.MaxConns, cfg.Limits.ConnsPerUser)}
+		conns:    newConnSet(cfg.MaxConns, cfg.Limits.ConnsPerUser),
+		logWatch: logfile.NewWatcher(), streamCap: limits.NewSlots(cfg.Limits.StreamsPerUser, "max-streams-per-user", "streaming calls in progress")}
 	for _, o := range opts {
 		o(d)
 	}
@@ -172,6 +177,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	defer d.lock.Close()
+	defer d.logWatch.Close() // after the streams, which follow through it, have ended
 	ln, err := openListener(d.cfg.Socket, d.cfg.Group)
 	if err != nil {
 		return err

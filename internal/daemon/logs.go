@@ -52,7 +52,7 @@ func (d *Daemon) logs(c *call, emit func(*api.Event) error) (any, error) {
 			return nil, err
 		}
 	}
-	if err := logfile.Follow(c.ctx, rec.LogPath, offset, done, send); err != nil {
+	if err := logfile.Follow(c.ctx, d.logWatch, rec.LogPath, offset, done, send); err != nil {
 		return nil, err
 	}
 	return res, nil

@@ -122,8 +122,9 @@ func refuse(c net.Conn, err error) {
 }
 
 // serveConn reads requests one per line and answers them in order. While a
-// streaming call runs, the next line is read ahead but handled only after
-// the stream ends. A peer that half-closes (shutdown of its write side, as
+// streaming call runs, holding one of its user's --max-streams-per-user
+// slots, the next line is read ahead but handled only after the stream
+// ends. A peer that half-closes (shutdown of its write side, as
 // `echo ... | socat` does) still gets its stream to the end; a peer that is
 // gone cancels it.
 func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
@@ -182,6 +183,13 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 			continue
 		}
 		if m.stream != nil {
+			release, err := d.streamCap.Take(a.UID, a.User)
+			if err != nil {
+				if d.answer(w, &call{ctx: ctx, actor: a, method: req.Method}, req.ID, nil, err) != nil {
+					return
+				}
+				continue
+			}
 			sctx, cancel := context.WithCancel(ctx)
 			stream = &activeStream{cancel: cancel, done: make(chan struct{})}
 			cl := &call{ctx: sctx, conn: scope, actor: a, method: req.Method, params: req.Params}
@@ -191,6 +199,7 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 				defer close(st.done)
 				defer st.cancel()
 				res, err := m.stream(cl, func(e *api.Event) error { return w.event(req.ID, e) })
+				release() // before the final line, after which the caller may start another
 				if d.answer(w, cl, req.ID, res, err) != nil {
 					// Gone, or not reading (the write timed out, maybe
 					// mid-line): the connection is done. Closing it ends

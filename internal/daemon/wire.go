@@ -82,7 +82,17 @@ func (w *lineWriter) event(id json.RawMessage, e *api.Event) error {
 
 func (w *lineWriter) trimNewline() { w.buf.Truncate(w.buf.Len() - 1) }
 
+// maxKeptLine is the largest line buffer a connection keeps between lines:
+// a larger one (a reply of MiBs) goes once written, so that open
+// connections do not each hold their largest reply.
+const maxKeptLine = 64 << 10
+
 func (w *lineWriter) flush() error {
+	defer func() {
+		if w.buf.Cap() > maxKeptLine {
+			w.buf = bytes.Buffer{} // enc writes to &w.buf, which stays valid
+		}
+	}()
 	_ = w.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if _, err := w.bw.Write(w.buf.Bytes()); err != nil {
 		return err

@@ -105,11 +105,16 @@ func TestTailHugeLine(t *testing.T) {
 	}
 }
 
-// TestTailByteCap: however short the lines, Tail returns at most MaxTail
-// bytes of them, the newest, across the rotated copies.
+// TestTailByteCap: however many lines are asked for, Tail returns at most
+// MaxTail bytes of them, the newest, across the rotated copies.
 func TestTailByteCap(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "log")
-	lines := bytes.Repeat([]byte("y\n"), 8<<20) // 16 MiB: 8 Mi lines
+	// Lines of 108 bytes, so that MaxTail-4 bytes (the rest after "a\nb\n")
+	// hold whole lines, fewer than MaxTailLines.
+	const lineLen = 108
+	line := strings.Repeat("y", lineLen-1)
+	lines := bytes.Repeat([]byte(line+"\n"), 16<<20/lineLen)
+	want := (MaxTail-4)/lineLen + 2
 	if err := os.WriteFile(path+".1", lines, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -118,8 +123,8 @@ func TestTailByteCap(t *testing.T) {
 	var truncated bool
 	var err error
 	checkCost(t, "Tail(-1)", 0, func() { got, truncated, err = Tail(context.Background(), path, -1, 1) })
-	if err != nil || !truncated || len(got) != MaxTail/2 || !slices.Equal(got[len(got)-3:], []string{"y", "a", "b"}) {
-		t.Fatalf("Tail(-1) = %d lines ending %q, %v, %v; want %d, truncated", len(got), got[max(len(got)-3, 0):], truncated, err, MaxTail/2)
+	if err != nil || !truncated || len(got) != want || !slices.Equal(got[len(got)-3:], []string{line, "a", "b"}) {
+		t.Fatalf("Tail(-1) = %d lines ending %q, %v, %v; want %d, truncated", len(got), got[max(len(got)-3, 0):], truncated, err, want)
 	}
 
 	// Exactly MaxTail bytes in all is not truncated.
@@ -127,16 +132,64 @@ func TestTailByteCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, truncated, err = Tail(context.Background(), path, -1, 1)
-	if err != nil || truncated || len(got) != MaxTail/2 {
-		t.Fatalf("Tail(-1) of MaxTail bytes = %d lines, %v, %v; want %d, not truncated", len(got), truncated, err, MaxTail/2)
+	if err != nil || truncated || len(got) != want {
+		t.Fatalf("Tail(-1) of MaxTail bytes = %d lines, %v, %v; want %d, not truncated", len(got), truncated, err, want)
 	}
 	// One byte more is, and cuts the oldest line.
 	if err := os.WriteFile(path+".1", append([]byte("x"), lines[:MaxTail-4]...), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	got, truncated, err = Tail(context.Background(), path, -1, 1)
-	if err != nil || !truncated || len(got) != MaxTail/2 || got[0] != "y"+CutMarker {
-		t.Fatalf("Tail(-1) of MaxTail+1 bytes = %d lines from %q, %v, %v; want %d from the cut one, truncated", len(got), got[0], truncated, err, MaxTail/2)
+	if err != nil || !truncated || len(got) != want || got[0] != line+CutMarker {
+		t.Fatalf("Tail(-1) of MaxTail+1 bytes = %d lines from %q, %v, %v; want %d from the cut one, truncated", len(got), got[0], truncated, err, want)
+	}
+}
+
+// TestTailLineCap: a MiB of newlines is a million empty lines; Tail returns
+// the last MaxTailLines of them, across the rotated copies, says truncated
+// when more were asked for, and allocates for those alone.
+func TestTailLineCap(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log")
+	newlines := bytes.Repeat([]byte("\n"), MaxTail)
+	// The reply's strings are empty: what Tail allocates is their headers,
+	// a few buffers and nothing per byte read.
+	const allocBound = 2 * MaxTailLines * 16
+	for _, tc := range []struct {
+		rotated, current string // lines: rotated + current, the rotated copy first
+		n                int
+		want             int
+		truncated        bool
+	}{
+		{strings.Repeat("\n", MaxTail-2), "a\n", -1, MaxTailLines, true},
+		{strings.Repeat("\n", MaxTail-2), "a\n", MaxTailLines + 1, MaxTailLines, true},
+		{strings.Repeat("\n", MaxTail-2), "a\n", MaxTailLines, MaxTailLines, false},
+		{strings.Repeat("\n", MaxTailLines-2), "a\n", -1, MaxTailLines - 1, false},
+		{strings.Repeat("\n", MaxTailLines-1), "a\n", -1, MaxTailLines, false},
+		{strings.Repeat("\n", MaxTailLines), "a\n", -1, MaxTailLines, true},   // the line left out is in the rotated copy
+		{"", string(newlines[:MaxTailLines]) + "a\n", -1, MaxTailLines, true}, // and here in the current file
+	} {
+		writeFiles(t, path, map[string]string{".1": tc.rotated, "": tc.current})
+		var got []string
+		var truncated bool
+		var err error
+		read, alloc := testutil.Cost(t, func() { got, truncated, err = Tail(context.Background(), path, tc.n, 1) })
+		if err != nil || truncated != tc.truncated || len(got) != tc.want || got[len(got)-1] != "a" {
+			t.Errorf("Tail(%d) of %d+%d bytes = %d lines, truncated %v, %v; want %d, truncated %v",
+				tc.n, len(tc.rotated), len(tc.current), len(got), truncated, err, tc.want, tc.truncated)
+		}
+		if read > readBound || alloc > allocBound {
+			t.Errorf("Tail(%d) read %d bytes and allocated %d; want at most %d and %d", tc.n, read, alloc, readBound, allocBound)
+		}
+	}
+
+	// A follow starts with as many lines, at the end of the file.
+	writeFiles(t, path, map[string]string{".1": "", "": string(newlines)})
+	var got []string
+	var offset int64
+	var err error
+	_, alloc := testutil.Cost(t, func() { got, offset, err = TailForFollow(context.Background(), path, -1, 1) })
+	if err != nil || len(got) != MaxTailLines || offset != MaxTail || alloc > allocBound {
+		t.Errorf("TailForFollow(-1) = %d lines, offset %d, %v, allocating %d; want %d, %d, at most %d", len(got), offset, err, alloc, MaxTailLines, MaxTail, allocBound)
 	}
 }
 
@@ -151,7 +204,7 @@ func TestTailCanceled(t *testing.T) {
 	if _, _, err := TailForFollow(ctx, path, -1, 0); !errors.Is(err, context.Canceled) {
 		t.Errorf("TailForFollow = %v, want context.Canceled", err)
 	}
-	err := Follow(ctx, path, 0, nil, func(string) error { return nil })
+	err := Follow(ctx, testWatcher(t), path, 0, nil, func(string) error { return nil })
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Follow = %v, want context.Canceled", err)
 	}
@@ -167,7 +220,7 @@ func followToEnd(t *testing.T, path string, offset int64) []string {
 	var lines []string
 	var err error
 	checkCost(t, "Follow", MaxLag, func() {
-		err = Follow(context.Background(), path, offset, done, func(l string) error {
+		err = Follow(context.Background(), testWatcher(t), path, offset, done, func(l string) error {
 			lines = append(lines, l)
 			return nil
 		})

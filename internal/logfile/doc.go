@@ -13,7 +13,9 @@
 //
 // [Tail] reads the last lines backwards from the end, continuing into the
 // rotated copies; [TailForFollow] and [Follow] hand over at a byte offset so
-// that a tail followed by a follow neither repeats nor skips a line.
+// that a tail followed by a follow neither repeats nor skips a line. Every
+// Follow sleeps on one shared [Watcher]: one inotify instance for the whole
+// daemon, with one watch per followed file.
 //
 // Lines are split at '\n'. A line longer than [MaxLine] bytes is cut to its
 // first MaxLine bytes followed by [CutMarker]; so is a line whose start was
@@ -22,9 +24,10 @@
 //
 // The content of a log is the process's to choose (a line of gigabytes, a
 // hole of terabytes made by ftruncate), so every read is bounded: Tail reads
-// at most the last [MaxTail] bytes, Follow never holds more than a line of
-// MaxLine bytes and skips ahead when more than [MaxLag] bytes behind, and
-// both stop at the end of their context.
+// at most the last [MaxTail] bytes and returns at most [MaxTailLines] lines
+// of them, Follow never holds more than a line of MaxLine bytes and skips
+// ahead when more than [MaxLag] bytes behind, and both stop at the end of
+// their context.
 //
 // Every open refuses a symbolic link as the final path component, since the
 // daemon runs as root and the paths may sit where users can write.

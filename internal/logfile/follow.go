@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 
-	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,22 +24,22 @@ const (
 const SkipFormat = "[%d bytes skipped]"
 
 // Follow emits every line appended to path after byte offset (from
-// TailForFollow), in order, each once it is complete. It sleeps on an
-// fsnotify watch of the file between writes. When the file turns out to have
-// been truncated (by Rotate), it carries on from offset 0; the line in
+// TailForFollow), in order, each once it is complete. It sleeps between
+// writes until w reports a change to the file. When the file turns out to
+// have been truncated (by Rotate), it carries on from offset 0; the line in
 // progress carries over, since the writer continues it in the new file.
 //
 // When done is closed (the process exited), Follow reads what remains, emits
 // a final unterminated line if any, and returns nil. It returns ctx.Err()
 // when ctx ends, and the error of emit if emit fails.
 //
-// Follow reads through its own descriptor and watches the file's inode: the
-// file is never replaced (Rotate truncates in place), and an unlinked file
-// still held open keeps reporting writes, so no directory watch is needed.
-// A truncation is noticed when the file is shorter than what was read or
-// when the bytes just before the offset changed; a follower that lags behind
-// a rotation loses what was written between its offset and the rotation
-// (that is in path.1).
+// Follow reads through its own descriptor and watches the inode open
+// there: the file is never replaced (Rotate truncates in place), and an
+// unlinked file still held open keeps reporting writes, so no directory
+// watch is needed. A truncation is noticed when the file is shorter than
+// what was read or when the bytes just before the offset changed; a
+// follower that lags behind a rotation loses what was written between its
+// offset and the rotation (that is in path.1).
 //
 // Follow holds at most MaxLine bytes of a line and reads at most MaxLag
 // bytes behind the end of the file: when it falls further behind (a client
@@ -48,21 +47,18 @@ const SkipFormat = "[%d bytes skipped]"
 // in progress cut, then a SkipFormat line, and goes on MaxLag bytes before
 // the end. A line it starts inside (at such a point, or at an offset that
 // is not a line start) is cut.
-func Follow(ctx context.Context, path string, offset int64, done <-chan struct{}, emit func(line string) error) error {
+func Follow(ctx context.Context, w *Watcher, path string, offset int64, done <-chan struct{}, emit func(line string) error) error {
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return fmt.Errorf("log %s: %w", path, err)
 	}
 	defer f.Close()
-	w, err := fsnotify.NewWatcher()
+	// Watch before the first read: a write after this point wakes the loop.
+	sub, err := w.subscribe(f)
 	if err != nil {
 		return fmt.Errorf("log %s: %w", path, err)
 	}
-	defer w.Close()
-	// Watch before the first read: a write after this point wakes the loop.
-	if err := w.Add(path); err != nil {
-		return fmt.Errorf("log %s: %w", path, err)
-	}
+	defer sub.close()
 	fl := &follower{f: f, path: path, buf: make([]byte, chunkSize), emit: emit}
 	if err := fl.startAt(offset); err != nil {
 		return err
@@ -79,18 +75,9 @@ func Follow(ctx context.Context, path string, offset int64, done <-chan struct{}
 				return err
 			}
 			return fl.lines.flush(emit)
-		case _, ok := <-w.Events:
-			if !ok {
-				return fmt.Errorf("log %s: watch ended", path)
-			}
-		case err, ok := <-w.Errors:
-			if !ok {
-				return fmt.Errorf("log %s: watch ended", path)
-			}
-			// An overflow only means lost wake-ups; the next drain reads all.
-			if !errors.Is(err, fsnotify.ErrEventOverflow) {
-				return fmt.Errorf("log %s: %w", path, err)
-			}
+		case <-sub.changed:
+		case <-sub.ended:
+			return fmt.Errorf("log %s: %w", path, errWatchEnded)
 		}
 	}
 }

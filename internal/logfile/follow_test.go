@@ -27,11 +27,17 @@ type following struct {
 
 func startFollow(t *testing.T, path string, offset int64) *following {
 	t.Helper()
+	return startFollowWith(t, testWatcher(t), path, offset)
+}
+
+// startFollowWith is startFollow through w.
+func startFollowWith(t *testing.T, w *Watcher, path string, offset int64) *following {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	fw := &following{lines: make(chan string), ended: make(chan struct{}), done: make(chan struct{}), cancel: cancel}
 	go func() {
 		defer close(fw.ended)
-		fw.err = Follow(ctx, path, offset, fw.done, func(line string) error {
+		fw.err = Follow(ctx, w, path, offset, fw.done, func(line string) error {
 			select {
 			case fw.lines <- line:
 				return nil
@@ -45,6 +51,15 @@ func startFollow(t *testing.T, path string, offset int64) *following {
 		<-fw.ended
 	})
 	return fw
+}
+
+// testWatcher is a Watcher closed when t ends, after the follows t started
+// (cleanups run last first).
+func testWatcher(t *testing.T) *Watcher {
+	t.Helper()
+	w := NewWatcher()
+	t.Cleanup(func() { w.Close() })
+	return w
 }
 
 // expect takes the next lines and checks them.
@@ -235,7 +250,7 @@ func TestFollowEmitError(t *testing.T) {
 	appendTo(t, w, "x\ny\n")
 	boom := errors.New("boom")
 	var got []string
-	err := Follow(context.Background(), path, 0, nil, func(line string) error {
+	err := Follow(context.Background(), testWatcher(t), path, 0, nil, func(line string) error {
 		got = append(got, line)
 		return boom
 	})
@@ -245,7 +260,7 @@ func TestFollowEmitError(t *testing.T) {
 }
 
 func TestFollowMissing(t *testing.T) {
-	err := Follow(context.Background(), filepath.Join(t.TempDir(), "log"), 0, nil, func(string) error { return nil })
+	err := Follow(context.Background(), testWatcher(t), filepath.Join(t.TempDir(), "log"), 0, nil, func(string) error { return nil })
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("Follow = %v, want fs.ErrNotExist", err)
 	}

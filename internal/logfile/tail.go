@@ -17,6 +17,11 @@ const (
 	// counted back from the end of the current file into the rotated
 	// copies: what they return is at most this much, plus cut markers.
 	MaxTail = 1 << 20
+	// MaxTailLines is the most lines Tail and TailForFollow return: the
+	// MaxTail bytes could otherwise be a million empty lines. At this many,
+	// the lines' string headers (16 bytes each) take no more memory than
+	// the bytes read; lines of 16 bytes or more meet MaxTail first.
+	MaxTailLines = MaxTail / 16
 	// chunkSize is how much Tail and Follow read at a time.
 	chunkSize = 64 << 10
 	// tailAttempts bounds the retries of a Tail that raced a rotation.
@@ -31,7 +36,9 @@ const (
 // Tail reads only the last MaxTail bytes of the log. When the lines asked
 // for reach further back, it returns those that start within them, the
 // oldest cut (with CutMarker) if it starts before them, and truncated.
-// It returns ctx.Err() when ctx ends first.
+// It returns at most the last MaxTailLines lines, with truncated when more
+// were asked for and there are more. It returns ctx.Err() when ctx ends
+// first.
 func Tail(ctx context.Context, path string, n, keep int) (lines []string, truncated bool, err error) {
 	t, err := tail(ctx, path, n, keep, false)
 	return t.lines, t.truncated, err
@@ -40,7 +47,8 @@ func Tail(ctx context.Context, path string, n, keep int) (lines []string, trunca
 // TailForFollow is Tail for a caller that goes on with Follow: it returns
 // only complete lines, leaving an unterminated last line to Follow, and the
 // offset just past the last complete line of path, from which Follow goes on
-// with no line missed or repeated. When the last MaxTail bytes of path hold
+// with no line missed or repeated. It returns at most MaxTailLines lines,
+// as Tail does. When the last MaxTail bytes of path hold
 // no newline, the offset is where they start, and Follow cuts the line it
 // finds there.
 func TailForFollow(ctx context.Context, path string, n, keep int) (lines []string, offset int64, err error) {
@@ -61,9 +69,16 @@ func tail(ctx context.Context, path string, n, keep int, complete bool) (tailed,
 	if err := checkKeep(path, keep); err != nil {
 		return tailed{}, err
 	}
+	capped := n < 0 || n > MaxTailLines
+	if capped {
+		n = MaxTailLines + 1 // one more, to tell whether any are left out
+	}
 	for attempt := 1; ; attempt++ {
 		t, err := tailOnce(ctx, path, n, keep, complete)
 		if !errors.Is(err, errShrunk) || attempt == tailAttempts {
+			if capped && len(t.lines) > MaxTailLines {
+				t.lines, t.truncated = t.lines[len(t.lines)-MaxTailLines:], true
+			}
 			return t, err
 		}
 	}

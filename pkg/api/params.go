@@ -91,8 +91,8 @@ type LogsParams struct {
 }
 
 // LogsResult holds the last lines, oldest first. Truncated means that
-// older lines asked for were left out: the daemon reads at most the last
-// MiB of a log per call.
+// older lines asked for were left out: the daemon returns at most the last
+// 65,536 lines and MiB of a log per call.
 type LogsResult struct {
 	Name      string   `json:"name"`
 	Lines     []string `json:"lines"`

@@ -727,8 +727,9 @@ class GpuSched:
     def logs(self, name: str, lines: int = 100) -> List[str]:
         """The last ``lines`` lines of a process's log, oldest first (-1: all retained).
 
-        The daemon reads at most the last MiB of a log: lines asked for beyond it are left
-        out (the raw result, ``call("logs", ...)``, then says ``"truncated": true``).
+        The daemon returns at most the last 65,536 lines and MiB of a log: lines asked for
+        beyond them are left out (the raw result, ``call("logs", ...)``, then says
+        ``"truncated": true``).
         """
         result = self.call("logs", {"name": name, "lines": lines})
         return _decode(lambda r: [str(line) for line in r.get("lines") or []], result, "logs")
