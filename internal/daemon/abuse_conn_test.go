@@ -133,8 +133,19 @@ func (b repeatReader) Read(p []byte) (int, error) {
 func TestAbuseNonReadingPeerDropped(t *testing.T) {
 	setConnTimeouts(t, 30*time.Second, 200*time.Millisecond)
 	h := newHarness(t)
-	h.run("chatty", "sh", "-c", "echo ready; yes 'a line of log output that nobody reads' | head -c 20000000; exec sleep 1000")
+	// The flood waits for the test (a fifo opened and closed): a follow
+	// that starts after 20 MB sees only the log's last MiB, not "ready".
+	gate := filepath.Join(h.dir, "gate")
+	if err := unix.Mkfifo(gate, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.run("chatty", "sh", "-c", "echo ready; cat "+gate+" >/dev/null; yes 'a line of log output that nobody reads' | head -c 20000000; exec sleep 1000")
 	h.followUntil("chatty", "ready")
+	f, err := os.OpenFile(gate, os.O_WRONLY, 0) // blocks until the script reads
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
 	rc := h.raw()
 	if r := rc.call(api.MethodHello, nil); r["ok"] != true {
 		t.Fatal(r)
