@@ -44,6 +44,9 @@ func (d *Daemon) run(c *call) (any, error) {
 			return nil, invalidf("run %q: cmd argument contains a NUL byte", p.Name)
 		}
 	}
+	if err := checkCommandSize(fmt.Sprintf("run %q", p.Name), p.Cmd, p.Env); err != nil {
+		return nil, err
+	}
 	if p.Nice < -20 || p.Nice > 19 {
 		return nil, invalidf("run %q: nice %d is outside -20..19", p.Name, p.Nice)
 	}
@@ -97,7 +100,7 @@ func (d *Daemon) run(c *call) (any, error) {
 		StatusPath: filepath.Join(d.statusDir(), id),
 	}
 	rec.MPSThreads, rec.MPSMemLimitMiB = p.MPSThreads, p.MPSMemLimit.MiB
-	started, err := d.startProc(ctx, rec, env, false)
+	started, err := d.startProc(ctx, rec, env, false, d.admitProc(c.actor))
 	if err == nil && p.Filled != 0 {
 		started, err = d.attachFiller(ctx, started, p.Filled)
 	}
@@ -108,13 +111,20 @@ func (d *Daemon) run(c *call) (any, error) {
 }
 
 // start claims the name, opens the log and status files, records the
-// process and spawns it. A new process starts a new log unless keepLog (a
-// job's next attempt appends): what a replaced process of the same name
+// process (once admit, which may be nil, accepts its owner's count of live
+// processes) and spawns it. A new process starts a new log unless keepLog
+// (a job's next attempt appends): what a replaced process of the same name
 // and owner logged is gone with its record, as after rm. The caller holds
 // the name's op lock.
-func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, keepLog bool) (proctable.Record, error) {
+func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, keepLog bool, admit func(live int) error) (proctable.Record, error) {
 	if err := d.claimName(rec.Name, rec.Owner.UID); err != nil {
 		return rec, err
+	}
+	if admit != nil {
+		// Before anything changes; Create asks again, atomically.
+		if err := admit(d.table.View().LiveOf(rec.Owner.UID)); err != nil {
+			return rec, err
+		}
 	}
 	if old, ok := d.table.Get(rec.Name); ok && old.StatusPath != rec.StatusPath {
 		os.Remove(old.StatusPath) // the exited record this one replaces (claimName checked)
@@ -137,9 +147,12 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, 
 		os.Remove(rec.StatusPath)
 		return rec, err
 	}
-	if _, err := d.table.Create(rec); err != nil {
+	if _, err := d.table.CreateWithin(rec, admit); err != nil {
 		os.Remove(rec.StatusPath)
 		d.removeSandboxHome(rec.ID)
+		if !keepLog {
+			d.removeLogs(rec.LogPath)
+		}
 		return rec, err
 	}
 	st, err := sandbox.Start(ctx, sandbox.Spec{
