@@ -103,6 +103,9 @@ func (d *Daemon) newJob(c *call, s api.JobSpec) (*jobqueue.Job, error) {
 			return nil, invalidf("%s: bad environment variable %q", what, k)
 		}
 	}
+	if err := checkCommandSize(what, s.Cmd, s.Env); err != nil {
+		return nil, err
+	}
 	gpus := s.GPUs
 	switch {
 	case gpus == 0:
