@@ -34,6 +34,13 @@ func (d *Daemon) submit(c *call) (any, error) {
 	case len(p.Jobs) > maxJobsPerSubmit:
 		return nil, invalidf("submit: %d jobs in one submission; at most %d", len(p.Jobs), maxJobsPerSubmit)
 	}
+	admit := d.admitJobs(c.actor)
+	if admit != nil {
+		// Before each job is checked; the queue asks again, atomically.
+		if err := admit(c.actor.UID, d.unfinishedJobs(c.actor.UID), len(specs)); err != nil {
+			return nil, err
+		}
+	}
 	if err := d.checkSubmitMPS(specs); err != nil {
 		return nil, err
 	}
@@ -66,7 +73,7 @@ func (d *Daemon) submit(c *call) (any, error) {
 	if len(errs) > 0 {
 		return nil, invalidf("submit: nothing queued: %s", strings.Join(errs, "; "))
 	}
-	added, err := d.jobs.Add(jobs)
+	added, err := d.jobs.AddWithin(jobs, admit)
 	if err != nil {
 		return nil, err
 	}
