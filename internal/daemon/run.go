@@ -57,6 +57,9 @@ func (d *Daemon) run(c *call) (any, error) {
 		return nil, err
 	}
 	policy := api.Policy{Priority: p.Priority, Pin: p.Pin, TTL: p.TTL, Idle: p.Idle}
+	if err := d.checkUserPriority(c.actor, fmt.Sprintf("run %q", p.Name), p.Priority); err != nil {
+		return nil, err
+	}
 	if err := checkPolicy(c.actor, fmt.Sprintf("run %q", p.Name), policy, api.Policy{}); err != nil {
 		return nil, err
 	}
