@@ -30,7 +30,11 @@ func (d *Daemon) fill(c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &filler{rec: fillerRecord{UUID: uuids[0], Owner: proctable.Owner{UID: c.actor.UID, GID: c.actor.GID, Groups: c.actor.Groups, User: c.actor.User}, Ratio: p.Ratio,
+	owner := proctable.Owner{UID: c.actor.UID, GID: c.actor.GID, Groups: c.actor.Groups, User: c.actor.User}
+	if err := d.checkFillShare(owner, "fill", uuids[0], target); err != nil {
+		return nil, err
+	}
+	f := &filler{rec: fillerRecord{UUID: uuids[0], Owner: owner, Ratio: p.Ratio,
 		TargetMiB: target, Session: p.Session, CreatedAt: time.Now()}, pending: map[uint64]uint64{}}
 	ctx := context.WithoutCancel(c.ctx)
 	if old, added := d.fillers.add(f); !added {

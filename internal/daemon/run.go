@@ -72,7 +72,7 @@ func (d *Daemon) run(c *call) (any, error) {
 		return nil, err
 	}
 	if p.Filled != 0 {
-		if err := d.checkFilled(p.Name, p.Filled, gpus); err != nil {
+		if err := d.checkFilled(owner, p.Name, p.Filled, gpus); err != nil {
 			return nil, err
 		}
 	}
