@@ -96,6 +96,19 @@ func (s *leaseSet) queue() []placement.Job {
 	return out
 }
 
+// watchHealth reports whether a pending lease filters GPUs on
+// utilization, power or temperature.
+func (s *leaseSet) watchHealth() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.pending {
+		if l.maxUtil > 0 || l.maxPower > 0 || l.maxTemp > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // grant hands a pending lease its GPUs.
 func (s *leaseSet) grant(id string, uuids []string) {
 	s.mu.Lock()
