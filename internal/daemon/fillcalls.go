@@ -83,6 +83,9 @@ func (d *Daemon) retarget(ctx context.Context, c *call, f *filler, p api.FillPar
 	case p.Session != f.rec.Session:
 		return conflictf("fill: GPU %d already has a filler; change its target with the same session setting, or unfill it first", index)
 	}
+	if err := d.checkFillShare(f.rec.Owner, "fill", f.rec.UUID, target); err != nil {
+		return err // root changing a user's filler: the user's cap
+	}
 	f.rec.Ratio, f.rec.TargetMiB = p.Ratio, target
 	if err := d.fillers.store.Put(f.rec.UUID, f.rec); err != nil {
 		return err

@@ -14,7 +14,8 @@ const fillHalf = 12288
 // TestQuotaFillFraction: a user's fill, refill or run --filled that would
 // hold more than --user-fill-fraction of a GPU is refused with
 // resource_exhausted naming the user and the flag, and changes nothing;
-// at the cap it is held. Root's filler is not capped.
+// at the cap it is held. The cap is the owner's: root may not raise
+// alice's filler past it, while root's own filler is not capped.
 func TestQuotaFillFraction(t *testing.T) {
 	alice := testutil.NewUser(t, quoAlice, quoGroup)
 	h := newQueueHarness(t, "2x24G", func(c *config.Config) { c.Group = quoGroup; c.Limits.FillFraction = 0.5 })
@@ -30,6 +31,9 @@ func TestQuotaFillFraction(t *testing.T) {
 	h.waitSettled(0, fillHalf)
 	_, stderr, code := h.ctlAs(alice, "fill", "0", "--ratio", "0.9", "--detach")
 	wantExhausted(t, "refill above the cap", stderr, code, quoAlice, flag)
+	if _, err := h.client().Fill(ctxT(t), api.FillParams{GPU: &api.GPURef{Index: 0}, Ratio: 0.9}); api.CodeOf(err) != api.CodeResourceExhausted {
+		t.Errorf("root raising alice's filler past her cap: %v; want resource_exhausted", err)
+	}
 	if f := h.filler(0); f.TargetMiB != fillHalf {
 		t.Errorf("a refused refill changed the target to %d MiB", f.TargetMiB)
 	}
