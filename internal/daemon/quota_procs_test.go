@@ -77,7 +77,7 @@ func TestQuotaProcsJobsWait(t *testing.T) {
 	h.mustCtl(alice, "run", "--dir", "/", "a2", "--", "sleep", "1000")
 	h.mustCtl(alice, "submit", "--name", "aj", "--vram", "1G", "--dir", "/", "--", "sleep", "1000")
 	var j *api.Job
-	waitFor(t, func() bool { j = h.job("aj"); return j.Reason != "" })
+	waitFor(t, func() bool { j = h.job("aj"); return j.Reason != "" || j.State != api.JobQueued })
 	if j.State != api.JobQueued || !strings.Contains(j.Reason, "user_limit") || !strings.Contains(j.Reason, "--max-procs-per-user") {
 		t.Fatalf("job of a user at the cap: %s, reason %q; want queued, waiting on --max-procs-per-user", j.State, j.Reason)
 	}
