@@ -52,7 +52,7 @@ func (d *Daemon) schedulePass(ctx context.Context) {
 			d.leases.grant(strings.TrimPrefix(s.JobID, leasePrefix), s.GPUs)
 		default:
 			if j, ok := d.jobs.Get(s.JobID); ok && !room.take(j.Owner.UID) {
-				continue // placed with room for one fewer: it waits for the next pass
+				continue // its owner reached the cap in this pass: held from the next one
 			}
 			d.launch(ctx, s)
 		}
