@@ -42,7 +42,9 @@ most --max-util utilization, --max-power draw and --max-temp temperature, only a
 waiting up to --timeout for them (0: fail at once when none fit). Until the
 lease ends, the daemon places nothing on what it holds: --min-free on each
 GPU, or without it the whole GPUs. The lease lives as long as this command's
-connection to the daemon, so it never outlives this command.
+connection to the daemon, so it never outlives this command; a non-root
+user's lease is released by the daemon after --user-lease-max-hold (the lease
+printed says when).
 
 With CMD, run it here (as this user, not under the daemon) with
 CUDA_VISIBLE_DEVICES set to the leased GPUs and GPUSCHED_LEASE to the lease
@@ -229,7 +231,8 @@ func releaseLease(ctx context.Context, c *api.Client, id string) error {
 }
 
 // writeLease prints a lease as "key: value" lines and says how long it is
-// held.
+// held: a lease the daemon ends by itself (a user's, after
+// --user-lease-max-hold) says when.
 func writeLease(w io.Writer, l *api.Lease) error {
 	t := newTable(w)
 	fmt.Fprintf(t, "lease:\t%s\n", l.ID)
@@ -242,6 +245,9 @@ func writeLease(w io.Writer, l *api.Lease) error {
 	}
 	fmt.Fprintf(t, "memory:\t%s\n", leaseMemory(l))
 	fmt.Fprintf(t, "CUDA_VISIBLE_DEVICES:\t%s\n", l.CUDAVisibleDevices)
+	if !l.ExpiresAt.IsZero() {
+		fmt.Fprintf(t, "expires:\t%s (the daemon releases it then: --user-lease-max-hold)\n", l.ExpiresAt.Truncate(time.Second).Format(time.RFC3339))
+	}
 	if err := t.Flush(); err != nil {
 		return err
 	}

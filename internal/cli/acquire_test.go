@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -105,6 +106,22 @@ func TestAcquireHoldsUntilStopped(t *testing.T) {
 		t.Errorf("got\n%s\nwant\n%s", out, want)
 	}
 	checkAcquireReleased(t, d, `{"gpus":1,"min_free":40960}`)
+}
+
+// TestAcquireShowsExpiry: a lease the daemon will release by itself says
+// when.
+func TestAcquireShowsExpiry(t *testing.T) {
+	l := lease("L1")
+	l.ExpiresAt = time.Date(2026, 11, 26, 18, 0, 0, 0, time.UTC)
+	d := newFakeDaemon(t, leasing(l))
+	cancel, out, _, code := acquireInBackground(d)
+	defer cancel()
+	out.waitFor("held until Ctrl-C or SIGTERM\n")
+	cancel()
+	<-code
+	if want := "expires:               2026-11-26T18:00:00Z (the daemon releases it then: --user-lease-max-hold)\n"; !strings.Contains(out.String(), want) {
+		t.Errorf("got\n%s\nwant a line %q", out, want)
+	}
 }
 
 func TestAcquireLeaseReleasedElsewhere(t *testing.T) {

@@ -240,7 +240,10 @@ func TestAbuseNonRootEveryMethod(t *testing.T) {
 		t.Skip("no user daemon to own the second user's resources")
 	}
 	criu := testutil.CRIU(t)
-	h := newCkptHarness(t, config.DriverSim, func(c *config.Config) { c.Group, c.CRIU = group.Name, criu })
+	h := newCkptHarness(t, config.DriverSim, func(c *config.Config) {
+		c.Group, c.CRIU = group.Name, criu
+		c.Limits.FillFraction = 0 // daemon's filler holds 0.9 of its GPU
+	})
 	owners := []*abuseOwner{
 		{user: &user.User{Uid: "0", Gid: "0", Username: "root"}, uid: 0, p: "root", gpu: 0},
 		{user: other, uid: uint32(mustAtoi(t, other.Uid)), p: "daemon", gpu: 1},

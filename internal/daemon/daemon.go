@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,11 +87,6 @@ type Daemon struct {
 	retain   chan struct{}  // kicks a retention pass
 }
 
-// softMemoryLimit is the Go heap size past which the garbage collector
-// works harder (GOMEMLIMIT overrides it): large replies, such as a list of
-// ten thousand jobs, then do not leave the daemon holding their garbage.
-const softMemoryLimit = 64 << 20
-
 // Option adjusts a Daemon built by New.
 type Option func(*Daemon)
 
@@ -140,9 +134,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	d.openMPS()
 	d.methods = d.methodTable()
 	d.metrics = newMetrics(d)
-	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(softMemoryLimit)
-	}
+	setMemoryLimit()
 	return d, nil
 }
 

@@ -13,14 +13,19 @@ import (
 )
 
 // checkFilled validates run --filled before anything starts: a ratio of a
-// single GPU that has no filler yet.
-func (d *Daemon) checkFilled(name string, ratio float64, gpus []string) error {
+// single GPU that has no filler yet, within owner's share of it.
+func (d *Daemon) checkFilled(owner proctable.Owner, name string, ratio float64, gpus []string) error {
 	what := fmt.Sprintf("run %q", name)
 	switch {
 	case math.IsNaN(ratio) || ratio <= 0 || ratio > 1:
 		return invalidf("%s: filled %v must be more than 0 and at most 1", what, ratio)
 	case len(gpus) != 1:
 		return invalidf("%s: filled needs exactly one GPU, not %d", what, len(gpus))
+	}
+	if dev, ok := d.gpuView().device(gpus[0]); ok {
+		if err := d.checkFillShare(owner, what, gpus[0], uint64(ratio*float64(dev.TotalMiB))); err != nil {
+			return err
+		}
 	}
 	if f := d.fillers.get(gpus[0]); f != nil {
 		return conflictf("%s: GPU %d already has a filler (of %s)", what, d.gpuView().index[gpus[0]], f.rec.Owner.User)

@@ -30,7 +30,11 @@ func (d *Daemon) fill(c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &filler{rec: fillerRecord{UUID: uuids[0], Owner: proctable.Owner{UID: c.actor.UID, GID: c.actor.GID, Groups: c.actor.Groups, User: c.actor.User}, Ratio: p.Ratio,
+	owner := proctable.Owner{UID: c.actor.UID, GID: c.actor.GID, Groups: c.actor.Groups, User: c.actor.User}
+	if err := d.checkFillShare(owner, "fill", uuids[0], target); err != nil {
+		return nil, err
+	}
+	f := &filler{rec: fillerRecord{UUID: uuids[0], Owner: owner, Ratio: p.Ratio,
 		TargetMiB: target, Session: p.Session, CreatedAt: time.Now()}, pending: map[uint64]uint64{}}
 	ctx := context.WithoutCancel(c.ctx)
 	if old, added := d.fillers.add(f); !added {
@@ -78,6 +82,9 @@ func (d *Daemon) retarget(ctx context.Context, c *call, f *filler, p api.FillPar
 		return conflictf("fill: GPU %d's filler is attached to a process; unfill it first", index)
 	case p.Session != f.rec.Session:
 		return conflictf("fill: GPU %d already has a filler; change its target with the same session setting, or unfill it first", index)
+	}
+	if err := d.checkFillShare(f.rec.Owner, "fill", f.rec.UUID, target); err != nil {
+		return err // root changing a user's filler: the user's cap
 	}
 	f.rec.Ratio, f.rec.TargetMiB = p.Ratio, target
 	if err := d.fillers.store.Put(f.rec.UUID, f.rec); err != nil {

@@ -87,6 +87,7 @@ func (d *Daemon) applyFiller(ctx context.Context, f *filler) error {
 	if f.helper == nil {
 		return nil
 	}
+	d.capFiller(f)
 	want := [2]uint64{f.rec.TargetMiB, d.fillerReserve(f)}
 	if want == f.sent {
 		return nil

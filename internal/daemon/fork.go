@@ -50,6 +50,9 @@ func (d *Daemon) fork(c *call) (any, error) {
 			return nil, fmt.Errorf("fork %q: %w", p.Name, heldByOther(names[i], "process"))
 		}
 	}
+	if err := d.checkCopies(c.actor, fmt.Sprintf("fork %q", p.Name), p.Copies); err != nil {
+		return nil, err
+	}
 	targets, err := d.forkTargets(p, src)
 	if err != nil {
 		return nil, err
@@ -218,8 +221,9 @@ func (d *Daemon) restoreCopy(ctx context.Context, c *call, src proctable.Record,
 		err = checkpoint.CloneImage(img.dir, dir, map[string]string{src.LogPath: rec.LogPath, src.StatusPath: rec.StatusPath,
 			d.sandboxHome(src.ID): home})
 	}
+	orig := rec // what to clean up if it fails
 	if err == nil {
-		rec, err = d.table.Create(rec)
+		rec, err = d.table.CreateWithin(rec, d.admitProc(c.actor))
 	}
 	if err == nil {
 		rec, err = d.restoreTree(ctx, rec, dir)
@@ -232,11 +236,16 @@ func (d *Daemon) restoreCopy(ctx context.Context, c *call, src proctable.Record,
 		}
 	}
 	if err != nil {
-		if cur, ok := d.table.Get(name); ok && cur.ID == rec.ID && cur.State == api.StateHibernated {
-			_, _ = d.table.Remove(name, nil)
-			os.Remove(rec.StatusPath)
-			d.removeLogs(rec.LogPath)
-			d.removeSandboxHome(rec.ID)
+		cur, ok := d.table.Get(name)
+		recorded := ok && cur.ID == orig.ID
+		if recorded && cur.State == api.StateHibernated {
+			_, rerr := d.table.Remove(name, nil)
+			recorded = rerr != nil
+		}
+		if !recorded { // never recorded (refused), or forgotten: its files go too
+			os.Remove(orig.StatusPath)
+			d.removeLogs(orig.LogPath)
+			d.removeSandboxHome(orig.ID)
 		}
 		return api.Process{}, fmt.Errorf("copy %q: %w", name, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpusched/gpusched/internal/jobqueue"
+	"github.com/gpusched/gpusched/internal/limits"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -33,12 +34,20 @@ func (d *Daemon) submit(c *call) (any, error) {
 	case len(p.Jobs) > maxJobsPerSubmit:
 		return nil, invalidf("submit: %d jobs in one submission; at most %d", len(p.Jobs), maxJobsPerSubmit)
 	}
+	admit := d.admitJobs(c.actor)
+	if admit != nil {
+		// Before each job is checked; the queue asks again, atomically.
+		if err := admit(c.actor.UID, d.unfinishedJobs(c.actor.UID), len(specs)); err != nil {
+			return nil, err
+		}
+	}
 	if err := d.checkSubmitMPS(specs); err != nil {
 		return nil, err
 	}
 	jobs := make([]*jobqueue.Job, 0, len(specs))
 	var errs []string
-	denied := false // a job was refused for the caller's rights, not its input
+	denied := false           // a job was refused for the caller's rights, not its input
+	var over *limits.Exceeded // a job was refused for a per-user cap
 	for i, s := range specs {
 		if len(p.Jobs) > 0 {
 			if s.Env == nil {
@@ -55,12 +64,18 @@ func (d *Daemon) submit(c *call) (any, error) {
 			}
 			errs = append(errs, fmt.Sprintf("job %d: %v", i+1, err))
 			denied = denied || errors.Is(err, ErrPermission)
+			if over == nil {
+				errors.As(err, &over)
+			}
 			continue
 		}
 		jobs = append(jobs, j)
 	}
 	if denied {
 		return nil, deniedf("submit: nothing queued: %s", strings.Join(errs, "; "))
+	}
+	if over != nil {
+		return nil, &limits.Exceeded{Flag: over.Flag, Msg: "submit: nothing queued: " + strings.Join(errs, "; ")}
 	}
 	if len(errs) > 0 {
 		return nil, invalidf("submit: nothing queued: %s", strings.Join(errs, "; "))
@@ -72,7 +87,7 @@ func (d *Daemon) submit(c *call) (any, error) {
 	for _, j := range jobs {
 		j.Rlimits = rlimits
 	}
-	added, err := d.jobs.Add(jobs)
+	added, err := d.jobs.AddWithin(jobs, admit)
 	if err != nil {
 		return nil, err
 	}
@@ -109,6 +124,9 @@ func (d *Daemon) newJob(c *call, s api.JobSpec) (*jobqueue.Job, error) {
 			return nil, invalidf("%s: bad environment variable %q", what, k)
 		}
 	}
+	if err := checkCommandSize(what, s.Cmd, s.Env); err != nil {
+		return nil, err
+	}
 	gpus := s.GPUs
 	switch {
 	case gpus == 0:
@@ -121,6 +139,9 @@ func (d *Daemon) newJob(c *call, s api.JobSpec) (*jobqueue.Job, error) {
 		return nil, invalidf("%s: retries %d: must be 0..%d", what, s.Retries, maxRetries)
 	case s.Priority < -maxJobPriority || s.Priority > maxJobPriority:
 		return nil, invalidf("%s: priority %d: must be %d..%d", what, s.Priority, -maxJobPriority, maxJobPriority)
+	}
+	if err := d.checkUserPriority(c.actor, what, s.Priority); err != nil {
+		return nil, err
 	}
 	if err := checkNice(c.actor, what, s.Nice); err != nil {
 		return nil, err

@@ -24,15 +24,18 @@ import (
 // the next pass) comes after the starts so as not to delay them.
 func (d *Daemon) schedulePass(ctx context.Context) {
 	defer d.reconcileJobs()
-	snap, queue := d.placementInput(time.Now())
+	snap, queue, room := d.placementInput(time.Now())
 	if waits, stale := staleWaits(d.gpuView(), queue); stale {
 		d.sched.reasons.Store(&waits)
 		d.leases.setReasons(waits)
 		return
 	}
 	plan := placement.Place(snap, queue)
-	reasons := make(map[string]placement.Wait, len(plan.Waits))
+	reasons := make(map[string]placement.Wait, len(plan.Waits)+len(room.waits))
 	for _, w := range plan.Waits {
+		reasons[w.JobID] = w
+	}
+	for _, w := range room.waits {
 		reasons[w.JobID] = w
 	}
 	explainLost(d.gpuView(), reasons)
@@ -48,6 +51,9 @@ func (d *Daemon) schedulePass(ctx context.Context) {
 		case strings.HasPrefix(s.JobID, leasePrefix):
 			d.leases.grant(strings.TrimPrefix(s.JobID, leasePrefix), s.GPUs)
 		default:
+			if j, ok := d.jobs.Get(s.JobID); ok && !room.take(j.Owner.UID) {
+				continue // its owner reached the cap in this pass: held from the next one
+			}
 			d.launch(ctx, s)
 		}
 	}
@@ -150,7 +156,7 @@ func (d *Daemon) runAttempt(ctx context.Context, j *jobqueue.Job, preempt []stri
 			if cur, ok := d.jobs.Get(j.ID); ok && cur.Ending == api.JobCancelled {
 				err = errCancelled
 			} else {
-				_, err = d.startProc(sctx, rec, env, j.Current().N > 1)
+				_, err = d.startProc(sctx, rec, env, j.Current().N > 1, nil)
 			}
 			unlock()
 		}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/gpusched/gpusched/internal/config"
@@ -32,6 +33,9 @@ func (d *Daemon) acquire(c *call, _ func(*api.Event) error) (any, error) {
 	case p.Priority < -maxJobPriority || p.Priority > maxJobPriority:
 		return nil, invalidf("acquire: priority %d: must be %d..%d", p.Priority, -maxJobPriority, maxJobPriority)
 	}
+	if err := d.checkUserPriority(c.actor, "acquire", p.Priority); err != nil {
+		return nil, err
+	}
 	l := &lease{uid: c.actor.UID, user: c.actor.User, peerPID: c.actor.PID, mib: p.MinFree.MiB, count: max(p.GPUs, 1),
 		maxUtil: p.MaxUtil, maxPower: p.MaxPower, maxTemp: p.MaxTemp, priority: p.Priority, queuedAt: time.Now()}
 	if len(p.GPUIDs) > 0 {
@@ -45,7 +49,9 @@ func (d *Daemon) acquire(c *call, _ func(*api.Event) error) (any, error) {
 	if v := d.jobs.View(); len(v) > 0 {
 		last = v[len(v)-1].Seq
 	}
-	d.leases.add(l, last)
+	if err := d.leases.add(l, last, d.admitLease(c.actor)); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
 	d.sched.kick()
 	ctx := c.ctx
 	if p.Timeout > 0 {
@@ -57,7 +63,8 @@ func (d *Daemon) acquire(c *call, _ func(*api.Event) error) (any, error) {
 		granted, refused, reason := d.leases.status(l)
 		switch {
 		case granted:
-			c.conn.onClose(func() { d.releaseLease(l.id) })
+			c.conn.onClose(func() { d.releaseLease(l.id, "") })
+			d.limitHold(c.actor, l.id)
 			h, _ := d.leases.heldCopy(l.id)
 			d.syncFillers(ctx, h.uuids) // the owner's fillers hand the lease its memory
 			out := leaseToAPI(h, d.gpuView())
@@ -100,23 +107,25 @@ func (d *Daemon) release(c *call) (any, error) {
 		return nil, deniedf("lease %q belongs to %s; you (%s) may only release your own leases", p.ID, h.user, c.actor.User)
 	}
 	out := leaseToAPI(h, d.gpuView())
-	d.releaseLease(p.ID)
+	d.releaseLease(p.ID, "")
 	return out, nil
 }
 
-// releaseLease ends a lease (a no-op when it is already gone) and lets
-// placement use its GPUs at once.
-func (d *Daemon) releaseLease(id string) {
+// releaseLease ends a lease (a no-op, false, when it is already gone) and
+// lets placement use its GPUs at once. why, when the daemon ends it by
+// itself, is the release event's warning.
+func (d *Daemon) releaseLease(id, why string) bool {
 	h, ok := d.leases.heldCopy(id)
 	if d.leases.remove(id) == nil {
-		return
+		return false
 	}
 	d.sched.kick()
 	if ok {
 		out := leaseToAPI(h, d.gpuView())
 		out.ReleasedAt = time.Now()
-		d.events.publish(api.Event{Type: api.EventLease, Time: time.Now(), Name: id, Lease: &out})
+		d.events.publish(api.Event{Type: api.EventLease, Time: time.Now(), Name: id, Lease: &out, Warning: why})
 	}
+	return true
 }
 
 // listLeases lists the held leases the caller may see.

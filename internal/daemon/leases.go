@@ -39,6 +39,8 @@ type lease struct {
 	at      time.Time
 	used    map[string]uint64
 	peak    map[string]uint64
+	expires time.Time   // when a hold limit releases it; zero: never
+	expiry  *time.Timer // releases it then
 }
 
 // leaseSet holds every lease, pending and granted.
@@ -54,15 +56,30 @@ func newLeaseSet() *leaseSet {
 }
 
 // add queues l, giving it an id and its place in line (after the jobs
-// submitted so far).
-func (s *leaseSet) add(l *lease, lastJobSeq uint64) {
+// submitted so far), once admit (nil: always) accepts the number of leases
+// l's user holds or waits for; its error refuses l.
+func (s *leaseSet) add(l *lease, lastJobSeq uint64, admit func(leases int) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if admit != nil {
+		n := 0
+		for _, m := range []map[string]*lease{s.pending, s.held} {
+			for _, o := range m {
+				if o.uid == l.uid {
+					n++
+				}
+			}
+		}
+		if err := admit(n); err != nil {
+			return err
+		}
+	}
 	s.n++
 	l.id = "l" + strconv.FormatUint(s.n, 10)
 	l.seq = lastJobSeq<<seqShift | s.n&(1<<seqShift-1)
 	l.wake = make(chan struct{}, 1)
 	s.pending[l.id] = l
+	return nil
 }
 
 // queue is the pending leases as placement requests.
@@ -77,6 +94,19 @@ func (s *leaseSet) queue() []placement.Job {
 	}
 	slices.SortFunc(out, func(a, b placement.Job) int { return strings.Compare(a.ID, b.ID) })
 	return out
+}
+
+// watchHealth reports whether a pending lease filters GPUs on
+// utilization, power or temperature.
+func (s *leaseSet) watchHealth() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.pending {
+		if l.maxUtil > 0 || l.maxPower > 0 || l.maxTemp > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // grant hands a pending lease its GPUs.
@@ -127,7 +157,21 @@ func (s *leaseSet) remove(id string) *lease {
 	}
 	delete(s.pending, id)
 	delete(s.held, id)
+	if l != nil && l.expiry != nil {
+		l.expiry.Stop()
+	}
 	return l
+}
+
+// expireAfter calls release once held lease id has been held for hold;
+// nothing when it is no longer held.
+func (s *leaseSet) expireAfter(id string, hold time.Duration, release func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l, ok := s.held[id]; ok && l.expiry == nil {
+		l.expires = l.at.Add(hold)
+		l.expiry = time.AfterFunc(time.Until(l.expires), release)
+	}
 }
 
 // status returns a lease's outcome so far.
@@ -149,6 +193,7 @@ type heldLease struct {
 	uid        uint32
 	user       string
 	at         time.Time
+	expires    time.Time
 }
 
 // granted copies the held leases, in the order they were asked for.
@@ -158,7 +203,7 @@ func (s *leaseSet) granted() []heldLease {
 	out := make([]heldLease, 0, len(s.held))
 	for _, l := range s.held {
 		out = append(out, heldLease{seq: l.seq, id: l.id, uuids: slices.Clone(l.uuids), mib: l.mib, priority: l.priority,
-			used: maps.Clone(l.used), peak: maps.Clone(l.peak), uid: l.uid, user: l.user, at: l.at})
+			used: maps.Clone(l.used), peak: maps.Clone(l.peak), uid: l.uid, user: l.user, at: l.at, expires: l.expires})
 	}
 	slices.SortFunc(out, func(a, b heldLease) int { return cmp.Compare(a.seq, b.seq) })
 	return out
@@ -225,7 +270,7 @@ func notify(ch chan struct{}) {
 // leaseToAPI renders a granted lease with its GPUs' indices.
 func leaseToAPI(h heldLease, gv *gpuView) api.Lease {
 	out := api.Lease{ID: h.id, GPUs: make([]api.LeaseGPU, len(h.uuids)), CUDAVisibleDevices: strings.Join(h.uuids, ","),
-		MiB: h.mib, User: h.user, UID: h.uid, AcquiredAt: h.at}
+		MiB: h.mib, User: h.user, UID: h.uid, AcquiredAt: h.at, ExpiresAt: h.expires}
 	for i, uuid := range h.uuids {
 		idx, ok := gv.index[uuid]
 		if !ok {

@@ -141,14 +141,14 @@ func (d *Daemon) attrEnv(env map[string]string, p api.RunParams, gpus int) {
 
 // startProc starts rec as start does; an MPS client first has the control
 // daemon started for it (by the first client) and counted until it exits.
-func (d *Daemon) startProc(ctx context.Context, rec proctable.Record, env []string, keepLog bool) (proctable.Record, error) {
+func (d *Daemon) startProc(ctx context.Context, rec proctable.Record, env []string, keepLog bool, admit func(live int) error) (proctable.Record, error) {
 	if !rec.MPSClient() {
-		return d.start(ctx, rec, env, keepLog)
+		return d.start(ctx, rec, env, keepLog, admit)
 	}
 	if err := d.mps.Acquire(ctx, rec.ID); err != nil {
 		return rec, api.Errorf(api.CodeUnavailable, "run %q: %v", rec.Name, err)
 	}
-	started, err := d.start(ctx, rec, env, keepLog)
+	started, err := d.start(ctx, rec, env, keepLog, admit)
 	if err != nil {
 		d.mps.Release(rec.ID)
 	}

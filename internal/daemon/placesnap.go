@@ -21,8 +21,10 @@ const (
 
 // placementInput builds one pass's immutable snapshot and queue from the
 // latest GPU sample, the process table, the jobs, the leases and the thaws
-// admitted but not yet seen on the GPUs.
-func (d *Daemon) placementInput(now time.Time) (placement.Snapshot, []placement.Job) {
+// admitted but not yet seen on the GPUs. The queue leaves out the jobs of
+// users at --max-procs-per-user: room says why they wait, and counts the
+// pass's starts against the cap.
+func (d *Daemon) placementInput(now time.Time) (placement.Snapshot, []placement.Job, *procRoom) {
 	gv := d.gpuView()
 	tv := d.table.View()
 	jobs := d.jobs.View()
@@ -136,16 +138,17 @@ func (d *Daemon) placementInput(now time.Time) (placement.Snapshot, []placement.
 		add(uuid, placement.Occupant{Kind: placement.Reservation, ID: "thaw-admission", Name: "thaws in progress", DeclaredMiB: mib})
 	}
 
+	room := d.newProcRoom(tv, jobs)
 	queue := make([]placement.Job, 0, len(jobs))
 	for _, j := range jobs {
-		if j.State == api.JobQueued {
+		if j.State == api.JobQueued && !room.hold(j) {
 			queue = append(queue, placement.Job{ID: j.ID, Owner: j.Owner.User, Priority: j.Priority, Seq: j.Seq << seqShift,
 				QueuedAt: j.SubmittedAt, GPUs: j.GPUs, VRAMMiB: j.VRAMMiB, PreemptAny: j.Owner.UID == 0})
 		}
 	}
 	queue = append(queue, d.preemptedQueue(tv, active)...)
 	queue = append(queue, d.leases.queue()...)
-	return placement.Snapshot{Now: now, GPUs: gpus, Options: d.placementOptions(gv)}, queue
+	return placement.Snapshot{Now: now, GPUs: gpus, Options: d.placementOptions(gv)}, queue, room
 }
 
 // seqShift makes room below each job's sequence number for the leases

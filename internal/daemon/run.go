@@ -44,6 +44,9 @@ func (d *Daemon) run(c *call) (any, error) {
 			return nil, invalidf("run %q: cmd argument contains a NUL byte", p.Name)
 		}
 	}
+	if err := checkCommandSize(fmt.Sprintf("run %q", p.Name), p.Cmd, p.Env); err != nil {
+		return nil, err
+	}
 	if p.Nice < -20 || p.Nice > 19 {
 		return nil, invalidf("run %q: nice %d is outside -20..19", p.Name, p.Nice)
 	}
@@ -54,6 +57,9 @@ func (d *Daemon) run(c *call) (any, error) {
 		return nil, err
 	}
 	policy := api.Policy{Priority: p.Priority, Pin: p.Pin, TTL: p.TTL, Idle: p.Idle}
+	if err := d.checkUserPriority(c.actor, fmt.Sprintf("run %q", p.Name), p.Priority); err != nil {
+		return nil, err
+	}
 	if err := checkPolicy(c.actor, fmt.Sprintf("run %q", p.Name), policy, api.Policy{}); err != nil {
 		return nil, err
 	}
@@ -66,7 +72,7 @@ func (d *Daemon) run(c *call) (any, error) {
 		return nil, err
 	}
 	if p.Filled != 0 {
-		if err := d.checkFilled(p.Name, p.Filled, gpus); err != nil {
+		if err := d.checkFilled(owner, p.Name, p.Filled, gpus); err != nil {
 			return nil, err
 		}
 	}
@@ -101,7 +107,7 @@ func (d *Daemon) run(c *call) (any, error) {
 		StatusPath: filepath.Join(d.statusDir(), id),
 	}
 	rec.MPSThreads, rec.MPSMemLimitMiB, rec.Rlimits = p.MPSThreads, p.MPSMemLimit.MiB, rlimits
-	started, err := d.startProc(ctx, rec, env, false)
+	started, err := d.startProc(ctx, rec, env, false, d.admitProc(c.actor))
 	if err == nil && p.Filled != 0 {
 		started, err = d.attachFiller(ctx, started, p.Filled)
 	}
@@ -112,13 +118,20 @@ func (d *Daemon) run(c *call) (any, error) {
 }
 
 // start claims the name, opens the log and status files, records the
-// process and spawns it. A new process starts a new log unless keepLog (a
-// job's next attempt appends): what a replaced process of the same name
+// process (once admit, which may be nil, accepts its owner's count of live
+// processes) and spawns it. A new process starts a new log unless keepLog
+// (a job's next attempt appends): what a replaced process of the same name
 // and owner logged is gone with its record, as after rm. The caller holds
 // the name's op lock.
-func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, keepLog bool) (proctable.Record, error) {
+func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, keepLog bool, admit func(live int) error) (proctable.Record, error) {
 	if err := d.claimName(rec.Name, rec.Owner.UID); err != nil {
 		return rec, err
+	}
+	if admit != nil {
+		// Before anything changes; Create asks again, atomically.
+		if err := admit(d.table.View().LiveOf(rec.Owner.UID)); err != nil {
+			return rec, err
+		}
 	}
 	if err := d.addGPUUser(rec.Owner.UID); err != nil {
 		return rec, err
@@ -145,9 +158,12 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, 
 		return rec, err
 	}
 	rec.Cgroup = d.userCgroupOf(rec.Owner, rec.ID)
-	if _, err := d.table.Create(rec); err != nil {
+	if _, err := d.table.CreateWithin(rec, admit); err != nil {
 		os.Remove(rec.StatusPath)
 		d.removeSandboxHome(rec.ID)
+		if !keepLog {
+			d.removeLogs(rec.LogPath)
+		}
 		return rec, err
 	}
 	st, err := sandbox.Start(ctx, sandbox.Spec{

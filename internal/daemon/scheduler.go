@@ -16,6 +16,7 @@ import (
 // job waits, and what it observed of running jobs between passes.
 type scheduler struct {
 	kicks   chan struct{}
+	dirty   atomic.Bool                               // something placement reads changed since the last pass began
 	reasons atomic.Pointer[map[string]placement.Wait] // job id -> why it waits, from the last pass
 	passes  atomic.Uint64
 
@@ -36,8 +37,18 @@ func newScheduler() *scheduler {
 	return s
 }
 
-// kick asks for a placement pass now; kicks while one is due coalesce.
+// kick asks for a placement pass now, something having changed; kicks
+// while one is due coalesce.
 func (s *scheduler) kick() {
+	s.dirty.Store(true)
+	s.wake()
+}
+
+// sampled tells the loop a GPU sample came: it places again only if the
+// sample differs, for placement, from the last pass's (see schedidle.go).
+func (s *scheduler) sampled() { s.wake() }
+
+func (s *scheduler) wake() {
 	select {
 	case s.kicks <- struct{}{}:
 	default:
@@ -89,14 +100,18 @@ func (s *scheduler) busy(m map[string]bool, key string) bool {
 
 // runScheduler runs a placement pass whenever something that can change
 // placement happens (exit, freeze, thaw, submit, cancel, lease release, a
-// GPU sample), until ctx ends.
+// GPU sample that differs), until ctx ends.
 func (d *Daemon) runScheduler(ctx context.Context) {
+	var idle idleState
 	for {
 		select {
 		case <-ctx.Done():
 			d.stopJobTimers()
 			return
 		case <-d.sched.kicks:
+		}
+		if !d.needPass(&idle, time.Now()) {
+			continue
 		}
 		start := time.Now()
 		d.schedulePass(ctx)

@@ -22,7 +22,10 @@ func (d *Daemon) set(c *call) (any, error) {
 		return nil, conflictf("process %q already exited", p.Name)
 	}
 	pol := rec.Policy
-	if p.Priority != nil {
+	if p.Priority != nil && *p.Priority != pol.Priority {
+		if err := d.checkUserPriority(c.actor, fmt.Sprintf("set %q", p.Name), *p.Priority); err != nil {
+			return nil, err
+		}
 		pol.Priority = *p.Priority
 	}
 	if p.Pin != nil {

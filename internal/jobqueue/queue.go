@@ -2,6 +2,7 @@ package jobqueue
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -61,9 +62,21 @@ func (q *Queue) getLocked(nameOrID string) (*Job, bool) {
 // Add assigns ids and sequence numbers to jobs (named job-<seq> when
 // unnamed) and queues all of them durably, or none. A name may be reused
 // only once its earlier job has finished.
-func (q *Queue) Add(jobs []*Job) ([]*Job, error) {
+func (q *Queue) Add(jobs []*Job) ([]*Job, error) { return q.AddWithin(jobs, nil) }
+
+// AddWithin is Add, once admit (nil: always) accepts, for each owner of
+// jobs, how many unfinished jobs it has and how many of jobs are its. It
+// is asked under the queue's lock, so that concurrent submissions are
+// counted one after the other; its error refuses them all with nothing
+// changed.
+func (q *Queue) AddWithin(jobs []*Job, admit func(uid uint32, unfinished, adding int) error) ([]*Job, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	if admit != nil {
+		if err := q.admitLocked(jobs, admit); err != nil {
+			return nil, err
+		}
+	}
 	seen := map[string]bool{}
 	out := make([]*Job, len(jobs))
 	keys := make([]string, len(jobs))
@@ -129,6 +142,26 @@ func (q *Queue) Update(id string, fn func(*Job) error) (*Job, error) {
 	q.view.Store(&v)
 	q.publishLocked(Change{Old: cur, New: next})
 	return next, nil
+}
+
+// admitLocked asks admit about each owner of jobs, in uid order.
+func (q *Queue) admitLocked(jobs []*Job, admit func(uid uint32, unfinished, adding int) error) error {
+	adding := map[uint32]int{}
+	for _, j := range jobs {
+		adding[j.Owner.UID]++
+	}
+	unfinished := map[uint32]int{}
+	for _, j := range q.byID {
+		if _, ok := adding[j.Owner.UID]; ok && !j.State.Terminal() {
+			unfinished[j.Owner.UID]++
+		}
+	}
+	for _, uid := range slices.Sorted(maps.Keys(adding)) {
+		if err := admit(uid, unfinished[uid], adding[uid]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // rebuildLocked publishes a view with added appended (their Seqs are the

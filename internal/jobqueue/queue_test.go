@@ -705,3 +705,38 @@ func TestIsID(t *testing.T) {
 		})
 	}
 }
+
+// TestAddWithin: admit sees, per owner of the batch, its unfinished jobs
+// (not finished ones, not other owners') and how many the batch adds; its
+// refusal queues none of the batch.
+func TestAddWithin(t *testing.T) {
+	h := newHarness(t)
+	done := h.add(t, named("a1", "a2", "a3")...)
+	h.setState(t, done[0].ID, api.JobDone)
+	bob := spec("b1", api.JobQueued)
+	bob.Owner = jobqueue.Owner{UID: 1001, User: "bob"}
+	h.add(t, bob)
+	changes := len(h.changes)
+
+	type ask struct{ uid, unfinished, adding int }
+	var asked []ask
+	refuse := errors.New("over the cap")
+	batch := append(named("a4", "a5"), spec("b2", api.JobQueued))
+	batch[2].Owner = bob.Owner
+	_, err := h.q.AddWithin(batch, func(uid uint32, unfinished, adding int) error {
+		asked = append(asked, ask{int(uid), unfinished, adding})
+		if uid == 1001 {
+			return refuse
+		}
+		return nil
+	})
+	if !errors.Is(err, refuse) {
+		t.Fatalf("AddWithin = %v, want the refusal", err)
+	}
+	if want := []ask{{1000, 2, 2}, {1001, 1, 1}}; !reflect.DeepEqual(asked, want) {
+		t.Errorf("admit asked %v, want %v", asked, want)
+	}
+	if _, ok := h.q.Get("a4"); ok || len(h.q.View()) != 4 || len(h.changes) != changes {
+		t.Fatalf("a refused batch changed the queue: %d jobs, %d changes", len(h.q.View()), len(h.changes)-changes)
+	}
+}

@@ -34,6 +34,17 @@ func (v *View) Get(name string) (Record, bool) {
 	return v.Records[i], true
 }
 
+// LiveOf counts uid's live records in the snapshot.
+func (v *View) LiveOf(uid uint32) int {
+	n := 0
+	for _, r := range v.Records {
+		if r.Owner.UID == uid && r.Live() {
+			n++
+		}
+	}
+	return n
+}
+
 type entry struct {
 	mu      sync.Mutex // serializes writes of this record
 	rec     Record     // guarded by Table.mu for reads, by mu+Table.mu for writes
@@ -67,12 +78,23 @@ func (t *Table) Get(name string) (Record, bool) { return t.View().Get(name) }
 
 // Create adds rec. A name held by an exited process is taken over (that
 // record is removed); a name held by a live one gives ErrExists.
-func (t *Table) Create(rec Record) (Record, error) {
+func (t *Table) Create(rec Record) (Record, error) { return t.CreateWithin(rec, nil) }
+
+// CreateWithin is Create, once admit (nil: always) accepts the number of
+// live records rec's owner has. It is asked under the table's lock, so
+// that concurrent creations are counted one after the other; its error
+// refuses rec with nothing changed.
+func (t *Table) CreateWithin(rec Record, admit func(live int) error) (Record, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	old := t.byName[rec.Name]
 	if old != nil && old.rec.Live() {
 		return Record{}, fmt.Errorf("process %q: %w (state %s)", rec.Name, ErrExists, old.rec.State)
+	}
+	if admit != nil {
+		if err := admit(t.liveLocked(rec.Owner.UID)); err != nil {
+			return Record{}, err
+		}
 	}
 	rec = rec.Clone()
 	rec.Rev = 1
@@ -250,6 +272,17 @@ func (t *Table) RemoveAll(names []string, how Removal) (removed []Record, failed
 		}
 	}
 	return removed, failed, err
+}
+
+// liveLocked counts uid's live records.
+func (t *Table) liveLocked(uid uint32) int {
+	n := 0
+	for _, e := range t.byName {
+		if e.rec.Owner.UID == uid && e.rec.Live() {
+			n++
+		}
+	}
+	return n
 }
 
 // entry finds name's entry.

@@ -279,3 +279,36 @@ func TestRemoveAll(t *testing.T) {
 		t.Fatalf("seqs %d, %d, view %d: want consecutive, the view at the last", got[0].Seq, got[1].Seq, v.Seq)
 	}
 }
+
+// TestCreateWithin: admit sees the live records of the new record's owner
+// only (exited ones and other owners' do not count), and its refusal
+// stores and publishes nothing.
+func TestCreateWithin(t *testing.T) {
+	tb, st, changes := newTable(t)
+	owned := func(name string, uid uint32, state api.State) Record {
+		r := rec(name, state)
+		r.Owner = Owner{UID: uid, User: fmt.Sprint("u", uid)}
+		return r
+	}
+	for _, r := range []Record{owned("a1", 1000, api.StateRunning), owned("a2", 1000, api.StateFrozen),
+		owned("a3", 1000, api.StateExited), owned("b1", 1001, api.StateRunning)} {
+		if _, err := tb.Create(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var saw int
+	refuse := errors.New("over the cap")
+	if _, err := tb.CreateWithin(owned("a4", 1000, api.StateStarting), func(live int) error { saw = live; return refuse }); !errors.Is(err, refuse) {
+		t.Fatalf("refused create: %v", err)
+	}
+	if saw != 2 {
+		t.Errorf("admit saw %d live records of uid 1000, want 2 (running and frozen; not exited, not uid 1001's)", saw)
+	}
+	keys, _ := st.Keys()
+	if _, ok := tb.Get("a4"); ok || len(keys) != 4 || len(*changes) != 4 {
+		t.Fatalf("a refused create changed the table: %d stored, %d changes", len(keys), len(*changes))
+	}
+	if _, err := tb.CreateWithin(owned("a4", 1000, api.StateStarting), func(int) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+}

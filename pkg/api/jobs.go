@@ -258,6 +258,7 @@ type Lease struct {
 	User               string     `json:"user"`
 	UID                uint32     `json:"uid"`
 	AcquiredAt         time.Time  `json:"acquired_at"`
+	ExpiresAt          time.Time  `json:"expires_at,omitzero"`  // when --user-lease-max-hold releases it; absent: never
 	ReleasedAt         time.Time  `json:"released_at,omitzero"` // set in the event of its release
 }
 

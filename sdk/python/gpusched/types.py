@@ -754,8 +754,10 @@ class Lease:
     Until the lease ends the daemon places nothing on what it holds: ``mib`` MiB
     on each GPU, or the whole GPUs when ``mib`` is 0. ``cuda_visible_devices`` is
     the value for ``CUDA_VISIBLE_DEVICES`` (the GPUs' UUIDs, which CUDA numbers
-    the same whatever its device order); :meth:`apply` sets it. ``released_at``
-    is set only in the event of its release.
+    the same whatever its device order); :meth:`apply` sets it. ``expires_at`` is
+    when the daemon releases it by itself (a non-root user's lease, after
+    ``--user-lease-max-hold``), None when never. ``released_at`` is set only in
+    the event of its release.
 
     A Lease from :meth:`GpuSched.acquire` is held on a connection of its own and
     is a context manager: leaving the ``with`` block releases it, as does
@@ -769,6 +771,7 @@ class Lease:
     user: str = ""
     uid: int = 0
     acquired_at: Optional[datetime] = None
+    expires_at: Optional[datetime] = None
     released_at: Optional[datetime] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     # What releases it, set on the instance by the client for the leases it hands
@@ -829,7 +832,7 @@ class Lease:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Lease:
-        return _build(cls, data, gpus=_each(LeaseGPU.from_dict), acquired_at=parse_time, released_at=parse_time)
+        return _build(cls, data, gpus=_each(LeaseGPU.from_dict), acquired_at=parse_time, expires_at=parse_time, released_at=parse_time)
 
 
 class _FillerHolder(Protocol):

@@ -1,0 +1,77 @@
+package daemon
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/testutil"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// BenchmarkIdleQueue queues 100,000 jobs that cannot start (one GPU, held
+// by a running job) and measures the CPU the gpuschedd binary burns while
+// nothing changes, sampling its GPU at the default --gpu-poll (1s): the
+// CPU seconds per wall second, over b.N seconds of "idle" (the queue is
+// built once, outside it: about two minutes). An idle daemon should burn
+// next to nothing, whatever it keeps queued.
+func BenchmarkIdleQueue(b *testing.B) {
+	const queued, batch = 100_000, 5_000
+	h := prepareCkpt(b, config.DriverSim, func(c *config.Config) { c.Sim = "1x24G" })
+	dp := h.spawnIdleBinary()
+	h.submit(api.JobSpec{Name: "hold", Cmd: h.simjob("--vram", "20480"), VRAM: api.VRAM{MiB: 20480}})
+	h.waitJobState("hold", api.JobRunning)
+	for n := 0; n < queued; n += batch {
+		specs := make([]api.JobSpec, batch)
+		for i := range specs {
+			specs[i] = api.JobSpec{Cmd: []string{"true"}, VRAM: api.VRAM{MiB: 8 << 10}, Priority: i % 5}
+		}
+		if _, err := h.client().Submit(ctxT(b), api.SubmitParams{Jobs: specs, JobSpec: api.JobSpec{Dir: "/", Env: map[string]string{"PATH": "/usr/bin:/bin"}}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	pid := dp.cmd.Process.Pid
+	time.Sleep(3 * time.Second) // the passes the submissions asked for, and the GC after them, are not what this measures
+	b.Run("idle", func(b *testing.B) {
+		cpu0, t0 := cpuSeconds(b, pid), time.Now()
+		for range b.N {
+			time.Sleep(time.Second)
+		}
+		wall := time.Since(t0).Seconds()
+		cpu := cpuSeconds(b, pid) - cpu0
+		b.ReportMetric(cpu/wall, "CPU-s/s")
+		b.Logf("%d queued jobs, idle: gpuschedd used %.3f CPU s per s over %.1f s", queued, cpu/wall, wall)
+	})
+}
+
+// spawnIdleBinary starts gpuschedd at the default GPU sampling interval.
+func (h *ckptHarness) spawnIdleBinary() *daemonProc {
+	h.t.Helper()
+	args := append(h.binaryArgs(), "--gpu-poll", config.Default().GPUPoll.String())
+	n := testutil.NewNotify(h.t, h.dir)
+	dp := h.spawnBinary(exec.Command(h.bins.Daemon, args...), "NOTIFY_SOCKET="+n.Path)
+	n.WaitFor(h.t, "READY=1", 30*time.Second)
+	return dp
+}
+
+// cpuSeconds is the user plus system CPU time pid has used.
+func cpuSeconds(t testing.TB, pid int) float64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:]) // fields from the 3rd (state) on
+	ut, err1 := strconv.ParseUint(f[11], 10, 64)
+	st, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("/proc/%d/stat: %q", pid, s)
+	}
+	return float64(ut+st) / 100 // USER_HZ
+}
