@@ -87,6 +87,7 @@ type Limits struct {
 	StreamsPerUser  int           // streaming calls (logs -f, events, wait, job wait, acquire) at once
 	ProcsPerUser    int           // managed processes not yet exited
 	JobsPerUser     int           // jobs submitted and not finished
+	JobMiBPerUser   uint64        // MiB of command and environment a user's unfinished jobs keep
 	LeasesPerUser   int           // leases pending or held
 	MaxPriority     int           // highest job, lease and process priority a user may set
 	LeaseMaxHold    time.Duration // a user's granted lease is released after this long
@@ -197,6 +198,7 @@ func DefaultLimits() Limits {
 		StreamsPerUser:  64,
 		ProcsPerUser:    256,
 		JobsPerUser:     10000,
+		JobMiBPerUser:   64,
 		LeasesPerUser:   16,
 		MaxPriority:     100,
 		LeaseMaxHold:    24 * time.Hour,
@@ -263,6 +265,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.IntVar(&l.StreamsPerUser, "max-streams-per-user", l.StreamsPerUser, "most streaming calls (logs -f, events, wait, job wait, acquire) one non-root user may run at once (0: no cap)")
 	fs.IntVar(&l.ProcsPerUser, "max-procs-per-user", l.ProcsPerUser, "most managed processes one non-root user may have that have not exited (0: no cap)")
 	fs.IntVar(&l.JobsPerUser, "max-jobs-per-user", l.JobsPerUser, "most unfinished jobs one non-root user may have queued or running (0: no cap)")
+	fs.Var(mibFlag{&l.JobMiBPerUser}, "max-job-bytes-per-user", "command and environment bytes one non-root user's unfinished jobs may keep in the daemon, e.g. 64M (0: no cap)")
 	fs.IntVar(&l.LeasesPerUser, "max-leases-per-user", l.LeasesPerUser, "most GPU leases one non-root user may hold or wait for (0: no cap)")
 	fs.IntVar(&l.MaxPriority, "user-max-priority", l.MaxPriority, "highest job, lease and process priority a non-root user may set (root: up to 1000)")
 	fs.DurationVar(&l.LeaseMaxHold, "user-lease-max-hold", l.LeaseMaxHold, "a non-root user's granted lease is released after this long (0: held until released)")

@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 
+	"github.com/gpusched/gpusched/internal/jobqueue"
 	"github.com/gpusched/gpusched/internal/limits"
 )
 
@@ -40,6 +41,48 @@ func (d *Daemon) unfinishedJobs(uid uint32) int {
 		if j.Owner.UID == uid && !j.State.Terminal() {
 			n++
 		}
+	}
+	return n
+}
+
+// --max-job-bytes-per-user: what one non-root user's unfinished jobs keep
+// of commands and environments in the daemon (each job may have 256 KiB:
+// 10,000 of them would be 2.5 GiB). Checked before the queue adds, so
+// submissions in flight at once may go past it by their own size.
+const flagJobBytes = "max-job-bytes-per-user"
+
+// checkJobBytes refuses a's submission of jobs when the user's unfinished
+// jobs and these would keep more than the cap of command and environment.
+func (d *Daemon) checkJobBytes(a actor, jobs []*jobqueue.Job) error {
+	limit := d.cfg.Limits.JobMiBPerUser << 20
+	if a.root() || limit == 0 {
+		return nil
+	}
+	var have, adding uint64
+	for _, j := range d.jobs.View() {
+		if j.Owner.UID == a.UID && !j.State.Terminal() {
+			have += jobBytes(j)
+		}
+	}
+	for _, j := range jobs {
+		adding += jobBytes(j)
+	}
+	if have+adding <= limit {
+		return nil
+	}
+	return &limits.Exceeded{Flag: flagJobBytes, Msg: fmt.Sprintf("user %s has unfinished jobs keeping %d KiB of commands and environments; %d KiB more would go past the %d MiB --%s allows: nothing queued",
+		a.User, have>>10, adding>>10, limit>>20, flagJobBytes)}
+}
+
+// jobBytes is what a job keeps of its command and environment, counted as
+// execve counts them.
+func jobBytes(j *jobqueue.Job) uint64 {
+	var n uint64
+	for _, s := range j.Cmd {
+		n += uint64(len(s)) + 1
+	}
+	for k, v := range j.Env {
+		n += uint64(len(k)+len(v)) + 2
 	}
 	return n
 }

@@ -80,6 +80,9 @@ func (d *Daemon) submit(c *call) (any, error) {
 	if len(errs) > 0 {
 		return nil, invalidf("submit: nothing queued: %s", strings.Join(errs, "; "))
 	}
+	if err := d.checkJobBytes(c.actor, jobs); err != nil {
+		return nil, err
+	}
 	rlimits, err := callerLimits(c.actor, "submit")
 	if err != nil {
 		return nil, err

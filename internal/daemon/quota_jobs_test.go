@@ -73,3 +73,35 @@ func TestQuotaJobsPerUser(t *testing.T) {
 	_, stderr, code = h.ctlAs(alice, "submit", "--dir", "/", "--", "sleep", "1000")
 	wantExhausted(t, "submit at the cap after a cancel", stderr, code, quoAlice, "max-jobs-per-user")
 }
+
+// TestQuotaJobBytesPerUser: one user's unfinished jobs keep at most
+// --max-job-bytes-per-user of commands and environments (each job may
+// have 256 KiB: 10,000 of them were 2.5 GiB of daemon memory). Past it a
+// submission is refused naming the flag and nothing is queued; another
+// user and root are not held to alice's total.
+func TestQuotaJobBytesPerUser(t *testing.T) {
+	alice, bob := testutil.NewUser(t, quoAlice, quoGroup), testutil.NewUser(t, quoBob, quoGroup)
+	h := newHarness(t, func(c *config.Config) { c.Group = quoGroup; c.Limits.JobMiBPerUser = 1 })
+	big := strings.Repeat("x", 120<<10) // each job keeps a little over 120 KiB: 8 fit in 1 MiB
+	submit := func(u testutil.User) (string, int) {
+		_, stderr, code := h.ctlWith(u, nil, "", "submit", "--dir", "/", "--clean-env", "--", "sh", "-c", "exec sleep 1000", big)
+		return stderr, code
+	}
+	for i := range 8 {
+		if stderr, code := submit(alice); code != 0 {
+			t.Fatalf("job %d of 8 (%d KiB in all): exit %d: %s", i+1, (i+1)*120, code, stderr)
+		}
+	}
+	before := len(h.d.jobs.View())
+	stderr, code := submit(alice)
+	wantExhausted(t, "a ninth job of 120 KiB past 1 MiB", stderr, code, quoAlice, "max-job-bytes-per-user")
+	if n := len(h.d.jobs.View()); n != before {
+		t.Fatalf("a refused submission changed the queue: %d jobs, was %d", n, before)
+	}
+	if stderr, code := submit(bob); code != 0 {
+		t.Fatalf("bob refused for alice's total: %s", stderr)
+	}
+	if _, err := h.client().Submit(ctxT(t), api.SubmitParams{JobSpec: api.JobSpec{Cmd: []string{"sh", "-c", "exec sleep 1000", big}, Dir: "/"}}); err != nil {
+		t.Fatalf("root refused: %v", err)
+	}
+}

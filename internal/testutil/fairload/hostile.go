@@ -29,7 +29,7 @@ func hostile(args []string) {
 		procs       = fs.Int("procs", 400, "managed processes to start")
 		jobs        = fs.Int("jobs", 20000, "jobs to queue")
 		readers     = fs.Int("readers", 4, "callers asking for every line of a 60 MiB log of newlines, in a loop")
-		cmdBytes    = fs.Int("cmd-bytes", 900<<10, "bytes of command line per process record")
+		cmdBytes    = fs.Int("cmd-bytes", 250<<10, "bytes of command line per process record and per job")
 	)
 	fs.Parse(args)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -41,10 +41,9 @@ func hostile(args []string) {
 		run  func(ctx context.Context, started func())
 	}{
 		{"metrics", func(ctx context.Context, s func()) { f.metricsFlood(ctx, *metrics, *metricConns, s) }},
-		{"conns", func(ctx context.Context, s func()) { f.connFlood(ctx, *conns, s) }},
 		{"procs", func(ctx context.Context, s func()) { f.procFlood(ctx, *procs, *cmdBytes, s) }},
 		{"follows", func(ctx context.Context, s func()) { f.followFlood(ctx, *follows, s) }},
-		{"jobs", func(ctx context.Context, s func()) { f.jobFlood(ctx, *jobs, s) }},
+		{"jobs", func(ctx context.Context, s func()) { f.jobFlood(ctx, *jobs, *cmdBytes, s) }},
 		{"leases", func(ctx context.Context, s func()) { f.leaseFlood(ctx, s) }},
 		{"fill", func(ctx context.Context, s func()) { f.fillFlood(ctx, s) }},
 		{"reads", func(ctx context.Context, s func()) { f.readFlood(ctx, *readers, s) }},
@@ -61,18 +60,28 @@ func hostile(args []string) {
 		}()
 	}
 	first.Wait()
+	// Last, the idle connections take every slot the others left.
+	first.Add(1)
+	all.Add(1)
+	go func() {
+		defer all.Done()
+		var once sync.Once
+		f.connFlood(ctx, *conns, func() { once.Do(first.Done) })
+		once.Do(first.Done)
+	}()
+	first.Wait()
 	fmt.Println("flooding")
 	all.Wait()
-	for _, fl := range floods {
-		t := f.tally(fl.name)
-		fmt.Printf("%s: %d granted, %d refused\n", fl.name, t.granted.Load(), t.refused.Load())
+	for _, name := range []string{"metrics", "procs", "follows", "jobs", "leases", "fill", "reads", "conns"} {
+		t := f.tally(name)
+		fmt.Printf("%s: %d granted, %d refused\n", name, t.granted.Load(), t.refused.Load())
 	}
 }
 
-// retry is how long a refused flood waits before it tries again: a real
-// attacker would spin, but on a small benchmark machine its own CPU use would
-// then measure the machine, not the daemon.
-const retry = 50 * time.Millisecond
+// retry is how long a refused flood waits before it tries again: it keeps
+// at the caps without spinning (an attacker's own CPU spent on a small
+// benchmark machine would measure the machine, not the daemon).
+const retry = time.Second
 
 type tally struct{ granted, refused atomic.Int64 }
 
@@ -256,7 +265,7 @@ func (f *flooder) followFlood(ctx context.Context, n int, started func()) {
 
 // jobFlood queues n jobs, in batches, that wait behind its leases: at the
 // highest priority the daemon takes, and on at every cap.
-func (f *flooder) jobFlood(ctx context.Context, n int, started func()) {
+func (f *flooder) jobFlood(ctx context.Context, n, cmdBytes int, started func()) {
 	t := f.tally("jobs")
 	c, err := f.dial(ctx)
 	if err != nil {
@@ -264,10 +273,16 @@ func (f *flooder) jobFlood(ctx context.Context, n int, started func()) {
 		return
 	}
 	defer c.Close()
-	const batch = 1000
+	// As many jobs of cmdBytes each as fit in a request line.
+	batch := max(1, min(1000, (api.MaxLineBytes-4096)/(cmdBytes+256)))
+	arg := strings.Repeat("x", max(0, min(cmdBytes, 100<<10)-8))
+	cmd := []string{"true"}
+	for len(strings.Join(cmd, "")) < cmdBytes-len(arg) {
+		cmd = append(cmd, arg)
+	}
 	specs := make([]api.JobSpec, batch)
 	for i := range specs {
-		specs[i] = api.JobSpec{Cmd: []string{"true"}, Dir: "/", GPUs: 2, Priority: 1000}
+		specs[i] = api.JobSpec{Cmd: cmd, Dir: "/", GPUs: 2, Priority: 1000}
 	}
 	for queued := 0; ctx.Err() == nil; {
 		if queued >= n {
