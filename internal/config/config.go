@@ -85,6 +85,7 @@ type Config struct {
 type Limits struct {
 	ConnsPerUser    int           // client connections open at once
 	StreamsPerUser  int           // streaming calls (logs -f, events, wait, job wait, acquire) at once
+	TurnsPerUser    int           // quick calls (lists, logs) answered at once; 0 = half the daemon's CPUs
 	ProcsPerUser    int           // managed processes not yet exited
 	JobsPerUser     int           // jobs submitted and not finished
 	JobMiBPerUser   uint64        // MiB of command and environment a user's unfinished jobs keep
@@ -263,6 +264,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	l := &c.Limits
 	fs.IntVar(&l.ConnsPerUser, "max-conns-per-user", l.ConnsPerUser, "most client connections one non-root user may hold open (0: only --max-conns applies)")
 	fs.IntVar(&l.StreamsPerUser, "max-streams-per-user", l.StreamsPerUser, "most streaming calls (logs -f, events, wait, job wait, acquire) one non-root user may run at once (0: no cap)")
+	fs.IntVar(&l.TurnsPerUser, "max-busy-per-user", l.TurnsPerUser, "most quick calls (status, ps, jobs, logs without -f, submit, ...) of one non-root user the daemon answers at once; the others wait their turn (0: half the daemon's CPUs, at least 1)")
 	fs.IntVar(&l.ProcsPerUser, "max-procs-per-user", l.ProcsPerUser, "most managed processes one non-root user may have that have not exited (0: no cap)")
 	fs.IntVar(&l.JobsPerUser, "max-jobs-per-user", l.JobsPerUser, "most unfinished jobs one non-root user may have queued or running (0: no cap)")
 	fs.Var(mibFlag{&l.JobMiBPerUser}, "max-job-bytes-per-user", "command and environment bytes one non-root user's unfinished jobs may keep in the daemon, e.g. 64M (0: no cap)")
@@ -395,7 +397,7 @@ func (l Limits) validate() []error {
 	for _, n := range []struct {
 		flag string
 		v    int
-	}{{"max-conns-per-user", l.ConnsPerUser}, {"max-streams-per-user", l.StreamsPerUser}, {"max-procs-per-user", l.ProcsPerUser},
+	}{{"max-conns-per-user", l.ConnsPerUser}, {"max-streams-per-user", l.StreamsPerUser}, {"max-busy-per-user", l.TurnsPerUser}, {"max-procs-per-user", l.ProcsPerUser},
 		{"max-jobs-per-user", l.JobsPerUser}, {"max-leases-per-user", l.LeasesPerUser}, {"keep-finished", l.KeepFinished}} {
 		if n.v < 0 || n.v > 1<<24 {
 			errs = append(errs, fmt.Errorf("--%s %d: must be 0..16777216", n.flag, n.v))

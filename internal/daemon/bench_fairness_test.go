@@ -28,7 +28,10 @@ import (
 // log from four callers in a loop). It reports the victim's status p99 and
 // run p50 in both runs and their ratio (target: within 2x), and the daemon's
 // peak RSS and descriptor count in each. The daemon runs as its own process
-// with default limits.
+// with default limits. Each user's load runs in a CPU cgroup of its own, as
+// logind puts each user in a slice of their own: what is measured is then
+// the daemon's fairness, not how the machine's scheduler shares two cores
+// among the hostile user's many threads.
 func BenchmarkFairness(b *testing.B) {
 	victim := testutil.NewUser(b, "gsfairv", "gsfair")
 	hostile := testutil.NewUser(b, "gsfairh", "gsfair")
@@ -43,12 +46,13 @@ func BenchmarkFairness(b *testing.B) {
 	waitSocket(b, h.cfg.Socket)
 	pid := dp.cmd.Process.Pid
 
+	victimSlice, hostileSlice := userSlice(b, victim), userSlice(b, hostile)
 	for range b.N {
 		alone := watchDaemon(pid)
-		calm := runVictim(b, load, victim, h)
+		calm := runVictim(b, load, victim, victimSlice, h)
 		calmPeak := alone.stop()
 
-		hc := exec.Command(load, "hostile", "-socket", h.cfg.Socket, "-metrics", metrics)
+		hc := inSlice(hostileSlice, load, "hostile", "-socket", h.cfg.Socket, "-metrics", metrics)
 		asUser(hc, hostile)
 		out, err := hc.StdoutPipe()
 		if err != nil {
@@ -64,7 +68,7 @@ func BenchmarkFairness(b *testing.B) {
 			b.Fatalf("hostile: %q", lines.Text())
 		}
 		flooded := watchDaemon(pid)
-		stormy := runVictim(b, load, victim, h)
+		stormy := runVictim(b, load, victim, victimSlice, h)
 		floodPeak := flooded.stop()
 		hc.Process.Signal(syscall.SIGTERM)
 		var tally []string
@@ -100,9 +104,9 @@ type victimOp struct {
 	P99 float64 `json:"p99_ms"`
 }
 
-func runVictim(b *testing.B, load string, u testutil.User, h *harness) map[string]victimOp {
+func runVictim(b *testing.B, load string, u testutil.User, slice string, h *harness) map[string]victimOp {
 	b.Helper()
-	c := exec.Command(load, "victim", "-socket", h.cfg.Socket, "-simjob", h.bins.SimJob)
+	c := inSlice(slice, load, "victim", "-socket", h.cfg.Socket, "-simjob", h.bins.SimJob)
 	asUser(c, u)
 	c.Stderr = os.Stderr
 	out, err := c.Output()
@@ -218,4 +222,38 @@ func (w *daemonWatch) stop() peak {
 	close(w.stopc)
 	w.done.Wait()
 	return w.max
+}
+
+// userSlice makes a CPU cgroup for u's load (cgroup v2's cpu controller,
+// else v1's cpu hierarchy) that u may move itself into, and removes it when
+// b ends; "" where there is none (the load then shares the machine's CPUs
+// as plain processes).
+func userSlice(b *testing.B, u testutil.User) string {
+	for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/cpu"} {
+		if _, err := os.Stat(filepath.Join(root, "cpu.weight")); err != nil {
+			if _, err := os.Stat(filepath.Join(root, "cpu.shares")); err != nil {
+				continue
+			}
+		}
+		dir := filepath.Join(root, "gsfair-"+u.Name)
+		os.Remove(dir)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			continue
+		}
+		b.Cleanup(func() { os.Remove(dir) })
+		if err := os.Chown(filepath.Join(dir, "cgroup.procs"), int(u.UID), int(u.GID)); err != nil {
+			b.Fatal(err)
+		}
+		return dir
+	}
+	b.Logf("no CPU cgroup to put each user's load in")
+	return ""
+}
+
+// inSlice is the command that runs load's args in slice (from userSlice).
+func inSlice(slice, load string, args ...string) *exec.Cmd {
+	if slice == "" {
+		return exec.Command(load, args...)
+	}
+	return exec.Command("/bin/sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, slice, load}, args...)...)
 }

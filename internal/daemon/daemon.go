@@ -76,6 +76,7 @@ type Daemon struct {
 	metrics    *metrics         // nil while --metrics-addr is off
 	logWatch   *logfile.Watcher // wakes every log follower; closed when Run ends
 	streamCap  *limits.Slots    // streaming calls in progress per user
+	turns      *limits.Turns    // quick calls being answered per user
 
 	conns    *connSet
 	wg       sync.WaitGroup // connection goroutines
@@ -102,7 +103,8 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	d := &Daemon{cfg: cfg, events: newBroker(), procs: newRuntimes(), admission: newAdmission(),
 		sched: newScheduler(), leases: newLeaseSet(), fillers: newFillerSet(), startedAt: time.Now(), ready: make(chan struct{}), retain: make(chan struct{}, 1),
 		conns:    newConnSet(cfg.MaxConns, cfg.Limits.ConnsPerUser),
-		logWatch: logfile.NewWatcher(), streamCap: limits.NewSlots(cfg.Limits.StreamsPerUser, "max-streams-per-user", "streaming calls in progress")}
+		logWatch: logfile.NewWatcher(), streamCap: limits.NewSlots(cfg.Limits.StreamsPerUser, "max-streams-per-user", "streaming calls in progress"),
+		turns: limits.NewTurns(turnsPerUser(cfg.Limits.TurnsPerUser))}
 	for _, o := range opts {
 		o(d)
 	}
@@ -337,36 +339,36 @@ func (d *Daemon) hello(c *call) (any, error) {
 
 func (d *Daemon) methodTable() map[string]method {
 	return map[string]method{
-		api.MethodHello:          {unary: d.hello},
+		api.MethodHello:          {unary: d.hello, turn: true},
 		api.MethodRun:            {unary: d.run},
 		api.MethodKill:           {unary: d.kill},
-		api.MethodStatus:         {unary: d.status},
-		api.MethodPS:             {unary: d.ps},
-		api.MethodRm:             {unary: d.rm},
-		api.MethodGPUs:           {unary: d.listGPUs},
+		api.MethodStatus:         {unary: d.status, turn: true},
+		api.MethodPS:             {unary: d.ps, turn: true},
+		api.MethodRm:             {unary: d.rm, turn: true},
+		api.MethodGPUs:           {unary: d.listGPUs, turn: true},
 		api.MethodFreeze:         {unary: d.freeze},
 		api.MethodThaw:           {unary: d.thaw},
 		api.MethodSwap:           {unary: d.swap},
 		api.MethodMigrate:        {unary: d.migrate},
 		api.MethodHibernate:      {unary: d.hibernate},
 		api.MethodFork:           {unary: d.fork},
-		api.MethodSnapshots:      {unary: d.snapshots},
+		api.MethodSnapshots:      {unary: d.snapshots, turn: true},
 		api.MethodDeleteSnapshot: {unary: d.deleteSnapshot},
 		api.MethodSet:            {unary: d.set},
 		api.MethodLogs:           {stream: d.logs},
 		api.MethodWait:           {stream: d.wait},
 		api.MethodEvents:         {stream: d.subscribe},
-		api.MethodSubmit:         {unary: d.submit},
-		api.MethodJobs:           {unary: d.listJobs},
-		api.MethodJob:            {unary: d.job},
+		api.MethodSubmit:         {unary: d.submit, turn: true},
+		api.MethodJobs:           {unary: d.listJobs, turn: true},
+		api.MethodJob:            {unary: d.job, turn: true},
 		api.MethodCancel:         {unary: d.cancel},
 		api.MethodJobWait:        {stream: d.jobWait},
-		api.MethodPruneJobs:      {unary: d.pruneJobs},
+		api.MethodPruneJobs:      {unary: d.pruneJobs, turn: true},
 		api.MethodAcquire:        {stream: d.acquire},
 		api.MethodRelease:        {unary: d.release},
-		api.MethodLeases:         {unary: d.listLeases},
+		api.MethodLeases:         {unary: d.listLeases, turn: true},
 		api.MethodFill:           {unary: d.fill},
 		api.MethodUnfill:         {unary: d.unfill},
-		api.MethodFillers:        {unary: d.listFillers},
+		api.MethodFillers:        {unary: d.listFillers, turn: true},
 	}
 }

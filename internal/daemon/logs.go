@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"encoding/json"
+
 	"github.com/gpusched/gpusched/internal/logfile"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -29,12 +31,7 @@ func (d *Daemon) logs(c *call, emit func(*api.Event) error) (any, error) {
 	}
 	res := api.LogsResult{Name: p.Name, Lines: []string{}}
 	if !p.Follow {
-		lines, truncated, err := logfile.Tail(c.ctx, rec.LogPath, n, d.cfg.LogKeep)
-		if err != nil {
-			return nil, err
-		}
-		res.Lines, res.Truncated = lines, truncated
-		return res, nil
+		return d.tailLogs(c, rec.LogPath, n, res)
 	}
 	done := make(chan struct{})
 	if rt := d.procs.get(rec.ID); rt != nil {
@@ -42,7 +39,12 @@ func (d *Daemon) logs(c *call, emit func(*api.Event) error) (any, error) {
 	} else {
 		close(done)
 	}
+	release, err := d.turns.Take(c.ctx, c.actor.UID)
+	if err != nil {
+		return nil, err
+	}
 	lines, offset, err := logfile.TailForFollow(c.ctx, rec.LogPath, n, d.cfg.LogKeep)
+	release()
 	if err != nil {
 		return nil, err
 	}
@@ -56,4 +58,24 @@ func (d *Daemon) logs(c *call, emit func(*api.Event) error) (any, error) {
 		return nil, err
 	}
 	return res, nil
+}
+
+// tailLogs answers logs without follow: reading the log and encoding the
+// reply, the costly part, in one of the caller's turns (limits.Turns).
+func (d *Daemon) tailLogs(c *call, path string, n int, res api.LogsResult) (any, error) {
+	release, err := d.turns.Take(c.ctx, c.actor.UID)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	lines, truncated, err := logfile.Tail(c.ctx, path, n, d.cfg.LogKeep)
+	if err != nil {
+		return nil, err
+	}
+	res.Lines, res.Truncated = lines, truncated
+	b, err := json.Marshal(res)
+	if err != nil {
+		return nil, err
+	}
+	return json.RawMessage(b), nil
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"time"
 
 	"go.uber.org/zap"
@@ -66,6 +67,7 @@ type streamHandler func(c *call, emit func(*api.Event) error) (any, error)
 type method struct {
 	unary  handler
 	stream streamHandler
+	turn   bool // a quick call: a non-root user waits for a turn (limits.Turns) before it is answered
 }
 
 // unixAcceptor is what serve needs of its listener.
@@ -210,11 +212,33 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 			continue
 		}
 		cl := &call{ctx: ctx, conn: scope, actor: a, method: req.Method, params: req.Params}
-		res, err := m.unary(cl)
-		if d.answer(w, cl, req.ID, res, err) != nil {
+		if d.answerUnary(w, cl, req.ID, m) != nil {
 			return
 		}
 	}
+}
+
+// answerUnary answers a unary call; a quick one, handler and reply both,
+// in one of its user's turns.
+func (d *Daemon) answerUnary(w *lineWriter, c *call, id json.RawMessage, m method) error {
+	if m.turn {
+		release, err := d.turns.Take(c.ctx, c.actor.UID)
+		if err != nil {
+			return err // shutting down
+		}
+		defer release()
+	}
+	res, err := m.unary(c)
+	return d.answer(w, c, id, res, err)
+}
+
+// turnsPerUser is --max-busy-per-user in effect: 0 is half the daemon's
+// CPUs, so that one user's quick calls leave the others a CPU.
+func turnsPerUser(n int) int {
+	if n > 0 {
+		return n
+	}
+	return max(runtime.GOMAXPROCS(0)/2, 1)
 }
 
 // stallReader reads a connection for the request reader, and bounds how

@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -55,5 +56,41 @@ func TestSlots(t *testing.T) {
 		if _, err := s.Take(Root, "root"); err != nil {
 			t.Fatalf("root refused: %v", err)
 		}
+	}
+}
+
+func TestTurns(t *testing.T) {
+	tu := NewTurns(2)
+	ctx := context.Background()
+	r1, err := tu.Take(ctx, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tu.Take(ctx, 1000); err != nil {
+		t.Fatal(err)
+	}
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := tu.Take(canceled, 1000); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a third turn at once = %v, want it to wait (here: until its context ends)", err)
+	}
+	if _, err := tu.Take(canceled, 1001); err != nil {
+		t.Fatalf("another user waited for alice's turns: %v", err)
+	}
+	if _, err := tu.Take(canceled, Root); err != nil {
+		t.Fatalf("root waited: %v", err)
+	}
+	got := make(chan error)
+	go func() {
+		_, err := tu.Take(ctx, 1000)
+		got <- err
+	}()
+	r1()
+	r1() // a second release gives nothing back twice
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tu.Take(canceled, 1000); err == nil {
+		t.Fatal("a released turn was given back twice")
 	}
 }

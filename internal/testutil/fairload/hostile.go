@@ -25,7 +25,7 @@ func hostile(args []string) {
 		metrics     = fs.String("metrics", "", "metrics host:port; empty: no metrics flood")
 		metricConns = fs.Int("metrics-conns", 2000, "idle keep-alive connections to hold on the metrics port")
 		conns       = fs.Int("conns", 2000, "idle connections to hold on the socket")
-		follows     = fs.Int("follows", 200, "logs -f streams to hold")
+		follows     = fs.Int("follows", 60, "logs -f streams to hold (the readers take the rest of the default cap of 64)")
 		procs       = fs.Int("procs", 400, "managed processes to start")
 		jobs        = fs.Int("jobs", 20000, "jobs to queue")
 		readers     = fs.Int("readers", 4, "callers asking for every line of a 60 MiB log of newlines, in a loop")
@@ -200,12 +200,10 @@ func (f *flooder) procFlood(ctx context.Context, n, cmdBytes int, started func()
 		return
 	}
 	defer c.Close()
-	arg := strings.Repeat("x", min(cmdBytes, 100<<10))
-	cmd := []string{"sleep", "100000"}
-	for len(strings.Join(cmd, "")) < cmdBytes {
-		cmd = append(cmd, arg)
+	cmd := []string{"sh", "-c", "exec sleep 100000", "sh"}
+	for left := cmdBytes - 64; left > 0; left -= 100 << 10 {
+		cmd = append(cmd, strings.Repeat("x", min(left, 100<<10)))
 	}
-	cmd = append([]string{"sh", "-c", "exec sleep 100000", "sh"}, cmd[2:]...)
 	for ctx.Err() == nil {
 		for i := range n {
 			_, err := c.Run(ctx, api.RunParams{Name: fmt.Sprintf("hostile-%d", i), Cmd: cmd, Dir: "/"})
@@ -275,10 +273,9 @@ func (f *flooder) jobFlood(ctx context.Context, n, cmdBytes int, started func())
 	defer c.Close()
 	// As many jobs of cmdBytes each as fit in a request line.
 	batch := max(1, min(1000, (api.MaxLineBytes-4096)/(cmdBytes+256)))
-	arg := strings.Repeat("x", max(0, min(cmdBytes, 100<<10)-8))
 	cmd := []string{"true"}
-	for len(strings.Join(cmd, "")) < cmdBytes-len(arg) {
-		cmd = append(cmd, arg)
+	for left := cmdBytes - 64; left > 0; left -= 100 << 10 {
+		cmd = append(cmd, strings.Repeat("x", min(left, 100<<10)))
 	}
 	specs := make([]api.JobSpec, batch)
 	for i := range specs {
@@ -298,6 +295,14 @@ func (f *flooder) jobFlood(ctx context.Context, n, cmdBytes int, started func())
 		if specs[0].Priority > 0 && strings.Contains(err.Error(), "priority") {
 			for i := range specs {
 				specs[i].Priority = 0
+			}
+			continue
+		}
+		if len(specs[0].Cmd) > 1 && strings.Contains(err.Error(), "bytes") {
+			// Out of room for big commands: on with small ones, to the count.
+			specs = make([]api.JobSpec, 1000)
+			for i := range specs {
+				specs[i] = api.JobSpec{Cmd: []string{"true"}, Dir: "/", GPUs: 2}
 			}
 			continue
 		}

@@ -1,0 +1,44 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/testutil"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// TestRedTeamTurnsPerUser: a user whose quick calls take all their turns
+// (--max-busy-per-user) waits for one; another user and root do not wait
+// behind them. Here the test holds alice's one turn, as a call of hers that
+// takes long would.
+func TestRedTeamTurnsPerUser(t *testing.T) {
+	alice, bob := testutil.NewUser(t, "gsturn-a", "gsturn"), testutil.NewUser(t, "gsturn-b", "gsturn")
+	h := newHarness(t, func(c *config.Config) { c.Group = "gsturn"; c.Limits.TurnsPerUser = 1 })
+	a, b := h.rawAsUser(alice), h.rawAsUser(bob)
+	release, err := h.d.turns.Take(context.Background(), alice.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.send(`{"id":1,"method":"status"}`)
+	if r := b.call(api.MethodStatus, nil); r["ok"] != true {
+		t.Fatalf("bob's status while alice's turn is taken: %v", r)
+	}
+	if _, err := h.client().Status(ctxT(t)); err != nil {
+		t.Fatalf("root's status while alice's turn is taken: %v", err)
+	}
+	// Alice's call waits for her turn: nothing comes while it is held.
+	a.c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, err := a.r.ReadByte(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("alice's status was answered while her only turn was held (err %v)", err)
+	}
+	a.c.SetReadDeadline(time.Time{})
+	release()
+	if r := a.recv(); r["ok"] != true {
+		t.Fatalf("alice's status once her turn is free: %v", r)
+	}
+}
