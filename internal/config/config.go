@@ -263,7 +263,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "serve Prometheus metrics at http://ADDR/metrics: host:port, or a port alone for 127.0.0.1 (default: off)")
 	l := &c.Limits
 	fs.IntVar(&l.ConnsPerUser, "max-conns-per-user", l.ConnsPerUser, "most client connections one non-root user may hold open (0: only --max-conns applies)")
-	fs.IntVar(&l.StreamsPerUser, "max-streams-per-user", l.StreamsPerUser, "most streaming calls (logs -f, events, wait, job wait, acquire) one non-root user may run at once (0: no cap)")
+	fs.IntVar(&l.StreamsPerUser, "max-streams-per-user", l.StreamsPerUser, "most streaming calls (logs, events, wait, job wait, acquire until granted) one non-root user may run at once (0: no cap)")
 	fs.IntVar(&l.TurnsPerUser, "max-busy-per-user", l.TurnsPerUser, "most quick calls (status, ps, jobs, logs without -f, submit, ...) of one non-root user the daemon answers at once; the others wait their turn (0: half the daemon's CPUs, at least 1)")
 	fs.IntVar(&l.ProcsPerUser, "max-procs-per-user", l.ProcsPerUser, "most managed processes one non-root user may have that have not exited (0: no cap)")
 	fs.IntVar(&l.JobsPerUser, "max-jobs-per-user", l.JobsPerUser, "most unfinished jobs one non-root user may have queued or running (0: no cap)")

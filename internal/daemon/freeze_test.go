@@ -19,12 +19,18 @@ func TestFreezeThawTree(t *testing.T) {
 		t.Run(driver, func(t *testing.T) {
 			h := newCkptHarness(t, driver)
 			events := make(chan api.Event, 64)
+			subscribed := make(chan struct{})
 			ctx, cancel := context.WithCancel(ctxT(t))
 			defer cancel()
 			go h.client().Events(ctx, api.EventsParams{Name: "train"}, func(e *api.Event) error {
+				if e.Type == api.EventSubscribed {
+					close(subscribed)
+					return nil
+				}
 				events <- *e
 				return nil
 			})
+			<-subscribed // no event of the run below is sent before
 			h.jobs("train", 0, 1000, 500)
 			if h.used(0) != 1500 {
 				t.Fatalf("GPU 0 used %d before freeze, want 1500", h.used(0))

@@ -32,9 +32,13 @@ func (t *Turns) Take(ctx context.Context, uid uint32) (release func(), err error
 	}
 	t.mu.Unlock()
 	select {
-	case ch <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	case ch <- struct{}{}: // a free turn is taken whatever ctx says
+	default:
+		select {
+		case ch <- struct{}{}:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	var once sync.Once
 	return func() { once.Do(func() { <-ch }) }, nil
