@@ -3,6 +3,8 @@ package daemon
 import (
 	"bufio"
 	"encoding/json"
+	"flag"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -33,6 +35,7 @@ import (
 // the daemon's fairness, not how the machine's scheduler shares two cores
 // among the hostile user's many threads.
 func BenchmarkFairness(b *testing.B) {
+	b.Logf("each user's CPU quota: %d%% of a CPU (0: none; -fairness.cpu-quota)", *fairnessQuota)
 	victim := testutil.NewUser(b, "gsfairv", "gsfair")
 	hostile := testutil.NewUser(b, "gsfairh", "gsfair")
 	h := prepareHarness(b, func(c *config.Config) {
@@ -42,7 +45,7 @@ func BenchmarkFairness(b *testing.B) {
 	})
 	load := buildFairload(b, h.dir)
 	metrics := freeLoopback(b)
-	dp := h.spawnBinary(exec.Command(h.bins.Daemon, append(h.binaryArgs(), "--group", victim.Group, "--metrics-addr", metrics)...))
+	dp := h.spawnBinary(exec.Command(h.bins.Daemon, append(h.binaryArgs(), "--group", victim.Group, "--metrics-addr", metrics, "--gpu-poll", "1s")...))
 	waitSocket(b, h.cfg.Socket)
 	pid := dp.cmd.Process.Pid
 
@@ -52,7 +55,7 @@ func BenchmarkFairness(b *testing.B) {
 		calm := runVictim(b, load, victim, victimSlice, h)
 		calmPeak := alone.stop()
 
-		hc := inSlice(hostileSlice, load, "hostile", "-socket", h.cfg.Socket, "-metrics", metrics)
+		hc := inSlice(hostileSlice, load, append([]string{"hostile", "-socket", h.cfg.Socket, "-metrics", metrics}, strings.Fields(*fairnessHostile)...)...)
 		asUser(hc, hostile)
 		out, err := hc.StdoutPipe()
 		if err != nil {
@@ -81,7 +84,9 @@ func BenchmarkFairness(b *testing.B) {
 			b.Logf("%-12s alone p50 %7.2f ms p99 %7.2f ms | hostile p50 %7.2f ms p99 %7.2f ms", op,
 				calm[op].P50, calm[op].P99, stormy[op].P50, stormy[op].P99)
 		}
-		b.Logf("daemon alone: RSS %d MiB, %d fds; hostile: RSS %d MiB, %d fds", calmPeak.rss>>20, calmPeak.fds, floodPeak.rss>>20, floodPeak.fds)
+		b.Logf("daemon alone: RSS %d MiB, %d fds, %v CPU; hostile: RSS %d MiB, %d fds, %v CPU; the hostile's own load used %v CPU",
+			calmPeak.rss>>20, calmPeak.fds, calmPeak.cpu, floodPeak.rss>>20, floodPeak.fds, floodPeak.cpu,
+			hc.ProcessState.UserTime()+hc.ProcessState.SystemTime())
 		b.ReportMetric(calm["status"].P99, "status-p99-alone-ms")
 		b.ReportMetric(stormy["status"].P99, "status-p99-hostile-ms")
 		b.ReportMetric(stormy["status"].P99/calm["status"].P99, "status-p99-x")
@@ -169,21 +174,24 @@ func waitSocket(b *testing.B, path string) {
 	}
 }
 
-// peak is the most a daemon held while watched.
+// peak is the most a daemon held while watched, and the CPU it used.
 type peak struct {
 	rss uint64
 	fds int
+	cpu time.Duration
 }
 
 // daemonWatch samples a daemon's RSS and descriptors until stopped.
 type daemonWatch struct {
+	pid   int
+	cpu0  time.Duration
 	stopc chan struct{}
 	done  sync.WaitGroup
 	max   peak
 }
 
 func watchDaemon(pid int) *daemonWatch {
-	w := &daemonWatch{stopc: make(chan struct{})}
+	w := &daemonWatch{stopc: make(chan struct{}), pid: pid, cpu0: cpuTime(pid)}
 	w.done.Add(1)
 	go func() {
 		defer w.done.Done()
@@ -221,8 +229,32 @@ func (w *daemonWatch) sample(pid int) {
 func (w *daemonWatch) stop() peak {
 	close(w.stopc)
 	w.done.Wait()
+	w.max.cpu = cpuTime(w.pid) - w.cpu0
 	return w.max
 }
+
+// cpuTime is the user and system CPU time process pid has used.
+func cpuTime(pid int) time.Duration {
+	stat, err := procfs.ReadFile("/proc/"+strconv.Itoa(pid)+"/stat", procfs.MaxStatus)
+	if err != nil {
+		return 0
+	}
+	_, after, _ := strings.Cut(string(stat), ") ")
+	f := strings.Fields(after)
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseUint(f[11], 10, 64)
+	st, _ := strconv.ParseUint(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+}
+
+// fairnessQuota caps each user's CPU cgroup in BenchmarkFairness, in
+// percent of one CPU, as an operator may cap users' slices (systemd's
+// CPUQuota= on user-UID.slice); 0 leaves them uncapped.
+var fairnessHostile = flag.String("fairness.hostile", "", "BenchmarkFairness: more flags for fairload hostile, space-separated (e.g. \"-jobs 0\")")
+
+var fairnessQuota = flag.Int("fairness.cpu-quota", 0, "BenchmarkFairness: each user's CPU quota, percent of one CPU (0: none)")
 
 // userSlice makes a CPU cgroup for u's load (cgroup v2's cpu controller,
 // else v1's cpu hierarchy) that u may move itself into, and removes it when
@@ -244,6 +276,9 @@ func userSlice(b *testing.B, u testutil.User) string {
 		if err := os.Chown(filepath.Join(dir, "cgroup.procs"), int(u.UID), int(u.GID)); err != nil {
 			b.Fatal(err)
 		}
+		if q := *fairnessQuota; q > 0 {
+			setQuota(b, dir, q)
+		}
 		return dir
 	}
 	b.Logf("no CPU cgroup to put each user's load in")
@@ -256,4 +291,17 @@ func inSlice(slice, load string, args ...string) *exec.Cmd {
 		return exec.Command(load, args...)
 	}
 	return exec.Command("/bin/sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, slice, load}, args...)...)
+}
+
+// setQuota caps cgroup dir at pct percent of one CPU (cgroup v2 cpu.max,
+// else v1 cpu.cfs_quota_us).
+func setQuota(b *testing.B, dir string, pct int) {
+	period := 100000
+	quota := period * pct / 100
+	if err := os.WriteFile(filepath.Join(dir, "cpu.max"), []byte(fmt.Sprintf("%d %d", quota, period)), 0); err == nil {
+		return
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cpu.cfs_quota_us"), []byte(strconv.Itoa(quota)), 0); err != nil {
+		b.Fatalf("cpu quota of %s: %v", dir, err)
+	}
 }
