@@ -17,29 +17,6 @@ import (
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
-// testCallerLimits are what the tests' callers lower, as prlimit(1) options,
-// and the set the caller's process then holds: this process's limits with
-// those changed. Soft and hard differ where the Go runtime of gpuschedctl
-// leaves them alone (it raises a soft NOFILE below its hard limit).
-func testCallerLimits(t *testing.T) ([]string, rlimit.Set) {
-	t.Helper()
-	own, err := rlimit.Of(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := rlimit.Set{}
-	for name, l := range own {
-		want[name] = l
-	}
-	want["nofile"] = rlimit.Limit{Cur: 64, Max: 64}
-	want["core"] = rlimit.Limit{Cur: 0, Max: 1 << 20}
-	want["fsize"] = rlimit.Limit{Cur: 1 << 20, Max: 2 << 20}
-	want["nproc"] = rlimit.Limit{Cur: 300, Max: 400}
-	want["as"] = rlimit.Limit{Cur: 64 << 30, Max: 128 << 30}
-	return []string{"--nofile=64:64", "--core=0:1048576", "--fsize=1048576:2097152", "--nproc=300:400",
-		"--as=68719476736:137438953472"}, want
-}
-
 // ctlLimited runs gpuschedctl as u with its resource limits lowered by
 // prlimit(1) options, as a user's shell with those ulimits would.
 func (h *harness) ctlLimited(u testutil.User, limits []string, args ...string) (string, string, int) {
@@ -117,7 +94,7 @@ func (h *harness) expectLimits(name string, want rlimit.Set) {
 func TestRunKeepsCallersLimits(t *testing.T) {
 	u := testutil.NewUser(t, "gsrlimrun", "gsrlim")
 	h := newHarness(t, func(c *config.Config) { c.Group = u.Group })
-	limits, want := testCallerLimits(t)
+	limits, _, want := testutil.CallerLimits(t)
 	if _, errOut, code := h.ctlLimited(u, limits, "run", "lim", "--dir", "/", "--", "sh", "-c", raiseNofile); code != 0 {
 		t.Fatalf("run: %s", errOut)
 	}
@@ -129,7 +106,7 @@ func TestRunKeepsCallersLimits(t *testing.T) {
 func TestSubmitKeepsCallersLimits(t *testing.T) {
 	u := testutil.NewUser(t, "gsrlimsub", "gsrlim")
 	h := newHarness(t, func(c *config.Config) { c.Group = u.Group })
-	limits, want := testCallerLimits(t)
+	limits, _, want := testutil.CallerLimits(t)
 	if _, errOut, code := h.ctlLimited(u, limits, "submit", "--name", "limjob", "--dir", "/", "--", "sh", "-c", raiseNofile); code != 0 {
 		t.Fatalf("submit: %s", errOut)
 	}
@@ -162,7 +139,7 @@ func TestRunRefusedWhenPeerGone(t *testing.T) {
 func TestDiskTierKeepsCallersLimits(t *testing.T) {
 	u := testutil.NewUser(t, "gsrlimdisk", "gsrlim")
 	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group = u.Group })
-	limits, want := testCallerLimits(t)
+	limits, _, want := testutil.CallerLimits(t)
 	run := []string{"run", "job", "--gpu", "0", "--dir", "/", "--", h.bins.SimJob, "--vram", "64", "--host-mem", "8", "--tick", "0.02"}
 	if _, errOut, code := h.ctlLimited(u, limits, run...); code != 0 {
 		t.Fatalf("run: %s", errOut)

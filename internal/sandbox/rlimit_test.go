@@ -19,18 +19,7 @@ import (
 func TestCommandGetsCallersLimits(t *testing.T) {
 	tr := newTree(t)
 	u := testutil.NewUser(t, "gsrlim1", "gsrlim")
-	own, err := rlimit.Of(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := rlimit.Set{}
-	for name, l := range own {
-		want[name] = l
-	}
-	want["nofile"] = rlimit.Limit{Cur: 64, Max: 64}
-	want["core"] = rlimit.Limit{Cur: 0, Max: 1 << 20}
-	want["fsize"] = rlimit.Limit{Cur: 1 << 20, Max: 2 << 20}
-	want["nproc"] = rlimit.Limit{Cur: 200, Max: 300}
+	_, own, want := testutil.CallerLimits(t)
 	// The command waits on a FIFO once it has tried: opening the FIFO's
 	// other end returns once it has got there.
 	fifo := filepath.Join(tr.dir, "go")

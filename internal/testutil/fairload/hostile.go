@@ -114,6 +114,32 @@ func (f *flooder) tally(name string) *tally {
 
 func (f *flooder) dial(ctx context.Context) (*api.Client, error) { return api.Dial(ctx, f.socket) }
 
+// padded is argv with arguments of up to 100 KiB added (under execve's
+// 128 KiB a string) to make about n bytes in all.
+func padded(n int, argv ...string) []string {
+	for left := n - 64; left > 0; left -= 100 << 10 {
+		argv = append(argv, strings.Repeat("x", min(left, 100<<10)))
+	}
+	return argv
+}
+
+// each runs fn(i) for i in 0..n-1, each in a goroutine of its own and
+// again after pause until ctx ends, and returns once they have all stopped.
+func each(ctx context.Context, n int, fn func(i int)) {
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				fn(i)
+				pause(ctx)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
 // pause waits retry, or until ctx ends (false).
 func pause(ctx context.Context) bool {
 	select {
@@ -131,63 +157,43 @@ func (f *flooder) metricsFlood(ctx context.Context, addr string, n int, started 
 		return
 	}
 	t := f.tally("metrics")
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
-				if i == n-1 {
-					started()
-				}
-				if !t.count(err) {
-					pause(ctx)
-					continue
-				}
-				fmt.Fprintf(c, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-				go func() { <-ctx.Done(); c.Close() }()
-				r := bufio.NewReader(c)
-				for {
-					if _, err := r.ReadByte(); err != nil {
-						break // closed by the daemon (or by ctx): reopen
-					}
-				}
-				c.Close()
-				pause(ctx)
+	each(ctx, n, func(i int) {
+		c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+		if i == n-1 {
+			started()
+		}
+		if !t.count(err) {
+			return
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+		stop := context.AfterFunc(ctx, func() { c.Close() })
+		defer stop()
+		r := bufio.NewReader(c)
+		for {
+			if _, err := r.ReadByte(); err != nil {
+				return // closed by the daemon (or by ctx): reopen
 			}
-		}()
-	}
-	wg.Wait()
+		}
+	})
 }
 
 // connFlood holds n idle connections on the socket.
 func (f *flooder) connFlood(ctx context.Context, n int, started func()) {
 	t := f.tally("conns")
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				c, err := f.dial(ctx)
-				if err == nil {
-					_, err = c.Hello(ctx) // a refused connection answers its first request with the refusal
-				}
-				if i == n-1 {
-					started()
-				}
-				if t.count(err) {
-					<-ctx.Done()
-				}
-				if c != nil {
-					c.Close()
-				}
-				pause(ctx)
-			}
-		}()
-	}
-	wg.Wait()
+	each(ctx, n, func(i int) {
+		c, err := f.dial(ctx)
+		if err == nil {
+			defer c.Close()
+			_, err = c.Hello(ctx) // a refused connection answers its first request with the refusal
+		}
+		if i == n-1 {
+			started()
+		}
+		if t.count(err) {
+			<-ctx.Done()
+		}
+	})
 }
 
 // procFlood starts n sleeping processes with cmdBytes of command line each,
@@ -200,10 +206,7 @@ func (f *flooder) procFlood(ctx context.Context, n, cmdBytes int, started func()
 		return
 	}
 	defer c.Close()
-	cmd := []string{"sh", "-c", "exec sleep 100000", "sh"}
-	for left := cmdBytes - 64; left > 0; left -= 100 << 10 {
-		cmd = append(cmd, strings.Repeat("x", min(left, 100<<10)))
-	}
+	cmd := padded(cmdBytes, "sh", "-c", "exec sleep 100000", "sh")
 	for ctx.Err() == nil {
 		for i := range n {
 			_, err := c.Run(ctx, api.RunParams{Name: fmt.Sprintf("hostile-%d", i), Cmd: cmd, Dir: "/"})
@@ -230,35 +233,25 @@ func (f *flooder) followFlood(ctx context.Context, n int, started func()) {
 	if !t.count(err) {
 		return
 	}
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				c, err := f.dial(ctx)
-				if err != nil {
-					t.count(err)
-					pause(ctx)
-					continue
+	each(ctx, n, func(i int) {
+		c, err := f.dial(ctx)
+		if err != nil {
+			t.count(err)
+			return
+		}
+		defer c.Close()
+		var once sync.Once
+		first := func() {
+			once.Do(func() {
+				if i == n-1 {
+					started()
 				}
-				got := make(chan struct{})
-				var once sync.Once
-				go func() {
-					<-got
-					if i == n-1 {
-						started()
-					}
-				}()
-				err = c.FollowLogs(ctx, "hostile-talker", 1, func(string) error { once.Do(func() { close(got) }); return nil })
-				once.Do(func() { close(got) })
-				t.count(err)
-				c.Close()
-				pause(ctx)
-			}
-		}()
-	}
-	wg.Wait()
+			})
+		}
+		err = c.FollowLogs(ctx, "hostile-talker", 1, func(string) error { first(); return nil })
+		first()
+		t.count(err)
+	})
 }
 
 // jobFlood queues n jobs, in batches, that wait behind its leases: at the
@@ -273,10 +266,7 @@ func (f *flooder) jobFlood(ctx context.Context, n, cmdBytes int, started func())
 	defer c.Close()
 	// As many jobs of cmdBytes each as fit in a request line.
 	batch := max(1, min(1000, (api.MaxLineBytes-4096)/(cmdBytes+256)))
-	cmd := []string{"true"}
-	for left := cmdBytes - 64; left > 0; left -= 100 << 10 {
-		cmd = append(cmd, strings.Repeat("x", min(left, 100<<10)))
-	}
+	cmd := padded(cmdBytes, "true")
 	specs := make([]api.JobSpec, batch)
 	for i := range specs {
 		specs[i] = api.JobSpec{Cmd: cmd, Dir: "/", GPUs: 2, Priority: 1000}
