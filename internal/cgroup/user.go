@@ -83,6 +83,11 @@ func (u *Users) Place(dir string, pid, nice int) error {
 	if err := mkdir(dir); err != nil {
 		return fmt.Errorf("cgroup %s: %w", dir, err)
 	}
+	// The user may have made dir first (it is in their cgroup): write only
+	// into a cgroup2 directory there, never through anything else.
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() || !isCgroup2(dir) {
+		return fmt.Errorf("cgroup %s: not a cgroup2 directory: %w", dir, fs.ErrInvalid)
+	}
 	weight := filepath.Join(dir, "cpu.weight")
 	if _, err := os.Stat(weight); err == nil {
 		if err := writeFile(weight, strconv.FormatUint(Weight(nice), 10)); err != nil {
