@@ -275,7 +275,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.IntVar(&l.KeepFinished, "keep-finished", l.KeepFinished, "exited processes and finished jobs kept per user, newest first; older ones are removed (0: no count cap)")
 	fs.DurationVar(&l.KeepFinishedFor, "keep-finished-for", l.KeepFinishedFor, "exited processes and finished jobs are removed this long after they ended (0: no age cap)")
 	fs.StringVar(&c.CgroupRoot, "cgroup-root", c.CgroupRoot, "cgroup v2 directory under which each managed tree gets a cgroup whose cpu.weight follows its nice (default: the daemon's own cgroup, delegated by systemd; none: off)")
-	fs.StringVar(&c.UserCgroups, "user-cgroups", c.UserCgroups, "a user's own delegated cgroup v2 directory (%U: the uid), where a non-root user's trees go when it exists and the user owns it, under their systemd limits (none: off)")
+	fs.StringVar(&c.UserCgroups, "user-cgroups", c.UserCgroups, "a user's own delegated cgroup v2 directory (%U: the uid), where a non-root user's trees go when it exists, the user owns it and (for user@UID.service) the user lingers, under their systemd limits (none: off)")
 	fs.Var(&listFlag{&c.BannedGPUs, func(s string) error {
 		_, err := api.ParseGPURef(s)
 		return err
