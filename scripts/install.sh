@@ -31,7 +31,7 @@ systemd_running() { [[ -z $DESTDIR && -d /run/systemd/system ]]; }
 
 files() {
 	printf '%s\n' \
-		"$bindir/gpuschedd" "$bindir/gpuschedctl" "$bindir/gpusched-simjob" \
+		"$bindir/gpuschedd" "$bindir/gpusched-init" "$bindir/gpuschedctl" "$bindir/gpusched-simjob" \
 		"$unitdir/gpuschedd.service" "$unitdir/gpuschedd.socket" \
 		"$sysusersdir/gpusched.conf" "$tmpfilesdir/gpusched.conf" \
 		"$bashdir/gpuschedctl" "$zshdir/_gpuschedctl" "$fishdir/gpuschedctl.fish" \
@@ -39,10 +39,10 @@ files() {
 }
 
 install_all() {
-	for b in gpuschedd gpuschedctl gpusched-simjob; do
+	for b in gpuschedd gpusched-init gpuschedctl gpusched-simjob; do
 		[[ -x $BIN/$b ]] || die "$BIN/$b is missing: run make build first"
 	done
-	for b in gpuschedd gpuschedctl gpusched-simjob; do
+	for b in gpuschedd gpusched-init gpuschedctl gpusched-simjob; do
 		install -D -m 0755 "$BIN/$b" "$bindir/$b"
 	done
 	# The units name the binaries where PREFIX put them.

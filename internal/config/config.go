@@ -229,7 +229,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Int64Var(&c.LogMaxBytes, "log-max-bytes", c.LogMaxBytes, "rotate a process log past this size (its supervisor does; a change applies to processes started after it)")
 	fs.IntVar(&c.LogKeep, "log-keep", c.LogKeep, "rotated log files kept per process")
 	fs.DurationVar(&c.GPUPoll, "gpu-poll", c.GPUPoll, "GPU sampling interval")
-	fs.StringVar(&c.InitPath, "init-path", c.InitPath, "binary run as each process's PID-namespace init (default: this executable)")
+	fs.StringVar(&c.InitPath, "init-path", c.InitPath, "the gpuschedd binary, re-executed as its helpers and, unless gpusched-init is installed beside it, as each process's supervisor (default: this executable)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "json or console")
 	fs.StringVar(&c.CheckpointDriver, "checkpoint-driver", c.CheckpointDriver, "freeze/thaw driver: auto, api (libcuda helper), cli (cuda-checkpoint), sim or none")

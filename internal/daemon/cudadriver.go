@@ -70,7 +70,7 @@ func (d *Daemon) openDriver(ctx context.Context) error {
 }
 
 func (d *Daemon) openAPIDriver(ctx context.Context) (cudaDriver, error) {
-	a, err := checkpoint.NewAPI(ctx, checkpoint.APIOptions{HelperPath: d.initPath, Library: d.cfg.Libcuda})
+	a, err := checkpoint.NewAPI(ctx, checkpoint.APIOptions{HelperPath: d.helperPath, Library: d.cfg.Libcuda})
 	if err != nil {
 		return nil, err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/gpusched/gpusched/internal/mps"
 	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/internal/sandbox"
 	"github.com/gpusched/gpusched/internal/store"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -42,13 +43,14 @@ type gpuBackend interface {
 
 // Daemon is one gpuschedd instance.
 type Daemon struct {
-	cfg       config.Config
-	log       *zap.Logger
-	gpus      gpuBackend
-	simDir    string // set when the backend is simulated
-	initPath  string
-	bootID    string
-	startedAt time.Time
+	cfg        config.Config
+	log        *zap.Logger
+	gpus       gpuBackend
+	simDir     string // set when the backend is simulated
+	initPath   string // the supervisor binary (gpusched-init, else helperPath)
+	helperPath string // this daemon's binary, re-executed as its helpers
+	bootID     string
+	startedAt  time.Time
 
 	table      *proctable.Table
 	driver     cudaDriver // nil when freeze and thaw are unavailable
@@ -117,13 +119,18 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	}
 	d.detectCPU()
 	d.users = newUserCgroups(cfg)
-	d.initPath = cfg.InitPath
-	if d.initPath == "" {
+	d.helperPath = cfg.InitPath
+	if d.helperPath == "" {
 		exe, err := os.Executable()
 		if err != nil {
 			return nil, fmt.Errorf("find own executable for the process init: %w", err)
 		}
-		d.initPath = exe
+		d.helperPath = exe
+	}
+	var passed string
+	d.initPath, passed = sandbox.SupervisorBeside(d.helperPath)
+	if passed != "" {
+		d.log.Warn("supervisor binary passed over; the daemon's own binary supervises instead", zap.String("why", passed))
 	}
 	bootID, err := procfs.BootID()
 	if err != nil {

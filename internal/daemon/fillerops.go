@@ -27,7 +27,7 @@ func (d *Daemon) fillerLogDir() string { return filepath.Join(d.cfg.LogDir, "fil
 // fillerOptions are the helper options for a filler on uuid.
 func (d *Daemon) fillerOptions(uuid string, index int) memfill.Options {
 	o := memfill.Options{
-		Path: d.initPath, Backend: "cuda", UUID: uuid, ChunkMiB: d.cfg.FillerChunkMiB,
+		Path: d.helperPath, Backend: "cuda", UUID: uuid, ChunkMiB: d.cfg.FillerChunkMiB,
 		Socket:  filepath.Join(d.cfg.StateDir, "fillers", strconv.Itoa(index)+".sock"),
 		LogPath: filepath.Join(d.fillerLogDir(), "filler-"+strconv.Itoa(index)+".log"),
 		Tick:    d.cfg.FillerTick, Orphan: d.cfg.FillerOrphan,

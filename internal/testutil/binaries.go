@@ -13,7 +13,7 @@ import (
 // directory every user may read and execute.
 type Binaries struct {
 	Dir    string
-	Daemon string // gpuschedd (also the process init)
+	Daemon string // gpuschedd (its helpers; gpusched-init beside it supervises)
 	Ctl    string // gpuschedctl
 	SimJob string // gpusched-simjob
 	// FakeCudaCheckpoint is the test stand-in for cuda-checkpoint, in a
@@ -59,7 +59,7 @@ func build() (Binaries, error) {
 	}
 	fake := filepath.Join(dir, "fake", "cuda-checkpoint")
 	for _, args := range [][]string{
-		{"-o", dir, "./cmd/gpuschedd", "./cmd/gpuschedctl", "./cmd/gpusched-simjob"},
+		{"-o", dir, "./cmd/gpuschedd", "./cmd/gpusched-init", "./cmd/gpuschedctl", "./cmd/gpusched-simjob"},
 		{"-o", fake, "./internal/checkpoint/checkpointtest/cuda-checkpoint"},
 	} {
 		cmd := exec.Command("go", append([]string{"build"}, args...)...)
