@@ -31,8 +31,7 @@ const (
 
 // dashGrowth is the order in which lines left over after every pane's
 // minimum go to the panes, each up to a number of body lines (-1: all it
-// has); paneGaps stands for the blank lines around the panes, shown all
-// or none.
+// has); paneGaps stands for the blank lines around the panes.
 var dashGrowth = []struct{ pane, upTo int }{
 	{paneProcs, 5},
 	{paneEvents, 5},
@@ -48,11 +47,15 @@ var dashGrowth = []struct{ pane, upTo int }{
 // paneGaps is dashGrowth's stand-in for the blank lines between sections.
 const paneGaps = dashPanes
 
+// dashGaps is the order in which the blank lines show: gap i comes before
+// pane i, gap dashPanes after the last pane.
+var dashGaps = []int{dashPanes, 0, 1, 2, 3}
+
 // layout fits head, panes and foot into height lines, or shows all of
 // them when height is 0 (the terminal's size not yet known).
 func layout(height int, head []string, panes [dashPanes]dashPane, foot []string) []string {
 	var rows [dashPanes]int
-	gaps := true
+	gaps := len(dashGaps)
 	if height > 0 {
 		rows, gaps = allot(height-len(head)-len(foot), panes)
 	} else {
@@ -60,14 +63,18 @@ func layout(height int, head []string, panes [dashPanes]dashPane, foot []string)
 			rows[i] = p.max
 		}
 	}
+	var gap [dashPanes + 1]bool
+	for _, i := range dashGaps[:gaps] {
+		gap[i] = true
+	}
 	var body []string
 	for i, p := range panes {
-		if gaps {
+		if gap[i] {
 			body = append(body, "")
 		}
 		body = append(body, p.draw(rows[i])...)
 	}
-	if gaps {
+	if gap[dashPanes] {
 		body = append(body, "")
 	}
 	if height <= 0 {
@@ -84,11 +91,11 @@ func layout(height int, head []string, panes [dashPanes]dashPane, foot []string)
 // one up when even the minimums do not fit.
 var dashSqueeze = []int{paneQueue, paneEvents, paneProcs, paneGPUs}
 
-// allot shares avail lines among panes: each one's body lines, and
-// whether the gaps around them show. When the minimums do not fit, the
+// allot shares avail lines among panes: each one's body lines, and how
+// many of the gaps around them show. When the minimums do not fit, the
 // pane with the most body lines gives one up, again and again, down to one
 // line each.
-func allot(avail int, panes [dashPanes]dashPane) (rows [dashPanes]int, gaps bool) {
+func allot(avail int, panes [dashPanes]dashPane) (rows [dashPanes]int, gaps int) {
 	left := avail
 	for i, p := range panes {
 		rows[i] = p.min
@@ -109,9 +116,8 @@ func allot(avail int, panes [dashPanes]dashPane) (rows [dashPanes]int, gaps bool
 	}
 	for _, g := range dashGrowth {
 		if g.pane == paneGaps {
-			if left >= dashPanes+1 {
-				gaps, left = true, left-(dashPanes+1)
-			}
+			gaps = min(len(dashGaps), max(left, 0))
+			left -= gaps
 			continue
 		}
 		p := &panes[g.pane]
