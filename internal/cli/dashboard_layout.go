@@ -10,8 +10,8 @@ import (
 // at the bottom always show, whatever the terminal's size; the panes
 // between them share the lines left. Each pane first gets its few fixed
 // lines and a minimum of rows, then the rest grows them in the order of
-// dashGrowth; only a terminal too short for even that cuts panes off, from
-// the bottom of the panes up, never the status or key line.
+// dashGrowth. On a terminal too short for the minimums, panes give up rows
+// (dashSqueeze), and only then are they cut from the bottom up.
 
 // dashPane is one section between the header and the footer.
 type dashPane struct {
@@ -27,11 +27,13 @@ const (
 	paneQueue
 	paneEvents
 	dashPanes
+	// paneGaps stands in dashGrowth for the blank lines between sections.
+	paneGaps = dashPanes
 )
 
 // dashGrowth is the order in which lines left over after every pane's
 // minimum go to the panes, each up to a number of body lines (-1: all it
-// has); paneGaps stands for the blank lines around the panes.
+// has).
 var dashGrowth = []struct{ pane, upTo int }{
 	{paneProcs, 5},
 	{paneEvents, 5},
@@ -44,20 +46,17 @@ var dashGrowth = []struct{ pane, upTo int }{
 	{paneProcs, -1},
 }
 
-// paneGaps is dashGrowth's stand-in for the blank lines between sections.
-const paneGaps = dashPanes
-
 // dashGaps is the order in which the blank lines show: gap i comes before
 // pane i, gap dashPanes after the last pane.
 var dashGaps = []int{dashPanes, 0, 1, 2, 3}
 
-// layout fits head, panes and foot into height lines, or shows all of
+// dashLayout fits head, panes and foot into height lines, or shows all of
 // them when height is 0 (the terminal's size not yet known).
-func layout(height int, head []string, panes [dashPanes]dashPane, foot []string) []string {
+func dashLayout(height int, head []string, panes [dashPanes]dashPane, foot []string) []string {
 	var rows [dashPanes]int
 	gaps := len(dashGaps)
 	if height > 0 {
-		rows, gaps = allot(height-len(head)-len(foot), panes)
+		rows, gaps = dashAllot(height-len(head)-len(foot), panes)
 	} else {
 		for i, p := range panes {
 			rows[i] = p.max
@@ -89,13 +88,13 @@ func layout(height int, head []string, panes [dashPanes]dashPane, foot []string)
 
 // dashSqueeze is the order in which panes with as many body lines give
 // one up when even the minimums do not fit.
-var dashSqueeze = []int{paneQueue, paneEvents, paneProcs, paneGPUs}
+var dashSqueeze = []int{paneQueue, paneEvents, paneProcs}
 
-// allot shares avail lines among panes: each one's body lines, and how
+// dashAllot shares avail lines among panes: each one's body lines, and how
 // many of the gaps around them show. When the minimums do not fit, the
 // pane with the most body lines gives one up, again and again, down to one
 // line each.
-func allot(avail int, panes [dashPanes]dashPane) (rows [dashPanes]int, gaps int) {
+func dashAllot(avail int, panes [dashPanes]dashPane) (rows [dashPanes]int, gaps int) {
 	left := avail
 	for i, p := range panes {
 		rows[i] = p.min

@@ -11,8 +11,8 @@ import (
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
-// keyLine starts the key line.
-const keyLine = "f freeze · t thaw · h hibernate · k kill"
+// dashKeyPrefix starts the key line.
+const dashKeyPrefix = "f freeze · t thaw · h hibernate · k kill"
 
 // busyDash is a dashboard with more of everything than fits a small
 // terminal: the bars snapshot with 8 processes, 12 jobs and 12 events, the
@@ -35,10 +35,10 @@ func busyDash(t *testing.T, width, height int) dashModel {
 	return m
 }
 
-// checkFits fails t unless view has at most height lines of at most width
+// checkDashFits fails t unless view has at most height lines of at most width
 // cells, starting with the title and ending with the key line, and holds
 // every one of want.
-func checkFits(t *testing.T, view string, width, height int, want ...string) {
+func checkDashFits(t *testing.T, view string, width, height int, want ...string) {
 	t.Helper()
 	lines := strings.Split(view, "\n")
 	if len(lines) > height {
@@ -52,7 +52,7 @@ func checkFits(t *testing.T, view string, width, height int, want ...string) {
 	if !strings.HasPrefix(lines[0], "gpusched 1.2.3 dashboard") {
 		t.Errorf("first line %q, want the title", lines[0])
 	}
-	if last := lines[len(lines)-1]; !strings.HasPrefix(last, keyLine) {
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, dashKeyPrefix) {
 		t.Errorf("last line %q, want the key line", last)
 	}
 	for _, w := range want {
@@ -73,7 +73,7 @@ func TestDashboardFitsTerminal(t *testing.T) {
 			// The selection scrolls into view; the kill question shows.
 			m, _ = press(t, m, "end")
 			m, _ = press(t, m, "k")
-			checkFits(t, m.render(), w, h, "kill train? y/n", "> train", "p11 running→frozen", "GPUS", "host RAM", "disk",
+			checkDashFits(t, m.render(), w, h, "kill train? y/n", "> train", "p11 running→frozen", "GPUS", "host RAM", "disk",
 				"PROCESSES", "QUEUE", "… and ", "EVENTS")
 			if w == 80 && !strings.Contains(m.render(), "PROCESSES (4-8 of 8)") {
 				t.Errorf("the process table does not scroll to the selection:\n%s", m.render())
@@ -82,7 +82,7 @@ func TestDashboardFitsTerminal(t *testing.T) {
 			// With the help open too.
 			m, _ = press(t, m, "n")
 			m, _ = press(t, m, "?")
-			checkFits(t, m.render(), w, h, "kill train cancelled", dashHelp[len(dashHelp)-1][:20], "p11 running→frozen")
+			checkDashFits(t, m.render(), w, h, "kill train cancelled", dashHelp[len(dashHelp)-1][:20], "p11 running→frozen")
 		})
 	}
 }
@@ -90,7 +90,7 @@ func TestDashboardFitsTerminal(t *testing.T) {
 func TestDashboardWideTerminalShowsAll(t *testing.T) {
 	m := busyDash(t, 120, 60)
 	view := m.render()
-	checkFits(t, view, 120, 60, "PROCESSES\n", "filler 10.0 GiB", "GPU 1 is at 91C", "frozen (room a thaw needs)",
+	checkDashFits(t, view, 120, 60, "PROCESSES\n", "filler 10.0 GiB", "GPU 1 is at 91C", "frozen (room a thaw needs)",
 		"… and 4 more (gpuschedctl jobs)", "p02 running→frozen")
 	if strings.Contains(view, "p01 running→frozen") {
 		t.Errorf("more than the last %d events:\n%s", dashMaxEvents, view)
@@ -105,7 +105,7 @@ func TestDashboardStatusLineWraps(t *testing.T) {
 	m, cmd := press(t, m, "t")
 	m = runAction(t, m, cmd)
 	view := m.render()
-	checkFits(t, view, 80, 24, `thaw p0: thaw "train": needs 8.0 GiB on GPU 0, 4.0 GiB free;`)
+	checkDashFits(t, view, 80, 24, `thaw p0: thaw "train": needs 8.0 GiB on GPU 0, 4.0 GiB free;`)
 	lines := strings.Split(view, "\n")
 	if last := lines[len(lines)-2]; !strings.HasSuffix(last, "…") {
 		t.Errorf("a status over 3 lines does not end its third in …: %q", last)
@@ -120,7 +120,7 @@ func TestDashboardShortTerminalKeepsFooter(t *testing.T) {
 		if len(lines) != h {
 			t.Errorf("height %d: %d lines", h, len(lines))
 		}
-		if !strings.HasPrefix(lines[len(lines)-1], keyLine) || lines[len(lines)-2] != "kill p0? y/n" {
+		if !strings.HasPrefix(lines[len(lines)-1], dashKeyPrefix) || lines[len(lines)-2] != "kill p0? y/n" {
 			t.Errorf("height %d: the footer is not the last two lines:\n%s", h, strings.Join(lines, "\n"))
 		}
 	}

@@ -114,7 +114,7 @@ func (m dashModel) render() string {
 		paneQueue:  m.queuePane(),
 		paneEvents: m.eventPane(),
 	}
-	return m.fit(layout(m.height, head, panes, foot))
+	return m.fit(dashLayout(m.height, head, panes, foot))
 }
 
 // fit joins lines, each cut to the terminal's width.
@@ -139,7 +139,7 @@ func (m dashModel) header() []string {
 	}
 	out := []string{st.title.Render(title)}
 	if s := m.status; s != nil {
-		out = append(out, m.wrap(fmt.Sprintf("processes %s · jobs %s · checkpoint %s driver", stateCounts(s), jobCounts(s), orDash(s.Driver)), 2, plain)...)
+		out = append(out, m.wrap(fmt.Sprintf("processes %s · jobs %s · checkpoint %s driver", stateCounts(s), jobCounts(s), orDash(s.Driver)), 2, dashPlain)...)
 	}
 	if m.loadErr != nil {
 		out = append(out, m.wrap("refresh failed: "+errorLine(m.loadErr), 2, st.bad.Render)...)
@@ -154,10 +154,10 @@ func (m dashModel) footer() []string {
 	var out []string
 	if m.help {
 		for _, l := range dashHelp {
-			out = append(out, m.wrap(l, 3, plain)...)
+			out = append(out, m.wrap(l, 3, dashPlain)...)
 		}
 	}
-	note := plain
+	note := dashPlain
 	switch {
 	case m.confirmKill != "":
 		note = st.warn.Render
@@ -168,11 +168,11 @@ func (m dashModel) footer() []string {
 	return append(out, m.wrap(dashKeys, 2, st.dim.Render)...)
 }
 
-// plain draws text as it is.
-func plain(s ...string) string { return strings.Join(s, " ") }
+// dashPlain draws text as it is.
+func dashPlain(s ...string) string { return strings.Join(s, " ") }
 
-// fixedPane is a pane of lines that never shrinks.
-func fixedPane(lines ...string) dashPane {
+// dashFixedPane is a pane of lines that never shrinks.
+func dashFixedPane(lines ...string) dashPane {
 	return dashPane{fixed: len(lines), draw: func(int) []string { return slices.Clone(lines) }}
 }
 
@@ -311,7 +311,7 @@ func (m dashModel) barWidth() int {
 // procPane is the process table, scrolled on a short terminal.
 func (m dashModel) procPane() dashPane {
 	if len(m.procs) == 0 {
-		return fixedPane(m.styles.section.Render("PROCESSES"), "  none")
+		return dashFixedPane(m.styles.section.Render("PROCESSES"), "  none")
 	}
 	return dashPane{fixed: 2, min: min(len(m.procs), dashMinRows), max: len(m.procs), draw: m.procLines}
 }
@@ -379,7 +379,7 @@ func (m dashModel) ageOrExit(p *api.Process) string {
 // dashMaxJobs, fewer on a short terminal, and how many more.
 func (m dashModel) queuePane() dashPane {
 	if len(m.jobs) == 0 {
-		return fixedPane(m.styles.section.Render("QUEUE"), "  no jobs")
+		return dashFixedPane(m.styles.section.Render("QUEUE"), "  no jobs")
 	}
 	all := min(len(m.jobs), dashMaxJobs)
 	if len(m.jobs) > dashMaxJobs {
@@ -424,7 +424,7 @@ func (m dashModel) eventPane() dashPane {
 		head = append(head, "  "+st.warn.Render(m.eventsNote))
 	}
 	if len(m.events) == 0 {
-		return fixedPane(append(head, "  none yet")...)
+		return dashFixedPane(append(head, "  none yet")...)
 	}
 	return dashPane{fixed: len(head), min: min(len(m.events), dashMinRows), max: len(m.events), draw: func(n int) []string {
 		out := slices.Clone(head)

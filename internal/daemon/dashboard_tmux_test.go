@@ -96,7 +96,7 @@ func needTmux(t *testing.T) string {
 // waitEventSubscriber waits until some client is subscribed to events.
 func (h *harness) waitEventSubscriber() {
 	h.t.Helper()
-	waitUntil(h.t, "an events subscriber", func() (bool, string) {
+	dashPoll(h.t, "an events subscriber", func() (bool, string) {
 		h.d.events.mu.Lock()
 		defer h.d.events.mu.Unlock()
 		return len(h.d.events.subs) > 0, "no subscriber"
@@ -148,22 +148,22 @@ func (s *tmuxScreen) keys(keys ...string) {
 }
 
 // waitFor polls the screen until ok holds for it and returns it; it fails
-// t with the last screen after 30 seconds.
+// t with the last screen after a minute.
 func (s *tmuxScreen) waitFor(what string, ok func(screen string) bool) string {
 	s.t.Helper()
 	var screen string
-	waitUntil(s.t, fmt.Sprintf("%s on the %dx%d terminal", what, s.w, s.h), func() (bool, string) {
+	dashPoll(s.t, fmt.Sprintf("%s on the %dx%d terminal", what, s.w, s.h), func() (bool, string) {
 		screen = s.run("capture-pane", "-p", "-t", "dash")
 		return ok(screen), "the screen:\n" + screen
 	})
 	return screen
 }
 
-// waitUntil polls cond until it holds, failing t after 30 seconds with
+// dashPoll polls cond until it holds, failing t after 60 seconds with
 // what and cond's last note.
-func waitUntil(t testing.TB, what string, cond func() (bool, string)) {
+func dashPoll(t testing.TB, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -172,7 +172,7 @@ func waitUntil(t testing.TB, what string, cond func() (bool, string)) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no %s after 30s; %s", what, note)
+			t.Fatalf("no %s after a minute; %s", what, note)
 		}
 		<-tick.C
 	}
