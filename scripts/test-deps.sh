@@ -15,6 +15,7 @@ command -v socat >/dev/null || need+=(socat)
 /usr/bin/python3 -c 'import mypy' 2>/dev/null || need+=(python3-mypy)
 command -v shellcheck >/dev/null || need+=(shellcheck) # lints the install and Slurm scripts
 command -v gcc >/dev/null || need+=(gcc) # builds the fake libcuda for the driver-API tests
+command -v tmux >/dev/null || need+=(tmux) # a real terminal for the dashboard's tests
 if ((${#need[@]})); then
 	echo "test-deps: installing ${need[*]}" >&2
 	export DEBIAN_FRONTEND=noninteractive

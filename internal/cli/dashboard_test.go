@@ -29,6 +29,7 @@ type fakeDashSource struct {
 	gpus   []api.GPU
 	jobs   []api.Job
 	status *api.Status
+	snaps  []api.Snapshot
 
 	events    []api.Event // Events sends these, then ends with eventsErr
 	eventsErr error
@@ -52,6 +53,13 @@ func (f *fakeDashSource) GPUs(context.Context) ([]api.GPU, error)   { return f.g
 func (f *fakeDashSource) Jobs(context.Context) ([]api.Job, error)   { return f.jobs, nil }
 func (f *fakeDashSource) Status(context.Context) (*api.Status, error) {
 	return f.status, nil
+}
+
+func (f *fakeDashSource) Snapshots(context.Context) ([]api.Snapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, "snapshots")
+	return f.snaps, nil
 }
 
 func (f *fakeDashSource) Freeze(_ context.Context, name string) (*api.CheckpointResult, error) {
@@ -471,6 +479,33 @@ func TestDashboardViewShowsBarsWithNumbers(t *testing.T) {
 	}
 }
 
+func TestDashboardHibernatedShowsNeededVRAM(t *testing.T) {
+	// The daemon reports no GPU memory for a hibernated process: its
+	// snapshot says what its thaw needs.
+	s := snapshotOf("train")
+	hib := proc("reward")
+	hib.State, hib.Tier, hib.VRAMMiB, hib.Snapshot = api.StateHibernated, api.TierDisk, 0, "snap-2"
+	for i := range hib.GPUs {
+		hib.GPUs[i].UsedMiB = 0
+	}
+	src := &fakeDashSource{procs: append(s.procs, hib), gpus: s.gpus, jobs: s.jobs, status: s.status,
+		snaps: []api.Snapshot{{ID: "snap-1", VRAMMiB: 1}, {ID: "snap-2", Name: "reward", Holds: true, VRAMMiB: 12000}}}
+	m, _ := step(t, newTestDash(src), loadSnapshot(context.Background(), src))
+	want := "reward  hibernated  disk  alice  0,1   (11.7 GiB) on disk"
+	if !strings.Contains(m.render(), want) {
+		t.Errorf("view lacks %q:\n%s", want, m.render())
+	}
+	if calls := src.recorded(); !slices.Equal(calls, []string{"snapshots"}) {
+		t.Errorf("calls %v, want the snapshots read once", calls)
+	}
+
+	// With nothing on disk, no snapshot is read.
+	src.procs = s.procs
+	if loadSnapshot(context.Background(), src); len(src.recorded()) != 1 {
+		t.Errorf("calls %v: snapshots read with no process on disk", src.recorded())
+	}
+}
+
 func TestDashboardViewUnlimitedBudgetsAndNoCRIU(t *testing.T) {
 	s := barsSnapshot()
 	s.status.RAMBudgetMiB, s.status.DiskBudget, s.status.DiskBytes, s.status.CRIU = 0, 0, 0, ""
@@ -625,11 +660,14 @@ func TestDashboardNeedsTerminal(t *testing.T) {
 // the connections the dashboard uses.
 func TestDashboardAgainstFakeDaemon(t *testing.T) {
 	snap := barsSnapshot()
+	hib := proc("video")
+	hib.State, hib.Tier, hib.VRAMMiB, hib.Snapshot = api.StateHibernated, api.TierDisk, 0, "snap-1"
 	d := newFakeDaemon(t, map[string]handler{
-		api.MethodPS:     answer(result(api.PSResult{Processes: []api.Process{proc("train"), proc("eval")}})),
-		api.MethodGPUs:   answer(result(api.GPUsResult{GPUs: snap.gpus})),
-		api.MethodJobs:   answer(result(api.JobsResult{Jobs: snap.jobs})),
-		api.MethodStatus: answer(result(snap.status)),
+		api.MethodPS:        answer(result(api.PSResult{Processes: []api.Process{proc("train"), proc("eval"), hib}})),
+		api.MethodGPUs:      answer(result(api.GPUsResult{GPUs: snap.gpus})),
+		api.MethodJobs:      answer(result(api.JobsResult{Jobs: snap.jobs})),
+		api.MethodStatus:    answer(result(snap.status)),
+		api.MethodSnapshots: answer(result(api.SnapshotsResult{Snapshots: []api.Snapshot{{ID: "snap-1", VRAMMiB: 3 << 10}}})),
 		api.MethodFreeze: func(req api.Request) []any {
 			var p api.FreezeParams
 			_ = json.Unmarshal(req.Params, &p)
@@ -655,11 +693,11 @@ func TestDashboardAgainstFakeDaemon(t *testing.T) {
 		}
 		m, _ = step(t, m, msg)
 	}
-	if got := rows(m); !slices.Equal(got, []string{"eval", "train"}) {
+	if got := rows(m); !slices.Equal(got, []string{"eval", "train", "video"}) {
 		t.Errorf("rows %v", got)
 	}
 	view := m.render()
-	for _, want := range []string{"40.0 GiB/80.0 GiB", "12.0 GiB/64.0 GiB frozen", "j-eval", "> eval"} {
+	for _, want := range []string{"40.0 GiB/80.0 GiB", "12.0 GiB/64.0 GiB frozen", "j-eval", "> eval", "(3.0 GiB) on disk"} {
 		if !strings.Contains(view, want) {
 			t.Errorf("view lacks %q:\n%s", want, view)
 		}
@@ -668,7 +706,7 @@ func TestDashboardAgainstFakeDaemon(t *testing.T) {
 	for _, r := range d.requests() {
 		methods = append(methods, r.Method)
 	}
-	if want := []string{"ps", "gpus", "jobs", "status", "ps", "gpus", "jobs", "status"}; !slices.Equal(methods, want) {
+	if want := []string{"ps", "gpus", "jobs", "status", "snapshots", "ps", "gpus", "jobs", "status", "snapshots"}; !slices.Equal(methods, want) {
 		t.Errorf("methods %v, want %v", methods, want)
 	}
 	if conns := d.connections(); slices.Max(conns) != 1 {

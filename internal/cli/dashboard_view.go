@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -13,7 +14,7 @@ import (
 
 const (
 	dashMaxJobs  = 8  // queue rows shown
-	dashMinRows  = 3  // process rows shown however small the terminal
+	dashMinRows  = 3  // process rows and events shown however short the terminal
 	dashBarWidth = 30 // cells of a bar on a wide terminal
 )
 
@@ -93,47 +94,27 @@ func (m dashModel) View() tea.View {
 	return v
 }
 
-// render draws the whole screen as text.
+// render draws the whole screen as text: the header, the panes and the
+// footer, fitted to the terminal (dashboard_layout.go).
 func (m dashModel) render() string {
-	st := m.styles
-	var top []string
-	top = append(top, m.header()...)
+	head, foot := m.header(), m.footer()
 	if !m.loaded {
 		if m.loadErr == nil {
-			top = append(top, "loading…")
+			head = append(head, "loading…")
 		}
-		return m.fit(append(top, "", m.helpLine()))
+		lines := append(append(head, ""), foot...)
+		if m.height > 0 {
+			lines = lines[max(len(lines)-m.height, 0):]
+		}
+		return m.fit(lines)
 	}
-	top = append(top, "")
-	top = append(top, m.gpuLines()...)
-	top = append(top, m.memoryLines()...)
-	top = append(top, "")
-
-	var bottom []string
-	bottom = append(bottom, "")
-	bottom = append(bottom, m.queueLines()...)
-	bottom = append(bottom, "")
-	bottom = append(bottom, m.eventLines()...)
-	bottom = append(bottom, "")
-	switch {
-	case m.confirmKill != "":
-		bottom = append(bottom, st.warn.Render(m.note))
-	case m.noteErr:
-		bottom = append(bottom, st.bad.Render(m.note))
-	default:
-		bottom = append(bottom, m.note)
+	panes := [dashPanes]dashPane{
+		paneGPUs:   m.gpuPane(),
+		paneProcs:  m.procPane(),
+		paneQueue:  m.queuePane(),
+		paneEvents: m.eventPane(),
 	}
-	bottom = append(bottom, m.helpLine())
-	if m.help {
-		bottom = append(bottom, dashHelp...)
-	}
-
-	rows := len(m.procs)
-	if m.height > 0 {
-		rows = max(m.height-len(top)-len(bottom)-2, dashMinRows) // 2: the section title and column heads
-	}
-	lines := append(top, m.procLines(rows)...)
-	return m.fit(append(lines, bottom...))
+	return m.fit(dashLayout(m.height, head, panes, foot))
 }
 
 // fit joins lines, each cut to the terminal's width.
@@ -158,21 +139,56 @@ func (m dashModel) header() []string {
 	}
 	out := []string{st.title.Render(title)}
 	if s := m.status; s != nil {
-		out = append(out, fmt.Sprintf("processes %s · jobs %s · checkpoint %s driver", stateCounts(s), jobCounts(s), orDash(s.Driver)))
+		out = append(out, m.wrap(fmt.Sprintf("processes %s · jobs %s · checkpoint %s driver", stateCounts(s), jobCounts(s), orDash(s.Driver)), 2, dashPlain)...)
 	}
 	if m.loadErr != nil {
-		out = append(out, st.bad.Render("refresh failed: "+errorLine(m.loadErr)))
+		out = append(out, m.wrap("refresh failed: "+errorLine(m.loadErr), 2, st.bad.Render)...)
 	}
 	return out
 }
 
-// gpuLines draws one bar per GPU, a line of what holds or waits for its
-// memory, and why an unhealthy one is.
-func (m dashModel) gpuLines() []string {
+// footer is, with ?, the help, then the status line (the last action's
+// outcome or the kill question) and the key line, the screen's last.
+func (m dashModel) footer() []string {
 	st := m.styles
-	out := []string{st.section.Render("GPUS")}
+	var out []string
+	if m.help {
+		for _, l := range dashHelp {
+			out = append(out, m.wrap(l, 3, dashPlain)...)
+		}
+	}
+	note := dashPlain
+	switch {
+	case m.confirmKill != "":
+		note = st.warn.Render
+	case m.noteErr:
+		note = st.bad.Render
+	}
+	out = append(out, m.wrap(m.note, 3, note)...)
+	return append(out, m.wrap(dashKeys, 2, st.dim.Render)...)
+}
+
+// dashPlain draws text as it is.
+func dashPlain(s ...string) string { return strings.Join(s, " ") }
+
+// dashFixedPane is a pane of lines that never shrinks.
+func dashFixedPane(lines ...string) dashPane {
+	return dashPane{fixed: len(lines), draw: func(int) []string { return slices.Clone(lines) }}
+}
+
+// gpuPane draws one bar per GPU, then the host RAM and disk bars. The line
+// under a GPU of what holds or waits for its memory, why an unhealthy one
+// is, and the bars' legend are its body: they give way first on a short
+// terminal.
+func (m dashModel) gpuPane() dashPane {
+	st := m.styles
+	type line struct {
+		text  string
+		extra bool
+	}
+	lines := []line{{text: st.section.Render("GPUS")}}
 	if len(m.gpus) == 0 {
-		return append(out, "  none")
+		lines = append(lines, line{text: "  none"})
 	}
 	nameWidth := 0
 	for _, g := range m.gpus {
@@ -200,33 +216,59 @@ func (m dashModel) gpuLines() []string {
 		if !g.Healthy {
 			health = st.bad.Render("unhealthy")
 		}
-		out = append(out, fmt.Sprintf("  %d %-*s %s %s/%s  util %s  temp %s  %s",
-			g.Index, nameWidth, g.Name, b, mib(g.UsedMiB), mib(g.TotalMiB), util, temp, health))
-		var held2 []string
+		lines = append(lines, line{text: fmt.Sprintf("  %d %-*s %s %s/%s  util %s  temp %s  %s",
+			g.Index, nameWidth, g.Name, b, mib(g.UsedMiB), mib(g.TotalMiB), util, temp, health)})
+		var holds []string
 		if f := g.Filler; f != nil {
 			s := fmt.Sprintf("filler %s (%s, target %s)", mib(f.HeldMiB), f.User, mib(f.TargetMiB))
 			if f.Error != "" {
 				s += " error: " + f.Error
 			}
-			held2 = append(held2, s)
+			holds = append(holds, s)
 		}
 		if g.FrozenMiB > 0 {
-			held2 = append(held2, "frozen "+mib(g.FrozenMiB)+" in host RAM")
+			holds = append(holds, "frozen "+mib(g.FrozenMiB)+" in host RAM")
 		}
 		if len(g.Leases) > 0 {
-			held2 = append(held2, "leases "+strings.Join(g.Leases, ","))
+			holds = append(holds, "leases "+strings.Join(g.Leases, ","))
 		}
 		indent := strings.Repeat(" ", 5+nameWidth)
-		if len(held2) > 0 {
-			out = append(out, indent+strings.Join(held2, " · "))
+		if len(holds) > 0 {
+			lines = append(lines, line{indent + strings.Join(holds, " · "), true})
 		}
 		if !g.Healthy && len(g.Unhealthy) > 0 {
-			out = append(out, indent+st.bad.Render(strings.Join(g.Unhealthy, "; ")))
+			lines = append(lines, line{indent + st.bad.Render(strings.Join(g.Unhealthy, "; ")), true})
 		}
 	}
-	legend := fmt.Sprintf("%s used  %s filler  %s frozen (room a thaw needs)  %s free",
-		st.used.Render(cellUsed), st.filler.Render(cellFiller), st.frozen.Render(cellFrozen), st.free.Render(cellFree))
-	return append(out, "  "+st.dim.Render(legend))
+	if len(m.gpus) > 0 {
+		legend := fmt.Sprintf("%s used  %s filler  %s frozen (room a thaw needs)  %s free",
+			st.used.Render(cellUsed), st.filler.Render(cellFiller), st.frozen.Render(cellFrozen), st.free.Render(cellFree))
+		lines = append(lines, line{"  " + st.dim.Render(legend), true})
+	}
+	for _, l := range m.memoryLines() {
+		lines = append(lines, line{text: l})
+	}
+	p := dashPane{draw: func(n int) []string {
+		var out []string
+		for _, l := range lines {
+			if l.extra {
+				if n == 0 {
+					continue
+				}
+				n--
+			}
+			out = append(out, l.text)
+		}
+		return out
+	}}
+	for _, l := range lines {
+		if l.extra {
+			p.max++
+		} else {
+			p.fixed++
+		}
+	}
+	return p
 }
 
 // memoryLines draws the host RAM held by frozen processes and the disk tier.
@@ -266,27 +308,30 @@ func (m dashModel) barWidth() int {
 	return min(max(m.width-70, 10), dashBarWidth)
 }
 
-// procLines draws the process table with at most rows rows, scrolled so
-// that the selected one shows, marked with ">".
+// procPane is the process table, scrolled on a short terminal.
+func (m dashModel) procPane() dashPane {
+	if len(m.procs) == 0 {
+		return dashFixedPane(m.styles.section.Render("PROCESSES"), "  none")
+	}
+	return dashPane{fixed: 2, min: min(len(m.procs), dashMinRows), max: len(m.procs), draw: m.procLines}
+}
+
+// procLines draws the process table with rows rows, scrolled so that the
+// selected one shows, marked with ">".
 func (m dashModel) procLines(rows int) []string {
 	st := m.styles
 	title := "PROCESSES"
-	if len(m.procs) == 0 {
-		return []string{st.section.Render(title), "  none"}
-	}
 	first := 0
 	if rows < len(m.procs) {
 		first = min(max(m.cursor-rows/2, 0), len(m.procs)-rows)
 		title += fmt.Sprintf(" (%d-%d of %d)", first+1, first+rows, len(m.procs))
-	} else {
-		rows = len(m.procs)
 	}
 	var b strings.Builder
 	t := newTable(&b)
 	fmt.Fprintf(t, "NAME\tSTATE\tTIER\tUSER\tGPUS\tVRAM\tAGE\n")
 	for i := first; i < first+rows; i++ {
 		p := &m.procs[i]
-		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.State, tierText(p), p.User, gpuIndexes(p.GPUs), dashVRAM(p), m.ageOrExit(p))
+		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, p.State, tierText(p), p.User, gpuIndexes(p.GPUs), m.vram(p), m.ageOrExit(p))
 	}
 	_ = t.Flush()
 	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
@@ -301,11 +346,18 @@ func (m dashModel) procLines(rows int) []string {
 	return out
 }
 
-// dashVRAM is a process's GPU memory, or for a frozen one the GPU memory
-// it parked in host RAM: "8.0 GiB in RAM".
-func dashVRAM(p *api.Process) string {
-	if p.Tier == api.TierHost && p.VRAMMiB == 0 && p.HostMiB > 0 {
-		return mib(p.HostMiB) + " in RAM"
+// vram is a process's GPU memory; for a frozen one, the GPU memory it
+// parked in host RAM ("8.0 GiB in RAM"); for a hibernated one, in
+// parentheses, the GPU memory its snapshot holds, which its thaw will need
+// ("(12.0 GiB) on disk").
+func (m dashModel) vram(p *api.Process) string {
+	if p.VRAMMiB == 0 {
+		switch {
+		case p.Tier == api.TierHost && p.HostMiB > 0:
+			return mib(p.HostMiB) + " in RAM"
+		case p.Tier == api.TierDisk && m.snapVRAM[p.Snapshot] > 0:
+			return "(" + mib(m.snapVRAM[p.Snapshot]) + ") on disk"
+		}
 	}
 	return mib(p.VRAMMiB)
 }
@@ -323,46 +375,64 @@ func (m dashModel) ageOrExit(p *api.Process) string {
 	return age(m.now.Sub(start))
 }
 
-// queueLines draws the unfinished jobs in submission order.
-func (m dashModel) queueLines() []string {
-	st := m.styles
-	out := []string{st.section.Render("QUEUE")}
+// queuePane is the unfinished jobs in submission order: the first
+// dashMaxJobs, fewer on a short terminal, and how many more.
+func (m dashModel) queuePane() dashPane {
 	if len(m.jobs) == 0 {
-		return append(out, "  no jobs")
+		return dashFixedPane(m.styles.section.Render("QUEUE"), "  no jobs")
+	}
+	all := min(len(m.jobs), dashMaxJobs)
+	if len(m.jobs) > dashMaxJobs {
+		all++ // "… and N more"
+	}
+	return dashPane{fixed: 2, min: min(all, 2), max: all, draw: m.queueLines}
+}
+
+// queueLines draws the queue in n lines: the first n jobs, or the first
+// n-1 and how many more.
+func (m dashModel) queueLines(n int) []string {
+	st := m.styles
+	shown := n
+	if n < len(m.jobs) {
+		shown = n - 1
 	}
 	var b strings.Builder
 	t := newTable(&b)
 	fmt.Fprintf(t, "ID\tNAME\tSTATE\tVRAM\tREASON\n")
-	for i := range min(len(m.jobs), dashMaxJobs) {
+	for i := range shown {
 		j := &m.jobs[i]
 		fmt.Fprintf(t, "%s\t%s\t%s\t%s\t%s\n", j.ID, j.Name, j.State, jobVRAM(j), orDash(j.Reason))
 	}
 	_ = t.Flush()
 	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
-	out = append(out, st.dim.Render("  "+lines[0]))
+	out := []string{st.section.Render("QUEUE"), st.dim.Render("  " + lines[0])}
 	for _, l := range lines[1:] {
 		out = append(out, "  "+l)
 	}
-	if n := len(m.jobs) - dashMaxJobs; n > 0 {
-		out = append(out, fmt.Sprintf("  … and %d more (gpuschedctl jobs)", n))
+	if more := len(m.jobs) - shown; more > 0 {
+		out = append(out, fmt.Sprintf("  … and %d more (gpuschedctl jobs)", more))
 	}
 	return out
 }
 
-// eventLines draws the last events, newest last.
-func (m dashModel) eventLines() []string {
+// eventPane is the last events, newest last: fewer on a short terminal,
+// never the newest.
+func (m dashModel) eventPane() dashPane {
 	st := m.styles
-	out := []string{st.section.Render("EVENTS")}
+	head := []string{st.section.Render("EVENTS")}
 	if m.eventsNote != "" {
-		out = append(out, "  "+st.warn.Render(m.eventsNote))
+		head = append(head, "  "+st.warn.Render(m.eventsNote))
 	}
 	if len(m.events) == 0 {
-		return append(out, "  none yet")
+		return dashFixedPane(append(head, "  none yet")...)
 	}
-	for i := range m.events {
-		out = append(out, "  "+dashEventLine(&m.events[i]))
-	}
-	return out
+	return dashPane{fixed: len(head), min: min(len(m.events), dashMinRows), max: len(m.events), draw: func(n int) []string {
+		out := slices.Clone(head)
+		for i := len(m.events) - n; i < len(m.events); i++ {
+			out = append(out, "  "+dashEventLine(&m.events[i]))
+		}
+		return out
+	}}
 }
 
 // dashEventLine shows an event in one short line: "15:04:05 process
@@ -415,15 +485,14 @@ func dashEventLine(e *api.Event) string {
 	return fmt.Sprintf("%s %-8s %s", ts, e.Type, what)
 }
 
-// helpLine is the short key list.
-func (m dashModel) helpLine() string {
-	return m.styles.dim.Render("f freeze · t thaw · h hibernate · k kill · ↑/↓ select · r refresh · q quit · ? help")
-}
+// dashKeys is the key line: 80 columns at most.
+const dashKeys = "f freeze · t thaw · h hibernate · k kill · ↑↓ move · r refresh · q quit · ? help"
 
-// dashHelp is what ? adds below the key list.
+// dashHelp is what ? adds above the status line: lines of 80 columns at
+// most.
 var dashHelp = []string{
-	"f, t, h and k act on the selected process by name; k asks y/n first and any other key cancels.",
-	"↑/↓ move the selection (PgUp/PgDn by 10, Home/End); it stays on the same process when the table changes.",
-	"The screen refreshes on every event and every second; r refreshes at once. q or Ctrl-C quits.",
-	"GPU bars: used by processes, held by a filler, frozen memory that a thaw needs back, free.",
+	"f t h k freeze, thaw, hibernate, kill the selection; k asks y/n, others cancel.",
+	"↑↓ move, PgUp/PgDn by 10, Home/End; the selection follows its process by name.",
+	"Refreshed on every event and every second; r refreshes now; q or Ctrl-C quits.",
+	"Bars: █ used, ▓ filler, ▒ frozen off the GPU (room a thaw needs), · free.",
 }
