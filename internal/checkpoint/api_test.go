@@ -76,7 +76,13 @@ func (f *apiFixture) faults(t *testing.T, faults checkpointtest.Faults) {
 // once it has allocated.
 func (f *apiFixture) job(t *testing.T) int {
 	t.Helper()
-	cmd := exec.Command(f.bins.SimJob, "--vram", "1000", "--hold", "3600")
+	return f.jobOf(t, 1000)
+}
+
+// jobOf starts a simulated job holding mib MiB on GPU 0.
+func (f *apiFixture) jobOf(t *testing.T, mib int) int {
+	t.Helper()
+	cmd := exec.Command(f.bins.SimJob, "--vram", strconv.Itoa(mib), "--hold", "3600")
 	cmd.Env = append(os.Environ(), simgpu.EnvDir+"="+f.reg.Dir(), "CUDA_VISIBLE_DEVICES="+simgpu.DeviceUUID(0))
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
@@ -156,7 +162,7 @@ func apiWantOpError(t *testing.T, err error, op string, want error) *OpError {
 func TestAPICycle(t *testing.T) {
 	f := newAPIFixture(t)
 	a := f.api(t)
-	if got, want := a.Caps(), (Caps{Kind: "api", Version: "12.9", DeviceMap: true, RestoreTID: true}); got != want {
+	if got, want := a.Caps(), (Caps{Kind: "api", Version: "13.0", DeviceMap: true, RestoreTID: true}); got != want {
 		t.Errorf("Caps() = %+v, want %+v", got, want)
 	}
 	pid := f.job(t)
@@ -355,13 +361,24 @@ func TestAPIUnsupported(t *testing.T) {
 		t.Errorf("cuInit failing: %v", err)
 	}
 
-	// A 12.8 driver checkpoints but cannot remap GPUs.
-	a := f.api(t, "FAKE_LIBCUDA_VERSION=12080")
-	if c := a.Caps(); c.Version != "12.8" || c.DeviceMap {
-		t.Errorf("12.8 driver: caps %+v", c)
+	// Drivers before 580 (CUDA 13.0) checkpoint but cannot remap GPUs, and
+	// 570's (CUDA 12.8) fails on PyTorch processes.
+	for _, tc := range []struct {
+		version string
+		caps    Caps
+	}{
+		{"12080", Caps{Kind: "api", Version: "12.8", RestoreTID: true, Warning: r570Warning}},
+		{"12090", Caps{Kind: "api", Version: "12.9", RestoreTID: true}},
+	} {
+		a := f.api(t, "FAKE_LIBCUDA_VERSION="+tc.version)
+		if c := a.Caps(); c != tc.caps {
+			t.Errorf("driver %s: caps %+v, want %+v", tc.version, c, tc.caps)
+		}
+		err = a.Restore(ctx, 12345, []GPUPair{{Old: simgpu.DeviceUUID(0), New: simgpu.DeviceUUID(1)}})
+		if oe := apiWantOpError(t, err, "restore", ErrUnsupported); !strings.Contains(oe.Detail, "needs CUDA 13.0 (driver 580)") {
+			t.Errorf("driver %s: restore with a device map: %v", tc.version, err)
+		}
 	}
-	err = a.Restore(ctx, 12345, []GPUPair{{Old: simgpu.DeviceUUID(0), New: simgpu.DeviceUUID(1)}})
-	apiWantOpError(t, err, "restore", ErrUnsupported)
 }
 
 func TestAPIHelperStart(t *testing.T) {
@@ -396,4 +413,55 @@ func TestAPIClose(t *testing.T) {
 	_, err := a.State(apiCtx(t), pid)
 	apiWantOpError(t, err, "get-state", ErrFailed)
 	apiMust(t, "second close", a.Close())
+}
+
+// TestDriverErrorsAsNVIDIAs runs the failures whose class the real stack
+// decides through both drivers on one fake: the CLI reads the tool's error
+// line and exit status, the API the CUresult the fake libcuda maps back
+// from them.
+func TestDriverErrorsAsNVIDIAs(t *testing.T) {
+	f := newAPIFixture(t)
+	cli, err := NewCLI(apiCtx(t), CLIOptions{Path: f.tool})
+	apiMust(t, "NewCLI", err)
+	for _, d := range []struct {
+		name string
+		drv  Driver
+	}{{"cli", cli}, {"api", f.api(t)}} {
+		t.Run(d.name, func(t *testing.T) {
+			ctx := apiCtx(t)
+			drv := d.drv
+			pid := f.job(t)
+
+			// A lock past its timeout, as TIMEOUT or as NOT_READY.
+			f.faults(t, checkpointtest.Faults{"lock": {DelayMS: 60000}})
+			apiWantOpError(t, drv.Lock(ctx, pid, 50*time.Millisecond), "lock", ErrTimeout)
+			f.faults(t, checkpointtest.Faults{"lock": {Error: "CUDA_ERROR_NOT_READY", Times: 1}})
+			err := drv.Lock(ctx, pid, time.Second)
+			if oe := apiWantOpError(t, err, "lock", ErrTimeout); !strings.Contains(oe.Detail, "CUDA_ERROR_NOT_READY") {
+				t.Errorf("lock answering NOT_READY: detail %q", oe.Detail)
+			}
+			checkState(t, drv, pid, StateRunning)
+			f.faults(t, nil)
+			apiMust(t, "lock", drv.Lock(ctx, pid, time.Second))
+			apiMust(t, "checkpoint", drv.Checkpoint(ctx, pid))
+
+			// A device map onto a GPU the driver does not have is refused,
+			// the process left checkpointed.
+			bad := []GPUPair{{Old: simgpu.DeviceUUID(0), New: simgpu.DeviceUUID(7)}}
+			err = drv.Restore(ctx, pid, bad)
+			if oe := apiWantOpError(t, err, "restore", ErrRejected); !strings.Contains(oe.Detail, "CUDA_ERROR_INVALID_VALUE") {
+				t.Errorf("bad device map: detail %q", oe.Detail)
+			}
+			checkState(t, drv, pid, StateCheckpointed)
+
+			// Out of memory on restore, until the memory frees.
+			filler := f.jobOf(t, 7500)
+			apiWantOpError(t, drv.Restore(ctx, pid, nil), "restore", ErrOutOfMemory)
+			checkState(t, drv, pid, StateCheckpointed)
+			apiMust(t, "kill filler", killJob(filler))
+			apiMust(t, "restore", drv.Restore(ctx, pid, nil))
+			apiMust(t, "unlock", drv.Unlock(ctx, pid))
+			checkState(t, drv, pid, StateRunning)
+		})
+	}
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,37 +28,64 @@ type CLIOptions struct {
 // execx. What the tool supports is probed once, from its --help.
 type CLI struct {
 	path string
+	env  []string
 	caps Caps
 }
 
 var _ Driver = (*CLI)(nil)
 
-// NewCLI finds cuda-checkpoint and probes its features. A missing tool, or
-// one without --action (before driver 570), gives ErrUnsupported.
+// NewCLI finds cuda-checkpoint and probes its features. A missing tool, one
+// that cannot load the driver library, or one without --action (before
+// driver 555) gives ErrUnsupported.
+//
+// The tool runs with execx's minimal environment plus the daemon's
+// LD_LIBRARY_PATH: it is linked against libcuda.so.1, which containers and
+// private driver installs keep outside the loader's default paths.
 func NewCLI(ctx context.Context, opts CLIOptions) (*CLI, error) {
 	path, err := resolve(opts.Path)
 	if err != nil {
 		return nil, err
 	}
-	res, err := execx.Run(ctx, execx.Cmd{Path: path, Args: []string{"--help"}})
+	c := &CLI{path: path, env: toolEnv()}
+	res, err := execx.Run(ctx, execx.Cmd{Path: path, Args: []string{"--help"}, Env: c.env})
+	help := string(res.Stdout) + string(res.Stderr)
 	switch {
 	case errors.Is(err, execx.ErrNotFound):
 		return nil, fmt.Errorf("cuda-checkpoint at %s cannot be run (set --cuda-checkpoint to the tool's path): %w: %w", path, ErrUnsupported, err)
 	case ctx.Err() != nil:
 		return nil, fmt.Errorf("cuda-checkpoint at %s: --help: %w", path, err)
 	case err != nil:
+		if why := unusable(help, exitStatus(err)); why != "" {
+			return nil, fmt.Errorf("cuda-checkpoint at %s: %s: %w", path, why, ErrUnsupported)
+		}
 		return nil, fmt.Errorf("cuda-checkpoint at %s: --help failed: %w: %w", path, ErrUnsupported, err)
 	}
-	help := string(res.Stdout) + string(res.Stderr)
+	// --action came with driver 555: CRIU's cuda plugin (plugins/cuda/
+	// cuda_plugin.c, cuda_plugin_init) probes --help for it and asks for
+	// "an r555 or higher version driver"; driver 550's tool had only
+	// --toggle (NVIDIA/cuda-checkpoint's first README).
 	if !strings.Contains(help, "--action") {
-		return nil, fmt.Errorf("cuda-checkpoint at %s has no --action (driver 570 or newer needed): %w", path, ErrUnsupported)
+		return nil, fmt.Errorf("cuda-checkpoint at %s has no --action (driver 555 or newer needed): %w", path, ErrUnsupported)
 	}
-	return &CLI{path: path, caps: Caps{
+	v := helpVersion(help)
+	c.caps = Caps{
 		Kind:       "cli",
-		Version:    helpVersion(help),
+		Version:    v,
 		DeviceMap:  strings.Contains(help, "--device-map"),
 		RestoreTID: strings.Contains(help, "--get-restore-tid"),
-	}}, nil
+		Warning:    driverWarning(v),
+	}
+	return c, nil
+}
+
+// toolEnv is the tool's environment: execx's minimal one and the daemon's
+// LD_LIBRARY_PATH.
+func toolEnv() []string {
+	env := slices.Clone(execx.MinimalEnv)
+	if v := os.Getenv("LD_LIBRARY_PATH"); v != "" {
+		env = append(env, "LD_LIBRARY_PATH="+v)
+	}
+	return env
 }
 
 // resolve makes the tool's path absolute, looking a bare name up on PATH.
@@ -134,7 +163,7 @@ func (c *CLI) Restore(ctx context.Context, pid int, pairs []GPUPair) error {
 	if len(pairs) > 0 {
 		if !c.caps.DeviceMap {
 			return &OpError{Op: "restore", PID: pid, Err: ErrUnsupported,
-				Detail: fmt.Sprintf("cuda-checkpoint at %s has no --device-map (a newer driver is needed to restore onto other GPUs)", c.path)}
+				Detail: fmt.Sprintf("cuda-checkpoint at %s has no --device-map (driver 580 or newer is needed to restore onto other GPUs)", c.path)}
 		}
 		m := make([]string, len(pairs))
 		for i, p := range pairs {
@@ -177,43 +206,71 @@ func (c *CLI) Close() error { return nil }
 
 // run runs the tool and turns a failure into an *OpError.
 func (c *CLI) run(ctx context.Context, op string, pid int, args ...string) (string, error) {
-	res, err := execx.Run(ctx, execx.Cmd{Path: c.path, Args: args})
+	res, err := execx.Run(ctx, execx.Cmd{Path: c.path, Args: args, Env: c.env})
 	if err == nil {
 		return string(res.Stdout), nil
 	}
-	tail := strings.TrimSpace(string(res.Stderr))
-	e := &OpError{Op: op, PID: pid, Err: classify(tail), Detail: strconv.Quote(tail)}
+	msg := strings.TrimSpace(string(res.Stderr))
+	if msg == "" {
+		msg = strings.TrimSpace(string(res.Stdout))
+	}
+	msg = strings.ReplaceAll(msg, "\n", "; ")
+	e := &OpError{Op: op, PID: pid, Err: ErrFailed, Detail: msg}
 	var exitErr *execx.ExitError
 	switch {
 	case ctx.Err() != nil:
 		e.Err = ctxClass(ctx.Err())
 		e.Detail = fmt.Sprintf("cuda-checkpoint killed after %v: %v", res.Duration.Round(time.Millisecond), ctx.Err())
-		if tail != "" {
-			e.Detail += ": " + strconv.Quote(tail)
+		if msg != "" {
+			e.Detail += ": " + msg
 		}
 	case errors.Is(err, execx.ErrNotFound):
 		e.Err, e.Detail = ErrUnsupported, err.Error()
 	case !errors.As(err, &exitErr):
-		e.Err, e.Detail = ErrFailed, err.Error()
+		e.Detail = err.Error()
+	default:
+		var what string
+		e.Err, what = toolFailure(op, string(res.Stderr)+"\n"+string(res.Stdout), exitErr.Status, slices.Contains(args, "--device-map"))
+		e.Detail = fmt.Sprintf("%s (%s)", msg, what)
 	}
 	return "", e
 }
 
-var cudaErrorRE = regexp.MustCompile(`CUDA_ERROR_[A-Z_]+`)
-
-// classify maps the CUDA error name in cuda-checkpoint's stderr to a class.
-func classify(stderr string) error {
-	switch cudaErrorRE.FindString(stderr) {
-	case "CUDA_ERROR_OUT_OF_MEMORY":
-		return ErrOutOfMemory
-	case "CUDA_ERROR_TIMEOUT":
-		return ErrTimeout
-	case "CUDA_ERROR_ILLEGAL_STATE":
-		return ErrIllegalState
-	case "CUDA_ERROR_INVALID_VALUE", "CUDA_ERROR_NOT_INITIALIZED", "CUDA_ERROR_NO_DEVICE":
-		return ErrNotCUDA
-	case "CUDA_ERROR_NOT_SUPPORTED":
-		return ErrNotCheckpointable
+// toolFailure classifies a run of the tool that exited with status, from its
+// output, and says what it read there: the CUresult and the status, or why
+// the tool could not run.
+func toolFailure(op, output string, status int, pairs bool) (class error, what string) {
+	if why := unusable(output, status); why != "" {
+		return ErrUnsupported, why
 	}
-	return ErrFailed
+	what = fmt.Sprintf("exit status %d", status)
+	if r, ok := toolResult(output, status); ok {
+		return resultClass(op, r, pairs), resultName(r) + ", " + what
+	}
+	return ErrFailed, what
+}
+
+// exitStatus is the exit status of a failed run, -1 when it has none.
+func exitStatus(err error) int {
+	var exitErr *execx.ExitError
+	if errors.As(err, &exitErr) {
+		return exitErr.Status
+	}
+	return -1
+}
+
+// unusable says why the tool could not run at all, from its output and exit
+// status, or "". The stub's dynamic loader fails with status 127 when it
+// finds no libcuda.so.1 (what NVIDIA's binary prints on a machine without
+// the driver); the stub prints "Insufficient driver" and exits 255 when
+// cuDriverGetVersion fails or is below 12040, CUDA 12.4 (its main compares
+// the version with 0x2f07).
+func unusable(output string, status int) string {
+	switch {
+	case status == 127 && strings.Contains(output, "error while loading shared libraries"):
+		return "it cannot load the NVIDIA driver library libcuda.so.1 (set LD_LIBRARY_PATH in gpuschedd's environment to the library's directory)"
+	case strings.Contains(output, "Insufficient driver"):
+		return "the NVIDIA driver is too old for it (driver 550, CUDA 12.4, or newer needed)"
+	}
+	return ""
 }

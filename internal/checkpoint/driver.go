@@ -27,6 +27,7 @@ type Caps struct {
 	Version    string `json:"version,omitempty"` // driver version, when known
 	DeviceMap  bool   `json:"device_map"`        // restore onto other GPUs (migrate)
 	RestoreTID bool   `json:"restore_tid"`       // restore thread id query
+	Warning    string `json:"warning,omitempty"` // a known problem of this driver version
 }
 
 // GPUPair maps a GPU a process was checkpointed on to the GPU it is restored

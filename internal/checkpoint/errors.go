@@ -21,6 +21,10 @@ var (
 	// ErrNotCheckpointable means the process can never be checkpointed,
 	// for example an MPS client.
 	ErrNotCheckpointable = errors.New("not checkpointable")
+	// ErrRejected means the driver refused the call's arguments, such as a
+	// device map naming GPUs it cannot restore onto; the process is as it
+	// was.
+	ErrRejected = errors.New("rejected by the driver")
 	// ErrNoSpace means a dump ran out of disk.
 	ErrNoSpace = errors.New("no space left on device")
 	// ErrFailed is any other driver failure.

@@ -48,6 +48,7 @@ var classes = []struct {
 	{"illegal_state", ErrIllegalState},
 	{"not_cuda", ErrNotCUDA},
 	{"not_checkpointable", ErrNotCheckpointable},
+	{"rejected", ErrRejected},
 	{"unsupported", ErrUnsupported},
 	{"failed", ErrFailed},
 }

@@ -76,12 +76,16 @@ func openLibcuda(path string) (*libcuda, error) {
 
 // caps reports what the loaded driver can do.
 func (l *libcuda) caps() Caps {
-	return Caps{
+	c := Caps{
 		Kind:       "api",
 		Version:    cudaVersion(l.version),
 		DeviceMap:  l.version >= cuDeviceMapVersion,
 		RestoreTID: true,
 	}
+	if l.version == cuR570Version {
+		c.Warning = r570Warning
+	}
+	return c
 }
 
 // name returns the CUresult's name (cuGetErrorName), e.g. CUDA_ERROR_TIMEOUT.
@@ -102,7 +106,7 @@ func (l *libcuda) fail(op string, pid int, r cuResult) error {
 	if r == cuSuccess {
 		return nil
 	}
-	return &OpError{Op: op, PID: pid, Err: errClass(r), Detail: l.name(r)}
+	return &OpError{Op: op, PID: pid, Err: resultClass(op, r, false), Detail: l.name(r)}
 }
 
 // State returns the process's CUprocessState.
@@ -151,7 +155,7 @@ func (l *libcuda) Restore(pid int, pairs []GPUPair) error {
 	if len(pairs) > 0 {
 		if l.version < cuDeviceMapVersion {
 			return &OpError{Op: "restore", PID: pid, Err: ErrUnsupported,
-				Detail: fmt.Sprintf("a device map needs CUDA 12.9, the driver has %s", cudaVersion(l.version))}
+				Detail: fmt.Sprintf("a device map needs CUDA 13.0 (driver 580), the driver has CUDA %s", cudaVersion(l.version))}
 		}
 		cp, err := cuPairs(pairs)
 		if err != nil {
@@ -162,7 +166,10 @@ func (l *libcuda) Restore(pid int, pairs []GPUPair) error {
 		defer pin.Unpin()
 		args.gpuPairs, args.gpuPairsCount = &cp[0], uint32(len(cp))
 	}
-	return l.fail("restore", pid, l.restore(int32(pid), &args))
+	if r := l.restore(int32(pid), &args); r != cuSuccess {
+		return &OpError{Op: "restore", PID: pid, Err: resultClass("restore", r, len(pairs) > 0), Detail: l.name(r)}
+	}
+	return nil
 }
 
 // Unlock lets the restored process run CUDA calls again.

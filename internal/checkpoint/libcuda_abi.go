@@ -6,27 +6,8 @@ import (
 	"strings"
 )
 
-// The C ABI of libcuda's checkpoint API (cuda.h, CUDA 12.8 and 12.9). Every
+// The C ABI of libcuda's checkpoint API (cuda.h, CUDA 12.8 to 13.x). Every
 // argument struct is 64 bytes and must be zeroed apart from the fields set.
-
-// cuResult is a CUresult.
-type cuResult int32
-
-// CUresult values the checkpoint path tells apart.
-const (
-	cuSuccess         cuResult = 0
-	cuErrInvalidValue cuResult = 1
-	cuErrOutOfMemory  cuResult = 2
-	cuErrNotInit      cuResult = 3
-	cuErrNoDevice     cuResult = 100
-	cuErrIllegalState cuResult = 401
-	cuErrNotSupported cuResult = 801
-	cuErrTimeout      cuResult = 909
-)
-
-// cuDeviceMapVersion is the first cuDriverGetVersion whose restore args
-// carry gpuPairs (CUDA 12.9).
-const cuDeviceMapVersion = 12090
 
 // CUprocessState values.
 var cuStates = [...]State{StateRunning, StateLocked, StateCheckpointed, StateFailed}
@@ -44,7 +25,7 @@ type cuCheckpointArgs struct{ reserved [8]uint64 }
 // cuUnlockArgs is CUcheckpointUnlockArgs.
 type cuUnlockArgs struct{ reserved [8]uint64 }
 
-// cuRestoreArgs is CUcheckpointRestoreArgs (CUDA 12.9 layout; before 12.9
+// cuRestoreArgs is CUcheckpointRestoreArgs (the CUDA 13 layout; before 13.0
 // all 64 bytes were reserved, which a nil gpuPairs keeps).
 type cuRestoreArgs struct {
 	gpuPairs      *cuGPUPair
@@ -99,20 +80,3 @@ func cuPairs(pairs []GPUPair) ([]cuGPUPair, error) {
 
 // cudaVersion formats cuDriverGetVersion's number (12090) as "12.9".
 func cudaVersion(v int32) string { return fmt.Sprintf("%d.%d", v/1000, v%1000/10) }
-
-// errClass maps a CUresult to the sentinel it means for a checkpoint call.
-func errClass(r cuResult) error {
-	switch r {
-	case cuErrOutOfMemory:
-		return ErrOutOfMemory
-	case cuErrInvalidValue, cuErrNotInit, cuErrNoDevice:
-		return ErrNotCUDA
-	case cuErrIllegalState:
-		return ErrIllegalState
-	case cuErrTimeout:
-		return ErrTimeout
-	case cuErrNotSupported:
-		return ErrNotCheckpointable
-	}
-	return ErrFailed
-}

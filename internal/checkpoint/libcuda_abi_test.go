@@ -1,7 +1,6 @@
 package checkpoint
 
 import (
-	"errors"
 	"testing"
 	"time"
 	"unsafe"
@@ -62,23 +61,6 @@ func TestCUDAVersion(t *testing.T) {
 		if got := cudaVersion(v); got != want {
 			t.Errorf("cudaVersion(%d) = %s, want %s", v, got, want)
 		}
-	}
-}
-
-func TestErrClass(t *testing.T) {
-	for r, want := range map[cuResult]error{
-		1: ErrNotCUDA, 2: ErrOutOfMemory, 3: ErrNotCUDA, 100: ErrNotCUDA, 401: ErrIllegalState,
-		801: ErrNotCheckpointable, 909: ErrTimeout, 999: ErrFailed, 46: ErrFailed,
-	} {
-		if got := errClass(r); got != want {
-			t.Errorf("errClass(%d) = %v, want %v", r, got, want)
-		}
-		if got := classErr(className(want)); got != want {
-			t.Errorf("class %q round trip = %v, want %v", className(want), got, want)
-		}
-	}
-	if got := classErr(className(ErrUnsupported)); !errors.Is(got, ErrUnsupported) {
-		t.Errorf("unsupported round trip = %v", got)
 	}
 }
 

@@ -36,7 +36,7 @@ lists them.`,
 }
 
 // writeGPUs prints the GPU table in the order given, then why the unhealthy
-// GPUs are unhealthy, then the driver versions.
+// GPUs are unhealthy, then the driver versions and their known problem.
 func writeGPUs(w io.Writer, gpus []api.GPU) error {
 	t := newTable(w)
 	fmt.Fprintf(t, "INDEX\tNAME\tMEMORY\tUTIL\tPOWER\tTEMP\tHEALTH\tLEASES\tFROZEN\tFILLER\tPROCS\n")
@@ -75,7 +75,12 @@ func writeGPUs(w io.Writer, gpus []api.GPU) error {
 		}
 	}
 	if len(gpus) > 0 && (gpus[0].Driver != "" || gpus[0].Checkpoint != "") {
-		_, err := fmt.Fprintf(w, "driver %s, checkpoint driver %s\n", orDash(gpus[0].Driver), orDash(gpus[0].Checkpoint))
+		if _, err := fmt.Fprintf(w, "driver %s, checkpoint driver %s\n", orDash(gpus[0].Driver), orDash(gpus[0].Checkpoint)); err != nil {
+			return err
+		}
+	}
+	if len(gpus) > 0 && gpus[0].DriverWarning != "" {
+		_, err := fmt.Fprintf(w, "warning: %s\n", gpus[0].DriverWarning)
 		return err
 	}
 	return nil

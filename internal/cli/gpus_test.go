@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/gpusched/gpusched/pkg/api"
@@ -46,5 +47,21 @@ func TestGPUsTableEmpty(t *testing.T) {
 	}
 	if want := "INDEX  NAME  MEMORY  UTIL  POWER  TEMP  HEALTH  LEASES  FROZEN  FILLER  PROCS\n"; out != want {
 		t.Errorf("got %q, want %q", out, want)
+	}
+}
+
+// TestGPUsDriverWarning: a known problem of the driver follows the driver
+// line.
+func TestGPUsDriverWarning(t *testing.T) {
+	const warning = `driver 570 cannot checkpoint PyTorch processes (NVIDIA/cuda-checkpoint#34)`
+	gpus := []api.GPU{{Index: 0, Name: "H100", TotalMiB: 1024, FreeMiB: 1024, Driver: "570.86.10", Checkpoint: "cli",
+		DriverWarning: warning, Healthy: true, Unhealthy: []string{}, Leases: []string{}, Processes: []api.GPUProcess{}}}
+	d := newFakeDaemon(t, map[string]handler{api.MethodGPUs: answer(result(api.GPUsResult{GPUs: gpus}))})
+	out, errOut, code := ctl(t, d, "gpus")
+	if code != 0 || errOut != "" {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	if want := "driver 570.86.10, checkpoint driver cli\nwarning: " + warning + "\n"; !strings.HasSuffix(out, want) {
+		t.Errorf("got\n%s\nwant it to end with\n%s", out, want)
 	}
 }

@@ -85,6 +85,15 @@ func (d *Daemon) driverName() string {
 	return d.driver.Caps().Kind
 }
 
+// driverWarning is the known problem of the checkpoint driver's NVIDIA
+// driver, or "".
+func (d *Daemon) driverWarning() string {
+	if d.driver == nil {
+		return ""
+	}
+	return d.driver.Caps().Warning
+}
+
 // needDriver fails with the reason freeze and thaw are unavailable.
 func (d *Daemon) needDriver() error {
 	if d.driver == nil {

@@ -341,7 +341,7 @@ func (d *Daemon) hello(c *call) (any, error) {
 		caps = append(caps, api.CapPreemption)
 	}
 	return api.Hello{Protocol: api.ProtocolVersion, Version: Version, Backend: d.gpus.Name(), Capabilities: caps,
-		CRIU: d.criuVersion(), Caller: c.actor.identity()}, nil
+		CRIU: d.criuVersion(), Caller: c.actor.identity(), DriverWarning: d.driverWarning()}, nil
 }
 
 func (d *Daemon) methodTable() map[string]method {

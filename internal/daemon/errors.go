@@ -77,6 +77,8 @@ func toWire(err error) (api.Code, string) {
 		return api.CodeConflict, err.Error()
 	case errors.Is(err, ErrUnavailable):
 		return api.CodeUnavailable, err.Error()
+	case errors.Is(err, checkpoint.ErrRejected):
+		return api.CodeInvalidArgument, err.Error()
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, checkpoint.ErrTimeout):
 		return api.CodeTimeout, err.Error()
 	case errors.Is(err, checkpoint.ErrOutOfMemory), errors.Is(err, checkpoint.ErrNoSpace):

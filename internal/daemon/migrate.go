@@ -26,7 +26,7 @@ func (d *Daemon) migrate(c *call) (any, error) {
 	}
 	defer unlock()
 	if !d.driver.Caps().DeviceMap {
-		return nil, fmt.Errorf("migrate %q: %w: the %s checkpoint driver cannot restore onto other GPUs (needs a driver with device maps, CUDA 12.9 / r575 or newer)",
+		return nil, fmt.Errorf("migrate %q: %w: the %s checkpoint driver cannot restore onto other GPUs (needs a driver with device maps: driver 580, CUDA 13.0, or newer)",
 			p.Name, checkpoint.ErrUnsupported, d.driverName())
 	}
 	pairs, err := d.migrationPairs(rec.GPUs, p)

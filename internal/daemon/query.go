@@ -118,7 +118,7 @@ func (d *Daemon) listGPUs(c *call) (any, error) {
 			}
 		}
 	}
-	checkpoint := d.driverName()
+	checkpoint, warning := d.driverName(), d.driverWarning()
 	fillers := map[string]api.Filler{}
 	for _, f := range d.fillersAPI() {
 		fillers[f.UUID] = f
@@ -132,7 +132,7 @@ func (d *Daemon) listGPUs(c *call) (any, error) {
 		}
 		g := api.GPU{Index: dv.Index, UUID: dv.UUID, Name: dv.Name, TotalMiB: dv.TotalMiB, UsedMiB: dv.UsedMiB,
 			FreeMiB: free(dv.TotalMiB, dv.UsedMiB), UtilPercent: dv.UtilPercent, PowerWatts: dv.PowerWatts, Processes: []api.GPUProcess{},
-			PowerLimitWatts: dv.PowerLimitWatts, TempC: dv.TempC, Driver: gv.driver, Checkpoint: checkpoint,
+			PowerLimitWatts: dv.PowerLimitWatts, TempC: dv.TempC, Driver: gv.driver, Checkpoint: checkpoint, DriverWarning: warning,
 			Healthy: len(unhealthy) == 0, Unhealthy: append([]string{}, unhealthy...),
 			Leases: append([]string{}, leases[dv.UUID]...), FrozenMiB: frozen[dv.UUID], Error: problem}
 		if f, ok := fillers[dv.UUID]; ok {

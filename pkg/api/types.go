@@ -141,6 +141,9 @@ type GPU struct {
 	// the driver's list, its queries fail, or GPU sampling fails as a
 	// whole (the numbers are then the last good sample's); "" when fresh.
 	Error string `json:"error,omitempty"`
+	// DriverWarning is a known problem of the checkpoint driver's NVIDIA
+	// driver version (as Hello.DriverWarning); "" when none.
+	DriverWarning string `json:"driver_warning,omitempty"`
 }
 
 // GPUSummary is a GPU's memory at a glance, as status reports it.
@@ -161,6 +164,9 @@ type Hello struct {
 	Capabilities []string `json:"capabilities"`
 	CRIU         string   `json:"criu"` // CRIU version behind the disk tier; "" when off
 	Caller       Identity `json:"caller"`
+	// DriverWarning is a known problem of the NVIDIA driver behind the
+	// checkpoint driver, one sentence; "" when none.
+	DriverWarning string `json:"driver_warning,omitempty"`
 }
 
 // Status is the daemon overview: what `status` without a name returns.

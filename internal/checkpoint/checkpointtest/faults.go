@@ -20,7 +20,8 @@ import (
 const FaultsFile = "faults.json"
 
 // Fault is what the fake does wrong in one action ("lock", "checkpoint",
-// "restore", "unlock", "get-state", "get-restore-tid", "help").
+// "restore", "unlock", "get-state", "get-restore-tid", "help"), or, under
+// "loader", in starting at all.
 type Fault struct {
 	DelayMS int    `json:"delay_ms,omitempty"` // sleep before acting
 	Error   string `json:"error,omitempty"`    // then fail with this CUDA_ERROR_ name
@@ -31,8 +32,11 @@ type Fault struct {
 	// Gate+".waiting", then waits until Gate exists.
 	Gate string `json:"gate,omitempty"`
 
-	NoDeviceMap bool `json:"no_device_map,omitempty"` // help: no --device-map
-	NoAction    bool `json:"no_action,omitempty"`     // help: no --action (pre-570 tool)
+	NoDeviceMap bool `json:"no_device_map,omitempty"` // help: driver 570's tool, no --device-map
+	NoAction    bool `json:"no_action,omitempty"`     // help: driver 550's tool, no --action
+
+	NeedsLibcuda bool `json:"needs_libcuda,omitempty"` // loader: libcuda.so.1 only on LD_LIBRARY_PATH
+	CUDAVersion  int  `json:"cuda_version,omitempty"`  // loader: cuDriverGetVersion (0: new enough)
 }
 
 // Faults maps an action to its fault.

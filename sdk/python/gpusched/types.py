@@ -293,7 +293,8 @@ class GPU:
     :class:`Filler` (anyone's), None when it has none; ``leases``: the ids of the
     leases holding it; ``frozen_mib``: memory of processes frozen off it, parked in
     host RAM. ``error``: why its data cannot be trusted (missing from the driver's
-    list, its queries failing, or GPU sampling failing as a whole); "" when fresh."""
+    list, its queries failing, or GPU sampling failing as a whole); "" when fresh.
+    ``driver_warning``: a known problem of the NVIDIA driver version, "" when none."""
 
     index: int = 0
     uuid: str = ""
@@ -314,6 +315,7 @@ class GPU:
     leases: List[str] = field(default_factory=list)
     frozen_mib: int = 0
     error: str = ""
+    driver_warning: str = ""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -341,7 +343,8 @@ class GPUSummary:
 @dataclass(frozen=True)
 class Hello:
     """The daemon's self-description and who it thinks the caller is; ``criu`` is
-    the CRIU version behind the disk tier ("" when it is off)."""
+    the CRIU version behind the disk tier ("" when it is off); ``driver_warning``
+    a known problem of the NVIDIA driver behind freeze and thaw ("" when none)."""
 
     protocol: int = 0
     version: str = ""
@@ -349,6 +352,7 @@ class Hello:
     capabilities: List[str] = field(default_factory=list)
     criu: str = ""
     caller: Identity = field(default_factory=Identity)
+    driver_warning: str = ""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod

@@ -11,23 +11,83 @@ import (
 
 const usageLine = "usage: cuda-checkpoint [--get-state | --action <lock|checkpoint|restore|unlock> | --get-restore-tid | --toggle] --pid <pid> [--timeout <ms>] [--device-map <old=new,...>] | --help\n"
 
-// helpText is the --help output, narrowed by the help fault.
+// The tool's --help comes from the driver library, so it is the driver's:
+// 550's as NVIDIA/cuda-checkpoint's first README shows it, 570's as its
+// "570 Features" README shows it, 580's as issues #18, #35 and #46 quote it.
+const (
+	help550 = `CUDA checkpoint and restore utility.
+Toggles the state of CUDA within a process between suspended and running.
+Version 550.54.09. Copyright (C) 2024 NVIDIA Corporation. All rights reserved.
+
+    --toggle --pid <value>
+        Toggle the state of CUDA in the specified process.
+
+    --help
+        Print help message.
+
+`
+	help570 = `CUDA checkpoint and restore utility.
+Version 570.86.10. Copyright (C) 2025 NVIDIA Corporation. All rights reserved.
+
+Operations:
+--get-state --pid <pid>
+        Prints the current checkpoint state of the process specified by <pid>
+
+--action lock | checkpoint | restore | unlock --pid <pid> [--timeout <ms>]
+        Performs the specified action on <pid>.
+        For the lock action a timeout can be provided, the lock operation will wait up to <ms> milliseconds for the operation to succeed.
+
+--toggle --pid <pid>
+        Toggles the CUDA state in the specified process between the running and checkpointed states
+
+--get-restore-tid --pid <pid>
+        Retrieves the CUDA restore thread ID of the process specified by <pid>
+
+Options:
+--pid|-p <pid>
+        The pid upon which to perform the operation
+
+--timeout|-t <timeout>
+        Optional timeout that can be specified for the lock action in milliseconds
+
+--help|-h
+        Print this help message
+`
+	help580 = "CUDA checkpoint and restore utility.\n" +
+		"Version 580.65.06. Copyright (C) 2025 NVIDIA Corporation. All rights reserved.\n\n" +
+		"Operations:\n" +
+		"--get-state --pid <pid>\n" +
+		"\tPrints the current checkpoint state of the process specified by <pid>\n\n" +
+		"--action lock | checkpoint | restore | unlock --pid <pid> [--timeout <ms>] [--device-map <uuids>]\n" +
+		"\tPerforms the specified action on <pid>.\n" +
+		"\tFor the lock action a timeout can be provided, the lock operation will wait up to <ms> milliseconds for the operation to succeed.\n" +
+		"\tFor the restore action a device map can be provided in the format oldUuid=newUuid,oldUuid=newUuid,... which will be used to remap old devices to new devices.\n\n" +
+		"--toggle --pid <pid>\n" +
+		"\tToggles the CUDA state in the specified process between the running and checkpointed states\n\n" +
+		"--get-restore-tid --pid <pid>\n" +
+		"\tRetrieves the CUDA restore thread ID of the process specified by <pid>\n\n" +
+		"Options:\n" +
+		"--pid|-p <pid>\n" +
+		"\tThe pid upon which to perform the operation\n\n" +
+		"--timeout|-t <timeout>\n" +
+		"\tOptional timeout that can be specified for the lock action in milliseconds\n\n" +
+		"--device-map|-d <deviceUuids>\n" +
+		"\tOptional device map used during the restore action to manually remap old devices onto new ones.\n" +
+		"\t<deviceUuids> is a comma delimited list in the format oldUuid1=newUuid1,oldUuid2=newUuid2,...\n" +
+		"\tMust contain all checkpointed devices if specified.\n\n" +
+		"--help|-h\n" +
+		"\tPrint this help message\n"
+)
+
+// helpText is the --help output of the driver the help fault picks.
 func helpText(f checkpointtest.Fault) string {
-	var b strings.Builder
-	b.WriteString("CUDA checkpoint and restore utility.\n")
-	b.WriteString("Version 570.0.0 (gpusched fake for tests). No warranty.\n\n")
-	b.WriteString("    --toggle --pid <value>\n        Toggle the state of CUDA in the process between suspended and running.\n\n")
-	if !f.NoAction {
-		b.WriteString("    --action <lock|checkpoint|restore|unlock> --pid <value> [--timeout <ms>]")
-		if !f.NoDeviceMap {
-			b.WriteString(" [--device-map <OLD=NEW,...>]")
-		}
-		b.WriteString("\n        Perform one step of a checkpoint or restore.\n\n")
+	switch {
+	case f.NoAction:
+		return help550
+	case f.NoDeviceMap:
+		return help570
 	}
-	b.WriteString("    --get-state --pid <value>\n        Print the CUDA state of the process.\n\n")
-	b.WriteString("    --get-restore-tid --pid <value>\n        Print the thread id of the process's restore thread.\n\n")
-	b.WriteString("    --help\n        Print this help.\n")
-	return b.String()
+	return help580
 }
 
 // invocation is one parsed command line.
@@ -72,11 +132,11 @@ func parseArgs(args []string, help checkpointtest.Fault) (invocation, error) {
 			if err = setMode("action"); err == nil {
 				inv.action, err = value()
 			}
-		case name == "--pid":
+		case name == "--pid" || name == "-p":
 			inv.pid, err = intValue(value)
-		case name == "--timeout":
+		case name == "--timeout" || name == "-t":
 			inv.timeoutMS, err = intValue(value)
-		case name == "--device-map" && !help.NoDeviceMap:
+		case (name == "--device-map" || name == "-d") && !help.NoDeviceMap:
 			var m string
 			if m, err = value(); err == nil {
 				inv.deviceMap, err = parseDeviceMap(m)

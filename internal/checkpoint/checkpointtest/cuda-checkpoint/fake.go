@@ -14,24 +14,46 @@ import (
 
 // fake acts on one target process.
 type fake struct {
-	dir    string // where faults.json lives
-	faults checkpointtest.Faults
-	pid    int
-	reg    *simgpu.Registry
+	dir      string // where faults.json lives
+	faults   checkpointtest.Faults
+	pid      int
+	toggling bool // the invocation is --toggle
+	reg      *simgpu.Registry
 }
 
-// cudaError is a failure reported with a CUDA_ERROR_ name.
+// cudaError is a failure as the real tool reports it: one line and an exit
+// status.
 type cudaError struct {
-	action, name, text string
-	pid                int
+	line   string
+	status int
 }
 
-func (e *cudaError) Error() string {
-	return fmt.Sprintf("%s pid %d: %s: %s", e.action, e.pid, e.name, e.text)
-}
+func (e *cudaError) Error() string { return e.line }
 
-func (f *fake) fail(action, name, format string, args ...any) error {
-	return &cudaError{action: action, pid: f.pid, name: name, text: fmt.Sprintf(format, args...)}
+// fail reports that action failed with the CUresult named name. The real
+// tool prints one line, ending in the result's cuGetErrorString text in
+// quotes, and returns the CUresult as its exit status (the stub's main
+// returns what the driver's tool returns), which the kernel cuts to 8 bits.
+// The lines: `Could not restore on process ID 1100100: "invalid
+// argument"` (NVIDIA/cuda-checkpoint#35; the lock's in #58), `Error toggling
+// CUDA in process ID 98145: "operation not permitted"` (#25, #34), `Error
+// getting process state for process ID N: "initialization error"`
+// (google/gvisor#12600). No public sample shows --get-restore-tid failing:
+// its line is shaped like --get-state's.
+func (f *fake) fail(action, name string) error {
+	r := cudaResults[name]
+	var line string
+	switch {
+	case f.toggling:
+		line = fmt.Sprintf("Error toggling CUDA in process ID %d", f.pid)
+	case action == "get-state":
+		line = fmt.Sprintf("Error getting process state for process ID %d", f.pid)
+	case action == "get-restore-tid":
+		line = fmt.Sprintf("Error getting restore thread ID for process ID %d", f.pid)
+	default:
+		line = fmt.Sprintf("Could not %s on process ID %d", action, f.pid)
+	}
+	return &cudaError{line: fmt.Sprintf(`%s: "%s"`, line, r.text), status: r.code & 0xff}
 }
 
 // run carries out one parsed invocation.
@@ -73,18 +95,18 @@ func (f *fake) run(inv invocation) error {
 func (f *fake) open(op string) error {
 	env, err := os.ReadFile("/proc/" + strconv.Itoa(f.pid) + "/environ")
 	if err != nil {
-		return f.fail(op, "CUDA_ERROR_INVALID_VALUE", "no such process: %v", err)
+		return f.fail(op, "CUDA_ERROR_INVALID_VALUE") // no such process
 	}
 	prefix := []byte(simgpu.EnvDir + "=")
 	for _, kv := range bytes.Split(env, []byte{0}) {
 		if dir, ok := bytes.CutPrefix(kv, prefix); ok && len(dir) > 0 {
 			if f.reg, err = simgpu.Open(string(dir)); err != nil {
-				return f.fail(op, "CUDA_ERROR_INVALID_VALUE", "no CUDA context: %v", err)
+				return f.fail(op, "CUDA_ERROR_INVALID_VALUE") // no CUDA context
 			}
 			return nil
 		}
 	}
-	return f.fail(op, "CUDA_ERROR_INVALID_VALUE", "no CUDA context (no %s in its environment)", simgpu.EnvDir)
+	return f.fail(op, "CUDA_ERROR_INVALID_VALUE") // no CUDA context
 }
 
 // toggle checkpoints a running process or restores a checkpointed one.
@@ -100,7 +122,7 @@ func (f *fake) toggle() error {
 	case simgpu.StateCheckpointed:
 		steps = []string{"restore", "unlock"}
 	default:
-		return f.fail("toggle", "CUDA_ERROR_ILLEGAL_STATE", "process is %s", state)
+		return f.fail("toggle", "CUDA_ERROR_ILLEGAL_STATE")
 	}
 	for _, s := range steps {
 		if err := f.action(s, 0, nil); err != nil {
@@ -141,19 +163,19 @@ func (f *fake) inject(action string, timeoutMS int) error {
 	}
 	take, err := flt.Take(f.dir, action, f.pid)
 	if err != nil {
-		return f.fail(action, "CUDA_ERROR_UNKNOWN", "fault injection: %v", err)
+		return f.fail(action, "CUDA_ERROR_UNKNOWN") // the fault's counter failed
 	}
 	if !take {
 		return nil
 	}
 	if action == "lock" && timeoutMS > 0 && flt.DelayMS > timeoutMS {
 		time.Sleep(time.Duration(timeoutMS) * time.Millisecond)
-		return f.fail(action, "CUDA_ERROR_TIMEOUT", "lock timed out after %d ms", timeoutMS)
+		return f.fail(action, "CUDA_ERROR_TIMEOUT")
 	}
 	time.Sleep(time.Duration(flt.DelayMS) * time.Millisecond)
 	if flt.Gate != "" {
 		if err := waitGate(flt.Gate); err != nil {
-			return f.fail(action, "CUDA_ERROR_UNKNOWN", "fault injection: %v", err)
+			return f.fail(action, "CUDA_ERROR_UNKNOWN") // the gate timed out
 		}
 	}
 	if flt.Error == "" {
@@ -164,7 +186,7 @@ func (f *fake) inject(action string, timeoutMS int) error {
 			return f.simError(action, err)
 		}
 	}
-	return f.fail(action, flt.Error, "injected fault")
+	return f.fail(action, flt.Error)
 }
 
 // gateLimit bounds how long a gated call waits for its gate.
@@ -184,7 +206,9 @@ func waitGate(gate string) error {
 	return fmt.Errorf("gate %s not opened in %v", gate, gateLimit)
 }
 
-// simError reports a simgpu failure under its CUDA error name.
+// simError reports a simgpu failure as the driver's CUresult. A device map
+// naming a GPU the driver cannot restore onto is "invalid argument", the
+// process left checkpointed (NVIDIA/cuda-checkpoint#35).
 func (f *fake) simError(action string, err error) error {
 	name := "CUDA_ERROR_UNKNOWN"
 	switch {
@@ -192,10 +216,8 @@ func (f *fake) simError(action string, err error) error {
 		name = "CUDA_ERROR_ILLEGAL_STATE"
 	case errors.Is(err, simgpu.ErrOutOfMemory):
 		name = "CUDA_ERROR_OUT_OF_MEMORY"
-	case errors.Is(err, simgpu.ErrNoCUDA), errors.Is(err, simgpu.ErrNoSuchProcess):
+	case errors.Is(err, simgpu.ErrNoCUDA), errors.Is(err, simgpu.ErrNoSuchProcess), errors.Is(err, simgpu.ErrNoSuchDevice):
 		name = "CUDA_ERROR_INVALID_VALUE"
-	case errors.Is(err, simgpu.ErrNoSuchDevice):
-		name = "CUDA_ERROR_INVALID_DEVICE"
 	}
-	return f.fail(action, name, "%v", err)
+	return f.fail(action, name)
 }

@@ -1,5 +1,6 @@
 // Command cuda-checkpoint is a test stand-in for NVIDIA's cuda-checkpoint,
-// acting on simulated GPUs (internal/simgpu) with the real tool's grammar:
+// acting on simulated GPUs (internal/simgpu) with the real tool's grammar,
+// --help texts and error lines:
 //
 //	cuda-checkpoint --get-state --pid P         prints running|locked|checkpointed|failed
 //	cuda-checkpoint --action lock --pid P [--timeout MS]
@@ -10,32 +11,39 @@
 //	cuda-checkpoint --toggle --pid P            running -> checkpointed -> running
 //	cuda-checkpoint --help
 //
-// It finds the sim directory in the target's environment (GPUSCHED_SIM_DIR
-// in /proc/P/environ); without it the target is not a CUDA process. Success
-// exits 0 silently (but for the queries); failure exits 1 with one stderr
-// line "cuda-checkpoint: <action> pid <P>: <CUDA_ERROR_NAME>: <text>";
-// bad usage exits 2.
+// (-p, -t, -d and -h are the short flags.) It finds the sim directory in the
+// target's environment (GPUSCHED_SIM_DIR in /proc/P/environ); without it the
+// target is not a CUDA process. Success exits 0 silently (but for the
+// queries). A failure prints the real tool's one line, ending in the
+// CUresult's cuGetErrorString text in quotes (`Could not restore on process
+// ID 1100100: "invalid argument"`, see fake.go), and exits with the CUresult
+// cut to 8 bits as the kernel cuts it (CUDA_ERROR_TIMEOUT, 909, exits 141).
+// Bad usage exits 2 with a usage line (the fake's own).
 //
 // Faults are injected through faults.json in the directory of argv[0] (tests
 // symlink the built fake into a per-test directory), shaped as
 //
 //	{"lock": {"delay_ms": 100, "error": "CUDA_ERROR_UNKNOWN", "times": 1, "pids": [123], "leave": "failed"},
 //	 "checkpoint": {...}, "restore": {...}, "unlock": {...}, "get-state": {...}, "get-restore-tid": {...},
-//	 "help": {"no_device_map": true, "no_action": true}}
+//	 "help": {"no_device_map": true, "no_action": true},
+//	 "loader": {"needs_libcuda": true, "cuda_version": 12030}}
 //
 // delay_ms sleeps before acting; a lock given --timeout MS shorter than the
 // delay sleeps MS and fails with CUDA_ERROR_TIMEOUT. error fails with that
-// name after the delay, leaving the state unchanged, or forced to leave.
-// times N > 0 limits the fault to the first N matching calls (counted in
+// CUresult (named as in cuda.h; the names the fake knows are in cuerrors.go)
+// after the delay, leaving the state unchanged, or forced to leave. times
+// N > 0 limits the fault to the first N matching calls (counted in
 // faults.count.<action> beside faults.json, under flock); pids limits it to
-// those target pids. help takes delay_ms and error too; help.no_device_map
-// drops --device-map from --help and rejects it as bad usage, and
-// help.no_action does the same for --action, as a tool older than driver
-// 570. --toggle applies the faults of the actions it runs. A missing
-// faults.json injects nothing.
+// those target pids. help takes delay_ms and error too. The tool's --help
+// is the installed driver's: by default driver 580's (with --device-map);
+// help.no_device_map gives driver 570's and help.no_action driver 550's
+// (only --toggle), and the flags a help lacks are bad usage. loader models
+// the tool's start (loader.go). --toggle applies the faults of the actions
+// it runs. A missing faults.json injects nothing.
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -47,9 +55,16 @@ import (
 func main() {
 	dir := filepath.Dir(os.Args[0])
 	faults, err := checkpointtest.ReadFaults(dir)
+	if err == nil {
+		err = checkErrorNames(faults)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cuda-checkpoint:", err)
 		os.Exit(2)
+	}
+	if msg, status := start(os.Args[0], faults["loader"]); status != 0 {
+		fmt.Fprintln(os.Stderr, msg)
+		os.Exit(status)
 	}
 	help := faults["help"]
 	inv, err := parseArgs(os.Args[1:], help)
@@ -65,10 +80,15 @@ func main() {
 		fmt.Print(helpText(help))
 		return
 	}
-	f := &fake{dir: dir, faults: faults, pid: inv.pid}
+	f := &fake{dir: dir, faults: faults, pid: inv.pid, toggling: inv.mode == "toggle"}
 	if err := f.run(inv); err != nil {
-		fmt.Fprintln(os.Stderr, "cuda-checkpoint:", err)
-		os.Exit(1)
+		var ce *cudaError
+		if !errors.As(err, &ce) {
+			fmt.Fprintln(os.Stderr, "cuda-checkpoint:", err)
+			os.Exit(1)
+		}
+		fmt.Fprintln(os.Stderr, ce.line)
+		os.Exit(ce.status)
 	}
 }
 

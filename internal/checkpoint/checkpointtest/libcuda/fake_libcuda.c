@@ -2,9 +2,13 @@
 // driver API's checkpoint entry points with their exact C signatures and
 // serves each call by running the fake cuda-checkpoint tool
 // ($GPUSCHED_FAKE_CUDA_CHECKPOINT, run with that path as argv[0]), mapping
-// its output and its "CUDA_ERROR_..." stderr line back to CUresults.
+// its output back to CUresults: a failure's CUresult is read from the
+// cuGetErrorString text the tool quotes at the end of its error line, or,
+// for a text not in the table, from its exit status, which is the CUresult
+// cut to 8 bits.
 //
-// Knobs: FAKE_LIBCUDA_VERSION (cuDriverGetVersion, default 12090),
+// Knobs: FAKE_LIBCUDA_VERSION (cuDriverGetVersion, default 13000: CUDA
+// 13.0, driver 580, the first with restore GPU pairs),
 // FAKE_LIBCUDA_INIT_ERROR (a CUresult cuInit returns). Built with
 // -DNO_CHECKPOINT it lacks the cuCheckpointProcess* symbols, like a driver
 // older than 570.
@@ -36,7 +40,11 @@ enum {
 	CUDA_ERROR_NOT_INITIALIZED = 3,
 	CUDA_ERROR_NO_DEVICE = 100,
 	CUDA_ERROR_INVALID_DEVICE = 101,
+	CUDA_ERROR_OPERATING_SYSTEM = 304,
 	CUDA_ERROR_ILLEGAL_STATE = 401,
+	CUDA_ERROR_NOT_READY = 600,
+	CUDA_ERROR_LAUNCH_FAILED = 719,
+	CUDA_ERROR_NOT_PERMITTED = 800,
 	CUDA_ERROR_NOT_SUPPORTED = 801,
 	CUDA_ERROR_TIMEOUT = 909,
 	CUDA_ERROR_UNKNOWN = 999,
@@ -87,20 +95,27 @@ _Static_assert(offsetof(CUcheckpointRestoreArgs, reserved1) == 56, "restore args
 _Static_assert(sizeof(CUcheckpointUnlockArgs) == 64, "unlock args");
 _Static_assert(sizeof(CUcheckpointGpuPair) == 32, "gpu pair");
 
+// names gives each CUresult's name and its cuGetErrorString text, the one
+// cuda-checkpoint quotes (the fake tool's cuerrors.go gives the sources).
 static const struct {
 	CUresult code;
 	const char *name;
+	const char *text;
 } names[] = {
-	{CUDA_SUCCESS, "CUDA_SUCCESS"},
-	{CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE"},
-	{CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY"},
-	{CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED"},
-	{CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE"},
-	{CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE"},
-	{CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE"},
-	{CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED"},
-	{CUDA_ERROR_TIMEOUT, "CUDA_ERROR_TIMEOUT"},
-	{CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN"},
+	{CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+	{CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+	{CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+	{CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+	{CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+	{CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+	{CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM", "OS call failed or operation not supported on this OS"},
+	{CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE", "the operation cannot be performed in the present state"},
+	{CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
+	{CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+	{CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
+	{CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+	{CUDA_ERROR_TIMEOUT, "CUDA_ERROR_TIMEOUT", "the operation timed out"},
+	{CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 
 static volatile int initialized;
@@ -121,7 +136,7 @@ EXPORT CUresult cuDriverGetVersion(int *version) {
 	const char *e = getenv("FAKE_LIBCUDA_VERSION");
 	if (version == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	*version = (e != NULL && *e != '\0') ? atoi(e) : 12090;
+	*version = (e != NULL && *e != '\0') ? atoi(e) : 13000;
 	return CUDA_SUCCESS;
 }
 
@@ -140,14 +155,24 @@ EXPORT CUresult cuGetErrorName(CUresult error, const char **pStr) {
 
 #ifndef NO_CHECKPOINT
 
-// result maps the CUDA_ERROR_ name in the tool's stderr to its CUresult.
-static CUresult result(const char *err) {
-	const char *p = strstr(err, "CUDA_ERROR_");
-	if (p == NULL)
-		return CUDA_ERROR_UNKNOWN;
-	size_t n = strspn(p, "ABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789");
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-		if (strlen(names[i].name) == n && strncmp(names[i].name, p, n) == 0)
+// result maps a failed run of the tool back to its CUresult: the text
+// quoted at the end of its error line (`Could not lock on process ID 42:
+// "the operation timed out"`) names it; a text not in the table falls back
+// to the exit status, the CUresult's low 8 bits.
+static CUresult result(const char *out, int status) {
+	const char *end = strrchr(out, '"'), *start = NULL;
+	for (const char *p = out; end != NULL && p < end; p++)
+		if (*p == '"')
+			start = p + 1;
+	if (start != NULL) {
+		size_t n = (size_t)(end - start);
+		for (size_t i = 1; i < sizeof(names) / sizeof(names[0]); i++) {
+			if (strlen(names[i].text) == n && strncmp(names[i].text, start, n) == 0)
+				return names[i].code;
+		}
+	}
+	for (size_t i = 1; i < sizeof(names) / sizeof(names[0]); i++) {
+		if ((names[i].code & 0xff) == status)
 			return names[i].code;
 	}
 	return CUDA_ERROR_UNKNOWN;
@@ -237,9 +262,11 @@ static CUresult run(char **args, char *out, size_t outsize) {
 		if (errno != EINTR)
 			return CUDA_ERROR_UNKNOWN;
 	}
-	if (WIFEXITED(status) && WEXITSTATUS(status) == 0)
+	if (!WIFEXITED(status))
+		return CUDA_ERROR_UNKNOWN;
+	if (WEXITSTATUS(status) == 0)
 		return CUDA_SUCCESS;
-	return result(err);
+	return result(err, WEXITSTATUS(status));
 }
 
 // action runs "--action NAME --pid PID [EXTRA VALUE]".
