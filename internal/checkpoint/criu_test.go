@@ -15,6 +15,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpusched/gpusched/internal/procfs"
+	"github.com/gpusched/gpusched/internal/simgpu"
 	"github.com/gpusched/gpusched/internal/testutil"
 )
 
@@ -27,6 +29,12 @@ type nsJob struct {
 
 func startNSJob(t *testing.T, dir string, args ...string) *nsJob {
 	t.Helper()
+	return startNSJobEnv(t, dir, nil, args...)
+}
+
+// startNSJobEnv is startNSJob with env added to the job's environment.
+func startNSJobEnv(t *testing.T, dir string, env []string, args ...string) *nsJob {
+	t.Helper()
 	bins := testutil.Build(t)
 	log := filepath.Join(dir, "job.log")
 	f, err := os.OpenFile(log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
@@ -36,6 +44,7 @@ func startNSJob(t *testing.T, dir string, args ...string) *nsJob {
 	defer f.Close()
 	cmd := exec.Command(bins.SimJob, args...)
 	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWPID}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -192,4 +201,72 @@ func criuChildren(t *testing.T) []int {
 		}
 	}
 	return out
+}
+
+// TestCRIURestoreLeavesCUDAState dumps and restores a CUDA job the way the
+// daemon does (checkpointed first, then dumped; restored, then restored
+// onto another GPU), with and without CRIU's CUDA plugin installed where
+// CRIU loads plugins from ($CRIU_LIBS_DIR). The plugin would restore and
+// unlock the job during the CRIU restore, on the GPU it was dumped on; CRIU
+// must load no plugin, so the job comes back checkpointed either way.
+func TestCRIURestoreLeavesCUDAState(t *testing.T) {
+	for _, plugin := range []bool{false, true} {
+		t.Run(fmt.Sprintf("plugin=%v", plugin), func(t *testing.T) {
+			c := newTestCRIU(t)
+			reg := newSimGPUs(t, 2, 4096)
+			ccDir := t.TempDir()
+			drv := newFakeCLI(t, ccDir, nil)
+			if plugin {
+				t.Setenv("CRIU_LIBS_DIR", testutil.CRIUCUDAPlugin(t, filepath.Join(ccDir, "cuda-checkpoint")))
+			}
+			job := startNSJobEnv(t, t.TempDir(), []string{simgpu.EnvDir + "=" + reg.Dir(), "CUDA_VISIBLE_DEVICES=0"},
+				"--vram", "512", "--host-mem", "16", "--tick", "0.01")
+			waitLog(t, job.log, "tick 2\n")
+			ctx := context.Background()
+			pid := job.cmd.Process.Pid
+			if err := drv.Lock(ctx, pid, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if err := drv.Checkpoint(ctx, pid); err != nil {
+				t.Fatal(err)
+			}
+			// A simulated process's CUDA state lives beside it; it goes
+			// with the image and is back by the time CRIU's plugins run.
+			state, err := reg.ExportProcess(pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := imagesDir(t)
+			if err := c.Dump(ctx, DumpOpts{Dir: dir, PID: pid}); err != nil {
+				t.Fatal(err)
+			}
+			_ = job.cmd.Wait()
+
+			pid, err = c.Restore(ctx, RestoreOpts{Dir: dir, Restored: func(pid int) error {
+				start, err := procfs.StartTime(pid)
+				if err != nil {
+					return err
+				}
+				return reg.ImportProcess(pid, start, state)
+			}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL); _, _ = unix.Wait4(pid, nil, 0, nil) })
+			checkState(t, drv, pid, StateCheckpointed)
+			if err := drv.Restore(ctx, pid, []GPUPair{{Old: simgpu.DeviceUUID(0), New: simgpu.DeviceUUID(1)}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := drv.Unlock(ctx, pid); err != nil {
+				t.Fatal(err)
+			}
+			if u0, u1 := gpuUsed(t, reg, 0), gpuUsed(t, reg, 1); u0 != 0 || u1 != 512 {
+				t.Fatalf("GPU use after the restore onto GPU 1: %d, %d MiB; want 0, 512", u0, u1)
+			}
+			if err := unix.Kill(pid, unix.SIGUSR1); err != nil {
+				t.Fatal(err)
+			}
+			waitLog(t, job.log, "host memory verified")
+		})
+	}
 }
