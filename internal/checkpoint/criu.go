@@ -129,8 +129,12 @@ func (c *CRIU) Dump(ctx context.Context, o DumpOpts) error {
 
 // Restore recreates the tree imaged in o.Dir as a child of this process and
 // returns the host pid of its root, as CRIU's post-restore notification
-// gives it.
+// gives it. An image that names CRIU's CUDA plugin as needed is made
+// restorable without it first (forgetCUDAPlugin).
 func (c *CRIU) Restore(ctx context.Context, o RestoreOpts) (int, error) {
+	if err := forgetCUDAPlugin(o.Dir); err != nil {
+		return 0, &CRIUError{Op: "restore", Dir: o.Dir, Err: ErrFailed, Cause: err}
+	}
 	pid := 0
 	err := withDir(o.Dir, func(fd int) error {
 		return c.do(ctx, nil, nil, func(w *swrk) error {

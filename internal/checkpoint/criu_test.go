@@ -203,6 +203,79 @@ func criuChildren(t *testing.T) []int {
 	return out
 }
 
+// cudaNSJob is a CUDA job (simulated GPUs, the fake cuda-checkpoint) in
+// its own PID namespace, checkpointed as the daemon checkpoints a process
+// before CRIU dumps it.
+type cudaNSJob struct {
+	*nsJob
+	reg   *simgpu.Registry
+	drv   *CLI
+	ccDir string // the fake cuda-checkpoint's directory
+	state []byte // its simulated CUDA state, which a restore carries in
+}
+
+func startCUDANSJob(t *testing.T) *cudaNSJob {
+	t.Helper()
+	j := &cudaNSJob{reg: newSimGPUs(t, 2, 4096), ccDir: t.TempDir()}
+	j.drv = newFakeCLI(t, j.ccDir, nil)
+	j.nsJob = startNSJobEnv(t, t.TempDir(), []string{simgpu.EnvDir + "=" + j.reg.Dir(), "CUDA_VISIBLE_DEVICES=0"},
+		"--vram", "512", "--host-mem", "16", "--tick", "0.01")
+	waitLog(t, j.log, "tick 2\n")
+	ctx, pid := context.Background(), j.cmd.Process.Pid
+	if err := j.drv.Lock(ctx, pid, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.drv.Checkpoint(ctx, pid); err != nil {
+		t.Fatal(err)
+	}
+	// A simulated process's CUDA state lives beside it: it goes with the
+	// image, and is back by the time CRIU's plugins would act (Restored).
+	var err error
+	if j.state, err = j.reg.ExportProcess(pid); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// plugin is the stand-in for CRIU's CUDA plugin, running the job's fake
+// cuda-checkpoint, in a plugin directory of its own.
+func (j *cudaNSJob) plugin(t *testing.T) string {
+	return testutil.CRIUCUDAPlugin(t, filepath.Join(j.ccDir, "cuda-checkpoint"))
+}
+
+// restore restores the job's image in dir, carrying its CUDA state in,
+// and checks that it comes back checkpointed, restores onto GPU 1 and
+// keeps its memory.
+func (j *cudaNSJob) restore(t *testing.T, c *CRIU, dir string) {
+	t.Helper()
+	ctx := context.Background()
+	pid, err := c.Restore(ctx, RestoreOpts{Dir: dir, Restored: func(pid int) error {
+		start, err := procfs.StartTime(pid)
+		if err != nil {
+			return err
+		}
+		return j.reg.ImportProcess(pid, start, j.state)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL); _, _ = unix.Wait4(pid, nil, 0, nil) })
+	checkState(t, j.drv, pid, StateCheckpointed)
+	if err := j.drv.Restore(ctx, pid, []GPUPair{{Old: simgpu.DeviceUUID(0), New: simgpu.DeviceUUID(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.drv.Unlock(ctx, pid); err != nil {
+		t.Fatal(err)
+	}
+	if u0, u1 := gpuUsed(t, j.reg, 0), gpuUsed(t, j.reg, 1); u0 != 0 || u1 != 512 {
+		t.Fatalf("GPU use after the restore onto GPU 1: %d, %d MiB; want 0, 512", u0, u1)
+	}
+	if err := unix.Kill(pid, unix.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, j.log, "host memory verified")
+}
+
 // TestCRIURestoreLeavesCUDAState dumps and restores a CUDA job the way the
 // daemon does (checkpointed first, then dumped; restored, then restored
 // onto another GPU), with and without CRIU's CUDA plugin installed where
@@ -213,60 +286,34 @@ func TestCRIURestoreLeavesCUDAState(t *testing.T) {
 	for _, plugin := range []bool{false, true} {
 		t.Run(fmt.Sprintf("plugin=%v", plugin), func(t *testing.T) {
 			c := newTestCRIU(t)
-			reg := newSimGPUs(t, 2, 4096)
-			ccDir := t.TempDir()
-			drv := newFakeCLI(t, ccDir, nil)
+			j := startCUDANSJob(t)
 			if plugin {
-				t.Setenv("CRIU_LIBS_DIR", testutil.CRIUCUDAPlugin(t, filepath.Join(ccDir, "cuda-checkpoint")))
-			}
-			job := startNSJobEnv(t, t.TempDir(), []string{simgpu.EnvDir + "=" + reg.Dir(), "CUDA_VISIBLE_DEVICES=0"},
-				"--vram", "512", "--host-mem", "16", "--tick", "0.01")
-			waitLog(t, job.log, "tick 2\n")
-			ctx := context.Background()
-			pid := job.cmd.Process.Pid
-			if err := drv.Lock(ctx, pid, 5*time.Second); err != nil {
-				t.Fatal(err)
-			}
-			if err := drv.Checkpoint(ctx, pid); err != nil {
-				t.Fatal(err)
-			}
-			// A simulated process's CUDA state lives beside it; it goes
-			// with the image and is back by the time CRIU's plugins run.
-			state, err := reg.ExportProcess(pid)
-			if err != nil {
-				t.Fatal(err)
+				t.Setenv("CRIU_LIBS_DIR", j.plugin(t))
 			}
 			dir := imagesDir(t)
-			if err := c.Dump(ctx, DumpOpts{Dir: dir, PID: pid}); err != nil {
+			if err := c.Dump(context.Background(), DumpOpts{Dir: dir, PID: j.cmd.Process.Pid}); err != nil {
 				t.Fatal(err)
 			}
-			_ = job.cmd.Wait()
-
-			pid, err = c.Restore(ctx, RestoreOpts{Dir: dir, Restored: func(pid int) error {
-				start, err := procfs.StartTime(pid)
-				if err != nil {
-					return err
-				}
-				return reg.ImportProcess(pid, start, state)
-			}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL); _, _ = unix.Wait4(pid, nil, 0, nil) })
-			checkState(t, drv, pid, StateCheckpointed)
-			if err := drv.Restore(ctx, pid, []GPUPair{{Old: simgpu.DeviceUUID(0), New: simgpu.DeviceUUID(1)}}); err != nil {
-				t.Fatal(err)
-			}
-			if err := drv.Unlock(ctx, pid); err != nil {
-				t.Fatal(err)
-			}
-			if u0, u1 := gpuUsed(t, reg, 0), gpuUsed(t, reg, 1); u0 != 0 || u1 != 512 {
-				t.Fatalf("GPU use after the restore onto GPU 1: %d, %d MiB; want 0, 512", u0, u1)
-			}
-			if err := unix.Kill(pid, unix.SIGUSR1); err != nil {
-				t.Fatal(err)
-			}
-			waitLog(t, job.log, "host memory verified")
+			_ = j.cmd.Wait()
+			j.restore(t, c, dir)
 		})
 	}
+}
+
+// TestCRIURestoresImageOfCUDAPlugin restores an image that CRIU dumped
+// with its CUDA plugin loaded (as CRIU run with its defaults does where the
+// plugin is installed, and as gpusched did before it ran CRIU without
+// plugins): the dump records the plugin as one the restore needs, and CRIU
+// refuses to restore such an image without it.
+func TestCRIURestoresImageOfCUDAPlugin(t *testing.T) {
+	c := newTestCRIU(t)
+	j := startCUDANSJob(t)
+	dir := imagesDir(t)
+	out, err := exec.Command(c.Path(), "dump", "--libdir", j.plugin(t), "--tree", strconv.Itoa(j.cmd.Process.Pid),
+		"--images-dir", dir, "--manage-cgroups=ignore", "--file-locks", "--log-file", DumpLog, "-v2").CombinedOutput()
+	if err != nil {
+		t.Fatalf("criu dump: %v\n%s\n%q", err, out, LogErrors(filepath.Join(dir, DumpLog), 5))
+	}
+	_ = j.cmd.Wait()
+	j.restore(t, c, dir)
 }

@@ -1,8 +1,15 @@
 package checkpoint
 
 import (
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/checkpoint-restore/go-criu/v7/crit"
+	"github.com/checkpoint-restore/go-criu/v7/crit/images/inventory"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // noPlugins is the plugin directory every CRIU worker is given
@@ -40,4 +47,122 @@ func cudaPluginInstalled() bool {
 		}
 	}
 	return false
+}
+
+// cudaPluginName is the name CRIU's CUDA plugin registers and records.
+const cudaPluginName = "cuda_plugin"
+
+// inventoryImage is the image of a dump that names the plugins its restore
+// needs.
+const inventoryImage = "inventory.img"
+
+// Fields of CRIU's images/inventory.proto (CRIU 4.1) that go-criu's copy
+// lacks: inventory_entry.plugins_entry, and plugins_entry.plugins in it.
+const (
+	inventoryPluginsEntry protowire.Number = 12
+	pluginsEntryPlugins   protowire.Number = 12
+)
+
+// forgetCUDAPlugin drops CRIU's CUDA plugin from the plugins the dump in
+// dir needs. A dump made while CRIU loaded the plugin (CRIU with its
+// default plugin directory, as gpusched ran it before noPlugins) names it
+// in its inventory when the tree had a CUDA process
+// (cuda_plugin_pause_devices, add_inventory_plugin; CRIU PR #2489), and a
+// CRIU without it refuses the restore: "Missing required plugin:
+// cuda_plugin" (criu/image.c, check_inventory_plugins). The plugin left
+// nothing else in such an image: gpusched checkpoints every CUDA process
+// before a dump, and the plugin dumps a checkpointed process as it is
+// (CRIU PR #2517).
+func forgetCUDAPlugin(dir string) error {
+	path := filepath.Join(dir, inventoryImage)
+	in, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // not an image: CRIU says so
+	}
+	if err != nil {
+		return fmt.Errorf("inventory image: %w", err)
+	}
+	img, err := crit.New(in, nil, "", false, false).Decode(&inventory.InventoryEntry{})
+	in.Close()
+	if err != nil {
+		return fmt.Errorf("inventory image %s: %w", path, err)
+	}
+	changed := false
+	for _, e := range img.Entries {
+		m := e.Message.ProtoReflect()
+		if raw, ok := dropPlugin(m.GetUnknown()); ok {
+			m.SetUnknown(raw)
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	return replaceImage(path, img)
+}
+
+// dropPlugin removes cudaPluginName from the plugins_entry in raw, the
+// fields of an inventory entry go-criu does not know, and reports whether
+// it was there.
+func dropPlugin(raw []byte) ([]byte, bool) {
+	return editBytesFields(raw, inventoryPluginsEntry, func(entry []byte) ([]byte, bool, bool) {
+		entry, changed := editBytesFields(entry, pluginsEntryPlugins, func(name []byte) ([]byte, bool, bool) {
+			drop := string(name) == cudaPluginName
+			return name, !drop, drop
+		})
+		return entry, true, changed
+	})
+}
+
+// editBytesFields passes the value of each length-delimited field num of
+// msg (protobuf wire format) to edit, which returns its new value, whether
+// to keep the field and whether it changed anything; it returns the
+// edited msg and whether anything changed. A malformed msg is left as it
+// is, for CRIU to refuse.
+func editBytesFields(msg []byte, num protowire.Number, edit func([]byte) ([]byte, bool, bool)) ([]byte, bool) {
+	var out []byte
+	changed := false
+	for rest := msg; len(rest) > 0; {
+		n, typ, size := protowire.ConsumeField(rest)
+		if size < 0 {
+			return msg, false
+		}
+		field := rest[:size]
+		rest = rest[size:]
+		if n != num || typ != protowire.BytesType {
+			out = append(out, field...)
+			continue
+		}
+		_, _, tagSize := protowire.ConsumeTag(field)
+		val, _ := protowire.ConsumeBytes(field[tagSize:])
+		val, keep, ch := edit(val)
+		changed = changed || ch
+		if keep {
+			out = protowire.AppendBytes(protowire.AppendTag(out, num, typ), val)
+		}
+	}
+	return out, changed
+}
+
+// replaceImage writes img over the image at path, atomically.
+func replaceImage(path string, img *crit.CriuImage) error {
+	tmp := path + ".tmp"
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err == nil {
+		err = crit.New(nil, out, "", false, false).Encode(img)
+		if serr := out.Sync(); err == nil {
+			err = serr
+		}
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("inventory image %s: %w", path, err)
+	}
+	return nil
 }
