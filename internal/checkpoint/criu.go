@@ -136,6 +136,7 @@ func (c *CRIU) Restore(ctx context.Context, o RestoreOpts) (int, error) {
 		return 0, &CRIUError{Op: "restore", Dir: o.Dir, Err: ErrFailed, Cause: err}
 	}
 	pid := 0
+	var hookErr error
 	err := withDir(o.Dir, func(fd int) error {
 		return c.do(ctx, nil, nil, func(w *swrk) error {
 			_, err := w.call(&rpc.CriuReq{Type: rpc.CriuReqType_RESTORE.Enum(), Opts: restoreRPC(fd)}, func(n *rpc.CriuNotify) error {
@@ -143,10 +144,10 @@ func (c *CRIU) Restore(ctx context.Context, o RestoreOpts) (int, error) {
 					return nil
 				}
 				pid = int(n.GetPid())
-				if o.Restored == nil {
-					return nil
+				if o.Restored != nil {
+					hookErr = o.Restored(pid)
 				}
-				return o.Restored(pid)
+				return hookErr
 			})
 			return err
 		})
@@ -158,6 +159,9 @@ func (c *CRIU) Restore(ctx context.Context, o RestoreOpts) (int, error) {
 		if pid > 0 { // our child (RstSibling), which CRIU killed or leaves to us
 			_ = unix.Kill(pid, unix.SIGKILL)
 			_, _ = unix.Wait4(pid, nil, 0, nil)
+		}
+		if hookErr != nil {
+			return 0, &CRIUError{Op: "restore", Dir: o.Dir, Err: ErrFailed, Cause: hookErr}
 		}
 		return 0, c.opError("restore", 0, o.Dir, RestoreLog, err)
 	}

@@ -140,6 +140,33 @@ func TestCRIULeaveRunningAndTwoCopies(t *testing.T) {
 	}
 }
 
+// TestCRIURestoredErrorFailsRestore: an error from the Restored hook fails
+// the restore and leaves no restored process, not even a zombie.
+func TestCRIURestoredErrorFailsRestore(t *testing.T) {
+	c := newTestCRIU(t)
+	job := startNSJob(t, t.TempDir(), "--tick", "0.01")
+	waitLog(t, job.log, "tick 2\n")
+	dir := imagesDir(t)
+	if err := c.Dump(context.Background(), DumpOpts{Dir: dir, PID: job.cmd.Process.Pid}); err != nil {
+		t.Fatal(err)
+	}
+	_ = job.cmd.Wait()
+	restored := 0
+	_, err := c.Restore(context.Background(), RestoreOpts{Dir: dir, Restored: func(pid int) error {
+		restored = pid
+		return errors.New("no room for it")
+	}})
+	if !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "no room for it") {
+		t.Fatalf("err = %v, want ErrFailed with the hook's error", err)
+	}
+	if restored <= 0 {
+		t.Fatal("the hook was not called")
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", restored)); err == nil {
+		t.Fatalf("restored pid %d is still there", restored)
+	}
+}
+
 func TestCRIURestoreFailureQuotesLog(t *testing.T) {
 	c := newTestCRIU(t)
 	_, err := c.Restore(context.Background(), RestoreOpts{Dir: imagesDir(t)})
