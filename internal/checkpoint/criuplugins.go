@@ -21,9 +21,12 @@ import (
 // (plugins/cuda/cuda_plugin.c) does at a restore what the daemon does
 // itself after it: its RESUME_DEVICES_LATE hook runs "cuda-checkpoint
 // --action restore" and "--action unlock" on every restored process
-// (resume_device), on the GPUs it was dumped on, with no device map. The
-// daemon's own restore then meets a running process (an illegal state) and
-// a thaw onto other GPUs never happens. The daemon checkpoints every CUDA
+// (resume_device), on the GPUs it was dumped on, with no device map,
+// whenever the dump recorded it (cuda_plugin_init) on a machine with a GPU
+// and a cuda-checkpoint on CRIU's PATH. The daemon's own restore then
+// meets a running process (an illegal state) and a thaw onto other GPUs
+// never happens. A plugin built for another CRIU can also fail every
+// operation (CRIU issue #2521). The daemon checkpoints every CUDA
 // process before CRIU dumps it and restores it afterwards (the sequence of
 // NVIDIA's cuda-checkpoint README, "criu dump" then "cuda-checkpoint
 // --toggle"), so CRIU needs no plugin at all.
