@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/execx"
 )
@@ -77,7 +78,7 @@ func (c *CRIU) Version() string { return c.version }
 func (c *CRIU) Path() string { return c.path }
 
 // CUDAPlugin reports whether CRIU's CUDA plugin is installed where CRIU
-// loads plugins from.
+// would load it from; CRIU runs without it all the same (see noPlugins).
 func (c *CRIU) CUDAPlugin() bool { return c.cudaPlugin }
 
 // DumpOpts is one dump of a process tree into Dir.
@@ -97,6 +98,11 @@ type DumpOpts struct {
 // RestoreOpts is one restore of the tree imaged in Dir.
 type RestoreOpts struct {
 	Dir string
+	// Restored, when set, is called with the host pid of the restored
+	// root once CRIU has recreated the tree, before it lets the tree run
+	// (CRIU's post-restore notification, which comes before any plugin's
+	// device hooks); an error fails the restore.
+	Restored func(pid int) error
 }
 
 // Dump images the tree rooted at o.PID into o.Dir.
@@ -123,16 +129,25 @@ func (c *CRIU) Dump(ctx context.Context, o DumpOpts) error {
 
 // Restore recreates the tree imaged in o.Dir as a child of this process and
 // returns the host pid of its root, as CRIU's post-restore notification
-// gives it.
+// gives it. An image that names CRIU's CUDA plugin as needed is made
+// restorable without it first (forgetCUDAPlugin).
 func (c *CRIU) Restore(ctx context.Context, o RestoreOpts) (int, error) {
+	if err := forgetCUDAPlugin(o.Dir); err != nil {
+		return 0, &CRIUError{Op: "restore", Dir: o.Dir, Err: ErrFailed, Cause: err}
+	}
 	pid := 0
+	var hookErr error
 	err := withDir(o.Dir, func(fd int) error {
 		return c.do(ctx, nil, nil, func(w *swrk) error {
 			_, err := w.call(&rpc.CriuReq{Type: rpc.CriuReqType_RESTORE.Enum(), Opts: restoreRPC(fd)}, func(n *rpc.CriuNotify) error {
-				if n.GetScript() == "post-restore" {
-					pid = int(n.GetPid())
+				if n.GetScript() != "post-restore" {
+					return nil
 				}
-				return nil
+				pid = int(n.GetPid())
+				if o.Restored != nil {
+					hookErr = o.Restored(pid)
+				}
+				return hookErr
 			})
 			return err
 		})
@@ -141,6 +156,13 @@ func (c *CRIU) Restore(ctx context.Context, o RestoreOpts) (int, error) {
 		err = errors.New("no post-restore notification")
 	}
 	if err != nil {
+		if pid > 0 { // our child (RstSibling), which CRIU killed or leaves to us
+			_ = unix.Kill(pid, unix.SIGKILL)
+			_, _ = unix.Wait4(pid, nil, 0, nil)
+		}
+		if hookErr != nil {
+			return 0, &CRIUError{Op: "restore", Dir: o.Dir, Err: ErrFailed, Cause: hookErr}
+		}
 		return 0, c.opError("restore", 0, o.Dir, RestoreLog, err)
 	}
 	return pid, nil
@@ -188,20 +210,6 @@ func commonRPC(dirFd int, log string) *rpc.CriuOpts {
 		// limit would refuse the daemon binary.
 		GhostLimit: ptr(uint32(ghostLimit)),
 	}
-}
-
-// cudaPluginInstalled reports whether CRIU would load its CUDA plugin:
-// cuda_plugin.so in $CRIU_LIBS_DIR or CRIU's default plugin directory.
-func cudaPluginInstalled() bool {
-	for _, dir := range []string{os.Getenv("CRIU_LIBS_DIR"), "/usr/lib/criu", "/usr/lib64/criu", "/usr/local/lib/criu"} {
-		if dir == "" {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(dir, "cuda_plugin.so")); err == nil {
-			return true
-		}
-	}
-	return false
 }
 
 // ghostLimit bounds one deleted-but-open file CRIU copies into an image.

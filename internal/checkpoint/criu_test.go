@@ -15,6 +15,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpusched/gpusched/internal/procfs"
+	"github.com/gpusched/gpusched/internal/simgpu"
 	"github.com/gpusched/gpusched/internal/testutil"
 )
 
@@ -27,6 +29,12 @@ type nsJob struct {
 
 func startNSJob(t *testing.T, dir string, args ...string) *nsJob {
 	t.Helper()
+	return startNSJobEnv(t, dir, nil, args...)
+}
+
+// startNSJobEnv is startNSJob with env added to the job's environment.
+func startNSJobEnv(t *testing.T, dir string, env []string, args ...string) *nsJob {
+	t.Helper()
 	bins := testutil.Build(t)
 	log := filepath.Join(dir, "job.log")
 	f, err := os.OpenFile(log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
@@ -36,6 +44,7 @@ func startNSJob(t *testing.T, dir string, args ...string) *nsJob {
 	defer f.Close()
 	cmd := exec.Command(bins.SimJob, args...)
 	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWPID}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -131,6 +140,33 @@ func TestCRIULeaveRunningAndTwoCopies(t *testing.T) {
 	}
 }
 
+// TestCRIURestoredErrorFailsRestore: an error from the Restored hook fails
+// the restore and leaves no restored process, not even a zombie.
+func TestCRIURestoredErrorFailsRestore(t *testing.T) {
+	c := newTestCRIU(t)
+	job := startNSJob(t, t.TempDir(), "--tick", "0.01")
+	waitLog(t, job.log, "tick 2\n")
+	dir := imagesDir(t)
+	if err := c.Dump(context.Background(), DumpOpts{Dir: dir, PID: job.cmd.Process.Pid}); err != nil {
+		t.Fatal(err)
+	}
+	_ = job.cmd.Wait()
+	restored := 0
+	_, err := c.Restore(context.Background(), RestoreOpts{Dir: dir, Restored: func(pid int) error {
+		restored = pid
+		return errors.New("no room for it")
+	}})
+	if !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "no room for it") {
+		t.Fatalf("err = %v, want ErrFailed with the hook's error", err)
+	}
+	if restored <= 0 {
+		t.Fatal("the hook was not called")
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", restored)); err == nil {
+		t.Fatalf("restored pid %d is still there", restored)
+	}
+}
+
 func TestCRIURestoreFailureQuotesLog(t *testing.T) {
 	c := newTestCRIU(t)
 	_, err := c.Restore(context.Background(), RestoreOpts{Dir: imagesDir(t)})
@@ -192,4 +228,119 @@ func criuChildren(t *testing.T) []int {
 		}
 	}
 	return out
+}
+
+// cudaNSJob is a CUDA job (simulated GPUs, the fake cuda-checkpoint) in
+// its own PID namespace, checkpointed as the daemon checkpoints a process
+// before CRIU dumps it.
+type cudaNSJob struct {
+	*nsJob
+	reg   *simgpu.Registry
+	drv   *CLI
+	ccDir string // the fake cuda-checkpoint's directory
+	state []byte // its simulated CUDA state, which a restore carries in
+}
+
+func startCUDANSJob(t *testing.T) *cudaNSJob {
+	t.Helper()
+	j := &cudaNSJob{reg: newSimGPUs(t, 2, 4096), ccDir: t.TempDir()}
+	j.drv = newFakeCLI(t, j.ccDir, nil)
+	j.nsJob = startNSJobEnv(t, t.TempDir(), []string{simgpu.EnvDir + "=" + j.reg.Dir(), "CUDA_VISIBLE_DEVICES=0"},
+		"--vram", "512", "--host-mem", "16", "--tick", "0.01")
+	waitLog(t, j.log, "tick 2\n")
+	ctx, pid := context.Background(), j.cmd.Process.Pid
+	if err := j.drv.Lock(ctx, pid, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.drv.Checkpoint(ctx, pid); err != nil {
+		t.Fatal(err)
+	}
+	// A simulated process's CUDA state lives beside it: it goes with the
+	// image, and is back by the time CRIU's plugins would act (Restored).
+	var err error
+	if j.state, err = j.reg.ExportProcess(pid); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// plugin is the stand-in for CRIU's CUDA plugin, running the job's fake
+// cuda-checkpoint, in a plugin directory of its own.
+func (j *cudaNSJob) plugin(t *testing.T) string {
+	return testutil.CRIUCUDAPlugin(t, filepath.Join(j.ccDir, "cuda-checkpoint"))
+}
+
+// restore restores the job's image in dir, carrying its CUDA state in,
+// and checks that it comes back checkpointed, restores onto GPU 1 and
+// keeps its memory.
+func (j *cudaNSJob) restore(t *testing.T, c *CRIU, dir string) {
+	t.Helper()
+	ctx := context.Background()
+	pid, err := c.Restore(ctx, RestoreOpts{Dir: dir, Restored: func(pid int) error {
+		start, err := procfs.StartTime(pid)
+		if err != nil {
+			return err
+		}
+		return j.reg.ImportProcess(pid, start, j.state)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL); _, _ = unix.Wait4(pid, nil, 0, nil) })
+	checkState(t, j.drv, pid, StateCheckpointed)
+	if err := j.drv.Restore(ctx, pid, []GPUPair{{Old: simgpu.DeviceUUID(0), New: simgpu.DeviceUUID(1)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.drv.Unlock(ctx, pid); err != nil {
+		t.Fatal(err)
+	}
+	if u0, u1 := gpuUsed(t, j.reg, 0), gpuUsed(t, j.reg, 1); u0 != 0 || u1 != 512 {
+		t.Fatalf("GPU use after the restore onto GPU 1: %d, %d MiB; want 0, 512", u0, u1)
+	}
+	if err := unix.Kill(pid, unix.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, j.log, "host memory verified")
+}
+
+// TestCRIURestoreLeavesCUDAState dumps and restores a CUDA job the way the
+// daemon does (checkpointed first, then dumped; restored, then restored
+// onto another GPU), with and without CRIU's CUDA plugin installed where
+// CRIU loads plugins from ($CRIU_LIBS_DIR). The plugin would restore and
+// unlock the job during the CRIU restore, on the GPU it was dumped on; CRIU
+// must load no plugin, so the job comes back checkpointed either way.
+func TestCRIURestoreLeavesCUDAState(t *testing.T) {
+	for _, plugin := range []bool{false, true} {
+		t.Run(fmt.Sprintf("plugin=%v", plugin), func(t *testing.T) {
+			c := newTestCRIU(t)
+			j := startCUDANSJob(t)
+			if plugin {
+				t.Setenv("CRIU_LIBS_DIR", j.plugin(t))
+			}
+			dir := imagesDir(t)
+			if err := c.Dump(context.Background(), DumpOpts{Dir: dir, PID: j.cmd.Process.Pid}); err != nil {
+				t.Fatal(err)
+			}
+			_ = j.cmd.Wait()
+			j.restore(t, c, dir)
+		})
+	}
+}
+
+// TestCRIURestoresImageOfCUDAPlugin restores an image that CRIU dumped
+// with its CUDA plugin loaded (as CRIU run with its defaults does where the
+// plugin is installed, and as gpusched did before it ran CRIU without
+// plugins): the dump records the plugin as one the restore needs, and CRIU
+// refuses to restore such an image without it.
+func TestCRIURestoresImageOfCUDAPlugin(t *testing.T) {
+	c := newTestCRIU(t)
+	j := startCUDANSJob(t)
+	dir := imagesDir(t)
+	out, err := exec.Command(c.Path(), "dump", "--libdir", j.plugin(t), "--tree", strconv.Itoa(j.cmd.Process.Pid),
+		"--images-dir", dir, "--manage-cgroups=ignore", "--file-locks", "--log-file", DumpLog, "-v2").CombinedOutput()
+	if err != nil {
+		t.Fatalf("criu dump: %v\n%s\n%q", err, out, LogErrors(filepath.Join(dir, DumpLog), 5))
+	}
+	_ = j.cmd.Wait()
+	j.restore(t, c, dir)
 }

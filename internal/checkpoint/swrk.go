@@ -35,8 +35,8 @@ const maxResponse = 64 << 10
 // way runc starts it: the far end of a SOCK_SEQPACKET socketpair is its
 // fd 3, further descriptors it needs (a page server's socket) follow, its
 // environment is fixed (CRIU reads $HOME/.criu/default.conf and
-// $CRIU_CONFIG_FILE), and it is the leader of its own process group, which
-// a deadline kills.
+// $CRIU_CONFIG_FILE), it loads no plugin (noPlugins), and it is the leader
+// of its own process group, which a deadline kills.
 type swrk struct {
 	cmd *exec.Cmd
 	sk  *os.File
@@ -52,7 +52,7 @@ func startSwrk(path string, as *Owner, extra []*os.File) (*swrk, error) {
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "criu-rpc"), os.NewFile(uintptr(fds[1]), "criu-rpc-worker")
 	defer theirs.Close()
-	cmd := exec.Command(path, "swrk", "3")
+	cmd := exec.Command(path, "--libdir", noPlugins, "swrk", "3")
 	cmd.ExtraFiles = append([]*os.File{theirs}, extra...)
 	cmd.Env = criuEnv()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -74,11 +74,7 @@ func startSwrk(path string, as *Owner, extra []*os.File) (*swrk, error) {
 
 // criuEnv is a CRIU worker's whole environment.
 func criuEnv() []string {
-	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-	if dir := os.Getenv("CRIU_LIBS_DIR"); dir != "" {
-		env = append(env, "CRIU_LIBS_DIR="+dir) // where its plugins are (see cudaPluginInstalled)
-	}
-	return env
+	return []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 }
 
 // call sends req and returns CRIU's final answer, handing every

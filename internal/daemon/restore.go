@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -80,11 +81,13 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 		return rec, err
 	}
 	rctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
-	pid, err := d.criu.Restore(rctx, checkpoint.RestoreOpts{Dir: dir})
+	pid, err := d.criu.Restore(rctx, checkpoint.RestoreOpts{Dir: dir, Restored: func(pid int) error {
+		return d.carryIn(rec, pid, dir)
+	}})
 	cancel()
 	if err == nil {
 		var out proctable.Record
-		if out, err = d.adoptRestored(rec, pid, dir); err == nil {
+		if out, err = d.adoptRestored(rec, pid); err == nil {
 			return out, nil
 		}
 		killAndReap(pid)
@@ -101,14 +104,14 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 }
 
 // adoptRestored makes the tree CRIU restored at initPID the managed
-// process rec: its pids are found again by namespace pid, simulated CUDA
-// state follows them, and its exit is watched.
-func (d *Daemon) adoptRestored(rec proctable.Record, initPID int, dir string) (proctable.Record, error) {
+// process rec: its pids are found again by namespace pid and its exit is
+// watched.
+func (d *Daemon) adoptRestored(rec proctable.Record, initPID int) (proctable.Record, error) {
 	initStart, err := procfs.StartTime(initPID)
 	if err != nil {
 		return rec, fmt.Errorf("restored init %d: %w", initPID, err)
 	}
-	procs, stopped, err := d.relocate(rec, initPID, dir)
+	procs, stopped, err := d.relocate(rec, initPID)
 	if err != nil {
 		return rec, err
 	}
@@ -141,15 +144,69 @@ func (d *Daemon) adoptRestored(rec proctable.Record, initPID int, dir string) (p
 }
 
 // relocate finds rec's checkpointed processes in the tree restored at
-// initPID by their namespace pids, hands the simulated CUDA state saved in
-// dir to their new host pids, and lists the whole (stopped) tree.
-func (d *Daemon) relocate(rec proctable.Record, initPID int, dir string) ([]proctable.CheckpointProc, []proctable.ProcRef, error) {
+// initPID by their namespace pids and lists the whole (stopped) tree.
+func (d *Daemon) relocate(rec proctable.Record, initPID int) ([]proctable.CheckpointProc, []proctable.ProcRef, error) {
+	byNS, stopped, err := restoredTree(initPID)
+	if err != nil {
+		return nil, nil, err
+	}
+	procs := rec.Clone().Checkpoint.Procs
+	for i, p := range procs {
+		ref, ok := byNS[p.NSPID]
+		if !ok {
+			return nil, nil, fmt.Errorf("restored tree has no process %d in its namespace", p.NSPID)
+		}
+		procs[i].PID, procs[i].Start = ref.PID, ref.Start
+	}
+	return procs, stopped, nil
+}
+
+// carryIn hands the simulated CUDA state saved in dir to the new host pids
+// of rec's checkpointed processes in the tree restored at initPID. It runs
+// at CRIU's post-restore notification: a real process's CUDA state is in
+// its restored memory from then on, before CRIU runs its plugins' device
+// hooks, and so is a simulated one's.
+func (d *Daemon) carryIn(rec proctable.Record, initPID int, dir string) error {
+	carry, err := readCarry(dir)
+	if err != nil {
+		return fmt.Errorf("simulated CUDA state: %w", err)
+	}
+	if len(carry) == 0 {
+		return nil
+	}
+	carrier, ok := d.gpus.(cudaStateCarrier)
+	if !ok {
+		return errors.New("the snapshot holds simulated CUDA state but the GPUs are not simulated")
+	}
+	byNS, _, err := restoredTree(initPID)
+	if err != nil {
+		return err
+	}
+	for _, p := range rec.Checkpoint.Procs {
+		state, ok := carry[p.NSPID]
+		if !ok {
+			continue
+		}
+		ref, ok := byNS[p.NSPID]
+		if !ok {
+			return fmt.Errorf("restored tree has no process %d in its namespace", p.NSPID)
+		}
+		if err := carrier.CarryIn(ref.PID, ref.Start, state); err != nil {
+			return fmt.Errorf("simulated CUDA state of pid %d: %w", ref.PID, err)
+		}
+	}
+	return nil
+}
+
+// restoredTree maps the namespace pids of the tree at initPID to their
+// host pids, and lists the tree.
+func restoredTree(initPID int) (map[int]proctable.ProcRef, []proctable.ProcRef, error) {
 	tree, err := procfs.ScanTree()
 	if err != nil {
 		return nil, nil, err
 	}
 	byNS := map[int]proctable.ProcRef{}
-	var stopped []proctable.ProcRef
+	var all []proctable.ProcRef
 	for _, pid := range append([]int{initPID}, tree.Descendants(initPID)...) {
 		ns, err := procfs.NSPid(pid)
 		start, serr := procfs.StartTime(pid)
@@ -158,32 +215,9 @@ func (d *Daemon) relocate(rec proctable.Record, initPID int, dir string) ([]proc
 		}
 		ref := proctable.ProcRef{PID: pid, Start: start}
 		byNS[ns] = ref
-		stopped = append(stopped, ref)
+		all = append(all, ref)
 	}
-	carry, err := readCarry(dir)
-	if err != nil {
-		return nil, nil, fmt.Errorf("simulated CUDA state: %w", err)
-	}
-	carrier, _ := d.gpus.(cudaStateCarrier)
-	procs := rec.Clone().Checkpoint.Procs
-	for i, p := range procs {
-		ref, ok := byNS[p.NSPID]
-		if !ok {
-			return nil, nil, fmt.Errorf("restored tree has no process %d in its namespace", p.NSPID)
-		}
-		procs[i].PID, procs[i].Start = ref.PID, ref.Start
-		state, ok := carry[p.NSPID]
-		switch {
-		case !ok:
-		case carrier == nil:
-			return nil, nil, fmt.Errorf("the snapshot holds simulated CUDA state but the GPUs are not simulated")
-		default:
-			if err := carrier.CarryIn(ref.PID, ref.Start, state); err != nil {
-				return nil, nil, fmt.Errorf("simulated CUDA state of pid %d: %w", ref.PID, err)
-			}
-		}
-	}
-	return procs, stopped, nil
+	return byNS, all, nil
 }
 
 // killAndReap ends a restored tree the daemon could not take on.

@@ -12,8 +12,15 @@ import (
 // registry record, keyed by a host pid that a restore changes; ExportProcess
 // and ImportProcess carry the record across instead.
 
+// exported is a record as ExportProcess gives it: with the uid its process
+// ran as.
+type exported struct {
+	record
+	UID *uint32 `json:"uid,omitempty"`
+}
+
 // ExportProcess returns the record of pid: its simulated memory and CUDA
-// checkpoint state.
+// checkpoint state, and the uid it runs as.
 func (r *Registry) ExportProcess(pid int) ([]byte, error) {
 	var out []byte
 	err := r.lockedOwner(pid, func(uid uint32) error {
@@ -24,19 +31,24 @@ func (r *Registry) ExportProcess(pid int) ([]byte, error) {
 		if err != nil {
 			return err
 		}
-		out, err = json.Marshal(rec)
+		out, err = json.Marshal(exported{record: rec, UID: &uid})
 		return err
 	})
 	return out, err
 }
 
 // ImportProcess stores an exported record as that of process (pid,
-// startTime), in the directory of the user it runs as.
+// startTime), in the directory of the user it ran as when exported: a
+// process CRIU restores gets its credentials back only after the
+// post-restore notification, where its state is carried in (a real
+// process's CUDA state is in its memory by then). A record exported
+// without a uid goes to the user pid runs as now.
 func (r *Registry) ImportProcess(pid int, startTime uint64, data []byte) error {
-	var rec record
-	if err := json.Unmarshal(data, &rec); err != nil {
+	var exp exported
+	if err := json.Unmarshal(data, &exp); err != nil {
 		return fmt.Errorf("process %d: exported record: %w", pid, err)
 	}
+	rec := exp.record
 	if rec.Usage == nil {
 		rec.Usage = map[string]uint64{}
 	}
@@ -44,5 +56,8 @@ func (r *Registry) ImportProcess(pid int, startTime uint64, data []byte) error {
 		rec.Parked = map[string]uint64{}
 	}
 	rec.PID, rec.StartTime = pid, startTime
+	if exp.UID != nil {
+		return r.lockedUser(*exp.UID, func() error { return r.writeRecord(*exp.UID, rec) })
+	}
 	return r.lockedOwner(pid, func(uid uint32) error { return r.writeRecord(uid, rec) })
 }

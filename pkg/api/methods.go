@@ -66,7 +66,8 @@ const (
 	CapFork        = "fork"             // N copies from one image
 	CapIncremental = "criu.incremental" // repeat hibernates write only changed pages
 	// How CUDA processes reach the disk tier: checkpointed into host
-	// memory first, or through CRIU's CUDA plugin.
+	// memory first, always; CapCUDAPlugin says CRIU's CUDA plugin is
+	// installed, which CRIU runs without.
 	CapCUDACheckpointed = "criu.cuda.checkpointed"
 	CapCUDAPlugin       = "criu.cuda.plugin"
 
