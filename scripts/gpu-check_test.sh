@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# gpu-check_test.sh: the hardware check's dry run (make test-gpu-check): builds
+# a bundle with make gpu-check-bundle, then runs scripts/gpu-check.sh --dry-run
+# on simulated GPUs across two calls, as on a lent machine: phases resumed
+# from the first call's results, a phase cut short continued by size, a
+# budget too small leaving phases for the next call, an injected
+# cuda-checkpoint failure reported as FAIL, and bad usage changing nothing.
+# Needs root (the daemon runs processes as their callers) and CRIU for the
+# hibernate phase (make test-deps installs it).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+T=$(mktemp -d /tmp/gpu-check-test.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+CHECK=$ROOT/scripts/gpu-check.sh
+B=$T/bundle
+t0=$SECONDS
+
+fail() { echo "gpu-check_test: FAIL: $*" >&2; exit 1; }
+# run RC ARGS...: scripts/gpu-check.sh with ARGS must exit RC; its output goes to $T/out.
+run() {
+	local want=$1 rc=0
+	shift
+	"$CHECK" --bundle "$B" "$@" >"$T/out" 2>&1 || rc=$?
+	((rc == want)) || { cat "$T/out" >&2; fail "gpu-check.sh $* exited $rc, want $want"; }
+}
+# rows FILE REGEX: how many lines of FILE match REGEX.
+rows() { grep -cE -- "$2" "$1" || true; }
+st() { awk -F'\t' -v p="$2" '$1 == "phase" && $2 == p {s = $3} END {print s}' "$1/state.tsv"; }
+
+make --no-print-directory -s -C "$ROOT" gpu-check-bundle GPU_CHECK_BUNDLE="$B" >"$T/out" 2>&1 ||
+	{ cat "$T/out" >&2; fail "make gpu-check-bundle failed"; }
+[[ -x $B/bin/gpuschedd && -x $B/sim/cuda-checkpoint && -f $B/sim/libcuda.so.1 && -f $B/MANIFEST ]] ||
+	fail "make gpu-check-bundle left an incomplete bundle: $(ls -R "$B")"
+
+# Call 1: the preflight and the api phase only.
+run 0 --dry-run --out "$T/o1" --sizes "1 2" --rounds 2 --phase preflight,api
+[[ $(st "$T/o1" preflight) == ok && $(st "$T/o1" api) == ok && -z $(st "$T/o1" cli) ]] ||
+	fail "call 1 states: $(cat "$T/o1/state.tsv")"
+(($(rows "$T/o1/moves.tsv" $'^api\t(1|2)\t[0-9]+\t[^\t]+,[^\t]+\t[^\t]+,[^\t]+\tok\t[0-9.]+$') == 2)) ||
+	fail "call 1: want two api rows, each with 2 rounds, verified, migrated: $(cat "$T/o1/moves.tsv")"
+grep -q '^| api | 2 | 2.00 |' "$T/o1/report.md" || fail "call 1 report: $(cat "$T/o1/report.md")"
+for f in state.tsv preflight.txt moves.tsv progress.log logs.tar.gz report.md; do
+	[[ -s $T/o1/$f ]] || fail "call 1 wrote no $f"
+done
+tar -tzf "$T/o1/logs.tar.gz" | grep -q '^logs/api/gc-api-2g.log$' || fail "logs.tar.gz lacks the workload's log"
+
+# Bad usage writes nothing: a setting other than the one recorded, an unknown phase.
+before=$(cd "$T/o1" && sha256sum ./*)
+run 2 --out "$T/o1" --sizes "4"
+run 2 --dry-run --out "$T/o9" --phase api,bogus
+[[ $before == "$(cd "$T/o1" && sha256sum ./*)" && ! -e $T/o9 ]] || fail "bad usage changed the results"
+
+# Call 2 continues call 1 (--from): the phases left, not the ones done.
+run 0 --from "$T/o1" --out "$T/o2"
+for p in preflight api cli filler hibernate; do [[ $(st "$T/o2" "$p") == ok ]] || fail "call 2: $p is $(st "$T/o2" "$p")"; done
+(($(rows "$T/o2/state.tsv" $'^phase\tapi\tstarted') == 1)) || fail "call 2 ran the api phase again"
+(($(rows "$T/o2/moves.tsv" $'^cli\t.*\tok\t') == 2)) || fail "call 2: cli rows $(cat "$T/o2/moves.tsv")"
+(($(rows "$T/o2/hibernate.tsv" $'^api\t1\t[0-9.]+\t[1-9][0-9]*\t[0-9.]+\tok$') == 1)) ||
+	fail "call 2: hibernate row $(cat "$T/o2/hibernate.tsv")"
+(($(rows "$T/o2/filler.tsv" $'\tok$') == 3)) || fail "call 2: filler rows $(cat "$T/o2/filler.tsv")"
+if ! grep -q '^| api | 1 |' "$T/o2/report.md" || ! grep -q '^| cli | 2 |' "$T/o2/report.md"; then
+	fail "call 2 report: $(cat "$T/o2/report.md")"
+fi
+
+# A call killed in the cli phase after its 1 GiB size: the next call runs only the 2 GiB one.
+mkdir "$T/o3" && cp "$T/o1"/* "$T/o3/"
+printf 'phase\tcli\tstarted\t\t-\t\n' >>"$T/o3/state.tsv"
+grep $'^cli\t1\t' "$T/o2/moves.tsv" >>"$T/o3/moves.tsv"
+run 0 --out "$T/o3" --phase all --budget 300 --from "$T/o1" # --from is not used: o3 holds results
+(($(rows "$T/o3/moves.tsv" $'^cli\t1\t') == 1 && $(rows "$T/o3/moves.tsv" $'^cli\t2\t.*\tok\t') == 1)) ||
+	fail "resumed cli phase: $(cat "$T/o3/moves.tsv")"
+grep -q 'gc-cli-1g' "$T/o3/progress.log" && fail "the resumed cli phase ran its 1 GiB size again"
+
+# A budget that fits no phase leaves them all for the next call.
+run 75 --dry-run --out "$T/o4" --budget 1 --phase api
+[[ $(st "$T/o4" api) == started ]] || fail "budget 1: api is $(st "$T/o4" api)"
+
+# A thaw that fails in cuda-checkpoint is a failed check, not a pass.
+printf '{"restore": {"error": "CUDA_ERROR_UNKNOWN"}}\n' >"$B/sim/faults.json"
+run 1 --dry-run --out "$T/o5" --sizes 1 --rounds 1 --phase cli
+rm "$B/sim/faults.json"
+if [[ $(st "$T/o5" cli) != failed ]] || (($(rows "$T/o5/moves.tsv" $'^cli\t1\t.*\tFAIL\t') != 1)); then
+	fail "injected restore failure: $(cat "$T/o5/moves.tsv")"
+fi
+grep -q '| FAIL |' "$T/o5/report.md" || fail "the report does not show the failure"
+
+echo "gpu-check_test: ok ($((SECONDS - t0)) s)"
