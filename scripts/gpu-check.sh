@@ -28,7 +28,8 @@ Every run ends by writing the report (report.md) from what is done so far.
                  preflight.txt, moves.tsv, filler.tsv, hibernate.tsv,
                  progress.log, logs.tar.gz, report.md; written as they come
   --from DIR     continue the results in DIR (an earlier call's --out, brought
-                 back): copied into an --out that holds none yet
+                 back): copied into an --out that holds none yet; a DIR
+                 without results (state.tsv) starts afresh
   --phase LIST   comma-separated phases to run, again if already done, or
                  "report"; default "all": every phase not yet finished
   --budget S     seconds this call may use (default 540); a phase or size
@@ -92,8 +93,9 @@ fi
 recorded() { [[ -f $1 ]] && awk -F'\t' -v k="$2" '$1 == "fact" && $2 == k {v = $3} END {printf "%s", v}' "$1"; }
 STATE_SRC=$OUTDIR/state.tsv
 if [[ -n $FROM ]]; then
-	[[ -f $FROM/state.tsv ]] || bad "--from $FROM: no state.tsv there (want an earlier call's --out)"
-	[[ -f $STATE_SRC ]] || STATE_SRC=$FROM/state.tsv
+	[[ -d $FROM ]] || bad "--from $FROM: not a directory (want an earlier call's --out)"
+	[[ -f $FROM/state.tsv ]] || { echo "gpu-check: $FROM holds no results yet: starting afresh" >&2; FROM=""; }
+	[[ -z $FROM || -f $STATE_SRC ]] || STATE_SRC=$FROM/state.tsv
 fi
 declare -A SET=([sizes]="1 4 16" [gpu]=0 [rounds]=3 [python]=python3 [mode]=hardware)
 declare -A NEWSET=() # settings to record: the first call into a results directory
@@ -149,6 +151,8 @@ mark() { printf 'phase\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "${3:-}" "$(date -u '+%Y
 
 T0=$SECONDS
 left() { echo $((BUDGET - (SECONDS - T0))); }
+# cap SECS: SECS, or less when the budget has less left (at least 5 s).
+cap() { local l; l=$(left); ((l < $1)) || { echo "$1"; return; }; echo $((l > 5 ? l : 5)); }
 WORK=$(mktemp -d /tmp/gpu-check.XXXXXX)
 chmod 755 "$WORK"
 [[ ! -f $OUTDIR/logs.tar.gz ]] || tar -xzf "$OUTDIR/logs.tar.gz" -C "$WORK" 2>/dev/null || true
@@ -247,7 +251,7 @@ start_daemon() {
 # REGEX, following the log until it comes, the process exits or SECS pass.
 wait_line() {
 	local line n=0 fpid
-	coproc FOLLOW { exec timeout "$4" "$BIN/gpuschedctl" --socket "$SOCK" logs -f --lines=-1 "$1" 2>&1; }
+	coproc FOLLOW { exec timeout "$(cap "$4")" "$BIN/gpuschedctl" --socket "$SOCK" logs -f --lines=-1 "$1" 2>&1; }
 	fpid=$FOLLOW_PID
 	while IFS= read -r line <&"${FOLLOW[0]}"; do
 		[[ $line =~ $2 ]] && ((++n >= $3)) && break
@@ -269,7 +273,7 @@ verify() {
 	ctl kill "$1" --signal USR1 >/dev/null || return 1
 	line=$(wait_line "$1" '^VERIFY' $((n + 1)) $((60 + 2 * ${2%.*}))) || return 1
 	say "  $line"
-	[[ $line == "VERIFY OK "* ]]
+	[[ $line == "VERIFY OK "* ]] || { note "$1: $line"; return 1; }
 }
 
 # start_workload NAME GB: the workload as a managed process on GPU $GPU,
@@ -290,7 +294,7 @@ start_workload() {
 # move OP NAME [ARGS...]: freeze/thaw/migrate/hibernate with --json; prints "TOTAL_MS BYTES".
 move() {
 	local out total bytes phases
-	out=$(ctl --json "$@" 2>&1) || { say "  $1 $2 failed: $out"; return 1; }
+	out=$(timeout "$(cap 600)" "$BIN/gpuschedctl" --socket "$SOCK" --json "$@" 2>&1) || { note "$1 $2 failed: $(echo "$out" | tail -n 1)"; return 1; }
 	read -r total bytes phases < <(echo "$out" | jq_py 'm = r["ms"]; o = "freeze_lock freeze_checkpoint admit lock checkpoint stop continue restore unlock".split()
 b = r.get("written", r.get("bytes", 0))
 print("%.1f %d %s" % (m["total"], b, ", ".join("%s %.1f" % (k, m[k]) for k in sorted(set(m) - {"total"}, key=lambda k: (o.index(k) if k in o else 99, k)))))') || true

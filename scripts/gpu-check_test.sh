@@ -32,8 +32,9 @@ make --no-print-directory -s -C "$ROOT" gpu-check-bundle GPU_CHECK_BUNDLE="$B" >
 [[ -x $B/bin/gpuschedd && -x $B/sim/cuda-checkpoint && -f $B/sim/libcuda.so.1 && -f $B/MANIFEST ]] ||
 	fail "make gpu-check-bundle left an incomplete bundle: $(ls -R "$B")"
 
-# Call 1: the preflight and the api phase only.
-run 0 --dry-run --out "$T/o1" --sizes "1 2" --rounds 2 --phase preflight,api
+# Call 1, as on a lent machine: --from the bundle's empty results/, the
+# preflight and the api phase only.
+run 0 --dry-run --from "$B/results" --out "$T/o1" --sizes "1 2" --rounds 2 --phase preflight,api
 [[ $(st "$T/o1" preflight) == ok && $(st "$T/o1" api) == ok && -z $(st "$T/o1" cli) ]] ||
 	fail "call 1 states: $(cat "$T/o1/state.tsv")"
 (($(rows "$T/o1/moves.tsv" $'^api\t(1|2)\t[0-9]+\t[^\t]+,[^\t]+\t[^\t]+,[^\t]+\tok\t[0-9.]+$') == 2)) ||
@@ -50,8 +51,10 @@ run 2 --out "$T/o1" --sizes "4"
 run 2 --dry-run --out "$T/o9" --phase api,bogus
 [[ $before == "$(cd "$T/o1" && sha256sum ./*)" && ! -e $T/o9 ]] || fail "bad usage changed the results"
 
-# Call 2 continues call 1 (--from): the phases left, not the ones done.
-run 0 --from "$T/o1" --out "$T/o2"
+# Call 2 continues call 1 from the files brought back into results/: the
+# phases left, not the ones done.
+cp "$T/o1"/* "$B/results/"
+run 0 --from "$B/results" --out "$T/o2"
 for p in preflight api cli filler hibernate; do [[ $(st "$T/o2" "$p") == ok ]] || fail "call 2: $p is $(st "$T/o2" "$p")"; done
 (($(rows "$T/o2/state.tsv" $'^phase\tapi\tstarted') == 1)) || fail "call 2 ran the api phase again"
 (($(rows "$T/o2/moves.tsv" $'^cli\t.*\tok\t') == 2)) || fail "call 2: cli rows $(cat "$T/o2/moves.tsv")"
@@ -83,5 +86,13 @@ if [[ $(st "$T/o5" cli) != failed ]] || (($(rows "$T/o5/moves.tsv" $'^cli\t1\t.*
 	fail "injected restore failure: $(cat "$T/o5/moves.tsv")"
 fi
 grep -q '| FAIL |' "$T/o5/report.md" || fail "the report does not show the failure"
+
+# Without --dry-run on a machine without a GPU: the preflight says so, exit 77.
+if ! command -v nvidia-smi >/dev/null; then
+	run 77 --out "$T/o6"
+	if [[ $(st "$T/o6" preflight) != failed ]] || ! grep -q 'no NVIDIA GPU' "$T/o6/report.md"; then
+		fail "no GPU: $(cat "$T/o6/state.tsv")"
+	fi
+fi
 
 echo "gpu-check_test: ok ($((SECONDS - t0)) s)"

@@ -10,8 +10,10 @@
 #                    installed here, with a wrapper that runs from any place
 #   DIR/sim/         the fake cuda-checkpoint and fake libcuda.so.1, for --dry-run
 #   DIR/MANIFEST     what is in DIR, its size and what the binaries need
+#   DIR/results/     where the results a device call brought back go, for
+#                    the next call's --from (kept when DIR is rebuilt)
 #
-# DIR/results/ (results brought back from an earlier call) is kept. Fails
+# Fails
 # when DIR would not leave room for the working tree in a device call's
 # 64 MiB. Env: LDFLAGS (the Makefile's -X flags), CUDA_CHECKPOINT,
 # GPU_CHECK_CRIU (a CRIU prefix; default /opt/gpusched/criu; none: leave out).
@@ -31,7 +33,9 @@ if [[ -n ${CUDA_CHECKPOINT:-} ]]; then
 fi
 mkdir -p "$DIR"
 rm -rf "${DIR:?}/bin" "$DIR/sim" "$DIR/criu" "$DIR/cuda-checkpoint" "$DIR/MANIFEST"
-mkdir -p "$DIR/bin" "$DIR/sim"
+mkdir -p "$DIR/bin" "$DIR/sim" "$DIR/results"
+# A file, so that the directory travels even before any results are in it.
+[[ -e $DIR/results/README ]] || echo "Copy here the files a device call of scripts/gpu-check.sh brought back (docs/hardware.md)." >"$DIR/results/README"
 
 cd "$ROOT"
 CGO_ENABLED=1 go build -trimpath -ldflags "${LDFLAGS:-} -s -w" -o "$DIR/bin/" \
