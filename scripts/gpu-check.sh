@@ -120,7 +120,7 @@ done
 GPU=${SET[gpu]} ROUNDS=${SET[rounds]} DRY=0
 [[ ${SET[mode]} == dry-run ]] && DRY=1
 PY=$(command -v "${SET[python]}" 2>/dev/null) || bad "python '${SET[python]}' not found (use --python PATH)"
-BUNDLE=$(cd "$BUNDLE" 2>/dev/null && pwd) || bad "no bundle at $BUNDLE: run make gpu-check-bundle (docs/hardware.md)"
+BUNDLE=$(cd "$BUNDLE" 2>/dev/null && pwd -P) || bad "no bundle at $BUNDLE: run make gpu-check-bundle (docs/hardware.md)"
 BIN=$BUNDLE/bin
 for b in gpuschedd gpuschedctl gpusched-simjob; do
 	[[ -x $BIN/$b ]] || bad "no $b in $BIN: run make gpu-check-bundle"
@@ -170,7 +170,7 @@ reap_leftovers() {
 	local exe p
 	for p in /proc/[0-9]*; do
 		exe=$(readlink "$p/exe" 2>/dev/null) || continue
-		[[ $exe == "$BIN/gpuschedd" && ${p#/proc/} != "$$" ]] || continue
+		[[ $exe == "$BIN/gpuschedd" ]] || continue
 		kill -KILL "${p#/proc/}" 2>/dev/null && say "ended leftover process ${p#/proc/} ($exe)"
 	done
 	return 0
@@ -178,7 +178,7 @@ reap_leftovers() {
 
 stop_daemon() {
 	[[ -n $DAEMON ]] || return 0
-	local name pid dog
+	local name pid
 	while read -r name pid; do # managed trees: TERM, then KILL
 		[[ -n $name ]] || continue
 		ctl kill "$name" --grace 5s >/dev/null 2>&1 || kill -9 "$pid" 2>/dev/null || true
@@ -187,11 +187,8 @@ stop_daemon() {
 		[[ -z $idx ]] || ctl unfill "$idx" >/dev/null 2>&1 || true
 	done < <(ctl --json fillers 2>/dev/null | jq_py 'print("\n".join(str(f["index"]) for f in r["fillers"]))' 2>/dev/null || true)
 	kill -TERM "$DAEMON" 2>/dev/null || true
-	(sleep 15 && kill -KILL "$DAEMON" 2>/dev/null) &
-	dog=$!
+	timeout 15 tail --pid="$DAEMON" -s 0.1 -f /dev/null || kill -KILL "$DAEMON" 2>/dev/null || true
 	wait "$DAEMON" 2>/dev/null || true
-	kill "$dog" 2>/dev/null || true
-	wait "$dog" 2>/dev/null || true
 	DAEMON=""
 }
 
@@ -647,7 +644,7 @@ FAILED=0 LEFT=() GONE=0
 for p in "${RUN[@]}"; do
 	if ((GONE)); then LEFT+=("$p"); continue; fi
 	if [[ $p != preflight && $(status preflight) != ok ]]; then
-		mark "$p" skipped 0 "" "the preflight did not pass"
+		mark "$p" skipped 0 "the preflight did not pass"
 		continue
 	fi
 	# A phase run again from the start drops its earlier rows.

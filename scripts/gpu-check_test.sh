@@ -66,13 +66,18 @@ if ! grep -q '^| api | 1 |' "$T/o2/report.md" || ! grep -q '^| cli | 2 |' "$T/o2
 fi
 
 # A call killed in the cli phase after its 1 GiB size: the next call runs only the 2 GiB one.
-mkdir "$T/o3" && cp "$T/o1"/* "$T/o3/"
+mkdir "$T/o3" && cp "$T/o2"/* "$T/o3/"
 printf 'phase\tcli\tstarted\t\t-\t\n' >>"$T/o3/state.tsv"
-grep $'^cli\t1\t' "$T/o2/moves.tsv" >>"$T/o3/moves.tsv"
-run 0 --out "$T/o3" --phase all --budget 300 --from "$T/o1" # --from is not used: o3 holds results
+grep -v $'^cli\t2\t' "$T/o2/moves.tsv" >"$T/o3/moves.tsv"
+n=$(wc -l <"$T/o3/progress.log")
+run 0 --out "$T/o3" --from "$T/o1" # --from is not used: o3 holds results
+tail -n +$((n + 1)) "$T/o3/progress.log" >"$T/o3.log"
+if (($(rows "$T/o3.log" 'phase .*: start') != 1)) || ! grep -q 'phase cli: start' "$T/o3.log"; then
+	fail "the resumed call ran more than the cli phase: $(cat "$T/o3.log")"
+fi
 (($(rows "$T/o3/moves.tsv" $'^cli\t1\t') == 1 && $(rows "$T/o3/moves.tsv" $'^cli\t2\t.*\tok\t') == 1)) ||
 	fail "resumed cli phase: $(cat "$T/o3/moves.tsv")"
-grep -q 'gc-cli-1g' "$T/o3/progress.log" && fail "the resumed cli phase ran its 1 GiB size again"
+! grep -q 'gc-cli-1g' "$T/o3.log" || fail "the resumed cli phase ran its 1 GiB size again"
 
 # A budget that fits no phase leaves them all for the next call.
 run 75 --dry-run --out "$T/o4" --budget 1 --phase api
