@@ -22,6 +22,7 @@ run() {
 	shift
 	"$CHECK" --bundle "$B" "$@" >"$T/out" 2>&1 || rc=$?
 	((rc == want)) || { cat "$T/out" >&2; fail "gpu-check.sh $* exited $rc, want $want"; }
+	echo "gpu-check_test: $((SECONDS - t0)) s: gpu-check.sh ${*#--bundle "$B"} exited $rc"
 }
 # rows FILE REGEX: how many lines of FILE match REGEX.
 rows() { grep -cE -- "$2" "$1" || true; }
@@ -99,5 +100,32 @@ if ! command -v nvidia-smi >/dev/null; then
 		fail "no GPU: $(cat "$T/o6/state.tsv")"
 	fi
 fi
+
+# The hardware preflight reads what nvidia-smi and PyTorch print on a lent
+# H100 (stand-ins here, printing what they print there: docs/hardware.md).
+mkdir -p "$T/stub/torch"
+cat >"$T/stub/nvidia-smi" <<'SH'
+#!/bin/sh
+case "$*" in
+*--query-gpu=*) echo "0, NVIDIA H100 80GB HBM3, GPU-0b7e0000-0000-0000-0000-000000000000, 580.159.04, Disabled, 81559 MiB, 1 MiB" ;;
+*) echo "| NVIDIA-SMI 580.159.04             Driver Version: 580.159.04     CUDA Version: 13.0     |" ;;
+esac
+SH
+chmod +x "$T/stub/nvidia-smi"
+cat >"$T/stub/torch/__init__.py" <<'PY'
+__version__ = "2.11.0+cu130"
+class version:
+    cuda = "13.0"
+class cuda:
+    is_available = staticmethod(lambda: True)
+    device_count = staticmethod(lambda: 1)
+PY
+PATH=$T/stub:$PATH PYTHONPATH=$T/stub run 0 --out "$T/o7" --phase preflight
+for want in $'fact\tdriver_version\t580.159.04$' $'fact\tpersistence\tDisabled$' $'fact\tgpu_count\t1$' \
+	$'fact\tother_gpu\t$' $'fact\tgpu_name\tNVIDIA H100 80GB HBM3 \\(81559 MiB, 1 MiB used' \
+	$'fact\tpytorch\t2.11.0\\+cu130 CUDA 13.0 available 1 device' $'fact\tdrivers\tapi' \
+	$'note\tpersistence mode is Disabled' $'phase\tpreflight\tok'; do
+	grep -qE -- "^$want" "$T/o7/state.tsv" || fail "hardware preflight: no '$want' in $(cat "$T/o7/state.tsv")"
+done
 
 echo "gpu-check_test: ok ($((SECONDS - t0)) s)"
