@@ -192,8 +192,14 @@ stop_daemon() {
 	DAEMON=""
 }
 
-# save_logs: the logs of every phase so far, into the results.
+# save_logs: the logs of every phase so far, into the results; each log cut
+# to its last 4 MiB, so that the archive stays under the 16 MiB a file from
+# $OUT may have.
 save_logs() {
+	local f
+	find "$WORK/logs" -type f -size +4M -print0 | while IFS= read -r -d '' f; do
+		tail -c 4M "$f" >"$f.cut" && mv "$f.cut" "$f"
+	done
 	if tar -czf "$OUTDIR/logs.tar.gz.tmp" -C "$WORK" logs 2>/dev/null; then
 		mv "$OUTDIR/logs.tar.gz.tmp" "$OUTDIR/logs.tar.gz"
 	fi
