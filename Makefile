@@ -4,7 +4,7 @@ LDFLAGS := -X github.com/gpusched/gpusched/internal/daemon.Version=$(VERSION) \
            -X github.com/gpusched/gpusched/internal/cli.Version=$(VERSION)
 PY      := /usr/bin/python3
 
-.PHONY: all build install uninstall test test-deps test-go test-python test-fuzz lint bench bench-sdk demo fuzz crash load reliability clean
+.PHONY: all build install uninstall test test-deps test-go test-python test-fuzz test-gpu-check lint bench bench-sdk demo fuzz crash load reliability gpu-check-bundle clean
 
 all: build
 
@@ -20,7 +20,7 @@ uninstall:
 	scripts/install.sh uninstall
 
 # The README's test command: installs what the tests need, then runs every test.
-test: test-deps lint test-go test-fuzz test-python
+test: test-deps lint test-go test-fuzz test-python test-gpu-check
 	bash scripts/install-criu_test.sh --reuse >/dev/null
 	@echo "all tests passed"
 
@@ -31,11 +31,24 @@ lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
 	cd deploy/k8s && go vet ./...
-	shellcheck scripts/install.sh deploy/slurm/*.sh deploy/slurm/gpusched-slurm
+	shellcheck scripts/install.sh deploy/slurm/*.sh deploy/slurm/gpusched-slurm \
+		scripts/gpu-check.sh scripts/gpu-check/bundle.sh scripts/gpu-check_test.sh
 
 test-go:
 	go test -race -count=1 ./...
 	cd deploy/k8s && go test -count=1 ./...
+
+# The hardware check's dry run on simulated GPUs: the script cannot rot unnoticed.
+test-gpu-check:
+	scripts/gpu-check_test.sh
+
+# What the hardware check needs on a GPU machine without Go or network, in one
+# ignored directory that a device call carries (docs/hardware.md): binaries
+# (cgo, for go-nvml), the fakes for --dry-run, the private CRIU copy.
+# CUDA_CHECKPOINT=PATH adds NVIDIA's cuda-checkpoint; GPU_CHECK_BUNDLE=DIR builds elsewhere.
+GPU_CHECK_BUNDLE ?= .gpu-check
+gpu-check-bundle:
+	LDFLAGS='$(LDFLAGS)' CUDA_CHECKPOINT='$(CUDA_CHECKPOINT)' scripts/gpu-check/bundle.sh $(GPU_CHECK_BUNDLE)
 
 test-python: build
 	GPUSCHED_BIN_DIR=$(CURDIR)/bin $(PY) -m pytest -q sdk/python/tests

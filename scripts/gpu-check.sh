@@ -1,197 +1,306 @@
 #!/usr/bin/env bash
-# gpu-check.sh: the hardware check of gpusched on a real NVIDIA GPU. Starts a
-# private gpuschedd on NVML, freezes/thaws (and migrates, with 2+ GPUs) a
-# PyTorch process holding N GiB through each checkpoint driver, verifies its
-# tensors after every move, and prints a table; then holds 0.9 of the GPU
-# with a filler, runs a 4 GB PyTorch job beside it and checks the usage
-# returns to the target. See docs/hardware.md.
+# gpu-check.sh: the hardware check of gpusched on a real NVIDIA GPU, in
+# phases that each fit a lent machine's 10-minute call and resume where an
+# earlier call stopped. It runs the binaries of a bundle built elsewhere
+# (make gpu-check-bundle), writes every result as it comes into one results
+# directory, and with --dry-run runs the same steps on simulated GPUs with
+# the fake cuda-checkpoint and libcuda (make test does). See docs/hardware.md.
 set -euo pipefail
 
 usage() {
 	cat <<'EOF'
-Usage: sudo scripts/gpu-check.sh [--sizes "1 4 16"] [--gpu N] [--rounds R]
-                                 [--python PATH] [--markdown] [--keep]
+Usage: sudo scripts/gpu-check.sh [--out DIR] [--from DIR] [--phase LIST] [--budget S]
+                                 [--bundle DIR] [--dry-run] [--sizes "1 4 16"]
+                                 [--gpu N] [--rounds R] [--python PATH]
 
-Runs gpuschedd on real NVML in a scratch directory and, for each checkpoint
-driver (api: libcuda helper; cli: cuda-checkpoint on PATH) and each size,
-freezes and thaws a PyTorch workload R times, verifying its tensors after each
-thaw (and after a migrate to another GPU when there is one), then prints a table.
+Checks gpusched on a real NVIDIA GPU, phase by phase:
+  preflight  nvidia-smi, driver version, persistence mode, cuda-checkpoint
+             (--help, version), libcuda, PyTorch, CRIU, the bundle's binaries
+  api        freeze/thaw (and migrate, with 2+ GPUs) of a PyTorch process
+             holding each --sizes GiB, through the libcuda helper, verifying
+             its tensors after every move
+  cli        the same through cuda-checkpoint
+  filler     hold 0.9 of the GPU, run a 4 GiB job beside it, settle back
+  hibernate  freeze, dump to disk with CRIU and thaw back the smallest size
+Every run ends by writing the report (report.md) from what is done so far.
 
-  --sizes "LIST"  GiB held by the workload, one run per size (default "1 4 16")
-  --gpu N         GPU index to run on (default 0)
-  --rounds R      freeze/thaw rounds per size; the table shows medians (default 3)
-  --python PATH   Python with PyTorch + CUDA (default python3)
-  --markdown      print the results as a markdown table
-  --keep          keep the scratch directory (daemon and workload logs)
-  -h, --help      this text
+  --out DIR      results directory (default gpu-check-results): state.tsv,
+                 preflight.txt, moves.tsv, filler.tsv, hibernate.tsv,
+                 progress.log, logs.tar.gz, report.md; written as they come
+  --from DIR     continue the results in DIR (an earlier call's --out, brought
+                 back): copied into an --out that holds none yet; a DIR
+                 without results (state.tsv) starts afresh
+  --phase LIST   comma-separated phases to run, again if already done, or
+                 "report"; default "all": every phase not yet finished
+  --budget S     seconds this call may use (default 540); a phase or size
+                 that would not fit is left for the next call (exit 75)
+  --bundle DIR   binaries from make gpu-check-bundle (default ./.gpu-check)
+  --dry-run      simulated GPUs (gpuschedd --sim 2x80G), the bundle's fake
+                 cuda-checkpoint and libcuda, gpusched-simjob --gpu-check as
+                 the workload: checks the script, not the hardware
+  --sizes LIST   GiB held by the workload, one run per size (default "1 4 16")
+  --gpu N        GPU index to run on (default 0)
+  --rounds R     freeze/thaw rounds per size; the report shows medians (default 3)
+  --python PATH  Python with PyTorch + CUDA (default python3)
+  -h, --help     this text
 
-Needs root, an NVIDIA driver (570+ for the api driver) and PyTorch. Exit
-status: 0 all verified, 1 a check failed, 2 bad usage, 77 no NVIDIA GPU.
-GPU_CHECK_BIN=DIR uses the gpuschedd/gpuschedctl in DIR instead of ./bin.
+--sizes, --gpu, --rounds, --python and --dry-run are fixed by the first call
+into a results directory; a later call may repeat them, not change them.
+Exit status: 0 every phase done and passed; 1 a check failed; 2 bad usage
+(nothing written); 75 phases left for another call; 77 no NVIDIA GPU.
 EOF
 }
 
-say() { echo "gpu-check: $*" >&2; }
+say() { printf 'gpu-check: %s\n' "$*" >&2; [[ -z ${LOG:-} ]] || printf '%s %s\n' "$(date -u +%T)" "$*" >>"$LOG"; }
 die() { say "$*"; exit 1; }
-bad() { say "$*"; exit 2; } # usage errors
-SIZES="1 4 16" GPU=0 ROUNDS=3 PY=python3 MARKDOWN=0 KEEP=0
+bad() { printf 'gpu-check: %s\n' "$*" >&2; exit 2; } # usage errors: before anything is written
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PHASES=(preflight api cli filler hibernate)
+RESULT_FILES=(state.tsv preflight.txt moves.tsv filler.tsv hibernate.tsv progress.log logs.tar.gz report.md)
+OUTDIR=gpu-check-results FROM="" PHASE_ARG=all BUDGET=540 BUNDLE=$ROOT/.gpu-check
+declare -A OPT=() # settings given on the command line
 while (($#)); do
 	case $1 in
-	--sizes | --gpu | --rounds | --python)
+	--out | --from | --phase | --budget | --bundle | --sizes | --gpu | --rounds | --python)
 		(($# >= 2)) || bad "$1 needs a value"
-		case $1 in --sizes) SIZES=$2 ;; --gpu) GPU=$2 ;; --rounds) ROUNDS=$2 ;; --python) PY=$2 ;; esac
+		case $1 in
+		--out) OUTDIR=$2 ;; --from) FROM=$2 ;; --phase) PHASE_ARG=$2 ;; --budget) BUDGET=$2 ;;
+		--bundle) BUNDLE=$2 ;; *) OPT[${1#--}]=$2 ;;
+		esac
 		shift 2 ;;
-	--sizes=*) SIZES=${1#*=}; shift ;;
-	--gpu=*) GPU=${1#*=}; shift ;;
-	--rounds=*) ROUNDS=${1#*=}; shift ;;
-	--python=*) PY=${1#*=}; shift ;;
-	--markdown) MARKDOWN=1; shift ;;
-	--keep) KEEP=1; shift ;;
+	--dry-run) OPT[mode]=dry-run; shift ;;
 	-h | --help) usage; exit 0 ;;
 	*) bad "unknown argument '$1' (see --help)" ;;
 	esac
 done
-read -r -a SIZE_LIST <<<"$SIZES"
+
+# ---- validation: nothing is written before it passes
+
+[[ $BUDGET =~ ^[1-9][0-9]*$ ]] || bad "--budget '$BUDGET': want seconds > 0"
+[[ -n $OUTDIR ]] || bad "--out is empty"
+RUN=()
+if [[ $PHASE_ARG != all ]]; then
+	IFS=, read -r -a want <<<"$PHASE_ARG"
+	((${#want[@]} > 0)) || bad "--phase is empty"
+	for p in "${want[@]}"; do
+		[[ $p == report || " ${PHASES[*]} " == *" $p "* ]] || bad "--phase: unknown phase '$p' (phases: ${PHASES[*]}, report)"
+	done
+	for p in "${PHASES[@]}"; do [[ ",$PHASE_ARG," == *",$p,"* ]] && RUN+=("$p"); done
+fi
+
+# recorded FILE KEY: the last value a state file records for KEY.
+recorded() { [[ -f $1 ]] && awk -F'\t' -v k="$2" '$1 == "fact" && $2 == k {v = $3} END {printf "%s", v}' "$1"; }
+STATE_SRC=$OUTDIR/state.tsv
+if [[ -n $FROM ]]; then
+	[[ -d $FROM ]] || bad "--from $FROM: not a directory (want an earlier call's --out)"
+	[[ -f $FROM/state.tsv ]] || { echo "gpu-check: $FROM holds no results yet: starting afresh" >&2; FROM=""; }
+	[[ -z $FROM || -f $STATE_SRC ]] || STATE_SRC=$FROM/state.tsv
+fi
+declare -A SET=([sizes]="1 4 16" [gpu]=0 [rounds]=3 [python]=python3 [mode]=hardware)
+declare -A NEWSET=() # settings to record: the first call into a results directory
+for k in "${!SET[@]}"; do
+	r=$(recorded "$STATE_SRC" "$k" || true)
+	if [[ -n $r ]]; then
+		[[ -z ${OPT[$k]:-} || ${OPT[$k]} == "$r" ]] ||
+			bad "the results in $(dirname "$STATE_SRC") were made with ${k/mode/--dry-run or not}: '$r', not '${OPT[$k]}'; use a new --out"
+		SET[$k]=$r
+	else
+		SET[$k]=${OPT[$k]:-${SET[$k]}}
+		NEWSET[$k]=${SET[$k]}
+	fi
+done
+read -r -a SIZE_LIST <<<"${SET[sizes]}"
 ((${#SIZE_LIST[@]} > 0)) || bad "--sizes is empty"
 for s in "${SIZE_LIST[@]}"; do
-	[[ $s =~ ^[0-9]+(\.[0-9]+)?$ && ! $s =~ ^0+(\.0+)?$ ]] || bad "bad size '$s' in --sizes (want GB > 0)"
+	[[ $s =~ ^[0-9]+(\.[0-9]+)?$ && ! $s =~ ^0+(\.0+)?$ ]] || bad "bad size '$s' in --sizes (want GiB > 0)"
 done
-[[ $GPU =~ ^[0-9]+$ ]] || bad "--gpu '$GPU': want a GPU index"
-[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || bad "--rounds '$ROUNDS': want a count >= 1"
-
-# Preconditions, cheapest first: a machine without a GPU stops here, clearly.
-if ! command -v nvidia-smi >/dev/null 2>&1; then
-	say "no NVIDIA GPU: nvidia-smi not found; nothing to check on this machine"
-	exit 77
+[[ ${SET[gpu]} =~ ^[0-9]+$ ]] || bad "--gpu '${SET[gpu]}': want a GPU index"
+[[ ${SET[rounds]} =~ ^[1-9][0-9]*$ ]] || bad "--rounds '${SET[rounds]}': want a count >= 1"
+GPU=${SET[gpu]} ROUNDS=${SET[rounds]} DRY=0
+[[ ${SET[mode]} == dry-run ]] && DRY=1
+PY=$(command -v "${SET[python]}" 2>/dev/null) || bad "python '${SET[python]}' not found (use --python PATH)"
+BUNDLE=$(cd "$BUNDLE" 2>/dev/null && pwd -P) || bad "no bundle at $BUNDLE: run make gpu-check-bundle (docs/hardware.md)"
+BIN=$BUNDLE/bin
+for b in gpuschedd gpuschedctl gpusched-simjob; do
+	[[ -x $BIN/$b ]] || bad "no $b in $BIN: run make gpu-check-bundle"
+done
+if ((DRY)); then
+	[[ -x $BUNDLE/sim/cuda-checkpoint && -f $BUNDLE/sim/libcuda.so.1 ]] || bad "no fakes in $BUNDLE/sim: run make gpu-check-bundle"
 fi
-if ! GPU_LIST=$(nvidia-smi --query-gpu=index --format=csv,noheader 2>&1) || [[ -z $GPU_LIST ]]; then
-	say "no NVIDIA GPU: nvidia-smi lists none (${GPU_LIST:-no output})"
-	exit 77
+[[ $EUID -eq 0 ]] || bad "run as root: the daemon runs processes as their callers"
+
+# ---- the results directory
+
+mkdir -p "$OUTDIR"
+OUTDIR=$(cd "$OUTDIR" && pwd)
+STATE=$OUTDIR/state.tsv LOG=$OUTDIR/progress.log MOVES=$OUTDIR/moves.tsv
+FRES=$OUTDIR/filler.tsv HRES=$OUTDIR/hibernate.tsv PRE=$OUTDIR/preflight.txt
+if [[ -n $FROM && ! -f $STATE ]]; then
+	for f in "${RESULT_FILES[@]}"; do [[ ! -f $FROM/$f ]] || cp "$FROM/$f" "$OUTDIR/$f"; done
+	say "continuing the results of $FROM"
 fi
-GPU_INFO=$(nvidia-smi -i "$GPU" --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null) ||
-	die "no GPU with index $GPU (nvidia-smi lists: $(echo "$GPU_LIST" | tr '\n' ' '))"
-DRIVER_VERSION=${GPU_INFO##*, }
-OTHER_GPU=$(echo "$GPU_LIST" | tr -d ' ' | grep -vx "$GPU" | head -n 1 || true)
-[[ $EUID -eq 0 ]] || die "run as root (sudo $0 ...): the daemon runs processes as their callers"
-command -v "$PY" >/dev/null 2>&1 || die "python '$PY' not found (use --python PATH)"
-"$PY" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null ||
-	die "$PY has no PyTorch with CUDA (check: $PY -c 'import torch; print(torch.cuda.is_available())')"
+touch "$STATE" "$MOVES" "$FRES" "$HRES"
+declare -A FACT=()
+while IFS=$'\t' read -r kind k v _; do [[ $kind != fact ]] || FACT[$k]=$v; done <"$STATE"
+set_fact() { FACT[$1]=$2; printf 'fact\t%s\t%s\n' "$1" "$2" >>"$STATE"; }
+for k in "${!NEWSET[@]}"; do set_fact "$k" "${NEWSET[$k]}"; done
+# status NAME: a phase's last recorded status (started, ok, failed, skipped) or "".
+status() { awk -F'\t' -v p="$1" '$1 == "phase" && $2 == p {s = $3} END {printf "%s", s}' "$STATE"; }
+mark() { printf 'phase\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "${3:-}" "$(date -u '+%Y-%m-%d %H:%M:%S')" "${4:-}" >>"$STATE"; }
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-WORKLOAD=$ROOT/scripts/gpu-check/workload.py
-if [[ -n ${GPU_CHECK_BIN:-} ]]; then
-	BIN=$GPU_CHECK_BIN
-elif command -v go >/dev/null 2>&1; then
-	make -s -C "$ROOT" build >&2 || die "make build failed"
-	BIN=$ROOT/bin # the Makefile's build target writes here
-else
-	BIN=$ROOT/bin
-fi
-[[ -x $BIN/gpuschedd && -x $BIN/gpuschedctl ]] || die "no gpuschedd/gpuschedctl in $BIN (install Go and run make build)"
-
-NOTES=() DRIVERS=()
-note() { say "$*"; NOTES+=("note: $*"); }
-if [[ ${DRIVER_VERSION%%.*} =~ ^[0-9]+$ ]] && ((${DRIVER_VERSION%%.*} >= 570)); then DRIVERS+=(api)
-else note "api: skipped, driver $DRIVER_VERSION (the checkpoint API in libcuda needs 570+)"; fi
-if command -v cuda-checkpoint >/dev/null 2>&1; then DRIVERS+=(cli)
-else note "cli: skipped, cuda-checkpoint is not on PATH (under sudo: sudo env PATH=\"\$PATH\" ...)"; fi
-((${#DRIVERS[@]} > 0)) || die "no checkpoint driver to check"
-[[ -n $OTHER_GPU ]] || note "migrate: skipped, one GPU only"
-
-D=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
-chmod 755 "$D"
-RES=$D/results.tsv
-: >"$RES"
-DAEMON="" SOCK="" FAILED=0 CLI_COST="" BACKEND="" VERSION="?"
+T0=$SECONDS
+left() { echo $((BUDGET - (SECONDS - T0))); }
+# cap SECS: SECS, or less when the budget has less left (at least 5 s).
+cap() { local l; l=$(left); ((l < $1)) || { echo "$1"; return; }; echo $((l > 5 ? l : 5)); }
+WORK=$(mktemp -d /tmp/gpu-check.XXXXXX)
+chmod 755 "$WORK"
+[[ ! -f $OUTDIR/logs.tar.gz ]] || tar -xzf "$OUTDIR/logs.tar.gz" -C "$WORK" 2>/dev/null || true
+mkdir -p "$WORK/logs"
 ctl() { "$BIN/gpuschedctl" --socket "$SOCK" "$@"; }
 jq_py() { "$PY" -c "import json,sys; r=json.load(sys.stdin); $1"; } # python on one JSON object from stdin
+DAEMON="" SOCK="" LASTNOTE=""
+# note TEXT: a note for the report (kept in state.tsv), and why a phase failed.
+note() { say "note: $*"; LASTNOTE=$*; printf 'note\t%s\n' "$*" >>"$STATE"; }
+
+# reap_leftovers: end what an earlier call killed at its time limit left
+# running: processes of this bundle's gpuschedd (daemons, the inits of
+# managed trees with their workloads, helpers, fillers).
+reap_leftovers() {
+	local exe p
+	for p in /proc/[0-9]*; do
+		exe=$(readlink "$p/exe" 2>/dev/null) || continue
+		[[ $exe == "$BIN/gpuschedd" ]] || continue
+		kill -KILL "${p#/proc/}" 2>/dev/null && say "ended leftover process ${p#/proc/} ($exe)"
+	done
+	return 0
+}
 
 stop_daemon() {
 	[[ -n $DAEMON ]] || return 0
 	local name pid
-	# Managed processes first (TERM to the whole tree, then KILL), then the daemon.
-	while read -r name pid; do
+	while read -r name pid; do # managed trees: TERM, then KILL
 		[[ -n $name ]] || continue
 		ctl kill "$name" --grace 5s >/dev/null 2>&1 || kill -9 "$pid" 2>/dev/null || true
-	done < <(ctl --json ps 2>/dev/null | jq_py 'print("\n".join(p["name"]+" "+str(p["init_pid"]) for p in r["processes"] if p["state"]!="exited"))' 2>/dev/null || true)
-	# Fillers outlive a daemon by design: release them before it goes.
-	while read -r idx; do
-		[[ -n $idx ]] && ctl unfill "$idx" >/dev/null 2>&1 || true
+	done < <(ctl --json ps 2>/dev/null | jq_py 'print("\n".join(p["name"]+" "+str(p["init_pid"]) for p in r["processes"] if p["state"] not in ("exited", "hibernated")))' 2>/dev/null || true)
+	while read -r idx; do # fillers outlive a daemon by design
+		[[ -z $idx ]] || ctl unfill "$idx" >/dev/null 2>&1 || true
 	done < <(ctl --json fillers 2>/dev/null | jq_py 'print("\n".join(str(f["index"]) for f in r["fillers"]))' 2>/dev/null || true)
 	kill -TERM "$DAEMON" 2>/dev/null || true
-	for _ in $(seq 75); do kill -0 "$DAEMON" 2>/dev/null || break; sleep 0.2; done
-	kill -KILL "$DAEMON" 2>/dev/null || true
+	timeout 15 tail --pid="$DAEMON" -s 0.1 -f /dev/null || kill -KILL "$DAEMON" 2>/dev/null || true
 	wait "$DAEMON" 2>/dev/null || true
 	DAEMON=""
 }
+
+# save_logs: the logs of every phase so far, into the results; each log cut
+# to its last 4 MiB, so that the archive stays under the 16 MiB a file from
+# $OUT may have.
+save_logs() {
+	local f
+	find "$WORK/logs" -type f -size +4M -print0 | while IFS= read -r -d '' f; do
+		tail -c 4M "$f" >"$f.cut" && mv "$f.cut" "$f"
+	done
+	if tar -czf "$OUTDIR/logs.tar.gz.tmp" -C "$WORK" logs 2>/dev/null; then
+		mv "$OUTDIR/logs.tar.gz.tmp" "$OUTDIR/logs.tar.gz"
+	fi
+}
+
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
 	stop_daemon
-	if ((rc == 0 && KEEP == 0)); then rm -rf "$D"; else say "logs kept in $D"; fi
+	reap_leftovers
+	save_logs
+	rm -rf "$WORK"
 	exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# start_daemon DRV: a private gpuschedd on NVML with checkpoint driver DRV.
+# start_daemon PHASE DRIVER [CRIU]: a private gpuschedd (NVML, or --sim 2x80G
+# on a dry run) with checkpoint driver DRIVER, logging under the phase.
 start_daemon() {
-	local drv=$1 w=$D/$1 got
+	local w=$WORK/logs/$1 drv=$2 end got
 	mkdir -p "$w"
-	SOCK=$w/gs.sock
-	local args=(--socket "$SOCK" --state-dir "$w/state" --log-dir "$w/logs" --checkpoint-driver "$drv" --log-format console)
-	[[ $drv == cli ]] && args+=(--cuda-checkpoint "$(command -v cuda-checkpoint)")
-	"$BIN/gpuschedd" "${args[@]}" >"$w/daemon.log" 2>&1 &
+	SOCK=$WORK/$1.sock
+	local args=(--socket "$SOCK" --state-dir "$WORK/state-$1" --log-dir "$w" --log-format console
+		--checkpoint-driver "$drv" --criu "${3:-none}" --cgroup-root none --user-cgroups none)
+	local env=()
+	if ((DRY)); then
+		args+=(--sim 2x80G)
+		[[ $drv != api ]] || args+=(--libcuda "$BUNDLE/sim/libcuda.so.1")
+		env=(GPUSCHED_FAKE_CUDA_CHECKPOINT="$BUNDLE/sim/cuda-checkpoint") # read by the fake libcuda
+	fi
+	[[ $drv != cli ]] || args+=(--cuda-checkpoint "${FACT[cuda_checkpoint]}")
+	env "${env[@]}" "$BIN/gpuschedd" "${args[@]}" >"$w/daemon.log" 2>&1 &
 	DAEMON=$!
-	for _ in $(seq 300); do # 60 s
-		ctl --connect-timeout 1s status >/dev/null 2>&1 && break
-		if ! kill -0 "$DAEMON" 2>/dev/null; then
-			DAEMON=""
-			note "$drv: gpuschedd exited at start: $(tail -n 1 "$w/daemon.log")"
+	end=$((SECONDS + 60))
+	until ctl --connect-timeout 1s status >/dev/null 2>&1; do
+		if ! kill -0 "$DAEMON" 2>/dev/null || ((SECONDS > end)); then
+			note "$1: gpuschedd did not start within 60 s: $(tail -n 1 "$w/daemon.log")"
+			stop_daemon
 			return 1
 		fi
-		sleep 0.2
+		sleep 0.1
 	done
-	got=$(ctl --json status 2>/dev/null | jq_py 'print(r["driver"], r["backend"], r["version"])') || got=""
-	[[ -n $got ]] || { note "$drv: gpuschedd did not answer on $SOCK within 60 s"; stop_daemon; return 1; }
+	got=$(ctl --json status | jq_py 'print(r["driver"], r["backend"], r["version"])') || got=""
 	read -r got BACKEND VERSION <<<"$got"
-	[[ $got == "$drv" ]] || { note "$drv: gpuschedd runs checkpoint driver '$got', not $drv"; stop_daemon; return 1; }
-	say "gpuschedd $VERSION ($BACKEND backend, $got driver) on $SOCK"
+	[[ -n ${FACT[gpusched]:-} ]] || set_fact gpusched "$VERSION ($BACKEND backend)"
+	[[ $got == "$drv" ]] || { note "$1: gpuschedd runs checkpoint driver '$got', not $drv"; stop_daemon; return 1; }
+	say "$1: gpuschedd $VERSION ($BACKEND backend, $got driver)"
 }
 
-# nlines NAME REGEX: how many lines of NAME's log match REGEX.
-nlines() { ctl logs --lines=-1 "$1" 2>/dev/null | grep -c -- "$2" || true; }
-
-# wait_lines NAME REGEX N TIMEOUT_S: until N lines match, the process exits, or time runs out.
-wait_lines() {
-	local end=$((SECONDS + $4)) state
-	while ((SECONDS < end)); do
-		(($(nlines "$1" "$2") >= $3)) && return 0
-		state=$(ctl --json status "$1" 2>/dev/null | jq_py 'print(r["state"])' 2>/dev/null || echo unknown)
-		[[ $state == exited ]] && { say "$1 exited; its log ends:"; ctl logs -n 5 "$1" >&2 || true; return 1; }
-		sleep 0.2
+# wait_line NAME REGEX N SECS: prints the Nth line of NAME's log matching
+# REGEX, following the log until it comes, the process exits or SECS pass.
+wait_line() {
+	local line n=0 fpid
+	coproc FOLLOW { exec timeout "$(cap "$4")" "$BIN/gpuschedctl" --socket "$SOCK" logs -f --lines=-1 "$1" 2>&1; }
+	fpid=$FOLLOW_PID
+	while IFS= read -r line <&"${FOLLOW[0]}"; do
+		[[ $line =~ $2 ]] && ((++n >= $3)) && break
 	done
-	say "$1: no line matching '$2' within $4 s"
-	return 1
+	kill "$fpid" 2>/dev/null || true
+	wait "$fpid" 2>/dev/null || true
+	if ((n < $3)); then
+		say "$1: no line matching '$2' (exited, or not within $4 s); its log ends:"
+		ctl logs -n 5 "$1" 2>&1 | sed 's/^/    /' >&2 || true
+		return 1
+	fi
+	printf '%s\n' "$line"
 }
 
-# verify NAME: SIGUSR1 the workload and wait for its new VERIFY line.
+# verify NAME GB: SIGUSR1 the workload and wait for its next VERIFY line.
 verify() {
 	local n line
-	n=$(nlines "$1" '^VERIFY')
+	n=$(ctl logs --lines=-1 "$1" 2>/dev/null | grep -c '^VERIFY' || true)
 	ctl kill "$1" --signal USR1 >/dev/null || return 1
-	wait_lines "$1" '^VERIFY' $((n + 1)) 600 || return 1
-	line=$(ctl logs --lines=-1 "$1" | grep -- '^VERIFY' | tail -n 1)
+	line=$(wait_line "$1" '^VERIFY' $((n + 1)) $((60 + 2 * ${2%.*}))) || return 1
 	say "  $line"
-	[[ $line == "VERIFY OK "* ]]
+	[[ $line == "VERIFY OK "* ]] || { note "$1: $line"; return 1; }
 }
 
-# move OP NAME [ARGS...]: freeze/thaw/migrate with --json; prints "TOTAL_MS BYTES".
+# start_workload NAME GB: the workload as a managed process on GPU $GPU,
+# until READY; prints the pid it reports (the CUDA process).
+start_workload() {
+	local cmd line pid
+	if ((DRY)); then
+		cmd=("$BIN/gpusched-simjob" --gpu-check --vram "$(awk -v g="$2" 'BEGIN {printf "%d", g * 1024}')" --host-mem 16)
+	else
+		cmd=("$PY" "$ROOT/scripts/gpu-check/workload.py" --gb "$2")
+	fi
+	ctl run "$1" --gpu "$GPU" -- "${cmd[@]}" >/dev/null || return 1
+	line=$(wait_line "$1" '^READY ' 1 $((90 + 5 * ${2%.*}))) || return 1
+	read -r _ pid _ <<<"$line"
+	echo "$pid"
+}
+
+# move OP NAME [ARGS...]: freeze/thaw/migrate/hibernate with --json; prints "TOTAL_MS BYTES".
 move() {
 	local out total bytes phases
-	out=$(ctl --json "$@" 2>&1) || { say "  $1 $2 failed: $out"; return 1; }
+	out=$(timeout "$(cap 600)" "$BIN/gpuschedctl" --socket "$SOCK" --json "$@" 2>&1) || { note "$1 $2 failed: $(echo "$out" | tail -n 1)"; return 1; }
 	read -r total bytes phases < <(echo "$out" | jq_py 'm = r["ms"]; o = "freeze_lock freeze_checkpoint admit lock checkpoint stop continue restore unlock".split()
-print("%.1f %d %s" % (m["total"], r["bytes"], ", ".join("%s %.1f" % (k, m[k]) for k in sorted(set(m) - {"total"}, key=lambda k: (o.index(k) if k in o else 99, k)))))') || true
+b = r.get("written", r.get("bytes", 0))
+print("%.1f %d %s" % (m["total"], b, ", ".join("%s %.1f" % (k, m[k]) for k in sorted(set(m) - {"total"}, key=lambda k: (o.index(k) if k in o else 99, k)))))') || true
 	[[ -n ${bytes:-} ]] || { say "  $1 $2: unexpected result: $out"; return 1; }
 	say "  $1: $total ms, $bytes bytes ($phases)"
 	echo "$total $bytes"
@@ -199,71 +308,186 @@ print("%.1f %d %s" % (m["total"], r["bytes"], ", ".join("%s %.1f" % (k, m[k]) fo
 
 # median_ms CMD...: median wall time of 5 runs of CMD, in ms.
 median_ms() {
-	local t=() t0
+	local ts=() t0
 	for _ in 1 2 3 4 5; do
 		t0=${EPOCHREALTIME/./}
 		"$@" >/dev/null 2>&1 || true
-		t+=($((${EPOCHREALTIME/./} - t0)))
+		ts+=($((${EPOCHREALTIME/./} - t0)))
 	done
-	printf '%s\n' "${t[@]}" | sort -n | sed -n 3p | awk '{printf "%.1f", $1 / 1000}'
+	printf '%s\n' "${ts[@]}" | sort -n | sed -n 3p | awk '{printf "%.1f", $1 / 1000}'
 }
 
-# check_size DRV IDX GB: one workload through R freeze/thaw rounds (+ migrate).
+# est_size GB: seconds a size is planned to take (an estimate, to decide
+# whether it fits the budget; docs/hardware.md has the measured times).
+est_size() { awk -v g="$1" -v r="$ROUNDS" 'BEGIN {printf "%d", 30 + 4 * g + r * g}'; }
+
+# check_size DRV GB: one workload through R freeze/thaw rounds (+ migrate);
+# appends its row to moves.tsv.
 check_size() {
-	local drv=$1 gb=$3 name="gc-$1-$2-${3}g" fr=() th=() ok=ok mig=- bytes=0 out pid
-	say "$drv, $gb GB: starting $name on GPU $GPU"
-	if ctl run "$name" --gpu "$GPU" -- "$PY" "$WORKLOAD" --gb "$gb" >/dev/null &&
-		wait_lines "$name" '^READY' 1 $((120 + 10 * ${gb%.*})) && verify "$name"; then
-		if [[ -z $CLI_COST ]] && command -v cuda-checkpoint >/dev/null 2>&1; then
-			pid=$(ctl --json status "$name" | jq_py 'print(r["pid"])') || pid=""
-			[[ -z $pid ]] || CLI_COST=$(median_ms cuda-checkpoint --get-state --pid "$pid")
+	local drv=$1 gb=$2 name="gc-$1-${2/./_}g" fr=() th=() ok=ok mig=- bytes=0 out pid
+	say "$drv, $gb GiB: starting $name on GPU $GPU"
+	if pid=$(start_workload "$name" "$gb") && verify "$name" "$gb"; then
+		if [[ $drv == cli && -z ${FACT[cli_cost_ms]:-} ]]; then
+			set_fact cli_cost_ms "$(median_ms "${FACT[cuda_checkpoint]}" --get-state --pid "$pid")"
 		fi
 		for ((r = 1; r <= ROUNDS; r++)); do
 			out=$(move freeze "$name") || { ok=FAIL; fr+=(ERR); break; }
 			fr+=("${out% *}"); bytes=${out#* }
 			out=$(move thaw "$name") || { ok=FAIL; th+=(ERR); break; }
 			th+=("${out% *}")
-			verify "$name" || ok=FAIL
+			verify "$name" "$gb" || ok=FAIL
 		done
-		if [[ -n $OTHER_GPU && $ok == ok ]]; then
-			if out=$(move migrate "$name" --gpu "$OTHER_GPU"); then
+		if [[ -n ${FACT[other_gpu]:-} && $ok == ok ]]; then
+			if out=$(move migrate "$name" --gpu "${FACT[other_gpu]}"); then
 				mig=${out% *}
-				verify "$name" || { ok=FAIL; mig="$mig(FAIL)"; }
+				verify "$name" "$gb" || { ok=FAIL; mig="$mig(FAIL)"; }
 			else
 				ok=FAIL mig=ERR
 			fi
 		fi
 	else
 		ok=FAIL
-		note "$drv $gb GB: the workload did not start or verify; see $D/$drv/logs"
+		note "$drv $gb GiB: the workload did not start or verify (logs.tar.gz: logs/$drv/$name.log)"
 	fi
 	ctl kill "$name" --grace 10s >/dev/null 2>&1 || true
-	[[ $ok == ok ]] || FAILED=1
 	local IFS=,
-	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$drv" "$gb" "$bytes" "${fr[*]:--}" "${th[*]:--}" "$ok" "$mig" >>"$RES"
+	printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$drv" "$gb" "$bytes" "${fr[*]:--}" "${th[*]:--}" "$ok" "$mig" >>"$MOVES"
+	[[ $ok == ok ]]
 }
 
-for drv in "${DRIVERS[@]}"; do
-	start_daemon "$drv" || { FAILED=1; continue; }
-	i=0
-	for gb in "${SIZE_LIST[@]}"; do check_size "$drv" $((i++)) "$gb"; done
+# ---- phases: each returns 0 passed, 1 failed, 3 skipped (the reason noted),
+# 4 out of budget (to be continued by the next call)
+
+indent() { printf '%s\n' "$1" | sed 's/^/  /'; }
+
+phase_preflight() {
+	local rc=0 q line cc v crit
+	{
+		echo "# gpu-check preflight, $(date -u '+%Y-%m-%d %H:%M UTC'), mode ${SET[mode]}"
+		echo "host: $(uname -srm); $(nproc) CPUs; $(awk '/MemTotal|MemAvailable/ {printf "%s %d GiB; ", $1, $2 / 1048576}' /proc/meminfo)"
+		echo "bundle: $BUNDLE"
+		sed 's/^/  /' "$BUNDLE/MANIFEST" 2>/dev/null || echo "  (no MANIFEST)"
+	} >"$PRE"
+	# The bundle's binaries run here (glibc, loader): without them nothing is checked.
+	if ! out=$("$BIN/gpuschedd" --help 2>&1); then
+		note "preflight: $BIN/gpuschedd does not run here: $(echo "$out" | tail -n 1)"
+		rc=1
+	fi
+	if ((DRY)); then
+		set_fact gpu_name "simulated GPU (gpuschedd --sim 2x80G)"
+		set_fact driver_version sim
+		set_fact persistence "n/a (simulated)"
+		set_fact gpu_count 2
+		set_fact other_gpu $((GPU == 0 ? 1 : 0))
+		cc=$BUNDLE/sim/cuda-checkpoint
+		set_fact pytorch "not used (the dry run's workload is gpusched-simjob --gpu-check)"
+		echo "GPUs: simulated, 2 x 80 GiB" >>"$PRE"
+	else
+		if ! command -v nvidia-smi >/dev/null 2>&1; then
+			note "preflight: no NVIDIA GPU: nvidia-smi not found; nothing to check on this machine"
+			return 77
+		fi
+		q=$(nvidia-smi --query-gpu=index,name,uuid,driver_version,persistence_mode,memory.total,memory.used --format=csv,noheader 2>&1) || q=""
+		if [[ -z $q || $q != [0-9]* ]]; then
+			note "preflight: no NVIDIA GPU: nvidia-smi lists none (${q:-no output})"
+			return 77
+		fi
+		{ echo "nvidia-smi --query-gpu=index,name,uuid,driver_version,persistence_mode,memory.total,memory.used:"
+			indent "$q"; echo; indent "$(nvidia-smi 2>&1)"; } >>"$PRE"
+		line=$(echo "$q" | awk -F', ' -v g="$GPU" '$1 == g')
+		[[ -n $line ]] || { note "preflight: no GPU with index $GPU (nvidia-smi lists: $(echo "$q" | cut -d, -f1 | tr '\n' ' '))"; return 1; }
+		IFS=, read -r _ name _ drv pm total used <<<"${line//, /,}"
+		set_fact gpu_name "$name ($total, $used used before the check)"
+		set_fact driver_version "$drv"
+		set_fact persistence "$pm"
+		set_fact gpu_count "$(echo "$q" | wc -l)"
+		set_fact other_gpu "$(echo "$q" | cut -d, -f1 | grep -vx "$GPU" | head -n 1 || true)"
+		# cuda-checkpoint fails with "operation not permitted" without persistence
+		# mode (NVIDIA/cuda-checkpoint#25); a lent machine's settings are left as they are.
+		[[ $pm == Enabled ]] || note "persistence mode is $pm on GPU $GPU: cuda-checkpoint may fail (NVIDIA/cuda-checkpoint#25); not changed here (nvidia-smi -pm 1 enables it)"
+		cc=$BUNDLE/cuda-checkpoint
+		[[ -x $cc ]] || cc=$(command -v cuda-checkpoint 2>/dev/null || true)
+		v=$("$PY" -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda, "available" if torch.cuda.is_available() else "NOT AVAILABLE", torch.cuda.device_count(), "device(s)")' 2>&1 | tail -n 1) || v="no PyTorch: $v"
+		set_fact pytorch "$v"
+		echo "PyTorch ($PY): $v" >>"$PRE"
+		[[ $v == *" available "* ]] || { note "preflight: $PY has no PyTorch with CUDA: $v"; rc=1; }
+		echo "libcuda: $(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 / {print $NF; exit}')" >>"$PRE"
+	fi
+	# cuda-checkpoint: its --help carries the driver's version ("Version 570.86.10"),
+	# from libcuda; without libcuda.so.1 the loader refuses to start it.
+	set_fact cuda_checkpoint "${cc:-}"
+	if [[ -n $cc && -x $cc ]]; then
+		out=$("$cc" --help 2>&1) && v=$(echo "$out" | grep -m1 -o 'Version [^ ]*[0-9]' || echo "no version line") || v="--help failed: $(echo "$out" | tail -n 1)"
+		{ echo "cuda-checkpoint: $cc: $v"; indent "$out"; } >>"$PRE"
+		set_fact cuda_checkpoint_version "$v"
+	else
+		echo "cuda-checkpoint: none" >>"$PRE"
+		set_fact cuda_checkpoint_version none
+	fi
+	# The drivers to check: api needs the checkpoint entry points of driver 570+.
+	local drivers=()
+	v=${FACT[driver_version]%%.*}
+	if ((DRY)); then
+		drivers+=(api)
+	elif [[ $v =~ ^[0-9]+$ ]] && ((v >= 570)); then
+		drivers+=(api)
+	else
+		note "api: skipped, driver ${FACT[driver_version]} (the checkpoint API in libcuda needs 570+)"
+	fi
+	if [[ ${FACT[cuda_checkpoint_version]} == Version* ]]; then drivers+=(cli)
+	else note "cli: skipped, no working cuda-checkpoint (${FACT[cuda_checkpoint_version]}; make gpu-check-bundle CUDA_CHECKPOINT=PATH carries one)"; fi
+	set_fact drivers "${drivers[*]}"
+	((${#drivers[@]} > 0)) || { note "preflight: no checkpoint driver to check"; rc=1; }
+	# CRIU for the hibernate phase: the bundle's, else a system criu >= 4.
+	crit=$BUNDLE/criu/bin/criu
+	[[ -x $crit ]] || crit=$(command -v criu 2>/dev/null || true)
+	if [[ -n $crit ]] && out=$("$crit" check 2>&1); then
+		set_fact criu "$crit"
+		echo "criu: $crit: $("$crit" --version 2>&1 | head -n 1); check: $out" >>"$PRE"
+	else
+		set_fact criu none
+		echo "criu: ${crit:-none}${crit:+: check failed: $out}" >>"$PRE"
+		note "hibernate: will be skipped, no working CRIU${crit:+ ($crit check: $(echo "$out" | tail -n 1))}"
+	fi
+	[[ -z ${FACT[other_gpu]} ]] && note "migrate: skipped, one GPU only"
+	return "$rc"
+}
+
+# phase_driver DRV: the freeze/thaw phase of one checkpoint driver; sizes
+# already in moves.tsv (from an interrupted call) are not run again.
+phase_driver() {
+	local drv=$1 failed=0 gb
+	[[ " ${FACT[drivers]} " == *" $drv "* ]] || { note "$drv: skipped (see preflight)"; return 3; }
+	local todo=()
+	for gb in "${SIZE_LIST[@]}"; do
+		awk -F'\t' -v d="$drv" -v g="$gb" '$1 == d && $2 == g {f = 1} END {exit !f}' "$MOVES" || todo+=("$gb")
+	done
+	((${#todo[@]})) || return "$(awk -F'\t' -v d="$drv" '$1 == d && $6 != "ok" {f = 1} END {print f ? 1 : 0}' "$MOVES")"
+	(($(left) >= $(est_size "${todo[0]}") + 20)) || return 4
+	start_daemon "$drv" "$drv" || return 1
+	for gb in "${todo[@]}"; do
+		(($(left) >= $(est_size "$gb"))) || { stop_daemon; return 4; }
+		check_size "$drv" "$gb" || failed=1
+	done
 	stop_daemon
-done
+	awk -F'\t' -v d="$drv" '$1 == d && $6 != "ok" {f = 1} END {exit f}' "$MOVES" || failed=1
+	return "$failed"
+}
 
 # used_mib: GPU $GPU's total memory in use, all processes.
 used_mib() { ctl --json gpus | jq_py "print([g for g in r['gpus'] if g['index']==$GPU][0]['used_mib'])"; }
 
-# settle TARGET CHUNK TIMEOUT_S: until GPU $GPU's usage is within one chunk
-# below TARGET; prints the milliseconds it took, or fails.
+# settle TARGET CHUNK SECS: until GPU $GPU's usage is within one chunk below
+# TARGET; prints the milliseconds it took, or fails.
 settle() {
-	local t0=${EPOCHREALTIME/./} u=-
-	for ((k = 0; k < $3 * 20; k++)); do
+	local t0=${EPOCHREALTIME/./} end=$((SECONDS + $3)) u=-
+	while ((SECONDS <= end)); do
 		u=$(used_mib) || return 1
 		if ((u <= $1 && u + $2 > $1)); then
 			echo $(((${EPOCHREALTIME/./} - t0) / 1000))
 			return 0
 		fi
-		sleep 0.05
+		sleep 0.2
 	done
 	note "filler: GPU $GPU holds $u MiB, not within $2 MiB below $1 after $3 s"
 	return 1
@@ -272,66 +496,102 @@ settle() {
 # frow STEP RESULT [SETTLE_MS]: one row of the filler table.
 frow() { printf '%s\t%s\t%s\t%s\n' "$1" "$(used_mib 2>/dev/null || echo -)" "${3:--}" "$2" >>"$FRES"; }
 
-# check_filler DRV: hold 0.9 of the GPU, run a PyTorch job allocating 4 GB in
-# the room left, and check that it succeeds and the usage returns to target.
-check_filler() {
-	local drv=$1 out target chunk ms ok=ok name=gc-filler held
+# phase_filler: hold 0.9 of the GPU, run a workload allocating 4 GiB in the
+# room left, and check that it verifies and the usage returns to target.
+phase_filler() {
+	local out target chunk ms ok=0 name=gc-filler held
+	(($(left) >= 120)) || return 4
+	: >"$FRES"
+	start_daemon filler none || return 1
 	say "filler: holding 0.9 of GPU $GPU"
-	if ! out=$(ctl --json fill "$GPU" --ratio 0.9 --detach); then
+	if ! out=$(ctl --json fill "$GPU" --ratio 0.9 --detach 2>&1); then
 		note "filler: fill failed: $out"
 		frow "hold 0.9" FAIL
-		FAILED=1
-		return
+		stop_daemon
+		return 1
 	fi
 	read -r target chunk <<<"$(echo "$out" | jq_py 'print(r["target_mib"], r["chunk_mib"])')"
-	if ms=$(settle "$target" "$chunk" 60); then
-		frow "hold 0.9 (target $target MiB)" ok "$ms"
-	else
-		frow "hold 0.9 (target $target MiB)" FAIL
-		ok=FAIL
-	fi
-	say "filler: a PyTorch job allocates 4 GB beside it"
-	if ctl run "$name" --gpu "$GPU" -- "$PY" "$WORKLOAD" --gb 4 >/dev/null &&
-		wait_lines "$name" '^READY' 1 180 && verify "$name"; then
-		held=$(ctl --json fillers | jq_py "print([f for f in r['fillers'] if f['index']==$GPU][0]['held_mib'])")
+	if ms=$(settle "$target" "$chunk" 60); then frow "hold 0.9 (target $target MiB)" ok "$ms"
+	else frow "hold 0.9 (target $target MiB)" FAIL; ok=1; fi
+	say "filler: a workload allocates 4 GiB beside it"
+	if start_workload "$name" 4 >/dev/null && verify "$name" 4; then
 		if ms=$(settle "$target" "$chunk" 60); then
-			frow "4 GB PyTorch job verified, filler down to $held MiB" ok "$ms"
+			held=$(ctl --json fillers | jq_py "print([f for f in r['fillers'] if f['index']==$GPU][0]['held_mib'])")
+			frow "4 GiB workload verified, filler down to $held MiB" ok "$ms"
 		else
-			frow "4 GB PyTorch job verified, filler at $held MiB" FAIL
-			ok=FAIL
+			frow "4 GiB workload verified, usage not back at the target" FAIL
+			ok=1
 		fi
 	else
-		note "filler: the 4 GB job did not start or verify beside the filler; see $D/$drv/logs/$name.log"
-		frow "4 GB PyTorch job" FAIL
-		ok=FAIL
+		note "filler: the 4 GiB workload did not start or verify beside the filler (logs.tar.gz: logs/filler/$name.log)"
+		frow "4 GiB workload" FAIL
+		ok=1
 	fi
 	ctl kill "$name" --grace 10s >/dev/null 2>&1 || true
-	if ms=$(settle "$target" "$chunk" 60); then
-		frow "job ended: back to the target" ok "$ms"
-	else
-		frow "job ended: back to the target" FAIL
-		ok=FAIL
-	fi
-	ctl unfill "$GPU" >/dev/null || ok=FAIL
-	[[ $ok == ok ]] || FAILED=1
+	if ms=$(settle "$target" "$chunk" 60); then frow "workload ended: back to the target" ok "$ms"
+	else frow "workload ended: back to the target" FAIL; ok=1; fi
+	ctl unfill "$GPU" >/dev/null || ok=1
+	stop_daemon
+	return "$ok"
 }
 
-FRES=$D/filler.tsv
-: >"$FRES"
-if start_daemon "${DRIVERS[0]}"; then
-	check_filler "${DRIVERS[0]}"
+# phase_hibernate: the smallest size frozen and dumped to disk with CRIU
+# (hibernate), restored from disk (thaw) and verified.
+phase_hibernate() {
+	local drv gb name out hib=ERR written=0 thaw=ERR ok=FAIL
+	[[ ${FACT[criu]} != none ]] || { note "hibernate: skipped, no working CRIU (see preflight.txt)"; return 3; }
+	drv=${FACT[drivers]%% *}
+	[[ -n $drv ]] || { note "hibernate: skipped, no checkpoint driver"; return 3; }
+	gb=$(printf '%s\n' "${SIZE_LIST[@]}" | sort -g | head -n 1)
+	(($(left) >= $(est_size "$gb") + 60)) || return 4
+	: >"$HRES"
+	start_daemon hibernate "$drv" "${FACT[criu]}" || return 1
+	name="gc-hib-${gb/./_}g"
+	say "hibernate: $drv driver, $gb GiB"
+	if start_workload "$name" "$gb" >/dev/null && verify "$name" "$gb"; then
+		if out=$(move hibernate "$name"); then
+			hib=${out% *} written=${out#* }
+			if out=$(move thaw "$name"); then
+				thaw=${out% *}
+				verify "$name" "$gb" && ok=ok
+			fi
+		fi
+	else
+		note "hibernate: the workload did not start or verify (logs.tar.gz: logs/hibernate/$name.log)"
+	fi
+	ctl kill "$name" --grace 10s >/dev/null 2>&1 || true
+	printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$drv" "$gb" "$hib" "$written" "$thaw" "$ok" >>"$HRES"
 	stop_daemon
-else
-	FAILED=1
-fi
+	[[ $ok == ok ]]
+}
 
-HEAD=("GPU $GPU: ${GPU_INFO%, *}, driver $DRIVER_VERSION; $(echo "$GPU_LIST" | wc -l) GPU(s); $(date -u '+%Y-%m-%d %H:%M UTC')"
-	"gpusched $VERSION (${BACKEND:-?} backend); $ROUNDS freeze/thaw rounds per size")
-[[ -z $CLI_COST ]] || HEAD+=("cuda-checkpoint --get-state start cost: $CLI_COST ms (median of 5); the cli driver pays one per step (lock, checkpoint, restore, unlock), the api driver none")
-"$PY" - "$RES" "$MARKDOWN" "${HEAD[@]}" "${NOTES[@]}" <<'EOF'
-import statistics, sys
-res, markdown, head = sys.argv[1], sys.argv[2] == "1", sys.argv[3:]
+# report: report.md from the state and the result files, also on stdout.
+report() {
+	local phases=() p s
+	for p in "${PHASES[@]}"; do
+		s=$(awk -F'\t' -v p="$p" '$1 == "phase" && $2 == p {s = $3 " " ($4 == "" ? "" : $4 " s") ($6 == "" ? "" : ", " $6)} END {print s}' "$STATE")
+		phases+=("$p: ${s:-not run}")
+	done
+	"$PY" - "$OUTDIR" "${SET[mode]}" "$GPU" "$ROUNDS" "${phases[@]}" >"$OUTDIR/report.md.tmp" <<'EOF'
+import os, statistics, sys
+out, mode, gpu, rounds = sys.argv[1:5]
+phases = sys.argv[5:]
+fact, notes = {}, []
+for line in open(os.path.join(out, "state.tsv")):
+    f = line.rstrip("\n").split("\t")
+    if f[0] == "fact" and len(f) >= 3:
+        fact[f[1]] = f[2]
+    elif f[0] == "note" and len(f) >= 2 and f[1] not in notes:
+        notes.append(f[1])
 FLOOR = 20.0  # ms per GB: ~50 GB/s host link per direction (H100/H200)
+
+def rows(name):
+    p = os.path.join(out, name)
+    return [l.rstrip("\n").split("\t") for l in open(p) if l.strip()] if os.path.exists(p) else []
+
+def table(cols, body, right):
+    t = ["| " + " | ".join(cols) + " |", "|" + "|".join("---:" if i in right else "---" for i in range(len(cols))) + "|"]
+    return t + ["| " + " | ".join(r) + " |" for r in body]
 
 def med(csv):  # median of the rounds that worked; "ERR" when none did
     v = [float(x) for x in csv.split(",") if x not in ("-", "ERR")]
@@ -340,46 +600,89 @@ def med(csv):  # median of the rounds that worked; "ERR" when none did
 def f(v, fmt="%.1f"):
     return v if isinstance(v, str) else "-" if v is None else fmt % v
 
-cols = ["driver", "GiB", "moved GiB", "freeze ms", "thaw ms", "ms/GB", "x floor", "verify", "migrate ms"]
-rows = []
-for line in open(res):
-    drv, gb, nbytes, fr, th, ok, mig = line.rstrip("\n").split("\t")
+print("# gpusched hardware check" + (" (DRY RUN: simulated GPUs, fake cuda-checkpoint and libcuda)" if mode == "dry-run" else ""))
+print()
+print("- GPU %s: %s; driver %s; %s GPU(s); persistence mode %s" % (gpu, fact.get("gpu_name", "?"),
+      fact.get("driver_version", "?"), fact.get("gpu_count", "?"), fact.get("persistence", "?")))
+print("- gpusched %s; cuda-checkpoint %s; PyTorch %s" % (fact.get("gpusched", "?"),
+      fact.get("cuda_checkpoint_version", "?"), fact.get("pytorch", "?")))
+if fact.get("cli_cost_ms"):
+    print("- cuda-checkpoint --get-state start cost: %s ms (median of 5); the cli driver pays one per step "
+          "(lock, checkpoint, restore, unlock), the api driver none" % fact["cli_cost_ms"])
+print("- %s freeze/thaw rounds per size; phases: %s" % (rounds, "; ".join(phases)))
+for n in notes:
+    print("- note: " + n)
+
+body = []
+for drv, gb, nbytes, fr, th, ok, mig in rows("moves.tsv"):
     fz, tw = med(fr), med(th)
     gbytes = int(nbytes) / 1e9 if int(nbytes) > 0 else float(gb) * 1.073741824
     per = (fz + tw) / (2 * gbytes) if isinstance(fz, float) and isinstance(tw, float) else None
-    rows.append([drv, gb, f(int(nbytes) / 2**30 if int(nbytes) else None, "%.2f"), f(fz), f(tw),
+    body.append([drv, gb, f(int(nbytes) / 2**30 if int(nbytes) else None, "%.2f"), f(fz), f(tw),
                  f(per), f(per / FLOOR if per else None, "%.2f"), ok, mig])
-if markdown:
-    for h in head:
-        print("- " + h)
-    print()
-    print("| " + " | ".join(cols) + " |")
-    print("|" + "|".join("---" if c in ("driver", "verify") else "---:" for c in cols) + "|")
-    for r in rows:
-        print("| " + " | ".join(r) + " |")
-else:
-    for h in head:
-        print(h)
-    w = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
-    for r in [cols] + rows:
-        print("  ".join(v.ljust(w[i]) if i == 0 else v.rjust(w[i]) for i, v in enumerate(r)))
+print("\n## Freeze and thaw\n")
+print("\n".join(table(["driver", "GiB", "moved GiB", "freeze ms", "thaw ms", "ms/GB", "x floor", "verify", "migrate ms"],
+                      body, {1, 2, 3, 4, 5, 6, 8})))
 print("\nms/GB = (freeze + thaw) / (2 x GB moved as the driver reports it, 1 GB = 1e9 bytes); x floor = ms/GB / %g" % FLOOR)
+print("\n## Filler on GPU %s (fill --ratio 0.9; settle = until usage is within one chunk below the target)\n" % gpu)
+print("\n".join(table(["step", "GPU used MiB", "settle ms", "result"], rows("filler.tsv"), {1, 2})))
+print("\n## Hibernate (CRIU dump of the frozen process, thaw from disk)\n")
+hb = [[d, g, h, "%.2f" % (int(w) / 2**30), t, ok] for d, g, h, w, t, ok in rows("hibernate.tsv")]
+print("\n".join(table(["driver", "GiB", "hibernate ms", "written GiB", "thaw ms", "verify"], hb, {1, 2, 3, 4})))
 EOF
-echo
-echo "Filler on GPU $GPU (fill --ratio 0.9; settle = until usage is within one chunk below the target):"
-"$PY" - "$FRES" "$MARKDOWN" <<'EOF'
-import sys
-rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
-cols = ["step", "GPU used MiB", "settle ms", "result"]
-if sys.argv[2] == "1":
-    print("| " + " | ".join(cols) + " |")
-    print("|---|---:|---:|---|")
-    for r in rows:
-        print("| " + " | ".join(r) + " |")
-else:
-    w = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
-    for r in [cols] + rows:
-        print("  ".join(v.ljust(w[i]) for i, v in enumerate(r)))
-EOF
-((FAILED == 0)) || die "some checks FAILED (see the tables and notes above)"
-say "all checks passed"
+	mv "$OUTDIR/report.md.tmp" "$OUTDIR/report.md"
+	cat "$OUTDIR/report.md"
+}
+
+# ---- run
+
+if [[ $PHASE_ARG == all ]]; then
+	for p in "${PHASES[@]}"; do
+		case $(status "$p") in ok | failed | skipped) ;; *) RUN+=("$p") ;; esac
+	done
+fi
+if ((${#RUN[@]})) && [[ ${RUN[0]} != preflight && $(status preflight) != ok ]]; then
+	RUN=(preflight "${RUN[@]}") # every phase stands on the preflight's facts
+fi
+say "results in $OUTDIR; phases to run: ${RUN[*]:-none}; budget $BUDGET s"
+reap_leftovers
+FAILED=0 LEFT=() GONE=0
+for p in "${RUN[@]}"; do
+	if ((GONE)); then LEFT+=("$p"); continue; fi
+	if [[ $p != preflight && $(status preflight) != ok ]]; then
+		mark "$p" skipped 0 "the preflight did not pass"
+		continue
+	fi
+	# A phase run again from the start drops its earlier rows.
+	if [[ $PHASE_ARG != all || $(status "$p") != started ]]; then
+		case $p in
+		api | cli) awk -F'\t' -v d="$p" '$1 != d' "$MOVES" >"$MOVES.tmp" && mv "$MOVES.tmp" "$MOVES" ;;
+		esac
+	fi
+	say "phase $p: start ($(left) s of the budget left)"
+	mark "$p" started
+	t=$SECONDS rc=0 LASTNOTE=
+	case $p in
+	preflight) phase_preflight || rc=$? ;;
+	api | cli) phase_driver "$p" || rc=$? ;;
+	filler) phase_filler || rc=$? ;;
+	hibernate) phase_hibernate || rc=$? ;;
+	esac
+	case $rc in
+	0) mark "$p" ok $((SECONDS - t)) ;;
+	3) mark "$p" skipped $((SECONDS - t)) "$LASTNOTE" ;;
+	4) say "phase $p: left for the next call (the budget has $(left) s)"; LEFT+=("$p"); GONE=1 ;;
+	77) mark "$p" failed $((SECONDS - t)) "no NVIDIA GPU"; save_logs; report >/dev/null; exit 77 ;;
+	*) mark "$p" failed $((SECONDS - t)) "$LASTNOTE"; FAILED=1 ;;
+	esac
+	say "phase $p: $(status "$p")"
+	save_logs
+done
+report
+if ((${#LEFT[@]})); then
+	say "phases left for the next call: ${LEFT[*]} (run the same command with --from this call's results)"
+	exit 75
+fi
+for p in "${PHASES[@]}"; do [[ $(status "$p") != failed ]] || FAILED=1; done
+((FAILED == 0)) || die "some checks FAILED (see report.md and progress.log in $OUTDIR)"
+say "all phases done and passed"

@@ -18,7 +18,8 @@ type config struct {
 	oomOnce  string // marker file: fail with OOM once, when it is absent
 	hostMiB  uint64 // host memory filled with a verifiable pattern
 	tick     time.Duration
-	cycles   int // times to free everything and ramp again after a hold
+	cycles   int  // times to free everything and ramp again after a hold
+	gpuCheck bool // speak scripts/gpu-check's workload protocol
 }
 
 // parseFlags parses the command line; usage and flag errors go to stderr.
@@ -34,6 +35,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.oomOnce, "oom-once", "", "if `MARKERFILE` is absent, create it and fail with a CUDA out-of-memory error")
 	fs.Uint64Var(&cfg.hostMiB, "host-mem", 0, "host memory to fill with a pattern checked every second and on SIGUSR1, in `MiB`")
 	fs.IntVar(&cfg.cycles, "cycles", 0, "after each --hold, free all VRAM, wait --hold seconds and ramp again, `N` more times")
+	fs.BoolVar(&cfg.gpuCheck, "gpu-check", false, "print \"READY <pid> <GiB>\" once --vram is held and answer each SIGUSR1 with a \"VERIFY OK|FAIL ...\" line, as scripts/gpu-check/workload.py does")
 	fs.Float64Var(&tick, "tick", 0, "print \"tick N\" every this many `seconds` (0: never)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err

@@ -141,6 +141,10 @@ func (j *job) loop(sigs <-chan os.Signal) int {
 				j.release()
 				dieFrom(sig.(unix.Signal))
 			}
+			if j.cfg.gpuCheck {
+				j.printf("%s", j.verifyLine())
+				continue
+			}
 			if j.mem != nil {
 				if err := j.mem.verify(); err != nil {
 					return j.exit(3, err)
@@ -196,6 +200,9 @@ func (j *job) reached() <-chan time.Time {
 		for _, d := range j.vram.devs {
 			j.printf("simjob: allocated %d MiB on %s", j.vram.held, d.UUID)
 		}
+	}
+	if j.cfg.gpuCheck {
+		j.ready()
 	}
 	if j.cfg.hold == 0 {
 		return nil

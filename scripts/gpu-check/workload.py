@@ -6,7 +6,8 @@ deterministic pattern computed on the GPU, prints "READY <pid> <gb>" and then
 idles. On SIGUSR1 it recomputes every tensor's pattern and compares, printing
 "VERIFY OK <n> tensors" or "VERIFY FAIL tensor <i>". SIGTERM ends it with
 status 0. All CUDA work happens in the main thread: the signal handlers only
-set flags, which the loop checks every 50 ms.
+set flags, which the loop checks every 50 ms. The dry run's stand-in,
+gpusched-simjob --gpu-check, speaks the same protocol: change both together.
 """
 
 import argparse
