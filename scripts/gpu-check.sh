@@ -122,7 +122,7 @@ GPU=${SET[gpu]} ROUNDS=${SET[rounds]} DRY=0
 PY=$(command -v "${SET[python]}" 2>/dev/null) || bad "python '${SET[python]}' not found (use --python PATH)"
 BUNDLE=$(cd "$BUNDLE" 2>/dev/null && pwd -P) || bad "no bundle at $BUNDLE: run make gpu-check-bundle (docs/hardware.md)"
 BIN=$BUNDLE/bin
-for b in gpuschedd gpuschedctl gpusched-simjob; do
+for b in gpuschedd gpusched-init gpuschedctl gpusched-simjob; do
 	[[ -x $BIN/$b ]] || bad "no $b in $BIN: run make gpu-check-bundle"
 done
 if ((DRY)); then

@@ -3,7 +3,7 @@
 # machine that has neither Go nor a network (`make gpu-check-bundle` runs it;
 # docs/hardware.md says how DIR travels):
 #
-#   DIR/bin/         gpuschedd (cgo, for go-nvml), gpuschedctl, gpusched-simjob
+#   DIR/bin/         gpuschedd (cgo, for go-nvml), gpusched-init, gpuschedctl, gpusched-simjob
 #   DIR/cuda-checkpoint
 #                    NVIDIA's tool, when $CUDA_CHECKPOINT names it
 #   DIR/criu/        the private CRIU copy (scripts/install-criu.sh), when
@@ -39,7 +39,7 @@ mkdir -p "$DIR/bin" "$DIR/sim" "$DIR/results"
 
 cd "$ROOT"
 CGO_ENABLED=1 go build -trimpath -ldflags "${LDFLAGS:-} -s -w" -o "$DIR/bin/" \
-	./cmd/gpuschedd ./cmd/gpuschedctl ./cmd/gpusched-simjob
+	./cmd/gpuschedd ./cmd/gpusched-init ./cmd/gpuschedctl ./cmd/gpusched-simjob
 go version -m "$DIR/bin/gpuschedd" | grep -q 'CGO_ENABLED=1' || die "gpuschedd was built without cgo"
 go build -trimpath -ldflags "-s -w" -o "$DIR/sim/cuda-checkpoint" ./internal/checkpoint/checkpointtest/cuda-checkpoint
 gcc -shared -fPIC -fvisibility=hidden -O2 -Wall -Werror -o "$DIR/sim/libcuda.so.1" \
