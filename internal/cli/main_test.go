@@ -141,9 +141,9 @@ func TestDaemonNotRunning(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "missing.sock")
 	for _, args := range [][]string{{"ps"}, {"logs", "-f", "x"}, {"--json", "version"}} {
 		out, errOut, code := ctl(t, nil, append([]string{"--socket", sock}, args...)...)
-		want := "gpuschedctl: gpusched daemon is not running at " + sock
+		want := "gpuschedctl: no daemon socket at " + sock
 		if code != 1 || out != "" || !strings.HasPrefix(errOut, want) ||
-			!strings.Contains(errOut, "gpuschedd --sim 1") || strings.Count(errOut, "\n") != 1 {
+			!strings.Contains(errOut, "gpuschedd --socket "+sock) || strings.Count(errOut, "\n") != 1 {
 			t.Errorf("%v: code %d, stdout %q, stderr %q", args, code, out, errOut)
 		}
 	}

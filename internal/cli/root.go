@@ -75,16 +75,6 @@ func unknownCommand(cmd *cobra.Command, args []string) error {
 	return usagef("unknown command %q", args[0])
 }
 
-// dial connects to the daemon within the connect timeout.
-func (a *app) dial(ctx context.Context) (*api.Client, error) {
-	if a.connectTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, a.connectTimeout)
-		defer cancel()
-	}
-	return api.Dial(ctx, a.socket)
-}
-
 // call makes one request and shows its result.
 func (a *app) call(ctx context.Context, method string, params, out any, human func() error) error {
 	c, err := a.dial(ctx)
