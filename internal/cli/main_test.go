@@ -44,7 +44,6 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"ps", "--bogus"}, "unknown flag: --bogus"},
 		{[]string{"--json", "gpus", "extra"}, "unexpected arguments: extra"},
 		{[]string{}, "missing command"},
-		{[]string{"sttaus"}, `unknown command "sttaus"; did you mean status?`},
 		{[]string{"run", "x", "sleep", "1"}, "put the command after --"},
 		{[]string{"run", "--", "sleep"}, "missing process NAME before --"},
 		{[]string{"run", "x", "y", "--", "sleep"}, "unexpected arguments before --: y"},

@@ -64,15 +64,17 @@ func newRoot(a *app) *cobra.Command {
 	return root
 }
 
-// unknownCommand runs when no subcommand matched.
+// unknownCommand runs when no subcommand matched. A mistyped command gets
+// its suggestion and a pointer to the list, not the whole usage.
 func unknownCommand(cmd *cobra.Command, args []string) error {
 	if len(args) == 0 {
 		return usagef("missing command")
 	}
+	err := fmt.Errorf("unknown command %q", args[0])
 	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-		return usagef("unknown command %q; did you mean %s?", args[0], strings.Join(s, " or "))
+		err = fmt.Errorf("unknown command %q; did you mean %s?", args[0], strings.Join(s, " or "))
 	}
-	return usagef("unknown command %q", args[0])
+	return &usageError{err: err, hint: "Run 'gpuschedctl --help' for the list of commands."}
 }
 
 // call makes one request and shows its result.
