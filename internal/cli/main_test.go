@@ -63,7 +63,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"fork", "a", "--copies", "0"}, "fork needs --copies N, 1 or more"},
 		{[]string{"fork", "a", "--copies", "-2"}, "fork needs --copies N, 1 or more"},
 		{[]string{"fork", "a", "--copies", "two"}, `invalid argument "two" for "--copies"`},
-		{[]string{"fork", "a", "--copies", "2", "--gpus", "0"}, "--gpus names 1 GPUs for 2 copies: give one per copy"},
+		{[]string{"fork", "a", "--copies", "2", "--gpus", "0"}, "--gpus names 1 GPU for 2 copies: give one per copy"},
 		{[]string{"fork", "a", "--copies", "1", "--gpus", "-1"}, `bad --gpu "-1": GPU index -1 is negative`},
 		{[]string{"fork", "a", "--copies", "1", "--timeout", "1x"}, `invalid argument "1x" for "--timeout"`},
 		{[]string{"fork", "--copies", "1"}, "missing process NAME"},
