@@ -307,7 +307,7 @@ func dashVRAM(p *api.Process) string {
 	if p.Tier == api.TierHost && p.VRAMMiB == 0 && p.HostMiB > 0 {
 		return mib(p.HostMiB) + " in RAM"
 	}
-	return mib(p.VRAMMiB)
+	return procVRAM(p)
 }
 
 // ageOrExit is how long a live process has run by the snapshot's clock, or
