@@ -97,7 +97,7 @@ func TestParseJobsFileAttributes(t *testing.T) {
 func TestShowAttributes(t *testing.T) {
 	j := job("train")
 	j.Nice, j.MPSThreads, j.MPSMemLimit = 5, 50, 4096
-	d := newFakeDaemon(t, map[string]handler{api.MethodJob: answer(result(j))})
+	d := newFakeDaemon(t, map[string]handler{api.MethodJob: answer(result(j)), api.MethodGPUs: answer(result(twoGPUs))})
 	out, _, code := ctl(t, d, "job", "train")
 	if code != 0 || !strings.Contains(out, "nice:         5 (low priority)\n") ||
 		!strings.Contains(out, "mps:          50% of each GPU's threads, memory limit 4.0 GiB per GPU\n") {
