@@ -33,12 +33,18 @@ status.`
 
 // newRoot builds the gpuschedctl command tree over a.
 func newRoot(a *app) *cobra.Command {
+	var version bool
 	root := &cobra.Command{
-		Use:           "gpuschedctl",
-		Short:         "Control the gpusched GPU process daemon",
-		Long:          rootLong,
-		Args:          cobra.ArbitraryArgs,
-		RunE:          unknownCommand,
+		Use:   "gpuschedctl",
+		Short: "Control the gpusched GPU process daemon",
+		Long:  rootLong,
+		Args:  cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if version && len(args) == 0 {
+				return a.versions(cmd.Context())
+			}
+			return unknownCommand(cmd, args)
+		},
 		SilenceUsage:  true,
 		SilenceErrors: true,
 
@@ -47,6 +53,7 @@ func newRoot(a *app) *cobra.Command {
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
+	root.Flags().BoolVar(&version, "version", false, "print gpuschedctl's version, and the daemon's when it answers")
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.socket, "socket", "", "daemon socket `PATH` (default $"+api.SocketEnv+", else "+api.DefaultSocket+")")
 	pf.BoolVar(&a.json, "json", false, "print results as JSON, one object per line")

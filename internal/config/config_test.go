@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -106,5 +107,15 @@ func TestMetricsAddr(t *testing.T) {
 	}
 	if Default().MetricsAddr != "" {
 		t.Error("metrics must be off by default")
+	}
+}
+
+// TestVersionFlag: --version asks for the version before anything is read
+// or checked, even a configuration that would not load.
+func TestVersionFlag(t *testing.T) {
+	for _, args := range [][]string{{"--version"}, {"-version"}, {"--config", "/nonexistent.toml", "--version", "--kill-grace", "0s"}} {
+		if _, err := load(args, io.Discard); !errors.Is(err, ErrVersion) {
+			t.Errorf("%q: %v, want ErrVersion", args, err)
+		}
 	}
 }

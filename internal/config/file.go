@@ -32,6 +32,9 @@ const configFlag = "config"
 // versionKey is the file's schema version, checked against SchemaVersion.
 const versionKey = "version"
 
+// ErrVersion is Load's answer to --version: print the version and exit.
+var ErrVersion = errors.New("version requested")
+
 // LoadWith is Load with defaultFile read when neither --config nor
 // $GPUSCHED_CONFIG names a file ("" reads none). The layers, each
 // overriding the one before: Default(), the file, $GPUSCHED_SOCKET, args.
@@ -43,8 +46,12 @@ func LoadWith(defaultFile string, args []string, stderr io.Writer) (Config, erro
 	// settings the file must not decide.
 	scratch, path := Default(), ""
 	cmdline := scratch.flags(&path, defaultFile, stderr)
+	version := cmdline.Bool("version", false, "print gpuschedd's version and exit")
 	if err := cmdline.Parse(args); err != nil {
 		return Config{}, err
+	}
+	if *version {
+		return Config{}, ErrVersion
 	}
 	if cmdline.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected argument %q", cmdline.Arg(0))
