@@ -17,12 +17,12 @@ const (
 	besideLogs  = "logs"
 )
 
-// besideSocket gives a daemon on a socket other than the default its own
-// state and log directories, <socket dir>/state and <socket dir>/logs,
-// where set (the file or the command line set that flag) says they were
-// not chosen: a second daemon (a trial, a demo) never shares the system
-// daemon's records. It refuses a socket directory other users may write,
-// such as /tmp, where they could plant those directories first.
+// besideSocket gives a daemon started on a socket other than the default
+// its own state and log directories, <socket dir>/state and <socket
+// dir>/logs, where set (the file or the command line set that flag) says
+// they were not chosen: a second daemon (a trial, a demo) never shares the
+// system daemon's records. It refuses a socket directory other users may
+// write, such as /tmp, where they could plant those directories first.
 func (c *Config) besideSocket(set func(flag string) bool) error {
 	if c.Socket == api.DefaultSocket || !filepath.IsAbs(c.Socket) || set("state-dir") && set("log-dir") {
 		return nil

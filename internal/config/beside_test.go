@@ -8,13 +8,14 @@ import (
 	"testing"
 )
 
-// TestDirsBesideSocket: a daemon started with only --socket keeps its state
-// and logs beside that socket, not in the system daemon's directories;
-// what the command line or the file sets wins.
+// TestDirsBesideSocket: a daemon started with only --socket (or
+// $GPUSCHED_SOCKET) keeps its state and logs beside that socket, not in the
+// system daemon's directories; what the command line or the file sets wins.
 func TestDirsBesideSocket(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "run", "g.sock") // its directory need not exist yet
 	file := writeFile(t, `state-dir = "/srv/file-state"`)
+	fileSocket := writeFile(t, "socket = \""+sock+"\"")
 	tests := []struct {
 		name       string
 		args       []string
@@ -26,6 +27,8 @@ func TestDirsBesideSocket(t *testing.T) {
 		{"both given", []string{"--socket", sock, "--state-dir", "/srv/st", "--log-dir", "/srv/lg"}, "/srv/st", "/srv/lg"},
 		{"default restated", []string{"--socket", sock, "--state-dir", "/var/lib/gpusched"}, "/var/lib/gpusched", filepath.Join(dir, "run", "logs")},
 		{"state dir in the file", []string{"--config", file, "--socket", sock}, "/srv/file-state", filepath.Join(dir, "run", "logs")},
+		// The file is the machine's own daemon's: its socket moves nothing.
+		{"socket in the file", []string{"--config", fileSocket}, "/var/lib/gpusched", "/var/log/gpusched"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

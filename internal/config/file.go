@@ -38,9 +38,10 @@ var ErrVersion = errors.New("version requested")
 // LoadWith is Load with defaultFile read when neither --config nor
 // $GPUSCHED_CONFIG names a file ("" reads none). The layers, each
 // overriding the one before: Default(), the file, $GPUSCHED_SOCKET, args.
-// A named file must exist; defaultFile is skipped when it does not. The
-// state and log directories that neither set follow a socket other than
-// the default (besideSocket).
+// A named file must exist; defaultFile is skipped when it does not. A
+// socket other than the default named by the command line or the
+// environment takes along the state and log directories that neither the
+// file nor the command line set (besideSocket).
 func LoadWith(defaultFile string, args []string, stderr io.Writer) (Config, error) {
 	// The command line alone first: it may name the file, and says which
 	// settings the file must not decide.
@@ -90,9 +91,11 @@ func LoadWith(defaultFile string, args []string, stderr io.Writer) (Config, erro
 	if c.SimDir == "" {
 		c.SimDir = filepath.Join(filepath.Dir(c.Socket), "sim")
 	}
-	set := func(flag string) bool { _, inFile := src.lines[flag]; return onCmdline[flag] || inFile }
-	if err := c.besideSocket(set); err != nil {
-		return Config{}, err
+	if onCmdline["socket"] || os.Getenv(api.SocketEnv) != "" {
+		set := func(flag string) bool { _, inFile := src.lines[flag]; return onCmdline[flag] || inFile }
+		if err := c.besideSocket(set); err != nil {
+			return Config{}, err
+		}
 	}
 	return c, src.annotate(c.Validate())
 }
