@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/gpusched/gpusched/pkg/api"
+	"golang.org/x/sys/unix"
 )
 
 // dial connects to the daemon within the connect timeout. When the socket
@@ -129,7 +130,7 @@ func closedDir(path string) string {
 	parts := strings.Split(strings.TrimPrefix(dir, "/"), "/")
 	for i := range parts {
 		d := "/" + filepath.Join(parts[:i+1]...)
-		if syscall.Access(d, 1) != nil { // X_OK: search
+		if unix.Access(d, unix.X_OK) != nil {
 			return d
 		}
 	}
