@@ -38,7 +38,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	cfg, err := config.Load(os.Args[1:], os.Stderr)
-	if errors.Is(err, flag.ErrHelp) {
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case errors.Is(err, config.ErrVersion):
+		fmt.Println("gpuschedd", daemon.Version)
 		os.Exit(0)
 	}
 	if err == nil {

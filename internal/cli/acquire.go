@@ -70,6 +70,7 @@ With --json the lease is printed as one JSON object.`,
 			return a.acquire(cmd.Context(), p, argv, cmd.InOrStdin())
 		},
 	}
+	cmd.SetFlagErrorFunc(commandFlagError(acquireForm, 0))
 	f := cmd.Flags()
 	f.IntVar(&o.gpus, "gpus", 1, "number `N` of GPUs to lease")
 	f.StringVar(&o.minFree, "min-free", "", "hold `SIZE` (such as 40G) free on each GPU (default: whole idle GPUs)")
@@ -82,12 +83,16 @@ With --json the lease is printed as one JSON object.`,
 	return cmd
 }
 
+// acquireForm is acquire's form with a command, for the hints that show
+// where CMD goes.
+const acquireForm = "acquire [flags] -- CMD [ARGS...]"
+
 // acquireArgs accepts nothing, or a command after --.
 func acquireArgs(cmd *cobra.Command, args []string) error {
 	dash := cmd.ArgsLenAtDash()
 	switch {
 	case dash < 0 && len(args) > 0:
-		return usagef("put the command after --: acquire [flags] -- CMD [ARGS...]")
+		return usagef("put the command after --: " + acquireForm)
 	case dash > 0:
 		return usagef("unexpected arguments before --: %s", strings.Join(args[:dash], " "))
 	case dash == 0 && len(args) == 0:

@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"errors"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // noArgs accepts no positional arguments.
@@ -43,5 +45,19 @@ func oneArg(what string) cobra.PositionalArgs {
 			return usagef("unexpected arguments after %s: %s", args[0], strings.Join(args[1:], " "))
 		}
 		return nil
+	}
+}
+
+// commandFlagError is the flag error handler of a command that takes CMD
+// after --, its usage being usage and its own words before CMD numbering
+// words (run: NAME). An unknown flag that follows more words than that,
+// with no -- yet, belongs to CMD: the hint is where CMD goes.
+func commandFlagError(usage string, words int) func(*cobra.Command, error) error {
+	return func(cmd *cobra.Command, err error) error {
+		f := cmd.Flags()
+		if errors.As(err, new(*pflag.NotExistError)) && f.ArgsLenAtDash() < 0 && len(f.Args()) > words {
+			return usagef("put the command after --: %s (%w)", usage, err)
+		}
+		return &usageError{err: err}
 	}
 }

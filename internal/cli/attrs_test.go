@@ -82,7 +82,7 @@ func TestParseJobsFileAttributes(t *testing.T) {
 		t.Errorf("got  %+v\nwant %+v", got, want)
 	}
 	_, err = parseJobsFile(strings.NewReader("[nice=20] a\n[nice=x] b\n[mps_threads=0] c\n[mps_threads=101] d\n[mps_mem_limit=0] e\n[mps_mem_limit=big] f\n[mps_threads] g\n"), "jobs.txt", jobDefaults)
-	wantErr := "jobs.txt: 7 problem(s), nothing submitted:\n" +
+	wantErr := "jobs.txt: 7 problems, nothing submitted:\n" +
 		`jobs.txt:1: nice "20": want a whole number, -20..19` + "\n" +
 		`jobs.txt:2: nice "x": want a whole number, -20..19` + "\n" +
 		`jobs.txt:3: mps_threads "0": want a percentage, 1..100` + "\n" +
@@ -97,7 +97,7 @@ func TestParseJobsFileAttributes(t *testing.T) {
 func TestShowAttributes(t *testing.T) {
 	j := job("train")
 	j.Nice, j.MPSThreads, j.MPSMemLimit = 5, 50, 4096
-	d := newFakeDaemon(t, map[string]handler{api.MethodJob: answer(result(j))})
+	d := newFakeDaemon(t, map[string]handler{api.MethodJob: answer(result(j)), api.MethodGPUs: answer(result(twoGPUs))})
 	out, _, code := ctl(t, d, "job", "train")
 	if code != 0 || !strings.Contains(out, "nice:         5 (low priority)\n") ||
 		!strings.Contains(out, "mps:          50% of each GPU's threads, memory limit 4.0 GiB per GPU\n") {

@@ -309,8 +309,8 @@ func TestDashboardActionsSendSelectedName(t *testing.T) {
 	for _, tc := range []struct {
 		key, call, says string
 	}{
-		{"f", "freeze b", "froze b: 2.0 GiB from 1 CUDA process(es) in 120ms"},
-		{"t", "thaw b", "thawed b: 2.0 GiB from 1 CUDA process(es) in 80ms"},
+		{"f", "freeze b", "froze b: 2.0 GiB from 1 CUDA process in 120ms"},
+		{"t", "thaw b", "thawed b: 2.0 GiB from 1 CUDA process in 80ms"},
 		{"h", "hibernate b", "hibernated b to snapshot snap-1 in 300ms"},
 	} {
 		t.Run(tc.key, func(t *testing.T) {

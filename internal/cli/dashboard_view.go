@@ -359,7 +359,7 @@ func (m dashModel) vram(p *api.Process) string {
 			return "(" + mib(m.snapVRAM[p.Snapshot]) + ") on disk"
 		}
 	}
-	return mib(p.VRAMMiB)
+	return procVRAM(p)
 }
 
 // ageOrExit is how long a live process has run by the snapshot's clock, or

@@ -54,9 +54,9 @@ func writeHibernate(w io.Writer, r *api.HibernateResult) error {
 		r.Name, r.Snapshot, ms(r.MS["total"]), phases(r.MS)); err != nil {
 		return err
 	}
-	reuse := fmt.Sprintf("full image of %d pages", r.Pages)
+	reuse := "full image of " + plural(r.Pages, "page", "pages")
 	if r.Parent != "" {
-		reuse = fmt.Sprintf("%d of %d pages reused from parent %s", r.Reused, r.Pages, shortID(r.Parent))
+		reuse = fmt.Sprintf("%d of %s reused from parent %s", r.Reused, plural(r.Pages, "page", "pages"), shortID(r.Parent))
 	}
 	gpu := "no GPU memory"
 	if r.GPUBytes > 0 {
@@ -95,7 +95,7 @@ copy i runs on the i-th GPU given (for a process on one GPU).`,
 				return err
 			}
 			if len(refs) > 0 && len(refs) != copies {
-				return usagef("--gpus names %d GPUs for %d copies: give one per copy", len(refs), copies)
+				return usagef("--gpus names %s for %s: give one per copy", plural(len(refs), "GPU", "GPUs"), plural(copies, "copy", "copies"))
 			}
 			p := api.ForkParams{Name: args[0], Copies: copies, GPUs: refs, Timeout: api.Duration(timeout)}
 			var res api.ForkResult
@@ -110,8 +110,8 @@ copy i runs on the i-th GPU given (for a process on one GPU).`,
 
 // writeFork prints the fork and one summary line per copy.
 func writeFork(w io.Writer, r *api.ForkResult) error {
-	if _, err := fmt.Fprintf(w, "forked %s into %d copies from a %s image in %s (%s)\n",
-		r.Name, len(r.Copies), bytesize(r.Bytes), ms(r.MS["total"]), phases(r.MS)); err != nil {
+	if _, err := fmt.Fprintf(w, "forked %s into %s from a %s image in %s (%s)\n",
+		r.Name, plural(len(r.Copies), "copy", "copies"), bytesize(r.Bytes), ms(r.MS["total"]), phases(r.MS)); err != nil {
 		return err
 	}
 	for i := range r.Copies {
@@ -237,8 +237,8 @@ func writeSnapshots(w io.Writer, r *api.SnapshotsResult) error {
 	if err := t.Flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(w, "%d snapshot(s) listed; all snapshots take %s of disk (budget %s)\n",
-		len(r.Snapshots), bytesize(r.Bytes), diskBudget(r.Budget))
+	_, err := fmt.Fprintf(w, "%s listed; all snapshots take %s of disk (budget %s)\n",
+		plural(len(r.Snapshots), "snapshot", "snapshots"), bytesize(r.Bytes), diskBudget(r.Budget))
 	return err
 }
 

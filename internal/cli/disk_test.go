@@ -71,7 +71,7 @@ func TestThawFromDisk(t *testing.T) {
 	res.MS = map[string]float64{"admit": 0.01, "criu_restore": 111, "continue": 0.3, "restore": 5, "unlock": 1, "total": 120}
 	d := newFakeDaemon(t, map[string]handler{api.MethodThaw: answer(result(res))})
 	out, errOut, code := ctl(t, d, "thaw", "train")
-	want := "thawed train from disk (snapshot 056247a3): 512 MiB from 1 CUDA process(es) onto GPU-aaaa in 120ms " +
+	want := "thawed train from disk (snapshot 056247a3): 512 MiB from 1 CUDA process onto GPU-aaaa in 120ms " +
 		"(admit 0.01ms, criu_restore 111ms, continue 0.30ms, restore 5.00ms, unlock 1.00ms) [api driver]\n"
 	if code != 0 || errOut != "" || out != want {
 		t.Fatalf("code %d, stderr %q, stdout\n%q\nwant\n%q", code, errOut, out, want)
@@ -129,7 +129,7 @@ func TestSnapshots(t *testing.T) {
 		"eb61454e  train  alice  -         yes    14.0 MiB   3h ago\n" +
 		"056247a3  train  alice  eb61454e  yes    680.0 KiB  1m ago\n" +
 		"05aa0000  eval   bob    -         no     1.5 GiB    30s ago\n" +
-		"3 snapshot(s) listed; all snapshots take 1.5 GiB of disk (budget 500.0 GiB)\n"
+		"3 snapshots listed; all snapshots take 1.5 GiB of disk (budget 500.0 GiB)\n"
 	if out != want {
 		t.Errorf("got\n%s\nwant\n%s", out, want)
 	}
@@ -144,7 +144,7 @@ func TestSnapshotsEmpty(t *testing.T) {
 	d := newFakeDaemon(t, map[string]handler{api.MethodSnapshots: answer(result(api.SnapshotsResult{Snapshots: []api.Snapshot{}}))})
 	for _, args := range [][]string{{"snapshots"}, {"snapshot"}} {
 		out, errOut, code := ctl(t, d, args...)
-		want := "ID  NAME  USER  PARENT  HOLDS  SIZE  CREATED\n0 snapshot(s) listed; all snapshots take 0 B of disk (budget unlimited)\n"
+		want := "ID  NAME  USER  PARENT  HOLDS  SIZE  CREATED\n0 snapshots listed; all snapshots take 0 B of disk (budget unlimited)\n"
 		if code != 0 || errOut != "" || out != want {
 			t.Errorf("%v: code %d, stderr %q, stdout %q", args, code, errOut, out)
 		}

@@ -6,8 +6,12 @@ import (
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
-// usageError is a mistake in flags or arguments; the usage is shown with it.
-type usageError struct{ err error }
+// usageError is a mistake in flags or arguments; the usage is shown with
+// it, or only hint when there is one.
+type usageError struct {
+	err  error
+	hint string
+}
 
 func (e *usageError) Error() string { return e.err.Error() }
 func (e *usageError) Unwrap() error { return e.err }

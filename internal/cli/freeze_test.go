@@ -28,7 +28,7 @@ func TestFreeze(t *testing.T) {
 	for _, tt := range tests {
 		d := newFakeDaemon(t, map[string]handler{api.MethodFreeze: answer(result(frozeTrain))})
 		out, errOut, code := ctl(t, d, tt.args...)
-		want := "froze train: 8.0 GiB from 2 CUDA process(es) in 312ms (lock 1.50ms, checkpoint 310ms, stop 0.25ms) [cli driver]\n"
+		want := "froze train: 8.0 GiB from 2 CUDA processes in 312ms (lock 1.50ms, checkpoint 310ms, stop 0.25ms) [cli driver]\n"
 		if code != 0 || errOut != "" || out != want {
 			t.Fatalf("%v: code %d, stderr %q, stdout %q", tt.args, code, errOut, out)
 		}
@@ -43,7 +43,7 @@ func TestFreeze(t *testing.T) {
 func TestThaw(t *testing.T) {
 	d := newFakeDaemon(t, map[string]handler{api.MethodThaw: answer(result(thawedTrain))})
 	out, errOut, code := ctl(t, d, "thaw", "train", "--timeout", "1m")
-	want := "thawed train: 512 MiB from 1 CUDA process(es) onto GPU-aaaa in 43ms (admit 0.01ms, continue 0.30ms, restore 40ms, unlock 2.00ms) [api driver]\n"
+	want := "thawed train: 512 MiB from 1 CUDA process onto GPU-aaaa in 43ms (admit 0.01ms, continue 0.30ms, restore 40ms, unlock 2.00ms) [api driver]\n"
 	if code != 0 || errOut != "" || out != want {
 		t.Fatalf("code %d, stderr %q, stdout %q", code, errOut, out)
 	}

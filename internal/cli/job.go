@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/gpusched/gpusched/pkg/api"
@@ -15,6 +12,7 @@ import (
 
 // newJobCmd builds `job` and its subcommands wait, logs and cancel.
 func newJobCmd(a *app) *cobra.Command {
+	var wide bool
 	cmd := &cobra.Command{
 		Use:   "job NAME",
 		Short: "Show a job in detail; job wait, job logs and job cancel act on one",
@@ -22,7 +20,8 @@ func newJobCmd(a *app) *cobra.Command {
 VRAM declaration per GPU as submitted and as it stands now (auto resolved,
 raised after an out-of-memory retry), its limits, the peak memory per GPU over
 all attempts, the verdict on its declaration once it ended, and each attempt:
-its GPUs, declaration, start, duration, exit, peak per GPU and outcome.
+its GPUs, declaration, start, duration, exit, peak per GPU and outcome. GPUs
+are shown by index; --wide (and --json) shows their UUIDs.
 
   gpuschedctl job wait NAME     wait until it ends
   gpuschedctl job logs NAME     print its output
@@ -31,12 +30,13 @@ its GPUs, declaration, start, duration, exit, peak per GPU and outcome.
 A job named wait, logs or cancel is shown with "gpuschedctl job -- NAME".`,
 		Args: oneArg("job NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var j api.Job
-			return a.call(cmd.Context(), api.MethodJob, api.JobParams{Name: args[0]}, &j, func() error {
-				return writeJob(a.stdout, &j)
-			})
+			if a.json {
+				return a.call(cmd.Context(), api.MethodJob, api.JobParams{Name: args[0]}, new(api.Job), nil)
+			}
+			return a.showJob(cmd.Context(), args[0], wide)
 		},
 	}
+	cmd.Flags().BoolVar(&wide, "wide", false, "show GPUs by UUID, not by index")
 	cmd.AddCommand(newJobWaitCmd(a), newJobLogsCmd(a), newCancelCmd(a))
 	return cmd
 }
@@ -90,6 +90,31 @@ has no output before its first attempt starts.`,
 	return cmd
 }
 
+// showJob prints one job, its GPUs by index (by UUID when wide).
+func (a *app) showJob(ctx context.Context, name string, wide bool) error {
+	c, err := a.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	j, err := c.Job(ctx, name)
+	if err != nil {
+		return err
+	}
+	var label gpuLabel
+	if !wide {
+		gpus, err := c.GPUs(ctx)
+		if err != nil {
+			return err
+		}
+		label = gpuLabel{}
+		for _, g := range gpus {
+			label[g.UUID] = g.Index
+		}
+	}
+	return writeJob(a.stdout, j, label)
+}
+
 // job looks up one job by name or id.
 func (a *app) job(ctx context.Context, name string) (*api.Job, error) {
 	c, err := a.dial(ctx)
@@ -123,8 +148,9 @@ func jobSummary(j *api.Job) string {
 	return s
 }
 
-// writeJob prints one job as "key: value" lines, then its attempts.
-func writeJob(w io.Writer, j *api.Job) error {
+// writeJob prints one job as "key: value" lines, then its attempts, with
+// its GPUs named by label.
+func writeJob(w io.Writer, j *api.Job, label gpuLabel) error {
 	t := newTable(w)
 	fmt.Fprintf(t, "name:\t%s\n", j.Name)
 	fmt.Fprintf(t, "id:\t%s\n", j.ID)
@@ -152,7 +178,7 @@ func writeJob(w io.Writer, j *api.Job) error {
 	if j.Process != "" {
 		fmt.Fprintf(t, "process:\t%s\n", j.Process)
 	}
-	fmt.Fprintf(t, "peak:\t%s\n", peaks(j.PeakMiB))
+	fmt.Fprintf(t, "peak:\t%s\n", label.peaks(j.PeakMiB))
 	if j.Verdict != "" {
 		fmt.Fprintf(t, "verdict:\t%s\n", j.Verdict)
 	}
@@ -163,11 +189,11 @@ func writeJob(w io.Writer, j *api.Job) error {
 	if err := t.Flush(); err != nil {
 		return err
 	}
-	return writeAttempts(w, j.Attempts)
+	return writeAttempts(w, j.Attempts, label)
 }
 
 // writeAttempts prints the attempts table after a blank line.
-func writeAttempts(w io.Writer, attempts []api.Attempt) error {
+func writeAttempts(w io.Writer, attempts []api.Attempt, label gpuLabel) error {
 	t := newTable(w)
 	fmt.Fprintf(t, "\nATTEMPT\tGPUS\tVRAM\tSTARTED\tDURATION\tEXIT\tPEAK\tOUTCOME\n")
 	for i := range attempts {
@@ -179,8 +205,8 @@ func writeAttempts(w io.Writer, attempts []api.Attempt) error {
 		if a.Exit != nil {
 			exit = exitText(a.Exit)
 		}
-		fmt.Fprintf(t, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.N, orDash(strings.Join(a.GPUs, ",")), vram,
-			a.StartedAt.Local().Format("2006-01-02 15:04:05"), attemptDuration(a), exit, peaks(a.PeakMiB), outcome(a))
+		fmt.Fprintf(t, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.N, orDash(label.list(a.GPUs)), vram,
+			a.StartedAt.Local().Format("2006-01-02 15:04:05"), attemptDuration(a), exit, label.peaks(a.PeakMiB), outcome(a))
 	}
 	return t.Flush()
 }
@@ -202,19 +228,6 @@ func vramDetail(j *api.Job) string {
 		now = "whole GPUs"
 	}
 	return fmt.Sprintf("%s (submitted %s)", now, submitted)
-}
-
-// peaks shows peak memory per GPU UUID, in UUID order:
-// "GPU-aaaa 17.2 GiB, GPU-bbbb 512 MiB", or "-" for none.
-func peaks(m map[string]uint64) string {
-	if len(m) == 0 {
-		return "-"
-	}
-	var s []string
-	for _, uuid := range slices.Sorted(maps.Keys(m)) {
-		s = append(s, uuid+" "+mib(m[uuid]))
-	}
-	return strings.Join(s, ", ")
 }
 
 // attemptDuration is how long an attempt ran, or has run so far.

@@ -86,24 +86,24 @@ func TestJobDetails(t *testing.T) {
 			"timeout:      2h\n",
 			" (3h ago)\nstarted:      ",
 			" (1h30m ago)\nprocess:      train\n",
-			"peak:         GPU-aaaa 20.0 GiB, GPU-bbbb 18.0 GiB\n",
-			"\nATTEMPT  GPUS               VRAM      STARTED              DURATION  EXIT    PEAK                                  OUTCOME\n",
-			"1        GPU-aaaa,GPU-bbbb  18.0 GiB  " + first.Local().Format("2006-01-02 15:04:05") +
-				"  12m       exit 1  GPU-aaaa 18.0 GiB, GPU-bbbb 18.0 GiB  oom\n",
-			"2        GPU-aaaa,GPU-bbbb  21.6 GiB  " + second.Local().Format("2006-01-02 15:04:05") +
-				"  1h30m     -       GPU-aaaa 20.0 GiB, GPU-bbbb 512 MiB   running, preempted 1x\n",
+			"peak:         0: 20.0 GiB, 1: 18.0 GiB\n",
+			"\nATTEMPT  GPUS  VRAM      STARTED              DURATION  EXIT    PEAK                      OUTCOME\n",
+			"1        0,1   18.0 GiB  " + first.Local().Format("2006-01-02 15:04:05") +
+				"  12m       exit 1  0: 18.0 GiB, 1: 18.0 GiB  oom\n",
+			"2        0,1   21.6 GiB  " + second.Local().Format("2006-01-02 15:04:05") +
+				"  1h30m     -       0: 20.0 GiB, 1: 512 MiB   running, preempted 1x\n",
 		}},
 		{done, []string{
 			"state:        done (exit 0)\n",
 			" (1m ago)\nprocess:      train\n",
 			"verdict:      declared 21.6 GiB, peak 20.0 GiB: fits\n",
-			"1h29m     exit 0  GPU-aaaa 20.0 GiB, GPU-bbbb 512 MiB   done, preempted 1x\n",
+			"1h29m     exit 0  0: 20.0 GiB, 1: 512 MiB   done, preempted 1x\n",
 		}},
 		{undeclared, []string{
 			"state:        failed (signal SIGKILL)\n",
 			"vram:         whole GPUs (submitted undeclared)\n",
-			"\n1        GPU-aaaa  whole  ",
-			"  signal SIGKILL  GPU-aaaa 20.0 GiB, GPU-bbbb 512 MiB  failed, preempted 1x\n",
+			"\n1        0     whole  ",
+			"  signal SIGKILL  0: 20.0 GiB, 1: 512 MiB  failed, preempted 1x\n",
 		}},
 		{queuedJob("eval"), []string{
 			"state:        queued: waiting for 1 GPU with 18.0 GiB free\n",
@@ -116,7 +116,7 @@ func TestJobDetails(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(string(tt.j.State), func(t *testing.T) {
-			d := newFakeDaemon(t, map[string]handler{api.MethodJob: answer(result(tt.j))})
+			d := newFakeDaemon(t, map[string]handler{api.MethodJob: answer(result(tt.j)), api.MethodGPUs: answer(result(twoGPUs))})
 			out, errOut, code := ctl(t, d, "job", tt.j.Name)
 			if code != 0 || errOut != "" {
 				t.Fatalf("code %d, stderr %q", code, errOut)
@@ -126,19 +126,45 @@ func TestJobDetails(t *testing.T) {
 					t.Errorf("output lacks %q:\n%s", w, out)
 				}
 			}
-			if got, want := string(d.only(t).Params), `{"name":"`+tt.j.Name+`"}`; got != want {
+			if got, want := string(d.requests()[0].Params), `{"name":"`+tt.j.Name+`"}`; got != want {
 				t.Errorf("params %s, want %s", got, want)
 			}
 		})
 	}
 }
 
+// twoGPUs are the GPUs of the canned jobs' attempts.
+var twoGPUs = api.GPUsResult{GPUs: []api.GPU{{Index: 0, UUID: "GPU-aaaa"}, {Index: 1, UUID: "GPU-bbbb"}}}
+
+// TestJobWide: the attempts name GPUs by index (one line, not 150
+// columns of UUIDs); --wide names them by UUID and asks nothing more.
+func TestJobWide(t *testing.T) {
+	d := newFakeDaemon(t, map[string]handler{api.MethodJob: answer(result(job("train")))})
+	out, errOut, code := ctl(t, d, "job", "train", "--wide")
+	if code != 0 || errOut != "" {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	for _, want := range []string{"peak:         GPU-aaaa: 20.0 GiB, GPU-bbbb: 18.0 GiB\n",
+		"GPU-aaaa,GPU-bbbb  18.0 GiB", "exit 1  GPU-aaaa: 18.0 GiB, GPU-bbbb: 18.0 GiB  oom\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	d.only(t)
+	// A GPU the daemon no longer lists keeps its UUID, after the indexed ones.
+	gone := api.GPUsResult{GPUs: twoGPUs.GPUs[1:]}
+	d = newFakeDaemon(t, map[string]handler{api.MethodJob: answer(result(job("train"))), api.MethodGPUs: answer(result(gone))})
+	if out, _, _ := ctl(t, d, "job", "train"); !strings.Contains(out, "peak:         1: 18.0 GiB, GPU-aaaa: 20.0 GiB\n") {
+		t.Errorf("a GPU gone:\n%s", out)
+	}
+}
+
 func TestJobNamedLikeASubcommand(t *testing.T) {
-	d := newFakeDaemon(t, map[string]handler{api.MethodJob: answer(result(queuedJob("wait")))})
+	d := newFakeDaemon(t, map[string]handler{api.MethodJob: answer(result(queuedJob("wait"))), api.MethodGPUs: answer(result(twoGPUs))})
 	if _, errOut, code := ctl(t, d, "job", "--", "wait"); code != 0 {
 		t.Fatalf("code %d, stderr %q", code, errOut)
 	}
-	if got := string(d.only(t).Params); got != `{"name":"wait"}` {
+	if got := string(d.requests()[0].Params); got != `{"name":"wait"}` {
 		t.Errorf("params %s, want the job named wait", got)
 	}
 }

@@ -72,7 +72,7 @@ func TestParseJobsCSVErrors(t *testing.T) {
 			"/d,python,t.py,-1,1.5\n" +
 			"/d,python,\"t\x00.py\",,\n" +
 			"/d,\xff,t.py,,\n",
-			"runs.csv: 13 problem(s), nothing submitted:\n" +
+			"runs.csv: 13 problems, nothing submitted:\n" +
 				`runs.csv:3: directory "data" is not an absolute path` + "\n" +
 				`runs.csv:4: directory is empty: want an absolute path` + "\n" +
 				`runs.csv:4: executable is empty` + "\n" +
@@ -87,7 +87,7 @@ func TestParseJobsCSVErrors(t *testing.T) {
 				`runs.csv:10: filename contains a NUL byte` + "\n" +
 				`runs.csv:11: executable is not valid UTF-8`},
 		{"an unclosed quote is reported where it opens", "/d,python,t.py,1,1\n/d,\"python,t.py,1,1\n/e,x,y,,\n",
-			"runs.csv: 1 problem(s), nothing submitted:\n" +
+			"runs.csv: 1 problem, nothing submitted:\n" +
 				`runs.csv:2: extraneous or missing " in quoted-field`},
 	}
 	for _, tt := range tests {

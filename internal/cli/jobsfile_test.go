@@ -91,7 +91,7 @@ func TestParseJobsFileErrors(t *testing.T) {
 			"echo \xff\n" +
 			"[timeout=99999999999999999] j\n" +
 			"[vram=0] k\n",
-			"jobs.txt: 18 problem(s), nothing submitted:\n" +
+			"jobs.txt: 18 problems, nothing submitted:\n" +
 				`jobs.txt:2: vram: size "18X": unknown unit "x" (want M, G or T) (or "auto")` + "\n" +
 				`jobs.txt:4: gpus "0": want a whole number, 1 or more` + "\n" +
 				`jobs.txt:4: priority "high": want a whole number` + "\n" +
@@ -111,13 +111,13 @@ func TestParseJobsFileErrors(t *testing.T) {
 				`jobs.txt:16: timeout "99999999999999999": too long` + "\n" +
 				`jobs.txt:17: vram "0": must be more than 0 (leave it out for undeclared)`},
 		{"a line over 64 KiB, among others", "a\n" + strings.Repeat("y", maxJobLine+1) + "\nb\n" + strings.Repeat("z", 3*maxJobLine),
-			"jobs.txt: 2 problem(s), nothing submitted:\n" +
+			"jobs.txt: 2 problems, nothing submitted:\n" +
 				"jobs.txt:2: line is longer than 64 KiB\n" +
 				"jobs.txt:4: line is longer than 64 KiB"},
 		{"duplicate names", "[name=a] x\n[name=b] y\n[name=a] z\n",
-			"jobs.txt: 1 problem(s), nothing submitted:\n" +
+			"jobs.txt: 1 problem, nothing submitted:\n" +
 				`jobs.txt:3: name "a" is already used on line 1`},
-		{"a NUL in a comment", "# \x00\necho\n", "jobs.txt: 1 problem(s), nothing submitted:\njobs.txt:1: line contains a NUL byte"},
+		{"a NUL in a comment", "# \x00\necho\n", "jobs.txt: 1 problem, nothing submitted:\njobs.txt:1: line contains a NUL byte"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -24,7 +24,7 @@ func (e *lineErrors) err() error {
 	if len(e.lines) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%s: %d problem(s), nothing submitted:\n%s", e.file, len(e.lines), strings.Join(e.lines, "\n"))
+	return fmt.Errorf("%s: %s, nothing submitted:\n%s", e.file, plural(len(e.lines), "problem", "problems"), strings.Join(e.lines, "\n"))
 }
 
 // checkText refuses what a command line or field may not hold: a NUL byte

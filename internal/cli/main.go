@@ -35,7 +35,11 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "gpuschedctl: %s\n", errorLine(err))
 	var usage *usageError
 	if errors.As(err, &usage) {
-		fmt.Fprint(stderr, "\n"+cmd.UsageString())
+		if usage.hint != "" {
+			fmt.Fprintln(stderr, usage.hint)
+		} else {
+			fmt.Fprint(stderr, "\n"+cmd.UsageString())
+		}
 		return exitUsage
 	}
 	return exitFailure

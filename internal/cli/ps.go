@@ -15,19 +15,29 @@ func newPSCmd(a *app) *cobra.Command {
 	var (
 		user   string
 		states []string
+		all    bool
 	)
 	cmd := &cobra.Command{
 		Use:     "ps",
 		Aliases: []string{"list"},
 		Short:   "List managed processes",
-		Long: `List the managed processes you may see, sorted by name. TIER is where a live
-process's GPU memory is: gpu, host (frozen into host RAM) or disk (hibernated
-into a snapshot). AGE/EXIT is the time since start for a live process and how
-it ended for an exited one. --state shows only processes in those states
-(comma-separated, or the flag repeated): ps --state exited,frozen.`,
+		Long: `List the live managed processes you may see (every state but exited),
+sorted by name; -a lists the exited ones too, and --state only those in the
+states given (comma-separated, or the flag repeated): ps --state exited,frozen.
+TIER is where a live process's GPU memory is: gpu, host (frozen into host RAM)
+or disk (hibernated into a snapshot). VRAM is the GPU memory it holds; in
+parentheses, what a frozen or hibernated one will need back on its GPUs.
+AGE/EXIT is the time since start for a live process and how it ended for an
+exited one. gpuschedctl rm forgets exited processes.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p := api.PSParams{User: user}
+			switch {
+			case all && len(states) > 0:
+				return usagef("give --all or --state, not both")
+			case !all && len(states) == 0:
+				p.States = liveStates()
+			}
 			for _, s := range states {
 				if !slices.Contains(api.States, api.State(s)) {
 					return usagef("bad --state %q: want one of %s", s, joinStates(api.States))
@@ -41,6 +51,7 @@ it ended for an exited one. --state shows only processes in those states
 		},
 	}
 	cmd.Flags().StringVar(&user, "user", "", "only processes of `USER`")
+	cmd.Flags().BoolVarP(&all, "all", "a", false, "list exited processes too")
 	cmd.Flags().StringSliceVar(&states, "state", nil, "only processes in these `STATES` ("+joinStates(api.States)+")")
 	return cmd
 }
@@ -52,9 +63,20 @@ func writePS(w io.Writer, procs []api.Process) error {
 	for i := range procs {
 		p := &procs[i]
 		fmt.Fprintf(t, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n",
-			p.Name, p.State, tierText(p), p.PID, p.User, gpuIndexes(p.GPUs), mib(p.VRAMMiB), ageOrExit(p), cmdline(p.Cmd))
+			p.Name, p.State, tierText(p), p.PID, p.User, gpuIndexes(p.GPUs), procVRAM(p), ageOrExit(p), cmdline(p.Cmd))
 	}
 	return t.Flush()
+}
+
+// liveStates are every state but exited.
+func liveStates() []api.State {
+	var live []api.State
+	for _, s := range api.States {
+		if s != api.StateExited {
+			live = append(live, s)
+		}
+	}
+	return live
 }
 
 // tierText is a process's tier, "-" when it has none (exited).

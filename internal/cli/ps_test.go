@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/gpusched/gpusched/pkg/api"
@@ -8,9 +9,9 @@ import (
 
 func TestPSTable(t *testing.T) {
 	frozen := proc("frozen")
-	frozen.State, frozen.Tier = api.StateFrozen, api.TierHost
+	frozen.State, frozen.Tier, frozen.VRAMMiB, frozen.HostMiB = api.StateFrozen, api.TierHost, 0, 8192
 	asleep := proc("asleep")
-	asleep.State, asleep.Tier, asleep.PID = api.StateHibernated, api.TierDisk, 0
+	asleep.State, asleep.Tier, asleep.PID, asleep.VRAMMiB, asleep.DiskMiB = api.StateHibernated, api.TierDisk, 0, 0, 12000
 	procs := []api.Process{
 		proc("zeta"), // the daemon's order is kept, whatever it is
 		frozen,
@@ -26,14 +27,14 @@ func TestPSTable(t *testing.T) {
 		t.Fatalf("code %d, stderr %q", code, errOut)
 	}
 	want := "" +
-		"NAME    STATE       TIER  PID   USER   GPUS  VRAM      AGE/EXIT        CMD\n" +
-		"zeta    running     gpu   4242  alice  0,1   12.5 GiB  1h30m           python train.py --tag 'a b'\n" +
-		"frozen  frozen      host  4242  alice  0,1   12.5 GiB  1h30m           python train.py --tag 'a b'\n" +
-		"asleep  hibernated  disk  0     alice  0,1   12.5 GiB  1h30m           python train.py --tag 'a b'\n" +
-		"done    exited      -     0     alice  -     0 MiB     exit 0          python train.py --tag 'a b'\n" +
-		"failed  exited      -     0     alice  -     0 MiB     exit 3          python train.py --tag 'a b'\n" +
-		"killed  exited      -     0     alice  -     0 MiB     signal SIGKILL  python train.py --tag 'a b'\n" +
-		"lost    exited      -     0     alice  -     0 MiB     unknown         python train.py --tag 'a b'\n"
+		"NAME    STATE       TIER  PID   USER   GPUS  VRAM        AGE/EXIT        CMD\n" +
+		"zeta    running     gpu   4242  alice  0,1   12.5 GiB    1h30m           python train.py --tag 'a b'\n" +
+		"frozen  frozen      host  4242  alice  0,1   (8.0 GiB)   1h30m           python train.py --tag 'a b'\n" +
+		"asleep  hibernated  disk  0     alice  0,1   (11.7 GiB)  1h30m           python train.py --tag 'a b'\n" +
+		"done    exited      -     0     alice  -     0 MiB       exit 0          python train.py --tag 'a b'\n" +
+		"failed  exited      -     0     alice  -     0 MiB       exit 3          python train.py --tag 'a b'\n" +
+		"killed  exited      -     0     alice  -     0 MiB       signal SIGKILL  python train.py --tag 'a b'\n" +
+		"lost    exited      -     0     alice  -     0 MiB       unknown         python train.py --tag 'a b'\n"
 	if out != want {
 		t.Errorf("got\n%s\nwant\n%s", out, want)
 	}
@@ -50,4 +51,31 @@ func TestPSEmpty(t *testing.T) {
 	if want := "NAME  STATE  TIER  PID  USER  GPUS  VRAM  AGE/EXIT  CMD\n"; code != 0 || out != want {
 		t.Errorf("code %d, stdout %q, want %q", code, out, want)
 	}
+}
+
+// TestPSLiveByDefault: ps lists the live processes, as docker ps does;
+// -a/--all lists the exited ones too, --state exactly those states.
+func TestPSLiveByDefault(t *testing.T) {
+	live := []api.State{api.StateStarting, api.StateRunning, api.StateFreezing, api.StateFrozen, api.StateThawing, api.StateLocked,
+		api.StateFailed, api.StateHibernating, api.StateHibernated, api.StateRestoring}
+	for _, tt := range []struct {
+		args []string
+		want []api.State
+	}{
+		{[]string{"ps"}, live},
+		{[]string{"ps", "-a"}, nil},
+		{[]string{"ps", "--all", "--user", "alice"}, nil},
+		{[]string{"ps", "--state", "exited"}, []api.State{api.StateExited}},
+	} {
+		d := newFakeDaemon(t, map[string]handler{api.MethodPS: answer(result(api.PSResult{Processes: []api.Process{}}))})
+		if _, errOut, code := ctl(t, d, tt.args...); code != 0 {
+			t.Fatalf("%v: exit %d, stderr %q", tt.args, code, errOut)
+		}
+		var p api.PSParams
+		d.params(t, api.MethodPS, &p)
+		if !slices.Equal(p.States, tt.want) {
+			t.Errorf("%v asks for states %v, want %v", tt.args, p.States, tt.want)
+		}
+	}
+	checkUsageError(t, []string{"ps", "-a", "--state", "exited"}, "give --all or --state, not both")
 }

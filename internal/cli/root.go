@@ -33,12 +33,18 @@ status.`
 
 // newRoot builds the gpuschedctl command tree over a.
 func newRoot(a *app) *cobra.Command {
+	var version bool
 	root := &cobra.Command{
-		Use:           "gpuschedctl",
-		Short:         "Control the gpusched GPU process daemon",
-		Long:          rootLong,
-		Args:          cobra.ArbitraryArgs,
-		RunE:          unknownCommand,
+		Use:   "gpuschedctl",
+		Short: "Control the gpusched GPU process daemon",
+		Long:  rootLong,
+		Args:  cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if version && len(args) == 0 {
+				return a.versions(cmd.Context())
+			}
+			return unknownCommand(cmd, args)
+		},
 		SilenceUsage:  true,
 		SilenceErrors: true,
 
@@ -47,6 +53,7 @@ func newRoot(a *app) *cobra.Command {
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err: err} })
+	root.Flags().BoolVar(&version, "version", false, "print gpuschedctl's version, and the daemon's when it answers")
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.socket, "socket", "", "daemon socket `PATH` (default $"+api.SocketEnv+", else "+api.DefaultSocket+")")
 	pf.BoolVar(&a.json, "json", false, "print results as JSON, one object per line")
@@ -64,25 +71,17 @@ func newRoot(a *app) *cobra.Command {
 	return root
 }
 
-// unknownCommand runs when no subcommand matched.
+// unknownCommand runs when no subcommand matched. A mistyped command gets
+// its suggestion and a pointer to the list, not the whole usage.
 func unknownCommand(cmd *cobra.Command, args []string) error {
 	if len(args) == 0 {
 		return usagef("missing command")
 	}
+	err := fmt.Errorf("unknown command %q", args[0])
 	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-		return usagef("unknown command %q; did you mean %s?", args[0], strings.Join(s, " or "))
+		err = fmt.Errorf("unknown command %q; did you mean %s?", args[0], strings.Join(s, " or "))
 	}
-	return usagef("unknown command %q", args[0])
-}
-
-// dial connects to the daemon within the connect timeout.
-func (a *app) dial(ctx context.Context) (*api.Client, error) {
-	if a.connectTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, a.connectTimeout)
-		defer cancel()
-	}
-	return api.Dial(ctx, a.socket)
+	return &usageError{err: err, hint: "Run 'gpuschedctl --help' for the list of commands."}
 }
 
 // call makes one request and shows its result.

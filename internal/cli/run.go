@@ -25,6 +25,9 @@ type runOptions struct {
 	filledSet bool
 }
 
+// runForm is run's form, for the hints that show where CMD goes.
+const runForm = "run NAME [flags] -- CMD [ARGS...]"
+
 // newRunCmd builds `run`.
 func newRunCmd(a *app) *cobra.Command {
 	var o runOptions
@@ -63,6 +66,7 @@ process's allocation steps below the free room R leaves (5% of the GPU at
 			})
 		},
 	}
+	cmd.SetFlagErrorFunc(commandFlagError(runForm, 1))
 	f := cmd.Flags()
 	f.StringSliceVar(&o.gpus, "gpu", nil, "GPU `REF` (index or UUID) to use (repeatable, or comma-separated)")
 	f.StringArrayVar(&o.env, "env", nil, "set `KEY=VALUE` in the environment (repeatable)")
@@ -81,7 +85,7 @@ func runArgs(cmd *cobra.Command, args []string) error {
 	dash := cmd.ArgsLenAtDash()
 	switch {
 	case dash < 0:
-		return usagef("put the command after --: run NAME [flags] -- CMD [ARGS...]")
+		return usagef("put the command after --: " + runForm)
 	case dash == 0:
 		return usagef("missing process NAME before --")
 	case dash > 1:

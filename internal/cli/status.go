@@ -98,13 +98,10 @@ func jobCounts(st *api.Status) string {
 	if len(parts) > 0 {
 		out = strings.Join(parts, ", ")
 	}
-	switch st.Leases {
-	case 0:
+	if st.Leases == 0 {
 		return out
-	case 1:
-		return out + "; 1 lease"
 	}
-	return fmt.Sprintf("%s; %d leases", out, st.Leases)
+	return out + "; " + plural(st.Leases, "lease", "leases")
 }
 
 // diskTier shows the disk tier: "criu 4.1.1, snapshots 1.2 GiB (budget

@@ -27,6 +27,10 @@ type submitOptions struct {
 	mps                   mpsFlags
 }
 
+// submitForm is submit's form with a command, for the hints that show
+// where CMD goes.
+const submitForm = "submit [flags] -- CMD [ARGS...]"
+
 // newSubmitCmd builds `submit`.
 func newSubmitCmd(a *app) *cobra.Command {
 	var o submitOptions
@@ -94,6 +98,7 @@ Prints one line per queued job: its name, id, state and VRAM declaration.`,
 			})
 		},
 	}
+	cmd.SetFlagErrorFunc(commandFlagError(submitForm, 0))
 	f := cmd.Flags()
 	f.StringVar(&o.name, "name", "", "job `NAME` (default: job-N, from the daemon); not with --file or --csv")
 	f.StringVar(&o.vram, "vram", "", "memory per GPU: a `SIZE` such as 18G, or auto (default: undeclared, whole idle GPUs)")
@@ -147,7 +152,7 @@ func (o *submitOptions) params(stdin io.Reader, dash int, args []string) (api.Su
 func (o *submitOptions) checkSource(dash int, args []string) error {
 	switch {
 	case dash < 0 && len(args) > 0:
-		return usagef("put the command after --: submit [flags] -- CMD [ARGS...]")
+		return usagef("put the command after --: " + submitForm)
 	case dash > 0:
 		return usagef("unexpected arguments before --: %s", strings.Join(args[:dash], " "))
 	case dash == 0 && len(args) == 0:

@@ -138,13 +138,13 @@ func TestSubmitBadFileSendsNothing(t *testing.T) {
 	}{
 		{"jobs file", func(dir string) []string {
 			return []string{"--file", writeFile(t, "jobs.txt", "echo ok\n[gpus=0] a\n[vram=1G vram=2G]\n")}
-		}, "gpuschedctl: {DIR}/jobs.txt: 3 problem(s), nothing submitted:\n" +
+		}, "gpuschedctl: {DIR}/jobs.txt: 3 problems, nothing submitted:\n" +
 			`{DIR}/jobs.txt:2: gpus "0": want a whole number, 1 or more` + "\n" +
 			`{DIR}/jobs.txt:3: option "vram" is given twice` + "\n" +
 			"{DIR}/jobs.txt:3: no command after the options\n"},
 		{"csv", func(dir string) []string {
 			return []string{"--csv", writeFile(t, "runs.csv", "rel,python,t.py,1,1\n")}
-		}, "gpuschedctl: {DIR}/runs.csv: 1 problem(s), nothing submitted:\n" +
+		}, "gpuschedctl: {DIR}/runs.csv: 1 problem, nothing submitted:\n" +
 			`{DIR}/runs.csv:1: directory "rel" is not an absolute path` + "\n"},
 		{"empty stdin", func(string) []string { withStdin(t, "# nothing\n"); return []string{"--file", "-"} },
 			"gpuschedctl: stdin: no jobs: every line is blank or a comment\n"},

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -49,6 +50,41 @@ backend, capabilities and who it sees calling. With --json it prints
 			return writeVersion(a.stdout, &h)
 		},
 	}
+}
+
+// versions prints gpuschedctl's version and, when it answers, the daemon's;
+// a daemon out of reach is a line, not a failure.
+func (a *app) versions(ctx context.Context) error {
+	raw, err := a.hello(ctx)
+	reason := ""
+	if err != nil {
+		reason = err.Error()
+		if u := (*unreachableError)(nil); errors.As(err, &u) {
+			reason = u.what
+		}
+	}
+	if a.json {
+		b, err := json.Marshal(struct {
+			Client string          `json:"client"`
+			Daemon json.RawMessage `json:"daemon"`
+			Error  string          `json:"error,omitempty"`
+		}{Version, raw, reason})
+		if err != nil {
+			return fmt.Errorf("daemon sent invalid JSON: %w", err)
+		}
+		return writeJSON(a.stdout, b)
+	}
+	fmt.Fprintf(a.stdout, "gpuschedctl %s\n", clientVersion())
+	if err != nil {
+		_, err := fmt.Fprintf(a.stdout, "gpuschedd: not reached (%s)\n", reason)
+		return err
+	}
+	var h api.Hello
+	if err := json.Unmarshal(raw, &h); err != nil {
+		return fmt.Errorf("decode hello result: %w", err)
+	}
+	_, err = fmt.Fprintf(a.stdout, "gpuschedd %s (protocol %d) at %s\n", h.Version, h.Protocol, api.SocketPath(a.socket))
+	return err
 }
 
 // hello asks the daemon to describe itself.

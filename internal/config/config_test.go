@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -8,12 +9,12 @@ import (
 )
 
 func TestLoad(t *testing.T) {
-	t.Setenv("GPUSCHED_SOCKET", "/tmp/env.sock")
+	t.Setenv("GPUSCHED_SOCKET", "/run/env.sock")
 	c, err := load([]string{"--sim", "2x16G", "--kill-grace", "3s", "--state-dir", "/srv/gs"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Socket != "/tmp/env.sock" || c.SimDir != "/tmp/sim" || c.Sim != "2x16G" || c.KillGrace != 3*time.Second || c.StateDir != "/srv/gs" {
+	if c.Socket != "/run/env.sock" || c.SimDir != "/run/sim" || c.Sim != "2x16G" || c.KillGrace != 3*time.Second || c.StateDir != "/srv/gs" {
 		t.Fatalf("%+v", c)
 	}
 	c, err = load([]string{"--socket", "/run/x/s.sock"}, io.Discard)
@@ -58,6 +59,8 @@ func TestValidate(t *testing.T) {
 		{[]string{"--max-power", "-1"}, "--max-power -1: must not be negative"},
 		{[]string{"--max-temp", "-1"}, "--max-temp -1: must be 0..150 degrees C"},
 		{[]string{"--max-temp", "151"}, "--max-temp 151: must be 0..150 degrees C"},
+		{[]string{"--thaw-margin", "10"}, `size "10" has no unit: did you mean 10G?`},
+		{[]string{"--ram-budget", "63"}, `size "63" has no unit: did you mean 63G?`},
 		{[]string{"--max-temp", "hot"}, "invalid value"},
 		{[]string{"extra"}, "unexpected argument"},
 		{[]string{"--no-such-flag"}, "not defined"},
@@ -104,5 +107,15 @@ func TestMetricsAddr(t *testing.T) {
 	}
 	if Default().MetricsAddr != "" {
 		t.Error("metrics must be off by default")
+	}
+}
+
+// TestVersionFlag: --version asks for the version before anything is read
+// or checked, even a configuration that would not load.
+func TestVersionFlag(t *testing.T) {
+	for _, args := range [][]string{{"--version"}, {"-version"}, {"--config", "/nonexistent.toml", "--version", "--kill-grace", "0s"}} {
+		if _, err := load(args, io.Discard); !errors.Is(err, ErrVersion) {
+			t.Errorf("%q: %v, want ErrVersion", args, err)
+		}
 	}
 }

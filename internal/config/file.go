@@ -32,17 +32,27 @@ const configFlag = "config"
 // versionKey is the file's schema version, checked against SchemaVersion.
 const versionKey = "version"
 
+// ErrVersion is Load's answer to --version: print the version and exit.
+var ErrVersion = errors.New("version requested")
+
 // LoadWith is Load with defaultFile read when neither --config nor
 // $GPUSCHED_CONFIG names a file ("" reads none). The layers, each
 // overriding the one before: Default(), the file, $GPUSCHED_SOCKET, args.
-// A named file must exist; defaultFile is skipped when it does not.
+// A named file must exist; defaultFile is skipped when it does not. A
+// socket other than the default named by the command line or the
+// environment takes along the state and log directories that neither the
+// file nor the command line set (besideSocket).
 func LoadWith(defaultFile string, args []string, stderr io.Writer) (Config, error) {
 	// The command line alone first: it may name the file, and says which
 	// settings the file must not decide.
 	scratch, path := Default(), ""
 	cmdline := scratch.flags(&path, defaultFile, stderr)
+	version := cmdline.Bool("version", false, "print gpuschedd's version and exit")
 	if err := cmdline.Parse(args); err != nil {
 		return Config{}, err
+	}
+	if *version {
+		return Config{}, ErrVersion
 	}
 	if cmdline.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected argument %q", cmdline.Arg(0))
@@ -80,6 +90,12 @@ func LoadWith(defaultFile string, args []string, stderr io.Writer) (Config, erro
 	}
 	if c.SimDir == "" {
 		c.SimDir = filepath.Join(filepath.Dir(c.Socket), "sim")
+	}
+	if onCmdline["socket"] || os.Getenv(api.SocketEnv) != "" {
+		set := func(flag string) bool { _, inFile := src.lines[flag]; return onCmdline[flag] || inFile }
+		if err := c.besideSocket(set); err != nil {
+			return Config{}, err
+		}
 	}
 	return c, src.annotate(c.Validate())
 }

@@ -270,8 +270,11 @@ func TestExampleRestatesDefaults(t *testing.T) {
 		}
 	})
 
-	// Through Load, alone and under flags: the file changes nothing.
-	for _, args := range [][]string{nil, {"--sim", "2", "--kill-grace", "3s", "--ban-gpu", "1", "--socket", "/run/t/s.sock"}} {
+	// Through Load, alone and under flags: the file changes nothing. (Its
+	// state-dir and log-dir, set, keep a daemon on another socket off the
+	// directories beside it: TestDirsBesideSocket.)
+	for _, args := range [][]string{nil, {"--sim", "2", "--kill-grace", "3s", "--ban-gpu", "1", "--socket", "/run/t/s.sock",
+		"--state-dir", "/srv/gs", "--log-dir", "/srv/gs-logs"}} {
 		want, err := load(args, io.Discard)
 		if err != nil {
 			t.Fatal(err)

@@ -23,7 +23,7 @@ func toAPI(r proctable.Record, gv *gpuView) api.Process {
 	case r.State == api.StateHibernated || r.State == api.StateRestoring:
 		p.Tier = api.TierDisk
 		if r.Checkpoint != nil {
-			p.FrozenAt = r.Checkpoint.FrozenAt
+			p.FrozenAt, p.DiskMiB = r.Checkpoint.FrozenAt, r.Checkpoint.MiB()
 		}
 	case r.Checkpoint != nil:
 		p.Tier, p.HostMiB, p.FrozenAt = api.TierHost, r.Checkpoint.MiB(), r.Checkpoint.FrozenAt

@@ -216,7 +216,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- d.serve(serving, ln) }()
-	d.log.Info("serving", zap.String("socket", d.cfg.Socket), zap.String("backend", d.gpus.Name()),
+	d.log.Info("serving", zap.String("socket", d.cfg.Socket), zap.String("state_dir", d.cfg.StateDir), zap.String("log_dir", d.cfg.LogDir), zap.String("backend", d.gpus.Name()),
 		zap.Int("processes", len(d.table.View().Records)), zap.String("version", Version))
 	sdNotify(sdnotify.SdNotifyReady + "\nSTATUS=" + d.statusLine())
 	close(d.ready)

@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -58,6 +59,9 @@ func ParseVRAM(s string) (VRAM, error) {
 		return VRAM{Auto: true}, nil
 	}
 	n, err := ParseMiB(s)
+	if errors.As(err, new(noUnitError)) {
+		return VRAM{}, fmt.Errorf("vram: %w", err)
+	}
 	if err != nil {
 		return VRAM{}, fmt.Errorf("vram: %w (or \"auto\")", err)
 	}

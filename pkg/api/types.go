@@ -78,6 +78,7 @@ type Process struct {
 	VRAMMiB   uint64       `json:"vram_mib"`           // sum over GPUs
 	Tier      Tier         `json:"tier,omitempty"`     // live processes only
 	HostMiB   uint64       `json:"host_mib,omitempty"` // GPU memory parked in host RAM
+	DiskMiB   uint64       `json:"disk_mib,omitempty"` // GPU memory hibernated into its snapshot, which a thaw needs back
 	Log       string       `json:"log"`
 	CreatedAt time.Time    `json:"created_at"`
 	StartedAt time.Time    `json:"started_at,omitzero"`

@@ -209,7 +209,8 @@ class Process:
     only, in ``snapshot``), "restoring" (coming back from disk) or "exited".
     ``tier`` says where a live process's GPU memory is: "gpu", "host" when a
     freeze parked ``host_mib`` MiB of it in host RAM (since ``frozen_at``), or
-    "disk" when hibernated; "" for an exited process (or an older daemon).
+    "disk" when hibernated with ``disk_mib`` MiB of it in its snapshot; "" for
+    an exited process (or an older daemon).
     ``error`` says why the last freeze, thaw or hibernate failed; ``note`` what a
     policy last did to it by itself (an eviction, a TTL, an idle freeze). ``policy`` is its
     disk-tier :class:`Policy`; ``snapshot`` the snapshot it lives in when
@@ -237,6 +238,7 @@ class Process:
     vram_mib: int = 0
     tier: str = ""
     host_mib: int = 0
+    disk_mib: int = 0
     log: str = ""
     created_at: Optional[datetime] = None
     started_at: Optional[datetime] = None
