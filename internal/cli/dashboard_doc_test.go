@@ -68,13 +68,12 @@ func shotModel(t *testing.T) dashModel {
 	frozen := running("reward", 0, 3*time.Hour)
 	frozen.State, frozen.Tier, frozen.HostMiB = api.StateFrozen, api.TierHost, 8<<10
 	parked := running("eval-old", 0, 26*time.Hour)
-	parked.State, parked.Tier, parked.Snapshot = api.StateHibernated, api.TierDisk, "snap-7"
+	parked.State, parked.Tier, parked.Snapshot, parked.DiskMiB = api.StateHibernated, api.TierDisk, "snap-7", 6<<10
 	done := exited("sweep-3", api.Exit{Code: intp(0)})
 
 	s := barsSnapshot()
 	s.at = now
 	s.procs = []api.Process{running("train", 12<<10, 90*time.Minute), frozen, done, running("policy", 18<<10, 12*time.Minute), parked}
-	s.snapVRAM = map[string]uint64{"snap-7": 6 << 10}
 	s.status.Processes, s.status.States = 5, map[api.State]int{api.StateRunning: 2, api.StateFrozen: 1, api.StateHibernated: 1, api.StateExited: 1}
 	s.status.Jobs = map[api.JobState]int{api.JobQueued: 2}
 	finetune := queuedJob("finetune")

@@ -28,11 +28,8 @@ type (
 		gpus   []api.GPU
 		jobs   []api.Job
 		status *api.Status
-		// snapVRAM is the GPU memory each snapshot a hibernated process
-		// lives in holds, by id; read only when one is.
-		snapVRAM map[string]uint64
-		err      error
-		at       time.Time // when it was taken
+		err    error
+		at     time.Time // when it was taken
 	}
 	// dashEventMsg is one event of the events stream.
 	dashEventMsg struct{ event api.Event }
@@ -64,9 +61,6 @@ type dashModel struct {
 	gpus    []api.GPU
 	jobs    []api.Job
 	status  *api.Status
-	// snapVRAM is the GPU memory of the snapshots hibernated processes
-	// live in, by snapshot id.
-	snapVRAM map[string]uint64
 
 	// selected is the selected process's name, "" when there is none;
 	// cursor is its row. The selection follows the name across refreshes.
@@ -112,7 +106,7 @@ func (m dashModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 			m.loadErr = msg.err
 		} else {
 			m.loaded, m.loadErr = true, nil
-			m.gpus, m.jobs, m.status, m.snapVRAM = msg.gpus, msg.jobs, msg.status, msg.snapVRAM
+			m.gpus, m.jobs, m.status = msg.gpus, msg.jobs, msg.status
 			m.setProcs(msg.procs)
 		}
 		if m.stale {
@@ -300,8 +294,7 @@ func (m dashModel) load() tea.Cmd {
 	}
 }
 
-// loadSnapshot reads processes, GPUs, jobs and the overview, and the
-// snapshots when a process is hibernated.
+// loadSnapshot reads processes, GPUs, jobs and the overview.
 func loadSnapshot(ctx context.Context, src dashSource) dashSnapshotMsg {
 	var (
 		s   dashSnapshotMsg
@@ -310,32 +303,12 @@ func loadSnapshot(ctx context.Context, src dashSource) dashSnapshotMsg {
 	if s.procs, err = src.PS(ctx); err == nil {
 		if s.gpus, err = src.GPUs(ctx); err == nil {
 			if s.jobs, err = src.Jobs(ctx); err == nil {
-				if s.status, err = src.Status(ctx); err == nil {
-					s.snapVRAM, err = loadSnapVRAM(ctx, src, s.procs)
-				}
+				s.status, err = src.Status(ctx)
 			}
 		}
 	}
 	s.err, s.at = err, time.Now()
 	return s
-}
-
-// loadSnapVRAM reads the GPU memory of the snapshots that procs on disk
-// live in, by snapshot id: what their thaw needs. Without such a process
-// it asks nothing.
-func loadSnapVRAM(ctx context.Context, src dashSource, procs []api.Process) (map[string]uint64, error) {
-	if !slices.ContainsFunc(procs, func(p api.Process) bool { return p.Tier == api.TierDisk }) {
-		return nil, nil
-	}
-	snaps, err := src.Snapshots(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string]uint64, len(snaps))
-	for _, s := range snaps {
-		out[s.ID] = s.VRAMMiB
-	}
-	return out, nil
 }
 
 // dashTick schedules the next periodic refresh.

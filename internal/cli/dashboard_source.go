@@ -15,7 +15,6 @@ type dashSource interface {
 	GPUs(ctx context.Context) ([]api.GPU, error)
 	Jobs(ctx context.Context) ([]api.Job, error)
 	Status(ctx context.Context) (*api.Status, error)
-	Snapshots(ctx context.Context) ([]api.Snapshot, error)
 	Freeze(ctx context.Context, name string) (*api.CheckpointResult, error)
 	Thaw(ctx context.Context, name string) (*api.CheckpointResult, error)
 	Hibernate(ctx context.Context, name string) (*api.HibernateResult, error)
@@ -96,17 +95,6 @@ func (s *apiSource) Jobs(ctx context.Context) (out []api.Job, err error) {
 
 func (s *apiSource) Status(ctx context.Context) (out *api.Status, err error) {
 	err = s.query(ctx, func(c *api.Client) error { out, err = c.Status(ctx); return err })
-	return out, err
-}
-
-func (s *apiSource) Snapshots(ctx context.Context) (out []api.Snapshot, err error) {
-	err = s.query(ctx, func(c *api.Client) error {
-		res, err := c.Snapshots(ctx, api.SnapshotsParams{})
-		if err == nil {
-			out = res.Snapshots
-		}
-		return err
-	})
 	return out, err
 }
 

@@ -29,7 +29,6 @@ type fakeDashSource struct {
 	gpus   []api.GPU
 	jobs   []api.Job
 	status *api.Status
-	snaps  []api.Snapshot
 
 	events    []api.Event // Events sends these, then ends with eventsErr
 	eventsErr error
@@ -53,13 +52,6 @@ func (f *fakeDashSource) GPUs(context.Context) ([]api.GPU, error)   { return f.g
 func (f *fakeDashSource) Jobs(context.Context) ([]api.Job, error)   { return f.jobs, nil }
 func (f *fakeDashSource) Status(context.Context) (*api.Status, error) {
 	return f.status, nil
-}
-
-func (f *fakeDashSource) Snapshots(context.Context) ([]api.Snapshot, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls = append(f.calls, "snapshots")
-	return f.snaps, nil
 }
 
 func (f *fakeDashSource) Freeze(_ context.Context, name string) (*api.CheckpointResult, error) {
@@ -480,29 +472,19 @@ func TestDashboardViewShowsBarsWithNumbers(t *testing.T) {
 }
 
 func TestDashboardHibernatedShowsNeededVRAM(t *testing.T) {
-	// The daemon reports no GPU memory for a hibernated process: its
-	// snapshot says what its thaw needs.
+	// A hibernated process holds no GPU memory; its disk_mib is what its
+	// thaw needs.
 	s := snapshotOf("train")
 	hib := proc("reward")
-	hib.State, hib.Tier, hib.VRAMMiB, hib.Snapshot = api.StateHibernated, api.TierDisk, 0, "snap-2"
+	hib.State, hib.Tier, hib.VRAMMiB, hib.DiskMiB, hib.Snapshot = api.StateHibernated, api.TierDisk, 0, 12000, "snap-2"
 	for i := range hib.GPUs {
 		hib.GPUs[i].UsedMiB = 0
 	}
-	src := &fakeDashSource{procs: append(s.procs, hib), gpus: s.gpus, jobs: s.jobs, status: s.status,
-		snaps: []api.Snapshot{{ID: "snap-1", VRAMMiB: 1}, {ID: "snap-2", Name: "reward", Holds: true, VRAMMiB: 12000}}}
-	m, _ := step(t, newTestDash(src), loadSnapshot(context.Background(), src))
+	s.procs = append(s.procs, hib)
+	m, _ := step(t, newTestDash(&fakeDashSource{}), s)
 	want := "reward  hibernated  disk  alice  0,1   (11.7 GiB) on disk"
 	if !strings.Contains(m.render(), want) {
 		t.Errorf("view lacks %q:\n%s", want, m.render())
-	}
-	if calls := src.recorded(); !slices.Equal(calls, []string{"snapshots"}) {
-		t.Errorf("calls %v, want the snapshots read once", calls)
-	}
-
-	// With nothing on disk, no snapshot is read.
-	src.procs = s.procs
-	if loadSnapshot(context.Background(), src); len(src.recorded()) != 1 {
-		t.Errorf("calls %v: snapshots read with no process on disk", src.recorded())
 	}
 }
 
@@ -661,13 +643,12 @@ func TestDashboardNeedsTerminal(t *testing.T) {
 func TestDashboardAgainstFakeDaemon(t *testing.T) {
 	snap := barsSnapshot()
 	hib := proc("video")
-	hib.State, hib.Tier, hib.VRAMMiB, hib.Snapshot = api.StateHibernated, api.TierDisk, 0, "snap-1"
+	hib.State, hib.Tier, hib.VRAMMiB, hib.DiskMiB, hib.Snapshot = api.StateHibernated, api.TierDisk, 0, 3<<10, "snap-1"
 	d := newFakeDaemon(t, map[string]handler{
-		api.MethodPS:        answer(result(api.PSResult{Processes: []api.Process{proc("train"), proc("eval"), hib}})),
-		api.MethodGPUs:      answer(result(api.GPUsResult{GPUs: snap.gpus})),
-		api.MethodJobs:      answer(result(api.JobsResult{Jobs: snap.jobs})),
-		api.MethodStatus:    answer(result(snap.status)),
-		api.MethodSnapshots: answer(result(api.SnapshotsResult{Snapshots: []api.Snapshot{{ID: "snap-1", VRAMMiB: 3 << 10}}})),
+		api.MethodPS:     answer(result(api.PSResult{Processes: []api.Process{proc("train"), proc("eval"), hib}})),
+		api.MethodGPUs:   answer(result(api.GPUsResult{GPUs: snap.gpus})),
+		api.MethodJobs:   answer(result(api.JobsResult{Jobs: snap.jobs})),
+		api.MethodStatus: answer(result(snap.status)),
 		api.MethodFreeze: func(req api.Request) []any {
 			var p api.FreezeParams
 			_ = json.Unmarshal(req.Params, &p)
@@ -706,7 +687,7 @@ func TestDashboardAgainstFakeDaemon(t *testing.T) {
 	for _, r := range d.requests() {
 		methods = append(methods, r.Method)
 	}
-	if want := []string{"ps", "gpus", "jobs", "status", "snapshots", "ps", "gpus", "jobs", "status", "snapshots"}; !slices.Equal(methods, want) {
+	if want := []string{"ps", "gpus", "jobs", "status", "ps", "gpus", "jobs", "status"}; !slices.Equal(methods, want) {
 		t.Errorf("methods %v, want %v", methods, want)
 	}
 	if conns := d.connections(); slices.Max(conns) != 1 {

@@ -355,8 +355,8 @@ func (m dashModel) vram(p *api.Process) string {
 		switch {
 		case p.Tier == api.TierHost && p.HostMiB > 0:
 			return mib(p.HostMiB) + " in RAM"
-		case p.Tier == api.TierDisk && m.snapVRAM[p.Snapshot] > 0:
-			return "(" + mib(m.snapVRAM[p.Snapshot]) + ") on disk"
+		case p.Tier == api.TierDisk && p.DiskMiB > 0:
+			return "(" + mib(p.DiskMiB) + ") on disk"
 		}
 	}
 	return procVRAM(p)
