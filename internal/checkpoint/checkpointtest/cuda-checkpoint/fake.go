@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -118,7 +119,7 @@ func (f *fake) action(action string, timeoutMS int, remap map[string]string) err
 	var err error
 	switch action {
 	case "lock":
-		err = f.reg.LockProcess(f.pid)
+		err = f.lock(timeoutMS)
 	case "checkpoint":
 		_, err = f.reg.CheckpointProcess(f.pid)
 	case "restore":
@@ -130,6 +131,18 @@ func (f *fake) action(action string, timeoutMS int, remap map[string]string) err
 		return f.simError(action, err)
 	}
 	return nil
+}
+
+// lock locks the target, waiting at most timeoutMS (0: no limit) where
+// the simulated driver makes it wait (an NCCL peer is locked).
+func (f *fake) lock(timeoutMS int) error {
+	ctx := context.Background()
+	if timeoutMS > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(timeoutMS)*time.Millisecond)
+		defer cancel()
+	}
+	return f.reg.LockProcessContext(ctx, f.pid)
 }
 
 // inject applies the fault configured for action, if it matches this call.
@@ -196,6 +209,8 @@ func (f *fake) simError(action string, err error) error {
 		name = "CUDA_ERROR_INVALID_VALUE"
 	case errors.Is(err, simgpu.ErrNoSuchDevice):
 		name = "CUDA_ERROR_INVALID_DEVICE"
+	case errors.Is(err, simgpu.ErrTimeout):
+		name = "CUDA_ERROR_TIMEOUT"
 	}
 	return f.fail(action, name, "%v", err)
 }
