@@ -149,11 +149,11 @@ func (d *Daemon) openGPUs() error {
 		d.gpus = b
 		return nil
 	}
-	n, size, err := gpu.ParseSimSpec(d.cfg.Sim)
+	spec, err := gpu.ParseSimSpec(d.cfg.Sim)
 	if err != nil {
 		return fmt.Errorf("--sim %q: %w", d.cfg.Sim, err)
 	}
-	b, err := gpu.NewSim(d.cfg.SimDir, n, size)
+	b, err := gpu.NewSim(d.cfg.SimDir, spec)
 	if err != nil {
 		return err
 	}
