@@ -334,7 +334,7 @@ func (d *Daemon) hello(c *call) (any, error) {
 		caps = append(caps, api.CapPreemption)
 	}
 	return api.Hello{Protocol: api.ProtocolVersion, Version: Version, Backend: d.gpus.Name(), Capabilities: caps,
-		CRIU: d.criuVersion(), Caller: c.actor.identity()}, nil
+		CRIU: d.criuVersion(), Caller: c.actor.identity(), ExcludedGPUs: d.gpuView().migNotes()}, nil
 }
 
 func (d *Daemon) methodTable() map[string]method {

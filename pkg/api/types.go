@@ -161,6 +161,9 @@ type Hello struct {
 	Capabilities []string `json:"capabilities"`
 	CRIU         string   `json:"criu"` // CRIU version behind the disk tier; "" when off
 	Caller       Identity `json:"caller"`
+	// ExcludedGPUs says, one sentence each, which GPUs the daemon leaves
+	// alone and why (a GPU in MIG mode); [] when none.
+	ExcludedGPUs []string `json:"excluded_gpus"`
 }
 
 // Status is the daemon overview: what `status` without a name returns.

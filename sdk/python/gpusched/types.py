@@ -341,7 +341,9 @@ class GPUSummary:
 @dataclass(frozen=True)
 class Hello:
     """The daemon's self-description and who it thinks the caller is; ``criu`` is
-    the CRIU version behind the disk tier ("" when it is off)."""
+    the CRIU version behind the disk tier ("" when it is off); ``excluded_gpus``
+    says, one sentence each, which GPUs the daemon leaves alone and why (a GPU
+    in MIG mode)."""
 
     protocol: int = 0
     version: str = ""
@@ -349,6 +351,7 @@ class Hello:
     capabilities: List[str] = field(default_factory=list)
     criu: str = ""
     caller: Identity = field(default_factory=Identity)
+    excluded_gpus: List[str] = field(default_factory=list)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
