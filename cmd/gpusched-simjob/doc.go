@@ -29,8 +29,17 @@
 // hardware check's dry run: "READY <pid> <GiB>" once allocated, and one
 // "VERIFY OK|FAIL ..." line per SIGUSR1 (host memory, CUDA state, VRAM).
 //
+// --nccl GROUP joins a simulated NCCL group (whose members' locks wait for
+// each other, as NVIDIA/cuda-checkpoint#30 hangs) and maps what a process
+// of an NCCL communicator maps: a file named libnccl.so.2 and, unless
+// --nccl-shm=false, a /dev/shm/nccl-* segment; --uvm maps a file named
+// nvidia-uvm, as a process with managed memory maps /dev/nvidia-uvm. Each
+// file is unlinked once mapped.
+//
 // Progress goes to stdout one line at a time ("simjob: pid=...",
 // "simjob: allocated N MiB on GPU-...", "simjob: done, exiting with N").
-// SIGTERM and SIGINT release the memory, then kill the job by that signal.
+// SIGTERM and SIGINT print "simjob: SIGTERM with CUDA <state>" (its CUDA
+// checkpoint state then, "none" without GPU memory), release the memory,
+// then kill the job by that signal.
 // Usage errors exit 2.
 package main

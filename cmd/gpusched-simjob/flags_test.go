@@ -10,7 +10,7 @@ func TestParseFlags(t *testing.T) {
 	cfg, err := parseFlags([]string{"--vram", "2048", "--ramp", "1.5", "--hold", "0.25", "--exit-code", "3",
 		"--oom-once", "/tmp/m", "--host-mem", "64", "--tick", "2"}, io.Discard)
 	want := config{vramMiB: 2048, ramp: 1500 * time.Millisecond, hold: 250 * time.Millisecond, exitCode: 3,
-		oomOnce: "/tmp/m", hostMiB: 64, tick: 2 * time.Second}
+		oomOnce: "/tmp/m", hostMiB: 64, tick: 2 * time.Second, ncclShm: true}
 	if err != nil || cfg != want {
 		t.Errorf("parseFlags = %+v, %v; want %+v", cfg, err, want)
 	}
@@ -19,6 +19,7 @@ func TestParseFlags(t *testing.T) {
 		{"--ramp", "-1"},
 		{"--hold", "NaN"},
 		{"--exit-code", "256"},
+		{"--nccl", "job"},
 		{"extra"},
 	} {
 		if _, err := parseFlags(bad, io.Discard); err == nil {

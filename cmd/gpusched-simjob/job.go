@@ -50,6 +50,11 @@ func run(cfg config, stdout, stderr io.Writer) int {
 		gpus = j.vram.uuids()
 	}
 	j.printf("simjob: pid=%d gpus=%s vram=%d", j.pid, gpus, cfg.vramMiB)
+	if err := j.mapKinds(); err != nil {
+		j.errorf("%v", err)
+		j.release()
+		return 2
+	}
 	if err := j.applyMPS(); err != nil {
 		j.errorf("%v", err)
 		j.release()
@@ -138,6 +143,7 @@ func (j *job) loop(sigs <-chan os.Signal) int {
 		select {
 		case sig := <-sigs:
 			if sig != unix.SIGUSR1 {
+				j.printf("simjob: %s with CUDA %s", unix.SignalName(sig.(unix.Signal)), j.cudaState())
 				j.release()
 				dieFrom(sig.(unix.Signal))
 			}

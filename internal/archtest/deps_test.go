@@ -81,6 +81,7 @@ var allowed = map[string][]string{
 	"internal/retention":                 {},
 	"internal/netguard":                  {},
 	"internal/backoff":                   {},
+	"internal/cudakind":                  {},
 	"internal/checkpoint/checkpointtest": {},
 	"internal/memfill":                   {"internal/procfs", "internal/simgpu"},
 	"internal/checkpoint/checkpointtest/cuda-checkpoint": {"internal/simgpu", "internal/procfs", "internal/checkpoint", "internal/checkpoint/checkpointtest"},

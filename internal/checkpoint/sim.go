@@ -55,12 +55,19 @@ func (s *Sim) State(ctx context.Context, pid int) (State, error) {
 	return State(st), nil
 }
 
-// Lock locks at once: a simulated process has no CUDA call in flight.
-func (s *Sim) Lock(ctx context.Context, pid int, _ time.Duration) error {
+// Lock locks at once (a simulated process has no CUDA call in flight),
+// unless the simulated driver makes it wait for an NCCL peer: then at most
+// timeout (0: until ctx ends).
+func (s *Sim) Lock(ctx context.Context, pid int, timeout time.Duration) error {
 	if err := ctxError(ctx, "lock", pid); err != nil {
 		return err
 	}
-	return simError("lock", pid, s.reg.LockProcess(pid))
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	return simError("lock", pid, s.reg.LockProcessContext(ctx, pid))
 }
 
 // Checkpoint parks the process's device memory.
@@ -155,7 +162,7 @@ func simError(op string, pid int, err error) error {
 		class = ErrIllegalState
 	case errors.Is(err, simgpu.ErrOutOfMemory):
 		class = ErrOutOfMemory
-	case errors.Is(err, simgpu.ErrLockHeld):
+	case errors.Is(err, simgpu.ErrLockHeld), errors.Is(err, simgpu.ErrTimeout):
 		class = ErrTimeout
 	}
 	return &OpError{Op: op, PID: pid, Err: class, Detail: err.Error()}

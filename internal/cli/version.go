@@ -118,5 +118,8 @@ func writeVersion(w io.Writer, h *api.Hello) error {
 		fmt.Fprintf(t, "criu:\t%s\n", h.CRIU)
 	}
 	fmt.Fprintf(t, "caller:\t%s\n", who(h.Caller.User, h.Caller.UID, h.Caller.GID))
+	for _, why := range h.ExcludedGPUs {
+		fmt.Fprintf(t, "excluded:\t%s\n", why)
+	}
 	return t.Flush()
 }

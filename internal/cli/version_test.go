@@ -69,3 +69,13 @@ func TestVersionFlag(t *testing.T) {
 		t.Errorf("no daemon, --json: exit %d, %s", code, out)
 	}
 }
+
+func TestVersionShowsExcludedGPUs(t *testing.T) {
+	h := hello
+	h.ExcludedGPUs = []string{"GPU 1: MIG mode is on: ..."}
+	d := newFakeDaemon(t, map[string]handler{api.MethodHello: answer(result(h))})
+	out, _, code := ctl(t, d, "version")
+	if code != 0 || !strings.Contains(out, "excluded:      GPU 1: MIG mode is on: ...\n") {
+		t.Errorf("code %d, stdout\n%s", code, out)
+	}
+}

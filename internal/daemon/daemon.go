@@ -156,11 +156,11 @@ func (d *Daemon) openGPUs() error {
 		d.gpus = b
 		return nil
 	}
-	n, size, err := gpu.ParseSimSpec(d.cfg.Sim)
+	spec, err := gpu.ParseSimSpec(d.cfg.Sim)
 	if err != nil {
 		return fmt.Errorf("--sim %q: %w", d.cfg.Sim, err)
 	}
-	b, err := gpu.NewSim(d.cfg.SimDir, n, size)
+	b, err := gpu.NewSim(d.cfg.SimDir, spec)
 	if err != nil {
 		return err
 	}
@@ -341,7 +341,7 @@ func (d *Daemon) hello(c *call) (any, error) {
 		caps = append(caps, api.CapPreemption)
 	}
 	return api.Hello{Protocol: api.ProtocolVersion, Version: Version, Backend: d.gpus.Name(), Capabilities: caps,
-		CRIU: d.criuVersion(), Caller: c.actor.identity(), DriverWarning: d.driverWarning()}, nil
+		CRIU: d.criuVersion(), Caller: c.actor.identity(), DriverWarning: d.driverWarning(), ExcludedGPUs: d.gpuView().migNotes()}, nil
 }
 
 func (d *Daemon) methodTable() map[string]method {

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpusched/gpusched/internal/checkpoint"
+	"github.com/gpusched/gpusched/internal/cudakind"
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -80,12 +81,20 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 	}
 	start := time.Now()
 	var procs []proctable.CheckpointProc
+	var kinds map[int]cudakind.Kind
 	assumed := checkpoint.StateRunning
 	switch rec.State {
 	case api.StateRunning:
+		if err := d.gpuView().migError(fmt.Sprintf("freeze %q", rec.Name), rec.GPUs); err != nil {
+			return api.CheckpointResult{}, err
+		}
 		var err error
 		if procs, err = d.cudaProcs(ctx, rec); err != nil {
 			return api.CheckpointResult{}, fmt.Errorf("freeze %q: %w", rec.Name, err)
+		}
+		kinds = cudaKinds(procs)
+		if err := refuseKinds(rec.Name, procs, kinds); err != nil {
+			return api.CheckpointResult{}, err
 		}
 	case api.StateLocked, api.StateFailed:
 		procs, assumed = liveProcs(checkpointed(rec)), ""
@@ -118,7 +127,7 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 	}
 	if err != nil {
 		op.rollback(ctx)
-		return d.failed(rec, op, "freeze", err, nil, opts.quiet)
+		return d.failed(rec, op, "freeze", ncclHint(err, kinds), nil, opts.quiet)
 	}
 	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
 		if r.ID != rec.ID {

@@ -23,6 +23,9 @@ func gpuHealth(cfg *config.Config, dv gpu.Device) []string {
 	if bannedGPU(cfg, dv) {
 		add("banned by --ban-gpu")
 	}
+	if dv.MIG {
+		out = append(out, migNote(dv))
+	}
 	if f := free(dv.TotalMiB, dv.UsedMiB); f < cfg.MinFreeMiB {
 		add("free memory %d MiB is below --min-free %d MiB", f, cfg.MinFreeMiB)
 	}
@@ -54,8 +57,8 @@ func bannedGPU(cfg *config.Config, dv gpu.Device) bool {
 
 // usableGPUs resolves the GPUs a call (what, for messages) aims at, as
 // resolveGPUs does, and refuses a lost one (missing from the driver's list,
-// or failing its queries) with unavailable; with none named it is every GPU
-// that is not lost.
+// or failing its queries) or one in MIG mode with unavailable; with none
+// named it is every GPU that is neither.
 func (d *Daemon) usableGPUs(what string, gpu *api.GPURef, refs []api.GPURef) ([]string, error) {
 	uuids, err := d.resolveGPUs(what, gpu, refs)
 	if err != nil {
@@ -63,9 +66,12 @@ func (d *Daemon) usableGPUs(what string, gpu *api.GPURef, refs []api.GPURef) ([]
 	}
 	gv := d.gpuView()
 	if gpu == nil && len(refs) == 0 {
-		return slices.DeleteFunc(uuids, func(u string) bool { return gv.lost[u] != "" }), nil
+		return slices.DeleteFunc(uuids, func(u string) bool { return gv.lost[u] != "" || gv.inMIG(u) }), nil
 	}
 	if err := gv.lostError(what, uuids); err != nil {
+		return nil, err
+	}
+	if err := gv.migError(what, uuids); err != nil {
 		return nil, err
 	}
 	return uuids, nil

@@ -20,7 +20,8 @@ const reapTimeout = 10 * time.Second
 
 // kill ends a tree: SIGTERM to every process, SIGKILL after the grace, and
 // answers with the final state. With a signal param it only delivers that
-// signal. The kill goes on even if the caller disconnects.
+// signal (SIGKILL after suspendRestored). The kill goes on even if the
+// caller disconnects.
 func (d *Daemon) kill(c *call) (any, error) {
 	var p api.KillParams
 	if err := c.decode(&p); err != nil {
@@ -42,6 +43,16 @@ func (d *Daemon) kill(c *call) (any, error) {
 			return nil, conflictf("process %q is still starting; signal it once it runs", p.Name)
 		case onDisk(rec.State):
 			return nil, conflictf("process %q is %s: no process exists to signal; thaw it first, or kill it without a signal", p.Name, rec.State)
+		}
+		if sig == unix.SIGKILL && rec.Restored {
+			unlock, err := d.ops.lock(context.WithoutCancel(c.ctx), p.Name)
+			if err != nil {
+				return nil, err
+			}
+			defer unlock()
+			if cur, ok := d.table.Get(p.Name); ok && cur.ID == rec.ID {
+				d.suspendRestored(cur)
+			}
 		}
 		if err := d.signalTree(rec.ID, sig); err != nil {
 			return nil, fmt.Errorf("kill %q: %w", p.Name, err)
@@ -79,13 +90,15 @@ func (d *Daemon) kill(c *call) (any, error) {
 }
 
 // endTree ends a live tree, frozen ones included: SIGTERM, SIGKILL after
-// grace, and waits until its exit is recorded. The caller holds its
+// grace, and waits until its exit is recorded. A tree running restored
+// CUDA contexts is suspended first (suspendRestored). The caller holds its
 // lifecycle lock.
 func (d *Daemon) endTree(rec proctable.Record, grace time.Duration) (proctable.Record, error) {
 	rt := d.procs.get(rec.ID)
 	if rt == nil {
 		return rec, fmt.Errorf("kill %q: the daemon is not watching this process (state %s)", rec.Name, rec.State)
 	}
+	d.suspendRestored(rec)
 	if err := rt.signal(unix.SIGTERM); err != nil {
 		return rec, fmt.Errorf("kill %q: SIGTERM: %w", rec.Name, err)
 	}

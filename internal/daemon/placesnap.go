@@ -187,13 +187,14 @@ func (d *Daemon) preemptedQueue(tv *proctable.View, active map[string]*jobqueue.
 	return out
 }
 
-// placementOptions are the configured rules and health filters.
+// placementOptions are the configured rules and health filters; a GPU in
+// MIG mode counts as banned.
 func (d *Daemon) placementOptions(gv *gpuView) placement.Options {
 	o := placement.Options{MarginMiB: d.cfg.JobMarginMiB, SpikeBuffer: d.cfg.SpikeBuffer, AgingStep: d.cfg.AgingStep,
 		StarveAfter: d.cfg.StarveAfter, MinFreeMiB: d.cfg.MinFreeMiB, MaxUtilPercent: d.cfg.MaxUtilPercent,
 		MaxPowerWatts: d.cfg.MaxPowerWatts, MaxTempC: d.cfg.MaxTempC}
 	for _, dv := range gv.devices {
-		if bannedGPU(&d.cfg, dv) {
+		if bannedGPU(&d.cfg, dv) || dv.MIG {
 			o.Banned = append(o.Banned, dv.UUID)
 		}
 	}

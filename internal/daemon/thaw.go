@@ -143,7 +143,7 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 		if r.ID != rec.ID {
 			return errReplaced
 		}
-		r.State, r.Checkpoint = api.StateRunning, nil
+		r.State, r.Checkpoint, r.Restored = api.StateRunning, nil, true
 		return nil
 	})
 	if err != nil {

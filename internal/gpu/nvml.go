@@ -140,6 +140,15 @@ func (n *NVML) device(i int) (Device, []ProcUsage, error) {
 		d.TempC = &c
 	}
 
+	// The current mode only: a pending one takes effect at the next reset
+	// (NVML nvmlDeviceGetMigMode; libnvidia-container ignores it too).
+	mig, _, ret := h.GetMigMode()
+	if ok, err := supported(ret); err != nil {
+		return fail(fmt.Errorf("MIG mode: %w", err))
+	} else if ok {
+		d.MIG = mig == nvml.DEVICE_MIG_ENABLE
+	}
+
 	procs, err := processes(h, d.UUID)
 	if err != nil {
 		return fail(err)

@@ -66,6 +66,12 @@ type fakeDevice struct {
 	compute   []nvml.ProcessInfo
 	graphics  []nvml.ProcessInfo
 	gfxRet    nvml.Return
+	mig       int
+	migRet    nvml.Return
+}
+
+func (d *fakeDevice) GetMigMode() (int, int, nvml.Return) {
+	return d.mig, nvml.DEVICE_MIG_DISABLE, d.migRet
 }
 
 func (d *fakeDevice) GetUUID() (string, nvml.Return)            { return d.uuid, nvml.SUCCESS }
@@ -185,6 +191,7 @@ func TestNVMLMetricErrors(t *testing.T) {
 		{"power limit", fakeDevice{limitRet: nvml.ERROR_GPU_IS_LOST}},
 		{"temperature", fakeDevice{tempRet: nvml.ERROR_UNKNOWN}},
 		{"memory info", fakeDevice{memRet: nvml.ERROR_GPU_IS_LOST}},
+		{"MIG mode", fakeDevice{migRet: nvml.ERROR_GPU_IS_LOST}},
 	} {
 		dev := tt.dev
 		dev.uuid = "GPU-bbbb"
@@ -231,5 +238,28 @@ func TestNVMLSampleErrors(t *testing.T) {
 	cancel()
 	if _, err := n.Sample(ctx); !errors.Is(err, context.Canceled) {
 		t.Errorf("Sample(canceled) = %v", err)
+	}
+}
+
+// TestNVMLMigMode: a GPU whose current MIG mode is enabled is marked MIG;
+// one that does not support MIG (before Ampere) is not.
+func TestNVMLMigMode(t *testing.T) {
+	lib := &fakeLib{devices: []*fakeDevice{
+		{uuid: "GPU-aaaa", mem: nvml.Memory{Total: mib}, mig: nvml.DEVICE_MIG_ENABLE},
+		{uuid: "GPU-bbbb", mem: nvml.Memory{Total: mib}, mig: nvml.DEVICE_MIG_DISABLE},
+		{uuid: "GPU-cccc", mem: nvml.Memory{Total: mib}, migRet: nvml.ERROR_NOT_SUPPORTED},
+	}}
+	n, err := newNVML(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := n.Sample(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, false, false} {
+		if d := s.Devices[i]; d.MIG != want || d.Err != "" {
+			t.Errorf("device %d = %+v, want MIG %v", i, d, want)
+		}
 	}
 }

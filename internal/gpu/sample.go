@@ -13,6 +13,9 @@ type Device struct {
 	PowerLimitWatts *float64
 	// TempC is the GPU core temperature in degrees C; nil when unknown.
 	TempC *int
+	// MIG is set when the GPU's current MIG mode is enabled: it is shared
+	// out as MIG instances, not used whole.
+	MIG bool
 	// Err is set when the device is listed but its queries failed (for
 	// example "memory info: GPU is lost"): its memory, metrics and
 	// processes are then unknown (zero). A device that cannot even be

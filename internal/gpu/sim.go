@@ -15,7 +15,8 @@ import (
 // (like unsupported NVML metrics) where nothing was set. Its driver version
 // is "sim". The failures injected in the sim directory's faults.json
 // (simgpu.SetFaults) come out as NVML's would: a failed sample, a device
-// left out, a device with Err.
+// left out, a device with Err. A device created in MIG mode (SimSpec.MIG)
+// says so, as NVML's current MIG mode would.
 type Sim struct {
 	reg *simgpu.Registry
 
@@ -23,13 +24,20 @@ type Sim struct {
 	reported map[string]bool // untrusted records already reported
 }
 
-// NewSim creates the sim directory dir with count devices of sizeMiB each.
+// NewSim creates the sim directory dir with the devices of spec.
 // Records of simulated processes already in dir are kept.
-func NewSim(dir string, count int, sizeMiB uint64) (*Sim, error) {
-	if count < 1 {
-		return nil, fmt.Errorf("simulated GPUs: count %d: need at least 1", count)
+func NewSim(dir string, spec SimSpec) (*Sim, error) {
+	if spec.Count < 1 {
+		return nil, fmt.Errorf("simulated GPUs: count %d: need at least 1", spec.Count)
 	}
-	reg, err := simgpu.Create(dir, simgpu.Devices(count, sizeMiB))
+	devs := simgpu.Devices(spec.Count, spec.SizeMiB)
+	for _, i := range spec.MIG {
+		if i < 0 || i >= len(devs) {
+			return nil, fmt.Errorf("simulated GPUs: MIG mode for GPU %d, of %d", i, len(devs))
+		}
+		devs[i].MIG = true
+	}
+	reg, err := simgpu.Create(dir, devs)
 	if err != nil {
 		return nil, err
 	}
@@ -71,9 +79,9 @@ func (s *Sim) Sample(ctx context.Context) (Sample, error) {
 	for i, d := range snap.Devices {
 		m := d.Metrics
 		out.Devices[i] = Device{Index: d.Index, UUID: d.UUID, Name: d.Name, TotalMiB: d.TotalMiB, UsedMiB: d.UsedMiB,
-			UtilPercent: m.UtilPercent, PowerWatts: m.PowerWatts, PowerLimitWatts: m.PowerLimitWatts, TempC: m.TempC}
+			UtilPercent: m.UtilPercent, PowerWatts: m.PowerWatts, PowerLimitWatts: m.PowerLimitWatts, TempC: m.TempC, MIG: d.MIG}
 		if d.Err != "" {
-			out.Devices[i] = Device{Index: d.Index, UUID: d.UUID, Name: d.Name, TotalMiB: d.TotalMiB, Err: d.Err}
+			out.Devices[i] = Device{Index: d.Index, UUID: d.UUID, Name: d.Name, TotalMiB: d.TotalMiB, Err: d.Err, MIG: d.MIG}
 		}
 	}
 	for i, p := range snap.Procs {

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestSimSample(t *testing.T) {
-	sim, err := NewSim(t.TempDir(), 2, 8192)
+	sim, err := NewSim(t.TempDir(), SimSpec{Count: 2, SizeMiB: 8192})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,10 +93,10 @@ func TestSimSample(t *testing.T) {
 }
 
 func TestNewSimRejectsBadSizes(t *testing.T) {
-	if _, err := NewSim(t.TempDir(), 0, 1024); err == nil {
+	if _, err := NewSim(t.TempDir(), SimSpec{Count: 0, SizeMiB: 1024}); err == nil {
 		t.Error("NewSim with 0 GPUs succeeded")
 	}
-	if _, err := NewSim(t.TempDir(), 1, 0); err == nil {
+	if _, err := NewSim(t.TempDir(), SimSpec{Count: 1, SizeMiB: 0}); err == nil {
 		t.Error("NewSim with 0 MiB succeeded")
 	}
 }
@@ -104,7 +104,7 @@ func TestNewSimRejectsBadSizes(t *testing.T) {
 // TestSimMetrics: measurements set through the registry show in the next
 // sample; devices without any report nil, and the driver is "sim".
 func TestSimMetrics(t *testing.T) {
-	sim, err := NewSim(t.TempDir(), 2, 8192)
+	sim, err := NewSim(t.TempDir(), SimSpec{Count: 2, SizeMiB: 8192})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestSimMetrics(t *testing.T) {
 // Err; clearing them restores the devices.
 func TestSimFaults(t *testing.T) {
 	dir := t.TempDir()
-	sim, err := NewSim(dir, 3, 8192)
+	sim, err := NewSim(dir, SimSpec{Count: 3, SizeMiB: 8192})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestSimReportsUntrustedOnce(t *testing.T) {
 		t.Skip("needs root: the record is written as another user")
 	}
 	dir := t.TempDir()
-	sim, err := NewSim(dir, 1, 1024)
+	sim, err := NewSim(dir, SimSpec{Count: 1, SizeMiB: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,5 +219,26 @@ func TestSimReportsUntrustedOnce(t *testing.T) {
 		if len(s.Procs) != 0 || len(s.Untrusted) != want {
 			t.Errorf("sample %d: procs %+v, untrusted %q; want none and %d", i, s.Procs, s.Untrusted, want)
 		}
+	}
+}
+
+// TestSimMIG: a GPU created in MIG mode samples as NVML reports a GPU
+// whose current MIG mode is enabled; the others do not.
+func TestSimMIG(t *testing.T) {
+	sim, err := NewSim(t.TempDir(), SimSpec{Count: 3, SizeMiB: 1024, MIG: []int{1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sim.Sample(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{false, true, false} {
+		if s.Devices[i].MIG != want {
+			t.Errorf("GPU %d: MIG %v, want %v", i, s.Devices[i].MIG, want)
+		}
+	}
+	if _, err := NewSim(t.TempDir(), SimSpec{Count: 1, SizeMiB: 1024, MIG: []int{1}}); err == nil {
+		t.Error("NewSim took MIG mode for a GPU it does not have")
 	}
 }

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -43,7 +44,8 @@ func TestParseSimSpec(t *testing.T) {
 		{in: "1x99999999999999999999G", wantErr: "not a whole number"},
 		{in: "1x18014398509481984G", wantErr: "too large"},
 	} {
-		count, size, err := ParseSimSpec(tc.in)
+		spec, err := ParseSimSpec(tc.in)
+		count, size := spec.Count, spec.SizeMiB
 		if tc.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("ParseSimSpec(%q) error = %v, want one containing %q", tc.in, err, tc.wantErr)
@@ -52,6 +54,27 @@ func TestParseSimSpec(t *testing.T) {
 		}
 		if err != nil || count != tc.count || size != tc.size {
 			t.Errorf("ParseSimSpec(%q) = %d, %d, %v; want %d, %d", tc.in, count, size, err, tc.count, tc.size)
+		}
+	}
+}
+
+func TestParseSimSpecMIG(t *testing.T) {
+	spec, err := ParseSimSpec("4x80G:mig=3,1")
+	if err != nil || spec.Count != 4 || spec.SizeMiB != 81920 || !slices.Equal(spec.MIG, []int{1, 3}) {
+		t.Errorf("ParseSimSpec = %+v, %v; want 4 GPUs of 80 GiB, 1 and 3 in MIG mode", spec, err)
+	}
+	if spec, err := ParseSimSpec("2:MIG=0"); err != nil || !slices.Equal(spec.MIG, []int{0}) {
+		t.Errorf("ParseSimSpec(2:MIG=0) = %+v, %v", spec, err)
+	}
+	for in, want := range map[string]string{
+		"2:mig=2":    "GPU 2 does not exist",
+		"2:mig=0,0":  "named twice",
+		"2:mig=":     "not a number",
+		"2:mig=a":    "not a number",
+		"2:shared=1": "unknown option",
+	} {
+		if _, err := ParseSimSpec(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseSimSpec(%q) error = %v, want one containing %q", in, err, want)
 		}
 	}
 }

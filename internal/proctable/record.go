@@ -41,6 +41,10 @@ type Record struct {
 	Exit       *api.Exit `json:"exit,omitempty"`
 	// Checkpoint is set from the start of a freeze until a thaw completes.
 	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
+	// Restored is set once the checkpoint driver restored the tree's CUDA
+	// state (a thaw, a migrate, a fork copy): its contexts are restored
+	// ones from then on (see the daemon's kill).
+	Restored bool `json:"restored,omitempty"`
 	// Error says why the last freeze or thaw failed; cleared by the next.
 	Error string `json:"error,omitempty"`
 	// Note says what a policy last did to the process by itself (an

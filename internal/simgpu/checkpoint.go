@@ -1,10 +1,12 @@
 package simgpu
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"sort"
+	"time"
 
 	"github.com/gpusched/gpusched/internal/procfs"
 )
@@ -30,9 +32,43 @@ func (r *Registry) CheckpointState(pid int) (string, error) {
 }
 
 // LockProcess moves process pid from running to locked: its CUDA calls
-// (Allocate, Free) block until it is unlocked.
+// (Allocate, Free) block until it is unlocked. It is LockProcessContext
+// without a timeout: a member of an NCCL group may wait for ever.
 func (r *Registry) LockProcess(pid int) error {
-	return r.transition(pid, "lock", StateRunning, StateLocked)
+	return r.LockProcessContext(context.Background(), pid)
+}
+
+// LockProcessContext is LockProcess bounded by ctx. A member of an NCCL
+// group waits while another member is locked or checkpointed (see
+// SetNCCL), and fails with ErrTimeout once ctx ends, as the real lock
+// given --timeout fails with CUDA_ERROR_TIMEOUT.
+func (r *Registry) LockProcessContext(ctx context.Context, pid int) error {
+	for {
+		peer, group := 0, ""
+		err := r.lockedCUDA(pid, func(uid uint32) error {
+			rec, err := r.cudaRecord(uid, pid)
+			if err != nil {
+				return err
+			}
+			if err := rec.need("lock", StateRunning); err != nil {
+				return err
+			}
+			if peer, group = r.ncclPeer(uid, rec), rec.NCCL; peer != 0 {
+				return nil
+			}
+			rec.CUDA = StateLocked
+			return r.writeRecord(uid, rec)
+		})
+		if err != nil || peer == 0 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("process %d: lock: waited for process %d of its NCCL group %q to be unlocked (NVIDIA/cuda-checkpoint#30): %w",
+				pid, peer, group, ErrTimeout)
+		case <-time.After(ncclPoll):
+		}
+	}
 }
 
 // UnlockProcess moves process pid from locked to running.

@@ -6,12 +6,14 @@ import (
 	"sort"
 )
 
-// Device is one simulated GPU as listed in gpus.json.
+// Device is one simulated GPU as listed in gpus.json. MIG marks a GPU in
+// MIG mode.
 type Device struct {
 	Index    int    `json:"index"`
 	UUID     string `json:"uuid"`
 	Name     string `json:"name"`
 	TotalMiB uint64 `json:"total_mib"`
+	MIG      bool   `json:"mig,omitempty"`
 }
 
 // DefaultName is the product name given to simulated GPUs.

@@ -18,9 +18,11 @@
 //	                 the user it runs as: its start time, its device usage,
 //	                 its parked (checkpointed to host) memory, "cuda", its
 //	                 CUDA checkpoint state ("locked", "checkpointed" or
-//	                 "failed"; absent means running), and "limit", its own
+//	                 "failed"; absent means running), "limit", its own
 //	                 cap per device (an MPS client's pinned device memory
-//	                 limit, set with SetLimit)
+//	                 limit, set with SetLimit), and "nccl", the NCCL group
+//	                 it belongs to (SetNCCL: its lock waits while another
+//	                 member is locked, as NVIDIA/cuda-checkpoint#30 hangs)
 //	locks/<uid>      flock(LOCK_EX) around every change to uid's records, so
 //	                 that one user's calls and the daemon's checkpoints of
 //	                 that user's processes never interleave

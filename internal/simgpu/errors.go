@@ -25,6 +25,9 @@ var (
 	// ErrNoUserDir means a user has no record directory yet: the daemon
 	// makes one when it starts a process for that user.
 	ErrNoUserDir = errors.New("no simulated GPU directory for this user (the daemon makes one when it starts a process for the user)")
+	// ErrTimeout means a CUDA lock waited past its timeout (see
+	// LockProcessContext).
+	ErrTimeout = errors.New("CUDA lock timed out")
 	// ErrLockHeld means a user's lock stayed held past the Registry's wait
 	// limit (SetLockWait).
 	ErrLockHeld = errors.New("simulated GPU lock held")

@@ -168,6 +168,9 @@ type Hello struct {
 	// DriverWarning is a known problem of the NVIDIA driver behind the
 	// checkpoint driver, one sentence; "" when none.
 	DriverWarning string `json:"driver_warning,omitempty"`
+	// ExcludedGPUs says, one sentence each, which GPUs the daemon leaves
+	// alone and why (a GPU in MIG mode); [] when none.
+	ExcludedGPUs []string `json:"excluded_gpus"`
 }
 
 // Status is the daemon overview: what `status` without a name returns.

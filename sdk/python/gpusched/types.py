@@ -346,7 +346,9 @@ class GPUSummary:
 class Hello:
     """The daemon's self-description and who it thinks the caller is; ``criu`` is
     the CRIU version behind the disk tier ("" when it is off); ``driver_warning``
-    a known problem of the NVIDIA driver behind freeze and thaw ("" when none)."""
+    a known problem of the NVIDIA driver behind freeze and thaw ("" when none);
+    ``excluded_gpus`` says, one sentence each, which GPUs the daemon leaves alone and why (a GPU
+    in MIG mode)."""
 
     protocol: int = 0
     version: str = ""
@@ -355,6 +357,7 @@ class Hello:
     criu: str = ""
     caller: Identity = field(default_factory=Identity)
     driver_warning: str = ""
+    excluded_gpus: List[str] = field(default_factory=list)
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod

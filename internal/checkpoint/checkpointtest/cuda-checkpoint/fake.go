@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -140,7 +141,7 @@ func (f *fake) action(action string, timeoutMS int, remap map[string]string) err
 	var err error
 	switch action {
 	case "lock":
-		err = f.reg.LockProcess(f.pid)
+		err = f.lock(timeoutMS)
 	case "checkpoint":
 		_, err = f.reg.CheckpointProcess(f.pid)
 	case "restore":
@@ -152,6 +153,18 @@ func (f *fake) action(action string, timeoutMS int, remap map[string]string) err
 		return f.simError(action, err)
 	}
 	return nil
+}
+
+// lock locks the target, waiting at most timeoutMS (0: no limit) where
+// the simulated driver makes it wait (an NCCL peer is locked).
+func (f *fake) lock(timeoutMS int) error {
+	ctx := context.Background()
+	if timeoutMS > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(timeoutMS)*time.Millisecond)
+		defer cancel()
+	}
+	return f.reg.LockProcessContext(ctx, f.pid)
 }
 
 // inject applies the fault configured for action, if it matches this call.
@@ -218,6 +231,8 @@ func (f *fake) simError(action string, err error) error {
 		name = "CUDA_ERROR_OUT_OF_MEMORY"
 	case errors.Is(err, simgpu.ErrNoCUDA), errors.Is(err, simgpu.ErrNoSuchProcess), errors.Is(err, simgpu.ErrNoSuchDevice):
 		name = "CUDA_ERROR_INVALID_VALUE"
+	case errors.Is(err, simgpu.ErrTimeout):
+		name = "CUDA_ERROR_TIMEOUT"
 	}
 	return f.fail(action, name)
 }

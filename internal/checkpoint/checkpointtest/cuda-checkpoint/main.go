@@ -20,6 +20,11 @@
 // cut to 8 bits as the kernel cuts it (CUDA_ERROR_TIMEOUT, 909, exits 141).
 // Bad usage exits 2 with a usage line (the fake's own).
 //
+// As the real driver hangs on a process of an NCCL communicator while
+// another one is locked (NVIDIA/cuda-checkpoint#30), a lock of a simulated
+// NCCL group's member (simgpu.SetNCCL) waits while another member is
+// locked or checkpointed, and past --timeout fails with CUDA_ERROR_TIMEOUT.
+//
 // Faults are injected through faults.json in the directory of argv[0] (tests
 // symlink the built fake into a per-test directory), shaped as
 //

@@ -1,0 +1,59 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/gpusched/gpusched/internal/checkpoint"
+	"github.com/gpusched/gpusched/internal/cudakind"
+	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// Some kinds of CUDA process cannot be checkpointed by NVIDIA's driver
+// (docs/hardware.md, "Supported process kinds"). A freeze looks at the
+// memory map of each CUDA process of the tree first and refuses, changing
+// nothing, the kinds it can see; a kind it cannot see is caught by the
+// lock's timeout, and the freeze rolls back.
+
+// cudaKinds inspects each of procs; a process whose map cannot be read
+// (it exited) is of no known kind.
+func cudaKinds(procs []proctable.CheckpointProc) map[int]cudakind.Kind {
+	out := make(map[int]cudakind.Kind, len(procs))
+	for _, p := range procs {
+		if k, err := cudakind.Inspect(p.PID); err == nil {
+			out[p.PID] = k
+		}
+	}
+	return out
+}
+
+// refuseKinds refuses to freeze name when one of procs is of a kind the
+// driver cannot checkpoint.
+func refuseKinds(name string, procs []proctable.CheckpointProc, kinds map[int]cudakind.Kind) error {
+	for _, p := range procs { // sorted by pid
+		if why := kinds[p.PID].Unsupported(); len(why) > 0 {
+			return api.Errorf(api.CodeUnavailable, "process %q cannot be frozen: its CUDA process %d %s; nothing was changed",
+				name, p.PID, strings.Join(why, "; and it "))
+		}
+	}
+	return nil
+}
+
+// ncclHint adds to a lock that timed out what may explain it: a process of
+// the tree loads NCCL, and the driver hangs on a rank of an NCCL
+// communicator while another rank is locked (NVIDIA/cuda-checkpoint#30).
+func ncclHint(err error, kinds map[int]cudakind.Kind) error {
+	if !errors.Is(err, checkpoint.ErrTimeout) {
+		return err
+	}
+	for _, pid := range slices.Sorted(maps.Keys(kinds)) {
+		if kinds[pid].NCCL {
+			return fmt.Errorf("%w (process %d loads NCCL: cuda-checkpoint cannot lock a rank of an NCCL communicator while another rank is locked, NVIDIA/cuda-checkpoint#30)", err, pid)
+		}
+	}
+	return err
+}

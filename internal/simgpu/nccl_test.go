@@ -1,0 +1,103 @@
+package simgpu
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpusched/gpusched/internal/procfs"
+)
+
+// ncclMember starts a helper process that joins NCCL group (none when "")
+// and holds 10 MiB on GPU 0.
+func ncclMember(t *testing.T, reg *Registry, group string) int {
+	t.Helper()
+	h := startHelper(t, "wait")
+	pid := h.cmd.Process.Pid
+	st, err := procfs.StartTime(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.SetNCCL(pid, st, group); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Allocate(pid, st, DeviceUUID(0), 10); err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// TestNCCLLockWaitsForPeer models NVIDIA/cuda-checkpoint#30: a lock of an
+// NCCL group's member waits while another member is locked, fails with
+// ErrTimeout when its timeout passes first, and goes through once the
+// other is unlocked.
+func TestNCCLLockWaitsForPeer(t *testing.T) {
+	reg := newTestRegistry(t, 1, 4096)
+	a, b := ncclMember(t, reg, "job"), ncclMember(t, reg, "job")
+	other, loner := ncclMember(t, reg, "other-job"), ncclMember(t, reg, "")
+	if err := reg.LockProcess(a); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	err := reg.LockProcessContext(ctx, b)
+	cancel()
+	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "cuda-checkpoint#30") {
+		t.Fatalf("lock of a member while its peer is locked: %v, want ErrTimeout citing #30", err)
+	}
+	mustState(t, reg, b, StateRunning)
+
+	for _, pid := range []int{other, loner} {
+		if err := reg.LockProcess(pid); err != nil {
+			t.Errorf("lock of process %d outside the group: %v", pid, err)
+		}
+	}
+
+	done := make(chan error, 1)
+	go func() { done <- reg.LockProcess(b) }()
+	if err := reg.UnlockProcess(a); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("lock after the peer's unlock: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("lock still waiting 30s after the peer's unlock")
+	}
+	mustState(t, reg, b, StateLocked)
+
+	// The wait goes both ways, and a checkpointed peer blocks as a locked one.
+	if _, err := reg.CheckpointProcess(b); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := reg.LockProcessContext(ctx, a); !errors.Is(err, ErrTimeout) {
+		t.Errorf("lock while the peer is checkpointed: %v, want ErrTimeout", err)
+	}
+}
+
+func TestNCCLGroupKeepsRecord(t *testing.T) {
+	reg := newTestRegistry(t, 1, 1024)
+	pid, st := self(t)
+	if err := reg.SetNCCL(pid, st, strings.Repeat("x", maxGroupLen+1)); err == nil {
+		t.Error("SetNCCL took an overlong group name")
+	}
+	if err := reg.SetNCCL(pid, st, "job"); err != nil {
+		t.Fatal(err)
+	}
+	snapshot(t, reg) // prunes garbage
+	if !recordExists(t, reg, pid) {
+		t.Fatal("record of an NCCL member without memory was removed")
+	}
+	if err := reg.SetNCCL(pid, st, ""); err != nil {
+		t.Fatal(err)
+	}
+	if recordExists(t, reg, pid) {
+		t.Error("empty record kept after leaving the group")
+	}
+}
