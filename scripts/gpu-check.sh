@@ -327,6 +327,12 @@ check_size() {
 	local drv=$1 gb=$2 name="gc-$1-${2/./_}g" fr=() th=() ok=ok mig=- bytes=0 out pid
 	say "$drv, $gb GiB: starting $name on GPU $GPU"
 	if pid=$(start_workload "$name" "$gb") && verify "$name" "$gb"; then
+		if [[ -z ${FACT[uvm_mapped]:-} ]]; then
+			# Whether a process that never asked for managed memory maps the UVM
+			# device decides whether that mapping may refuse a freeze
+			# (docs/hardware.md, "Supported process kinds").
+			if grep -q '/nvidia-uvm$' "/proc/$pid/maps" 2>/dev/null; then set_fact uvm_mapped yes; else set_fact uvm_mapped no; fi
+		fi
 		if [[ $drv == cli && -z ${FACT[cli_cost_ms]:-} ]]; then
 			set_fact cli_cost_ms "$(median_ms "${FACT[cuda_checkpoint]}" --get-state --pid "$pid")"
 		fi
@@ -609,6 +615,8 @@ print("- gpusched %s; cuda-checkpoint %s; PyTorch %s" % (fact.get("gpusched", "?
 if fact.get("cli_cost_ms"):
     print("- cuda-checkpoint --get-state start cost: %s ms (median of 5); the cli driver pays one per step "
           "(lock, checkpoint, restore, unlock), the api driver none" % fact["cli_cost_ms"])
+if fact.get("uvm_mapped"):
+    print("- the workload (no managed memory) maps /dev/nvidia-uvm: %s" % fact["uvm_mapped"])
 print("- %s freeze/thaw rounds per size; phases: %s" % (rounds, "; ".join(phases)))
 for n in notes:
     print("- note: " + n)

@@ -30,9 +30,12 @@ type Kind struct {
 	// ncclShmOpen; its proxy's op pool, src/proxy.cc). Even unlinked, the
 	// segment stays in the map, named "(deleted)".
 	NCCLShared bool
-	// UVM: the process maps the UVM device, as a managed allocation
+	// UVM: the process maps the UVM device. A managed allocation
 	// (cudaMallocManaged) is an mmap of /dev/nvidia-uvm at its own address
-	// (open-gpu-kernel-modules, kernel-open/nvidia-uvm/uvm.c, uvm_mmap).
+	// (open-gpu-kernel-modules, kernel-open/nvidia-uvm/uvm.c, uvm_mmap;
+	// google/gvisor#10331 traces one), but the CUDA driver may map the
+	// device in every process too, so this refuses nothing: it only
+	// explains a failed checkpoint.
 	UVM bool
 }
 
@@ -43,9 +46,6 @@ func (k Kind) Unsupported() []string {
 	var out []string
 	if k.NCCLShared {
 		out = append(out, "shares NCCL memory with other processes (/dev/shm/nccl-*): cuda-checkpoint hangs on a rank of an NCCL communicator while another rank is locked, and NCCL applications are not supported (NVIDIA/cuda-checkpoint#30)")
-	}
-	if k.UVM {
-		out = append(out, "maps managed (UVM) memory (/dev/nvidia-uvm), which cuda-checkpoint does not support (its README, Functionality)")
 	}
 	return out
 }

@@ -43,16 +43,21 @@ func refuseKinds(name string, procs []proctable.CheckpointProc, kinds map[int]cu
 	return nil
 }
 
-// ncclHint adds to a lock that timed out what may explain it: a process of
-// the tree loads NCCL, and the driver hangs on a rank of an NCCL
-// communicator while another rank is locked (NVIDIA/cuda-checkpoint#30).
-func ncclHint(err error, kinds map[int]cudakind.Kind) error {
-	if !errors.Is(err, checkpoint.ErrTimeout) {
-		return err
+// kindHint adds to a failed freeze what may explain it: a lock that timed
+// out in a tree where a process loads NCCL (the driver hangs on a rank of
+// an NCCL communicator while another rank is locked,
+// NVIDIA/cuda-checkpoint#30), or a failure where a process maps the UVM
+// device (managed memory, which the driver does not checkpoint).
+func kindHint(err error, kinds map[int]cudakind.Kind) error {
+	if err == nil {
+		return nil
 	}
 	for _, pid := range slices.Sorted(maps.Keys(kinds)) {
-		if kinds[pid].NCCL {
+		switch k := kinds[pid]; {
+		case k.NCCL && errors.Is(err, checkpoint.ErrTimeout):
 			return fmt.Errorf("%w (process %d loads NCCL: cuda-checkpoint cannot lock a rank of an NCCL communicator while another rank is locked, NVIDIA/cuda-checkpoint#30)", err, pid)
+		case k.UVM && !errors.Is(err, checkpoint.ErrTimeout):
+			return fmt.Errorf("%w (process %d maps /dev/nvidia-uvm: if it uses managed memory, cudaMallocManaged, cuda-checkpoint cannot checkpoint it, as its README says)", err, pid)
 		}
 	}
 	return err

@@ -127,7 +127,7 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 	}
 	if err != nil {
 		op.rollback(ctx)
-		return d.failed(rec, op, "freeze", ncclHint(err, kinds), nil, opts.quiet)
+		return d.failed(rec, op, "freeze", kindHint(err, kinds), nil, opts.quiet)
 	}
 	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
 		if r.ID != rec.ID {

@@ -82,15 +82,23 @@ func TestFreezeNCCLLockTimesOut(t *testing.T) {
 	}
 }
 
-// TestFreezeRefusesUVM: a process with managed memory (it maps the UVM
-// device) is refused up front, untouched.
-func TestFreezeRefusesUVM(t *testing.T) {
+// TestFreezeUVMOnlyExplains: a process that maps the UVM device is frozen
+// as any other (the driver may map it in every CUDA process); when its
+// checkpoint fails, the error names the mapping as the likely cause.
+func TestFreezeUVMOnlyExplains(t *testing.T) {
 	h := newCkptHarness(t, config.DriverCLI)
 	h.simjobs("managed", "--uvm")
-	_, err := h.client().Freeze(ctxT(t), api.FreezeParams{Name: "managed"})
-	wantCode(t, err, api.CodeUnavailable)
-	if msg := err.Error(); !strings.Contains(msg, "UVM") || !strings.Contains(msg, "nothing was changed") {
-		t.Errorf("refusal %q should name UVM memory", msg)
+	c := h.client()
+	if _, err := c.Freeze(ctxT(t), api.FreezeParams{Name: "managed"}); err != nil {
+		t.Fatalf("freeze of a process mapping /dev/nvidia-uvm: %v", err)
+	}
+	if _, err := c.Thaw(ctxT(t), api.ThawParams{Name: "managed"}); err != nil {
+		t.Fatal(err)
+	}
+	h.faults(`{"checkpoint": {"error": "CUDA_ERROR_NOT_SUPPORTED"}}`)
+	_, err := c.Freeze(ctxT(t), api.FreezeParams{Name: "managed"})
+	if err == nil || !strings.Contains(err.Error(), "/dev/nvidia-uvm") {
+		t.Errorf("failed freeze: %v; want it to name the UVM mapping", err)
 	}
 	h.wantUntouched("managed", 100)
 }
