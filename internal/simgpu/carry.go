@@ -31,7 +31,9 @@ func (r *Registry) ExportProcess(pid int) ([]byte, error) {
 }
 
 // ImportProcess stores an exported record as that of process (pid,
-// startTime), in the directory of the user it runs as.
+// startTime), in the directory of the user it runs as. Its restore thread
+// is found again by its tid in the process's PID namespace, which CRIU
+// keeps while the host tid changes.
 func (r *Registry) ImportProcess(pid int, startTime uint64, data []byte) error {
 	var rec record
 	if err := json.Unmarshal(data, &rec); err != nil {
@@ -43,6 +45,13 @@ func (r *Registry) ImportProcess(pid int, startTime uint64, data []byte) error {
 	if rec.Parked == nil {
 		rec.Parked = map[string]uint64{}
 	}
-	rec.PID, rec.StartTime = pid, startTime
+	rec.PID, rec.StartTime, rec.RestoreTID = pid, startTime, 0
+	if rec.RestoreNSTID > 0 {
+		tid, err := hostTID(pid, rec.RestoreNSTID)
+		if err != nil {
+			return fmt.Errorf("process %d: restore thread: %w", pid, err)
+		}
+		rec.RestoreTID = tid
+	}
 	return r.lockedOwner(pid, func(uid uint32) error { return r.writeRecord(uid, rec) })
 }
