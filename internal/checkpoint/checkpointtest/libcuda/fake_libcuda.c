@@ -36,6 +36,7 @@ enum {
 	CUDA_ERROR_NOT_INITIALIZED = 3,
 	CUDA_ERROR_NO_DEVICE = 100,
 	CUDA_ERROR_INVALID_DEVICE = 101,
+	CUDA_ERROR_OPERATING_SYSTEM = 304,
 	CUDA_ERROR_ILLEGAL_STATE = 401,
 	CUDA_ERROR_NOT_SUPPORTED = 801,
 	CUDA_ERROR_TIMEOUT = 909,
@@ -97,6 +98,7 @@ static const struct {
 	{CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED"},
 	{CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE"},
 	{CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE"},
+	{CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM"},
 	{CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE"},
 	{CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED"},
 	{CUDA_ERROR_TIMEOUT, "CUDA_ERROR_TIMEOUT"},
@@ -277,6 +279,10 @@ EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state) {
 	return CUDA_ERROR_UNKNOWN;
 }
 
+// cuCheckpointProcessGetRestoreThreadId returns the tid of the thread the
+// driver restores pid on, a thread of its own in that process and not its
+// main thread ("Returns the restore thread ID for a CUDA process", CUDA
+// driver API reference): the fake tool's --get-restore-tid answer.
 EXPORT CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid) {
 	char out[256], *end;
 	if (tid == NULL)
