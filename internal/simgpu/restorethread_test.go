@@ -37,7 +37,8 @@ func checkpointedHelper(t *testing.T, reg *Registry) (pid, tid int) {
 
 // ptraceStop stops thread tid as CRIU seizes a task (PTRACE_SEIZE, then
 // PTRACE_INTERRUPT) and returns once it is in its ptrace stop. The calling
-// goroutine must keep its OS thread (the tracer) until it detaches.
+// goroutine must keep its OS thread (the tracer) until it detaches, and
+// detach (again) before it lets go of it.
 func ptraceStop(t *testing.T, tid int) {
 	t.Helper()
 	if err := unix.PtraceSeize(tid); err != nil {
@@ -68,6 +69,7 @@ func TestRestoreWaitsForItsThread(t *testing.T) {
 	pid, tid := checkpointedHelper(t, reg)
 	runtime.LockOSThread() // the tracer
 	defer runtime.UnlockOSThread()
+	defer func() { _, _ = unix.PtraceDetach(pid), unix.PtraceDetach(tid) }() // should the test fail while they are stopped
 
 	// Another thread stopped (CRIU seizes them all) does not matter.
 	ptraceStop(t, pid)
@@ -118,6 +120,7 @@ func TestRestoreWaitsWhileProcessStopped(t *testing.T) {
 	if err := unix.Kill(pid, unix.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	defer unix.Kill(pid, unix.SIGCONT) // should the test fail while it is stopped
 	var info unix.Siginfo
 	if err := unix.Waitid(unix.P_PID, pid, &info, unix.WSTOPPED, nil); err != nil {
 		t.Fatal(err)
