@@ -115,6 +115,7 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 		if errors.Is(err, checkpoint.ErrOutOfMemory) || unrestorable(rec) != "" {
 			return d.restoreLost(rec, op, opts.op, err)
 		}
+		op.forgetTimedOut(err)
 		var restopped []proctable.ProcRef
 		if len(stopped) > 0 && op.verdict(api.StateFrozen) == api.StateFrozen {
 			restopped, _ = d.stopTree(rec.InitPID, rec.Owner.UID)
@@ -161,4 +162,22 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 	op.ms["total"] = msSince(start)
 	d.metrics.checkpointDone(opThaw, time.Since(start), mib<<20)
 	return d.result(rec, opts.op, op, mib), nil
+}
+
+// forgetTimedOut makes unknown the state of each process whose restore
+// timed out, so that the process is recorded locked and the next thaw asks
+// the driver. Such a restore may yet complete: a real one waits for the
+// process's restore thread (stopped by its owner, say) and goes on once it
+// runs, and the api driver's call runs on in its helper past the deadline.
+func (op *cudaOp) forgetTimedOut(err error) {
+	errs := []error{err}
+	if j, ok := err.(joinedError); ok {
+		errs = j
+	}
+	for _, e := range errs {
+		var oe *checkpoint.OpError
+		if errors.As(e, &oe) && errors.Is(e, checkpoint.ErrTimeout) {
+			op.states[oe.PID] = ""
+		}
+	}
 }
