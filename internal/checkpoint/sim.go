@@ -75,7 +75,8 @@ func (s *Sim) Checkpoint(ctx context.Context, pid int) error {
 	return s.transfer(ctx, "checkpoint", pid, moved, s.opts.CheckpointPerGiB)
 }
 
-// Restore puts the parked memory back, onto the pairs' new GPUs.
+// Restore puts the parked memory back, onto the pairs' new GPUs, waiting
+// (until ctx ends) while the process's restore thread is stopped.
 func (s *Sim) Restore(ctx context.Context, pid int, pairs []GPUPair) error {
 	if err := ctxError(ctx, "restore", pid); err != nil {
 		return err
