@@ -9,7 +9,9 @@
 // --vram MiB on each GPU
 // (over --ramp seconds), holds it for --hold seconds (0: until killed) and
 // exits with --exit-code. On a full GPU it prints PyTorch's out-of-memory
-// line and exits 1; --oom-once does so once, keyed by a marker file. While a
+// line and exits 1; --oom-once does so once, keyed by a marker file. Its
+// first allocation starts its CUDA restore thread, as cuInit does
+// (internal/simgpu), which a restore needs running. While a
 // (fake) cuda-checkpoint holds it locked or checkpointed, its allocations
 // wait and retry every few milliseconds, as CUDA calls block, and signals are
 // still handled.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"syscall"
@@ -38,7 +39,7 @@ func TestGPUCheckProtocol(t *testing.T) {
 	if got := verify(); got != "VERIFY FAIL CUDA state checkpointed" {
 		t.Errorf("verify while checkpointed: %q", got)
 	}
-	if _, err := reg.RestoreProcess(pid, nil); err != nil {
+	if _, err := reg.RestoreProcess(context.Background(), pid, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := reg.UnlockProcess(pid); err != nil {

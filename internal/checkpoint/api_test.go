@@ -177,9 +177,7 @@ func TestAPICycle(t *testing.T) {
 	}
 	tid, err := a.RestoreThreadID(ctx, pid)
 	apiMust(t, "restore tid", err)
-	if tid != pid {
-		t.Errorf("RestoreThreadID = %d, want %d (the fake's answer)", tid, pid)
-	}
+	checkRestoreThread(t, pid, tid)
 	apiMust(t, "restore", a.Restore(ctx, pid, nil))
 	apiWantState(t, a, pid, StateLocked)
 	if got := f.usage(t, pid, 0); got != 1000 {

@@ -353,8 +353,11 @@ func TestFakeGrammar(t *testing.T) {
 		}
 	}
 
-	if out, err := run("--get-restore-tid", "--pid="+pid); err != nil || out != pid+"\n" {
+	if out, err := run("--get-restore-tid", "--pid="+pid); err != nil {
 		t.Errorf("--get-restore-tid = %q, %v", out, err)
+	} else {
+		tid, _ := strconv.Atoi(strings.TrimSpace(out))
+		checkRestoreThread(t, f.pid, tid)
 	}
 	for _, want := range []State{StateCheckpointed, StateRunning} {
 		if out, err := run("--toggle", "--pid", pid); err != nil || out != "" {

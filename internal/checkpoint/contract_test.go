@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/checkpoint/checkpointtest"
 	"github.com/gpusched/gpusched/internal/simgpu"
@@ -98,9 +101,16 @@ func newSimGPUs(t testing.TB, count int, size uint64) *simgpu.Registry {
 // pid once the memory is registered. It is killed when t ends.
 func startSimJob(t testing.TB, reg *simgpu.Registry, gpu int, mib uint64) int {
 	t.Helper()
+	return startSimJobOn(t, reg, strconv.Itoa(gpu), mib)
+}
+
+// startSimJobOn is startSimJob holding mib MiB on each of gpus, a
+// CUDA_VISIBLE_DEVICES list.
+func startSimJobOn(t testing.TB, reg *simgpu.Registry, gpus string, mib uint64) int {
+	t.Helper()
 	cmd := exec.Command(testutil.Build(t).SimJob, "--vram", strconv.FormatUint(mib, 10))
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), simgpu.EnvDir + "=" + reg.Dir(),
-		"CUDA_VISIBLE_DEVICES=" + strconv.Itoa(gpu)}
+		"CUDA_VISIBLE_DEVICES=" + gpus}
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -114,10 +124,12 @@ func startSimJob(t testing.TB, reg *simgpu.Registry, gpu int, mib uint64) int {
 	ready := make(chan bool, 1)
 	go func() {
 		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
+		for n := strings.Count(gpus, ",") + 1; sc.Scan(); {
 			if strings.HasPrefix(sc.Text(), "simjob: allocated ") {
-				ready <- true
-				return
+				if n--; n == 0 {
+					ready <- true
+					return
+				}
 			}
 		}
 		ready <- false
@@ -146,6 +158,15 @@ func gpuUsed(t *testing.T, reg *simgpu.Registry, gpu int) uint64 {
 		t.Fatal(err)
 	}
 	return snap.Devices[gpu].UsedMiB
+}
+
+// checkRestoreThread checks that tid is a thread of process pid other than
+// its main thread, as CUDA's restore thread is.
+func checkRestoreThread(t *testing.T, pid, tid int) {
+	t.Helper()
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", pid, tid)); err != nil || tid == pid {
+		t.Errorf("restore thread %d of process %d: %v; want a thread of its own", tid, pid, err)
+	}
 }
 
 func checkState(t *testing.T, drv Driver, pid int, want State) {
@@ -194,6 +215,9 @@ func TestDriverContract(t *testing.T) {
 			t.Run("IllegalTransitions", func(t *testing.T) { contractIllegal(t, kind.new) })
 			t.Run("RestoreOOM", func(t *testing.T) { contractRestoreOOM(t, kind.new) })
 			t.Run("RestoreDeviceMap", func(t *testing.T) { contractDeviceMap(t, kind.new) })
+			t.Run("RestoreMapListsEveryGPU", func(t *testing.T) { contractMapEveryGPU(t, kind.new) })
+			t.Run("RestoreMapSameChip", func(t *testing.T) { contractMapSameChip(t, kind.new) })
+			t.Run("RestoreNeedsRestoreThread", func(t *testing.T) { contractRestoreThread(t, kind.new) })
 			t.Run("NotCUDA", func(t *testing.T) { contractNotCUDA(t, kind.new) })
 			t.Run("DeadlineTruthfulState", func(t *testing.T) { contractDeadline(t, kind.new) })
 		})
@@ -227,9 +251,11 @@ func contractFullCycle(t *testing.T, newH newDriverHarness) {
 	if !h.drv.Caps().RestoreTID {
 		t.Fatal("RestoreTID not supported")
 	}
-	if tid, err := h.drv.RestoreThreadID(ctx, pid); err != nil || tid != pid {
-		t.Errorf("RestoreThreadID = %d, %v; want %d", tid, err, pid)
+	tid, err := h.drv.RestoreThreadID(ctx, pid)
+	if err != nil {
+		t.Fatal(err)
 	}
+	checkRestoreThread(t, pid, tid)
 	if err := h.drv.Close(); err != nil {
 		t.Error(err)
 	}
@@ -286,13 +312,21 @@ func contractRestoreOOM(t *testing.T, newH newDriverHarness) {
 		t.Errorf("%d MiB used after the failed restore, want the filler's 1500", got)
 	}
 
+	// NVIDIA/cuda-checkpoint#44: with the memory free again, restore fails
+	// with CUDA_ERROR_OPERATING_SYSTEM and unlock is illegal, for good.
 	if err := killJob(filler); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.drv.Restore(ctx, pid, nil); err != nil {
-		t.Fatalf("restore once the filler is gone: %v", err)
+	err = h.drv.Restore(ctx, pid, nil)
+	checkOpErr(t, err, ErrFailed, "restore")
+	if !strings.Contains(err.Error(), "OS call failed") {
+		t.Errorf("restore after the out-of-memory one: %v, want the driver's OS call failure", err)
 	}
-	checkState(t, h.drv, pid, StateLocked)
+	checkOpErr(t, h.drv.Unlock(ctx, pid), ErrIllegalState, "unlock")
+	checkState(t, h.drv, pid, StateCheckpointed)
+	if got := gpuUsed(t, h.reg, 0); got != 0 {
+		t.Errorf("%d MiB used after the refused restore, want 0", got)
+	}
 }
 
 // killJob kills and reaps a job started by startSimJob (its cleanup then
@@ -332,6 +366,96 @@ func contractDeviceMap(t *testing.T, newH newDriverHarness) {
 	if err := h.drv.Unlock(ctx, pid); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// checkpointed locks and checkpoints pid through h's driver.
+func (h *driverHarness) checkpointed(t *testing.T, pid int) {
+	t.Helper()
+	for _, op := range []string{"lock", "checkpoint"} {
+		if err := (contractStep{op: op}).run(context.Background(), h.drv, pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// contractMapEveryGPU restores a process on two GPUs with a map that moves
+// one of them: a map without the other is refused and moves nothing
+// (cuCheckpointProcessRestore: "it must contain every checkpointed GPU";
+// NVIDIA/cuda-checkpoint#35), and one with an identity pair for it works.
+func contractMapEveryGPU(t *testing.T, newH newDriverHarness) {
+	h := newH(t, newSimGPUs(t, 3, 4096))
+	gpu0, gpu1, gpu2 := simgpu.DeviceUUID(0), simgpu.DeviceUUID(1), simgpu.DeviceUUID(2)
+	pid := startSimJobOn(t, h.reg, "0,1", 1000)
+	h.checkpointed(t, pid)
+	ctx := context.Background()
+	if err := h.drv.Restore(ctx, pid, []GPUPair{{Old: gpu1, New: gpu2}}); err == nil {
+		t.Fatal("restore with a map that leaves out GPU 0 succeeded")
+	}
+	checkState(t, h.drv, pid, StateCheckpointed)
+	for i := range 3 {
+		if got := gpuUsed(t, h.reg, i); got != 0 {
+			t.Fatalf("GPU %d: %d MiB used after the refused restore", i, got)
+		}
+	}
+	if err := h.drv.Restore(ctx, pid, []GPUPair{{Old: gpu0, New: gpu0}, {Old: gpu1, New: gpu2}}); err != nil {
+		t.Fatal(err)
+	}
+	if u0, u1, u2 := gpuUsed(t, h.reg, 0), gpuUsed(t, h.reg, 1), gpuUsed(t, h.reg, 2); u0 != 1000 || u1 != 0 || u2 != 1000 {
+		t.Errorf("used after the restore: %d, %d, %d MiB; want 1000, 0, 1000", u0, u1, u2)
+	}
+}
+
+// contractMapSameChip restores only onto a GPU of the same chip type
+// ("The GPU to restore onto needs to ... be of the same chip type").
+func contractMapSameChip(t *testing.T, newH newDriverHarness) {
+	devs := simgpu.Devices(3, 4096)
+	devs[2].Name = "NVIDIA A100-SXM4-40GB"
+	reg, err := simgpu.Create(t.TempDir(), devs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newH(t, reg)
+	pid := startSimJob(t, reg, 0, 1000)
+	h.checkpointed(t, pid)
+	ctx := context.Background()
+	if err := h.drv.Restore(ctx, pid, []GPUPair{{Old: devs[0].UUID, New: devs[2].UUID}}); err == nil {
+		t.Fatal("restore onto another chip succeeded")
+	}
+	checkState(t, h.drv, pid, StateCheckpointed)
+	if err := h.drv.Restore(ctx, pid, []GPUPair{{Old: devs[0].UUID, New: devs[1].UUID}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := gpuUsed(t, reg, 1); got != 1000 {
+		t.Errorf("%d MiB on GPU 1 after the restore, want 1000", got)
+	}
+}
+
+// contractRestoreThread restores a process whose threads are all stopped
+// (SIGSTOP): the restore does not proceed while its restore thread is
+// stopped, so it fails at its deadline and changes nothing, and works once
+// the process runs.
+func contractRestoreThread(t *testing.T, newH newDriverHarness) {
+	h := newH(t, newSimGPUs(t, 1, 4096))
+	pid := startSimJob(t, h.reg, 0, 1000)
+	h.checkpointed(t, pid)
+	if err := unix.Kill(pid, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PID, pid, &info, unix.WSTOPPED, nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	checkOpErr(t, h.drv.Restore(ctx, pid, nil), ErrTimeout, "restore")
+	checkState(t, h.drv, pid, StateCheckpointed)
+	if err := unix.Kill(pid, unix.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.drv.Restore(context.Background(), pid, nil); err != nil {
+		t.Fatalf("restore once the process runs: %v", err)
+	}
+	checkState(t, h.drv, pid, StateLocked)
 }
 
 func contractNotCUDA(t *testing.T, newH newDriverHarness) {

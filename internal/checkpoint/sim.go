@@ -82,7 +82,8 @@ func (s *Sim) Checkpoint(ctx context.Context, pid int) error {
 	return s.transfer(ctx, "checkpoint", pid, moved, s.opts.CheckpointPerGiB)
 }
 
-// Restore puts the parked memory back, onto the pairs' new GPUs.
+// Restore puts the parked memory back, onto the pairs' new GPUs, waiting
+// (until ctx ends) while the process's restore thread is stopped.
 func (s *Sim) Restore(ctx context.Context, pid int, pairs []GPUPair) error {
 	if err := ctxError(ctx, "restore", pid); err != nil {
 		return err
@@ -94,7 +95,7 @@ func (s *Sim) Restore(ctx context.Context, pid int, pairs []GPUPair) error {
 			remap[p.Old] = p.New
 		}
 	}
-	moved, err := s.reg.RestoreProcess(pid, remap)
+	moved, err := s.reg.RestoreProcess(ctx, pid, remap)
 	if err != nil {
 		return simError("restore", pid, err)
 	}
@@ -109,16 +110,16 @@ func (s *Sim) Unlock(ctx context.Context, pid int) error {
 	return simError("unlock", pid, s.reg.UnlockProcess(pid))
 }
 
-// RestoreThreadID returns the pid itself, as for a single-threaded restore.
+// RestoreThreadID returns the tid of the process's restore thread.
 func (s *Sim) RestoreThreadID(ctx context.Context, pid int) (int, error) {
-	if _, err := s.State(ctx, pid); err != nil {
-		var e *OpError
-		if errors.As(err, &e) {
-			e.Op = "get-restore-tid"
-		}
+	if err := ctxError(ctx, "get-restore-tid", pid); err != nil {
 		return 0, err
 	}
-	return pid, nil
+	tid, err := s.reg.RestoreThreadID(pid)
+	if err != nil {
+		return 0, simError("get-restore-tid", pid, err)
+	}
+	return tid, nil
 }
 
 // Close releases nothing.
@@ -162,7 +163,7 @@ func simError(op string, pid int, err error) error {
 		class = ErrIllegalState
 	case errors.Is(err, simgpu.ErrOutOfMemory):
 		class = ErrOutOfMemory
-	case errors.Is(err, simgpu.ErrLockHeld), errors.Is(err, simgpu.ErrTimeout):
+	case errors.Is(err, simgpu.ErrLockHeld), errors.Is(err, simgpu.ErrTimeout), errors.Is(err, context.DeadlineExceeded):
 		class = ErrTimeout
 	}
 	return &OpError{Op: op, PID: pid, Err: class, Detail: err.Error()}

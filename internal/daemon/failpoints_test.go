@@ -96,7 +96,13 @@ func TestFreezeRollbackUnlockFailureLeavesLocked(t *testing.T) {
 	}
 }
 
-func TestThawRestoreOutOfMemoryRefreezes(t *testing.T) {
+// TestThawRestoreOutOfMemoryFailsForGood: after a restore that ran out of
+// memory, NVIDIA's driver restores that process never again
+// (NVIDIA/cuda-checkpoint#44, modelled by the fakes). The thaw reports the
+// process failed with the reason; what it restored is checkpointed again,
+// so the GPU holds nothing of it; a freeze is refused; a retried thaw
+// fails the same way; kill ends it.
+func TestThawRestoreOutOfMemoryFailsForGood(t *testing.T) {
 	for _, driver := range faultDrivers {
 		t.Run(driver, func(t *testing.T) {
 			h := newCkptHarness(t, driver)
@@ -108,19 +114,27 @@ func TestThawRestoreOutOfMemoryRefreezes(t *testing.T) {
 			h.faults(fmt.Sprintf(`{"restore": {"error": "CUDA_ERROR_OUT_OF_MEMORY", "times": 1, "pids": [%d]}}`, pids[0]))
 			_, err := h.client().Thaw(ctxT(t), api.ThawParams{Name: "a"})
 			wantCode(t, err, api.CodeResourceExhausted)
-			if p := h.proc("a"); p.State != api.StateFrozen || p.HostMiB != 1600 || !strings.Contains(p.Error, "OUT_OF_MEMORY") {
-				t.Fatalf("after failed restore: %+v", p)
+			lost := func(when string) {
+				t.Helper()
+				p := h.proc("a")
+				if p.State != api.StateFailed || p.HostMiB != 1600 || !strings.Contains(p.Error, "cuda-checkpoint#44") {
+					t.Fatalf("%s: %s, %d MiB in host RAM, error %q; want failed, naming #44", when, p.State, p.HostMiB, p.Error)
+				}
+				if h.used(0) != 0 || !allEqual(h.cudaStates("a"), "checkpointed") {
+					t.Fatalf("%s: GPU 0 used %d, driver states %v", when, h.used(0), h.cudaStates("a"))
+				}
 			}
-			if h.used(0) != 0 || !allEqual(h.cudaStates("a"), "checkpointed") {
-				t.Fatalf("after failed restore: GPU 0 used %d, driver states %v", h.used(0), h.cudaStates("a"))
+			lost("after the failed restore")
+			_, err = h.client().Freeze(ctxT(t), api.FreezeParams{Name: "a"})
+			wantCode(t, err, api.CodeConflict)
+			if _, err := h.client().Thaw(ctxT(t), api.ThawParams{Name: "a"}); err == nil {
+				t.Fatal("a retried thaw succeeded")
 			}
-			h.waitStopped("a", true)
-			if _, err := h.client().Thaw(ctxT(t), api.ThawParams{Name: "a"}); err != nil {
-				t.Fatalf("retry: %v", err)
+			lost("after a retried thaw")
+			if _, err := h.client().Kill(ctxT(t), api.KillParams{Name: "a"}); err != nil {
+				t.Fatal(err)
 			}
-			if h.used(0) != 1600 || !allEqual(h.cudaStates("a"), "running") {
-				t.Fatalf("after retry: GPU 0 used %d, driver states %v", h.used(0), h.cudaStates("a"))
-			}
+			h.waitExit("a")
 		})
 	}
 }

@@ -101,8 +101,8 @@ func (d *Daemon) fork(c *call) (any, error) {
 	return res, nil
 }
 
-// forkTargets resolves where each copy goes: GPU i for copy i, or ""
-// (the source's GPUs).
+// forkTargets resolves where each copy goes: GPU i for copy i, of the
+// source's chip type, or "" (the source's GPUs).
 func (d *Daemon) forkTargets(p api.ForkParams, src proctable.Record) ([]string, error) {
 	out := make([]string, p.Copies)
 	if len(p.GPUs) == 0 {
@@ -115,8 +115,12 @@ func (d *Daemon) forkTargets(p api.ForkParams, src proctable.Record) ([]string, 
 		return nil, invalidf("fork %q: gpus places copies of a process on one GPU; %q has %d", p.Name, p.Name, len(src.GPUs))
 	}
 	for i, ref := range p.GPUs {
-		uuids, err := d.usableGPUs(fmt.Sprintf("fork %q", p.Name), &ref, nil)
+		what := fmt.Sprintf("fork %q", p.Name)
+		uuids, err := d.usableGPUs(what, &ref, nil)
 		if err != nil {
+			return nil, err
+		}
+		if err := d.sameChips(what, []checkpoint.GPUPair{{Old: src.GPUs[0], New: uuids[0]}}); err != nil {
 			return nil, err
 		}
 		out[i] = uuids[0]
@@ -231,8 +235,8 @@ func (d *Daemon) restoreCopy(ctx context.Context, c *call, src proctable.Record,
 	if err == nil {
 		_, err = d.thawLocked(ctx, rec, thawOpts{op: "fork", pairs: pairs, wait: wait, waitCtx: c.ctx})
 		if err != nil {
-			d.log.Warn("fork copy stays frozen", zap.String("name", name), zap.Error(err))
-			err = nil // restored; frozen until its GPU has room
+			d.log.Warn("fork copy restored but not thawed", zap.String("name", name), zap.Error(err))
+			err = nil // restored; its state and error say why it is not running
 		}
 	}
 	if err != nil {

@@ -97,6 +97,9 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 			return api.CheckpointResult{}, err
 		}
 	case api.StateLocked, api.StateFailed:
+		if why := unrestorable(rec); why != "" {
+			return api.CheckpointResult{}, conflictf("freeze %q: %s", rec.Name, why)
+		}
 		procs, assumed = liveProcs(checkpointed(rec)), ""
 		if now, err := d.cudaProcs(ctx, rec); err == nil {
 			procs = append(procs, missingFrom(now, procs)...)

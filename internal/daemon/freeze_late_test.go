@@ -6,8 +6,13 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/procfs"
+	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -74,10 +79,26 @@ func TestInterruptedFreezeSettlesWholeTree(t *testing.T) {
 	}
 	late := h.cudaPIDs("a")[1]
 	h.stop()
-	if _, err := h.reg.RestoreProcess(late, nil); err != nil {
+	// A restore needs the process's restore thread running: continue it
+	// for the restore, and stop it again as the freeze had.
+	start, err := procfs.StartTime(late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lateRef := proctable.ProcRef{PID: late, Start: start}
+	if err := continueTree([]proctable.ProcRef{lateRef}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.reg.RestoreProcess(context.Background(), late, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := h.reg.UnlockProcess(late); err != nil {
+		t.Fatal(err)
+	}
+	if err := signalRef(lateRef, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitStopped([]proctable.ProcRef{lateRef}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if !editRecord(t, h.harness, "a", func(m map[string]any) bool {

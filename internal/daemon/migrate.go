@@ -67,7 +67,9 @@ func (d *Daemon) migrate(c *call) (any, error) {
 	return res, nil
 }
 
-// migrationPairs maps the process's GPUs, in order, to the requested ones.
+// migrationPairs maps the process's GPUs, in order, to the requested ones:
+// the GPUs that move, each onto one of its own chip type (thaw completes the
+// map with those that stay).
 func (d *Daemon) migrationPairs(current []string, p api.MigrateParams) ([]checkpoint.GPUPair, error) {
 	what := fmt.Sprintf("migrate %q", p.Name)
 	if p.GPU == nil && len(p.GPUs) == 0 {
@@ -88,6 +90,9 @@ func (d *Daemon) migrationPairs(current []string, p api.MigrateParams) ([]checkp
 	}
 	if len(pairs) == 0 {
 		return nil, conflictf("%s: the process is already on those GPUs", what)
+	}
+	if err := d.sameChips(what, pairs); err != nil {
+		return nil, err
 	}
 	return pairs, nil
 }

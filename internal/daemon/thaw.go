@@ -2,8 +2,8 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"go.uber.org/zap"
@@ -41,9 +41,10 @@ func (d *Daemon) thaw(c *call) (any, error) {
 
 // thawLocked thaws rec; the caller holds its lifecycle lock. The GPUs'
 // room is admitted first; then the tree is continued, every checkpointed
-// process restored (in parallel) and unlocked. A failed restore is rolled
-// back to frozen; a failed unlock leaves the process locked, and a retry
-// resumes it.
+// process restored (in parallel, with a complete device map when it moves)
+// and unlocked. A failed restore is rolled back to frozen, but one that ran
+// out of memory leaves the process failed for good (see restorelost.go); a
+// failed unlock leaves the process locked, and a retry resumes it.
 func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thawOpts) (api.CheckpointResult, error) {
 	start := time.Now()
 	switch rec.State {
@@ -109,8 +110,12 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 		}
 		op.ms["continue"] = msSince(t)
 	}
-	if err := op.restore(ctx, opts.pairs); err != nil {
+	if err := op.restore(ctx, deviceMap(rec.GPUs, op.procs, opts.pairs)); err != nil {
 		op.refreeze(ctx)
+		if errors.Is(err, checkpoint.ErrOutOfMemory) || unrestorable(rec) != "" {
+			return d.restoreLost(rec, op, opts.op, err)
+		}
+		op.forgetTimedOut(err)
 		var restopped []proctable.ProcRef
 		if len(stopped) > 0 && op.verdict(api.StateFrozen) == api.StateFrozen {
 			restopped, _ = d.stopTree(rec.InitPID, rec.Owner.UID)
@@ -159,30 +164,20 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 	return d.result(rec, opts.op, op, mib), nil
 }
 
-// remapGPUs applies pairs to a process's GPU list and returns the new list
-// and the mapping as a function (identity without pairs).
-func remapGPUs(gpus []string, pairs []checkpoint.GPUPair) ([]string, func(string) string) {
-	m := map[string]string{}
-	for _, p := range pairs {
-		m[p.Old] = p.New
+// forgetTimedOut makes unknown the state of each process whose restore
+// timed out, so that the process is recorded locked and the next thaw asks
+// the driver. Such a restore may yet complete: a real one waits for the
+// process's restore thread (stopped by its owner, say) and goes on once it
+// runs, and the api driver's call runs on in its helper past the deadline.
+func (op *cudaOp) forgetTimedOut(err error) {
+	errs := []error{err}
+	if j, ok := err.(joinedError); ok {
+		errs = j
 	}
-	remap := func(uuid string) string {
-		if n, ok := m[uuid]; ok {
-			return n
+	for _, e := range errs {
+		var oe *checkpoint.OpError
+		if errors.As(e, &oe) && errors.Is(e, checkpoint.ErrTimeout) {
+			op.states[oe.PID] = ""
 		}
-		return uuid
 	}
-	out := slices.Clone(gpus)
-	for i, g := range out {
-		out[i] = remap(g)
-	}
-	return out, remap
-}
-
-func remapVRAM(vram map[string]uint64, remap func(string) string) map[string]uint64 {
-	out := make(map[string]uint64, len(vram))
-	for uuid, mib := range vram {
-		out[remap(uuid)] += mib
-	}
-	return out
 }

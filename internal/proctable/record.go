@@ -89,6 +89,9 @@ type Checkpoint struct {
 	Procs    []CheckpointProc `json:"procs"`
 	Stopped  []ProcRef        `json:"stopped,omitempty"` // what the freeze stopped with SIGSTOP
 	FrozenAt time.Time        `json:"frozen_at,omitzero"`
+	// Unrestorable says why the driver can no longer restore the tree's
+	// GPU state (a restore ran out of memory); "" while it can.
+	Unrestorable string `json:"unrestorable,omitempty"`
 }
 
 // ProcRef names one process by pid and start time, so that a reused pid is

@@ -15,9 +15,15 @@ import (
 // the live usage of the device (pruning the owner's stale records) and
 // fails with an *OutOfMemoryError when the allocation does not fit in the
 // device or past the process's own limit there (see SetLimit), or with
-// ErrLocked while the process is locked or checkpointed.
+// ErrLocked while the process is locked or checkpointed. A process that
+// allocates for itself gets its CUDA restore thread then, as cuInit starts
+// it (see restorethread.go).
 func (r *Registry) Allocate(pid int, startTime uint64, uuid string, mib uint64) error {
 	dev, err := r.device(uuid)
+	if err != nil {
+		return err
+	}
+	tid, nsTID, err := ownRestoreThread(pid)
 	if err != nil {
 		return err
 	}
@@ -28,6 +34,9 @@ func (r *Registry) Allocate(pid int, startTime uint64, uuid string, mib uint64) 
 		}
 		if err := old.blocked(); err != nil {
 			return err
+		}
+		if tid != 0 {
+			old.RestoreTID, old.RestoreNSTID = tid, nsTID
 		}
 		free := freeMiB(dev, s.used(uuid))
 		if limit, ok := old.Limit[uuid]; ok && mib > limit-min(limit, old.Usage[uuid]) {

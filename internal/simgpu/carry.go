@@ -42,7 +42,9 @@ func (r *Registry) ExportProcess(pid int) ([]byte, error) {
 // process CRIU restores gets its credentials back only after the
 // post-restore notification, where its state is carried in (a real
 // process's CUDA state is in its memory by then). A record exported
-// without a uid goes to the user pid runs as now.
+// without a uid goes to the user pid runs as now. Its restore thread is
+// found again by its tid in the process's PID namespace, which CRIU keeps
+// while the host tid changes.
 func (r *Registry) ImportProcess(pid int, startTime uint64, data []byte) error {
 	var exp exported
 	if err := json.Unmarshal(data, &exp); err != nil {
@@ -55,7 +57,14 @@ func (r *Registry) ImportProcess(pid int, startTime uint64, data []byte) error {
 	if rec.Parked == nil {
 		rec.Parked = map[string]uint64{}
 	}
-	rec.PID, rec.StartTime = pid, startTime
+	rec.PID, rec.StartTime, rec.RestoreTID = pid, startTime, 0
+	if rec.RestoreNSTID > 0 {
+		tid, err := hostTID(pid, rec.RestoreNSTID)
+		if err != nil {
+			return fmt.Errorf("process %d: restore thread: %w", pid, err)
+		}
+		rec.RestoreTID = tid
+	}
 	if exp.UID != nil {
 		return r.lockedUser(*exp.UID, func() error { return r.writeRecord(*exp.UID, rec) })
 	}

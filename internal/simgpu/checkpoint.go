@@ -102,9 +102,29 @@ func (r *Registry) CheckpointProcess(pid int) (uint64, error) {
 // RestoreProcess moves process pid from checkpointed to locked, putting its
 // parked memory back on its devices, or on remap[uuid] where the map names
 // another device. It moves all or nothing: when a device lacks room it fails
-// with an *OutOfMemoryError and the process stays checkpointed. It returns
-// the MiB moved.
-func (r *Registry) RestoreProcess(pid int, remap map[string]string) (uint64, error) {
+// with an *OutOfMemoryError and the process stays checkpointed, but every
+// later restore of it fails with ErrRestoreBroken, as on NVIDIA's driver
+// (NVIDIA/cuda-checkpoint#44). A map must pair every device the process was
+// checkpointed on with one of the same chip type (ErrBadDeviceMap). While
+// the process's restore thread is stopped the restore waits for it to run,
+// as the real one does, and fails with ErrRestoreThreadStopped when ctx
+// ends first. It returns the MiB moved.
+func (r *Registry) RestoreProcess(ctx context.Context, pid int, remap map[string]string) (uint64, error) {
+	for {
+		moved, err := r.restoreOnce(pid, remap)
+		var stopped *threadStoppedError
+		if !errors.As(err, &stopped) {
+			return moved, err
+		}
+		if err := awaitRestoreThread(ctx, pid, stopped.tid); err != nil {
+			return 0, fmt.Errorf("process %d: restore: %w", pid, err)
+		}
+	}
+}
+
+// restoreOnce is one attempt of RestoreProcess; a stopped restore thread
+// fails it with a *threadStoppedError.
+func (r *Registry) restoreOnce(pid int, remap map[string]string) (uint64, error) {
 	var moved uint64
 	err := r.lockedCUDA(pid, func(uid uint32) error {
 		old, err := r.cudaRecord(uid, pid)
@@ -114,10 +134,14 @@ func (r *Registry) RestoreProcess(pid int, remap map[string]string) (uint64, err
 		if err := old.need("restore", StateCheckpointed); err != nil {
 			return err
 		}
-		for _, to := range remap {
-			if _, err := r.device(to); err != nil {
-				return fmt.Errorf("process %d: restore: device map: %w", pid, err)
-			}
+		if err := r.checkDeviceMap(old, remap); err != nil {
+			return fmt.Errorf("process %d: restore: %w", pid, err)
+		}
+		if old.RestoreBroken {
+			return fmt.Errorf("process %d: restore: %w", pid, ErrRestoreBroken)
+		}
+		if err := checkRestoreThread(pid, old.RestoreTID); err != nil {
+			return err
 		}
 		want := map[string]uint64{} // target uuid -> MiB
 		for uuid, n := range old.Parked {
@@ -142,8 +166,8 @@ func (r *Registry) RestoreProcess(pid int, remap map[string]string) (uint64, err
 				return fmt.Errorf("process %d: restore: %w", pid, err)
 			}
 			if free := freeMiB(dev, s.used(uuid)); want[uuid] > free {
-				return fmt.Errorf("process %d: restore: %w", pid,
-					&OutOfMemoryError{Device: dev, RequestedMiB: want[uuid], FreeMiB: free})
+				return r.breakRestore(uid, old, fmt.Errorf("process %d: restore: %w", pid,
+					&OutOfMemoryError{Device: dev, RequestedMiB: want[uuid], FreeMiB: free}))
 			}
 		}
 		rec := old.clone()
@@ -155,11 +179,102 @@ func (r *Registry) RestoreProcess(pid int, remap map[string]string) (uint64, err
 		rec.CUDA = StateLocked
 		if err := r.commitUsage(uid, old, rec, want); err != nil {
 			moved = 0
-			return fmt.Errorf("process %d: restore: %w", pid, err)
+			err = fmt.Errorf("process %d: restore: %w", pid, err)
+			if errors.Is(err, ErrOutOfMemory) {
+				return r.breakRestore(uid, old, err)
+			}
+			return err
 		}
 		return nil
 	})
 	return moved, err
+}
+
+// checkDeviceMap validates a restore's map against the devices rec was
+// checkpointed on (those its parked memory is on), as the driver does
+// before anything moves: every target must exist, every checkpointed
+// device must be mapped ("If an array of GPU UUID pairs is specified, it
+// must contain every checkpointed GPU", cuCheckpointProcessRestore in the
+// CUDA driver API reference; a map leaving one out fails with "invalid
+// argument", NVIDIA/cuda-checkpoint#35), and onto a device of the same
+// chip type ("The GPU to restore onto needs to ... be of the same chip
+// type as the old GPU", ibid.; NVIDIA/cuda-checkpoint#18, from NVIDIA: "it's
+// required that the GPU type and order be the same"), here a device of the
+// same name; the error code for that case is not documented, and
+// CUDA_ERROR_INVALID_VALUE is assumed. A map that moves
+// nothing counts as none: in #35 the one pair turned into an identity
+// restored where the same pair onto another GPU was refused. Devices the
+// map lists beyond those are allowed (CRIU's --gpu-device-map,
+// checkpoint-restore/criu#2836, maps every GPU of the machine).
+func (r *Registry) checkDeviceMap(rec record, remap map[string]string) error {
+	moves := false
+	for from, to := range remap {
+		if _, err := r.device(to); err != nil {
+			return fmt.Errorf("device map: %w", err)
+		}
+		moves = moves || from != to
+	}
+	if !moves {
+		return nil
+	}
+	uuids := make([]string, 0, len(rec.Parked))
+	for uuid := range rec.Parked {
+		uuids = append(uuids, uuid)
+	}
+	sort.Strings(uuids)
+	for _, uuid := range uuids {
+		to, ok := remap[uuid]
+		if !ok {
+			return fmt.Errorf("%w: checkpointed GPU %s is not in it (a device map must list every checkpointed GPU)", ErrBadDeviceMap, uuid)
+		}
+		from, ferr := r.device(uuid)
+		dst, _ := r.device(to)
+		if ferr == nil && from.Name != dst.Name {
+			return fmt.Errorf("%w: %s (%s) and %s (%s) are different chips", ErrBadDeviceMap, uuid, from.Name, to, dst.Name)
+		}
+	}
+	return nil
+}
+
+// breakRestore records that a restore of old's process ran out of memory,
+// after which the driver refuses every restore of it, and returns err.
+func (r *Registry) breakRestore(uid uint32, old record, err error) error {
+	old.RestoreBroken = true
+	if werr := r.writeRecord(uid, old); werr != nil {
+		return errors.Join(err, werr)
+	}
+	return err
+}
+
+// BreakRestore does to process pid what a restore that runs out of memory
+// does (later restores fail with ErrRestoreBroken): for an injected
+// out-of-memory restore.
+func (r *Registry) BreakRestore(pid int) error {
+	return r.lockedCUDA(pid, func(uid uint32) error {
+		rec, err := r.cudaRecord(uid, pid)
+		if err != nil {
+			return err
+		}
+		rec.RestoreBroken = true
+		return r.writeRecord(uid, rec)
+	})
+}
+
+// RestoreThreadID returns the host tid of live process pid's CUDA restore
+// thread, as cuda-checkpoint --get-restore-tid prints it.
+func (r *Registry) RestoreThreadID(pid int) (int, error) {
+	var tid int
+	err := r.lockedCUDA(pid, func(uid uint32) error {
+		rec, err := r.cudaRecord(uid, pid)
+		if err != nil {
+			return err
+		}
+		if tid = rec.RestoreTID; tid <= 0 {
+			return fmt.Errorf("process %d: %w recorded", pid, ErrNoRestoreThread)
+		}
+		return nil
+	})
+	return tid, err
 }
 
 // SetCheckpointState forces the CUDA state of process pid, whatever it was:

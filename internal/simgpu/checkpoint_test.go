@@ -1,6 +1,7 @@
 package simgpu
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -52,7 +53,7 @@ func TestCheckpointCycle(t *testing.T) {
 		t.Errorf("Allocate while checkpointed: %v, want ErrLocked", err)
 	}
 
-	moved, err = reg.RestoreProcess(pid, nil)
+	moved, err = reg.RestoreProcess(context.Background(), pid, nil)
 	if err != nil || moved != 1500 {
 		t.Fatalf("RestoreProcess = %d, %v; want 1500", moved, err)
 	}
@@ -82,7 +83,7 @@ func TestIllegalTransitions(t *testing.T) {
 	actions := map[string]func() error{
 		"lock":       func() error { return reg.LockProcess(pid) },
 		"checkpoint": func() error { _, err := reg.CheckpointProcess(pid); return err },
-		"restore":    func() error { _, err := reg.RestoreProcess(pid, nil); return err },
+		"restore":    func() error { _, err := reg.RestoreProcess(context.Background(), pid, nil); return err },
 		"unlock":     func() error { return reg.UnlockProcess(pid) },
 	}
 	legal := map[string]string{
@@ -135,7 +136,7 @@ func TestRestoreOutOfMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	_, err = reg.RestoreProcess(pid, nil)
+	_, err = reg.RestoreProcess(context.Background(), pid, nil)
 	var oom *OutOfMemoryError
 	if !errors.As(err, &oom) || oom.RequestedMiB != 1000 || oom.FreeMiB != 548 {
 		t.Fatalf("RestoreProcess onto a full GPU: %v, want OOM for 1000 MiB with 548 free", err)
@@ -145,13 +146,42 @@ func TestRestoreOutOfMemory(t *testing.T) {
 		t.Errorf("used after the failed restore = %d, want 1500", got)
 	}
 
+	// NVIDIA/cuda-checkpoint#44: once room is back, restore still fails
+	// (304) and unlock is illegal (401); the process stays checkpointed.
 	if err := reg.Release(opid); err != nil {
 		t.Fatal(err)
 	}
-	if moved, err := reg.RestoreProcess(pid, nil); err != nil || moved != 1000 {
-		t.Fatalf("RestoreProcess once room = %d, %v", moved, err)
+	if moved, err := reg.RestoreProcess(context.Background(), pid, nil); !errors.Is(err, ErrRestoreBroken) || moved != 0 {
+		t.Fatalf("RestoreProcess once room = %d, %v; want ErrRestoreBroken", moved, err)
 	}
-	mustState(t, reg, pid, StateLocked)
+	if err := reg.UnlockProcess(pid); !errors.Is(err, ErrIllegalState) {
+		t.Errorf("unlock after the broken restore: %v, want ErrIllegalState", err)
+	}
+	mustState(t, reg, pid, StateCheckpointed)
+	if got := usedOn(snapshot(t, reg), gpu0); got != 0 {
+		t.Errorf("used after the refused restore = %d, want 0", got)
+	}
+}
+
+func TestBreakRestore(t *testing.T) {
+	reg := newTestRegistry(t, 1, 2048)
+	pid, st := self(t)
+	if err := reg.Allocate(pid, st, DeviceUUID(0), 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.LockProcess(pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.CheckpointProcess(pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.BreakRestore(pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.RestoreProcess(context.Background(), pid, nil); !errors.Is(err, ErrRestoreBroken) {
+		t.Fatalf("restore after BreakRestore: %v, want ErrRestoreBroken", err)
+	}
+	mustState(t, reg, pid, StateCheckpointed)
 }
 
 func TestRestoreRemap(t *testing.T) {
@@ -170,11 +200,11 @@ func TestRestoreRemap(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Both onto one device: 1600 MiB fits in 2048 only as a whole.
-	if _, err := reg.RestoreProcess(pid, map[string]string{gpu0: "GPU-nope"}); !errors.Is(err, ErrNoSuchDevice) {
+	if _, err := reg.RestoreProcess(context.Background(), pid, map[string]string{gpu0: "GPU-nope", gpu1: gpu1}); !errors.Is(err, ErrNoSuchDevice) {
 		t.Errorf("remap onto an unknown GPU: %v, want ErrNoSuchDevice", err)
 	}
 	mustState(t, reg, pid, StateCheckpointed)
-	moved, err := reg.RestoreProcess(pid, map[string]string{gpu0: gpu2, gpu1: gpu2})
+	moved, err := reg.RestoreProcess(context.Background(), pid, map[string]string{gpu0: gpu2, gpu1: gpu2})
 	if err != nil || moved != 1600 {
 		t.Fatalf("RestoreProcess with remap = %d, %v", moved, err)
 	}

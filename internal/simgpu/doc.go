@@ -20,9 +20,12 @@
 //	                 CUDA checkpoint state ("locked", "checkpointed" or
 //	                 "failed"; absent means running), "limit", its own
 //	                 cap per device (an MPS client's pinned device memory
-//	                 limit, set with SetLimit), and "nccl", the NCCL group
+//	                 limit, set with SetLimit), "nccl", the NCCL group
 //	                 it belongs to (SetNCCL: its lock waits while another
-//	                 member is locked, as NVIDIA/cuda-checkpoint#30 hangs)
+//	                 member is locked, as NVIDIA/cuda-checkpoint#30 hangs),
+//	                 "restore_tid" and "restore_ns_tid", its CUDA restore
+//	                 thread (host tid and tid in its PID namespace), and
+//	                 "restore_broken", set once a restore ran out of memory
 //	locks/<uid>      flock(LOCK_EX) around every change to uid's records, so
 //	                 that one user's calls and the daemon's checkpoints of
 //	                 that user's processes never interleave
@@ -53,6 +56,11 @@
 //	running -lock-> locked -checkpoint-> checkpointed -restore-> locked -unlock-> running
 //
 // Checkpoint parks the device memory, restore puts it back (optionally on
-// other devices) if it fits, and while a process is locked or checkpointed
-// its Allocate and Free fail with ErrLocked, as CUDA calls block.
+// other devices, by a device map that pairs every device the process was
+// checkpointed on with one of the same name) if it fits, and while a
+// process is locked or checkpointed its Allocate and Free fail with
+// ErrLocked, as CUDA calls block. As on NVIDIA's driver, a restore waits
+// while the process's restore thread is stopped (restorethread.go), and
+// after a restore that ran out of memory no restore of that process
+// succeeds again.
 package simgpu

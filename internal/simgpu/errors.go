@@ -31,6 +31,20 @@ var (
 	// ErrLockHeld means a user's lock stayed held past the Registry's wait
 	// limit (SetLockWait).
 	ErrLockHeld = errors.New("simulated GPU lock held")
+	// ErrBadDeviceMap means a restore's device map leaves out a GPU the
+	// process was checkpointed on, or maps one onto a GPU of another chip
+	// type: the driver answers CUDA_ERROR_INVALID_VALUE ("invalid argument").
+	ErrBadDeviceMap = errors.New("invalid device map")
+	// ErrRestoreBroken means an earlier restore of the process ran out of
+	// GPU memory, after which the driver fails every restore with
+	// CUDA_ERROR_OPERATING_SYSTEM (NVIDIA/cuda-checkpoint#44).
+	ErrRestoreBroken = errors.New("OS call failed or operation not supported on this OS (an earlier restore ran out of memory)")
+	// ErrNoRestoreThread means the process has no live CUDA restore thread
+	// to carry out a restore.
+	ErrNoRestoreThread = errors.New("no CUDA restore thread")
+	// ErrRestoreThreadStopped means a restore waited for the process's
+	// CUDA restore thread, which stayed stopped, until its context ended.
+	ErrRestoreThreadStopped = errors.New("CUDA restore thread is stopped")
 )
 
 // OutOfMemoryError reports a failed allocation with the numbers a job needs to

@@ -29,6 +29,8 @@ func TestMain(m *testing.M) {
 		_, _ = bufio.NewReader(os.Stdin).ReadString(0)
 	case "alloc":
 		helperAlloc()
+	case "hold":
+		helperHold()
 	case "selfpid":
 		pid, err := procfs.SelfPID()
 		if err != nil {
@@ -74,6 +76,27 @@ func helperAlloc() {
 	}
 	fmt.Printf("count %d\n", n)
 	_, _ = in.ReadString(0)
+}
+
+// helperHold allocates 100 MiB on its GPU for itself (which starts its
+// restore thread), prints "ready", and lives until stdin closes.
+func helperHold() {
+	reg, err := Open(os.Getenv(helperDir))
+	if err == nil {
+		var pid int
+		if pid, err = procfs.SelfPID(); err == nil {
+			var st uint64
+			if st, err = procfs.StartTime(pid); err == nil {
+				err = reg.Allocate(pid, st, os.Getenv(helperUUID), 100)
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println("ready")
+	_, _ = bufio.NewReader(os.Stdin).ReadString(0)
 }
 
 // helperCmd returns a command running the test binary in a helper mode. Under

@@ -35,15 +35,22 @@ const (
 // Limit caps the process's own usage per device uuid, as an MPS client's
 // pinned device memory limit does; a device without an entry is uncapped.
 // NCCL names the NCCL group the process is a member of (SetNCCL); "" for
-// none.
+// none. RestoreTID is the host tid of the process's CUDA restore thread (0:
+// none recorded) and RestoreNSTID its tid in the process's own PID
+// namespace, which a CRIU restore keeps (see restorethread.go).
+// RestoreBroken is set once a restore ran out of memory
+// (NVIDIA/cuda-checkpoint#44).
 type record struct {
-	PID       int               `json:"pid"`
-	StartTime uint64            `json:"start_time"`
-	Usage     map[string]uint64 `json:"usage"`
-	Parked    map[string]uint64 `json:"parked"`
-	CUDA      string            `json:"cuda,omitempty"`
-	Limit     map[string]uint64 `json:"limit,omitempty"`
-	NCCL      string            `json:"nccl,omitempty"`
+	PID           int               `json:"pid"`
+	StartTime     uint64            `json:"start_time"`
+	Usage         map[string]uint64 `json:"usage"`
+	Parked        map[string]uint64 `json:"parked"`
+	CUDA          string            `json:"cuda,omitempty"`
+	Limit         map[string]uint64 `json:"limit,omitempty"`
+	NCCL          string            `json:"nccl,omitempty"`
+	RestoreTID    int               `json:"restore_tid,omitempty"`
+	RestoreNSTID  int               `json:"restore_ns_tid,omitempty"`
+	RestoreBroken bool              `json:"restore_broken,omitempty"`
 }
 
 func newRecord(pid int, startTime uint64) record {

@@ -81,10 +81,13 @@ func (f *fake) run(inv invocation) error {
 		if err := f.inject("get-restore-tid", 0); err != nil {
 			return err
 		}
-		if _, err := f.reg.CheckpointState(f.pid); err != nil {
+		// The tid of the thread CUDA restores the process on, not the
+		// process's pid (see simgpu's restorethread.go).
+		tid, err := f.reg.RestoreThreadID(f.pid)
+		if err != nil {
 			return f.simError("get-restore-tid", err)
 		}
-		fmt.Println(f.pid)
+		fmt.Println(tid)
 		return nil
 	case "toggle":
 		return f.toggle()
@@ -145,7 +148,9 @@ func (f *fake) action(action string, timeoutMS int, remap map[string]string) err
 	case "checkpoint":
 		_, err = f.reg.CheckpointProcess(f.pid)
 	case "restore":
-		_, err = f.reg.RestoreProcess(f.pid, remap)
+		// Like the real tool, it waits as long as the restore thread is
+		// stopped.
+		_, err = f.reg.RestoreProcess(context.Background(), f.pid, remap)
 	case "unlock":
 		err = f.reg.UnlockProcess(f.pid)
 	}
@@ -199,6 +204,12 @@ func (f *fake) inject(action string, timeoutMS int) error {
 			return f.simError(action, err)
 		}
 	}
+	if action == "restore" && flt.Error == "CUDA_ERROR_OUT_OF_MEMORY" {
+		// An out-of-memory restore breaks later ones (NVIDIA/cuda-checkpoint#44).
+		if err := f.reg.BreakRestore(f.pid); err != nil {
+			return f.simError(action, err)
+		}
+	}
 	return f.fail(action, flt.Error)
 }
 
@@ -233,6 +244,10 @@ func (f *fake) simError(action string, err error) error {
 		name = "CUDA_ERROR_INVALID_VALUE"
 	case errors.Is(err, simgpu.ErrTimeout):
 		name = "CUDA_ERROR_TIMEOUT"
+	case errors.Is(err, simgpu.ErrBadDeviceMap):
+		name = "CUDA_ERROR_INVALID_VALUE"
+	case errors.Is(err, simgpu.ErrRestoreBroken):
+		name = "CUDA_ERROR_OPERATING_SYSTEM"
 	}
 	return f.fail(action, name)
 }

@@ -7,7 +7,7 @@
 //	cuda-checkpoint --action checkpoint --pid P
 //	cuda-checkpoint --action restore --pid P [--device-map GPU-a=GPU-b,...]
 //	cuda-checkpoint --action unlock --pid P
-//	cuda-checkpoint --get-restore-tid --pid P   prints P
+//	cuda-checkpoint --get-restore-tid --pid P   prints P's restore thread id
 //	cuda-checkpoint --toggle --pid P            running -> checkpointed -> running
 //	cuda-checkpoint --help
 //

@@ -304,6 +304,10 @@ EXPORT CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state) {
 	return CUDA_ERROR_UNKNOWN;
 }
 
+// cuCheckpointProcessGetRestoreThreadId returns the tid of the thread the
+// driver restores pid on, a thread of its own in that process and not its
+// main thread ("Returns the restore thread ID for a CUDA process", CUDA
+// driver API reference): the fake tool's --get-restore-tid answer.
 EXPORT CUresult cuCheckpointProcessGetRestoreThreadId(int pid, int *tid) {
 	char out[256], *end;
 	if (tid == NULL)
