@@ -68,7 +68,7 @@ func (o otherChip) Sample(ctx context.Context) (gpu.Sample, error) {
 func TestOtherChipRefused(t *testing.T) {
 	h := prepareCkpt(t, config.DriverSim, func(c *config.Config) { c.Sim = "3x4G" })
 	h.opts = append(h.opts, func(d *Daemon) {
-		b, err := gpu.NewSim(d.cfg.SimDir, 3, 4096)
+		b, err := gpu.NewSim(d.cfg.SimDir, gpu.SimSpec{Count: 3, SizeMiB: 4096})
 		if err != nil {
 			t.Fatal(err)
 		}
