@@ -452,14 +452,17 @@ func TestDriverErrorsAsNVIDIAs(t *testing.T) {
 			}
 			checkState(t, drv, pid, StateCheckpointed)
 
-			// Out of memory on restore, until the memory frees.
+			// Out of memory on restore; once the memory frees, every later
+			// restore fails with OPERATING_SYSTEM (NVIDIA/cuda-checkpoint#44).
 			filler := f.jobOf(t, 7500)
 			apiWantOpError(t, drv.Restore(ctx, pid, nil), "restore", ErrOutOfMemory)
 			checkState(t, drv, pid, StateCheckpointed)
 			apiMust(t, "kill filler", killJob(filler))
-			apiMust(t, "restore", drv.Restore(ctx, pid, nil))
-			apiMust(t, "unlock", drv.Unlock(ctx, pid))
-			checkState(t, drv, pid, StateRunning)
+			err = drv.Restore(ctx, pid, nil)
+			if oe := apiWantOpError(t, err, "restore", ErrFailed); !strings.Contains(oe.Detail, "CUDA_ERROR_OPERATING_SYSTEM") {
+				t.Errorf("restore after an out-of-memory one: detail %q", oe.Detail)
+			}
+			checkState(t, drv, pid, StateCheckpointed)
 		})
 	}
 }
