@@ -179,6 +179,9 @@ func (d *Daemon) newJob(c *call, s api.JobSpec) (*jobqueue.Job, error) {
 		State: api.JobQueued, SubmittedAt: time.Now(), Attempts: []api.Attempt{},
 	}
 	j.Nice, j.MPSThreads, j.MPSMemLimitMiB = s.Nice, s.MPSThreads, s.MPSMemLimit.MiB
+	if why := d.neverFits(j); why != "" {
+		return nil, invalidf("%s: can never start on this machine: %s", what, why)
+	}
 	return j, nil
 }
 
