@@ -115,6 +115,8 @@ def test_jobs_lists_and_filters(sched: GpuSched) -> None:
         second = sched.submit(["true"])  # named after its id
         assert second.name == "job-" + second.id[1:]
         assert [j.id for j in sched.jobs()] == [second.id]  # unfinished only
+        assert [j.id for j in sched.jobs(recent="1h")] == [first.id, second.id]  # and the recently finished
+        assert [j.id for j in sched.jobs(recent=1e-9)] == [second.id]
         assert [j.id for j in sched.jobs(all=True)] == [first.id, second.id]  # in submission order
         assert [j.id for j in sched.jobs(state="done")] == [first.id]
         assert [j.id for j in sched.jobs(state="queued")] == [second.id]
