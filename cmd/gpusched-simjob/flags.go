@@ -19,6 +19,7 @@ type config struct {
 	hostMiB  uint64 // host memory filled with a verifiable pattern
 	tick     time.Duration
 	cycles   int // times to free everything and ramp again after a hold
+	util     int // percent of the time it keeps its GPUs busy
 }
 
 // parseFlags parses the command line; usage and flag errors go to stderr.
@@ -35,6 +36,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Uint64Var(&cfg.hostMiB, "host-mem", 0, "host memory to fill with a pattern checked every second and on SIGUSR1, in `MiB`")
 	fs.IntVar(&cfg.cycles, "cycles", 0, "after each --hold, free all VRAM, wait --hold seconds and ramp again, `N` more times")
 	fs.Float64Var(&tick, "tick", 0, "print \"tick N\" every this many `seconds` (0: never)")
+	fs.IntVar(&cfg.util, "util", 0, "keep its GPUs busy this `percent` of the time while it holds memory, as their utilization shows (0: idle)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -43,6 +45,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.cycles < 0 {
 		return config{}, fmt.Errorf("--cycles %d: must not be negative", cfg.cycles)
+	}
+	if cfg.util < 0 || cfg.util > 100 {
+		return config{}, fmt.Errorf("--util %d: must be 0 to 100", cfg.util)
+	}
+	if cfg.util > 0 && cfg.vramMiB == 0 {
+		return config{}, errors.New("--util needs --vram: a GPU is busy only for a process that holds memory on it")
 	}
 	if cfg.exitCode < 0 || cfg.exitCode > 255 {
 		return config{}, fmt.Errorf("--exit-code %d: must be 0 to 255", cfg.exitCode)

@@ -20,7 +20,11 @@
 //	                 CUDA checkpoint state ("locked", "checkpointed" or
 //	                 "failed"; absent means running), and "limit", its own
 //	                 cap per device (an MPS client's pinned device memory
-//	                 limit, set with SetLimit)
+//	                 limit, set with SetLimit), and "util", how busy it keeps
+//	                 the devices it holds memory on (percent, set with
+//	                 SetUtil: a device's utilization is the sum of its
+//	                 running processes', once one declared any, unless
+//	                 metrics.json sets it)
 //	locks/<uid>      flock(LOCK_EX) around every change to uid's records, so
 //	                 that one user's calls and the daemon's checkpoints of
 //	                 that user's processes never interleave
@@ -29,8 +33,8 @@
 // simulated jobs, fillers and a fake cuda-checkpoint Open it and change their
 // own record. A record counts only while its process is alive with the same
 // start time; stale records are ignored and pruned. A record is removed when
-// it holds no memory and no limit, unless its process is not running
-// (locked, checkpointed or failed).
+// it holds no memory, no limit and no utilization, unless its process is
+// not running (locked, checkpointed or failed).
 //
 // The simulated GPU stands in for the driver, so it keeps the daemon's
 // trust model: a user's process can change only its own user's records and

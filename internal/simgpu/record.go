@@ -34,6 +34,8 @@ const (
 // count as device usage. CUDA is the checkpoint state; "" means running.
 // Limit caps the process's own usage per device uuid, as an MPS client's
 // pinned device memory limit does; a device without an entry is uncapped.
+// Util is how busy it keeps the devices it holds memory on, in percent
+// (SetUtil).
 type record struct {
 	PID       int               `json:"pid"`
 	StartTime uint64            `json:"start_time"`
@@ -41,6 +43,7 @@ type record struct {
 	Parked    map[string]uint64 `json:"parked"`
 	CUDA      string            `json:"cuda,omitempty"`
 	Limit     map[string]uint64 `json:"limit,omitempty"`
+	Util      int               `json:"util,omitempty"`
 }
 
 func newRecord(pid int, startTime uint64) record {
@@ -54,10 +57,11 @@ func (rec record) clone() record {
 	return c
 }
 
-// empty reports whether the record holds no memory and no limit at all and
-// its process is running, so that the record can go.
+// empty reports whether the record holds no memory, no limit and no
+// utilization at all and its process is running, so that the record can
+// go.
 func (rec *record) empty() bool {
-	if rec.CUDA != "" || len(rec.Limit) > 0 {
+	if rec.CUDA != "" || len(rec.Limit) > 0 || rec.Util > 0 {
 		return false
 	}
 	for _, n := range rec.Usage {
