@@ -104,6 +104,10 @@ echo "== the Python SDK: examples/rl_swap.py hands GPU 1 back and forth between 
 echo "\$ python3 examples/rl_swap.py --steps 5 --gpu 1"
 "$PY" examples/rl_swap.py --steps 5 --gpu 1
 echo
+echo "== the README's Python SDK example, examples/quickstart.py (on GPU 0)"
+echo "\$ PYTHONPATH=sdk/python python3 examples/quickstart.py"
+PYTHONPATH=sdk/python PATH="$BIN:$PATH" "$PY" examples/quickstart.py
+echo
 ctl status
 echo "== done; the daemon's own log:"
 sed 's/^/    /' "$DIR/daemon.log" | cut -c1-160
