@@ -3,7 +3,8 @@
 
 Each step makes the policy resident (to generate rollouts), then the reward model
 (to score them), with ``sched.active()``: whichever is frozen is thawed, and the
-other is frozen to make room only when both do not fit. The two models here are
+other is frozen to make room only when both do not fit. Only these two are ever
+frozen (``evict``): other processes of yours on the GPU are left alone. The two models here are
 ``gpusched-simjob`` processes holding simulated GPU memory, so this runs against a
 daemon started with ``--sim`` (``make demo`` does); on a real GPU, put your own
 commands in ``--policy-cmd``/``--reward-cmd``.
@@ -82,9 +83,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             sched.freeze("reward")
             start(sched, "policy", policy_cmd, args.gpu, started)
             for step in range(args.steps):
-                with sched.active("policy") as on:
+                with sched.active("policy", evict=["reward"]) as on:
                     pass  # generate rollouts here
-                with sched.active("reward") as scoring:
+                with sched.active("reward", evict=["policy"]) as scoring:
                     pass  # score them here
                 for phase, activation in (("policy", on), ("reward", scoring)):
                     record(f"activate {phase}", activation.ms["total"])

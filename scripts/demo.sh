@@ -78,18 +78,19 @@ ctl thaw critic
 ctl logs -n 2 critic
 echo "== hibernating it again writes only the pages that changed since the snapshot it came from"
 ctl hibernate critic
-echo "== the queue: a jobs file of six jobs; each starts the moment its declared VRAM fits"
+echo "== the queue: a jobs file of five jobs; each starts the moment its declared VRAM fits"
 ctl kill critic
 cat >"$DIR/jobs.txt" <<JOBS
 # 24 GiB GPUs: two 12G jobs share one, a 20G job needs one to itself
 [vram=12G name=a] $BIN/gpusched-simjob --vram 12000 --hold 1.5
 [vram=12G name=b] $BIN/gpusched-simjob --vram 12000 --hold 1.5
 [vram=20G name=big] $BIN/gpusched-simjob --vram 20000 --hold 1
-[vram=20G name=huge gpus=3] $BIN/gpusched-simjob --vram 20000 --hold 1
 [vram=2G retries=1 name=oom] $BIN/gpusched-simjob --vram 1024 --oom-once $DIR/oom-marker --hold 0.5
 [vram=4G name=small] $BIN/gpusched-simjob --vram 3000 --hold 0.5
 JOBS
 ctl submit --file "$DIR/jobs.txt"
+echo "== a job that can never fit (three GPUs on a two-GPU machine) is refused at once, with why"
+ctl submit --name huge --vram 20G --gpus 3 -- "$BIN/gpusched-simjob" --vram 20000 || true
 ctl jobs --all
 "$BIN/gpuschedctl" job wait a >/dev/null || true
 "$BIN/gpuschedctl" job wait b >/dev/null || true
@@ -102,6 +103,10 @@ ctl job oom
 echo "== the Python SDK: examples/rl_swap.py hands GPU 1 back and forth between a policy and a reward model"
 echo "\$ python3 examples/rl_swap.py --steps 5 --gpu 1"
 "$PY" examples/rl_swap.py --steps 5 --gpu 1
+echo
+echo "== the README's Python SDK example, examples/quickstart.py (on GPU 0)"
+echo "\$ PYTHONPATH=sdk/python python3 examples/quickstart.py"
+PYTHONPATH=sdk/python PATH="$BIN:$PATH" "$PY" examples/quickstart.py
 echo
 ctl status
 echo "== done; the daemon's own log:"

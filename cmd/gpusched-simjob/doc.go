@@ -24,6 +24,11 @@
 // --cycles N frees everything after each hold, waits --hold seconds and ramps
 // again, N more times ("simjob: freed all VRAM, cycle K of N"): a process
 // that frees and re-allocates, as an RL phase change does.
+// --util P keeps its GPUs busy P% of the time while it holds memory: the
+// simulated GPUs report that as their utilization (the sum over their
+// processes), as NVML measures a real one, so that idle policies and
+// utilization filters see a working job as busy; without it a job only holds
+// memory and its GPUs show 0%.
 // --host-mem fills real host memory with a pattern verified every second and
 // on SIGUSR1 (exit 3 on corruption), and --tick prints an in-memory counter:
 // both show that a checkpointed and restored process kept its memory.

@@ -23,6 +23,7 @@ type config struct {
 	nccl     string // NCCL group to join; "": none
 	ncclShm  bool   // with nccl: map an NCCL shared-memory segment
 	uvm      bool   // map a file named like the UVM device
+	util     int    // percent of the time it keeps its GPUs busy
 }
 
 // parseFlags parses the command line; usage and flag errors go to stderr.
@@ -43,6 +44,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.nccl, "nccl", "", "join simulated NCCL group `GROUP` (needs --vram): load a file named libnccl.so.2 and map an NCCL shared-memory segment")
 	fs.BoolVar(&cfg.ncclShm, "nccl-shm", true, "with --nccl, map the /dev/shm/nccl-* segment of NCCL's shared-memory transport")
 	fs.BoolVar(&cfg.uvm, "uvm", false, "map a file named nvidia-uvm, as a process with managed (UVM) memory maps /dev/nvidia-uvm")
+	fs.IntVar(&cfg.util, "util", 0, "keep its GPUs busy this `percent` of the time while it holds memory, as their utilization shows (0: idle)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -51,6 +53,12 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if cfg.cycles < 0 {
 		return config{}, fmt.Errorf("--cycles %d: must not be negative", cfg.cycles)
+	}
+	if cfg.util < 0 || cfg.util > 100 {
+		return config{}, fmt.Errorf("--util %d: must be 0 to 100", cfg.util)
+	}
+	if cfg.util > 0 && cfg.vramMiB == 0 {
+		return config{}, errors.New("--util needs --vram: a GPU is busy only for a process that holds memory on it")
 	}
 	if cfg.nccl != "" && cfg.vramMiB == 0 {
 		return config{}, errors.New("--nccl needs --vram: an NCCL member holds GPU memory")

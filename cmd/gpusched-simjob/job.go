@@ -86,8 +86,11 @@ func (j *job) setup() error {
 	if err != nil {
 		return err
 	}
-	j.vram, err = openVRAM(pid, start)
-	return err
+	if j.vram, err = openVRAM(pid, start); err != nil {
+		return err
+	}
+	j.vram.util = j.cfg.util
+	return nil
 }
 
 // oomOnce fails like a CUDA OOM the first time (creating the marker file),

@@ -25,6 +25,10 @@ type vram struct {
 	// the first allocation and again after each release.
 	limits  map[string]uint64
 	limited bool
+	// util is how busy it keeps its GPUs, registered before the first
+	// allocation and again after each release.
+	util    int
+	utilSet bool
 }
 
 // openVRAM finds the sim directory and the visible GPUs from the environment.
@@ -85,6 +89,9 @@ func (v *vram) grow(total uint64) error {
 	if err := v.applyLimits(); err != nil {
 		return err
 	}
+	if err := v.applyUtil(); err != nil {
+		return err
+	}
 	for i, d := range v.devs {
 		if v.got[i] >= total {
 			continue
@@ -106,7 +113,7 @@ func (v *vram) grow(total uint64) error {
 // release frees all the job's simulated memory.
 func (v *vram) release() error {
 	v.follow()
-	v.limited = false
+	v.limited, v.utilSet = false, false
 	return v.reg.Release(v.pid)
 }
 

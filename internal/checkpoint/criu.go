@@ -289,17 +289,22 @@ func (c *CRIU) opError(op string, pid int, dir, log string, err error) error {
 	case mentions(lines, "No space left on device") || mentions(lines, "Disk quota exceeded"):
 		class = ErrNoSpace
 	}
-	return &CRIUError{Op: op, PID: pid, Dir: dir, Err: class, Lines: lines, Cause: err}
+	why := unimageableWhy(lines)
+	if why != "" {
+		class = ErrNotCheckpointable
+	}
+	return &CRIUError{Op: op, PID: pid, Dir: dir, Err: class, Why: why, Lines: lines, Cause: err}
 }
 
 // CRIUError is a failed CRIU dump or restore: its class (ErrFailed,
-// ErrTimeout or ErrNoSpace), the Error lines of CRIU's log and what the
-// worker answered.
+// ErrTimeout, ErrNoSpace or ErrNotCheckpointable), the Error lines of
+// CRIU's log and what the worker answered.
 type CRIUError struct {
 	Op    string // "dump" or "restore"
 	PID   int    // dumped tree's root; 0 for a restore
 	Dir   string
 	Err   error
+	Why   string // for ErrNotCheckpointable: what the tree holds, in words, said instead of Lines
 	Lines []string
 	Cause error
 }
@@ -310,6 +315,9 @@ func (e *CRIUError) Error() string {
 		msg += fmt.Sprintf(" of pid %d", e.PID)
 	}
 	msg += fmt.Sprintf(": %v", e.Err)
+	if e.Why != "" {
+		return msg + ": " + e.Why
+	}
 	if len(e.Lines) > 0 {
 		return msg + ": " + strings.Join(e.Lines, "; ")
 	}

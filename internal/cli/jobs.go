@@ -21,12 +21,14 @@ func newJobsCmd(a *app) *cobra.Command {
 		all    bool
 		user   string
 		states []string
+		recent time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "jobs",
 		Short: "List queued and running jobs",
-		Long: `List the jobs you may see in submission order: the unfinished ones, or with
---all the finished ones too. --state shows only jobs in those states
+		Long: `List the jobs you may see in submission order: the unfinished ones and those
+that finished within --recent (10m; 0 for none), or with --all every finished
+one too. --state shows only jobs in those states
 (comma-separated, or the flag repeated), finished ones included; "finished"
 stands for every final state (done, failed, timed_out, cancelled,
 infeasible). Finished jobs stay listed until jobs prune removes them, or the
@@ -39,7 +41,13 @@ counts its runs, AGE is the time since it was submitted and REASON says why
 it waits or why it ended as it did.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if recent < 0 {
+				return usagef("bad --recent %s: must not be negative", recent)
+			}
 			p := api.JobsParams{All: all, User: user}
+			if !all && len(states) == 0 {
+				p.Recent = api.Duration(recent)
+			}
 			for _, s := range states {
 				st := api.JobState(s)
 				if st != api.JobsFinished && !slices.Contains(jobStates, st) {
@@ -60,6 +68,7 @@ it waits or why it ended as it did.`,
 	cmd.Flags().BoolVar(&all, "all", false, "include finished jobs")
 	cmd.Flags().StringSliceVar(&states, "state", nil, "only jobs in these `STATES` ("+joinStates(jobStates)+", finished)")
 	cmd.Flags().StringVar(&user, "user", "", "only jobs of `USER`")
+	cmd.Flags().DurationVar(&recent, "recent", 10*time.Minute, "also list the jobs that finished within `D` (not with --all or --state)")
 	cmd.AddCommand(newJobsPruneCmd(a))
 	return cmd
 }

@@ -39,7 +39,10 @@ func TestJobsParams(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"jobs"}, `{}`},
+		{[]string{"jobs"}, `{"recent":"10m0s"}`},
+		{[]string{"jobs", "--recent", "1h"}, `{"recent":"1h0m0s"}`},
+		{[]string{"jobs", "--recent", "0"}, `{}`},
+		{[]string{"jobs", "--all"}, `{"all":true}`},
 		{[]string{"jobs", "--state", "queued"}, `{"state":"queued"}`},
 		{[]string{"jobs", "--state", "done"}, `{"state":"done","all":true}`},
 		{[]string{"jobs", "--state", "finished"}, `{"states":["finished"]}`},

@@ -179,6 +179,9 @@ func (d *Daemon) newJob(c *call, s api.JobSpec) (*jobqueue.Job, error) {
 		State: api.JobQueued, SubmittedAt: time.Now(), Attempts: []api.Attempt{},
 	}
 	j.Nice, j.MPSThreads, j.MPSMemLimitMiB = s.Nice, s.MPSThreads, s.MPSMemLimit.MiB
+	if why := d.neverFits(j); why != "" {
+		return nil, invalidf("%s: can never start on this machine: %s", what, why)
+	}
 	return j, nil
 }
 
@@ -216,12 +219,16 @@ func (d *Daemon) listJobs(c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.Recent > 0 && (states != nil || p.All) {
+		return nil, invalidf("jobs: recent adds recently finished jobs to the unfinished ones; give it without all, state or states")
+	}
+	since := time.Now().Add(-time.Duration(p.Recent))
 	out := api.JobsResult{Jobs: []api.Job{}}
 	for _, j := range d.jobs.View() {
 		switch {
 		case !c.actor.owns(j.Owner.UID), p.User != "" && j.Owner.User != p.User:
 		case states != nil && !states[j.State]:
-		case states == nil && !p.All && j.State.Terminal():
+		case states == nil && !p.All && j.State.Terminal() && (p.Recent == 0 || j.EndedAt.Before(since)):
 		default:
 			out.Jobs = append(out.Jobs, d.jobToAPI(j))
 		}

@@ -94,6 +94,9 @@ func (d *Daemon) placementInput(now time.Time) (placement.Snapshot, []placement.
 			}
 		default:
 			for _, uuid := range sortedKeys(d.sched.peaks[r.ID]) {
+				if !slices.Contains(r.GPUs, uuid) && gv.usage[r.ID][uuid] == 0 {
+					continue // a GPU it has left (migrated): its peak there is history
+				}
 				add(uuid, placement.Occupant{Kind: placement.Managed, ID: r.Name, Name: r.Name,
 					UsedMiB: gv.usage[r.ID][uuid], PeakMiB: d.sched.peaks[r.ID][uuid], Priority: r.Policy.Priority})
 			}

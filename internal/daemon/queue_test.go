@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -60,33 +61,42 @@ func TestQueuePacksBackfillsAndDispatchesOnExit(t *testing.T) {
 	}
 }
 
-// TestQueueInfeasibleAndBadInput: jobs that can never fit fail at once; a
-// batch with one bad job queues nothing.
+// TestQueueInfeasibleAndBadInput: jobs that can never fit are refused at
+// submit with the reason; a batch with one bad or infeasible job queues
+// nothing and names each.
 func TestQueueInfeasibleAndBadInput(t *testing.T) {
 	h := newQueueHarness(t, "2x24G")
 	c := h.client()
-	for _, s := range []api.JobSpec{
-		{Name: "huge", Cmd: []string{"true"}, VRAM: gib(30)},
-		{Name: "many", Cmd: []string{"true"}, VRAM: gib(1), GPUs: 3},
+	for _, c2 := range []struct {
+		spec api.JobSpec
+		why  string
+	}{
+		{api.JobSpec{Name: "huge", Cmd: []string{"true"}, Dir: "/", VRAM: gib(30)}, "needs 30720+512 MiB on 1 GPU; the most it can ever get is 24576 MiB"},
+		{api.JobSpec{Name: "edge", Cmd: []string{"true"}, Dir: "/", VRAM: gib(24)}, "needs 24576+512 MiB on 1 GPU"},
+		{api.JobSpec{Name: "many", Cmd: []string{"true"}, Dir: "/", VRAM: gib(1), GPUs: 3}, "needs 3 GPUs; the machine has 2"},
 	} {
-		h.submit(s)
-		j := h.waitJob(s.Name)
-		if j.State != api.JobInfeasible || len(j.Attempts) != 0 || j.Reason == "" {
-			t.Fatalf("%s: %s %q attempts %d", s.Name, j.State, j.Reason, len(j.Attempts))
+		_, err := c.Submit(ctxT(t), api.SubmitParams{JobSpec: c2.spec})
+		wantCode(t, err, api.CodeInvalidArgument)
+		if want := fmt.Sprintf("submit %q: can never start on this machine: %s", c2.spec.Name, c2.why); !strings.HasPrefix(err.Error(), want) {
+			t.Fatalf("%s: %v, want %q", c2.spec.Name, err, want)
 		}
 	}
 	before, err := c.Jobs(ctxT(t), api.JobsParams{All: true})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(before) != 0 {
+		t.Fatalf("refused jobs were queued: %+v", before)
+	}
 	_, err = c.Submit(ctxT(t), api.SubmitParams{Jobs: []api.JobSpec{
 		{Name: "ok", Cmd: []string{"true"}, Dir: "/"},
 		{Name: "bad name/x", Cmd: []string{"true"}, Dir: "/"},
 		{Name: "neg", Cmd: []string{"true"}, Dir: "/", Retries: -1},
+		{Name: "huge", Cmd: []string{"true"}, Dir: "/", VRAM: gib(30)},
 	}})
 	wantCode(t, err, api.CodeInvalidArgument)
-	if !strings.Contains(err.Error(), "job 2") || !strings.Contains(err.Error(), "job 3") {
-		t.Fatalf("error does not name both bad jobs: %v", err)
+	if !strings.Contains(err.Error(), "job 2") || !strings.Contains(err.Error(), "job 3") || !strings.Contains(err.Error(), `job 4: submit "huge": can never start`) {
+		t.Fatalf("error does not name every bad job: %v", err)
 	}
 	for _, bad := range []api.SubmitParams{
 		{JobSpec: api.JobSpec{Name: "empty", Dir: "/"}},

@@ -12,7 +12,9 @@ import (
 // Sim is the simulated backend: devices from a simgpu registry, with usage
 // reported by the simulated processes themselves. Utilization, power draw
 // and limit and temperature are what the registry's SetMetrics set, and nil
-// (like unsupported NVML metrics) where nothing was set. Its driver version
+// (like unsupported NVML metrics) where nothing was set; utilization not
+// set so is what the processes on the device declare (gpusched-simjob
+// --util), nil when none does. Its driver version
 // is "sim". The failures injected in the sim directory's faults.json
 // (simgpu.SetFaults) come out as NVML's would: a failed sample, a device
 // left out, a device with Err. A device created in MIG mode (SimSpec.MIG)

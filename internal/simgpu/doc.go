@@ -24,8 +24,12 @@
 //	                 it belongs to (SetNCCL: its lock waits while another
 //	                 member is locked, as NVIDIA/cuda-checkpoint#30 hangs),
 //	                 "restore_tid" and "restore_ns_tid", its CUDA restore
-//	                 thread (host tid and tid in its PID namespace), and
-//	                 "restore_broken", set once a restore ran out of memory
+//	                 thread (host tid and tid in its PID namespace),
+//	                 "restore_broken", set once a restore ran out of memory,
+//	                 and "util", how busy it keeps the devices it holds
+//	                 memory on (percent, set with SetUtil: a device's
+//	                 utilization is the sum of its running processes', once
+//	                 one declared any, unless metrics.json sets it)
 //	locks/<uid>      flock(LOCK_EX) around every change to uid's records, so
 //	                 that one user's calls and the daemon's checkpoints of
 //	                 that user's processes never interleave
@@ -34,8 +38,8 @@
 // simulated jobs, fillers and a fake cuda-checkpoint Open it and change their
 // own record. A record counts only while its process is alive with the same
 // start time; stale records are ignored and pruned. A record is removed when
-// it holds no memory and no limit, unless its process is not running
-// (locked, checkpointed or failed).
+// it holds no memory, no limit and no utilization, unless its process is
+// not running (locked, checkpointed or failed).
 //
 // The simulated GPU stands in for the driver, so it keeps the daemon's
 // trust model: a user's process can change only its own user's records and

@@ -39,7 +39,8 @@ const (
 // none recorded) and RestoreNSTID its tid in the process's own PID
 // namespace, which a CRIU restore keeps (see restorethread.go).
 // RestoreBroken is set once a restore ran out of memory
-// (NVIDIA/cuda-checkpoint#44).
+// (NVIDIA/cuda-checkpoint#44). Util is how busy it keeps the devices it
+// holds memory on, in percent (SetUtil).
 type record struct {
 	PID           int               `json:"pid"`
 	StartTime     uint64            `json:"start_time"`
@@ -51,6 +52,7 @@ type record struct {
 	RestoreTID    int               `json:"restore_tid,omitempty"`
 	RestoreNSTID  int               `json:"restore_ns_tid,omitempty"`
 	RestoreBroken bool              `json:"restore_broken,omitempty"`
+	Util          int               `json:"util,omitempty"`
 }
 
 func newRecord(pid int, startTime uint64) record {
@@ -64,10 +66,11 @@ func (rec record) clone() record {
 	return c
 }
 
-// empty reports whether the record holds no memory, no limit and no NCCL
-// group at all and its process is running, so that the record can go.
+// empty reports whether the record holds no memory, no limit, no NCCL
+// group and no utilization at all and its process is running, so that the
+// record can go.
 func (rec *record) empty() bool {
-	if rec.CUDA != "" || len(rec.Limit) > 0 || rec.NCCL != "" {
+	if rec.CUDA != "" || len(rec.Limit) > 0 || rec.NCCL != "" || rec.Util > 0 {
 		return false
 	}
 	for _, n := range rec.Usage {

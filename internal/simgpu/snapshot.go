@@ -14,7 +14,9 @@ type ProcUsage struct {
 }
 
 // DeviceUsage is a device with the sum of its live processes' usage and
-// the measurements set by SetMetrics (zero when none). Err is set, and
+// the measurements set by SetMetrics (zero when none), with UtilPercent,
+// unless set so, what its processes declared with SetUtil (nil when none
+// did). Err is set, and
 // usage and metrics are zero, when an injected fault fails the device's
 // queries.
 type DeviceUsage struct {
@@ -75,7 +77,11 @@ func (r *Registry) Snapshot() (Snapshot, error) {
 			hidden[d.UUID] = true
 			snap.Devices = append(snap.Devices, DeviceUsage{Device: d, Err: faults.DeviceErrors[d.UUID]})
 		default:
-			snap.Devices = append(snap.Devices, DeviceUsage{Device: d, UsedMiB: s.used(d.UUID), Metrics: metrics[d.UUID]})
+			m := metrics[d.UUID]
+			if util, ok := s.util(d.UUID); ok && m.UtilPercent == nil {
+				m.UtilPercent = &util
+			}
+			snap.Devices = append(snap.Devices, DeviceUsage{Device: d, UsedMiB: s.used(d.UUID), Metrics: m})
 		}
 	}
 	for pid, rec := range s.live {

@@ -167,6 +167,9 @@ type JobsParams struct {
 	States []JobState `json:"states,omitempty"` // only jobs in one of these states (or JobsFinished)
 	All    bool       `json:"all,omitempty"`    // include finished jobs (default: only unfinished)
 	User   string     `json:"user,omitempty"`
+	// Recent adds to the unfinished jobs those that finished within it
+	// (not with State, States or All).
+	Recent Duration `json:"recent,omitempty"`
 }
 
 // PruneJobsParams removes the caller's finished jobs (root: every user's,

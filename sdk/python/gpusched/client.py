@@ -864,11 +864,15 @@ class GpuSched:
         all: bool = False,
         user: Optional[str] = None,
         states: Optional[Sequence[str]] = None,
+        recent: Optional[Duration] = None,
     ) -> List[Job]:
         """The caller's jobs (root: everyone's, or ``user``'s) in submission order:
-        unfinished ones, or with ``all`` finished ones too, or those in ``state`` or
-        in one of ``states`` ("finished" stands for every final state)."""
+        unfinished ones (and with ``recent``, those that finished within it), or with
+        ``all`` finished ones too, or those in ``state`` or in one of ``states``
+        ("finished" stands for every final state)."""
         params: Dict[str, Any] = {}
+        if recent is not None:
+            params["recent"] = recent
         if state is not None:
             params["state"] = state
         if states is not None:

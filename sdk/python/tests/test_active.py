@@ -132,3 +132,19 @@ def test_rl_swap_example(daemon: Daemon, sched: GpuSched, bin_dir: Path) -> None
     assert rows["activate policy"][0] == "2" and rows["activate reward"][0] == "2"
     assert rows["daemon freeze"][0] == "3" and rows["daemon thaw"][0] == "3"  # the first policy was running
     assert sched.processes() == []  # it cleans up what it started
+
+
+def test_rl_swap_leaves_other_processes_alone(daemon: Daemon, sched: GpuSched, bin_dir: Path) -> None:
+    """A process of the same user on the same GPU is never frozen to make room: only the two models are."""
+    if REPO_ROOT is None:
+        pytest.skip("needs the repository's examples/")
+    sched.run("bystander", [str(bin_dir / "gpusched-simjob"), "--vram", "1000"], gpu=0)
+    with guarded(sched.follow_logs("bystander")) as lines:
+        next(line for line in lines if line.startswith("simjob: allocated"))
+    run = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "examples" / "rl_swap.py"), "--steps", "2", "--vram", "13000"],
+        env={**os.environ, "GPUSCHED_SOCKET": daemon.socket, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"},
+        capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert states(sched) == {"bystander": "running"}

@@ -115,6 +115,8 @@ def test_jobs_lists_and_filters(sched: GpuSched) -> None:
         second = sched.submit(["true"])  # named after its id
         assert second.name == "job-" + second.id[1:]
         assert [j.id for j in sched.jobs()] == [second.id]  # unfinished only
+        assert [j.id for j in sched.jobs(recent="1h")] == [first.id, second.id]  # and the recently finished
+        assert [j.id for j in sched.jobs(recent=1e-9)] == [second.id]
         assert [j.id for j in sched.jobs(all=True)] == [first.id, second.id]  # in submission order
         assert [j.id for j in sched.jobs(state="done")] == [first.id]
         assert [j.id for j in sched.jobs(state="queued")] == [second.id]
@@ -152,15 +154,12 @@ def test_cancel_queued_and_running(sched: GpuSched, simjob: SimJob) -> None:
     assert sched.wait_job("running") == sched.job("running")
 
 
-def test_infeasible_jobs_end(sched: GpuSched) -> None:
-    huge = sched.submit(["true"], name="huge", vram="100G")
-    assert (huge.state, huge.vram, huge.vram_mib) == ("queued", 102400, 102400)
-    ended = sched.wait_job("huge")
-    assert (ended.state, ended.attempts, ended.finished) == ("infeasible", [], True)
-    assert "24576 MiB" in ended.reason
-
-    wide = sched.wait_job(sched.submit(["true"], gpus=3).name)
-    assert wide.state == "infeasible" and "the machine has 2" in wide.reason
+def test_infeasible_jobs_are_refused(sched: GpuSched) -> None:
+    with pytest.raises(InvalidArgument, match=r"can never start on this machine: .*the most it can ever get is 24576 MiB"):
+        sched.submit(["true"], name="huge", vram="100G")
+    with pytest.raises(InvalidArgument, match=r"job 2: .*the machine has 2"):
+        sched.submit_many([{"cmd": ["true"], "name": "fits"}, {"cmd": ["true"], "gpus": 3}])
+    assert sched.jobs(all=True) == []  # nothing queued
 
 
 def test_bad_input_queues_nothing(sched: GpuSched) -> None:

@@ -1,0 +1,43 @@
+package daemon
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// TestIdlePolicyUnderSim: on simulated GPUs, an idle policy freezes a
+// simulated job that only holds its memory, and not one that keeps its GPU
+// busy (gpusched-simjob --util), which the GPU's utilization shows.
+func TestIdlePolicyUnderSim(t *testing.T) {
+	h := newCkptHarness(t, config.DriverSim)
+	c := h.client()
+	run := func(name string, gpu int, idle time.Duration, args ...string) {
+		t.Helper()
+		_, err := c.Run(ctxT(t), api.RunParams{Name: name, Dir: "/", GPU: &api.GPURef{Index: gpu}, Idle: api.Duration(idle),
+			Cmd: append([]string{h.bins.SimJob, "--vram", "256"}, args...)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.followCount(name, "simjob: allocated", 1)
+	}
+	run("a-busy", 0, 0, "--util", "60")
+	h.refresh()
+	if dv := h.d.gpuView().devices; dv[0].UtilPercent == nil || *dv[0].UtilPercent != 60 || dv[1].UtilPercent != nil {
+		t.Fatalf("utilization: GPU 0 %v, GPU 1 %v; want 60%% and unknown", dv[0].UtilPercent, dv[1].UtilPercent)
+	}
+	// a-busy gets its idle policy first, and the shorter one, and the
+	// policy looks at processes by name, one after the other: were it taken
+	// for idle, it would be frozen no later than b-idle.
+	idle := api.Duration(250 * time.Millisecond)
+	if _, err := c.Set(ctxT(t), api.SetParams{Name: "a-busy", Idle: &idle}); err != nil {
+		t.Fatal(err)
+	}
+	run("b-idle", 1, 400*time.Millisecond)
+	h.waitState("b-idle", api.StateFrozen)
+	if p := h.proc("a-busy"); p.State != api.StateRunning {
+		t.Fatalf("the busy job is %s (%s)", p.State, p.Note)
+	}
+}

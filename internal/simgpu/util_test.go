@@ -1,0 +1,71 @@
+package simgpu
+
+import (
+	"testing"
+)
+
+// utils is each device's utilization in a snapshot, -1 when unknown.
+func utils(t *testing.T, reg *Registry) []int {
+	t.Helper()
+	snap, err := reg.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]int, len(snap.Devices))
+	for i, d := range snap.Devices {
+		out[i] = -1
+		if d.Metrics.UtilPercent != nil {
+			out[i] = *d.Metrics.UtilPercent
+		}
+	}
+	return out
+}
+
+// TestSetUtilIsTheDevicesUtilization: a device is as busy as its running
+// processes say they keep it, on the devices where they hold memory, and
+// unknown where none said; SetMetrics overrides it, and a locked process
+// does no work.
+func TestSetUtilIsTheDevicesUtilization(t *testing.T) {
+	reg := newTestRegistry(t, 2, 4096)
+	pid, st := self(t)
+	gpu0 := DeviceUUID(0)
+	if got := utils(t, reg); got[0] != -1 || got[1] != -1 {
+		t.Fatalf("devices nobody said anything of: %v", got)
+	}
+	if err := reg.SetUtil(pid, st, 60); err != nil {
+		t.Fatal(err)
+	}
+	if !recordExists(t, reg, pid) {
+		t.Fatal("a utilization alone must keep the record")
+	}
+	if got := utils(t, reg); got[0] != -1 || got[1] != -1 {
+		t.Fatalf("busy without memory anywhere: %v", got)
+	}
+	if err := reg.Allocate(pid, st, gpu0, 1024); err != nil {
+		t.Fatal(err)
+	}
+	if got := utils(t, reg); got[0] != 60 || got[1] != -1 {
+		t.Fatalf("60%% on GPU 0: %v", got)
+	}
+	five := 5
+	if err := reg.SetMetrics(gpu0, Metrics{UtilPercent: &five}); err != nil {
+		t.Fatal(err)
+	}
+	if got := utils(t, reg); got[0] != 5 {
+		t.Fatalf("metrics.json sets 5%%: %v", got)
+	}
+	if err := reg.SetMetrics(gpu0, Metrics{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.LockProcess(pid); err != nil {
+		t.Fatal(err)
+	}
+	if got := utils(t, reg); got[0] != 0 {
+		t.Fatalf("a locked process keeps GPU 0 busy: %v", got)
+	}
+	for _, bad := range []int{-1, 101} {
+		if err := reg.SetUtil(pid, st, bad); err == nil {
+			t.Errorf("SetUtil %d accepted", bad)
+		}
+	}
+}
