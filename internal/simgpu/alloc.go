@@ -23,10 +23,6 @@ func (r *Registry) Allocate(pid int, startTime uint64, uuid string, mib uint64) 
 	if err != nil {
 		return err
 	}
-	tid, nsTID, err := ownRestoreThread(pid)
-	if err != nil {
-		return err
-	}
 	return r.lockedScan(pid, startTime, func(uid uint32, s scanResult) error {
 		old, ok := s.live[pid]
 		if !ok {
@@ -35,7 +31,14 @@ func (r *Registry) Allocate(pid int, startTime uint64, uuid string, mib uint64) 
 		if err := old.blocked(); err != nil {
 			return err
 		}
-		if tid != 0 {
+		if old.RestoreNSTID == 0 {
+			// Once: the process's own reads of /proc must not be open when
+			// CRIU dumps it (a restore could not reopen them), and a CRIU
+			// restore finds the thread again itself (ImportProcess).
+			tid, nsTID, err := ownRestoreThread(pid)
+			if err != nil {
+				return err
+			}
 			old.RestoreTID, old.RestoreNSTID = tid, nsTID
 		}
 		free := freeMiB(dev, s.used(uuid))
