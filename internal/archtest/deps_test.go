@@ -89,6 +89,7 @@ var allowed = map[string][]string{
 	"cmd/gpuschedctl":     {"internal/cli"},
 	"cmd/gpuschedd":       {"internal/checkpoint", "internal/config", "internal/daemon", "internal/memfill", "internal/sandbox"},
 	"cmd/gpusched-simjob": {"internal/procfs", "internal/simgpu"},
+	"cmd/gpusched-init":   {"internal/sandbox"},
 }
 
 func TestImportRules(t *testing.T) {

@@ -54,9 +54,9 @@ func writeHibernate(w io.Writer, r *api.HibernateResult) error {
 		r.Name, r.Snapshot, ms(r.MS["total"]), phases(r.MS)); err != nil {
 		return err
 	}
-	reuse := "full image of " + plural(r.Pages, "page", "pages")
+	reuse := "full image of " + api.Plural(r.Pages, "page", "pages")
 	if r.Parent != "" {
-		reuse = fmt.Sprintf("%d of %s reused from parent %s", r.Reused, plural(r.Pages, "page", "pages"), shortID(r.Parent))
+		reuse = fmt.Sprintf("%d of %s reused from parent %s", r.Reused, api.Plural(r.Pages, "page", "pages"), shortID(r.Parent))
 	}
 	gpu := "no GPU memory"
 	if r.GPUBytes > 0 {
@@ -95,7 +95,7 @@ copy i runs on the i-th GPU given (for a process on one GPU).`,
 				return err
 			}
 			if len(refs) > 0 && len(refs) != copies {
-				return usagef("--gpus names %s for %s: give one per copy", plural(len(refs), "GPU", "GPUs"), plural(copies, "copy", "copies"))
+				return usagef("--gpus names %s for %s: give one per copy", api.Plural(len(refs), "GPU", "GPUs"), api.Plural(copies, "copy", "copies"))
 			}
 			p := api.ForkParams{Name: args[0], Copies: copies, GPUs: refs, Timeout: api.Duration(timeout)}
 			var res api.ForkResult
@@ -111,7 +111,7 @@ copy i runs on the i-th GPU given (for a process on one GPU).`,
 // writeFork prints the fork and one summary line per copy.
 func writeFork(w io.Writer, r *api.ForkResult) error {
 	if _, err := fmt.Fprintf(w, "forked %s into %s from a %s image in %s (%s)\n",
-		r.Name, plural(len(r.Copies), "copy", "copies"), bytesize(r.Bytes), ms(r.MS["total"]), phases(r.MS)); err != nil {
+		r.Name, api.Plural(len(r.Copies), "copy", "copies"), bytesize(r.Bytes), ms(r.MS["total"]), phases(r.MS)); err != nil {
 		return err
 	}
 	for i := range r.Copies {
@@ -238,7 +238,7 @@ func writeSnapshots(w io.Writer, r *api.SnapshotsResult) error {
 		return err
 	}
 	_, err := fmt.Fprintf(w, "%s listed; all snapshots take %s of disk (budget %s)\n",
-		plural(len(r.Snapshots), "snapshot", "snapshots"), bytesize(r.Bytes), diskBudget(r.Budget))
+		api.Plural(len(r.Snapshots), "snapshot", "snapshots"), bytesize(r.Bytes), diskBudget(r.Budget))
 	return err
 }
 

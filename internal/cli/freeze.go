@@ -141,7 +141,7 @@ func writeCheckpoint(w io.Writer, r *api.CheckpointResult) error {
 		from = " from disk (snapshot " + shortID(r.Snapshot) + ")"
 	}
 	_, err := fmt.Fprintf(w, "%s %s%s: %s from %s%s in %s (%s) [%s driver]\n",
-		verb, r.Name, from, mib(r.Bytes>>20), plural(len(r.PIDs), "CUDA process", "CUDA processes"), where, ms(r.MS["total"]), phases(r.MS), r.Driver)
+		verb, r.Name, from, mib(r.Bytes>>20), api.Plural(len(r.PIDs), "CUDA process", "CUDA processes"), where, ms(r.MS["total"]), phases(r.MS), r.Driver)
 	return err
 }
 

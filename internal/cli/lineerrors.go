@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/gpusched/gpusched/pkg/api"
 )
 
 // lineErrors collects every problem of an input file, each as
@@ -24,7 +26,7 @@ func (e *lineErrors) err() error {
 	if len(e.lines) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%s: %s, nothing submitted:\n%s", e.file, plural(len(e.lines), "problem", "problems"), strings.Join(e.lines, "\n"))
+	return fmt.Errorf("%s: %s, nothing submitted:\n%s", e.file, api.Plural(len(e.lines), "problem", "problems"), strings.Join(e.lines, "\n"))
 }
 
 // checkText refuses what a command line or field may not hold: a NUL byte

@@ -7,17 +7,6 @@ import (
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
-func TestPlural(t *testing.T) {
-	for _, tt := range []struct {
-		n    int
-		want string
-	}{{0, "0 copies"}, {1, "1 copy"}, {2, "2 copies"}} {
-		if got := plural(tt.n, "copy", "copies"); got != tt.want {
-			t.Errorf("plural(%d) = %q, want %q", tt.n, got, tt.want)
-		}
-	}
-}
-
 // TestOneIsSingular: counts of one read "1 copy", "1 GPU", "1 snapshot",
 // "1 CUDA process", "1 page", "1 problem".
 func TestOneIsSingular(t *testing.T) {

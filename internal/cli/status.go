@@ -101,7 +101,7 @@ func jobCounts(st *api.Status) string {
 	if st.Leases == 0 {
 		return out
 	}
-	return out + "; " + plural(st.Leases, "lease", "leases")
+	return out + "; " + api.Plural(st.Leases, "lease", "leases")
 }
 
 // diskTier shows the disk tier: "criu 4.1.1, snapshots 1.2 GiB (budget

@@ -109,7 +109,7 @@ func (d *Daemon) forkTargets(p api.ForkParams, src proctable.Record) ([]string, 
 		return out, nil
 	}
 	if len(p.GPUs) != p.Copies {
-		return nil, invalidf("fork %q: %d gpus for %d copies: give one per copy", p.Name, len(p.GPUs), p.Copies)
+		return nil, invalidf("fork %q: %s for %s: give one per copy", p.Name, api.Plural(len(p.GPUs), "GPU", "GPUs"), api.Plural(p.Copies, "copy", "copies"))
 	}
 	if len(src.GPUs) != 1 {
 		return nil, invalidf("fork %q: gpus places copies of a process on one GPU; %q has %d", p.Name, p.Name, len(src.GPUs))

@@ -126,8 +126,8 @@ func (d *Daemon) finishAttempt(j *jobqueue.Job, rec *proctable.Record) {
 			cur.VRAMMiB = jobqueue.RaisedDeclaration(old, peak)
 			cur.RetriesLeft--
 			a.Outcome, cur.State, cur.Proc = "oom", api.JobQueued, ""
-			cur.Reason = fmt.Sprintf("attempt %d ran out of GPU memory (peak %d MiB, declared %d MiB); retrying with %d MiB, %d retries left",
-				a.N, peak, old, cur.VRAMMiB, cur.RetriesLeft)
+			cur.Reason = fmt.Sprintf("attempt %d ran out of GPU memory (peak %d MiB, declared %d MiB); retrying with %d MiB, %s left",
+				a.N, peak, old, cur.VRAMMiB, api.Plural(cur.RetriesLeft, "retry", "retries"))
 			return nil
 		case oom:
 			a.Outcome, cur.State, cur.Reason = "oom", api.JobFailed, fmt.Sprintf("ran out of GPU memory (peak %d MiB) with no retries left", peak)

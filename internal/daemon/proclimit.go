@@ -37,8 +37,8 @@ func (d *Daemon) checkCopies(a actor, what string, copies int) error {
 		return nil
 	}
 	if live := d.table.View().LiveOf(a.UID); live+copies > max {
-		return &limits.Exceeded{Flag: flagProcs, Msg: fmt.Sprintf("%s: user %s has %d %s; %d copies would make %d, past the %d --%s allows",
-			what, a.User, live, procsWhat, copies, live+copies, max, flagProcs)}
+		return &limits.Exceeded{Flag: flagProcs, Msg: fmt.Sprintf("%s: user %s has %d %s; %s would make %d, past the %d --%s allows",
+			what, a.User, live, procsWhat, api.Plural(copies, "copy", "copies"), live+copies, max, flagProcs)}
 	}
 	return nil
 }

@@ -136,7 +136,7 @@ func (d *Daemon) statusLine() string {
 		parts = append(parts, fmt.Sprintf("%d %s", k, s))
 	}
 	sort.Strings(parts)
-	line := fmt.Sprintf("%d processes", n)
+	line := api.Plural(n, "process", "processes")
 	if len(parts) > 0 {
 		line += " (" + strings.Join(parts, ", ") + ")"
 	}
@@ -149,5 +149,6 @@ func (d *Daemon) statusLine() string {
 			running++
 		}
 	}
-	return fmt.Sprintf("%s; jobs: %d queued, %d running; %d leases, %d fillers", line, queued, running, len(d.leases.granted()), len(d.fillersAPI()))
+	return fmt.Sprintf("%s; jobs: %d queued, %d running; %s, %s", line, queued, running,
+		api.Plural(len(d.leases.granted()), "lease", "leases"), api.Plural(len(d.fillersAPI()), "filler", "fillers"))
 }
