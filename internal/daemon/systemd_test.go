@@ -73,7 +73,7 @@ func TestSystemdRestartUnderTheShippedUnit(t *testing.T) {
 	seen := n.WaitFor(t, "READY=1", 30*time.Second)
 	p := h.run("survivor", "sleep", "1000")
 	t.Cleanup(func() { unix.Kill(p.InitPID, unix.SIGKILL) })
-	seen = append(seen, n.WaitFor(t, "STATUS=1 processes (1 running); jobs: 0 queued, 0 running; 0 leases, 0 fillers", 30*time.Second)...)
+	seen = append(seen, n.WaitFor(t, "STATUS=1 process (1 running); jobs: 0 queued, 0 running; 0 leases, 0 fillers", 30*time.Second)...)
 	seen = append(seen, n.WaitFor(t, "WATCHDOG=1", 30*time.Second)...)
 
 	if err := first.cmd.Process.Signal(unix.SIGTERM); err != nil {
@@ -83,7 +83,7 @@ func TestSystemdRestartUnderTheShippedUnit(t *testing.T) {
 	if err := first.cmd.Wait(); err != nil {
 		t.Fatalf("daemon exit: %v\n%s", err, first.stderr)
 	}
-	assertOrder(t, seen, "READY=1", "STATUS=1 processes (1 running)", "WATCHDOG=1", "STOPPING=1")
+	assertOrder(t, seen, "READY=1", "STATUS=1 process (1 running)", "WATCHDOG=1", "STOPPING=1")
 	if err := unix.Kill(p.PID, 0); err != nil {
 		t.Fatalf("the managed process died with the daemon: %v", err)
 	}
