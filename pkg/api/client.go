@@ -30,6 +30,14 @@ func SocketPath(explicit string) string {
 	return DefaultSocket
 }
 
+// startHint says how to start a daemon that serves path.
+func startHint(path string) string {
+	if path == DefaultSocket {
+		return "start it with `gpuschedd --sim 1` to try it without a GPU, or `systemctl start gpuschedd`; or point --socket or $" + SocketEnv + " at the socket it serves"
+	}
+	return fmt.Sprintf("start it with `gpuschedd --socket %s --sim 1` to try it without a GPU; or point --socket or $%s at the socket it serves", path, SocketEnv)
+}
+
 // Client is one connection to the daemon. Calls on a Client are serialized;
 // open more Clients for parallelism. A streaming call occupies the Client
 // until it ends.
@@ -50,7 +58,7 @@ func Dial(ctx context.Context, path string) (*Client, error) {
 	conn, err := d.DialContext(ctx, "unix", path)
 	if err != nil {
 		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, fmt.Errorf("%w at %s (start it with `gpuschedd --sim 1` to try it without a GPU, or `systemctl start gpuschedd`)", ErrDaemonNotRunning, path)
+			return nil, fmt.Errorf("%w at %s (%s)", ErrDaemonNotRunning, path, startHint(path))
 		}
 		return nil, fmt.Errorf("connect to gpusched at %s: %w", path, err)
 	}

@@ -54,10 +54,16 @@ func fakeServer(t *testing.T, replies map[string][]string) string {
 	return path
 }
 
+// TestDialMissingDaemonSaysHowToStartIt: the start command it suggests
+// serves the socket that was asked for.
 func TestDialMissingDaemonSaysHowToStartIt(t *testing.T) {
-	_, err := Dial(context.Background(), filepath.Join(t.TempDir(), "none.sock"))
-	if !errors.Is(err, ErrDaemonNotRunning) || !strings.Contains(err.Error(), "--sim") {
+	path := filepath.Join(t.TempDir(), "none.sock")
+	_, err := Dial(context.Background(), path)
+	if !errors.Is(err, ErrDaemonNotRunning) || !strings.Contains(err.Error(), "gpuschedd --socket "+path+" --sim 1") {
 		t.Fatalf("err = %v", err)
+	}
+	if hint := startHint(DefaultSocket); !strings.Contains(hint, "`gpuschedd --sim 1`") || !strings.Contains(hint, "systemctl start gpuschedd") {
+		t.Errorf("hint for the default socket: %s", hint)
 	}
 }
 

@@ -151,10 +151,13 @@ class _Connection:
             sock.connect(path)
         except (FileNotFoundError, ConnectionRefusedError):
             sock.close()
+            if path == DEFAULT_SOCKET:
+                start = "`gpuschedd --sim 1` to try it without a GPU, or `systemctl start gpuschedd`"
+            else:
+                start = f"`gpuschedd --socket {path} --sim 1` to try it without a GPU"
             raise DaemonNotRunning(
-                f"gpusched daemon is not running at {path} (start it with `gpuschedd --sim 1` to try it "
-                f"without a GPU, or `systemctl start gpuschedd`; or point socket= or ${SOCKET_ENV} at "
-                "the socket it serves)"
+                f"gpusched daemon is not running at {path} (start it with {start}; "
+                f"or point socket= or ${SOCKET_ENV} at the socket it serves)"
             ) from None
         except PermissionError as e:
             sock.close()

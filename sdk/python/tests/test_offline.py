@@ -108,7 +108,8 @@ def test_daemon_not_running(tmp_short: Path) -> None:
         GpuSched(missing).status()
     error = caught.value
     assert isinstance(error, ConnectionError) and isinstance(error, GpuSchedError)
-    for hint in (missing, "gpuschedd --sim 1", "systemctl start gpuschedd"):
+    # A daemon for another socket is started with that socket.
+    for hint in (missing, f"gpuschedd --socket {missing} --sim 1", "GPUSCHED_SOCKET"):
         assert hint in str(error)
 
     refusing = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
