@@ -46,8 +46,10 @@ func refuseKinds(name string, procs []proctable.CheckpointProc, kinds map[int]cu
 // kindHint adds to a failed freeze what may explain it: a lock that timed
 // out in a tree where a process loads NCCL (the driver hangs on a rank of
 // an NCCL communicator while another rank is locked,
-// NVIDIA/cuda-checkpoint#30), or a failure where a process maps the UVM
-// device (managed memory, which the driver does not checkpoint).
+// NVIDIA/cuda-checkpoint#30), or a checkpoint the driver could not make
+// (not checkpointable, or a plain failure) where a process maps the UVM
+// device (managed memory, which the driver does not checkpoint). Other
+// failures, out of memory among them, have causes of their own.
 func kindHint(err error, kinds map[int]cudakind.Kind) error {
 	if err == nil {
 		return nil
@@ -56,7 +58,7 @@ func kindHint(err error, kinds map[int]cudakind.Kind) error {
 		switch k := kinds[pid]; {
 		case k.NCCL && errors.Is(err, checkpoint.ErrTimeout):
 			return fmt.Errorf("%w (process %d loads NCCL: cuda-checkpoint cannot lock a rank of an NCCL communicator while another rank is locked, NVIDIA/cuda-checkpoint#30)", err, pid)
-		case k.UVM && !errors.Is(err, checkpoint.ErrTimeout):
+		case k.UVM && (errors.Is(err, checkpoint.ErrNotCheckpointable) || errors.Is(err, checkpoint.ErrFailed)):
 			return fmt.Errorf("%w (process %d maps /dev/nvidia-uvm: if it uses managed memory, cudaMallocManaged, cuda-checkpoint cannot checkpoint it, as its README says)", err, pid)
 		}
 	}

@@ -95,10 +95,17 @@ func TestFreezeUVMOnlyExplains(t *testing.T) {
 	if _, err := c.Thaw(ctxT(t), api.ThawParams{Name: "managed"}); err != nil {
 		t.Fatal(err)
 	}
-	h.faults(`{"checkpoint": {"error": "CUDA_ERROR_NOT_SUPPORTED"}}`)
+	h.faults(`{"checkpoint": {"error": "CUDA_ERROR_NOT_SUPPORTED", "times": 1}}`)
 	_, err := c.Freeze(ctxT(t), api.FreezeParams{Name: "managed"})
 	if err == nil || !strings.Contains(err.Error(), "/dev/nvidia-uvm") {
 		t.Errorf("failed freeze: %v; want it to name the UVM mapping", err)
+	}
+	h.wantUntouched("managed", 100)
+	// A failure with a cause of its own is not blamed on the mapping.
+	h.faults(`{"checkpoint": {"error": "CUDA_ERROR_OUT_OF_MEMORY", "times": 1}}`)
+	_, err = c.Freeze(ctxT(t), api.FreezeParams{Name: "managed"})
+	if err == nil || strings.Contains(err.Error(), "/dev/nvidia-uvm") {
+		t.Errorf("freeze out of memory: %v; want it not to name the UVM mapping", err)
 	}
 	h.wantUntouched("managed", 100)
 }
