@@ -29,10 +29,12 @@ const (
 // server is the fake OpenAI-compatible model server of --http: what a
 // router sees of llama.cpp's llama-server or vLLM, without a model.
 type server struct {
-	model      string
-	tokenDelay time.Duration
-	readyAt    time.Time   // --load-seconds after the start
-	loaded     atomic.Bool // its --vram is allocated
+	model string
+	// pace runs between two streamed tokens (the model's time per token:
+	// --token-delay); nil: none.
+	pace    func()
+	readyAt time.Time   // --load-seconds after the start
+	loaded  atomic.Bool // its --vram is allocated
 	// gpuBusy reports whether its CUDA calls would block now (the process
 	// is locked or checkpointed for a freeze); nil without --vram.
 	gpuBusy func() bool
@@ -315,7 +317,7 @@ func embed(model, input string) []float64 {
 }
 
 // stream writes server-sent events: first (if not nil), one event per
-// token (flushed at once, --token-delay apart), last, then "data: [DONE]".
+// token (flushed at once, paced), last, then "data: [DONE]".
 // With crash it exits after the first token.
 func (s *server) stream(w http.ResponseWriter, crash bool, first any, toks []string, event func(string) any, last any) {
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -336,8 +338,8 @@ func (s *server) stream(w http.ResponseWriter, crash bool, first any, toks []str
 		return
 	}
 	for i, tok := range toks {
-		if i > 0 && s.tokenDelay > 0 {
-			time.Sleep(s.tokenDelay) // the model's time per token
+		if i > 0 && s.pace != nil {
+			s.pace()
 		}
 		s.waitGPU()
 		if send(event(tok)) != nil {

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -122,32 +123,48 @@ func sseEvents(t *testing.T, r io.Reader) (events []string, at []time.Time) {
 }
 
 func TestChatStream(t *testing.T) {
-	// Each token waits on the previous one having been read: the stream
-	// is flushed per token, not buffered to the end.
-	ts := newTestServer(t, &server{tokenDelay: 50 * time.Millisecond})
-	resp, err := http.Post(ts.URL+"/v1/chat/completions", "application/json",
-		strings.NewReader(`{"messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":3}`))
-	if err != nil {
-		t.Fatal(err)
+	// The second token waits until the client has read the first event: a
+	// stream buffered to its end never gets there.
+	read := make(chan struct{})
+	release := sync.OnceFunc(func() { close(read) })
+	defer release()
+	ts := newTestServer(t, &server{pace: func() { <-read }})
+	type start struct {
+		resp *http.Response
+		r    *bufio.Reader
+		line string
+		err  error
 	}
+	first := make(chan start, 1)
+	go func() {
+		resp, err := http.Post(ts.URL+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":3}`))
+		if err != nil {
+			first <- start{err: err}
+			return
+		}
+		r := bufio.NewReader(resp.Body)
+		line, err := r.ReadString('\n')
+		first <- start{resp, r, line, err}
+	}()
+	var got start
+	select {
+	case got = <-first:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no first event while the reply was paused: the stream is buffered")
+	}
+	if got.err != nil {
+		t.Fatal(got.err)
+	}
+	resp, r := got.resp, got.r
 	defer resp.Body.Close()
 	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || ct != "text/event-stream" {
 		t.Fatalf("status %d, Content-Type %q", resp.StatusCode, ct)
 	}
-	first := make(chan string, 1)
-	r := bufio.NewReader(resp.Body)
-	go func() {
-		line, _ := r.ReadString('\n')
-		first <- line
-	}()
-	select {
-	case line := <-first:
-		if !strings.Contains(line, `"role":"assistant"`) {
-			t.Errorf("first event %q", line)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no first event before the reply ended: the stream is buffered")
+	if !strings.Contains(got.line, `"role":"assistant"`) {
+		t.Errorf("first event %q", got.line)
 	}
+	release()
 	events, _ := sseEvents(t, r)
 	if len(events) != 5 || events[4] != "[DONE]" {
 		t.Fatalf("events after the first: %q, want 3 tokens, the finish and [DONE]", events)

@@ -111,10 +111,12 @@ func (j *job) startHTTP() error {
 		return err
 	}
 	s := &server{
-		model:      j.cfg.model,
-		tokenDelay: j.cfg.tokenDelay,
-		readyAt:    time.Now().Add(j.cfg.load),
-		crash:      crashNow(j.printf),
+		model:   j.cfg.model,
+		readyAt: time.Now().Add(j.cfg.load),
+		crash:   crashNow(j.printf),
+	}
+	if d := j.cfg.tokenDelay; d > 0 {
+		s.pace = func() { time.Sleep(d) } // the model's time per token
 	}
 	if s.model == "" {
 		s.model = filepath.Base(os.Args[0])
