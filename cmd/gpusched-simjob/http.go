@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,8 +45,13 @@ type server struct {
 
 // listen binds 127.0.0.1:port before the job loads, as llama-server does,
 // so that a health check sees "loading" rather than a refused connection.
+// It listens on plain TCP, as llama-server and vLLM do: Go 1.24 and later
+// listen with MPTCP by default, whose sockets CRIU cannot dump ("inet:
+// Unsupported proto 262"), so a hibernate would fail.
 func listen(port int) (net.Listener, error) {
-	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	var lc net.ListenConfig
+	lc.SetMultipathTCP(false)
+	ln, err := lc.Listen(context.Background(), "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 	if err != nil {
 		return nil, fmt.Errorf("--http %d: %w", port, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gpusched/gpusched/internal/simgpu"
+	"github.com/gpusched/gpusched/internal/testutil"
 )
 
 // simjobBin is the program under test, built once by TestMain.
@@ -35,6 +36,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	testutil.Cleanup()
 	os.Exit(code)
 }
 
