@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"net/http"
 	"slices"
 	"time"
 
@@ -22,16 +23,17 @@ const TurnBound = 32
 
 // model is one configured model's live state, guarded by Router.mu.
 type model struct {
-	cfg      *Model
-	inflight int       // requests admitted and not yet answered
-	waiting  int       // requests waiting for a wake or a turn
-	hold     Hold      // non-nil while held (inflight > 0, or a wake just landed)
-	wake     *wakeCall // the wake in progress, shared by every waiting request
-	broken   bool      // its server failed a request: admit no more on this hold
-	served   int       // requests admitted in this hold
-	lastUsed time.Time
-	idle     *time.Timer // freezes it after cfg.TTL without requests
-	freezing bool        // an unload freezes it: wakes wait
+	cfg       *Model
+	inflight  int       // requests admitted and not yet answered
+	waiting   int       // requests waiting for a wake or a turn
+	hold      Hold      // non-nil while held (inflight > 0, or a wake just landed)
+	wake      *wakeCall // the wake in progress, shared by every waiting request
+	broken    bool      // its server failed a request: admit no more on this hold
+	served    int       // requests admitted in this hold
+	lastUsed  time.Time
+	idle      *time.Timer     // freezes it after cfg.TTL without requests
+	freezing  bool            // an unload freezes it: wakes wait
+	transport *http.Transport // to its server
 }
 
 // wakeCall is one wake of a model; done closes when it ends, err says how.
@@ -154,6 +156,7 @@ func (r *Router) unneeded(m *model) bool {
 func (r *Router) letGo(m *model) Hold {
 	h := m.hold
 	m.hold, m.broken = nil, false
+	m.transport.CloseIdleConnections()
 	r.armIdle(m)
 	return h
 }

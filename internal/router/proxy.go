@@ -13,8 +13,9 @@ import (
 	"time"
 )
 
-// newTransport is the one HTTP transport to the model servers: loopback
-// only, connections kept for reuse.
+// newTransport is a model's HTTP transport: loopback only, connections
+// kept for reuse while the model is held and closed when it is let go (a
+// process with established TCP connections cannot be hibernated).
 func newTransport() *http.Transport {
 	return &http.Transport{
 		Proxy:                 nil,
@@ -33,7 +34,8 @@ type proxyKey struct{}
 // unbuffered (FlushInterval -1 flushes each write: server-sent events pass
 // chunk by chunk), and a client that hangs up cancels the upstream
 // request (the outgoing request carries the client's context).
-func (r *Router) newProxy(m *Model) *httputil.ReverseProxy {
+func (r *Router) newProxy(mm *model) *httputil.ReverseProxy {
+	m := mm.cfg
 	target := &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(m.Port)}
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -42,7 +44,7 @@ func (r *Router) newProxy(m *Model) *httputil.ReverseProxy {
 			pr.Out.Header.Del("Authorization") // the router's key, not the model's
 			pr.Out.Header.Del("X-Api-Key")
 		},
-		Transport:     r.transport,
+		Transport:     mm.transport,
 		FlushInterval: -1,
 		ModifyResponse: func(resp *http.Response) error {
 			l, _ := resp.Request.Context().Value(proxyKey{}).(*lease)

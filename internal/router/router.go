@@ -17,16 +17,14 @@ import (
 
 // Router routes requests to the models of its config and wakes them.
 type Router struct {
-	cfg       *Config
-	d         Daemon
-	log       *zap.Logger
-	stdLog    *log.Logger
-	metrics   *metrics
-	transport *http.Transport
-	health    *http.Client
-	proxies   map[string]*httputil.ReverseProxy
-	env       map[string]string // the environment models start with: the router's own
-	started   time.Time
+	cfg     *Config
+	d       Daemon
+	log     *zap.Logger
+	stdLog  *log.Logger
+	metrics *metrics
+	proxies map[string]*httputil.ReverseProxy
+	env     map[string]string // the environment models start with: the router's own
+	started time.Time
 
 	ctx context.Context // the router's lifetime: wakes and idle freezes run under it
 	wg  sync.WaitGroup  // wakes in progress
@@ -40,15 +38,15 @@ type Router struct {
 // New builds a router over d. It serves nothing until Serve.
 func New(cfg *Config, d Daemon, logger *zap.Logger) *Router {
 	r := &Router{
-		cfg: cfg, d: d, log: logger, metrics: newMetrics(), transport: newTransport(),
+		cfg: cfg, d: d, log: logger, metrics: newMetrics(),
 		proxies: map[string]*httputil.ReverseProxy{}, env: environ(), started: time.Now(),
 		ctx: context.Background(), models: map[string]*model{}, changed: make(chan struct{}),
 	}
 	r.stdLog = zap.NewStdLog(logger.Named("http"))
-	r.health = &http.Client{Transport: r.transport, Timeout: 2 * time.Second}
 	for name, m := range cfg.Models {
-		r.models[name] = &model{cfg: m}
-		r.proxies[name] = r.newProxy(m)
+		mm := &model{cfg: m, transport: newTransport()}
+		r.models[name] = mm
+		r.proxies[name] = r.newProxy(mm)
 	}
 	return r
 }

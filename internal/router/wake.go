@@ -256,6 +256,7 @@ const healthPoll = 50 * time.Millisecond
 // when the process exits (with the tail of its log).
 func (r *Router) waitHealthy(ctx context.Context, m *model) error {
 	url := fmt.Sprintf("http://127.0.0.1:%d%s", m.cfg.Port, m.cfg.Health)
+	client := &http.Client{Transport: m.transport, Timeout: 2 * time.Second}
 	t := time.NewTicker(healthPoll)
 	defer t.Stop()
 	for i := 0; ; i++ {
@@ -263,7 +264,7 @@ func (r *Router) waitHealthy(ctx context.Context, m *model) error {
 		if err != nil {
 			return err
 		}
-		if resp, err := r.health.Do(req); err == nil {
+		if resp, err := client.Do(req); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil
