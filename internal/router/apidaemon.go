@@ -29,6 +29,11 @@ func (a apiDaemon) Process(ctx context.Context, name string) (p *api.Process, er
 	return p, err
 }
 
+func (a apiDaemon) PS(ctx context.Context) (ps []api.Process, err error) {
+	err = a.with(ctx, func(c *api.Client) error { ps, err = c.PS(ctx, api.PSParams{}); return err })
+	return ps, err
+}
+
 func (a apiDaemon) Run(ctx context.Context, rp api.RunParams) (p *api.Process, err error) {
 	err = a.with(ctx, func(c *api.Client) error { p, err = c.Run(ctx, rp); return err })
 	return p, err

@@ -11,6 +11,8 @@ import (
 type Daemon interface {
 	// Process returns the managed process name (api.IsNotFound when none).
 	Process(ctx context.Context, name string) (*api.Process, error)
+	// PS lists the caller's processes.
+	PS(ctx context.Context) ([]api.Process, error)
 	// Run starts a managed process (replacing an exited one of that name).
 	Run(ctx context.Context, p api.RunParams) (*api.Process, error)
 	// Set changes a process's disk-tier policy.
@@ -21,9 +23,11 @@ type Daemon interface {
 	GPUs(ctx context.Context) ([]api.GPU, error)
 	// Logs returns the last lines of a process's log.
 	Logs(ctx context.Context, name string, lines int) ([]string, error)
-	// Hold makes name resident (thawing it from RAM or disk and, when it
-	// does not fit, freezing the processes of evict, in that order) and
-	// keeps it from being frozen to make room until the Hold is closed.
+	// Hold activates name with hold (the daemon's activate): it makes name
+	// resident, thawing it from RAM or disk and, when it does not fit,
+	// freezing the processes of evict in that order (nil: the owner's
+	// least recently active unheld ones on its GPUs), and keeps it from
+	// being frozen to make room until the Hold is closed.
 	Hold(ctx context.Context, name string, evict []string) (Hold, error)
 }
 

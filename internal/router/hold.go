@@ -6,20 +6,26 @@ import (
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
-// Hold, until the daemon's activate lands: a thaw without a hold.
+// Hold activates name with hold on a connection of its own, which the
+// returned Hold closes.
 func (a apiDaemon) Hold(ctx context.Context, name string, evict []string) (Hold, error) {
-	p, err := a.Process(ctx, name)
+	c, err := api.Dial(ctx, a.socket)
 	if err != nil {
 		return nil, err
 	}
-	if p.State == api.StateRunning {
-		return interimHold(p.State), nil
+	act, err := c.Hold(ctx, api.ActivateParams{Name: name, Evict: evict})
+	if err != nil {
+		c.Close()
+		return nil, err
 	}
-	err = a.with(ctx, func(c *api.Client) error { _, err := c.Thaw(ctx, api.ThawParams{Name: name}); return err })
-	return interimHold(p.State), err
+	return &apiHold{c: c, was: act.Was}, nil
 }
 
-type interimHold api.State
+// apiHold is a held activation: its connection.
+type apiHold struct {
+	c   *api.Client
+	was api.State
+}
 
-func (h interimHold) Was() api.State { return api.State(h) }
-func (interimHold) Close() error     { return nil }
+func (h *apiHold) Was() api.State { return h.was }
+func (h *apiHold) Close() error   { return h.c.Close() }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -78,7 +79,7 @@ func (r *Router) wake(m *model, w *wakeCall) (Hold, error) {
 		if p.State == api.StateExited {
 			h, err = r.coldStart(ctx, m, w)
 		} else {
-			h, err = r.d.Hold(ctx, name, r.evictFor(m))
+			h, err = r.hold(ctx, m)
 		}
 		switch {
 		case err == nil:
@@ -151,19 +152,41 @@ func (r *Router) setContending(w *wakeCall, on bool) {
 }
 
 // evictFor names the processes an activation of m may freeze: the
-// router's idle models on its GPUs, least recently used first.
-func (r *Router) evictFor(m *model) []string {
+// router's idle models on its GPUs that have a process, least recently
+// used first; nil (the daemon's choice: the user's least recently active
+// unheld processes there) when there are none.
+func (r *Router) evictFor(ctx context.Context, m *model) ([]string, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	var names []string
-	for _, o := range r.idleLRU(m) {
-		names = append(names, o.cfg.Name)
+	idle := r.idleLRU(m)
+	r.mu.Unlock()
+	if len(idle) == 0 {
+		return nil, nil
 	}
-	return names
+	ps, err := r.d.PS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, o := range idle {
+		if slices.ContainsFunc(ps, func(p api.Process) bool { return p.Name == o.cfg.Name }) {
+			names = append(names, o.cfg.Name)
+		}
+	}
+	return names, nil
+}
+
+// hold activates m with hold, offering its idle neighbours as room.
+func (r *Router) hold(ctx context.Context, m *model) (Hold, error) {
+	evict, err := r.evictFor(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	return r.d.Hold(ctx, m.cfg.Name, evict)
 }
 
 // coldStart starts m's server as a managed process once its GPUs have
-// room, waits until it answers its health path, then holds it.
+// room, holds it as soon as it runs (so that no activation freezes it
+// while it loads), and waits until it answers its health path.
 func (r *Router) coldStart(ctx context.Context, m *model, w *wakeCall) (Hold, error) {
 	if err := r.makeRoom(ctx, m); err != nil {
 		return nil, err
@@ -177,11 +200,40 @@ func (r *Router) coldStart(ctx context.Context, m *model, w *wakeCall) (Hold, er
 	w.roomed, w.contending = true, false
 	r.broadcast()
 	r.mu.Unlock()
-	if err := r.waitHealthy(ctx, m); err != nil {
+	h, err := r.holdStarted(ctx, m)
+	if err != nil {
 		return nil, err
 	}
-	return r.d.Hold(ctx, c.Name, r.evictFor(m))
+	if err := r.waitHealthy(ctx, m); err != nil {
+		h.Close()
+		return nil, err
+	}
+	return coldHold{h}, nil
 }
+
+// holdStarted holds a process just started, once it runs.
+func (r *Router) holdStarted(ctx context.Context, m *model) (Hold, error) {
+	pause := retryMin
+	for {
+		h, err := r.d.Hold(ctx, m.cfg.Name, nil)
+		if !api.IsConflict(err) { // conflict: still starting
+			return h, err
+		}
+		p, perr := r.d.Process(ctx, m.cfg.Name)
+		if perr == nil && p.State == api.StateExited {
+			return nil, r.exitedError(ctx, m, p, "while starting")
+		}
+		if err := r.pauseFor(ctx, pause); err != nil {
+			return nil, fmt.Errorf("model %q: not running after %v: %w", m.cfg.Name, r.cfg.StartTimeout, err)
+		}
+		pause = min(2*pause, retryMax)
+	}
+}
+
+// coldHold is the hold of a model that started cold: it woke from nothing.
+type coldHold struct{ Hold }
+
+func (coldHold) Was() api.State { return "" }
 
 // makeRoom frees m's VRAM on each of its GPUs by freezing the router's
 // idle models there, least recently used first. It returns errNoRoom when
