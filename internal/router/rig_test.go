@@ -235,6 +235,41 @@ func (g *rig) clientQuiet(name string) (*api.Process, error) {
 	return c.Process(context.Background(), name)
 }
 
+// otherUser is a second unprivileged user of the daemon.
+func (g *rig) otherUser() testutil.User {
+	return testutil.NewUser(g.t, "gsrouter2", g.user.Group)
+}
+
+// runAs starts a managed process of user u (as root may) and waits until
+// the daemon sees the simulated VRAM it holds: GPU memory is sampled, so
+// there is no event to wait for.
+func (g *rig) runAs(u testutil.User, name string, cmd ...string) {
+	g.t.Helper()
+	if _, err := g.client().Run(context.Background(), api.RunParams{Name: name, Cmd: cmd, Dir: "/", User: u.Name}); err != nil {
+		g.t.Fatalf("run %s as %s: %v", name, u.Name, err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if p := g.process(name); p.State == api.StateRunning && p.VRAMMiB > 0 {
+			return
+		} else if time.Now().After(deadline) {
+			g.t.Fatalf("%s is %s holding %d MiB after 20s", name, p.State, p.VRAMMiB)
+		}
+	}
+}
+
+// ctlAsUser runs gpuschedctl as the router's user and returns its output.
+func (g *rig) ctlAsUser(args ...string) string {
+	g.t.Helper()
+	cmd := exec.Command(g.bins.Ctl, args...)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "GPUSCHED_SOCKET=" + g.sock}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: g.user.UID, Gid: g.user.GID, Groups: g.user.Groups()}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		g.t.Fatalf("gpuschedctl %v as %s: %v\n%s", args, g.user.Name, err, out)
+	}
+	return string(out)
+}
+
 // curl runs curl and returns its stdout and its exit status.
 func curl(t *testing.T, args ...string) (string, int) {
 	t.Helper()

@@ -103,6 +103,12 @@ func (r *Router) wake(m *model, w *wakeCall) (Hold, error) {
 // still waits for room: room goes to the model that asked first.
 func (r *Router) waitTurn(ctx context.Context, m *model, w *wakeCall) error {
 	r.mu.Lock()
+	w.queued = true
+	defer func() {
+		r.mu.Lock()
+		w.queued = false
+		r.mu.Unlock()
+	}()
 	for {
 		ahead := false
 		for _, o := range r.models {
