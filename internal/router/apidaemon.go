@@ -43,6 +43,10 @@ func (a apiDaemon) Set(ctx context.Context, sp api.SetParams) error {
 	return a.with(ctx, func(c *api.Client) error { _, err := c.Set(ctx, sp); return err })
 }
 
+func (a apiDaemon) Kill(ctx context.Context, name string) error {
+	return a.with(ctx, func(c *api.Client) error { _, err := c.Kill(ctx, api.KillParams{Name: name}); return err })
+}
+
 func (a apiDaemon) Freeze(ctx context.Context, name string) error {
 	return a.with(ctx, func(c *api.Client) error { _, err := c.Freeze(ctx, api.FreezeParams{Name: name}); return err })
 }

@@ -17,6 +17,8 @@ type Daemon interface {
 	Run(ctx context.Context, p api.RunParams) (*api.Process, error)
 	// Set changes a process's disk-tier policy.
 	Set(ctx context.Context, p api.SetParams) error
+	// Kill ends a process tree (SIGTERM, then SIGKILL after the daemon's grace).
+	Kill(ctx context.Context, name string) error
 	// Freeze parks a running process's GPU memory in host RAM.
 	Freeze(ctx context.Context, name string) error
 	// GPUs samples the GPUs' memory.

@@ -182,8 +182,34 @@ func TestRouterIdleTTLAndCrash(t *testing.T) {
 	if code, body := g.chat("alpha"); code != 200 || !strings.Contains(body, "alpha") {
 		t.Fatalf("after a crash: %d %s", code, body)
 	}
-	if got := g.metric(`gpusched_router_wake_seconds_count{model="alpha",tier="cold"}`); got != "2" {
-		t.Errorf("cold wakes = %q, want 2", got)
+
+	// Crashing mid-stream: the stream ends with an error event; the next
+	// request starts it again.
+	out := g.python(`
+import json, sys, urllib.request
+req = urllib.request.Request(sys.argv[1] + "/v1/chat/completions", method="POST",
+    data=json.dumps({"model": "alpha", "stream": True, "messages": [{"role": "user", "content": "CRASH"}]}).encode())
+with urllib.request.urlopen(req, timeout=30) as r:
+    print(r.read().decode())
+`)
+	if !strings.Contains(out, "event: error") || !strings.Contains(out, `its server failed mid-stream`) {
+		t.Errorf("a stream its server crashed in: %q", out)
+	}
+	if code, body := g.chat("alpha"); code != 200 || !strings.Contains(body, "alpha") {
+		t.Fatalf("after a crash mid-stream: %d %s", code, body)
+	}
+	// Crashing mid-reply: 502, and the next request starts it again.
+	if code, body := g.chatSaying("alpha", "CRASH"); code != 502 || !strings.Contains(body, `its server failed the request`) {
+		t.Errorf("a reply its server crashed in: %d %s, want 502", code, body)
+	}
+	if code, body := g.chat("alpha"); code != 200 || !strings.Contains(body, "alpha") {
+		t.Fatalf("after a crash mid-reply: %d %s", code, body)
+	}
+	if got := g.metric(`gpusched_router_wake_seconds_count{model="alpha",tier="cold"}`); got != "4" {
+		t.Errorf("cold wakes = %q, want 4 (the first, and after each of 3 crashes)", got)
+	}
+	if got := g.metric(`gpusched_router_upstream_errors_total{model="alpha"}`); got != "2" {
+		t.Errorf("upstream errors = %q, want 2", got)
 	}
 }
 

@@ -29,6 +29,7 @@ type model struct {
 	hold      Hold      // non-nil while held (inflight > 0, or a wake just landed)
 	wake      *wakeCall // the wake in progress, shared by every waiting request
 	broken    bool      // its server failed a request: admit no more on this hold
+	suspect   bool      // its server failed a request: the next wake checks it first
 	served    int       // requests admitted in this hold
 	lastUsed  time.Time
 	idle      *time.Timer     // freezes it after cfg.TTL without requests
@@ -41,7 +42,6 @@ type wakeCall struct {
 	done       chan struct{}
 	err        error
 	ticket     uint64 // wakes that contend for room go in ticket order
-	roomed     bool   // it has its room (a cold start loading): no longer in the queue
 	contending bool   // it waits for room that held models occupy
 	queued     bool   // it waits for older wakes (waitTurn): its model may make room for them
 }
@@ -135,7 +135,7 @@ func (l *lease) end() {
 	m.lastUsed = time.Now()
 	r.metrics.inflight.WithLabelValues(m.cfg.Name).Dec()
 	if l.failed {
-		m.broken = true
+		m.broken, m.suspect = true, true
 	}
 	var h Hold
 	if r.unneeded(m) {

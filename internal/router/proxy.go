@@ -1,6 +1,7 @@
 package router
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -48,10 +49,14 @@ func (r *Router) newProxy(mm *model) *httputil.ReverseProxy {
 		FlushInterval: -1,
 		ModifyResponse: func(resp *http.Response) error {
 			l, _ := resp.Request.Context().Value(proxyKey{}).(*lease)
-			if l != nil && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-				resp.Body = &sseBody{ReadCloser: resp.Body, l: l}
+			if l == nil {
+				return nil
 			}
-			return nil
+			if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+				resp.Body = &sseBody{ReadCloser: resp.Body, l: l}
+				return nil
+			}
+			return bufferReply(resp)
 		},
 		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
 			if req.Context().Err() != nil {
@@ -66,6 +71,36 @@ func (r *Router) newProxy(mm *model) *httputil.ReverseProxy {
 		},
 		ErrorLog: r.stdLog,
 	}
+}
+
+// maxBuffered bounds the part of a reply that is not an event stream
+// read before it is passed on.
+const maxBuffered = 16 << 20
+
+// bufferReply reads a reply that is not an event stream (a JSON answer is
+// of no use until whole) before passing it on, up to maxBuffered: a server
+// that dies mid-reply then gives the client a clear 502 rather than a 200
+// cut short. A longer reply passes its first maxBuffered bytes and streams
+// the rest.
+func bufferReply(resp *http.Response) error {
+	head, err := io.ReadAll(io.LimitReader(resp.Body, maxBuffered))
+	if err != nil {
+		resp.Body.Close()
+		return fmt.Errorf("reading its reply: %w", err)
+	}
+	if len(head) < maxBuffered {
+		resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(head))
+		resp.ContentLength = int64(len(head))
+		resp.Header.Set("Content-Length", strconv.Itoa(len(head)))
+		resp.TransferEncoding = nil
+		return nil
+	}
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
+	return nil
 }
 
 // sseBody ends an event stream that breaks mid-way with an error event the

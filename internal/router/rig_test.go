@@ -108,8 +108,18 @@ func freePort(t *testing.T) int {
 // simModel is a [models.NAME] table for gpusched-simjob --http holding
 // vramMiB, plus extra TOML lines.
 func (g *rig) simModel(name string, vramMiB int, extra ...string) string {
-	return fmt.Sprintf("[models.%s]\ncmd = [%q, \"--http\", \"${PORT}\", \"--vram\", \"%d\"]\nport = %d\nvram = \"%dM\"\n%s\n",
-		name, g.bins.SimJob, vramMiB, freePort(g.t), vramMiB, strings.Join(extra, "\n"))
+	return g.simModelArgs(name, vramMiB, nil, extra...)
+}
+
+// simModelArgs is simModel with more simjob flags.
+func (g *rig) simModelArgs(name string, vramMiB int, flags []string, extra ...string) string {
+	argv := []string{g.bins.SimJob, "--http", "${PORT}", "--vram", fmt.Sprint(vramMiB), "--model", name}
+	quoted := make([]string, 0, len(argv)+len(flags))
+	for _, a := range append(argv, flags...) {
+		quoted = append(quoted, strconv.Quote(a))
+	}
+	return fmt.Sprintf("[models.%s]\ncmd = [%s]\nport = %d\nvram = \"%dM\"\n%s\n",
+		name, strings.Join(quoted, ", "), freePort(g.t), vramMiB, strings.Join(extra, "\n"))
 }
 
 // writeConfig writes the router's config where its user may read it.
@@ -290,7 +300,13 @@ func curl(t *testing.T, args ...string) (string, int) {
 // HTTP status and body.
 func (g *rig) chat(model string, extraArgs ...string) (int, string) {
 	g.t.Helper()
-	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}]}`, model)
+	return g.chatSaying(model, "hi", extraArgs...)
+}
+
+// chatSaying is chat with the user's message.
+func (g *rig) chatSaying(model, content string, extraArgs ...string) (int, string) {
+	g.t.Helper()
+	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":%q}]}`, model, content)
 	out, code := curl(g.t, append([]string{"-w", "\n%{http_code}", "-H", "Content-Type: application/json", "-d", body, g.url + "/v1/chat/completions"}, extraArgs...)...)
 	if code != 0 {
 		g.t.Fatalf("curl exit %d: %s", code, out)

@@ -65,15 +65,41 @@ func (r *Router) wake(m *model, w *wakeCall) (Hold, error) {
 	name := m.cfg.Name
 	pause := retryMin
 	for {
-		if err := r.waitTurn(ctx, m, w); err != nil {
-			return nil, fmt.Errorf("model %q: waiting for its turn to wake: %w", name, err)
+		p, err := r.processOf(ctx, m)
+		if err != nil {
+			return nil, err
 		}
-		p, err := r.d.Process(ctx, name)
-		switch {
-		case api.IsNotFound(err):
-			p = &api.Process{State: api.StateExited}
-		case err != nil:
-			return nil, fmt.Errorf("model %q: %w", name, err)
+		if p.State != api.StateRunning {
+			// It needs room: after the wakes that asked for room first.
+			if err := r.waitTurn(ctx, m, w); err != nil {
+				return nil, fmt.Errorf("model %q: waiting for its turn to wake: %w", name, err)
+			}
+			if p, err = r.processOf(ctx, m); err != nil {
+				return nil, err
+			}
+		}
+		if p.State == api.StateRunning && r.isSuspect(m) {
+			// Its server failed a request: serving again needs it to
+			// answer its health path; exited, it starts cold.
+			err := r.waitHealthy(ctx, m)
+			if errors.As(err, new(exitedError)) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			r.mu.Lock()
+			m.suspect = false
+			r.mu.Unlock()
+		}
+		if p.State == api.StateFailed {
+			// Its GPU state is lost (the driver says so): only a new
+			// process can serve.
+			r.log.Warn("killing a model whose GPU state is lost", zapModel(m), zap.String("error", p.Error))
+			if err := r.d.Kill(ctx, name); err != nil && !api.IsConflict(err) {
+				return nil, fmt.Errorf("model %q: kill its failed process: %w", name, err)
+			}
+			p.State = api.StateExited
 		}
 		var h Hold
 		if p.State == api.StateExited {
@@ -99,8 +125,27 @@ func (r *Router) wake(m *model, w *wakeCall) (Hold, error) {
 	}
 }
 
-// waitTurn waits until no older wake of a model sharing a GPU with m
-// still waits for room: room goes to the model that asked first.
+func (r *Router) isSuspect(m *model) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return m.suspect
+}
+
+// processOf returns m's process; one that does not exist reads as exited.
+func (r *Router) processOf(ctx context.Context, m *model) (*api.Process, error) {
+	p, err := r.d.Process(ctx, m.cfg.Name)
+	switch {
+	case api.IsNotFound(err):
+		return &api.Process{State: api.StateExited}, nil
+	case err != nil:
+		return nil, fmt.Errorf("model %q: %w", m.cfg.Name, err)
+	}
+	return p, nil
+}
+
+// waitTurn waits until no older wake of a model sharing a GPU with m is
+// in progress: room goes to the model that asked first, and a cold start
+// keeps its GPUs until its memory is counted (waitResident).
 func (r *Router) waitTurn(ctx context.Context, m *model, w *wakeCall) error {
 	r.mu.Lock()
 	w.queued = true
@@ -112,7 +157,7 @@ func (r *Router) waitTurn(ctx context.Context, m *model, w *wakeCall) error {
 	for {
 		ahead := false
 		for _, o := range r.models {
-			if o != m && o.wake != nil && !o.wake.roomed && o.wake.ticket < w.ticket && overlaps(o.cfg, m.cfg) {
+			if o != m && o.wake != nil && o.wake.ticket < w.ticket && overlaps(o.cfg, m.cfg) {
 				ahead = true
 				break
 			}
@@ -202,10 +247,6 @@ func (r *Router) coldStart(ctx context.Context, m *model, w *wakeCall) (Hold, er
 	if err != nil {
 		return nil, fmt.Errorf("start model %q: %w", c.Name, err)
 	}
-	r.mu.Lock()
-	w.roomed, w.contending = true, false
-	r.broadcast()
-	r.mu.Unlock()
 	h, err := r.holdStarted(ctx, m)
 	if err != nil {
 		return nil, err
@@ -214,7 +255,35 @@ func (r *Router) coldStart(ctx context.Context, m *model, w *wakeCall) (Hold, er
 		h.Close()
 		return nil, err
 	}
+	r.waitResident(ctx, m)
 	return coldHold{h}, nil
+}
+
+// residentWait bounds how long a started model's memory may take to show
+// in the daemon's GPU samples.
+const residentWait = 2 * time.Second
+
+// waitResident waits until the daemon counts the VRAM a model just
+// started holds (it samples GPU memory, so there is no event), for at
+// most residentWait: until then an activation of another model would be
+// admitted into memory the new one is about to take, and run out of it.
+// Wakes queued behind this one wait for it.
+func (r *Router) waitResident(ctx context.Context, m *model) {
+	if m.cfg.VRAMMiB == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, residentWait)
+	defer cancel()
+	for {
+		if p, err := r.d.Process(ctx, m.cfg.Name); err != nil || p.VRAMMiB*100 >= m.cfg.VRAMMiB*90 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(healthPoll):
+		}
+	}
 }
 
 // holdStarted holds a process just started, once it runs.
@@ -227,7 +296,7 @@ func (r *Router) holdStarted(ctx context.Context, m *model) (Hold, error) {
 		}
 		p, perr := r.d.Process(ctx, m.cfg.Name)
 		if perr == nil && p.State == api.StateExited {
-			return nil, r.exitedError(ctx, m, p, "while starting")
+			return nil, r.exited(ctx, m, p, "while starting")
 		}
 		if err := r.pauseFor(ctx, pause); err != nil {
 			return nil, fmt.Errorf("model %q: not running after %v: %w", m.cfg.Name, r.cfg.StartTimeout, err)
@@ -330,7 +399,7 @@ func (r *Router) waitHealthy(ctx context.Context, m *model) error {
 		}
 		if i%5 == 4 { // every 250 ms: has it died?
 			if p, err := r.d.Process(ctx, m.cfg.Name); err == nil && p.State == api.StateExited {
-				return r.exitedError(ctx, m, p, "while starting")
+				return r.exited(ctx, m, p, "while starting")
 			}
 		}
 		select {
@@ -342,7 +411,7 @@ func (r *Router) waitHealthy(ctx context.Context, m *model) error {
 }
 
 // exitedError explains an exit of m's process with the last lines of its log.
-func (r *Router) exitedError(ctx context.Context, m *model, p *api.Process, when string) error {
+func (r *Router) exited(ctx context.Context, m *model, p *api.Process, when string) error {
 	how := "exited"
 	if p.Exit != nil {
 		switch {
@@ -356,5 +425,10 @@ func (r *Router) exitedError(ctx context.Context, m *model, p *api.Process, when
 	if lines, err := r.d.Logs(ctx, m.cfg.Name, 5); err == nil && len(lines) > 0 {
 		msg += "; its log ends: " + strings.Join(lines, " | ")
 	}
-	return errors.New(msg)
+	return exitedError(msg)
 }
+
+// exitedError is a model's process found exited.
+type exitedError string
+
+func (e exitedError) Error() string { return string(e) }
