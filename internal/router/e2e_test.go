@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -275,5 +276,42 @@ func TestRouterBadConfig(t *testing.T) {
 	}
 	if want := path + `:5: models.alpha.ttl: bad duration "5 minutes"`; !strings.Contains(string(out), want) {
 		t.Errorf("output %q does not name %q", out, want)
+	}
+}
+
+// TestRouterHibernatedWake: a frozen model goes to disk after its
+// hibernate time (the daemon's ttl policy) and a request restores it.
+func TestRouterHibernatedWake(t *testing.T) {
+	testutil.CRIU(t)
+	g := newRig(t, "1x24G")
+	g.startRouter(g.simModel("alpha", 1024, `hibernate = "500ms"`))
+	if code, body := g.chat("alpha"); code != 200 {
+		t.Fatalf("%d %s", code, body)
+	}
+	if body, _ := curl(t, "-XPOST", g.url+"/unload/alpha"); !strings.Contains(body, `"unloaded":["alpha"]`) {
+		t.Fatalf("/unload/alpha: %s", body)
+	}
+	// The policy's failures change only the process's note, which no event
+	// reports: look at it until it is hibernated or says why not.
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		p := g.process("alpha")
+		if p.State == api.StateHibernated {
+			break
+		}
+		if strings.Contains(p.Note, "cannot image on this kernel") {
+			t.Skipf("this kernel's CRIU cannot image a listening TCP socket (no inet_diag): %s", p.Note)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("alpha not hibernated after 60s: %s, note %q", p.State, p.Note)
+		}
+	}
+	if code, body := g.chat("alpha"); code != 200 || !strings.Contains(body, "alpha") {
+		t.Fatalf("from disk: %d %s", code, body)
+	}
+	if got := g.metric(`gpusched_router_wake_seconds_count{model="alpha",tier="hibernated"}`); got != "1" {
+		t.Errorf("hibernated wakes = %q, want 1", got)
+	}
+	if p := g.process("alpha"); p.State != api.StateRunning || p.Policy.TTL != api.Duration(500*time.Millisecond) {
+		t.Errorf("alpha is %s with policy %+v", p.State, p.Policy)
 	}
 }

@@ -136,7 +136,10 @@ func (g *rig) writeConfig(text string) string {
 func (g *rig) routerCmd(args ...string) *exec.Cmd {
 	cmd := exec.Command(g.bins.Router, args...)
 	cmd.Dir = g.dir
-	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "GPUSCHED_SOCKET=" + g.sock, "LANG=C"}
+	// The models start with the router's environment. Go >= 1.24 listens
+	// with MPTCP, whose sockets CRIU cannot dump ("inet: Unsupported proto
+	// 262"): simjob's server must listen as llama-server and vLLM do, on TCP.
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "GPUSCHED_SOCKET=" + g.sock, "LANG=C", "GODEBUG=multipathtcp=0"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: g.user.UID, Gid: g.user.GID, Groups: g.user.Groups()}}
 	return cmd
 }
