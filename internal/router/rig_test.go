@@ -32,6 +32,39 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+var (
+	raceOnce sync.Once
+	raceBin  string
+	raceErr  error
+)
+
+// routerBinary is the router the tests run: the one testutil built, or
+// under the race detector one built with it, so that the router's own
+// races fail the tests too.
+func routerBinary(t *testing.T, bins testutil.Binaries) string {
+	t.Helper()
+	if !raceEnabled {
+		return bins.Router
+	}
+	raceOnce.Do(func() {
+		root, err := testutil.ModuleRoot()
+		if err != nil {
+			raceErr = err
+			return
+		}
+		raceBin = filepath.Join(bins.Dir, "gpusched-router-race")
+		cmd := exec.Command("go", "build", "-race", "-o", raceBin, "./cmd/gpusched-router")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			raceErr = fmt.Errorf("go build -race: %v\n%s", err, out)
+		}
+	})
+	if raceErr != nil {
+		t.Fatal(raceErr)
+	}
+	return raceBin
+}
+
 // rig is one machine: a daemon, a router user, and the router once started.
 type rig struct {
 	t            *testing.T
@@ -134,7 +167,7 @@ func (g *rig) writeConfig(text string) string {
 
 // routerCmd prepares gpusched-router as the rig's user.
 func (g *rig) routerCmd(args ...string) *exec.Cmd {
-	cmd := exec.Command(g.bins.Router, args...)
+	cmd := exec.Command(routerBinary(g.t, g.bins), args...)
 	cmd.Dir = g.dir
 	// The models start with the router's environment. Go >= 1.24 listens
 	// with MPTCP, whose sockets CRIU cannot dump ("inet: Unsupported proto
@@ -183,13 +216,17 @@ func (g *rig) stopRouter() {
 		return
 	}
 	g.router.Process.Signal(syscall.SIGTERM)
+	var err error
 	select {
-	case <-g.routerExited:
+	case err = <-g.routerExited:
 	case <-time.After(40 * time.Second):
 		g.router.Process.Kill()
-		<-g.routerExited
+		err = <-g.routerExited
 	}
 	g.router = nil
+	if err != nil || strings.Contains(g.rlog.String(), "DATA RACE") {
+		g.t.Errorf("router exit: %v (a race or a failed shutdown)", err)
+	}
 }
 
 // client is a root connection to the daemon, closed with the test.
