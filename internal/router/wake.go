@@ -148,12 +148,6 @@ func (r *Router) processOf(ctx context.Context, m *model) (*api.Process, error) 
 // keeps its GPUs until its memory is counted (waitResident).
 func (r *Router) waitTurn(ctx context.Context, m *model, w *wakeCall) error {
 	r.mu.Lock()
-	w.queued = true
-	defer func() {
-		r.mu.Lock()
-		w.queued = false
-		r.mu.Unlock()
-	}()
 	for {
 		ahead := false
 		for _, o := range r.models {
