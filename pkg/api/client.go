@@ -122,6 +122,11 @@ func (c *Client) Stream(ctx context.Context, method string, params any, onEvent 
 		if l.Event != nil {
 			if onEvent != nil {
 				if err := onEvent(l.Event); err != nil {
+					var held *heldError
+					if errors.As(err, &held) {
+						c.err = held // the stream goes on for as long as the connection
+						return nil
+					}
 					// The server is still streaming: this connection is done.
 					c.err = fmt.Errorf("connection closed after an aborted %s stream", method)
 					_ = c.conn.Close()
@@ -140,6 +145,15 @@ func (c *Client) Stream(ctx context.Context, method string, params any, onEvent 
 		}
 		return nil
 	}
+}
+
+// heldError, returned by an onEvent, ends a Stream call but not its
+// stream: the Client stays occupied by it (Hold), and every later call
+// fails with this error.
+type heldError struct{ name string }
+
+func (e *heldError) Error() string {
+	return fmt.Sprintf("this connection holds %q: it carries nothing else; Close it to release the hold", e.name)
 }
 
 func (c *Client) send(req *Request) error {
