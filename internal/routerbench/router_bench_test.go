@@ -1,0 +1,348 @@
+package routerbench_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpusched/gpusched/internal/testutil"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testutil.Cleanup()
+	os.Exit(code)
+}
+
+const (
+	modelMiB    = 13 * 1024 // two do not fit on one 24 GiB GPU
+	loadSeconds = "10"      // a cold start's simulated weight loading
+	swaps       = 6         // frozen wakes measured per path
+	throughputN = 400       // requests per worker in the requests/s runs
+	workers     = 4
+)
+
+// BenchmarkRouter measures, in one run on one simulated 24 GiB GPU with two
+// 13 GiB models: time to first byte through the router for a cold, a
+// frozen and a hibernated model, and for llama-swap's swap (kill the other
+// model, start this one cold, wait for health, request); the router's own
+// latency over a direct activate plus request; and proxied requests/s
+// against direct ones to the same model server.
+func BenchmarkRouter(b *testing.B) {
+	testutil.RequiresRoot(b)
+	for range b.N {
+		e := newEnv(b)
+		e.run()
+	}
+}
+
+// env is one machine: a daemon, the router's user, the router.
+type env struct {
+	b       *testing.B
+	bins    testutil.Binaries
+	dir     string
+	sock    string
+	user    testutil.User
+	c       *api.Client
+	router  string // base URL
+	ports   map[string]int
+	oneShot *http.Client // a connection per request, as a new client makes
+}
+
+func newEnv(b *testing.B) *env {
+	b.Helper()
+	e := &env{b: b, bins: testutil.Build(b), dir: testutil.ShortDir(b), ports: map[string]int{},
+		oneShot: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Minute}}
+	e.user = testutil.NewUser(b, "gsbench", "gsbenchtest")
+	e.sock = filepath.Join(e.dir, "s.sock")
+	notify := testutil.NewNotify(b, e.dir)
+	d := exec.Command(e.bins.Daemon, "--sim", "1x24G", "--socket", e.sock, "--group", e.user.Group,
+		"--state-dir", filepath.Join(e.dir, "state"), "--log-dir", filepath.Join(e.dir, "logs"),
+		"--sim-dir", filepath.Join(e.dir, "sim"), "--cgroup-root", "none",
+		"--gpu-poll", "50ms", "--kill-grace", "2s", "--log-format", "console", "--log-level", "warn")
+	d.Env = append(os.Environ(), "NOTIFY_SOCKET="+notify.Path)
+	d.Stderr = os.Stderr
+	if err := d.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if ps, err := e.c.PS(context.Background(), api.PSParams{}); err == nil {
+			for _, p := range ps {
+				if p.State != api.StateExited {
+					_, _ = e.c.Kill(context.Background(), api.KillParams{Name: p.Name, Signal: "SIGKILL"})
+				}
+			}
+		}
+		e.c.Close()
+		_ = d.Process.Signal(syscall.SIGTERM)
+		_ = d.Wait()
+	})
+	notify.WaitFor(b, "READY=1", 30*time.Second)
+	c, err := api.Dial(context.Background(), e.sock)
+	if err != nil {
+		b.Fatal(err)
+	}
+	e.c = c
+	return e
+}
+
+// simjob is the command line of a model server on port.
+func (e *env) simjob(name string, port int, load string) []string {
+	return []string{e.bins.SimJob, "--http", strconv.Itoa(port), "--vram", strconv.Itoa(modelMiB),
+		"--model", name, "--load-seconds", load}
+}
+
+// startRouter runs gpusched-router as the user with models alpha and beta,
+// each a 10 s cold start, and waits for its "serving" log line.
+func (e *env) startRouter() {
+	b := e.b
+	var cfg strings.Builder
+	for _, name := range []string{"alpha", "beta"} {
+		e.ports[name] = freePort(b)
+		argv := e.simjob(name, 0, loadSeconds)
+		argv[2] = "${PORT}"
+		quoted := make([]string, len(argv))
+		for i, a := range argv {
+			quoted[i] = strconv.Quote(a)
+		}
+		fmt.Fprintf(&cfg, "[models.%s]\ncmd = [%s]\nport = %d\nvram = \"%dM\"\n\n", name, strings.Join(quoted, ", "), e.ports[name], modelMiB)
+	}
+	path := filepath.Join(e.dir, "router.toml")
+	if err := os.WriteFile(path, []byte(cfg.String()), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	port := freePort(b)
+	e.router = fmt.Sprintf("http://127.0.0.1:%d", port)
+	r := exec.Command(e.bins.Router, "--config", path, "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--socket", e.sock)
+	r.Dir = e.dir
+	r.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C"}
+	r.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: e.user.UID, Gid: e.user.GID, Groups: e.user.Groups()}}
+	stderr, err := r.StderrPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := r.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = r.Process.Signal(syscall.SIGTERM); _ = r.Wait() })
+	serving := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		var once sync.Once
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), `"msg":"serving"`) {
+				once.Do(func() { close(serving) })
+			}
+		}
+	}()
+	select {
+	case <-serving:
+	case <-time.After(30 * time.Second):
+		b.Fatal("router not serving after 30s")
+	}
+}
+
+// ttfb sends a streamed chat request for model to base on a new connection
+// and returns the time to the first byte of the reply, having checked that
+// the whole reply came from that model.
+func (e *env) ttfb(base, model string) time.Duration {
+	e.b.Helper()
+	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}],"max_tokens":2,"stream":true}`, model)
+	start := time.Now()
+	resp, err := e.oneShot.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		e.b.Fatalf("%s at %s: %v", model, base, err)
+	}
+	defer resp.Body.Close()
+	first := make([]byte, 1)
+	if _, err := io.ReadFull(resp.Body, first); err != nil {
+		e.b.Fatalf("%s at %s: %v", model, base, err)
+	}
+	d := time.Since(start)
+	rest, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 || !strings.Contains(string(rest), `"content":"`+model+`:"`) || !strings.Contains(string(rest), "[DONE]") {
+		e.b.Fatalf("%s at %s: %d %s%s %v", model, base, resp.StatusCode, first, rest, err)
+	}
+	return d
+}
+
+// healthy polls a model server's /health until it answers 200, as
+// llama-swap waits for its checkEndpoint.
+func (e *env) healthy(port int) {
+	e.b.Helper()
+	url := fmt.Sprintf("http://127.0.0.1:%d/health", port)
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if resp, err := e.oneShot.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+	}
+	e.b.Fatalf("port %d not healthy within 2 minutes", port)
+}
+
+func (e *env) run() {
+	b := e.b
+	ctx := context.Background()
+	e.startRouter()
+	cold := e.ttfb(e.router, "alpha")
+	coldSwap := e.ttfb(e.router, "beta") // freezes alpha to make room
+	var frozen []time.Duration
+	for i := range swaps {
+		frozen = append(frozen, e.ttfb(e.router, []string{"alpha", "beta"}[i%2]))
+	}
+	// beta was asked last: alpha is frozen.
+	hibernated, hibNote := time.Duration(0), ""
+	if _, err := e.c.Hibernate(ctx, api.HibernateParams{Name: "alpha"}); err != nil {
+		hibNote = err.Error()
+	} else {
+		hibernated = e.ttfb(e.router, "alpha")
+	}
+
+	// Requests/s to one model server, through the router and directly.
+	e.ttfb(e.router, "alpha")
+	proxied := e.throughput(e.router, "alpha")
+	direct := e.throughput(fmt.Sprintf("http://127.0.0.1:%d", e.ports["alpha"]), "alpha")
+
+	// The router's own latency: the same frozen swap by a direct activate
+	// (root's, naming the process to evict, as the router does) and a
+	// request to the model server itself.
+	for _, name := range []string{"alpha", "beta"} {
+		if _, err := e.c.Freeze(ctx, api.FreezeParams{Name: name}); err != nil && !api.IsConflict(err) {
+			b.Fatalf("freeze %s: %v", name, err)
+		}
+	}
+	for i, name := range []string{"d-alpha", "d-beta"} {
+		e.ports[name] = freePort(b)
+		if _, err := e.c.Run(ctx, api.RunParams{Name: name, Dir: "/", User: e.user.Name, Cmd: e.simjob(name, e.ports[name], "0")}); err != nil {
+			b.Fatal(err)
+		}
+		e.healthy(e.ports[name])
+		if i == 0 {
+			if _, err := e.c.Freeze(ctx, api.FreezeParams{Name: name}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	var directSwap []time.Duration
+	for i := range swaps {
+		name, other := "d-alpha", "d-beta"
+		if i%2 == 1 {
+			name, other = other, name
+		}
+		start := time.Now()
+		if _, err := e.c.Activate(ctx, api.ActivateParams{Name: name, Evict: []string{other}}); err != nil {
+			b.Fatalf("activate %s: %v", name, err)
+		}
+		e.ttfb(fmt.Sprintf("http://127.0.0.1:%d", e.ports[name]), name)
+		directSwap = append(directSwap, time.Since(start))
+	}
+
+	// llama-swap's swap: kill the running model (d-beta, asked last),
+	// start the other cold, wait for its health, request.
+	port := freePort(b)
+	start := time.Now()
+	if _, err := e.c.Kill(ctx, api.KillParams{Name: "d-beta"}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := e.c.Wait(ctx, api.WaitParams{Name: "d-beta"}, nil); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := e.c.Run(ctx, api.RunParams{Name: "k-alpha", Dir: "/", User: e.user.Name, Cmd: e.simjob("k-alpha", port, loadSeconds)}); err != nil {
+		b.Fatal(err)
+	}
+	e.healthy(port)
+	e.ttfb(fmt.Sprintf("http://127.0.0.1:%d", port), "k-alpha")
+	killRestart := time.Since(start)
+
+	fz, ds := median(frozen), median(directSwap)
+	b.ReportMetric(ms(fz), "frozen-ttfb-ms")
+	b.ReportMetric(ms(cold), "cold-ttfb-ms")
+	b.ReportMetric(ms(killRestart), "killrestart-ttfb-ms")
+	b.ReportMetric(float64(killRestart)/float64(fz), "killrestart/frozen")
+	b.ReportMetric(ms(fz-ds), "router-overhead-ms")
+	b.ReportMetric(proxied/direct, "proxied/direct-rps")
+	b.Logf("TTFB, streamed chat request, simulated 24 GiB GPU, two 13 GiB models, cold start = %s s load:", loadSeconds)
+	b.Logf("  cold (nothing to evict)       %8.1f ms", ms(cold))
+	b.Logf("  cold (freezes the other)      %8.1f ms", ms(coldSwap))
+	b.Logf("  frozen (median of %d swaps)    %8.1f ms  all: %v", swaps, ms(fz), frozen)
+	if hibNote != "" {
+		b.Logf("  hibernated                    n/a: %s", hibNote)
+	} else {
+		b.Logf("  hibernated                    %8.1f ms  (%.1fx frozen)", ms(hibernated), float64(hibernated)/float64(fz))
+	}
+	b.Logf("  kill-and-restart (llama-swap) %8.1f ms  (%.0fx frozen, %.2fx cold)", ms(killRestart), float64(killRestart)/float64(fz), float64(killRestart)/float64(cold))
+	b.Logf("  cold/frozen %.0fx", float64(cold)/float64(fz))
+	b.Logf("router overhead: frozen swap through the router %.1f ms - direct activate+request %.1f ms = %.1f ms (direct all: %v)", ms(fz), ms(ds), ms(fz-ds), directSwap)
+	b.Logf("requests/s, %d workers x %d non-streamed requests, keep-alive: proxied %.0f, direct %.0f, ratio %.2f", workers, throughputN, proxied, direct, proxied/direct)
+}
+
+// throughput sends workers x throughputN chat requests for model to base
+// over kept-alive connections and returns requests per second.
+func (e *env) throughput(base, model string) float64 {
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers}, Timeout: time.Minute}
+	defer client.CloseIdleConnections()
+	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}],"max_tokens":2}`, model)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	start := time.Now()
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range throughputN {
+				resp, err := client.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
+				if err != nil {
+					errs <- err
+					return
+				}
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != 200 {
+					errs <- fmt.Errorf("status %d, %v", resp.StatusCode, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(errs)
+	for err := range errs {
+		e.b.Fatalf("%s at %s: %v", model, base, err)
+	}
+	return float64(workers*throughputN) / elapsed.Seconds()
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func freePort(b *testing.B) int {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
