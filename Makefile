@@ -54,7 +54,7 @@ test-python: build
 	GPUSCHED_BIN_DIR=$(CURDIR)/bin $(PY) -m pytest -q sdk/python/tests
 
 bench: bench-sdk
-	go test -p 1 -run '^$$' -bench . -benchtime 3s ./internal/daemon/ ./internal/checkpoint/ ./internal/placement/ ./internal/memfill/
+	go test -p 1 -run '^$$' -bench . -benchtime 3s ./internal/daemon/ ./internal/checkpoint/ ./internal/placement/ ./internal/memfill/ ./internal/routerbench/
 
 # The Python SDK's per-swap overhead over a raw socket client (200-step swap loop, simulated driver).
 bench-sdk: build

@@ -16,6 +16,7 @@ export GPUSCHED_SOCKET=$DIR/run/gpusched.sock
 ctl() { echo "$ gpuschedctl ${*@Q}"; "$BIN/gpuschedctl" "$@"; echo; }
 
 cleanup() {
+	[[ -n ${ROUTER:-} ]] && kill "$ROUTER" 2>/dev/null || true
 	for p in $("$BIN/gpuschedctl" --json ps 2>/dev/null | /usr/bin/python3 -c 'import json,sys
 for p in json.load(sys.stdin)["processes"]:
     if p["state"] != "exited": print(p["init_pid"])' 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
@@ -109,5 +110,37 @@ echo "\$ PYTHONPATH=sdk/python python3 examples/quickstart.py"
 PYTHONPATH=sdk/python PATH="$BIN:$PATH" "$PY" examples/quickstart.py
 echo
 ctl status
+echo "== gpusched-router: two 13 GiB models on GPU 1 (they do not fit together), woken by requests"
+echo "   (a cold start loads for 1 s here; as root in the demo, an ordinary user in production)"
+read -r RPORT APORT BPORT < <("$PY" -c 'import socket
+ss=[socket.socket() for _ in range(3)]
+for s in ss: s.bind(("127.0.0.1",0))
+print(*[s.getsockname()[1] for s in ss])') # three free loopback ports
+router_model() { # NAME PORT
+	echo "[models.$1]"
+	echo "cmd = [\"$BIN/gpusched-simjob\", \"--http\", \"\${PORT}\", \"--vram\", \"13312\", \"--model\", \"$1\", \"--load-seconds\", \"1\"]"
+	echo "port = $2"
+	echo "gpus = [1]"
+	echo "vram = \"13G\""
+}
+{ router_model alpha "$APORT"; router_model beta "$BPORT"; } >"$DIR/router.toml"
+sed 's/^/    /' "$DIR/router.toml"
+"$BIN/gpusched-router" --config "$DIR/router.toml" --listen 127.0.0.1:$RPORT 2>"$DIR/router.log" &
+ROUTER=$!
+for _ in $(seq 100); do curl -sf http://127.0.0.1:$RPORT/health >/dev/null && break; sleep 0.05; done
+ask() { # MODEL WHAT
+	local t
+	t=$(curl -sS -o "$DIR/reply" -w '%{time_starttransfer}' http://127.0.0.1:$RPORT/v1/chat/completions \
+		-H 'Content-Type: application/json' -d "{\"model\":\"$1\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":3}")
+	printf '  %-5s %-38s first byte after %6.3f s: %s\n' "$1" "$2" "$t" "$(grep -o '"content":"[^"]*"' "$DIR/reply")"
+}
+echo "\$ curl http://127.0.0.1:$RPORT/v1/chat/completions -d '{\"model\":\"alpha\",...}'"
+ask alpha "(cold start)"
+ask beta "(cold start; alpha frozen for room)"
+ask alpha "(frozen: thawed, beta frozen)"
+ask beta "(frozen: thawed, alpha frozen)"
+echo "== the router's wake times by tier (/metrics)"
+curl -s http://127.0.0.1:$RPORT/metrics | grep -E '^gpusched_router_wake_seconds_(sum|count)' | sed 's/^/    /'
+kill "$ROUTER"; wait "$ROUTER" 2>/dev/null || true
 echo "== done; the daemon's own log:"
 sed 's/^/    /' "$DIR/daemon.log" | cut -c1-160
