@@ -259,17 +259,16 @@ func (e *env) run() {
 	b.Logf("TTFB, streamed chat request, simulated 24 GiB GPU, two 13 GiB models, cold start = %s s load:", loadSeconds)
 	b.Logf("  cold (nothing to evict)       %8.1f ms", ms(cold))
 	b.Logf("  cold (freezes the other)      %8.1f ms", ms(coldSwap))
-	b.Logf("  frozen (median of %d swaps)    %8.1f ms  all: %v", swaps, ms(fz), frozen)
+	b.Logf("  frozen (median of %d swaps)   %8.1f ms  (%.1f to %.1f)", swaps, ms(fz), ms(slices.Min(frozen)), ms(slices.Max(frozen)))
 	if hibNote != "" {
 		b.Logf("  hibernated                    n/a: %s", hibNote)
 	} else {
 		b.Logf("  hibernated                    %8.1f ms  (%.1fx frozen)", ms(hibernated), float64(hibernated)/float64(fz))
 	}
-	b.Logf("  kill-and-restart (llama-swap) %8.1f ms  (%.0fx frozen, %.2fx cold)", ms(killRestart), float64(killRestart)/float64(fz), float64(killRestart)/float64(cold))
-	b.Logf("  cold/frozen %.0fx", float64(cold)/float64(fz))
-	b.Logf("router overhead, %d interleaved swaps each: through the router %.1f ms - direct activate+request %.1f ms = %.1f ms (medians)", swaps, ms(rs), ms(ds), ms(rs-ds))
-	b.Logf("  through the router: %v", viaRouter)
-	b.Logf("  direct:             %v", direct)
+	b.Logf("  kill-and-restart (llama-swap) %8.1f ms  (%.1fx frozen, %.2fx cold; cold is %.1fx frozen)",
+		ms(killRestart), float64(killRestart)/float64(fz), float64(killRestart)/float64(cold), float64(cold)/float64(fz))
+	b.Logf("router overhead, medians of %d interleaved swaps each: through the router %.1f ms (%.1f to %.1f) - direct activate+request %.1f ms (%.1f to %.1f) = %.1f ms",
+		swaps, ms(rs), ms(slices.Min(viaRouter)), ms(slices.Max(viaRouter)), ms(ds), ms(slices.Min(direct)), ms(slices.Max(direct)), ms(rs-ds))
 	b.Logf("requests/s, %d workers x %d non-streamed requests, keep-alive: proxied %.0f, direct %.0f, ratio %.2f", workers, throughputN, proxied, directRPS, proxied/directRPS)
 }
 
