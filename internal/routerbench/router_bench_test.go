@@ -89,7 +89,15 @@ func newEnv(b *testing.B) *env {
 		}
 		e.c.Close()
 		_ = d.Process.Signal(syscall.SIGTERM)
-		_ = d.Wait()
+		done := make(chan struct{})
+		go func() { _ = d.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			b.Logf("gpuschedd still running 15 s after SIGTERM: killed")
+			_ = d.Process.Kill()
+			<-done
+		}
 	})
 	notify.WaitFor(b, "READY=1", 30*time.Second)
 	c, err := api.Dial(context.Background(), e.sock)
