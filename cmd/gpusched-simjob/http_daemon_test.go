@@ -92,7 +92,15 @@ func startModelServer(t *testing.T, criu string) (c *api.Client, ask func() stri
 	}
 	t.Cleanup(func() {
 		_ = d.Process.Signal(syscall.SIGTERM)
-		_ = d.Wait()
+		done := make(chan struct{})
+		go func() { _ = d.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			t.Logf("gpuschedd still running 15 s after SIGTERM: killed")
+			_ = d.Process.Kill()
+			<-done
+		}
 		if t.Failed() {
 			t.Logf("daemon stderr:\n%s", stderr.String())
 		}
