@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -364,5 +365,42 @@ func TestHTTPJobCrashes(t *testing.T) {
 	j.waitLine(t, "simjob: crashing mid-request")
 	if ws := j.wait(t); ws.ExitStatus() != crashStatus {
 		t.Errorf("exit %v, want status %d", ws, crashStatus)
+	}
+}
+
+// TestWaitsWhileCheckpointed: a request waits while the simulated driver
+// holds the process locked or checkpointed (a freeze without SIGSTOP), as
+// its CUDA calls would, and is answered once it is unlocked.
+func TestWaitsWhileCheckpointed(t *testing.T) {
+	var busy atomic.Bool
+	busy.Store(true)
+	asked := make(chan struct{}, 1)
+	ts := newTestServer(t, &server{gpuBusy: func() bool {
+		select {
+		case asked <- struct{}{}:
+		default:
+		}
+		return busy.Load()
+	}})
+	done := make(chan string, 1)
+	go func() {
+		_, body := post(t, ts.URL+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"max_tokens":1}`)
+		done <- string(body)
+	}()
+	for range 2 { // at the GPU, and still waiting there
+		select {
+		case <-asked:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the request never asked whether the GPU is checkpointed")
+		}
+	}
+	select {
+	case body := <-done:
+		t.Fatalf("answered while checkpointed: %s", body)
+	default:
+	}
+	busy.Store(false)
+	if body := <-done; !strings.Contains(body, `"content":"alpha:"`) {
+		t.Errorf("reply after the unlock: %s", body)
 	}
 }
