@@ -30,10 +30,11 @@ import (
 // log from four callers in a loop). It reports the victim's status p99 and
 // run p50 in both runs and their ratio (target: within 2x), and the daemon's
 // peak RSS and descriptor count in each. The daemon runs as its own process
-// with default limits. Each user's load runs in a CPU cgroup of its own, as
-// logind puts each user in a slice of their own: what is measured is then
+// with default limits. The CPU is laid out as systemd and logind lay it
+// out (machineSlices): the daemon in a group of the system's, each user's
+// load in a group of its own among the users': what is measured is then
 // the daemon's fairness, not how the machine's scheduler shares two cores
-// among the hostile user's many threads.
+// among the hostile user's many threads and the daemon's.
 func BenchmarkFairness(b *testing.B) {
 	b.Logf("each user's CPU quota: %d%% of a CPU (0: none; -fairness.cpu-quota)", *fairnessQuota)
 	victim := testutil.NewUser(b, "gsfairv", "gsfair")
@@ -45,11 +46,12 @@ func BenchmarkFairness(b *testing.B) {
 	})
 	load := buildFairload(b, h.dir)
 	metrics := freeLoopback(b)
-	dp := h.spawnBinary(exec.Command(h.bins.Daemon, append(h.binaryArgs(), "--group", victim.Group, "--metrics-addr", metrics, "--gpu-poll", "1s")...))
+	system, users := machineSlices(b)
+	dp := h.spawnBinary(inSlice(system, h.bins.Daemon, append(h.binaryArgs(), "--group", victim.Group, "--metrics-addr", metrics, "--gpu-poll", "1s")...))
 	waitSocket(b, h.cfg.Socket)
 	pid := dp.cmd.Process.Pid
 
-	victimSlice, hostileSlice := userSlice(b, victim), userSlice(b, hostile)
+	victimSlice, hostileSlice := userSlice(b, users, victim), userSlice(b, users, hostile)
 	for range b.N {
 		alone := watchDaemon(pid)
 		calm := runVictim(b, load, victim, victimSlice, h)
@@ -256,33 +258,63 @@ var fairnessHostile = flag.String("fairness.hostile", "", "BenchmarkFairness: mo
 
 var fairnessQuota = flag.Int("fairness.cpu-quota", 0, "BenchmarkFairness: each user's CPU quota, percent of one CPU (0: none)")
 
-// userSlice makes a CPU cgroup for u's load (cgroup v2's cpu controller,
-// else v1's cpu hierarchy) that u may move itself into, and removes it when
-// b ends; "" where there is none (the load then shares the machine's CPUs
-// as plain processes).
-func userSlice(b *testing.B, u testutil.User) string {
-	for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/cpu"} {
-		if _, err := os.Stat(filepath.Join(root, "cpu.weight")); err != nil {
-			if _, err := os.Stat(filepath.Join(root, "cpu.shares")); err != nil {
-				continue
-			}
-		}
-		dir := filepath.Join(root, "gsfair-"+u.Name)
-		os.Remove(dir)
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			continue
-		}
-		b.Cleanup(func() { os.Remove(dir) })
-		if err := os.Chown(filepath.Join(dir, "cgroup.procs"), int(u.UID), int(u.GID)); err != nil {
-			b.Fatal(err)
-		}
-		if q := *fairnessQuota; q > 0 {
-			setQuota(b, dir, q)
-		}
-		return dir
+// cpuRoot is the CPU controller's hierarchy: cgroup v2's unified one, or
+// v1's cpu hierarchy; "" where there is none.
+func cpuRoot() string {
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.subtree_control"); err == nil {
+		return "/sys/fs/cgroup"
 	}
-	b.Logf("no CPU cgroup to put each user's load in")
+	if _, err := os.Stat("/sys/fs/cgroup/cpu/cpu.shares"); err == nil {
+		return "/sys/fs/cgroup/cpu"
+	}
 	return ""
+}
+
+// machineSlices lays the CPU out as systemd does on a machine with logind:
+// the daemon in a group of the system's (system.slice: gpuschedd.service)
+// and every user's load in a group of its own under one group of the
+// users' (user.slice/user-UID.slice), the two top groups at equal weight,
+// systemd's default. Both are "" where there is no CPU controller.
+func machineSlices(b *testing.B) (system, users string) {
+	root := cpuRoot()
+	if root == "" {
+		b.Logf("no CPU cgroup: the daemon and each user's load share the machine's CPUs as plain processes")
+		return "", ""
+	}
+	system, users = mkSlice(b, root, "gsfair-system"), mkSlice(b, root, "gsfair-users")
+	if root == "/sys/fs/cgroup" {
+		if err := os.WriteFile(filepath.Join(users, "cgroup.subtree_control"), []byte("+cpu"), 0); err != nil {
+			b.Fatalf("enable the cpu controller in %s: %v", users, err)
+		}
+	}
+	return system, users
+}
+
+// mkSlice makes the cgroup parent/name afresh and removes it when b ends.
+func mkSlice(b *testing.B, parent, name string) string {
+	dir := filepath.Join(parent, name)
+	os.Remove(dir)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		b.Fatalf("cgroup %s: %v", dir, err)
+	}
+	b.Cleanup(func() { os.Remove(dir) })
+	return dir
+}
+
+// userSlice makes u's CPU group under users (from machineSlices), that u
+// may move itself into; "" where users is.
+func userSlice(b *testing.B, users string, u testutil.User) string {
+	if users == "" {
+		return ""
+	}
+	dir := mkSlice(b, users, "gsfair-"+u.Name)
+	if err := os.Chown(filepath.Join(dir, "cgroup.procs"), int(u.UID), int(u.GID)); err != nil {
+		b.Fatal(err)
+	}
+	if q := *fairnessQuota; q > 0 {
+		setQuota(b, dir, q)
+	}
+	return dir
 }
 
 // inSlice is the command that runs load's args in slice (from userSlice).
