@@ -3,8 +3,10 @@ package daemon
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -22,19 +24,20 @@ import (
 )
 
 // BenchmarkFairness runs a fixed workload as one unprivileged user (status,
-// run, freeze and thaw, logs -f: fairload victim) twice on one daemon: alone,
-// then while a second unprivileged user floods the daemon every way issue 20
-// lists (fairload hostile: idle metrics and socket connections, processes
-// with megabyte command lines, logs -f streams, queued jobs, leases on every
-// GPU at the highest priority, fillers at ratio 1, every line of a 60 MiB
-// log from four callers in a loop). It reports the victim's status p99 and
-// run p50 in both runs and their ratio (target: within 2x), and the daemon's
-// peak RSS and descriptor count in each. The daemon runs as its own process
-// with default limits. The CPU is laid out as systemd and logind lay it
-// out (machineSlices): the daemon in a group of the system's, each user's
-// load in a group of its own among the users': what is measured is then
-// the daemon's fairness, not how the machine's scheduler shares two cores
-// among the hostile user's many threads and the daemon's.
+// run, freeze and thaw, logs -f: fairload victim) three times on one
+// daemon: alone; while a second unprivileged user keeps the CPUs busy
+// without calling the daemon (fairload burn: the control, what the
+// machine's CPU scheduler alone costs the victim); and while that user
+// floods the daemon every way issue 20 lists (fairload hostile: idle
+// metrics and socket connections, processes with megabyte command lines,
+// logs -f streams, queued jobs, leases on every GPU at the highest
+// priority, fillers at ratio 1, every line of a 60 MiB log from four
+// callers in a loop). It reports the victim's status p99 and run p50 in
+// each run and the flood's ratios to the other two (target: within 2x),
+// and the daemon's peak RSS and descriptor count. The daemon runs as its
+// own process with default limits. The CPU is laid out as systemd and
+// logind lay it out (machineSlices): the daemon in a group of the
+// system's, each user's load in a group of its own among the users'.
 func BenchmarkFairness(b *testing.B) {
 	b.Logf("each user's CPU quota: %d%% of a CPU (0: none; -fairness.cpu-quota)", *fairnessQuota)
 	victim := testutil.NewUser(b, "gsfairv", "gsfair")
@@ -57,49 +60,71 @@ func BenchmarkFairness(b *testing.B) {
 		calm := runVictim(b, load, victim, victimSlice, h)
 		calmPeak := alone.stop()
 
-		hc := inSlice(hostileSlice, load, append([]string{"hostile", "-socket", h.cfg.Socket, "-metrics", metrics}, strings.Fields(*fairnessHostile)...)...)
-		asUser(hc, hostile)
-		out, err := hc.StdoutPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		hc.Stderr = os.Stderr
-		if err := hc.Start(); err != nil {
-			b.Fatal(err)
-		}
-		lines := bufio.NewScanner(out)
-		if !lines.Scan() || lines.Text() != "flooding" {
-			hc.Process.Kill()
-			b.Fatalf("hostile: %q", lines.Text())
-		}
+		stopBurn := startLoad(b, hostileSlice, load, hostile, "burning", "burn")
+		busy := runVictim(b, load, victim, victimSlice, h)
+		stopBurn()
+
+		stopFlood := startLoad(b, hostileSlice, load, hostile, "flooding",
+			append([]string{"hostile", "-socket", h.cfg.Socket, "-metrics", metrics}, strings.Fields(*fairnessHostile)...)...)
 		flooded := watchDaemon(pid)
 		stormy := runVictim(b, load, victim, victimSlice, h)
 		floodPeak := flooded.stop()
-		hc.Process.Signal(syscall.SIGTERM)
-		var tally []string
-		for lines.Scan() {
-			tally = append(tally, lines.Text())
-		}
-		hc.Wait()
+		tally, hostileCPU := stopFlood()
 		b.Logf("hostile: %s", strings.Join(tally, "; "))
+		b.Logf("%-12s %-24s | %-24s | %s", "", "alone", "the hostile user burning CPU", "the hostile user flooding the daemon")
 		for _, op := range []string{"status", "run", "freeze+thaw", "logs-f"} {
-			b.Logf("%-12s alone p50 %7.2f ms p99 %7.2f ms | hostile p50 %7.2f ms p99 %7.2f ms", op,
-				calm[op].P50, calm[op].P99, stormy[op].P50, stormy[op].P99)
+			b.Logf("%-12s p50 %7.2f p99 %7.2f ms | p50 %7.2f p99 %7.2f ms | p50 %7.2f p99 %7.2f ms", op,
+				calm[op].P50, calm[op].P99, busy[op].P50, busy[op].P99, stormy[op].P50, stormy[op].P99)
 		}
-		b.Logf("daemon alone: RSS %d MiB, %d fds, %v CPU; hostile: RSS %d MiB, %d fds, %v CPU; the hostile's own load used %v CPU",
-			calmPeak.rss>>20, calmPeak.fds, calmPeak.cpu, floodPeak.rss>>20, floodPeak.fds, floodPeak.cpu,
-			hc.ProcessState.UserTime()+hc.ProcessState.SystemTime())
+		b.Logf("daemon alone: RSS %d MiB, %d fds, %v CPU; flooded: RSS %d MiB, %d fds, %v CPU; the hostile's own load used %v CPU",
+			calmPeak.rss>>20, calmPeak.fds, calmPeak.cpu, floodPeak.rss>>20, floodPeak.fds, floodPeak.cpu, hostileCPU)
 		b.ReportMetric(calm["status"].P99, "status-p99-alone-ms")
+		b.ReportMetric(busy["status"].P99, "status-p99-burn-ms")
 		b.ReportMetric(stormy["status"].P99, "status-p99-hostile-ms")
 		b.ReportMetric(stormy["status"].P99/calm["status"].P99, "status-p99-x")
+		b.ReportMetric(stormy["status"].P99/busy["status"].P99, "status-p99-x-burn")
 		b.ReportMetric(calm["run"].P50, "run-p50-alone-ms")
+		b.ReportMetric(busy["run"].P50, "run-p50-burn-ms")
 		b.ReportMetric(stormy["run"].P50, "run-p50-hostile-ms")
 		b.ReportMetric(stormy["run"].P50/calm["run"].P50, "run-p50-x")
+		b.ReportMetric(stormy["run"].P50/busy["run"].P50, "run-p50-x-burn")
 		b.ReportMetric(stormy["freeze+thaw"].P50/calm["freeze+thaw"].P50, "swap-p50-x")
 		b.ReportMetric(stormy["logs-f"].P50/calm["logs-f"].P50, "follow-p50-x")
 		b.ReportMetric(float64(calmPeak.rss>>20), "rss-alone-MiB")
 		b.ReportMetric(float64(floodPeak.rss>>20), "rss-hostile-MiB")
 		b.ReportMetric(float64(floodPeak.fds), "fds-hostile")
+	}
+}
+
+// startLoad starts fairload args as u in slice and waits for its ready
+// line; the function it returns stops it with SIGTERM and gives what it
+// printed after that line and the CPU it used.
+func startLoad(b *testing.B, slice, load string, u testutil.User, ready string, args ...string) func() ([]string, time.Duration) {
+	b.Helper()
+	c := inSlice(slice, load, args...)
+	asUser(c, u)
+	out, err := c.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	c.Stderr = os.Stderr
+	if err := c.Start(); err != nil {
+		b.Fatal(err)
+	}
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || lines.Text() != ready {
+		c.Process.Kill()
+		c.Wait()
+		b.Fatalf("fairload %s: %q", args[0], lines.Text())
+	}
+	return func() ([]string, time.Duration) {
+		c.Process.Signal(syscall.SIGTERM)
+		var rest []string
+		for lines.Scan() {
+			rest = append(rest, lines.Text())
+		}
+		c.Wait()
+		return rest, c.ProcessState.UserTime() + c.ProcessState.SystemTime()
 	}
 }
 
@@ -290,11 +315,11 @@ func machineSlices(b *testing.B) (system, users string) {
 	return system, users
 }
 
-// mkSlice makes the cgroup parent/name afresh and removes it when b ends.
+// mkSlice makes the cgroup parent/name (or takes one an earlier run left)
+// and removes it when b ends.
 func mkSlice(b *testing.B, parent, name string) string {
 	dir := filepath.Join(parent, name)
-	os.Remove(dir)
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		b.Fatalf("cgroup %s: %v", dir, err)
 	}
 	b.Cleanup(func() { os.Remove(dir) })
