@@ -12,7 +12,9 @@ import (
 
 // activate makes a process resident (internal/activate decides how). With
 // hold it streams one "activated" event and keeps the process held until
-// the connection ends; there is no final line before that.
+// the connection ends, with no final line; or until the caller shuts down
+// its writing side, when the final line, the same Activation, says the hold
+// has ended (so that a client can release it before its next call).
 func (d *Daemon) activate(c *call, emit func(*api.Event) error) (any, error) {
 	var p api.ActivateParams
 	if err := c.decode(&p); err != nil {
@@ -33,8 +35,13 @@ func (d *Daemon) activate(c *call, emit func(*api.Event) error) (any, error) {
 	if err := emit(&api.Event{Type: api.EventActivated, Time: time.Now(), Name: out.Name, Activation: &out}); err != nil {
 		return nil, err
 	}
-	<-c.ctx.Done() // the caller hung up, or the daemon is shutting down
-	return nil, c.ctx.Err()
+	select {
+	case <-c.ctx.Done(): // the caller hung up, or the daemon is shutting down
+		return nil, c.ctx.Err()
+	case <-c.eof:
+		release()
+		return out, nil
+	}
 }
 
 // activeChange keeps the activations' recency: a process that starts
