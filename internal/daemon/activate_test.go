@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os/user"
 	"strings"
@@ -325,4 +326,33 @@ func TestActivateOtherUsers(t *testing.T) {
 		t.Fatalf("activate one-frozen: %v", resp)
 	}
 	h.wantStates(before)
+}
+
+// TestActivateCLI: gpuschedctl activate says what it did; with --hold it
+// holds until its input ends, and the hold is gone once it has exited.
+func TestActivateCLI(t *testing.T) {
+	h := newCkptHarness(t, config.DriverSim)
+	h.jobs("reward", 0, 3000)
+	h.freeze("reward")
+	h.jobs("policy", 0, 3000)
+	policy := h.proc("policy")
+	root := testutil.User{Name: "root"}
+
+	out, errOut, code := h.ctlWith(root, []uint32{}, "", "activate", "reward")
+	if code != 0 || !strings.HasPrefix(out, "activated reward (was frozen) in ") || !strings.Contains(out, ": froze policy to make room\n") {
+		t.Fatalf("activate: exit %d, %q %q", code, out, errOut)
+	}
+	out, errOut, code = h.ctlWith(root, []uint32{}, "", "activate", "policy", "--hold", "--json")
+	var act api.Activation
+	if code != 0 || json.Unmarshal([]byte(out), &act) != nil || !act.Held || frozenNames(&act) != "reward" {
+		t.Fatalf("activate --hold --json: exit %d, %q %q", code, out, errOut)
+	}
+	if h.d.activations.Held("policy", policy.ID) {
+		t.Fatal("policy is still held after gpuschedctl activate --hold exited")
+	}
+	_, errOut, code = h.ctlWith(root, []uint32{}, "", "activate", "reward", "--evict", "")
+	if code == 0 || !strings.Contains(errOut, "--evict needs at least one process name") {
+		t.Fatalf("activate --evict '': exit %d, %q", code, errOut)
+	}
+	h.wantStates(map[string]api.State{"policy": api.StateRunning, "reward": api.StateFrozen})
 }
