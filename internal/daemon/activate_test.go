@@ -126,6 +126,7 @@ func TestActivateHoldAcrossConnections(t *testing.T) {
 	h.jobs("reward", 0, 3000)
 	h.freeze("reward")
 	h.jobs("policy", 0, 3000)
+	policy := h.proc("policy")
 
 	holders := []*api.Client{h.client(), h.client()}
 	for _, c := range holders {
@@ -152,6 +153,9 @@ func TestActivateHoldAcrossConnections(t *testing.T) {
 
 	holders[0].Close()
 	holders[1].Close() // returns once the daemon has ended the hold
+	if h.d.activations.Held("policy", policy.ID) {
+		t.Fatal("policy is still held after its holders' Close returned")
+	}
 	act, err := other.Activate(ctxT(t), api.ActivateParams{Name: "reward"})
 	if err != nil {
 		t.Fatal(err)
