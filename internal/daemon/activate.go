@@ -20,7 +20,7 @@ func (d *Daemon) activate(c *call, emit func(*api.Event) error) (any, error) {
 	if err := c.decode(&p); err != nil {
 		return nil, err
 	}
-	out, release, err := d.activations.Activate(c.ctx, activateOps{d: d, c: c}, p)
+	out, release, err := d.activator.Activate(c.ctx, activateOps{d: d, c: c}, p)
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return nil, err
@@ -49,9 +49,9 @@ func (d *Daemon) activate(c *call, emit func(*api.Event) error) (any, error) {
 func (d *Daemon) activeChange(c proctable.Change) {
 	switch {
 	case c.New == nil && c.Old != nil:
-		d.activations.Forget(c.Old.Name)
+		d.activator.Forget(c.Old.Name)
 	case c.New != nil && c.New.State == api.StateRunning && (c.Old == nil || c.Old.State != api.StateRunning || c.Old.ID != c.New.ID):
-		d.activations.Touch(c.New.Name, c.New.ID)
+		d.activator.Touch(c.New.Name, c.New.ID)
 	}
 }
 

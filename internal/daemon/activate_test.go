@@ -153,7 +153,7 @@ func TestActivateHoldAcrossConnections(t *testing.T) {
 
 	holders[0].Close()
 	holders[1].Close() // returns once the daemon has ended the hold
-	if h.d.activations.Held("policy", policy.ID) {
+	if h.d.activator.Held("policy", policy.ID) {
 		t.Fatal("policy is still held after its holders' Close returned")
 	}
 	act, err := other.Activate(ctxT(t), api.ActivateParams{Name: "reward"})
@@ -182,11 +182,11 @@ func TestActivateHoldCounts(t *testing.T) {
 		t.Fatalf("held activation's first line: %v", ev)
 	}
 	a.Close()
-	if !h.d.activations.Held("p", p.ID) {
+	if !h.d.activator.Held("p", p.ID) {
 		t.Fatal("one hold ended and p is no longer held")
 	}
 	raw.c.Close() // no half-close: the daemon notices the hang-up by itself
-	waitFor(t, func() bool { return !h.d.activations.Held("p", p.ID) })
+	waitFor(t, func() bool { return !h.d.activator.Held("p", p.ID) })
 
 	// The owner's own freeze of a held process is its explicit act: allowed.
 	if _, err := h.client().Hold(ctxT(t), api.ActivateParams{Name: "p"}); err != nil {
@@ -351,7 +351,7 @@ func TestActivateCLI(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &act) != nil || !act.Held || frozenNames(&act) != "reward" {
 		t.Fatalf("activate --hold --json: exit %d, %q %q", code, out, errOut)
 	}
-	if h.d.activations.Held("policy", policy.ID) {
+	if h.d.activator.Held("policy", policy.ID) {
 		t.Fatal("policy is still held after gpuschedctl activate --hold exited")
 	}
 	_, errOut, code = h.ctlWith(root, []uint32{}, "", "activate", "reward", "--evict", "")
