@@ -45,7 +45,7 @@ func (d *Daemon) activate(c *call, emit func(*api.Event) error) (any, error) {
 }
 
 // activeChange keeps the activations' recency: a process that starts
-// running (run, thaw, adoption) is active now; a removed one is forgotten.
+// running (run, thaw) is active now; a removed one is forgotten.
 func (d *Daemon) activeChange(c proctable.Change) {
 	switch {
 	case c.New == nil && c.Old != nil:
