@@ -135,6 +135,11 @@ func abuseRows(nobodyUID uint32) []abuseRow {
 		{label: "swap", method: api.MethodSwap, code: denied, params: func(o *abuseOwner) any {
 			return map[string]any{"freeze": o.p + "-run", "thaw": o.p + "-frozen"}
 		}},
+		{label: "activate", method: api.MethodActivate, code: denied, params: name("-frozen")},
+		{label: "activate hibernated", method: api.MethodActivate, code: denied, params: name("-hib")},
+		{label: "activate hold", method: api.MethodActivate, code: denied, params: func(o *abuseOwner) any {
+			return map[string]any{"name": o.p + "-run", "hold": true}
+		}},
 		{label: "migrate", method: api.MethodMigrate, code: denied, params: func(o *abuseOwner) any {
 			return map[string]any{"name": o.p + "-frozen", "gpu": 1 - o.gpu}
 		}},

@@ -107,7 +107,7 @@ func (d *Daemon) driverCaps() []string {
 	if d.driver == nil {
 		return nil
 	}
-	caps := []string{api.CapFreeze}
+	caps := []string{api.CapFreeze, api.CapActivate}
 	switch d.driver.Caps().Kind {
 	case config.DriverAPI:
 		caps = append(caps, api.CapDriverAPI)

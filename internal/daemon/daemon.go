@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/gpusched/gpusched/internal/activate"
 	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/gpu"
@@ -75,6 +76,7 @@ type Daemon struct {
 	users      userCgroups  // nil: every tree stays in the daemon's cgroups
 	mps        *mps.Manager // the MPS control daemon and its clients
 	fillers    *fillerSet
+	activator  *activate.Activator
 	metrics    *metrics         // nil while --metrics-addr is off
 	logWatch   *logfile.Watcher // wakes every log follower; closed when Run ends
 	streamCap  *limits.Slots    // streaming calls in progress per user
@@ -103,7 +105,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, events: newBroker(), procs: newRuntimes(), admission: newAdmission(),
-		sched: newScheduler(), leases: newLeaseSet(), fillers: newFillerSet(), startedAt: time.Now(), ready: make(chan struct{}), retain: make(chan struct{}, 1),
+		sched: newScheduler(), leases: newLeaseSet(), fillers: newFillerSet(), activator: activate.New(), startedAt: time.Now(), ready: make(chan struct{}), retain: make(chan struct{}, 1),
 		conns:    newConnSet(cfg.MaxConns, cfg.Limits.ConnsPerUser),
 		logWatch: logfile.NewWatcher(), streamCap: limits.NewSlots(cfg.Limits.StreamsPerUser, "max-streams-per-user", "streaming calls in progress"),
 		turns: limits.NewTurns(turnsPerUser(cfg.Limits.TurnsPerUser))}
@@ -359,6 +361,7 @@ func (d *Daemon) methodTable() map[string]method {
 		api.MethodFreeze:         {unary: d.freeze},
 		api.MethodThaw:           {unary: d.thaw},
 		api.MethodSwap:           {unary: d.swap},
+		api.MethodActivate:       {stream: d.activate},
 		api.MethodMigrate:        {unary: d.migrate},
 		api.MethodHibernate:      {unary: d.hibernate},
 		api.MethodFork:           {unary: d.fork},

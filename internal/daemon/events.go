@@ -10,6 +10,7 @@ import (
 // onChange publishes table changes in order; it runs under the table lock.
 func (d *Daemon) onChange(c proctable.Change) {
 	d.mpsChange(c)
+	d.activeChange(c)
 	if c.New != nil && !c.New.Live() && (c.Old == nil || c.Old.Live()) {
 		d.kickRetention()
 	}

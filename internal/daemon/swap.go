@@ -19,23 +19,28 @@ func (d *Daemon) swap(c *call) (any, error) {
 	if err := c.decode(&p); err != nil {
 		return nil, err
 	}
+	return d.swapPair(c, p)
+}
+
+// swapPair is swap once its params are decoded.
+func (d *Daemon) swapPair(c *call, p api.SwapParams) (api.SwapResult, error) {
 	if p.Freeze == p.Thaw && p.Freeze != "" {
-		return nil, invalidf("swap: freeze and thaw name the same process %q", p.Freeze)
+		return api.SwapResult{}, invalidf("swap: freeze and thaw name the same process %q", p.Freeze)
 	}
 	for _, name := range []string{p.Freeze, p.Thaw} {
 		if err := api.ValidateName(name); err != nil {
-			return nil, invalidf("swap: %v", err)
+			return api.SwapResult{}, invalidf("swap: %v", err)
 		}
 	}
 	for _, name := range []string{p.Freeze, p.Thaw} {
 		if r, err := d.lookup(c, name); err != nil {
-			return nil, err
+			return api.SwapResult{}, err
 		} else if err := refuseMPS(r); err != nil {
-			return nil, err
+			return api.SwapResult{}, err
 		}
 	}
 	if err := d.needDriver(); err != nil {
-		return nil, err
+		return api.SwapResult{}, err
 	}
 	// Lock in name order so that two opposite swaps cannot deadlock.
 	first, second := p.Freeze, p.Thaw
@@ -45,23 +50,23 @@ func (d *Daemon) swap(c *call) (any, error) {
 	for _, name := range []string{first, second} {
 		unlock, err := d.ops.lock(c.ctx, name)
 		if err != nil {
-			return nil, err
+			return api.SwapResult{}, err
 		}
 		defer unlock()
 	}
 	off, err := d.lookup(c, p.Freeze)
 	if err != nil {
-		return nil, err
+		return api.SwapResult{}, err
 	}
 	on, err := d.lookup(c, p.Thaw)
 	if err != nil {
-		return nil, err
+		return api.SwapResult{}, err
 	}
 	switch {
 	case off.State != api.StateRunning:
-		return nil, conflictf("swap: process %q is %s; only a running process can be frozen", off.Name, off.State)
+		return api.SwapResult{}, conflictf("swap: process %q is %s; only a running process can be frozen", off.Name, off.State)
 	case on.State != api.StateFrozen:
-		return nil, conflictf("swap: process %q is %s; only a frozen process can be thawed", on.Name, on.State)
+		return api.SwapResult{}, conflictf("swap: process %q is %s; only a frozen process can be thawed", on.Name, on.State)
 	}
 
 	ctx := context.WithoutCancel(c.ctx)
@@ -71,7 +76,7 @@ func (d *Daemon) swap(c *call) (any, error) {
 	var res api.SwapResult
 	var ferr, terr error
 	if err := d.sampler.refresh(ctx); err != nil {
-		return nil, fmt.Errorf("swap: sample GPUs: %w", err)
+		return api.SwapResult{}, fmt.Errorf("swap: sample GPUs: %w", err)
 	}
 	if d.admission.fits(d.gpuView(), on.Checkpoint.VRAM(), d.cfg.ThawMarginMiB, d.yieldTo(on.Owner.UID)) {
 		res.Concurrent = true
@@ -89,11 +94,11 @@ func (d *Daemon) swap(c *call) (any, error) {
 	res.MS = map[string]float64{"total": msSince(start)}
 	switch {
 	case terr != nil && ferr == nil:
-		return nil, d.swapBack(ctx, p.Freeze, terr)
+		return api.SwapResult{}, d.swapBack(ctx, p.Freeze, terr)
 	case ferr != nil && !res.Concurrent:
-		return nil, fmt.Errorf("swap: %w; %q was not thawed", ferr, p.Thaw)
+		return api.SwapResult{}, fmt.Errorf("swap: %w; %q was not thawed", ferr, p.Thaw)
 	case ferr != nil || terr != nil:
-		return nil, fmt.Errorf("swap: %w", joinErrors([]error{ferr, terr}))
+		return api.SwapResult{}, fmt.Errorf("swap: %w", joinErrors([]error{ferr, terr}))
 	}
 	return res, nil
 }

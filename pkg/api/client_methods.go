@@ -1,6 +1,9 @@
 package api
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // Hello returns the daemon's version, capabilities and the caller's identity.
 func (c *Client) Hello(ctx context.Context) (*Hello, error) {
@@ -113,6 +116,36 @@ func (c *Client) Thaw(ctx context.Context, p ThawParams) (*CheckpointResult, err
 func (c *Client) Swap(ctx context.Context, p SwapParams) (*SwapResult, error) {
 	var out SwapResult
 	return &out, c.Call(ctx, MethodSwap, p, &out)
+}
+
+// Activate makes p.Name resident (p.Hold is ignored: see Hold) and returns
+// what it did.
+func (c *Client) Activate(ctx context.Context, p ActivateParams) (*Activation, error) {
+	p.Hold = false
+	var out Activation
+	return &out, c.Call(ctx, MethodActivate, p, &out)
+}
+
+// Hold activates with Hold set and returns once the process is resident.
+// The Client is then occupied by the hold (other calls on it fail with a
+// clear error) and Close releases the hold.
+func (c *Client) Hold(ctx context.Context, p ActivateParams) (*Activation, error) {
+	p.Hold = true
+	var out *Activation
+	err := c.Stream(ctx, MethodActivate, p, func(e *Event) error {
+		if e.Type != EventActivated || e.Activation == nil {
+			return nil
+		}
+		out = e.Activation
+		return &heldError{name: p.Name}
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	if out == nil {
+		return nil, fmt.Errorf("activate %q: the daemon ended the hold without saying it held", p.Name)
+	}
+	return out, nil
 }
 
 // Migrate moves a process onto other GPUs.

@@ -17,6 +17,9 @@ const (
 	MethodThaw    = "thaw"
 	MethodSwap    = "swap"
 	MethodMigrate = "migrate"
+	// MethodActivate makes a process resident, freezing its owner's least
+	// recently active processes when it does not fit; optionally held.
+	MethodActivate = "activate"
 
 	MethodHibernate      = "hibernate"
 	MethodFork           = "fork"
@@ -58,6 +61,7 @@ const (
 
 	CapFreeze    = "freeze"         // freeze, thaw and swap
 	CapMigrate   = "migrate"        // thaw onto other GPUs (driver device map)
+	CapActivate  = "activate"       // activate (needs freeze)
 	CapDriverAPI = "checkpoint.api" // checkpoint driver: libcuda helper process
 	CapDriverCLI = "checkpoint.cli" // checkpoint driver: the cuda-checkpoint tool
 	CapDriverSim = "checkpoint.sim" // checkpoint driver: simulated

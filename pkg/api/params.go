@@ -175,6 +175,36 @@ type SwapResult struct {
 	MS         map[string]float64 `json:"ms"`
 }
 
+// ActivateParams makes a process resident on its GPUs: thawed (from RAM or
+// disk) when it is not running and, when it does not fit, room made by
+// freezing the owner's processes on its GPUs. Evict nil: the owner's
+// running processes on the target's GPUs (not job attempts, MPS clients or
+// held processes), least recently active first; else only these, in this
+// order (an empty list encodes as absent: to freeze nothing, thaw
+// instead). Hold keeps the process held (never frozen to make room for
+// another activation) until the connection ends. Timeout is the last
+// thaw's admission wait, as thaw's.
+type ActivateParams struct {
+	Name    string   `json:"name"`
+	Evict   []string `json:"evict,omitempty"`
+	Hold    bool     `json:"hold,omitempty"`
+	Timeout Duration `json:"timeout,omitempty"`
+}
+
+// Activation is what an activation did. Was is the state before it
+// (running: nothing was done); Thaw the thaw that brought it back
+// (Snapshot set when from disk); Frozen the processes frozen to make room,
+// in order. MS holds daemon-side milliseconds per step: thaw (every thaw
+// attempt), freeze or swap, rollback, total.
+type Activation struct {
+	Name   string             `json:"name"`
+	Was    State              `json:"was"`
+	Thaw   *CheckpointResult  `json:"thaw,omitempty"`
+	Frozen []CheckpointResult `json:"frozen"`
+	Held   bool               `json:"held"`
+	MS     map[string]float64 `json:"ms"`
+}
+
 // HibernateParams moves a running or frozen process to disk. A running one
 // is frozen first (LockTimeout as for freeze). Full writes every page even
 // when an earlier snapshot of the process could serve as parent.

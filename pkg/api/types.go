@@ -217,6 +217,9 @@ const (
 	// EventFiller: a filler started, changed target or was released; Filler
 	// holds it (HeldMiB 0 and a released filler's last state on release).
 	EventFiller EventType = "filler"
+	// EventActivated: a held activation made its process resident;
+	// Activation holds what it did. The hold lasts until the connection ends.
+	EventActivated EventType = "activated"
 )
 
 // RemovedByRetention is the Reason of a removal by --keep-finished or
@@ -238,6 +241,8 @@ type Event struct {
 	Warning   string    `json:"warning,omitempty"` // e.g. a job exceeded its declared VRAM
 	Lease     *Lease    `json:"lease,omitempty"`
 	Filler    *Filler   `json:"filler,omitempty"`
+	// Activation is what a held activation did (EventActivated).
+	Activation *Activation `json:"activation,omitempty"`
 
 	// Reason says why a record was removed when the daemon removed it by
 	// itself: RemovedByRetention.
