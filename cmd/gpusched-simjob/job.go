@@ -167,6 +167,11 @@ func (j *job) loop(sigs <-chan os.Signal) int {
 		case <-tickC:
 			ticks++
 			j.printf("tick %d", ticks)
+			if ticks == j.cfg.ticks {
+				j.release()
+				j.printf("simjob: %d ticks done, exiting with %d", ticks, j.cfg.exitCode)
+				return j.cfg.exitCode
+			}
 		case <-stepC:
 			target := j.cfg.vramMiB * uint64(step) / uint64(steps)
 			err := j.vram.grow(target)

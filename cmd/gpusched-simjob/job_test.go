@@ -314,6 +314,18 @@ func TestTickCounts(t *testing.T) {
 	j.wait(t)
 }
 
+// TestTicksThenExit: --ticks N ends the job after N ticks, releasing its
+// memory, with --exit-code.
+func TestTicksThenExit(t *testing.T) {
+	reg := newSim(t, 1, 4096)
+	j := startJob(t, reg, "0", "--vram", "512", "--tick", "0.005", "--ticks", "3", "--exit-code", "4")
+	j.waitLine(t, "simjob: 3 ticks done, exiting with 4")
+	if ws := j.wait(t); !ws.Exited() || ws.ExitStatus() != 4 {
+		t.Errorf("wait status %v, want exit 4", ws)
+	}
+	assertNoRecords(t, reg)
+}
+
 func TestReportsHostPIDInPIDNamespace(t *testing.T) {
 	reg := newSim(t, 1, 1024)
 	j := newJob(reg, "0", "--vram", "100")
