@@ -41,9 +41,10 @@ type node struct {
 	bins    testutil.Binaries
 	dir     string
 	sock    string
-	scripts string // the deploy/slurm scripts, copied where nobody may run them
-	path    string // PATH for the scripts: our commands first
-	nobody  *user.User
+	scripts string     // the deploy/slurm scripts, copied where nobody may run them
+	path    string     // PATH for the scripts: our commands first
+	nobody  *user.User // the job's user
+	groups  []uint32   // its supplementary groups
 	daemon  *exec.Cmd
 	stderr  *lockedBuffer
 }
@@ -63,7 +64,14 @@ func newNode(t *testing.T, gpus int, extra ...string) *node {
 	if err != nil {
 		t.Skipf("needs a group for nobody's gid %s", nobody.Gid)
 	}
-	n := &node{t: t, bins: testutil.Build(t), dir: testutil.ShortDir(t), nobody: nobody, stderr: &lockedBuffer{}}
+	return newNodeFor(t, nobody, nil, group.Name, gpus, extra...)
+}
+
+// newNodeFor is newNode with u, in the supplementary groups groups, as the
+// job's user, and the socket's group group.
+func newNodeFor(t *testing.T, u *user.User, groups []uint32, group string, gpus int, extra ...string) *node {
+	t.Helper()
+	n := &node{t: t, bins: testutil.Build(t), dir: testutil.ShortDir(t), nobody: u, groups: groups, stderr: &lockedBuffer{}}
 	n.sock = filepath.Join(n.dir, "s.sock")
 
 	// Install the scripts as an administrator would: side by side, in a
@@ -97,7 +105,7 @@ func newNode(t *testing.T, gpus int, extra ...string) *node {
 
 	notify := testutil.NewNotify(t, n.dir)
 	n.daemon = exec.Command(n.bins.Daemon,
-		"--sim", fmt.Sprintf("%dx24G", gpus), "--socket", n.sock, "--group", group.Name,
+		"--sim", fmt.Sprintf("%dx24G", gpus), "--socket", n.sock, "--group", group,
 		"--state-dir", filepath.Join(n.dir, "state"), "--log-dir", filepath.Join(n.dir, "logs"),
 		"--sim-dir", filepath.Join(n.dir, "sim"), "--criu", "none", "--cgroup-root", "none",
 		"--gpu-poll", "50ms", "--kill-grace", "5s", "--log-format", "console", "--log-level", "warn")
@@ -156,7 +164,7 @@ func (n *node) command(asNobody bool, env []string, name string, args ...string)
 	if asNobody {
 		uid, _ := strconv.Atoi(n.nobody.Uid)
 		gid, _ := strconv.Atoi(n.nobody.Gid)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: append([]uint32{}, n.groups...)}}
 	}
 	return cmd
 }
@@ -568,8 +576,8 @@ func TestProlog(t *testing.T) {
 func TestBatchScriptFollowsSuspend(t *testing.T) {
 	n := newNode(t, 1, "--sim-checkpoint-per-gib", "3s")
 	env := append(n.job(50),
-		"POLICY_CMD="+strings.Join(n.simjob("--vram", "1536", "--hold", "18"), " "),
-		"REWARD_CMD="+strings.Join(n.simjob("--vram", "2560", "--hold", "18"), " "))
+		"POLICY_CMD="+strings.Join(n.simjob("--vram", "1536", "--hold", "18"), " "), "POLICY_VRAM=2G",
+		"REWARD_CMD="+strings.Join(n.simjob("--vram", "2560", "--hold", "18"), " "), "REWARD_VRAM=3G")
 	cmd := n.command(true, env, filepath.Join(n.scripts, "example-job.sh"))
 	cmd.SysProcAttr.Setpgid = true
 	var out lockedBuffer
