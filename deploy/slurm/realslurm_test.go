@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -280,16 +281,38 @@ func (c *cluster) gangTimeSlice(t *testing.T) {
 				t.Errorf("%s: log without its %d ticks, or with an out-of-memory:\n%s", name, ticks, log)
 			}
 		}
-		if suspended[i] == 0 {
-			t.Errorf("job %d was never suspended: the jobs did not alternate", id)
+		// Each job's traps froze its processes on suspend and thawed
+		// them on resume: the GPU went to the other job meanwhile.
+		out := c.jobOutput(id)
+		policy := fmt.Sprintf("slurm-%d-policy", id)
+		if suspended[i] == 0 || !strings.Contains(out, "froze "+policy) || !strings.Contains(out, "thawed "+policy) {
+			t.Errorf("job %d: suspended %d times, output without a freeze and a thaw of %s: the jobs did not alternate\n%s", id, suspended[i], policy, out)
 		}
 	}
+	var freeze, thaw time.Duration
+	var freezes, thaws int
 	for _, id := range ids {
-		t.Logf("job %d's output:\n%s", id, c.jobOutput(id))
+		out := c.jobOutput(id)
+		t.Logf("job %d's output:\n%s", id, out)
+		for _, m := range opTime.FindAllStringSubmatch(out, -1) {
+			d, err := time.ParseDuration(strings.ReplaceAll(m[3], "µ", "u"))
+			if err != nil || !strings.HasSuffix(m[2], "-policy") {
+				continue
+			}
+			if m[1] == "froze" {
+				freeze, freezes = freeze+d, freezes+1
+			} else {
+				thaw, thaws = thaw+d, thaws+1
+			}
+		}
 	}
 	serial, _, _ := run("-p", "gpu", "--gres=gpu:1")
-	switches := suspended[0] + suspended[1]
-	t.Logf("two jobs of %d ticks (0.1 s) each: gang-scheduled (SchedulerTimeSlice=5) makespan %v with %d suspensions, back to back %v; ratio %.2f, %v per switch",
-		ticks, sliced.Round(time.Millisecond), switches, serial.Round(time.Millisecond),
-		sliced.Seconds()/serial.Seconds(), ((sliced - serial) / time.Duration(max(switches, 1))).Round(time.Millisecond))
+	t.Logf("two jobs of %d ticks (0.1 s) each, 18000+1000 MiB of a 24 GiB GPU: gang-scheduled (SchedulerTimeSlice=5) makespan %v with %d suspensions, back to back %v: ratio %.2f; "+
+		"a switch froze 17.6 GiB in %v and thawed it in %v on average (%d freezes, %d thaws, sim driver)",
+		ticks, sliced.Round(time.Millisecond), suspended[0]+suspended[1], serial.Round(time.Millisecond), sliced.Seconds()/serial.Seconds(),
+		(freeze / time.Duration(max(freezes, 1))).Round(time.Millisecond), (thaw / time.Duration(max(thaws, 1))).Round(time.Millisecond), freezes, thaws)
 }
+
+// opTime matches gpuschedctl freeze's and thaw's result lines, as
+// gpusched-slurm suspend and resume print them into the job's output.
+var opTime = regexp.MustCompile(`(?m)^(froze|thawed) (\S+): .* in ([0-9.]+[µmn]?s) \(`)
