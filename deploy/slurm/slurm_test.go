@@ -672,3 +672,56 @@ func (l *lockedBuffer) String() string {
 }
 
 var _ io.Writer = (*lockedBuffer)(nil)
+
+// TestSubmitQueuedJobs: gpusched-slurm submit queues work under the job's
+// prefix that starts once its memory is free; wait waits for it through
+// its start and exit; the epilog cancels the job's queued work, so that
+// none of it starts after the job, and ends its running processes.
+func TestSubmitQueuedJobs(t *testing.T) {
+	n := newNode(t, 1)
+	n.mustRun(60, "big", n.simjob("--vram", "20000")...)
+	n.waitVRAM("slurm-60-big", 20000)
+	for _, c := range []struct {
+		job  int
+		name string
+	}{{60, "queued"}, {61, "later"}} {
+		r := n.script(true, n.job(c.job), "gpusched-slurm", "submit", c.name, "--vram", "20G", "--",
+			n.bins.SimJob, "--vram", "20000", "--hold", "0.5")
+		if r.code != 0 || !strings.Contains(r.stdout, "queued") {
+			t.Fatalf("submit %s in job %d: %s", c.name, c.job, r)
+		}
+	}
+	// Job 61's wait lasts until its queued work has started and exited 0.
+	waitCmd := n.command(true, n.job(61), filepath.Join(n.scripts, "gpusched-slurm"), "wait")
+	var waitOut lockedBuffer
+	waitCmd.Stdout, waitCmd.Stderr = &waitOut, &waitOut
+	if err := waitCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- waitCmd.Wait() }()
+
+	r := n.script(false, n.job(60), "epilog.sh")
+	if r.code != 0 {
+		t.Fatalf("epilog of job 60: %s", r)
+	}
+	if _, ok := n.ps()["slurm-60-queued"]; ok {
+		t.Errorf("slurm-60-queued started: the epilog let job 60's queued work run")
+	}
+	n.states(map[string]api.State{"slurm-60-big": api.StateExited})
+	if r := n.ctl("--json", "jobs", "--all"); !strings.Contains(r.stdout, `"name":"slurm-60-queued","state":"cancelled"`) {
+		t.Errorf("slurm-60-queued is not cancelled: %s", r.stdout)
+	}
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Errorf("gpusched-slurm wait in job 61: %v\n%s", err, waitOut.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("gpusched-slurm wait in job 61 still waiting 30 s later\n%s", waitOut.String())
+	}
+	p := n.ps()["slurm-61-later"]
+	if p.State != api.StateExited || p.Exit == nil || p.Exit.Code == nil || *p.Exit.Code != 0 {
+		t.Errorf("slurm-61-later: %s, exit %+v; want exited 0 before wait returned", p.State, p.Exit)
+	}
+}
