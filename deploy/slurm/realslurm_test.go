@@ -117,6 +117,7 @@ func TestRealSlurm(t *testing.T) {
 	t.Run("RunAndCancel", c.runAndCancel)
 	t.Run("RequeueProlog", c.requeueProlog)
 	t.Run("SuspendResume", c.suspendResume)
+	t.Run("GRESNotShared", c.gresNotShared)
 	t.Run("GangTimeSlice", c.gangTimeSlice)
 	c.s.Check()
 }
@@ -227,6 +228,28 @@ func (c *cluster) suspendResume(t *testing.T) {
 		if e := c.ps()[name].Exit; e == nil || e.Code == nil || *e.Code != 0 {
 			t.Errorf("%s: exit %+v, want 0 (host memory intact, 60 ticks done)\n%s", name, e, c.jobOutput(id))
 		}
+	}
+}
+
+// gresNotShared: why the time-sliced partition's jobs do not ask for the
+// GPU. Even there (OverSubscribe=FORCE:2, PreemptMode=SUSPEND,GANG), Slurm
+// gives a gres/gpu to one job at a time: the second waits for Resources
+// instead of being gang-scheduled.
+func (c *cluster) gresNotShared(t *testing.T) {
+	c = c.in(t)
+	var ids [2]int
+	for i := range ids {
+		ids[i] = c.sbatch(nil, "-p", "sliced", "-c", "2", "--gres=gpu:1", "--wrap", "sleep 60")
+	}
+	c.s.WaitJobState(ids[0], 30*time.Second, "RUNNING")
+	id := strconv.Itoa(ids[1])
+	c.s.WaitFor("the second job pending for Resources", 30*time.Second, func() bool {
+		out := c.s.Run("scontrol", "-o", "show", "job", id)
+		return strings.Contains(out, "JobState=PENDING") && strings.Contains(out, "Reason=Resources")
+	})
+	c.s.Run("scancel", strconv.Itoa(ids[0]), id)
+	for _, id := range ids {
+		c.s.WaitJobState(id, 30*time.Second, "CANCELLED")
 	}
 }
 
