@@ -249,7 +249,8 @@ func (c *Cluster) waitFor(what string, cond func() bool) {
 	}
 }
 
-// WaitFor is waitFor for tests: it polls cond with the same deadline.
+// WaitFor polls cond, a condition on Slurm's state, until it holds; it
+// fails the test after timeout.
 func (c *Cluster) WaitFor(what string, timeout time.Duration, cond func() bool) {
 	c.t.Helper()
 	deadline := time.Now().Add(timeout)
