@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -82,7 +83,8 @@ func (c *cluster) in(t *testing.T) *cluster {
 func (c *cluster) sbatch(env []string, args ...string) int {
 	c.t.Helper()
 	base := []string{"PATH=" + c.path, "GPUSCHED_SOCKET=" + c.sock, "LANG=C"}
-	return c.s.Sbatch(c.u, c.jobs, append(base, env...), append([]string{"-o", filepath.Join(c.jobs, "%j.out")}, args...)...)
+	cred := &syscall.Credential{Uid: c.u.UID, Gid: c.u.GID, Groups: c.u.Groups()}
+	return c.s.Sbatch(cred, c.jobs, append(base, env...), append([]string{"-o", filepath.Join(c.jobs, "%j.out")}, args...)...)
 }
 
 func (c *cluster) jobOutput(id int) string {

@@ -21,8 +21,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/gpusched/gpusched/internal/testutil"
 )
 
 // Packages are the Debian packages the cluster needs.
@@ -101,13 +99,24 @@ func Install(t testing.TB) {
 // run first.
 func Start(t testing.TB, cfg Config) *Cluster {
 	t.Helper()
-	testutil.RequiresRoot(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (runs slurmctld, slurmd and munged)")
+	}
 	Install(t)
 	host, err := os.Hostname()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Cluster{t: t, mu: &sync.Mutex{}, Dir: testutil.ShortDir(t), Node: strings.SplitN(host, ".", 2)[0]}
+	// A short directory: MUNGE's socket path must fit a sockaddr_un.
+	dir, err := os.MkdirTemp("", "gsslurm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{t: t, mu: &sync.Mutex{}, Dir: dir, Node: strings.SplitN(host, ".", 2)[0]}
 	c.Conf = filepath.Join(c.Dir, "slurm.conf")
 	c.Log = filepath.Join(c.Dir, "log")
 	for _, d := range []struct {
@@ -300,17 +309,17 @@ func (c *Cluster) Run(name string, args ...string) string {
 	return string(out)
 }
 
-// Sbatch submits script as user u with env on top of the cluster's, in dir,
-// and returns the job id.
-func (c *Cluster) Sbatch(u testutil.User, dir string, env []string, args ...string) int {
+// Sbatch runs sbatch with args as the user cred, in dir, with env on top of
+// the cluster's environment, and returns the job id.
+func (c *Cluster) Sbatch(cred *syscall.Credential, dir string, env []string, args ...string) int {
 	c.t.Helper()
 	cmd := c.Command("sbatch", append([]string{"--parsable", "-D", dir}, args...)...)
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Dir = dir
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups()}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		c.t.Fatalf("sbatch %s as %s: %v: %s", strings.Join(args, " "), u.Name, err, out)
+		c.t.Fatalf("sbatch %s as uid %d: %v: %s", strings.Join(args, " "), cred.Uid, err, out)
 	}
 	id, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(out), ";", 2)[0]))
 	if err != nil {
