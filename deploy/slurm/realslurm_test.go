@@ -28,6 +28,7 @@ var slurmConf = []string{
 	"SchedulerTimeSlice=5",
 	"PartitionName=gpu Nodes=NODE Default=YES OverSubscribe=NO",
 	"PartitionName=sliced Nodes=NODE OverSubscribe=FORCE:2",
+	"PartitionName=urgent Nodes=NODE OverSubscribe=FORCE:1 PriorityTier=2",
 }
 
 // cluster is a real Slurm cluster beside a real gpuschedd on one simulated
@@ -121,6 +122,7 @@ func TestRealSlurm(t *testing.T) {
 	t.Run("SuspendResume", c.suspendResume)
 	t.Run("GRESNotShared", c.gresNotShared)
 	t.Run("GangTimeSlice", c.gangTimeSlice)
+	t.Run("PreemptSuspend", c.preemptSuspend)
 	c.s.Check()
 }
 
@@ -230,6 +232,39 @@ func (c *cluster) suspendResume(t *testing.T) {
 		if e := c.ps()[name].Exit; e == nil || e.Code == nil || *e.Code != 0 {
 			t.Errorf("%s: exit %+v, want 0 (host memory intact, 60 ticks done)\n%s", name, e, c.jobOutput(id))
 		}
+	}
+}
+
+// preemptSuspend: a job in the urgent partition (a higher PriorityTier)
+// suspends a whole-GPU job of the sliced partition: the suspended job's
+// memory is frozen, the urgent job's work starts once it is free and
+// completes, then the suspended job is resumed, thawed, and completes too.
+func (c *cluster) preemptSuspend(t *testing.T) {
+	c = c.in(t)
+	job := func(ticks int) []string {
+		cmd := strings.Join(c.simjob("--vram", "18000", "--tick", "0.1", "--ticks", strconv.Itoa(ticks)), " ")
+		return []string{"POLICY_CMD=" + cmd, "POLICY_VRAM=18000M", "REWARD_CMD=" + cmd, "REWARD_VRAM=18000M"}
+	}
+	// Two processes of 18000 MiB each: they take turns within the job
+	// too (submit queues the second until the first exits).
+	low := c.sbatch(job(40), "-p", "sliced", "-c", "2", filepath.Join(c.scripts, "example-job.sh"))
+	lowPolicy := fmt.Sprintf("slurm-%d-policy", low)
+	c.waitState(lowPolicy, api.StateRunning)
+	high := c.sbatch(job(20), "-p", "urgent", "-c", "2", filepath.Join(c.scripts, "example-job.sh"))
+	c.s.WaitJobState(low, 30*time.Second, "SUSPENDED")
+	c.waitState(lowPolicy, api.StateFrozen)
+	c.s.WaitJobState(high, 60*time.Second, "COMPLETED")
+	c.s.WaitJobState(low, 90*time.Second, "COMPLETED")
+	for _, id := range []int{low, high} {
+		for _, n := range []string{"policy", "reward"} {
+			name := fmt.Sprintf("slurm-%d-%s", id, n)
+			if e := c.ps()[name].Exit; e == nil || e.Code == nil || *e.Code != 0 {
+				t.Errorf("%s: exit %+v, want 0\n%s", name, e, c.jobOutput(id))
+			}
+		}
+	}
+	if out := c.jobOutput(low); !strings.Contains(out, "froze "+lowPolicy) || !strings.Contains(out, "thawed "+lowPolicy) {
+		t.Errorf("job %d (preempted): no freeze and thaw of %s in its output:\n%s", low, lowPolicy, out)
 	}
 }
 
