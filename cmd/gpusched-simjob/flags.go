@@ -42,7 +42,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.cycles, "cycles", 0, "after each --hold, free all VRAM, wait --hold seconds and ramp again, `N` more times")
 	fs.BoolVar(&cfg.gpuCheck, "gpu-check", false, "print \"READY <pid> <GiB>\" once --vram is held and answer each SIGUSR1 with a \"VERIFY OK|FAIL ...\" line, as scripts/gpu-check/workload.py does")
 	fs.Float64Var(&tick, "tick", 0, "print \"tick N\" every this many `seconds` (0: never)")
-	fs.IntVar(&cfg.ticks, "ticks", 0, "with --tick, exit with --exit-code after `N` ticks (a stopped process does not tick: work, not wall time)")
+	fs.IntVar(&cfg.ticks, "ticks", 0, "with --tick, exit with --exit-code after `N` ticks (work, not wall time: a stopped or CUDA-locked process does not tick)")
 	fs.StringVar(&cfg.nccl, "nccl", "", "join simulated NCCL group `GROUP` (needs --vram): load a file named libnccl.so.2 and map an NCCL shared-memory segment")
 	fs.BoolVar(&cfg.ncclShm, "nccl-shm", true, "with --nccl, map the /dev/shm/nccl-* segment of NCCL's shared-memory transport")
 	fs.BoolVar(&cfg.uvm, "uvm", false, "map a file named nvidia-uvm, as a process with managed (UVM) memory maps /dev/nvidia-uvm")
