@@ -20,6 +20,8 @@ func TestParseFlags(t *testing.T) {
 		{"--hold", "NaN"},
 		{"--exit-code", "256"},
 		{"--nccl", "job"},
+		{"--ticks", "3"},
+		{"--tick", "1", "--ticks", "-1"},
 		{"extra"},
 	} {
 		if _, err := parseFlags(bad, io.Discard); err == nil {
