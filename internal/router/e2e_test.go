@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusched/gpusched/internal/router"
 	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -313,5 +314,44 @@ func TestRouterHibernatedWake(t *testing.T) {
 	}
 	if p := g.process("alpha"); p.State != api.StateRunning || p.Policy.TTL != api.Duration(500*time.Millisecond) {
 		t.Errorf("alpha is %s with policy %+v", p.State, p.Policy)
+	}
+}
+
+// TestRouterTurnBound: a model under a steady stream of requests still
+// yields its GPU to another that waits, after at most TurnBound more.
+func TestRouterTurnBound(t *testing.T) {
+	g := newRig(t, "1x24G")
+	g.startRouter(g.simModelArgs("alpha", modelMiB, []string{"--token-delay", "0.005"}) + g.simModel("beta", modelMiB))
+	out := g.python(`
+import json, sys, threading, time, urllib.request
+def ask(model):
+    req = urllib.request.Request(sys.argv[1] + "/v1/chat/completions", method="POST",
+        data=json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]}).encode())
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return r.status
+ask("alpha")
+stop, served = threading.Event(), [0] * 8
+def flood(i):
+    while not stop.is_set():
+        ask("alpha")
+        served[i] += 1
+ts = [threading.Thread(target=flood, args=(i,)) for i in range(8)]
+for t in ts: t.start()
+time.sleep(0.3)  # the flood is under way (not a synchronisation: any moment of it will do)
+before = sum(served)
+status = ask("beta")
+during = sum(served) - before
+stop.set()
+for t in ts: t.join()
+print(status, during)
+`)
+	var status, during int
+	if _, err := fmt.Sscan(out, &status, &during); err != nil || status != 200 {
+		t.Fatalf("beta during alpha's flood: %q", out)
+	}
+	// alpha admitted at most TurnBound requests of its hold, plus those of
+	// the hold beta's wake found in flight, before beta got the GPU.
+	if during > 2*router.TurnBound+8 {
+		t.Errorf("alpha served %d requests while beta waited, want at most about %d", during, 2*router.TurnBound)
 	}
 }

@@ -43,6 +43,7 @@ type wakeCall struct {
 	err        error
 	ticket     uint64 // wakes that contend for room go in ticket order
 	contending bool   // it waits for room that held models occupy
+	queued     bool   // it waits for older wakes (waitTurn): its model may make room for them
 }
 
 // lease is one admitted request's claim on its model.
@@ -195,12 +196,13 @@ func overlaps(a, b *Model) bool {
 }
 
 // idleLRU lists the models that may be frozen to make room for m: the
-// router's other models sharing a GPU with it that nothing uses or wakes,
-// least recently used first.
+// router's other models sharing a GPU with it that nothing uses and no
+// wake is bringing up (a wake queued behind m's does not count: m asked
+// first), least recently used first.
 func (r *Router) idleLRU(m *model) []*model {
 	var out []*model
 	for _, o := range r.models {
-		if o != m && o.hold == nil && o.wake == nil && o.inflight == 0 && !o.freezing && overlaps(o.cfg, m.cfg) {
+		if o != m && o.hold == nil && (o.wake == nil || o.wake.queued) && o.inflight == 0 && !o.freezing && overlaps(o.cfg, m.cfg) {
 			out = append(out, o)
 		}
 	}

@@ -69,8 +69,9 @@ func (r *Router) wake(m *model, w *wakeCall) (Hold, error) {
 		if err != nil {
 			return nil, err
 		}
-		if p.State != api.StateRunning {
-			// It needs room: after the wakes that asked for room first.
+		if p.State != api.StateRunning || r.contended(m, w) {
+			// It needs room, or holds room another asked for first: it
+			// goes after the wakes that asked first.
 			if err := r.waitTurn(ctx, m, w); err != nil {
 				return nil, fmt.Errorf("model %q: waiting for its turn to wake: %w", name, err)
 			}
@@ -148,6 +149,12 @@ func (r *Router) processOf(ctx context.Context, m *model) (*api.Process, error) 
 // keeps its GPUs until its memory is counted (waitResident).
 func (r *Router) waitTurn(ctx context.Context, m *model, w *wakeCall) error {
 	r.mu.Lock()
+	w.queued = true
+	defer func() {
+		r.mu.Lock()
+		w.queued = false
+		r.mu.Unlock()
+	}()
 	for {
 		ahead := false
 		for _, o := range r.models {
@@ -169,6 +176,19 @@ func (r *Router) waitTurn(ctx context.Context, m *model, w *wakeCall) error {
 		}
 		r.mu.Lock()
 	}
+}
+
+// contended says whether an older wake of a model sharing a GPU with m
+// waits for room.
+func (r *Router) contended(m *model, w *wakeCall) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, o := range r.models {
+		if o != m && o.wake != nil && o.wake.contending && o.wake.ticket < w.ticket && overlaps(o.cfg, m.cfg) {
+			return true
+		}
+	}
+	return false
 }
 
 // pauseFor waits for a change the router sees, or d, or ctx.
