@@ -324,18 +324,19 @@ func TestRouterTurnBound(t *testing.T) {
 	g.startRouter(g.simModelArgs("alpha", modelMiB, []string{"--token-delay", "0.005"}) + g.simModel("beta", modelMiB))
 	out := g.python(`
 import json, sys, threading, time, urllib.request
-def ask(model):
+def ask(model, stream=False):
     req = urllib.request.Request(sys.argv[1] + "/v1/chat/completions", method="POST",
-        data=json.dumps({"model": model, "messages": [{"role": "user", "content": "hi"}]}).encode())
+        data=json.dumps({"model": model, "stream": stream, "messages": [{"role": "user", "content": "hi"}]}).encode())
     with urllib.request.urlopen(req, timeout=30) as r:
+        r.read()
         return r.status
 ask("alpha")
 stop, served = threading.Event(), [0] * 8
 def flood(i):
     while not stop.is_set():
-        ask("alpha")
+        ask("alpha", stream=True)  # --token-delay apart: always some in flight
         served[i] += 1
-ts = [threading.Thread(target=flood, args=(i,)) for i in range(8)]
+ts = [threading.Thread(target=flood, args=(i,), daemon=True) for i in range(8)]
 for t in ts: t.start()
 time.sleep(0.3)  # the flood is under way (not a synchronisation: any moment of it will do)
 before = sum(served)
