@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -215,11 +217,16 @@ with urllib.request.urlopen(req, timeout=30) as r:
 	}
 }
 
-// TestRouterAPIKeys: with keys, every endpoint but /health needs one, as a
-// bearer token or x-api-key.
-func TestRouterAPIKeys(t *testing.T) {
+// TestRouterAPIKeysAndBadRequests: with keys, every endpoint but /health
+// needs one, as a bearer token or x-api-key; a body over max_body, not
+// JSON or naming no model is refused with a clear error.
+func TestRouterAPIKeysAndBadRequests(t *testing.T) {
 	g := newRig(t, "1x24G")
-	g.startRouter(`api_keys = ["sk-router-test-1"]` + "\n" + g.simModel("alpha", 1024))
+	g.startRouter("api_keys = [\"sk-router-test-1\"]\nmax_body = \"1M\"\n" + g.simModel("alpha", 1024))
+	big := filepath.Join(g.dir, "big.json")
+	if err := os.WriteFile(big, []byte(`{"model":"alpha","pad":"`+strings.Repeat("x", 1<<20)+`"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want int
@@ -238,6 +245,25 @@ func TestRouterAPIKeys(t *testing.T) {
 	}
 	if body, _ := curl(t, "-w", "%{http_code}", g.url+"/metrics"); !strings.HasSuffix(body, "401") {
 		t.Errorf("/metrics without a key: %q", body)
+	}
+	key := []string{"-H", "x-api-key: sk-router-test-1"}
+	for _, tc := range []struct{ body, want string }{
+		{"@" + big, `413 request body is larger than 1048576 bytes`},
+		{`model=alpha`, `400 the body is not a JSON object`},
+		{`{"messages":[]}`, `400 the body names no \"model\"`},
+		{`{"model":"beta"}`, `404 no model \"beta\" here`},
+	} {
+		cmd := exec.Command("curl", append(key, "-sS", "--max-time", "10", "-w", "\n%{http_code}", "--data-binary", tc.body, g.url+"/v1/chat/completions")...)
+		b, err := cmd.Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := strings.LastIndexByte(string(b), '\n')
+		got := string(b[i+1:]) + " " + string(b[:i])
+		code, msg, _ := strings.Cut(tc.want, " ")
+		if !strings.HasPrefix(got, code) || !strings.Contains(got, msg) {
+			t.Errorf("body %.40q: %s, want %s", tc.body, got, tc.want)
+		}
 	}
 }
 
