@@ -69,7 +69,7 @@ func (r *Router) wake(m *model, w *wakeCall) (Hold, error) {
 		if err != nil {
 			return nil, err
 		}
-		if p.State != api.StateRunning || r.contended(m, w) {
+		if p.State != api.StateRunning || r.contendedBefore(m, w) {
 			// It needs room, or holds room another asked for first: it
 			// goes after the wakes that asked first.
 			if err := r.waitTurn(ctx, m, w); err != nil {
@@ -112,7 +112,7 @@ func (r *Router) wake(m *model, w *wakeCall) (Hold, error) {
 		case err == nil:
 			return h, nil
 		case api.CodeOf(err) == api.CodeResourceExhausted || errors.Is(err, errNoRoom):
-			r.setContending(w, true)
+			r.setContending(m, w, true)
 		case api.IsConflict(err) || api.IsExists(err):
 			// In a transition (freezing, starting) or raced by another
 			// client: look again.
@@ -178,9 +178,9 @@ func (r *Router) waitTurn(ctx context.Context, m *model, w *wakeCall) error {
 	}
 }
 
-// contended says whether an older wake of a model sharing a GPU with m
+// contendedBefore says whether an older wake of a model sharing a GPU with m
 // waits for room.
-func (r *Router) contended(m *model, w *wakeCall) bool {
+func (r *Router) contendedBefore(m *model, w *wakeCall) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, o := range r.models {
@@ -207,13 +207,22 @@ func (r *Router) pauseFor(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-func (r *Router) setContending(w *wakeCall, on bool) {
+// setContending marks m's wake as waiting for room, and lets go the idle
+// holds that may be keeping it.
+func (r *Router) setContending(m *model, w *wakeCall, on bool) {
 	r.mu.Lock()
+	var idle map[*model]Hold
 	if w.contending != on {
 		w.contending = on
+		if on {
+			idle = r.releaseIdleHolds(m)
+		}
 		r.broadcast()
 	}
 	r.mu.Unlock()
+	for o, h := range idle {
+		r.closeHold(o, h)
+	}
 }
 
 // evictFor names the processes an activation of m may freeze: the
