@@ -9,7 +9,7 @@ PY      := /usr/bin/python3
 all: build
 
 build:
-	go build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/gpuschedd ./cmd/gpusched-init ./cmd/gpuschedctl ./cmd/gpusched-simjob
+	go build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/gpuschedd ./cmd/gpusched-init ./cmd/gpuschedctl ./cmd/gpusched-simjob ./cmd/gpusched-router
 
 # Binaries, systemd units and snippets, completions and docs under PREFIX
 # (default /usr/local; DESTDIR stages them elsewhere); reloads systemd when it runs.

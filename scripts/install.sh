@@ -31,18 +31,18 @@ systemd_running() { [[ -z $DESTDIR && -d /run/systemd/system ]]; }
 
 files() {
 	printf '%s\n' \
-		"$bindir/gpuschedd" "$bindir/gpusched-init" "$bindir/gpuschedctl" "$bindir/gpusched-simjob" \
-		"$unitdir/gpuschedd.service" "$unitdir/gpuschedd.socket" \
+		"$bindir/gpuschedd" "$bindir/gpusched-init" "$bindir/gpuschedctl" "$bindir/gpusched-simjob" "$bindir/gpusched-router" \
+		"$unitdir/gpuschedd.service" "$unitdir/gpuschedd.socket" "$unitdir/gpusched-router.service" \
 		"$sysusersdir/gpusched.conf" "$tmpfilesdir/gpusched.conf" \
 		"$bashdir/gpuschedctl" "$zshdir/_gpuschedctl" "$fishdir/gpuschedctl.fish" \
-		"$docdir/README.md" "$docdir/config.example.toml"
+		"$docdir/README.md" "$docdir/router.md" "$docdir/config.example.toml"
 }
 
 install_all() {
-	for b in gpuschedd gpusched-init gpuschedctl gpusched-simjob; do
+	for b in gpuschedd gpusched-init gpuschedctl gpusched-simjob gpusched-router; do
 		[[ -x $BIN/$b ]] || die "$BIN/$b is missing: run make build first"
 	done
-	for b in gpuschedd gpusched-init gpuschedctl gpusched-simjob; do
+	for b in gpuschedd gpusched-init gpuschedctl gpusched-simjob gpusched-router; do
 		install -D -m 0755 "$BIN/$b" "$bindir/$b"
 	done
 	# The units name the binaries where PREFIX put them.
@@ -50,7 +50,9 @@ install_all() {
 	sed "s|/usr/local/bin/|$PREFIX/bin/|g; s|/usr/local/share/doc/|$PREFIX/share/doc/|g" \
 		deploy/systemd/gpuschedd.service >"$unitdir/gpuschedd.service"
 	sed "s|/usr/local/share/doc/|$PREFIX/share/doc/|g" deploy/systemd/gpuschedd.socket >"$unitdir/gpuschedd.socket"
-	chmod 0644 "$unitdir/gpuschedd.service" "$unitdir/gpuschedd.socket"
+	sed "s|/usr/local/bin/|$PREFIX/bin/|g; s|/usr/local/share/doc/|$PREFIX/share/doc/|g" \
+		deploy/systemd/gpusched-router.service >"$unitdir/gpusched-router.service"
+	chmod 0644 "$unitdir/gpuschedd.service" "$unitdir/gpuschedd.socket" "$unitdir/gpusched-router.service"
 	install -D -m 0644 deploy/systemd/gpusched.sysusers "$sysusersdir/gpusched.conf"
 	install -D -m 0644 deploy/systemd/gpusched.tmpfiles "$tmpfilesdir/gpusched.conf"
 	install -d -m 0755 "$bashdir" "$zshdir" "$fishdir"
@@ -59,6 +61,7 @@ install_all() {
 	"$BIN/gpuschedctl" completion fish >"$fishdir/gpuschedctl.fish"
 	chmod 0644 "$bashdir/gpuschedctl" "$zshdir/_gpuschedctl" "$fishdir/gpuschedctl.fish"
 	install -D -m 0644 README.md "$docdir/README.md"
+	install -D -m 0644 docs/router.md "$docdir/router.md"
 	install -D -m 0644 deploy/config.example.toml "$docdir/config.example.toml"
 	if systemd_running; then
 		systemd-sysusers "$sysusersdir/gpusched.conf"
@@ -73,7 +76,7 @@ install_all() {
 uninstall_all() {
 	if systemd_running; then
 		# Managed processes keep running (KillMode=process); a later install re-adopts them.
-		systemctl disable --now gpuschedd.socket gpuschedd.service 2>/dev/null || true
+		systemctl disable --now gpusched-router.service gpuschedd.socket gpuschedd.service 2>/dev/null || true
 	fi
 	while read -r f; do
 		rm -f "$f"

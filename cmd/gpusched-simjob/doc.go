@@ -45,6 +45,18 @@
 // nvidia-uvm, as a process with managed memory maps /dev/nvidia-uvm. Each
 // file is unlinked once mapped.
 //
+// --http PORT makes it a fake OpenAI-compatible model server on
+// 127.0.0.1:PORT, for the router's tests (http.go): /health answers 503
+// {"status":"loading model"} until it holds --vram and --load-seconds have
+// passed (its VRAM ramps over them, as weights load), then 200
+// {"status":"ok"}, as llama.cpp's server does; /v1/models,
+// /v1/chat/completions (streamed as server-sent events with "stream":
+// true), /v1/completions and /v1/embeddings answer deterministic content
+// naming --model (default: the process name). Bodies are bounded to 1 MiB.
+// --token-delay spaces streamed tokens; a message or prompt "CRASH" makes
+// it exit 70 mid-response. A request waits while the simulated driver holds
+// the process locked or checkpointed, as its CUDA calls would.
+//
 // Progress goes to stdout one line at a time ("simjob: pid=...",
 // "simjob: allocated N MiB on GPU-...", "simjob: done, exiting with N").
 // SIGTERM and SIGINT print "simjob: SIGTERM with CUDA <state>" (its CUDA

@@ -25,6 +25,11 @@ type config struct {
 	ncclShm  bool   // with nccl: map an NCCL shared-memory segment
 	uvm      bool   // map a file named like the UVM device
 	util     int    // percent of the time it keeps its GPUs busy
+	// --http: a fake OpenAI-compatible model server (http.go)
+	httpPort   int           // 0: none
+	load       time.Duration // time before it is ready
+	model      string        // name it answers with; "": the process name
+	tokenDelay time.Duration // time between streamed tokens
 }
 
 // parseFlags parses the command line; usage and flag errors go to stderr.
@@ -32,7 +37,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("gpusched-simjob", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var cfg config
-	var ramp, hold, tick float64
+	var ramp, hold, tick, load, tokenDelay float64
 	fs.Uint64Var(&cfg.vramMiB, "vram", 0, "simulated VRAM to hold on each visible GPU, in `MiB`")
 	fs.Float64Var(&ramp, "ramp", 0, "grow to --vram in about 10 steps over this many `seconds` (0: at once)")
 	fs.Float64Var(&hold, "hold", 0, "keep running this many `seconds` after reaching --vram (0: until killed)")
@@ -47,6 +52,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&cfg.ncclShm, "nccl-shm", true, "with --nccl, map the /dev/shm/nccl-* segment of NCCL's shared-memory transport")
 	fs.BoolVar(&cfg.uvm, "uvm", false, "map a file named nvidia-uvm, as a process with managed (UVM) memory maps /dev/nvidia-uvm")
 	fs.IntVar(&cfg.util, "util", 0, "keep its GPUs busy this `percent` of the time while it holds memory, as their utilization shows (0: idle)")
+	fs.IntVar(&cfg.httpPort, "http", 0, "serve a fake OpenAI-compatible API (/health, /v1/models, /v1/chat/completions, /v1/completions, /v1/embeddings) on 127.0.0.1:`PORT`")
+	fs.Float64Var(&load, "load-seconds", 0, "with --http, answer /health 503 for this many `seconds`, as a server loading weights does (--vram then ramps over them)")
+	fs.StringVar(&cfg.model, "model", "", "with --http, the model `NAME` its replies carry (default: the process name)")
+	fs.Float64Var(&tokenDelay, "token-delay", 0, "with --http, wait this many `seconds` between streamed tokens")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -71,18 +80,28 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if cfg.exitCode < 0 || cfg.exitCode > 255 {
 		return config{}, fmt.Errorf("--exit-code %d: must be 0 to 255", cfg.exitCode)
 	}
+	if cfg.httpPort < 0 || cfg.httpPort > 65535 {
+		return config{}, fmt.Errorf("--http %d: must be a TCP port, 1 to 65535", cfg.httpPort)
+	}
+	if cfg.httpPort == 0 && (load != 0 || cfg.model != "" || tokenDelay != 0) {
+		return config{}, errors.New("--load-seconds, --model and --token-delay need --http")
+	}
 	var err error
 	for _, d := range []struct {
 		name string
 		secs float64
 		dst  *time.Duration
-	}{{"ramp", ramp, &cfg.ramp}, {"hold", hold, &cfg.hold}, {"tick", tick, &cfg.tick}} {
+	}{{"ramp", ramp, &cfg.ramp}, {"hold", hold, &cfg.hold}, {"tick", tick, &cfg.tick},
+		{"load-seconds", load, &cfg.load}, {"token-delay", tokenDelay, &cfg.tokenDelay}} {
 		if *d.dst, err = seconds(d.name, d.secs); err != nil {
 			return config{}, err
 		}
 	}
 	if cfg.ticks > 0 && cfg.tick == 0 {
 		return config{}, errors.New("--ticks needs --tick")
+	}
+	if cfg.ramp == 0 {
+		cfg.ramp = cfg.load // a loading server's memory grows as its weights load
 	}
 	return cfg, nil
 }

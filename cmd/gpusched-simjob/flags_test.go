@@ -14,6 +14,11 @@ func TestParseFlags(t *testing.T) {
 	if err != nil || cfg != want {
 		t.Errorf("parseFlags = %+v, %v; want %+v", cfg, err, want)
 	}
+	cfg, err = parseFlags([]string{"--http", "8080", "--load-seconds", "2", "--model", "m", "--token-delay", "0.01"}, io.Discard)
+	want = config{httpPort: 8080, load: 2 * time.Second, ramp: 2 * time.Second, model: "m", tokenDelay: 10 * time.Millisecond, ncclShm: true}
+	if err != nil || cfg != want {
+		t.Errorf("parseFlags(--http) = %+v, %v; want %+v (--load-seconds ramps the VRAM)", cfg, err, want)
+	}
 	for _, bad := range [][]string{
 		{"--vram", "-1"},
 		{"--ramp", "-1"},
@@ -23,6 +28,10 @@ func TestParseFlags(t *testing.T) {
 		{"--ticks", "3"},
 		{"--tick", "1", "--ticks", "-1"},
 		{"extra"},
+		{"--http", "65536"},
+		{"--load-seconds", "1"},
+		{"--model", "m"},
+		{"--http", "8080", "--load-seconds", "-1"},
 	} {
 		if _, err := parseFlags(bad, io.Discard); err == nil {
 			t.Errorf("parseFlags(%q) succeeded", bad)

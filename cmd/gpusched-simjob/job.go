@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -30,6 +31,7 @@ type job struct {
 	pid    int      // host pid
 	vram   *vram    // nil without --vram
 	mem    *hostMem // nil without --host-mem
+	http   *server  // nil without --http
 }
 
 // run executes the job and returns its exit status. SIGTERM and SIGINT end
@@ -65,6 +67,13 @@ func run(cfg config, stdout, stderr io.Writer) int {
 			return code
 		}
 	}
+	if cfg.httpPort > 0 {
+		if err := j.startHTTP(); err != nil {
+			j.errorf("%v", err)
+			j.release()
+			return 2
+		}
+	}
 	if cfg.hostMiB > 0 {
 		j.mem = newHostMem(cfg.hostMiB, uint64(time.Now().UnixNano())^uint64(j.pid))
 		j.printf("simjob: host memory %d MiB filled", cfg.hostMiB)
@@ -90,6 +99,40 @@ func (j *job) setup() error {
 		return err
 	}
 	j.vram.util = j.cfg.util
+	return nil
+}
+
+// startHTTP binds --http's port and serves the fake model server on it;
+// it reports ready once the job has grown to --vram and --load-seconds
+// have passed.
+func (j *job) startHTTP() error {
+	ln, err := listen(j.cfg.httpPort)
+	if err != nil {
+		return err
+	}
+	s := &server{
+		model:      j.cfg.model,
+		tokenDelay: j.cfg.tokenDelay,
+		readyAt:    time.Now().Add(j.cfg.load),
+		crash:      crashNow(j.printf),
+	}
+	if s.model == "" {
+		s.model = filepath.Base(os.Args[0])
+	}
+	if j.vram != nil {
+		reg := j.vram.reg
+		s.gpuBusy = func() bool {
+			pid, err := procfs.SelfPID() // the host pid changes on a CRIU restore
+			if err != nil {
+				return false
+			}
+			state, err := reg.CheckpointState(pid)
+			return err == nil && (state == simgpu.StateLocked || state == simgpu.StateCheckpointed)
+		}
+	}
+	j.http = s
+	j.printf("simjob: serving model %s on http://%s", s.model, ln.Addr())
+	go s.serve(ln)
 	return nil
 }
 
@@ -223,6 +266,9 @@ func (j *job) reached() <-chan time.Time {
 	}
 	if j.cfg.gpuCheck {
 		j.ready()
+	}
+	if j.http != nil {
+		j.http.loaded.Store(true)
 	}
 	if j.cfg.hold == 0 {
 		return nil

@@ -44,6 +44,31 @@ func TestServiceKeepsWhatCRIUNeeds(t *testing.T) {
 	}
 }
 
+// TestRouterServiceRunsAsAUser: the router is an ordinary user in the
+// socket's group, never root, listening on loopback.
+func TestRouterServiceRunsAsAUser(t *testing.T) {
+	s := testutil.UnitSettings(t, "gpusched-router.service")
+	for key, want := range map[string]string{"Service.User": "gpusched-router", "Service.SupplementaryGroups": "gpusched",
+		"Service.NoNewPrivileges": "yes", "Service.Restart": "on-failure"} {
+		if got := s[key]; !slices.Equal(got, []string{want}) {
+			t.Errorf("gpusched-router.service %s = %q, want %q", key, got, want)
+		}
+	}
+	exec := s["Service.ExecStart"]
+	if len(exec) != 1 || !strings.HasPrefix(exec[0], "/usr/local/bin/gpusched-router --config ") || !strings.Contains(exec[0], "--listen 127.0.0.1:") {
+		t.Errorf("gpusched-router.service ExecStart = %q, want the router on loopback", exec)
+	}
+	users, err := os.ReadFile("gpusched.sysusers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"u gpusched-router ", "m gpusched-router gpusched"} {
+		if !strings.Contains(string(users), "\n"+line) {
+			t.Errorf("gpusched.sysusers has no %q line", line)
+		}
+	}
+}
+
 // TestSystemdAnalyzeVerify runs systemd's own checker on the units, with
 // ExecStart pointing at a built daemon (the installed path does not exist here).
 func TestSystemdAnalyzeVerify(t *testing.T) {
@@ -53,17 +78,18 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 	}
 	bins := testutil.Build(t)
 	dir := t.TempDir()
-	for _, name := range []string{"gpuschedd.service", "gpuschedd.socket"} {
+	for _, name := range []string{"gpuschedd.service", "gpuschedd.socket", "gpusched-router.service"} {
 		data, err := os.ReadFile(name)
 		if err != nil {
 			t.Fatal(err)
 		}
 		text := strings.ReplaceAll(string(data), "/usr/local/bin/gpuschedd", bins.Daemon)
+		text = strings.ReplaceAll(text, "/usr/local/bin/gpusched-router", bins.Router)
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	out, err := exec.Command(analyze, "verify", filepath.Join(dir, "gpuschedd.service"), filepath.Join(dir, "gpuschedd.socket")).CombinedOutput()
+	out, err := exec.Command(analyze, "verify", filepath.Join(dir, "gpuschedd.service"), filepath.Join(dir, "gpuschedd.socket"), filepath.Join(dir, "gpusched-router.service")).CombinedOutput()
 	var problems []string
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		// systemd < 254 does not know DelegateSubgroup= and ignores it (docs/priority.md).

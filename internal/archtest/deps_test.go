@@ -86,6 +86,8 @@ var allowed = map[string][]string{
 	"internal/memfill":                   {"internal/procfs", "internal/simgpu"},
 	"internal/checkpoint/checkpointtest/cuda-checkpoint": {"internal/simgpu", "internal/procfs", "internal/checkpoint", "internal/checkpoint/checkpointtest"},
 	"internal/cli":        {"pkg/api"},
+	"internal/router":     {"pkg/api"},
+	"cmd/gpusched-router": {"internal/router"},
 	"cmd/gpuschedctl":     {"internal/cli"},
 	"cmd/gpuschedd":       {"internal/checkpoint", "internal/config", "internal/daemon", "internal/memfill", "internal/sandbox"},
 	"cmd/gpusched-simjob": {"internal/procfs", "internal/simgpu"},

@@ -16,6 +16,7 @@ type Binaries struct {
 	Daemon string // gpuschedd (its helpers; gpusched-init beside it supervises)
 	Ctl    string // gpuschedctl
 	SimJob string // gpusched-simjob
+	Router string // gpusched-router
 	// FakeCudaCheckpoint is the test stand-in for cuda-checkpoint, in a
 	// subdirectory of its own so that no PATH finds it by accident.
 	FakeCudaCheckpoint string
@@ -59,7 +60,7 @@ func build() (Binaries, error) {
 	}
 	fake := filepath.Join(dir, "fake", "cuda-checkpoint")
 	for _, args := range [][]string{
-		{"-o", dir, "./cmd/gpuschedd", "./cmd/gpusched-init", "./cmd/gpuschedctl", "./cmd/gpusched-simjob"},
+		{"-o", dir, "./cmd/gpuschedd", "./cmd/gpusched-init", "./cmd/gpuschedctl", "./cmd/gpusched-simjob", "./cmd/gpusched-router"},
 		{"-o", fake, "./internal/checkpoint/checkpointtest/cuda-checkpoint"},
 	} {
 		cmd := exec.Command("go", append([]string{"build"}, args...)...)
@@ -78,6 +79,7 @@ func build() (Binaries, error) {
 		Daemon:             filepath.Join(dir, "gpuschedd"),
 		Ctl:                filepath.Join(dir, "gpuschedctl"),
 		SimJob:             filepath.Join(dir, "gpusched-simjob"),
+		Router:             filepath.Join(dir, "gpusched-router"),
 		FakeCudaCheckpoint: fake,
 	}, nil
 }

@@ -1,0 +1,416 @@
+package router
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// Config is the router's file: global settings and one Model per
+// [models.NAME] table.
+type Config struct {
+	Path         string
+	APIKeys      []string      // accepted as "Authorization: Bearer K" or "x-api-key: K"; none: no auth
+	MaxBody      int64         // bytes of a request body read to find its model
+	StartTimeout time.Duration // longest a cold start may take to answer health
+	Models       map[string]*Model
+	aliases      map[string]string // alias -> model
+}
+
+// Model is one [models.NAME] table.
+type Model struct {
+	Name      string
+	Cmd       []string // argv, ${PORT} substituted
+	Port      int
+	GPUs      []api.GPURef // none: every GPU
+	VRAMMiB   uint64       // per GPU; what a cold start needs free
+	Health    string       // path polled after a cold start until it answers 200
+	TTL       time.Duration
+	Hibernate time.Duration
+	Aliases   []string
+	Preload   bool
+}
+
+// Defaults of the optional settings.
+const (
+	DefaultHealth       = "/health"
+	DefaultMaxBody      = 32 << 20
+	DefaultStartTimeout = 5 * time.Minute
+	maxConfigBytes      = 1 << 20
+)
+
+// rawConfig is the file as TOML decodes it; every value stays a
+// Primitive so that each key's line is known when it is checked.
+type rawConfig map[string]toml.Primitive
+
+// Lookup returns the model a request names: by its name or an alias.
+func (c *Config) Lookup(name string) (*Model, bool) {
+	if m, ok := c.Models[name]; ok {
+		return m, true
+	}
+	if n, ok := c.aliases[name]; ok {
+		return c.Models[n], true
+	}
+	return nil, false
+}
+
+// Names lists the models' names, sorted.
+func (c *Config) Names() []string {
+	names := make([]string, 0, len(c.Models))
+	for n := range c.Models {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// LoadConfig reads and checks the file at path. Every problem is reported
+// at once, each with the file, the line and the key.
+func LoadConfig(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	if len(data) > maxConfigBytes {
+		return nil, fmt.Errorf("config %s: larger than %d bytes", path, maxConfigBytes)
+	}
+	return ParseConfig(path, data)
+}
+
+// ParseConfig parses a config file's text; path names it in errors.
+func ParseConfig(path string, data []byte) (*Config, error) {
+	var raw rawConfig
+	md, err := toml.Decode(string(data), &raw)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return nil, fmt.Errorf("%s:%d: bad TOML: %s", path, pe.Position.Line, pe.Message)
+		}
+		return nil, fmt.Errorf("%s: bad TOML: %w", path, err)
+	}
+	p := &parser{path: path, md: &md}
+	c := &Config{Path: path, MaxBody: DefaultMaxBody, StartTimeout: DefaultStartTimeout,
+		Models: map[string]*Model{}, aliases: map[string]string{}}
+	keys := make([]string, 0, len(raw))
+	for k := range raw {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := raw[k]
+		switch k {
+		case "api_keys":
+			p.key(v, k, func(x any) error {
+				keys, err := stringList(x)
+				for i, key := range keys {
+					if len(key) < 8 {
+						return fmt.Errorf("item %d: an api key must be at least 8 characters", i+1)
+					}
+				}
+				c.APIKeys = keys
+				return err
+			})
+		case "max_body":
+			p.key(v, k, func(x any) error {
+				n, err := size(x)
+				if err == nil && n == 0 {
+					err = errors.New("must be at least 1M")
+				}
+				c.MaxBody = n
+				return err
+			})
+		case "start_timeout":
+			p.key(v, k, func(x any) error { return duration(x, &c.StartTimeout, time.Second) })
+		case "models":
+			p.models(c, v)
+		default:
+			p.key(v, k, func(any) error { return errUnknown })
+		}
+	}
+	if len(c.Models) == 0 && len(p.errs) == 0 {
+		p.errs = append(p.errs, fmt.Errorf("%s: no [models.NAME] table: nothing to route to", path))
+	}
+	p.crossCheck(c)
+	if len(p.errs) > 0 {
+		return nil, errors.Join(p.errs...)
+	}
+	return c, nil
+}
+
+var errUnknown = errors.New("unknown key")
+
+// parser collects the errors of one file.
+type parser struct {
+	path string
+	md   *toml.MetaData
+	errs []error
+	// lines of the keys seen, "models.NAME.key" -> line, for cross-checks.
+	lines map[string]int
+}
+
+// key decodes one value with fn, naming the file, line and key in fn's error.
+func (p *parser) key(v toml.Primitive, name string, fn func(any) error) {
+	line, err := valueAt(p.md, v, fn)
+	if p.lines == nil {
+		p.lines = map[string]int{}
+	}
+	p.lines[name] = line
+	if err != nil {
+		p.errs = append(p.errs, fmt.Errorf("%s:%d: %s: %w", p.path, line, name, err))
+	}
+}
+
+func (p *parser) models(c *Config, v toml.Primitive) {
+	var tables map[string]map[string]toml.Primitive
+	if err := p.md.PrimitiveDecode(v, &tables); err != nil {
+		p.key(v, "models", func(any) error { return errors.New("want tables [models.NAME]") })
+		return
+	}
+	names := make([]string, 0, len(tables))
+	for n := range tables {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		m := &Model{Name: name, Health: DefaultHealth}
+		prefix := "models." + name
+		firstLine := 0
+		keys := make([]string, 0, len(tables[name]))
+		for k := range tables[name] {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			p.key(tables[name][k], prefix+"."+k, func(x any) error { return m.set(k, x) })
+			if l := p.lines[prefix+"."+k]; firstLine == 0 || l < firstLine {
+				firstLine = l
+			}
+		}
+		p.lines[prefix] = firstLine
+		where := fmt.Sprintf("%s:%d: [%s]", p.path, firstLine, prefix)
+		if err := api.ValidateName(name); err != nil {
+			p.errs = append(p.errs, fmt.Errorf("%s: the model's name is its process name: %w", where, err))
+		}
+		if len(m.Cmd) == 0 {
+			p.errs = append(p.errs, fmt.Errorf("%s: cmd is missing (the model server's argv)", where))
+		}
+		if m.Port == 0 {
+			p.errs = append(p.errs, fmt.Errorf("%s: port is missing (the port its server listens on)", where))
+		}
+		c.Models[name] = m
+	}
+}
+
+// crossCheck finds clashes between models: ports, aliases.
+func (p *parser) crossCheck(c *Config) {
+	ports := map[int]string{}
+	for _, name := range c.Names() {
+		m := c.Models[name]
+		if other, ok := ports[m.Port]; ok && m.Port != 0 {
+			p.errs = append(p.errs, fmt.Errorf("%s:%d: models.%s.port: port %d is already model %q's",
+				p.path, p.lines["models."+name+".port"], name, m.Port, other))
+		}
+		ports[m.Port] = name
+		for _, a := range m.Aliases {
+			line := p.lines["models."+name+".aliases"]
+			switch other, ok := c.aliases[a]; {
+			case c.Models[a] != nil:
+				p.errs = append(p.errs, fmt.Errorf("%s:%d: models.%s.aliases: alias %q is the name of a model", p.path, line, name, a))
+			case ok:
+				p.errs = append(p.errs, fmt.Errorf("%s:%d: models.%s.aliases: duplicate alias %q (also model %q's)", p.path, line, name, a, other))
+			default:
+				c.aliases[a] = name
+			}
+		}
+	}
+}
+
+// set applies one key of a [models.NAME] table.
+func (m *Model) set(key string, x any) error {
+	switch key {
+	case "cmd":
+		cmd, err := stringList(x)
+		if err == nil && len(cmd) == 0 {
+			err = errors.New("empty argv")
+		}
+		m.Cmd = cmd
+		return err
+	case "port":
+		n, ok := x.(int64)
+		if !ok || n < 1 || n > 65535 {
+			return fmt.Errorf("want a port number 1-65535, not %s", describe(x))
+		}
+		m.Port = int(n)
+	case "gpus":
+		items, ok := x.([]any)
+		if !ok {
+			return fmt.Errorf("want a list of GPU indexes or UUIDs, not %s", describe(x))
+		}
+		for i, it := range items {
+			var ref api.GPURef
+			var err error
+			switch v := it.(type) {
+			case int64:
+				ref, err = api.ParseGPURef(strconv.FormatInt(v, 10))
+			case string:
+				ref, err = api.ParseGPURef(v)
+			default:
+				err = fmt.Errorf("want an index or a UUID, not %s", describe(it))
+			}
+			if err != nil {
+				return fmt.Errorf("item %d: %w", i+1, err)
+			}
+			m.GPUs = append(m.GPUs, ref)
+		}
+	case "vram":
+		s, ok := x.(string)
+		if !ok {
+			return fmt.Errorf("want a size such as \"13G\", not %s", describe(x))
+		}
+		n, err := api.ParseMiB(s)
+		if err != nil {
+			return err
+		}
+		m.VRAMMiB = n
+	case "health":
+		s, ok := x.(string)
+		if !ok || !strings.HasPrefix(s, "/") {
+			return fmt.Errorf("want a path starting with /, not %s", describe(x))
+		}
+		m.Health = s
+	case "ttl":
+		return duration(x, &m.TTL, time.Second)
+	case "hibernate":
+		// The daemon checks its policies every 250 ms (docs/disktier.md).
+		return duration(x, &m.Hibernate, 250*time.Millisecond)
+	case "aliases":
+		a, err := stringList(x)
+		for i, s := range a {
+			if s == "" {
+				return fmt.Errorf("item %d: empty alias", i+1)
+			}
+			if slices.Index(a, s) != i {
+				return fmt.Errorf("duplicate alias %q", s)
+			}
+		}
+		m.Aliases = a
+		return err
+	case "preload":
+		b, ok := x.(bool)
+		if !ok {
+			return fmt.Errorf("want true or false, not %s", describe(x))
+		}
+		m.Preload = b
+	default:
+		return fmt.Errorf("%w (known: aliases, cmd, gpus, health, hibernate, port, preload, ttl, vram)", errUnknown)
+	}
+	return nil
+}
+
+// Argv is the model's command with ${PORT} substituted.
+func (m *Model) Argv() []string {
+	port := strconv.Itoa(m.Port)
+	out := make([]string, len(m.Cmd))
+	for i, a := range m.Cmd {
+		out[i] = strings.ReplaceAll(a, "${PORT}", port)
+	}
+	return out
+}
+
+func stringList(x any) ([]string, error) {
+	items, ok := x.([]any)
+	if !ok {
+		return nil, fmt.Errorf("want a list of strings, not %s", describe(x))
+	}
+	out := make([]string, len(items))
+	for i, it := range items {
+		s, ok := it.(string)
+		if !ok {
+			return nil, fmt.Errorf("item %d: want a string, not %s", i+1, describe(it))
+		}
+		out[i] = s
+	}
+	return out, nil
+}
+
+func duration(x any, dst *time.Duration, min time.Duration) error {
+	s, ok := x.(string)
+	if !ok {
+		return fmt.Errorf("want a duration such as \"5m\", not %s", describe(x))
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("bad duration %q (want a number with a unit: \"90s\", \"5m\", \"1h\")", s)
+	}
+	if d < min {
+		return fmt.Errorf("duration %q: must be at least %v", s, min)
+	}
+	*dst = d
+	return nil
+}
+
+func size(x any) (int64, error) {
+	s, ok := x.(string)
+	if !ok {
+		return 0, fmt.Errorf("want a size such as \"32M\", not %s", describe(x))
+	}
+	mib, err := api.ParseMiB(s)
+	if err != nil {
+		return 0, err
+	}
+	return int64(mib) << 20, nil
+}
+
+func describe(x any) string {
+	switch v := x.(type) {
+	case string:
+		return fmt.Sprintf("the string %q", v)
+	case int64:
+		return fmt.Sprintf("the integer %d", v)
+	case bool:
+		return fmt.Sprintf("%v", v)
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "a table"
+	default:
+		return fmt.Sprintf("%T", x)
+	}
+}
+
+// valueAt runs fn on one value and returns the value's line with fn's
+// error. The TOML library knows a key's line only while it decodes it, so
+// fn runs as the value's unmarshaler (as internal/config does it).
+func valueAt(md *toml.MetaData, p toml.Primitive, fn func(any) error) (int, error) {
+	var ferr error
+	err := md.PrimitiveDecode(p, &unmarshaler{func(v any) error {
+		ferr = fn(v)
+		return errLine // every key: the wrapping ParseError carries its line
+	}})
+	line := 0
+	if pe := (toml.ParseError{}); errors.As(err, &pe) {
+		line = pe.Position.Line
+	}
+	return line, ferr
+}
+
+var errLine = errors.New("line")
+
+type unmarshaler struct{ fn func(any) error }
+
+func (u *unmarshaler) UnmarshalTOML(v any) error { return u.fn(v) }

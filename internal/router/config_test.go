@@ -1,0 +1,105 @@
+package router
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+const goodConfig = `api_keys = ["sk-test-12345678"]
+start_timeout = "30s"
+
+[models.alpha]
+cmd = ["gpusched-simjob", "--http", "${PORT}", "--vram", "13312"]
+port = 9001
+gpus = [0]
+vram = "13G"
+ttl = "5m"
+hibernate = "1h"
+aliases = ["a", "first"]
+preload = true
+
+[models.beta]
+cmd = ["server", "--port=${PORT}"]
+port = 9002
+health = "/ready"
+`
+
+func TestParseConfig(t *testing.T) {
+	c, err := ParseConfig("r.toml", []byte(goodConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := c.Models["alpha"]
+	if a.Port != 9001 || a.VRAMMiB != 13<<10 || a.TTL != 5*time.Minute || a.Hibernate != time.Hour ||
+		!a.Preload || a.Health != "/health" || len(a.GPUs) != 1 || a.GPUs[0] != (api.GPURef{Index: 0}) {
+		t.Errorf("alpha = %+v", a)
+	}
+	if got := strings.Join(a.Argv(), " "); got != "gpusched-simjob --http 9001 --vram 13312" {
+		t.Errorf("argv = %q", got)
+	}
+	if got := c.Models["beta"].Argv()[1]; got != "--port=9002" {
+		t.Errorf("beta argv[1] = %q", got)
+	}
+	if m, ok := c.Lookup("first"); !ok || m.Name != "alpha" {
+		t.Errorf("alias first -> %v %v", m, ok)
+	}
+	if c.StartTimeout != 30*time.Second || len(c.APIKeys) != 1 || c.MaxBody != DefaultMaxBody {
+		t.Errorf("globals = %v %v %v", c.StartTimeout, c.APIKeys, c.MaxBody)
+	}
+}
+
+// TestParseConfigErrors: each bad config is refused with the file, the
+// line and the key in its error.
+func TestParseConfigErrors(t *testing.T) {
+	const base = "[models.alpha]\ncmd = [\"x\"]\nport = 9001\n"
+	for _, tc := range []struct{ name, text, want string }{
+		{"unknown model key", base + "ttll = \"5m\"\n", `r.toml:4: models.alpha.ttll: unknown key`},
+		{"unknown global key", "listen = \"x\"\n" + base, `r.toml:1: listen: unknown key`},
+		{"bad duration", base + "ttl = \"5 minutes\"\n", `r.toml:4: models.alpha.ttl: bad duration "5 minutes"`},
+		{"duration not a string", base + "hibernate = 5\n", `r.toml:4: models.alpha.hibernate: want a duration such as "5m", not the integer 5`},
+		{"ttl too short", base + "ttl = \"1ms\"\n", `r.toml:4: models.alpha.ttl: duration "1ms": must be at least 1s`},
+		{"missing cmd", "[models.alpha]\nport = 9001\n", `r.toml:2: [models.alpha]: cmd is missing`},
+		{"missing port", "[models.alpha]\ncmd = [\"x\"]\n", `r.toml:2: [models.alpha]: port is missing`},
+		{"bad port", base + "[models.beta]\ncmd = [\"x\"]\nport = 70000\n", `r.toml:6: models.beta.port: want a port number 1-65535, not the integer 70000`},
+		{"port clash", base + "[models.beta]\ncmd = [\"y\"]\nport = 9001\n", `r.toml:6: models.beta.port: port 9001 is already model "alpha"'s`},
+		{"duplicate alias", base + "aliases = [\"a\"]\n[models.beta]\ncmd = [\"y\"]\nport = 9002\naliases = [\"a\"]\n", `r.toml:8: models.beta.aliases: duplicate alias "a" (also model "alpha"'s)`},
+		{"alias is a model", base + "aliases = [\"beta\"]\n[models.beta]\ncmd = [\"y\"]\nport = 9002\n", `r.toml:4: models.alpha.aliases: alias "beta" is the name of a model`},
+		{"alias twice in a model", base + "aliases = [\"a\", \"a\"]\n", `r.toml:4: models.alpha.aliases: duplicate alias "a"`},
+		{"bad vram", base + "vram = \"13\"\n", `r.toml:4: models.alpha.vram: size "13" has no unit`},
+		{"bad gpu", base + "gpus = [-1]\n", `r.toml:4: models.alpha.gpus: item 1: GPU index -1 is negative`},
+		{"bad health", base + "health = \"health\"\n", `r.toml:4: models.alpha.health: want a path starting with /`},
+		{"bad name", "[models.\"a b\"]\ncmd = [\"x\"]\nport = 9001\n", `r.toml:2: [models.a b]: the model's name is its process name`},
+		{"empty cmd", "[models.alpha]\ncmd = []\nport = 9001\n", `r.toml:2: models.alpha.cmd: empty argv`},
+		{"short api key", "api_keys = [\"k\"]\n" + base, `r.toml:1: api_keys: item 1: an api key must be at least 8 characters`},
+		{"bad toml", base + "port = = 3\n", `r.toml:4: bad TOML`},
+		{"no models", "start_timeout = \"1m\"\n", `r.toml: no [models.NAME] table`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := ParseConfig("r.toml", []byte(tc.text))
+			if err == nil {
+				t.Fatalf("no error; config %+v", c)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error:\n  %v\nwant it to contain:\n  %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestLoadConfigBounded(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "big.toml")
+	if err := os.WriteFile(path, []byte(strings.Repeat("#", maxConfigBytes+1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadConfig(path); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := LoadConfig(filepath.Join(t.TempDir(), "none.toml")); err == nil {
+		t.Fatal("a missing file loaded")
+	}
+}

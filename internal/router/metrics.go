@@ -1,0 +1,49 @@
+package router
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the router's Prometheus series, labelled by configured
+// model name only (the label set is bounded by the config).
+type metrics struct {
+	reg          *prometheus.Registry
+	requests     *prometheus.CounterVec   // model, code
+	inflight     *prometheus.GaugeVec     // model
+	waiting      *prometheus.GaugeVec     // model
+	waitSeconds  *prometheus.HistogramVec // model
+	wakeSeconds  *prometheus.HistogramVec // model, tier
+	wakeFailures *prometheus.CounterVec   // model
+	unloads      *prometheus.CounterVec   // model
+	upstreamErrs *prometheus.CounterVec   // model
+}
+
+// wakeBuckets span a hold of a running model (sub-millisecond) to a cold
+// start of a large one (minutes).
+var wakeBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+
+func newMetrics() *metrics {
+	const ns = "gpusched_router"
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "requests_total",
+			Help: "Requests routed to a model, by HTTP status answered."}, []string{"model", "code"}),
+		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "in_flight",
+			Help: "Requests admitted to a model and not yet answered."}, []string{"model"}),
+		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "waiting",
+			Help: "Requests waiting for their model to wake or for its turn."}, []string{"model"}),
+		waitSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "wait_seconds",
+			Help: "Time requests that had to wait spent waiting for their model.", Buckets: wakeBuckets}, []string{"model"}),
+		wakeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "wake_seconds",
+			Help:    "Time a wake took, by the tier the model woke from: cold (started), frozen (host RAM), hibernated (disk) or running (held only).",
+			Buckets: wakeBuckets}, []string{"model", "tier"}),
+		wakeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "wake_failures_total",
+			Help: "Wakes that failed (the waiting requests got the error)."}, []string{"model"}),
+		unloads: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "unloads_total",
+			Help: "Freezes of a model by its idle ttl or by /unload."}, []string{"model"}),
+		upstreamErrs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "upstream_errors_total",
+			Help: "Requests a model's server failed (connection refused or broken mid-request)."}, []string{"model"}),
+	}
+	m.reg.MustRegister(m.requests, m.inflight, m.waiting, m.waitSeconds, m.wakeSeconds, m.wakeFailures, m.unloads, m.upstreamErrs)
+	return m
+}

@@ -1,0 +1,134 @@
+package router
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// newTransport is a model's HTTP transport: loopback only, connections
+// kept for reuse while the model is held and closed when it is let go (a
+// process with established TCP connections cannot be hibernated).
+func newTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil,
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   64,
+		IdleConnTimeout:       90 * time.Second,
+		ResponseHeaderTimeout: 0, // a model may think for minutes before its first byte
+	}
+}
+
+// proxyKey carries the request's lease to the proxy's hooks.
+type proxyKey struct{}
+
+// newProxy forwards requests to m's server. Responses stream through
+// unbuffered (FlushInterval -1 flushes each write: server-sent events pass
+// chunk by chunk), and a client that hangs up cancels the upstream
+// request (the outgoing request carries the client's context).
+func (r *Router) newProxy(mm *model) *httputil.ReverseProxy {
+	m := mm.cfg
+	target := &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(m.Port)}
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Host = target.Host
+			pr.Out.Header.Del("Authorization") // the router's key, not the model's
+			pr.Out.Header.Del("X-Api-Key")
+		},
+		Transport:     mm.transport,
+		FlushInterval: -1,
+		ModifyResponse: func(resp *http.Response) error {
+			l, _ := resp.Request.Context().Value(proxyKey{}).(*lease)
+			if l == nil {
+				return nil
+			}
+			if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+				resp.Body = &sseBody{ReadCloser: resp.Body, l: l}
+				return nil
+			}
+			return bufferReply(resp)
+		},
+		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
+			if req.Context().Err() != nil {
+				return // the client hung up: nobody to answer
+			}
+			if l, _ := req.Context().Value(proxyKey{}).(*lease); l != nil {
+				l.fail()
+			}
+			r.metrics.upstreamErrs.WithLabelValues(m.Name).Inc()
+			writeError(w, req, http.StatusBadGateway, "upstream_error",
+				fmt.Sprintf("model %q: its server failed the request (%v); the next request starts it again if it exited", m.Name, err))
+		},
+		ErrorLog: r.stdLog,
+	}
+}
+
+// maxBuffered bounds the part of a reply that is not an event stream
+// read before it is passed on.
+const maxBuffered = 16 << 20
+
+// bufferReply reads a reply that is not an event stream (a JSON answer is
+// of no use until whole) before passing it on, up to maxBuffered: a server
+// that dies mid-reply then gives the client a clear 502 rather than a 200
+// cut short. A longer reply passes its first maxBuffered bytes and streams
+// the rest.
+func bufferReply(resp *http.Response) error {
+	head, err := io.ReadAll(io.LimitReader(resp.Body, maxBuffered))
+	if err != nil {
+		resp.Body.Close()
+		return fmt.Errorf("reading its reply: %w", err)
+	}
+	if len(head) < maxBuffered {
+		resp.Body.Close()
+		resp.Body = io.NopCloser(bytes.NewReader(head))
+		resp.ContentLength = int64(len(head))
+		resp.Header.Set("Content-Length", strconv.Itoa(len(head)))
+		resp.TransferEncoding = nil
+		return nil
+	}
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
+	return nil
+}
+
+// sseBody ends an event stream that breaks mid-way with an error event the
+// client can read, instead of a bare cut, and marks the lease failed.
+type sseBody struct {
+	io.ReadCloser
+	l    *lease
+	tail *strings.Reader
+}
+
+func (b *sseBody) Read(p []byte) (int, error) {
+	if b.tail != nil {
+		return b.tail.Read(p)
+	}
+	n, err := b.ReadCloser.Read(p)
+	if err == nil || errors.Is(err, io.EOF) {
+		return n, err
+	}
+	b.l.fail()
+	b.l.r.metrics.upstreamErrs.WithLabelValues(b.l.m.cfg.Name).Inc()
+	msg := fmt.Sprintf("model %q: its server failed mid-stream (%v)", b.l.m.cfg.Name, err)
+	b.tail = strings.NewReader("\n\nevent: error\ndata: " + errorJSON(false, "upstream_error", msg) + "\n\n")
+	return n, nil
+}
+
+// fail marks the lease's model broken: no more requests go to this hold.
+func (l *lease) fail() {
+	l.r.mu.Lock()
+	l.failed = true
+	l.r.mu.Unlock()
+}
