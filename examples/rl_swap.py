@@ -11,8 +11,8 @@ commands in ``--policy-cmd``/``--reward-cmd``.
 
     GPUSCHED_SOCKET=/run/gpusched/gpusched.sock python3 examples/rl_swap.py --steps 20
 
-It prints what each phase cost: the whole activation as the client saw it, and
-the daemon's own freeze and thaw times.
+It prints what each phase cost: the whole activation as the daemon timed it, and
+its freeze and thaw times.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 # test-deps.sh: install what the test suite needs, idempotently and quickly
 # when it is already there: Go modules, socat, Debian's python3-pytest (and
 # venv, wheel and mypy for the SDK's packaging tests) and
-# CRIU >= 4 (scripts/install-criu.sh). Needs root for the packages.
+# CRIU >= 4 (scripts/install-criu.sh), Slurm and MUNGE. Needs root for the packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +16,10 @@ command -v socat >/dev/null || need+=(socat)
 command -v shellcheck >/dev/null || need+=(shellcheck) # lints the install and Slurm scripts
 command -v gcc >/dev/null || need+=(gcc) # builds the fake libcuda for the driver-API tests
 command -v tmux >/dev/null || need+=(tmux) # a real terminal for the dashboard's tests
+# A real Slurm cluster for deploy/slurm's tests (internal/slurmtest).
+for p in slurmctld:/usr/sbin/slurmctld slurmd:/usr/sbin/slurmd slurm-client:/usr/bin/sbatch munge:/usr/sbin/munged; do
+	[[ -x ${p#*:} ]] || need+=("${p%%:*}")
+done
 if ((${#need[@]})); then
 	echo "test-deps: installing ${need[*]}" >&2
 	export DEBIAN_FRONTEND=noninteractive

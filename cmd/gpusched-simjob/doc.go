@@ -32,6 +32,8 @@
 // --host-mem fills real host memory with a pattern verified every second and
 // on SIGUSR1 (exit 3 on corruption), and --tick prints an in-memory counter:
 // both show that a checkpointed and restored process kept its memory.
+// --ticks N ends it after N ticks: a fixed amount of work, since a stopped
+// (frozen) process does not tick, and with --vram a locked one counts none.
 // --gpu-check makes it the stand-in for scripts/gpu-check/workload.py in the
 // hardware check's dry run: "READY <pid> <GiB>" once allocated, and one
 // "VERIFY OK|FAIL ..." line per SIGUSR1 (host memory, CUDA state, VRAM).

@@ -18,6 +18,7 @@ type config struct {
 	oomOnce  string // marker file: fail with OOM once, when it is absent
 	hostMiB  uint64 // host memory filled with a verifiable pattern
 	tick     time.Duration
+	ticks    int    // exit after this many ticks: work done, time stopped not counted
 	cycles   int    // times to free everything and ramp again after a hold
 	gpuCheck bool   // speak scripts/gpu-check's workload protocol
 	nccl     string // NCCL group to join; "": none
@@ -46,6 +47,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.cycles, "cycles", 0, "after each --hold, free all VRAM, wait --hold seconds and ramp again, `N` more times")
 	fs.BoolVar(&cfg.gpuCheck, "gpu-check", false, "print \"READY <pid> <GiB>\" once --vram is held and answer each SIGUSR1 with a \"VERIFY OK|FAIL ...\" line, as scripts/gpu-check/workload.py does")
 	fs.Float64Var(&tick, "tick", 0, "print \"tick N\" every this many `seconds` (0: never)")
+	fs.IntVar(&cfg.ticks, "ticks", 0, "with --tick, exit with --exit-code after `N` ticks (work, not wall time: a stopped or CUDA-locked process does not tick)")
 	fs.StringVar(&cfg.nccl, "nccl", "", "join simulated NCCL group `GROUP` (needs --vram): load a file named libnccl.so.2 and map an NCCL shared-memory segment")
 	fs.BoolVar(&cfg.ncclShm, "nccl-shm", true, "with --nccl, map the /dev/shm/nccl-* segment of NCCL's shared-memory transport")
 	fs.BoolVar(&cfg.uvm, "uvm", false, "map a file named nvidia-uvm, as a process with managed (UVM) memory maps /dev/nvidia-uvm")
@@ -72,6 +74,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if cfg.nccl != "" && cfg.vramMiB == 0 {
 		return config{}, errors.New("--nccl needs --vram: an NCCL member holds GPU memory")
 	}
+	if cfg.ticks < 0 {
+		return config{}, fmt.Errorf("--ticks %d: must not be negative", cfg.ticks)
+	}
 	if cfg.exitCode < 0 || cfg.exitCode > 255 {
 		return config{}, fmt.Errorf("--exit-code %d: must be 0 to 255", cfg.exitCode)
 	}
@@ -91,6 +96,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		if *d.dst, err = seconds(d.name, d.secs); err != nil {
 			return config{}, err
 		}
+	}
+	if cfg.ticks > 0 && cfg.tick == 0 {
+		return config{}, errors.New("--ticks needs --tick")
 	}
 	if cfg.ramp == 0 {
 		cfg.ramp = cfg.load // a loading server's memory grows as its weights load

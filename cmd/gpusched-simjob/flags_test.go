@@ -25,6 +25,8 @@ func TestParseFlags(t *testing.T) {
 		{"--hold", "NaN"},
 		{"--exit-code", "256"},
 		{"--nccl", "job"},
+		{"--ticks", "3"},
+		{"--tick", "1", "--ticks", "-1"},
 		{"extra"},
 		{"--http", "65536"},
 		{"--load-seconds", "1"},

@@ -210,8 +210,19 @@ func (j *job) loop(sigs <-chan os.Signal) int {
 				return j.exit(3, err)
 			}
 		case <-tickC:
+			// Counted work is GPU work: none is done while the
+			// process's CUDA calls are blocked for a checkpoint (a
+			// thaw continues the process before it unlocks it).
+			if j.cfg.ticks > 0 && j.vram != nil && j.cudaState() != simgpu.StateRunning {
+				continue
+			}
 			ticks++
 			j.printf("tick %d", ticks)
+			if ticks == j.cfg.ticks {
+				j.release()
+				j.printf("simjob: %d ticks done, exiting with %d", ticks, j.cfg.exitCode)
+				return j.cfg.exitCode
+			}
 		case <-stepC:
 			target := j.cfg.vramMiB * uint64(step) / uint64(steps)
 			err := j.vram.grow(target)

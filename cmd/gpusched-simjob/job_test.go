@@ -316,6 +316,50 @@ func TestTickCounts(t *testing.T) {
 	j.wait(t)
 }
 
+// TestTicksThenExit: --ticks N ends the job after N ticks, releasing its
+// memory, with --exit-code.
+func TestTicksThenExit(t *testing.T) {
+	reg := newSim(t, 1, 4096)
+	j := startJob(t, reg, "0", "--vram", "512", "--tick", "0.005", "--ticks", "3", "--exit-code", "4")
+	j.waitLine(t, "simjob: 3 ticks done, exiting with 4")
+	if ws := j.wait(t); !ws.Exited() || ws.ExitStatus() != 4 {
+		t.Errorf("wait status %v, want exit 4", ws)
+	}
+	assertNoRecords(t, reg)
+}
+
+// TestTicksWaitWhileLocked: a process locked for a checkpoint counts no
+// ticks towards --ticks, as its GPU work is blocked; it finishes them once
+// unlocked.
+func TestTicksWaitWhileLocked(t *testing.T) {
+	reg := newSim(t, 1, 4096)
+	j := startJob(t, reg, "0", "--vram", "512", "--tick", "0.01", "--ticks", "20")
+	j.waitLine(t, "simjob: allocated 512 MiB")
+	if err := reg.LockProcess(j.cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	// 50 tick periods locked: without the lock it would be done.
+	deadline := time.After(500 * time.Millisecond)
+	for locked := true; locked; {
+		select {
+		case line := <-j.lines:
+			if strings.Contains(line, "ticks done") {
+				t.Fatalf("job finished its ticks while locked: %q", line)
+			}
+		case <-deadline:
+			locked = false
+		}
+	}
+	if err := reg.UnlockProcess(j.cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	j.waitLine(t, "simjob: 20 ticks done")
+	if ws := j.wait(t); !ws.Exited() || ws.ExitStatus() != 0 {
+		t.Errorf("wait status %v, want exit 0", ws)
+	}
+	assertNoRecords(t, reg)
+}
+
 func TestReportsHostPIDInPIDNamespace(t *testing.T) {
 	reg := newSim(t, 1, 1024)
 	j := newJob(reg, "0", "--vram", "100")

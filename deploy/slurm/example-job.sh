@@ -8,18 +8,22 @@
 # and the GPUs are free), on resume they are thawed. See
 # deploy/slurm/README.md ("Preemption") for what this can and cannot do.
 #
-# Replace the two commands with yours (or set POLICY_CMD and REWARD_CMD,
-# split on spaces, as deploy/slurm's test does); they run as the managed
+# Replace the two commands and their GPU memory with yours (or set
+# POLICY_CMD and REWARD_CMD, split on spaces, and POLICY_VRAM and
+# REWARD_VRAM, as deploy/slurm's tests do); they run as the managed
 # processes slurm-$SLURM_JOB_ID-policy and slurm-$SLURM_JOB_ID-reward, in
-# this directory, with this environment. The job lasts until both have
-# exited; its exit status is 0 only if both exited 0.
+# this directory, with this environment. They are queued (gpusched-slurm
+# submit), not started at once: under gang scheduling or preemption this
+# job may start while a job Slurm is suspending still holds the GPU, and
+# gpuschedd starts them once that job's memory is frozen. The job lasts
+# until both have exited; its exit status is 0 only if both exited 0.
 set -euo pipefail
 
 read -r -a policy <<<"${POLICY_CMD:-python3 policy.py}"
 read -r -a reward <<<"${REWARD_CMD:-python3 reward.py}"
 
-gpusched-slurm run policy -- "${policy[@]}"
-gpusched-slurm run reward -- "${reward[@]}"
+gpusched-slurm submit policy --vram "${POLICY_VRAM:-16G}" -- "${policy[@]}"
+gpusched-slurm submit reward --vram "${REWARD_VRAM:-4G}" -- "${reward[@]}"
 
 # Slurm suspends a job by sending SIGTSTP to its steps, then SIGSTOP after
 # PreemptParameters=suspend_grace_time (2 s by default); it resumes with

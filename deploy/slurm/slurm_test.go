@@ -41,9 +41,10 @@ type node struct {
 	bins    testutil.Binaries
 	dir     string
 	sock    string
-	scripts string // the deploy/slurm scripts, copied where nobody may run them
-	path    string // PATH for the scripts: our commands first
-	nobody  *user.User
+	scripts string     // the deploy/slurm scripts, copied where nobody may run them
+	path    string     // PATH for the scripts: our commands first
+	nobody  *user.User // the job's user
+	groups  []uint32   // its supplementary groups
 	daemon  *exec.Cmd
 	stderr  *lockedBuffer
 }
@@ -63,7 +64,14 @@ func newNode(t *testing.T, gpus int, extra ...string) *node {
 	if err != nil {
 		t.Skipf("needs a group for nobody's gid %s", nobody.Gid)
 	}
-	n := &node{t: t, bins: testutil.Build(t), dir: testutil.ShortDir(t), nobody: nobody, stderr: &lockedBuffer{}}
+	return newNodeFor(t, nobody, nil, group.Name, gpus, extra...)
+}
+
+// newNodeFor is newNode with u, in the supplementary groups groups, as the
+// job's user, and the socket's group group.
+func newNodeFor(t *testing.T, u *user.User, groups []uint32, group string, gpus int, extra ...string) *node {
+	t.Helper()
+	n := &node{t: t, bins: testutil.Build(t), dir: testutil.ShortDir(t), nobody: u, groups: groups, stderr: &lockedBuffer{}}
 	n.sock = filepath.Join(n.dir, "s.sock")
 
 	// Install the scripts as an administrator would: side by side, in a
@@ -97,7 +105,7 @@ func newNode(t *testing.T, gpus int, extra ...string) *node {
 
 	notify := testutil.NewNotify(t, n.dir)
 	n.daemon = exec.Command(n.bins.Daemon,
-		"--sim", fmt.Sprintf("%dx24G", gpus), "--socket", n.sock, "--group", group.Name,
+		"--sim", fmt.Sprintf("%dx24G", gpus), "--socket", n.sock, "--group", group,
 		"--state-dir", filepath.Join(n.dir, "state"), "--log-dir", filepath.Join(n.dir, "logs"),
 		"--sim-dir", filepath.Join(n.dir, "sim"), "--criu", "none", "--cgroup-root", "none",
 		"--gpu-poll", "50ms", "--kill-grace", "5s", "--log-format", "console", "--log-level", "warn")
@@ -156,7 +164,7 @@ func (n *node) command(asNobody bool, env []string, name string, args ...string)
 	if asNobody {
 		uid, _ := strconv.Atoi(n.nobody.Uid)
 		gid, _ := strconv.Atoi(n.nobody.Gid)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: append([]uint32{}, n.groups...)}}
 	}
 	return cmd
 }
@@ -568,8 +576,8 @@ func TestProlog(t *testing.T) {
 func TestBatchScriptFollowsSuspend(t *testing.T) {
 	n := newNode(t, 1, "--sim-checkpoint-per-gib", "3s")
 	env := append(n.job(50),
-		"POLICY_CMD="+strings.Join(n.simjob("--vram", "1536", "--hold", "18"), " "),
-		"REWARD_CMD="+strings.Join(n.simjob("--vram", "2560", "--hold", "18"), " "))
+		"POLICY_CMD="+strings.Join(n.simjob("--vram", "1536", "--hold", "18"), " "), "POLICY_VRAM=2G",
+		"REWARD_CMD="+strings.Join(n.simjob("--vram", "2560", "--hold", "18"), " "), "REWARD_VRAM=3G")
 	cmd := n.command(true, env, filepath.Join(n.scripts, "example-job.sh"))
 	cmd.SysProcAttr.Setpgid = true
 	var out lockedBuffer
@@ -664,3 +672,56 @@ func (l *lockedBuffer) String() string {
 }
 
 var _ io.Writer = (*lockedBuffer)(nil)
+
+// TestSubmitQueuedJobs: gpusched-slurm submit queues work under the job's
+// prefix that starts once its memory is free; wait waits for it through
+// its start and exit; the epilog cancels the job's queued work, so that
+// none of it starts after the job, and ends its running processes.
+func TestSubmitQueuedJobs(t *testing.T) {
+	n := newNode(t, 1)
+	n.mustRun(60, "big", n.simjob("--vram", "20000")...)
+	n.waitVRAM("slurm-60-big", 20000)
+	for _, c := range []struct {
+		job  int
+		name string
+	}{{60, "queued"}, {61, "later"}} {
+		r := n.script(true, n.job(c.job), "gpusched-slurm", "submit", c.name, "--vram", "20G", "--",
+			n.bins.SimJob, "--vram", "20000", "--hold", "0.5")
+		if r.code != 0 || !strings.Contains(r.stdout, "queued") {
+			t.Fatalf("submit %s in job %d: %s", c.name, c.job, r)
+		}
+	}
+	// Job 61's wait lasts until its queued work has started and exited 0.
+	waitCmd := n.command(true, n.job(61), filepath.Join(n.scripts, "gpusched-slurm"), "wait")
+	var waitOut lockedBuffer
+	waitCmd.Stdout, waitCmd.Stderr = &waitOut, &waitOut
+	if err := waitCmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- waitCmd.Wait() }()
+
+	r := n.script(false, n.job(60), "epilog.sh")
+	if r.code != 0 {
+		t.Fatalf("epilog of job 60: %s", r)
+	}
+	if _, ok := n.ps()["slurm-60-queued"]; ok {
+		t.Errorf("slurm-60-queued started: the epilog let job 60's queued work run")
+	}
+	n.states(map[string]api.State{"slurm-60-big": api.StateExited})
+	if r := n.ctl("--json", "jobs", "--all"); !strings.Contains(r.stdout, `"name":"slurm-60-queued","state":"cancelled"`) {
+		t.Errorf("slurm-60-queued is not cancelled: %s", r.stdout)
+	}
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Errorf("gpusched-slurm wait in job 61: %v\n%s", err, waitOut.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("gpusched-slurm wait in job 61 still waiting 30 s later\n%s", waitOut.String())
+	}
+	p := n.ps()["slurm-61-later"]
+	if p.State != api.StateExited || p.Exit == nil || p.Exit.Code == nil || *p.Exit.Code != 0 {
+		t.Errorf("slurm-61-later: %s, exit %+v; want exited 0 before wait returned", p.State, p.Exit)
+	}
+}

@@ -36,7 +36,7 @@ type Activator struct{ st *state }
 func New() *Activator { return &Activator{st: newState()} }
 
 // Touch marks a process (name, record id) as active now: the daemon calls
-// it whenever one starts running (run, thaw, adoption).
+// it whenever one starts running (run, thaw).
 func (a *Activator) Touch(name, id string) { a.st.touch(name, id) }
 
 // Forget drops what is known of a process that is gone.

@@ -61,7 +61,7 @@ func newRoot(a *app) *cobra.Command {
 	root.AddCommand(
 		newRunCmd(a), newKillCmd(a), newStatusCmd(a), newPSCmd(a), newLogsCmd(a),
 		newWaitCmd(a), newRmCmd(a), newEventsCmd(a), newGPUsCmd(a), newVersionCmd(a),
-		newFreezeCmd(a), newThawCmd(a), newSwapCmd(a), newMigrateCmd(a),
+		newFreezeCmd(a), newThawCmd(a), newSwapCmd(a), newActivateCmd(a), newMigrateCmd(a),
 		newHibernateCmd(a), newForkCmd(a), newSnapshotsCmd(a), newSetCmd(a),
 		newSubmitCmd(a), newJobsCmd(a), newJobCmd(a), newCancelCmd(a),
 		newAcquireCmd(a), newLeasesCmd(a), newReleaseCmd(a),

@@ -12,13 +12,15 @@ import (
 
 // activate makes a process resident (internal/activate decides how). With
 // hold it streams one "activated" event and keeps the process held until
-// the connection ends; there is no final line before that.
+// the connection ends, with no final line; or until the caller shuts down
+// its writing side, when the final line, the same Activation, says the hold
+// has ended (so that a client can release it before its next call).
 func (d *Daemon) activate(c *call, emit func(*api.Event) error) (any, error) {
 	var p api.ActivateParams
 	if err := c.decode(&p); err != nil {
 		return nil, err
 	}
-	out, release, err := d.activations.Activate(c.ctx, activateOps{d: d, c: c}, p)
+	out, release, err := d.activator.Activate(c.ctx, activateOps{d: d, c: c}, p)
 	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return nil, err
@@ -33,18 +35,23 @@ func (d *Daemon) activate(c *call, emit func(*api.Event) error) (any, error) {
 	if err := emit(&api.Event{Type: api.EventActivated, Time: time.Now(), Name: out.Name, Activation: &out}); err != nil {
 		return nil, err
 	}
-	<-c.ctx.Done() // the caller hung up, or the daemon is shutting down
-	return nil, c.ctx.Err()
+	select {
+	case <-c.ctx.Done(): // the caller hung up, or the daemon is shutting down
+		return nil, c.ctx.Err()
+	case <-c.eof:
+		release()
+		return out, nil
+	}
 }
 
 // activeChange keeps the activations' recency: a process that starts
-// running (run, thaw, adoption) is active now; a removed one is forgotten.
+// running (run, thaw) is active now; a removed one is forgotten.
 func (d *Daemon) activeChange(c proctable.Change) {
 	switch {
 	case c.New == nil && c.Old != nil:
-		d.activations.Forget(c.Old.Name)
+		d.activator.Forget(c.Old.Name)
 	case c.New != nil && c.New.State == api.StateRunning && (c.Old == nil || c.Old.State != api.StateRunning || c.Old.ID != c.New.ID):
-		d.activations.Touch(c.New.Name, c.New.ID)
+		d.activator.Touch(c.New.Name, c.New.ID)
 	}
 }
 

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os/user"
 	"strings"
@@ -151,8 +152,10 @@ func TestActivateHoldAcrossConnections(t *testing.T) {
 	h.wantStates(map[string]api.State{"policy": api.StateRunning, "reward": api.StateFrozen})
 
 	holders[0].Close()
-	holders[1].Close()
-	waitFor(t, func() bool { return !h.d.activations.Held("policy", policy.ID) })
+	holders[1].Close() // returns once the daemon has ended the hold
+	if h.d.activator.Held("policy", policy.ID) {
+		t.Fatal("policy is still held after its holders' Close returned")
+	}
 	act, err := other.Activate(ctxT(t), api.ActivateParams{Name: "reward"})
 	if err != nil {
 		t.Fatal(err)
@@ -162,29 +165,31 @@ func TestActivateHoldAcrossConnections(t *testing.T) {
 	}
 }
 
-// TestActivateHoldCounts: a process stays held while any of its holds does.
+// TestActivateHoldCounts: a process stays held while any of its holds
+// does; a hold ends when its client closes (at once, with a final line) or
+// its connection just goes away.
 func TestActivateHoldCounts(t *testing.T) {
 	h := newCkptHarness(t, config.DriverSim)
 	h.jobs("p", 0, 100)
 	p := h.proc("p")
-	a, b := h.client(), h.client()
-	for _, c := range []*api.Client{a, b} {
-		if _, err := c.Hold(ctxT(t), api.ActivateParams{Name: "p"}); err != nil {
-			t.Fatal(err)
-		}
+	a := h.client()
+	if _, err := a.Hold(ctxT(t), api.ActivateParams{Name: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	raw := h.raw()
+	raw.send(`{"id":1,"method":"activate","params":{"name":"p","hold":true}}`)
+	if ev, _ := raw.recv()["event"].(map[string]any); ev["type"] != string(api.EventActivated) {
+		t.Fatalf("held activation's first line: %v", ev)
 	}
 	a.Close()
-	// b's hold stands: its daemon-side stream has not ended; a's has once
-	// the count drops to one.
-	waitFor(t, func() bool { return h.d.streamCap.Held(0) == 1 })
-	if !h.d.activations.Held("p", p.ID) {
+	if !h.d.activator.Held("p", p.ID) {
 		t.Fatal("one hold ended and p is no longer held")
 	}
-	b.Close()
-	waitFor(t, func() bool { return !h.d.activations.Held("p", p.ID) })
+	raw.c.Close() // no half-close: the daemon notices the hang-up by itself
+	waitFor(t, func() bool { return !h.d.activator.Held("p", p.ID) })
+
 	// The owner's own freeze of a held process is its explicit act: allowed.
-	hold := h.client()
-	if _, err := hold.Hold(ctxT(t), api.ActivateParams{Name: "p"}); err != nil {
+	if _, err := h.client().Hold(ctxT(t), api.ActivateParams{Name: "p"}); err != nil {
 		t.Fatal(err)
 	}
 	h.freeze("p")
@@ -325,4 +330,33 @@ func TestActivateOtherUsers(t *testing.T) {
 		t.Fatalf("activate one-frozen: %v", resp)
 	}
 	h.wantStates(before)
+}
+
+// TestActivateCLI: gpuschedctl activate says what it did; with --hold it
+// holds until its input ends, and the hold is gone once it has exited.
+func TestActivateCLI(t *testing.T) {
+	h := newCkptHarness(t, config.DriverSim)
+	h.jobs("reward", 0, 3000)
+	h.freeze("reward")
+	h.jobs("policy", 0, 3000)
+	policy := h.proc("policy")
+	root := testutil.User{Name: "root"}
+
+	out, errOut, code := h.ctlWith(root, []uint32{}, "", "activate", "reward")
+	if code != 0 || !strings.HasPrefix(out, "activated reward (was frozen) in ") || !strings.Contains(out, ": froze policy to make room\n") {
+		t.Fatalf("activate: exit %d, %q %q", code, out, errOut)
+	}
+	out, errOut, code = h.ctlWith(root, []uint32{}, "", "activate", "policy", "--hold", "--json")
+	var act api.Activation
+	if code != 0 || json.Unmarshal([]byte(out), &act) != nil || !act.Held || frozenNames(&act) != "reward" {
+		t.Fatalf("activate --hold --json: exit %d, %q %q", code, out, errOut)
+	}
+	if h.d.activator.Held("policy", policy.ID) {
+		t.Fatal("policy is still held after gpuschedctl activate --hold exited")
+	}
+	_, errOut, code = h.ctlWith(root, []uint32{}, "", "activate", "reward", "--evict", "")
+	if code == 0 || !strings.Contains(errOut, "--evict needs at least one process name") {
+		t.Fatalf("activate --evict '': exit %d, %q", code, errOut)
+	}
+	h.wantStates(map[string]api.State{"policy": api.StateRunning, "reward": api.StateFrozen})
 }

@@ -3,8 +3,10 @@ package daemon
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -22,18 +24,20 @@ import (
 )
 
 // BenchmarkFairness runs a fixed workload as one unprivileged user (status,
-// run, freeze and thaw, logs -f: fairload victim) twice on one daemon: alone,
-// then while a second unprivileged user floods the daemon every way issue 20
-// lists (fairload hostile: idle metrics and socket connections, processes
-// with megabyte command lines, logs -f streams, queued jobs, leases on every
-// GPU at the highest priority, fillers at ratio 1, every line of a 60 MiB
-// log from four callers in a loop). It reports the victim's status p99 and
-// run p50 in both runs and their ratio (target: within 2x), and the daemon's
-// peak RSS and descriptor count in each. The daemon runs as its own process
-// with default limits. Each user's load runs in a CPU cgroup of its own, as
-// logind puts each user in a slice of their own: what is measured is then
-// the daemon's fairness, not how the machine's scheduler shares two cores
-// among the hostile user's many threads.
+// run, freeze and thaw, logs -f: fairload victim) three times on one
+// daemon: alone; while a second unprivileged user keeps the CPUs busy
+// without calling the daemon (fairload burn: the control, what the
+// machine's CPU scheduler alone costs the victim); and while that user
+// floods the daemon every way issue 20 lists (fairload hostile: idle
+// metrics and socket connections, processes with megabyte command lines,
+// logs -f streams, queued jobs, leases on every GPU at the highest
+// priority, fillers at ratio 1, every line of a 60 MiB log from four
+// callers in a loop). It reports the victim's status p99 and run p50 in
+// each run and the flood's ratios to the other two (target: within 2x),
+// and the daemon's peak RSS and descriptor count. The daemon runs as its
+// own process with default limits. The CPU is laid out as systemd and
+// logind lay it out (machineSlices): the daemon in a group of the
+// system's, each user's load in a group of its own among the users'.
 func BenchmarkFairness(b *testing.B) {
 	b.Logf("each user's CPU quota: %d%% of a CPU (0: none; -fairness.cpu-quota)", *fairnessQuota)
 	victim := testutil.NewUser(b, "gsfairv", "gsfair")
@@ -45,59 +49,82 @@ func BenchmarkFairness(b *testing.B) {
 	})
 	load := buildFairload(b, h.dir)
 	metrics := freeLoopback(b)
-	dp := h.spawnBinary(exec.Command(h.bins.Daemon, append(h.binaryArgs(), "--group", victim.Group, "--metrics-addr", metrics, "--gpu-poll", "1s")...))
+	system, users := machineSlices(b)
+	dp := h.spawnBinary(inSlice(system, h.bins.Daemon, append(h.binaryArgs(), "--group", victim.Group, "--metrics-addr", metrics, "--gpu-poll", "1s")...))
 	waitSocket(b, h.cfg.Socket)
 	pid := dp.cmd.Process.Pid
 
-	victimSlice, hostileSlice := userSlice(b, victim), userSlice(b, hostile)
+	victimSlice, hostileSlice := userSlice(b, users, victim), userSlice(b, users, hostile)
 	for range b.N {
 		alone := watchDaemon(pid)
 		calm := runVictim(b, load, victim, victimSlice, h)
 		calmPeak := alone.stop()
 
-		hc := inSlice(hostileSlice, load, append([]string{"hostile", "-socket", h.cfg.Socket, "-metrics", metrics}, strings.Fields(*fairnessHostile)...)...)
-		asUser(hc, hostile)
-		out, err := hc.StdoutPipe()
-		if err != nil {
-			b.Fatal(err)
-		}
-		hc.Stderr = os.Stderr
-		if err := hc.Start(); err != nil {
-			b.Fatal(err)
-		}
-		lines := bufio.NewScanner(out)
-		if !lines.Scan() || lines.Text() != "flooding" {
-			hc.Process.Kill()
-			b.Fatalf("hostile: %q", lines.Text())
-		}
+		stopBurn := startLoad(b, hostileSlice, load, hostile, "burning", "burn")
+		busy := runVictim(b, load, victim, victimSlice, h)
+		stopBurn()
+
+		stopFlood := startLoad(b, hostileSlice, load, hostile, "flooding",
+			append([]string{"hostile", "-socket", h.cfg.Socket, "-metrics", metrics}, strings.Fields(*fairnessHostile)...)...)
 		flooded := watchDaemon(pid)
 		stormy := runVictim(b, load, victim, victimSlice, h)
 		floodPeak := flooded.stop()
-		hc.Process.Signal(syscall.SIGTERM)
-		var tally []string
-		for lines.Scan() {
-			tally = append(tally, lines.Text())
-		}
-		hc.Wait()
+		tally, hostileCPU := stopFlood()
 		b.Logf("hostile: %s", strings.Join(tally, "; "))
+		b.Logf("%-12s %-24s | %-24s | %s", "", "alone", "the hostile user burning CPU", "the hostile user flooding the daemon")
 		for _, op := range []string{"status", "run", "freeze+thaw", "logs-f"} {
-			b.Logf("%-12s alone p50 %7.2f ms p99 %7.2f ms | hostile p50 %7.2f ms p99 %7.2f ms", op,
-				calm[op].P50, calm[op].P99, stormy[op].P50, stormy[op].P99)
+			b.Logf("%-12s p50 %7.2f p99 %7.2f ms | p50 %7.2f p99 %7.2f ms | p50 %7.2f p99 %7.2f ms", op,
+				calm[op].P50, calm[op].P99, busy[op].P50, busy[op].P99, stormy[op].P50, stormy[op].P99)
 		}
-		b.Logf("daemon alone: RSS %d MiB, %d fds, %v CPU; hostile: RSS %d MiB, %d fds, %v CPU; the hostile's own load used %v CPU",
-			calmPeak.rss>>20, calmPeak.fds, calmPeak.cpu, floodPeak.rss>>20, floodPeak.fds, floodPeak.cpu,
-			hc.ProcessState.UserTime()+hc.ProcessState.SystemTime())
+		b.Logf("daemon alone: RSS %d MiB, %d fds, %v CPU; flooded: RSS %d MiB, %d fds, %v CPU; the hostile's own load used %v CPU",
+			calmPeak.rss>>20, calmPeak.fds, calmPeak.cpu, floodPeak.rss>>20, floodPeak.fds, floodPeak.cpu, hostileCPU)
 		b.ReportMetric(calm["status"].P99, "status-p99-alone-ms")
+		b.ReportMetric(busy["status"].P99, "status-p99-burn-ms")
 		b.ReportMetric(stormy["status"].P99, "status-p99-hostile-ms")
 		b.ReportMetric(stormy["status"].P99/calm["status"].P99, "status-p99-x")
+		b.ReportMetric(stormy["status"].P99/busy["status"].P99, "status-p99-x-burn")
 		b.ReportMetric(calm["run"].P50, "run-p50-alone-ms")
+		b.ReportMetric(busy["run"].P50, "run-p50-burn-ms")
 		b.ReportMetric(stormy["run"].P50, "run-p50-hostile-ms")
 		b.ReportMetric(stormy["run"].P50/calm["run"].P50, "run-p50-x")
+		b.ReportMetric(stormy["run"].P50/busy["run"].P50, "run-p50-x-burn")
 		b.ReportMetric(stormy["freeze+thaw"].P50/calm["freeze+thaw"].P50, "swap-p50-x")
 		b.ReportMetric(stormy["logs-f"].P50/calm["logs-f"].P50, "follow-p50-x")
 		b.ReportMetric(float64(calmPeak.rss>>20), "rss-alone-MiB")
 		b.ReportMetric(float64(floodPeak.rss>>20), "rss-hostile-MiB")
 		b.ReportMetric(float64(floodPeak.fds), "fds-hostile")
+	}
+}
+
+// startLoad starts fairload args as u in slice and waits for its ready
+// line; the function it returns stops it with SIGTERM and gives what it
+// printed after that line and the CPU it used.
+func startLoad(b *testing.B, slice, load string, u testutil.User, ready string, args ...string) func() ([]string, time.Duration) {
+	b.Helper()
+	c := inSlice(slice, load, args...)
+	asUser(c, u)
+	out, err := c.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	c.Stderr = os.Stderr
+	if err := c.Start(); err != nil {
+		b.Fatal(err)
+	}
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || lines.Text() != ready {
+		c.Process.Kill()
+		c.Wait()
+		b.Fatalf("fairload %s: %q", args[0], lines.Text())
+	}
+	return func() ([]string, time.Duration) {
+		c.Process.Signal(syscall.SIGTERM)
+		var rest []string
+		for lines.Scan() {
+			rest = append(rest, lines.Text())
+		}
+		c.Wait()
+		return rest, c.ProcessState.UserTime() + c.ProcessState.SystemTime()
 	}
 }
 
@@ -256,33 +283,63 @@ var fairnessHostile = flag.String("fairness.hostile", "", "BenchmarkFairness: mo
 
 var fairnessQuota = flag.Int("fairness.cpu-quota", 0, "BenchmarkFairness: each user's CPU quota, percent of one CPU (0: none)")
 
-// userSlice makes a CPU cgroup for u's load (cgroup v2's cpu controller,
-// else v1's cpu hierarchy) that u may move itself into, and removes it when
-// b ends; "" where there is none (the load then shares the machine's CPUs
-// as plain processes).
-func userSlice(b *testing.B, u testutil.User) string {
-	for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/cpu"} {
-		if _, err := os.Stat(filepath.Join(root, "cpu.weight")); err != nil {
-			if _, err := os.Stat(filepath.Join(root, "cpu.shares")); err != nil {
-				continue
-			}
-		}
-		dir := filepath.Join(root, "gsfair-"+u.Name)
-		os.Remove(dir)
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			continue
-		}
-		b.Cleanup(func() { os.Remove(dir) })
-		if err := os.Chown(filepath.Join(dir, "cgroup.procs"), int(u.UID), int(u.GID)); err != nil {
-			b.Fatal(err)
-		}
-		if q := *fairnessQuota; q > 0 {
-			setQuota(b, dir, q)
-		}
-		return dir
+// cpuRoot is the CPU controller's hierarchy: cgroup v2's unified one, or
+// v1's cpu hierarchy; "" where there is none.
+func cpuRoot() string {
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.subtree_control"); err == nil {
+		return "/sys/fs/cgroup"
 	}
-	b.Logf("no CPU cgroup to put each user's load in")
+	if _, err := os.Stat("/sys/fs/cgroup/cpu/cpu.shares"); err == nil {
+		return "/sys/fs/cgroup/cpu"
+	}
 	return ""
+}
+
+// machineSlices lays the CPU out as systemd does on a machine with logind:
+// the daemon in a group of the system's (system.slice: gpuschedd.service)
+// and every user's load in a group of its own under one group of the
+// users' (user.slice/user-UID.slice), the two top groups at equal weight,
+// systemd's default. Both are "" where there is no CPU controller.
+func machineSlices(b *testing.B) (system, users string) {
+	root := cpuRoot()
+	if root == "" {
+		b.Logf("no CPU cgroup: the daemon and each user's load share the machine's CPUs as plain processes")
+		return "", ""
+	}
+	system, users = mkSlice(b, root, "gsfair-system"), mkSlice(b, root, "gsfair-users")
+	if root == "/sys/fs/cgroup" {
+		if err := os.WriteFile(filepath.Join(users, "cgroup.subtree_control"), []byte("+cpu"), 0); err != nil {
+			b.Fatalf("enable the cpu controller in %s: %v", users, err)
+		}
+	}
+	return system, users
+}
+
+// mkSlice makes the cgroup parent/name (or takes one an earlier run left)
+// and removes it when b ends.
+func mkSlice(b *testing.B, parent, name string) string {
+	dir := filepath.Join(parent, name)
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		b.Fatalf("cgroup %s: %v", dir, err)
+	}
+	b.Cleanup(func() { os.Remove(dir) })
+	return dir
+}
+
+// userSlice makes u's CPU group under users (from machineSlices), that u
+// may move itself into; "" where users is.
+func userSlice(b *testing.B, users string, u testutil.User) string {
+	if users == "" {
+		return ""
+	}
+	dir := mkSlice(b, users, "gsfair-"+u.Name)
+	if err := os.Chown(filepath.Join(dir, "cgroup.procs"), int(u.UID), int(u.GID)); err != nil {
+		b.Fatal(err)
+	}
+	if q := *fairnessQuota; q > 0 {
+		setQuota(b, dir, q)
+	}
+	return dir
 }
 
 // inSlice is the command that runs load's args in slice (from userSlice).

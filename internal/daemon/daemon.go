@@ -53,34 +53,34 @@ type Daemon struct {
 	bootID     string
 	startedAt  time.Time
 
-	table       *proctable.Table
-	driver      cudaDriver // nil when freeze and thaw are unavailable
-	driverErr   error      // why driver is nil
-	criu        criuTier   // nil when the disk tier is off
-	criuErr     error      // why criu is nil
-	snaps       *checkpoint.Snapshots
-	incomplete  []string // snapshot directories without metadata found at boot
-	admission   *admission
-	ramMu       sync.Mutex // host RAM budget checks
-	events      *broker
-	sampler     *sampler
-	procs       *runtimes
-	ops         keyedMutex
-	names       userNames
-	methods     map[string]method
-	jobs        *jobqueue.Queue
-	learned     *jobqueue.Learned
-	sched       *scheduler
-	leases      *leaseSet
-	cpu         cpuPriority
-	users       userCgroups  // nil: every tree stays in the daemon's cgroups
-	mps         *mps.Manager // the MPS control daemon and its clients
-	fillers     *fillerSet
-	activations *activate.Activator
-	metrics     *metrics         // nil while --metrics-addr is off
-	logWatch    *logfile.Watcher // wakes every log follower; closed when Run ends
-	streamCap   *limits.Slots    // streaming calls in progress per user
-	turns       *limits.Turns    // quick calls being answered per user
+	table      *proctable.Table
+	driver     cudaDriver // nil when freeze and thaw are unavailable
+	driverErr  error      // why driver is nil
+	criu       criuTier   // nil when the disk tier is off
+	criuErr    error      // why criu is nil
+	snaps      *checkpoint.Snapshots
+	incomplete []string // snapshot directories without metadata found at boot
+	admission  *admission
+	ramMu      sync.Mutex // host RAM budget checks
+	events     *broker
+	sampler    *sampler
+	procs      *runtimes
+	ops        keyedMutex
+	names      userNames
+	methods    map[string]method
+	jobs       *jobqueue.Queue
+	learned    *jobqueue.Learned
+	sched      *scheduler
+	leases     *leaseSet
+	cpu        cpuPriority
+	users      userCgroups  // nil: every tree stays in the daemon's cgroups
+	mps        *mps.Manager // the MPS control daemon and its clients
+	fillers    *fillerSet
+	activator  *activate.Activator
+	metrics    *metrics         // nil while --metrics-addr is off
+	logWatch   *logfile.Watcher // wakes every log follower; closed when Run ends
+	streamCap  *limits.Slots    // streaming calls in progress per user
+	turns      *limits.Turns    // quick calls being answered per user
 
 	conns    *connSet
 	wg       sync.WaitGroup // connection goroutines
@@ -105,7 +105,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, events: newBroker(), procs: newRuntimes(), admission: newAdmission(),
-		sched: newScheduler(), leases: newLeaseSet(), fillers: newFillerSet(), activations: activate.New(), startedAt: time.Now(), ready: make(chan struct{}), retain: make(chan struct{}, 1),
+		sched: newScheduler(), leases: newLeaseSet(), fillers: newFillerSet(), activator: activate.New(), startedAt: time.Now(), ready: make(chan struct{}), retain: make(chan struct{}, 1),
 		conns:    newConnSet(cfg.MaxConns, cfg.Limits.ConnsPerUser),
 		logWatch: logfile.NewWatcher(), streamCap: limits.NewSlots(cfg.Limits.StreamsPerUser, "max-streams-per-user", "streaming calls in progress"),
 		turns: limits.NewTurns(turnsPerUser(cfg.Limits.TurnsPerUser))}

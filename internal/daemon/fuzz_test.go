@@ -27,6 +27,7 @@ var methodParams = map[string]reflect.Type{
 	api.MethodFreeze:         reflect.TypeFor[api.FreezeParams](),
 	api.MethodThaw:           reflect.TypeFor[api.ThawParams](),
 	api.MethodSwap:           reflect.TypeFor[api.SwapParams](),
+	api.MethodActivate:       reflect.TypeFor[api.ActivateParams](),
 	api.MethodMigrate:        reflect.TypeFor[api.MigrateParams](),
 	api.MethodHibernate:      reflect.TypeFor[api.HibernateParams](),
 	api.MethodFork:           reflect.TypeFor[api.ForkParams](),

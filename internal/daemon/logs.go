@@ -1,8 +1,6 @@
 package daemon
 
 import (
-	"encoding/json"
-
 	"github.com/gpusched/gpusched/internal/logfile"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -73,9 +71,5 @@ func (d *Daemon) tailLogs(c *call, path string, n int, res api.LogsResult) (any,
 		return nil, err
 	}
 	res.Lines, res.Truncated = lines, truncated
-	b, err := json.Marshal(res)
-	if err != nil {
-		return nil, err
-	}
-	return json.RawMessage(b), nil
+	return encodeResult(res)
 }

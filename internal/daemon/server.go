@@ -39,6 +39,9 @@ type call struct {
 	actor  actor
 	method string
 	params json.RawMessage
+	// eof, for a streaming call, is closed once the peer has shut down its
+	// writing side (or gone): a stream that ends on it answers at once.
+	eof <-chan struct{}
 }
 
 // decode fills v from the call's params, refusing unknown fields.
@@ -151,6 +154,7 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 			case stalled:
 				stream.cancel() // the peer is broken; nobody reads the rest
 			case err != nil && !errors.As(err, &tooLong):
+				close(stream.eof)
 				stream.peerClosedWrite(c)
 			}
 			<-stream.done
@@ -193,8 +197,8 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 				continue
 			}
 			sctx, cancel := context.WithCancel(ctx)
-			stream = &activeStream{cancel: cancel, done: make(chan struct{})}
-			cl := &call{ctx: sctx, conn: scope, actor: a, method: req.Method, params: req.Params}
+			stream = &activeStream{cancel: cancel, done: make(chan struct{}), eof: make(chan struct{})}
+			cl := &call{ctx: sctx, conn: scope, actor: a, method: req.Method, params: req.Params, eof: stream.eof}
 			d.streams.Add(1)
 			go func(st *activeStream) {
 				defer d.streams.Done()
@@ -273,6 +277,7 @@ const hangupCheck = time.Second
 type activeStream struct {
 	cancel context.CancelFunc
 	done   chan struct{}
+	eof    chan struct{} // closed when the peer shuts down its writing side
 }
 
 // peerClosedWrite handles EOF while streaming: a peer that is gone cancels

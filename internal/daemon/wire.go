@@ -28,6 +28,22 @@ func newLineWriter(c net.Conn) *lineWriter {
 	return w
 }
 
+// encoded is a result already encoded as one compact JSON value (by
+// encodeResult): it is written as it is, where a json.RawMessage would be
+// validated and compacted again.
+type encoded []byte
+
+// encodeResult encodes v as the line writer would, without the newline.
+func encodeResult(v any) (encoded, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return encoded(b.Bytes()[:b.Len()-1]), nil
+}
+
 // begin starts a line: `{` and the echoed id, if any.
 func (w *lineWriter) begin(id json.RawMessage) {
 	w.buf.Reset()
@@ -54,7 +70,10 @@ func (w *lineWriter) response(id json.RawMessage, result any, e *api.Error) erro
 		w.buf.WriteString(strconv.Quote(string(e.Code)))
 	} else {
 		w.buf.WriteString(`"ok":true`)
-		if result != nil {
+		if raw, ok := result.(encoded); ok {
+			w.buf.WriteString(`,"result":`)
+			w.buf.Write(raw)
+		} else if result != nil {
 			w.buf.WriteString(`,"result":`)
 			if err := w.enc.Encode(result); err != nil {
 				return err

@@ -27,9 +27,13 @@ var transitions = map[api.State][]api.State{
 // machine. Changes between such states are written without fsync: after a
 // machine crash the next boot marks the process exited whatever state its
 // record had, so only creation, exit and removal need to reach the disk.
+// A run writes its record three times (created, its supervisor's pid, its
+// command's pid) and syncs only the first; a daemon that crashes keeps the
+// others in the page cache, and one that finds a record still starting
+// looks for the command under the supervisor (adopt).
 func diesWithMachine(s api.State) bool {
 	switch s {
-	case api.StateRunning, api.StateFreezing, api.StateFrozen, api.StateThawing, api.StateLocked, api.StateFailed:
+	case api.StateStarting, api.StateRunning, api.StateFreezing, api.StateFrozen, api.StateThawing, api.StateLocked, api.StateFailed:
 		return true
 	}
 	return false

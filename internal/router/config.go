@@ -128,8 +128,8 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 		case "max_body":
 			p.key(v, k, func(x any) error {
 				n, err := size(x)
-				if err == nil && n < 1024 {
-					err = fmt.Errorf("%d bytes is too small (at least 1K)", n)
+				if err == nil && n == 0 {
+					err = errors.New("must be at least 1M")
 				}
 				c.MaxBody = n
 				return err

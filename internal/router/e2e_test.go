@@ -4,11 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpusched/gpusched/internal/router"
 	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -214,11 +217,16 @@ with urllib.request.urlopen(req, timeout=30) as r:
 	}
 }
 
-// TestRouterAPIKeys: with keys, every endpoint but /health needs one, as a
-// bearer token or x-api-key.
-func TestRouterAPIKeys(t *testing.T) {
+// TestRouterAPIKeysAndBadRequests: with keys, every endpoint but /health
+// needs one, as a bearer token or x-api-key; a body over max_body, not
+// JSON or naming no model is refused with a clear error.
+func TestRouterAPIKeysAndBadRequests(t *testing.T) {
 	g := newRig(t, "1x24G")
-	g.startRouter(`api_keys = ["sk-router-test-1"]` + "\n" + g.simModel("alpha", 1024))
+	g.startRouter("api_keys = [\"sk-router-test-1\"]\nmax_body = \"1M\"\n" + g.simModel("alpha", 1024))
+	big := filepath.Join(g.dir, "big.json")
+	if err := os.WriteFile(big, []byte(`{"model":"alpha","pad":"`+strings.Repeat("x", 1<<20)+`"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want int
@@ -237,6 +245,25 @@ func TestRouterAPIKeys(t *testing.T) {
 	}
 	if body, _ := curl(t, "-w", "%{http_code}", g.url+"/metrics"); !strings.HasSuffix(body, "401") {
 		t.Errorf("/metrics without a key: %q", body)
+	}
+	key := []string{"-H", "x-api-key: sk-router-test-1"}
+	for _, tc := range []struct{ body, want string }{
+		{"@" + big, `413 request body is larger than 1048576 bytes`},
+		{`model=alpha`, `400 the body is not a JSON object`},
+		{`{"messages":[]}`, `400 the body names no \"model\"`},
+		{`{"model":"beta"}`, `404 no model \"beta\" here`},
+	} {
+		cmd := exec.Command("curl", append(key, "-sS", "--max-time", "10", "-w", "\n%{http_code}", "--data-binary", tc.body, g.url+"/v1/chat/completions")...)
+		b, err := cmd.Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := strings.LastIndexByte(string(b), '\n')
+		got := string(b[i+1:]) + " " + string(b[:i])
+		code, msg, _ := strings.Cut(tc.want, " ")
+		if !strings.HasPrefix(got, code) || !strings.Contains(got, msg) {
+			t.Errorf("body %.40q: %s, want %s", tc.body, got, tc.want)
+		}
 	}
 }
 
@@ -313,5 +340,45 @@ func TestRouterHibernatedWake(t *testing.T) {
 	}
 	if p := g.process("alpha"); p.State != api.StateRunning || p.Policy.TTL != api.Duration(500*time.Millisecond) {
 		t.Errorf("alpha is %s with policy %+v", p.State, p.Policy)
+	}
+}
+
+// TestRouterTurnBound: a model under a steady stream of requests still
+// yields its GPU to another that waits, after at most TurnBound more.
+func TestRouterTurnBound(t *testing.T) {
+	g := newRig(t, "1x24G")
+	g.startRouter(g.simModelArgs("alpha", modelMiB, []string{"--token-delay", "0.005"}) + g.simModel("beta", modelMiB))
+	out := g.python(`
+import json, sys, threading, time, urllib.request
+def ask(model, stream=False):
+    req = urllib.request.Request(sys.argv[1] + "/v1/chat/completions", method="POST",
+        data=json.dumps({"model": model, "stream": stream, "messages": [{"role": "user", "content": "hi"}]}).encode())
+    with urllib.request.urlopen(req, timeout=30) as r:
+        r.read()
+        return r.status
+ask("alpha")
+stop, served = threading.Event(), [0] * 8
+def flood(i):
+    while not stop.is_set():
+        ask("alpha", stream=True)  # --token-delay apart: always some in flight
+        served[i] += 1
+ts = [threading.Thread(target=flood, args=(i,), daemon=True) for i in range(8)]
+for t in ts: t.start()
+time.sleep(0.3)  # the flood is under way (not a synchronisation: any moment of it will do)
+before = sum(served)
+status = ask("beta")
+during = sum(served) - before
+stop.set()
+for t in ts: t.join()
+print(status, during)
+`)
+	var status, during int
+	if _, err := fmt.Sscan(out, &status, &during); err != nil || status != 200 {
+		t.Fatalf("beta during alpha's flood: %q", out)
+	}
+	// alpha admitted at most TurnBound requests of its hold, plus those of
+	// the hold beta's wake found in flight, before beta got the GPU.
+	if during > 2*router.TurnBound+8 {
+		t.Errorf("alpha served %d requests while beta waited, want at most about %d", during, 2*router.TurnBound)
 	}
 }

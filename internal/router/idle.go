@@ -45,6 +45,12 @@ func (e errBusy) Error() string {
 // is left as it is.
 func (r *Router) unload(ctx context.Context, m *model, force bool) error {
 	r.mu.Lock()
+	if force && m.hold != nil && m.lingering != nil && m.inflight == 0 && m.waiting == 0 {
+		h := r.letGo(m) // an idle hold lingering: not a use
+		r.mu.Unlock()
+		r.closeHold(m, h)
+		r.mu.Lock()
+	}
 	switch {
 	case m.hold != nil || m.wake != nil || m.inflight > 0 || m.freezing:
 		r.mu.Unlock()

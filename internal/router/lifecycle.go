@@ -24,13 +24,14 @@ const TurnBound = 32
 // model is one configured model's live state, guarded by Router.mu.
 type model struct {
 	cfg       *Model
-	inflight  int       // requests admitted and not yet answered
-	waiting   int       // requests waiting for a wake or a turn
-	hold      Hold      // non-nil while held (inflight > 0, or a wake just landed)
-	wake      *wakeCall // the wake in progress, shared by every waiting request
-	broken    bool      // its server failed a request: admit no more on this hold
-	suspect   bool      // its server failed a request: the next wake checks it first
-	served    int       // requests admitted in this hold
+	inflight  int         // requests admitted and not yet answered
+	waiting   int         // requests waiting for a wake or a turn
+	hold      Hold        // non-nil while held (inflight > 0, or a wake just landed)
+	wake      *wakeCall   // the wake in progress, shared by every waiting request
+	broken    bool        // its server failed a request: admit no more on this hold
+	suspect   bool        // its server failed a request: the next wake checks it first
+	lingering *time.Timer // lets an idle hold go (HoldLinger)
+	served    int         // requests admitted in this hold
 	lastUsed  time.Time
 	idle      *time.Timer     // freezes it after cfg.TTL without requests
 	freezing  bool            // an unload freezes it: wakes wait
@@ -43,6 +44,7 @@ type wakeCall struct {
 	err        error
 	ticket     uint64 // wakes that contend for room go in ticket order
 	contending bool   // it waits for room that held models occupy
+	queued     bool   // it waits for older wakes (waitTurn): its model may make room for them
 }
 
 // lease is one admitted request's claim on its model.
@@ -76,6 +78,10 @@ func (r *Router) acquire(ctx context.Context, m *model) (*lease, error) {
 		if m.hold != nil && !m.broken && r.admits(m) {
 			m.inflight++
 			m.served++
+			if m.lingering != nil {
+				m.lingering.Stop()
+				m.lingering = nil
+			}
 			m.lastUsed = time.Now()
 			if m.idle != nil {
 				m.idle.Stop()
@@ -115,15 +121,7 @@ func (r *Router) acquire(ctx context.Context, m *model) (*lease, error) {
 // admits says whether held m may take one more request: always, unless a
 // model sharing one of its GPUs waits for room and m has had its turn.
 func (r *Router) admits(m *model) bool {
-	if m.served < TurnBound {
-		return true
-	}
-	for _, o := range r.models {
-		if o != m && o.wake != nil && o.wake.contending && overlaps(o.cfg, m.cfg) {
-			return false
-		}
-	}
-	return true
+	return m.served < TurnBound || !r.contended(m)
 }
 
 // end ends the request's claim; the last one in flight lets the hold go.
@@ -137,11 +135,60 @@ func (l *lease) end() {
 		m.broken, m.suspect = true, true
 	}
 	var h Hold
-	if r.unneeded(m) {
+	switch {
+	case !r.unneeded(m):
+	case m.broken || r.contended(m):
 		h = r.letGo(m)
+	default:
+		r.linger(m)
 	}
 	r.mu.Unlock()
 	r.closeHold(m, h)
+}
+
+// HoldLinger is how long an idle model keeps its hold after its last
+// request, unless a model sharing its GPU waits for room (it then goes at
+// once): back-to-back requests then cost no call to the daemon.
+const HoldLinger = 2 * time.Second
+
+// linger lets m's hold go HoldLinger from now unless a request takes it
+// first. Callers hold r.mu.
+func (r *Router) linger(m *model) {
+	var t *time.Timer
+	t = time.AfterFunc(HoldLinger, func() {
+		r.mu.Lock()
+		var h Hold
+		if m.lingering == t && m.inflight == 0 && m.waiting == 0 {
+			h = r.letGo(m)
+		}
+		r.mu.Unlock()
+		r.closeHold(m, h)
+	})
+	m.lingering = t
+}
+
+// contended says whether a wake of another model sharing a GPU with m
+// waits for room. Callers hold r.mu.
+func (r *Router) contended(m *model) bool {
+	for _, o := range r.models {
+		if o != m && o.wake != nil && o.wake.contending && overlaps(o.cfg, m.cfg) {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseIdleHolds lets go the lingering holds of models sharing a GPU
+// with m, which waits for room. Callers hold r.mu; they close the
+// returned holds with closeHold once they have unlocked it.
+func (r *Router) releaseIdleHolds(m *model) map[*model]Hold {
+	out := map[*model]Hold{}
+	for _, o := range r.models {
+		if o != m && o.hold != nil && o.inflight == 0 && overlaps(o.cfg, m.cfg) {
+			out[o] = r.letGo(o)
+		}
+	}
+	return out
 }
 
 // unneeded says whether m's hold should go: nothing is in flight, and no
@@ -154,7 +201,7 @@ func (r *Router) unneeded(m *model) bool {
 // Callers hold r.mu.
 func (r *Router) letGo(m *model) Hold {
 	h := m.hold
-	m.hold, m.broken = nil, false
+	m.hold, m.broken, m.lingering = nil, false, nil
 	m.transport.CloseIdleConnections()
 	r.armIdle(m)
 	return h
@@ -195,12 +242,13 @@ func overlaps(a, b *Model) bool {
 }
 
 // idleLRU lists the models that may be frozen to make room for m: the
-// router's other models sharing a GPU with it that nothing uses or wakes,
-// least recently used first.
+// router's other models sharing a GPU with it that nothing uses and no
+// wake is bringing up (a wake queued behind m's does not count: m asked
+// first), least recently used first.
 func (r *Router) idleLRU(m *model) []*model {
 	var out []*model
 	for _, o := range r.models {
-		if o != m && o.hold == nil && o.wake == nil && o.inflight == 0 && !o.freezing && overlaps(o.cfg, m.cfg) {
+		if o != m && o.hold == nil && (o.wake == nil || o.wake.queued) && o.inflight == 0 && !o.freezing && overlaps(o.cfg, m.cfg) {
 			out = append(out, o)
 		}
 	}

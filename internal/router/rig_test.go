@@ -205,6 +205,7 @@ func (g *rig) startRouter(text string) {
 	select {
 	case <-serving:
 	case err := <-exited:
+		g.router = nil
 		g.t.Fatalf("router exited: %v\n%s", err, g.rlog.String())
 	case <-time.After(30 * time.Second):
 		g.t.Fatalf("router not serving after 30s:\n%s", g.rlog.String())

@@ -69,8 +69,9 @@ func (r *Router) wake(m *model, w *wakeCall) (Hold, error) {
 		if err != nil {
 			return nil, err
 		}
-		if p.State != api.StateRunning {
-			// It needs room: after the wakes that asked for room first.
+		if p.State != api.StateRunning || r.contendedBefore(m, w) {
+			// It needs room, or holds room another asked for first: it
+			// goes after the wakes that asked first.
 			if err := r.waitTurn(ctx, m, w); err != nil {
 				return nil, fmt.Errorf("model %q: waiting for its turn to wake: %w", name, err)
 			}
@@ -111,7 +112,7 @@ func (r *Router) wake(m *model, w *wakeCall) (Hold, error) {
 		case err == nil:
 			return h, nil
 		case api.CodeOf(err) == api.CodeResourceExhausted || errors.Is(err, errNoRoom):
-			r.setContending(w, true)
+			r.setContending(m, w, true)
 		case api.IsConflict(err) || api.IsExists(err):
 			// In a transition (freezing, starting) or raced by another
 			// client: look again.
@@ -148,6 +149,12 @@ func (r *Router) processOf(ctx context.Context, m *model) (*api.Process, error) 
 // keeps its GPUs until its memory is counted (waitResident).
 func (r *Router) waitTurn(ctx context.Context, m *model, w *wakeCall) error {
 	r.mu.Lock()
+	w.queued = true
+	defer func() {
+		r.mu.Lock()
+		w.queued = false
+		r.mu.Unlock()
+	}()
 	for {
 		ahead := false
 		for _, o := range r.models {
@@ -171,6 +178,19 @@ func (r *Router) waitTurn(ctx context.Context, m *model, w *wakeCall) error {
 	}
 }
 
+// contendedBefore says whether an older wake of a model sharing a GPU with m
+// waits for room.
+func (r *Router) contendedBefore(m *model, w *wakeCall) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, o := range r.models {
+		if o != m && o.wake != nil && o.wake.contending && o.wake.ticket < w.ticket && overlaps(o.cfg, m.cfg) {
+			return true
+		}
+	}
+	return false
+}
+
 // pauseFor waits for a change the router sees, or d, or ctx.
 func (r *Router) pauseFor(ctx context.Context, d time.Duration) error {
 	r.mu.Lock()
@@ -187,13 +207,22 @@ func (r *Router) pauseFor(ctx context.Context, d time.Duration) error {
 	return nil
 }
 
-func (r *Router) setContending(w *wakeCall, on bool) {
+// setContending marks m's wake as waiting for room, and lets go the idle
+// holds that may be keeping it.
+func (r *Router) setContending(m *model, w *wakeCall, on bool) {
 	r.mu.Lock()
+	var idle map[*model]Hold
 	if w.contending != on {
 		w.contending = on
+		if on {
+			idle = r.releaseIdleHolds(m)
+		}
 		r.broadcast()
 	}
 	r.mu.Unlock()
+	for o, h := range idle {
+		r.closeHold(o, h)
+	}
 }
 
 // evictFor names the processes an activation of m may freeze: the

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -48,7 +49,8 @@ type Client struct {
 	r    *bufio.Reader
 	w    *bufio.Writer
 	next int64
-	err  error // sticky: set when the connection can no longer be used
+	err  error       // sticky: set when the connection can no longer be used
+	held atomic.Bool // the connection holds an activation (Hold)
 }
 
 // Dial connects to the daemon's socket (see SocketPath).
@@ -70,8 +72,22 @@ func Dial(ctx context.Context, path string) (*Client, error) {
 	}, nil
 }
 
-// Close closes the connection.
-func (c *Client) Close() error { return c.conn.Close() }
+// Close closes the connection. A Client that holds an activation (Hold)
+// first shuts down its writing side and waits (at most releaseWait) for the
+// daemon's final line, which comes once the hold has ended: after Close, no
+// activation sees it held.
+func (c *Client) Close() error {
+	if c.held.Load() {
+		if cw, ok := c.conn.(interface{ CloseWrite() error }); ok && cw.CloseWrite() == nil {
+			_ = c.conn.SetReadDeadline(time.Now().Add(releaseWait))
+			_, _ = io.Copy(io.Discard, c.r) // the final line, then EOF
+		}
+	}
+	return c.conn.Close()
+}
+
+// releaseWait bounds how long Close waits for the daemon to end a hold.
+const releaseWait = 10 * time.Second
 
 // Call sends one request and decodes the result into result (unless nil).
 // A failed call returns an *Error carrying the wire code.
@@ -125,6 +141,7 @@ func (c *Client) Stream(ctx context.Context, method string, params any, onEvent 
 					var held *heldError
 					if errors.As(err, &held) {
 						c.err = held // the stream goes on for as long as the connection
+						c.held.Store(true)
 						return nil
 					}
 					// The server is still streaming: this connection is done.

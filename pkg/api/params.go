@@ -180,7 +180,8 @@ type SwapResult struct {
 // freezing the owner's processes on its GPUs. Evict nil: the owner's
 // running processes on the target's GPUs (not job attempts, MPS clients or
 // held processes), least recently active first; else only these, in this
-// order. Hold keeps the process held (never frozen to make room for
+// order (an empty list encodes as absent: to freeze nothing, thaw
+// instead). Hold keeps the process held (never frozen to make room for
 // another activation) until the connection ends. Timeout is the last
 // thaw's admission wait, as thaw's.
 type ActivateParams struct {

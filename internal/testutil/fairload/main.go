@@ -12,6 +12,11 @@
 //
 // runs a fixed workload (status, run, freeze and thaw, logs -f) and prints
 // each operation's latencies as one JSON line.
+//
+//	fairload burn
+//
+// keeps the CPUs it may use busy without calling the daemon, until SIGTERM;
+// it prints "burning" once it has started.
 package main
 
 import (
@@ -21,7 +26,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: fairload hostile|victim [flags]")
+		fmt.Fprintln(os.Stderr, "usage: fairload hostile|victim|burn [flags]")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -29,6 +34,8 @@ func main() {
 		hostile(os.Args[2:])
 	case "victim":
 		victim(os.Args[2:])
+	case "burn":
+		burn()
 	default:
 		fmt.Fprintf(os.Stderr, "fairload: unknown role %q\n", os.Args[1])
 		os.Exit(2)

@@ -18,6 +18,7 @@ import os
 import socket as _socket
 import threading
 import weakref
+from contextlib import contextmanager
 from typing import (
     Any,
     Callable,
@@ -36,7 +37,7 @@ from typing import (
     overload,
 )
 
-from .active import Activation, Activations
+from .active import Activation, activate_params
 from .errors import (
     ConnectionLost,
     DaemonNotRunning,
@@ -226,6 +227,17 @@ class _Connection:
         if not isinstance(message, dict) or message.get("ok") is not False or "code" not in message:
             return None
         return error_from_wire(str(message["code"]), str(message.get("error", "")))
+
+    def release_hold(self) -> None:
+        """Ends the activation this connection holds and closes it: shuts down the
+        writing side, so that the daemon ends the hold and answers a final line,
+        and waits for that line, so that no later activation sees the hold."""
+        try:
+            self._sock.shutdown(_socket.SHUT_WR)
+            self._reader.readline()
+        except (OSError, ValueError):
+            pass  # the daemon is gone: the hold went with it
+        self.close()
 
     def close(self) -> None:
         """Closes the socket; safe to call from another thread while one reads."""
@@ -539,7 +551,6 @@ class GpuSched:
         self._streams_lock = threading.Lock()
         self._leases: Dict[str, _LeaseHolder] = {}  # held by this client, by id
         self._fillers: Dict[str, _FillerHolder] = {}  # session fillers held by this client, by GPU UUID
-        self._activations = Activations()
 
     def __repr__(self) -> str:
         return f"GpuSched(socket={self.socket_path!r})"
@@ -1208,30 +1219,57 @@ class GpuSched:
                 with sched.active("reward"):    # freezes policy only if both do not fit
                     scores = score(rollouts)
 
-        On entry a frozen or hibernated ``name`` is thawed. When it does not fit, the
-        processes that may make room are frozen until it does: ``evict`` (names, in
-        that order), or by default its owner's running processes on its GPUs (not
-        queued jobs' attempts, not MPS clients), least recently active in this client
-        first; one alone is swapped out in a single daemon call. ``timeout``: seconds
-        the last thaw may wait for memory to free, as in :meth:`thaw`. If it still
-        does not fit, what was frozen is thawed back and the error is raised (most
-        often :class:`~gpusched.errors.ResourceExhausted`). A running ``name`` is
-        left as it is.
+        On entry the daemon thaws a frozen or hibernated ``name``. When it does not
+        fit, the processes that may make room are frozen until it does: ``evict``
+        (names, in that order; ``[]``: none), or by default its owner's running
+        processes on its GPUs (not queued jobs' attempts, not MPS clients), least
+        recently active first; one alone is swapped out in a single step.
+        ``timeout``: seconds the last thaw may wait for memory to free, as in
+        :meth:`thaw`. If it still does not fit, what was frozen is thawed back and
+        the error is raised (most often :class:`~gpusched.errors.ResourceExhausted`).
+        A running ``name`` is left as it is.
 
-        Yields the :class:`~gpusched.active.Activation` (what was thawed and frozen,
-        with client-side timings per step). Inside the block this client never
-        freezes ``name`` for another activation; on exit nothing happens, so the
-        next activation that needs its room freezes it. Activations of one client
-        run one at a time.
+        Yields the :class:`~gpusched.Activation` (what was thawed and frozen, with
+        the daemon's timings per step). The block holds ``name`` on a connection of
+        its own: while it lasts, no activation from any client freezes ``name`` to
+        make room; leaving it ends the hold and changes nothing else, so the next
+        activation that needs its room freezes it. Activations of one owner's
+        processes run one at a time in the daemon.
         """
-        return self._activations.active(self, name, evict, timeout)
+        params = activate_params(name, evict, timeout, hold=True)
+        return self._held(params, _seconds(timeout, "activate: timeout"))
+
+    @contextmanager
+    def _held(self, params: Dict[str, Any], wait: Optional[float]) -> Iterator[Activation]:
+        """A held activation on a connection of its own, for the ``with`` block."""
+        conn = _open(self.socket_path, self.timeout)
+        try:
+            request_id = _send(conn, "activate", _encode_params("activate", params), self._timeout_plus(wait))
+            while True:
+                message = conn.next_line("activate", request_id)
+                event = message.get("event")
+                if event is None:
+                    _result(message, "activate")  # raises the daemon's error
+                    raise ProtocolError("activate: gpuschedd answered a held activation without holding it")
+                if isinstance(event, dict) and event.get("type") == "activated":
+                    activation = _decode(Activation.from_dict, event.get("activation") or {}, "activate")
+                    break
+        except BaseException:
+            conn.close()
+            raise
+        try:
+            yield activation
+        finally:
+            conn.release_hold()
 
     def activate(
         self, name: str, evict: Optional[Sequence[str]] = None, timeout: Optional[float] = None
     ) -> Activation:
-        """:meth:`active` without the block: makes ``name`` resident and returns the
-        :class:`~gpusched.active.Activation`."""
-        return self._activations.activate(self, name, evict, timeout)
+        """:meth:`active` without the block (and without a hold): makes ``name``
+        resident and returns the :class:`~gpusched.Activation`."""
+        params = activate_params(name, evict, timeout, hold=False)
+        result = self._call("activate", params, self._timeout_plus(_seconds(timeout, "activate: timeout")))
+        return _decode(Activation.from_dict, result, "activate")
 
     def migrate(
         self, name: str, gpu: Union[GPURef, Sequence[GPURef]], timeout: Optional[float] = None

@@ -44,6 +44,7 @@ __all__ = [
     "Event",
     "CheckpointResult",
     "SwapResult",
+    "Activation",
     "Policy",
     "HibernateResult",
     "ForkResult",
@@ -425,7 +426,8 @@ class Event:
     subscriber gets them. A "job_removed" event carries the finished :class:`Job`
     removed. On "removed" and "job_removed", ``reason`` is "retention" when the
     daemon removed the record by itself (``--keep-finished``,
-    ``--keep-finished-for``), "" when a caller did.
+    ``--keep-finished-for``), "" when a caller did. An "activated" event, sent
+    only on the connection of a held activation, carries its :class:`Activation`.
     """
 
     type: str = ""
@@ -442,6 +444,7 @@ class Event:
     lease: Optional[Lease] = None
     filler: Optional[Filler] = None
     reason: str = ""
+    activation: Optional[Activation] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -454,6 +457,7 @@ class Event:
             job=Job.from_dict,
             lease=Lease.from_dict,
             filler=Filler.from_dict,
+            activation=Activation.from_dict,
         )
 
 
@@ -520,6 +524,36 @@ class CheckpointResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> CheckpointResult:
         return _build(cls, data)
+
+
+@dataclass(frozen=True)
+class Activation:
+    """What an activation did (:meth:`GpuSched.activate`, :meth:`GpuSched.active`).
+
+    ``was`` is the process's state before it ("running": nothing was done);
+    ``thaw`` the thaw that brought it back (None when it was running; its
+    ``snapshot`` is set when it came from disk); ``frozen`` the processes frozen
+    to make room, in order; ``held`` whether the daemon holds it for an ``active``
+    block. ``ms`` holds the daemon's milliseconds per step: "thaw" (every thaw
+    attempt, failed ones included), "freeze" (or "swap" when one process made room
+    in a single swap), "rollback" (thawing back what was frozen for an activation
+    that failed) and "total". Each step's own phases are in ``thaw.ms`` and each
+    ``frozen[i].ms``.
+    """
+
+    name: str = ""
+    was: str = ""
+    thaw: Optional[CheckpointResult] = None
+    frozen: List[CheckpointResult] = field(default_factory=list)
+    ms: Dict[str, float] = field(default_factory=dict)
+    held: bool = False
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Activation:
+        return _build(
+            cls, data, thaw=CheckpointResult.from_dict, frozen=lambda v: [CheckpointResult.from_dict(r) for r in v]
+        )
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""sched.active(): the RL hand-off, against a real gpuschedd on simulated 24 GiB GPUs."""
+"""sched.active(): the RL hand-off, the daemon's activate, against a real gpuschedd on simulated 24 GiB GPUs."""
 
 from __future__ import annotations
 
@@ -25,15 +25,15 @@ def test_alternating_hand_off(sched: GpuSched, simjob: SimJob) -> None:
 
     with sched.active("policy") as activation:
         assert isinstance(activation, Activation)
-        assert (activation.was, activation.thaw, activation.frozen) == ("running", None, [])
-        assert set(activation.ms) == {"status", "total"}
+        assert (activation.was, activation.thaw, activation.frozen, activation.held) == ("running", None, [], True)
+        assert set(activation.ms) == {"total"}
 
     for _ in range(3):
         with sched.active("reward") as activation:  # both do not fit: policy is swapped out in one call
             assert activation.was == "frozen"
             assert activation.thaw is not None and activation.thaw.name == "reward"
             assert [f.name for f in activation.frozen] == ["policy"]
-            assert set(activation.ms) == {"status", "thaw", "swap", "total"}
+            assert set(activation.ms) == {"thaw", "swap", "total"}
             assert states(sched) == {"policy": "frozen", "reward": "running"}
         with sched.active("policy") as activation:
             assert [f.name for f in activation.frozen] == ["reward"]
@@ -61,7 +61,7 @@ def test_least_recently_active_first_and_no_more_than_needed(sched: GpuSched, si
 
     activation = sched.activate("big")  # needs two of them gone
     assert [f.name for f in activation.frozen] == ["c", "a"]
-    assert set(activation.ms) == {"status", "thaw", "freeze", "total"}
+    assert set(activation.ms) == {"thaw", "freeze", "total"}
     assert states(sched) == {"a": "frozen", "b": "running", "big": "running", "c": "frozen"}
 
 
@@ -75,6 +75,20 @@ def test_a_process_in_use_is_never_frozen(sched: GpuSched, simjob: SimJob) -> No
             sched.activate("reward")
         assert states(sched) == {"policy": "running", "reward": "frozen"}
     assert [f.name for f in sched.activate("reward").frozen] == ["policy"]  # free again after the block
+
+
+def test_a_block_on_one_client_is_never_frozen_by_another(daemon: Daemon, sched: GpuSched, simjob: SimJob) -> None:
+    """The bug of the client-side activation: two clients did not see each other's blocks."""
+    simjob("reward", 16000)
+    sched.freeze("reward")
+    simjob("policy", 16000)
+
+    with GpuSched(daemon.socket) as other:
+        with sched.active("policy"):
+            with pytest.raises(ResourceExhausted, match="nothing of its owner's on its GPUs may be frozen"):
+                other.activate("reward")
+            assert states(sched) == {"policy": "running", "reward": "frozen"}
+        assert [f.name for f in other.activate("reward").frozen] == ["policy"]  # the hold ends with the block
 
 
 def test_failure_thaws_back_what_it_froze(sched: GpuSched, simjob: SimJob) -> None:

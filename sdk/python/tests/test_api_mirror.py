@@ -63,6 +63,7 @@ METHODS = {
     "freeze": ("freeze", "FreezeParams", {}),
     "thaw": ("thaw", "ThawParams", {}),
     "swap": ("swap", "SwapParams", {"freeze": "off", "thaw": "on"}),
+    "activate": ("activate", "ActivateParams", {"hold": None}),  # hold: active()
     "migrate": ("migrate", "MigrateParams", {"gpus": "gpu"}),
     "hibernate": ("hibernate", "HibernateParams", {}),
     "fork": ("fork", "ForkParams", {}),
@@ -86,7 +87,7 @@ METHODS = {
 # Wire result types that the SDK returns as a dataclass of the same name.
 RESULT_TYPES = [
     "Exit", "Identity", "ProcessGPU", "Process", "Policy", "GPUProcess", "GPU", "GPUSummary", "Hello",
-    "Status", "Event", "CheckpointResult", "SwapResult", "HibernateResult", "ForkResult", "Snapshot",
+    "Status", "Event", "CheckpointResult", "SwapResult", "Activation", "HibernateResult", "ForkResult", "Snapshot",
     "Job", "Attempt", "Lease", "LeaseGPU", "Filler", "RmResult", "RmFailure",
 ]
 
