@@ -15,7 +15,12 @@ var unimageable = []criuCause{
 		"close it before hibernating or forking"},
 	{"Connected TCP socket", "a process of the tree holds an established TCP connection, which gpusched does not ask CRIU " +
 		"to image: close it before hibernating or forking"},
-	{"sockets: Can't get", "a process of the tree has a network socket open, which this CRIU cannot image on this kernel: " +
+	// Linux 6.16 restricted SO_PASSCRED and SO_PASSSEC to Unix and netlink
+	// sockets; CRIU before 4.2 reads them from every socket and fails with
+	// "sockets: Can't get 1:16 opt: Operation not supported" (criu#2718,
+	// fixed by criu commit 4b7398595 in 4.2).
+	{"sockets: Can't get", "a process of the tree has a network socket open, which this CRIU cannot image on this kernel " +
+		"(on Linux 6.16 and later, CRIU before 4.2 cannot read a network socket's options: criu#2718): " +
 		"close it before hibernating or forking"},
 }
 
