@@ -129,14 +129,12 @@ func (c *CRIU) Dump(ctx context.Context, o DumpOpts) error {
 
 // Restore recreates the tree imaged in o.Dir as a child of this process and
 // returns the host pid of its root, as CRIU's post-restore notification
-// gives it. The pages images are read ahead of CRIU (prefetchPages). An image that names CRIU's CUDA plugin as needed is made
+// gives it. An image that names CRIU's CUDA plugin as needed is made
 // restorable without it first (forgetCUDAPlugin).
 func (c *CRIU) Restore(ctx context.Context, o RestoreOpts) (int, error) {
 	if err := forgetCUDAPlugin(o.Dir); err != nil {
 		return 0, &CRIUError{Op: "restore", Dir: o.Dir, Err: ErrFailed, Cause: err}
 	}
-	stop := prefetchPages(o.Dir)
-	defer stop()
 	pid := 0
 	var hookErr error
 	err := withDir(o.Dir, func(fd int) error {

@@ -70,8 +70,7 @@ func syncClose(f *os.File) error {
 // pagesFile is a pages image. It is written with O_DIRECT where the file
 // system allows, straight from the page-aligned chunk buffers: no copy
 // into the page cache, which on two cores costs as much as the hashing.
-// Writes go at offsets the writer reserves, from the I/O workers, each
-// gathering several chunks (pwritev) into one request to the disk.
+// Writes go at offsets the writer reserves, from the I/O workers.
 type pagesFile struct {
 	f        *os.File
 	off      int64 // end of the reserved space
@@ -99,30 +98,10 @@ func (p *pagesFile) reserve(n int) int64 {
 	return off
 }
 
-// writeAt writes bufs, in order, at off. bufs is consumed.
-func (p *pagesFile) writeAt(bufs [][]byte, off int64) error {
+func (p *pagesFile) writeAt(b []byte, off int64) error {
 	defer p.inflight.Done()
-	for len(bufs) > 0 {
-		n, err := unix.Pwritev(int(p.f.Fd()), bufs, off)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err == nil && n == 0 {
-			err = io.ErrShortWrite
-		}
-		if err != nil {
-			return &os.PathError{Op: "write", Path: p.f.Name(), Err: err}
-		}
-		off += int64(n)
-		for n > 0 {
-			k := min(n, len(bufs[0]))
-			if bufs[0] = bufs[0][k:]; len(bufs[0]) == 0 {
-				bufs = bufs[1:]
-			}
-			n -= k
-		}
-	}
-	return nil
+	_, err := p.f.WriteAt(b, off)
+	return err
 }
 
 // pagemapImage writes one pagemap image and its pages image. Adjacent

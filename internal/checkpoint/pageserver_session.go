@@ -21,21 +21,12 @@ import (
 // and reads pages into pooled, page-aligned chunks; hash workers hash them
 // and compare them with the parent's index, in any order; the writer takes
 // them in arrival order, writes the pagemap entries, packs each chunk's
-// changed pages together and gathers chunks that follow each other in a
-// pages image into one write of up to maxWrite bytes; I/O workers write
-// those there, several at once, and return the chunks to the pool.
-//
-// A chunk holds at most one ADD command's pages, and CRIU sends at most a
-// pipe's worth per ADD (1 MiB with the default fs.pipe-max-size). Virtio
-// and NVMe disks reach their sequential bandwidth only with larger
-// requests, several in flight (docs/disktier.md, "Where the time goes"):
-// hence the gathering, and as many writes in flight as the pool allows.
+// changed pages together and reserves their place in the pages image; I/O
+// workers write them there and return the chunks to the pool.
 const (
 	chunkPages = 256 // pages per chunk: 1 MiB
-	chunkPool  = 32
-	maxWrite   = 4 << 20 // bytes per write: the largest request virtio-blk and NVMe take whole
-	maxGather  = 8       // chunks per write, so that small ones never hold the pool from the reader
-	ioWorkers  = 4
+	chunkPool  = 16
+	ioWorkers  = 2
 )
 
 // chunk is a piece of one ADD command's pages, or a control step for the
@@ -52,16 +43,11 @@ type chunk struct {
 	same   []bool        // page i is unchanged from the parent
 	hashed chan struct{} // one token once hashes and same are set
 	result chan error    // opClose: the writer's outcome
-	size   int           // bytes of changed pages packed at the front of data
-}
 
-// ioBatch is chunks whose packed pages lie back to back in one pages
-// image, from off on: one write.
-type ioBatch struct {
-	file   *pagesFile
-	off    int64
-	size   int
-	chunks []*chunk
+	// Where the writer put the chunk's packed changed pages.
+	file *pagesFile
+	off  int64
+	size int
 }
 
 type writerOp int
@@ -84,7 +70,7 @@ type pageSession struct {
 	free   chan *chunk
 	hashq  chan *chunk
 	writeq chan *chunk
-	ioq    chan *ioBatch
+	ioq    chan *chunk
 	abort  chan struct{}
 	once   sync.Once
 	err    error // the first failure; set before abort closes
@@ -96,7 +82,6 @@ type pageSession struct {
 
 	// Writer state.
 	img     *pagemapImage
-	batch   *ioBatch // being gathered
 	index   hashIndex
 	pagesID uint32
 	quota   writeQuota
@@ -116,7 +101,7 @@ func newPageSession(dir, link string, base hashIndex, limit *atomic.Uint64, conn
 		free:    make(chan *chunk, chunkPool),
 		hashq:   make(chan *chunk, chunkPool),
 		writeq:  make(chan *chunk, chunkPool+4),
-		ioq:     make(chan *ioBatch, chunkPool),
+		ioq:     make(chan *chunk, chunkPool),
 		abort:   make(chan struct{}),
 		index:   make(hashIndex),
 		pagesID: firstPagesID,
@@ -327,7 +312,6 @@ func (s *pageSession) hashWorker() {
 // recycles chunks.
 func (s *pageSession) writer() {
 	defer func() {
-		s.flushBatch()
 		if s.img != nil {
 			s.img.abandon()
 		}
@@ -343,17 +327,15 @@ func (s *pageSession) writer() {
 				err = s.writeChunk(c)
 			}
 			if c.size > 0 {
-				s.gather(c)
+				s.ioq <- c // never blocks: it holds as many as the pool
 			} else {
 				s.free <- c
 			}
 		case opOpen:
-			s.flushBatch()
 			if !s.failed() {
 				err = s.openImage(c.key)
 			}
 		case opClose:
-			s.flushBatch()
 			if !s.failed() {
 				err = s.complete()
 			}
@@ -442,56 +424,20 @@ func (s *pageSession) writeChunk(c *chunk) error {
 	if err := s.quota.take(packed * pageSize); err != nil {
 		return err
 	}
-	c.size = packed * pageSize
+	c.file, c.size = s.img.pages, packed*pageSize
+	c.off = c.file.reserve(c.size)
 	return nil
 }
 
-// gather adds c's packed pages, which follow the batch's in the open
-// pages image, to the batch, and sends the batch to the I/O workers once
-// another chunk might not fit. A batch is sent at the latest at the next
-// pagemap or the session's end: it never waits for pages that are not
-// coming, and holding at most maxGather chunks it leaves the reader
-// enough of the pool to go on.
-func (s *pageSession) gather(c *chunk) {
-	if s.batch == nil {
-		s.batch = &ioBatch{file: s.img.pages}
-	}
-	s.batch.chunks = append(s.batch.chunks, c)
-	s.batch.size += c.size
-	if s.batch.size+chunkPages*pageSize > maxWrite || len(s.batch.chunks) == maxGather {
-		s.flushBatch()
-	}
-}
-
-// flushBatch reserves the batch's place in its pages image and queues it.
-func (s *pageSession) flushBatch() {
-	b := s.batch
-	if b == nil {
-		return
-	}
-	s.batch = nil
-	b.off = b.file.reserve(b.size)
-	s.ioq <- b // never blocks: it holds as many as the pool
-}
-
-// ioWorker writes batches into their pages images.
+// ioWorker writes packed chunks into their pages images.
 func (s *pageSession) ioWorker() {
-	bufs := make([][]byte, 0, maxWrite/pageSize)
-	for b := range s.ioq {
+	for c := range s.ioq {
 		if s.failed() {
-			b.file.inflight.Done()
-		} else {
-			bufs = bufs[:0]
-			for _, c := range b.chunks {
-				bufs = append(bufs, c.data[:c.size])
-			}
-			if err := b.file.writeAt(bufs, b.off); err != nil {
-				s.fail(spaceError(err))
-			}
+			c.file.inflight.Done()
+		} else if err := c.file.writeAt(c.data[:c.size], c.off); err != nil {
+			s.fail(spaceError(err))
 		}
-		for _, c := range b.chunks {
-			s.free <- c
-		}
+		s.free <- c
 	}
 }
 

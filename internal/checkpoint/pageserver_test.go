@@ -435,47 +435,6 @@ func TestPageServerWritesOnlyChangedPages(t *testing.T) {
 	}
 }
 
-// TestPageServerGathersWrites: pages are written in gathered requests of
-// up to maxWrite bytes; more single-page runs than the chunk pool holds
-// (each its own chunk) and runs longer than one request both come back
-// intact, first in full and then as changes on top of the parent.
-func TestPageServerGathersWrites(t *testing.T) {
-	root := t.TempDir()
-	task, other := pagemapKey{id: 1}, pagemapKey{id: 2}
-	var singles [][2]uint64
-	for i := range uint64(3 * chunkPool) {
-		singles = append(singles, [2]uint64{0x100000 + 2*i*pageSize, 1})
-	}
-	big := uint64(3*maxWrite/pageSize + 5)
-	memA := psRandomMemory(5, map[pagemapKey][][2]uint64{
-		task:  append(singles, [2]uint64{0x40000000, big}),
-		other: {{0x7f0000000000, 600}},
-	})
-	a := psImagesDir(t, root, "A")
-	stA := psDump(t, a, "", memA)
-	if want := uint64(len(singles)) + big + 600; stA.Pages != want || stA.Reused != 0 {
-		t.Fatalf("dump A: %+v, want %d pages, none reused", stA, want)
-	}
-	psCheckImage(t, a, memA)
-
-	memB := memA.clone()
-	changed := 0
-	for i := uint64(0); i < big; i += 7 {
-		memB[task][0x40000000+i*pageSize][1] ^= 1
-		changed++
-	}
-	for i := 0; i < len(singles); i += 5 {
-		memB[task][singles[i][0]][2] ^= 1
-		changed++
-	}
-	b := psImagesDir(t, root, "B")
-	stB := psDump(t, b, a, memB)
-	if stB.Reused != stA.Pages-uint64(changed) {
-		t.Errorf("dump B: %+v, want %d of %d pages reused", stB, stA.Pages-uint64(changed), stA.Pages)
-	}
-	psCheckImage(t, b, memB)
-}
-
 func TestPageServerWithoutODirect(t *testing.T) {
 	var st syscall.Statfs_t
 	if err := syscall.Statfs("/dev/shm", &st); err != nil || st.Type != 0x01021994 {
