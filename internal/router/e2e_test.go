@@ -326,7 +326,7 @@ func TestRouterHibernatedWake(t *testing.T) {
 			break
 		}
 		if strings.Contains(p.Note, "cannot image on this kernel") {
-			t.Skipf("this kernel's CRIU cannot image a listening TCP socket (no inet_diag): %s", p.Note)
+			t.Skipf("this kernel's CRIU cannot image a listening TCP socket (CRIU before 4.2 on Linux 6.16+, criu#2718, or no inet_diag): %s", p.Note)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("alpha not hibernated after 60s: %s, note %q", p.State, p.Note)
