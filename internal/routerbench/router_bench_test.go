@@ -34,6 +34,12 @@ const (
 	swaps       = 10        // frozen wakes measured per path
 	throughputN = 400       // requests per worker in the requests/s runs
 	workers     = 4
+	// The generating runs: streamed replies of genTokens tokens, tokenDelay
+	// apart (a model's time per token), from genWorkers clients at once.
+	genTokens  = 16
+	genWorkers = 16
+	genN       = 20
+	tokenDelay = "0.005"
 )
 
 // BenchmarkRouter measures, in one run on one simulated 24 GiB GPU with two
@@ -41,7 +47,9 @@ const (
 // frozen and a hibernated model, and for llama-swap's swap (kill the other
 // model, start this one cold, wait for health, request); the router's own
 // latency over a direct activate plus request; and proxied requests/s
-// against direct ones to the same model server.
+// against direct ones to the same model server, for quick replies (a server
+// that does no work: the proxy's own cost) and for streamed replies of
+// genTokens tokens tokenDelay apart (a server that generates).
 func BenchmarkRouter(b *testing.B) {
 	testutil.RequiresRoot(b)
 	for range b.N {
@@ -111,7 +119,7 @@ func newEnv(b *testing.B) *env {
 // simjob is the command line of a model server on port.
 func (e *env) simjob(name string, port int, load string) []string {
 	return []string{e.bins.SimJob, "--http", strconv.Itoa(port), "--vram", strconv.Itoa(modelMiB),
-		"--model", name, "--load-seconds", load}
+		"--model", name, "--load-seconds", load, "--token-delay", tokenDelay}
 }
 
 // startRouter runs gpusched-router as the user with models alpha and beta,
@@ -173,12 +181,12 @@ func (e *env) ttfb(base, model string) time.Duration {
 	start := time.Now()
 	resp, err := e.oneShot.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
 	if err != nil {
-		e.b.Fatalf("%s at %s: %v", model, base, err)
+		e.b.Fatalf("requests to %s: %v", base, err)
 	}
 	defer resp.Body.Close()
 	first := make([]byte, 1)
 	if _, err := io.ReadFull(resp.Body, first); err != nil {
-		e.b.Fatalf("%s at %s: %v", model, base, err)
+		e.b.Fatalf("requests to %s: %v", base, err)
 	}
 	d := time.Since(start)
 	rest, err := io.ReadAll(resp.Body)
@@ -224,8 +232,13 @@ func (e *env) run() {
 
 	// Requests/s to one model server, through the router and directly.
 	e.ttfb(e.router, "alpha")
-	proxied := e.throughput(e.router, "alpha")
-	directRPS := e.throughput(fmt.Sprintf("http://127.0.0.1:%d", e.ports["alpha"]), "alpha")
+	directURL := fmt.Sprintf("http://127.0.0.1:%d", e.ports["alpha"])
+	quick := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}],"max_tokens":2}`, "alpha")
+	proxied := e.throughput(e.router, quick, workers, throughputN)
+	directRPS := e.throughput(directURL, quick, workers, throughputN)
+	generating := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}],"max_tokens":%d,"stream":true}`, "alpha", genTokens)
+	genProxied := e.throughput(e.router, generating, genWorkers, genN)
+	genDirect := e.throughput(directURL, generating, genWorkers, genN)
 
 	// The router's own latency: the same swap (freeze the running model,
 	// thaw the frozen one) through the router, and by a direct activate
@@ -264,6 +277,7 @@ func (e *env) run() {
 	b.ReportMetric(float64(killRestart)/float64(fz), "killrestart/frozen")
 	b.ReportMetric(ms(rs-ds), "router-overhead-ms")
 	b.ReportMetric(proxied/directRPS, "proxied/direct-rps")
+	b.ReportMetric(genProxied/genDirect, "proxied/direct-rps-generating")
 	b.Logf("TTFB, streamed chat request, simulated 24 GiB GPU, two 13 GiB models, cold start = %s s load:", loadSeconds)
 	b.Logf("  cold (nothing to evict)       %8.1f ms", ms(cold))
 	b.Logf("  cold (freezes the other)      %8.1f ms", ms(coldSwap))
@@ -278,6 +292,8 @@ func (e *env) run() {
 	b.Logf("router overhead, medians of %d interleaved swaps each: through the router %.1f ms (%.1f to %.1f) - direct activate+request %.1f ms (%.1f to %.1f) = %.1f ms",
 		swaps, ms(rs), ms(slices.Min(viaRouter)), ms(slices.Max(viaRouter)), ms(ds), ms(slices.Min(direct)), ms(slices.Max(direct)), ms(rs-ds))
 	b.Logf("requests/s, %d workers x %d non-streamed requests, keep-alive: proxied %.0f, direct %.0f, ratio %.2f", workers, throughputN, proxied, directRPS, proxied/directRPS)
+	b.Logf("requests/s, %d workers x %d streamed replies of %d tokens %s s apart, keep-alive: proxied %.1f, direct %.1f, ratio %.2f",
+		genWorkers, genN, genTokens, tokenDelay, genProxied, genDirect, genProxied/genDirect)
 }
 
 // activate activates name, evicting other, and returns when the attempt
@@ -301,12 +317,12 @@ func (e *env) activate(name, other string) time.Time {
 	}
 }
 
-// throughput sends workers x throughputN chat requests for model to base
-// over kept-alive connections and returns requests per second.
-func (e *env) throughput(base, model string) float64 {
+// throughput sends workers x n requests of body for chat completions to
+// base over kept-alive connections, reading each reply whole, and returns
+// requests per second.
+func (e *env) throughput(base, body string, workers, n int) float64 {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers}, Timeout: time.Minute}
 	defer client.CloseIdleConnections()
-	body := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}],"max_tokens":2}`, model)
 	var wg sync.WaitGroup
 	errs := make(chan error, workers)
 	start := time.Now()
@@ -314,7 +330,7 @@ func (e *env) throughput(base, model string) float64 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range throughputN {
+			for range n {
 				resp, err := client.Post(base+"/v1/chat/completions", "application/json", strings.NewReader(body))
 				if err != nil {
 					errs <- err
@@ -333,9 +349,9 @@ func (e *env) throughput(base, model string) float64 {
 	elapsed := time.Since(start)
 	close(errs)
 	for err := range errs {
-		e.b.Fatalf("%s at %s: %v", model, base, err)
+		e.b.Fatalf("requests to %s: %v", base, err)
 	}
-	return float64(workers*throughputN) / elapsed.Seconds()
+	return float64(workers*n) / elapsed.Seconds()
 }
 
 func median(ds []time.Duration) time.Duration {
