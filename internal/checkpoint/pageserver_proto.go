@@ -6,7 +6,11 @@ import (
 )
 
 // CRIU's page-server wire format (criu/page-xfer.c, CRIU 4.x). Every
-// command is a 24-byte little-endian page_server_iov; PS_IOV_ADD* commands
+// command is a little-endian page_server_iov: 24 bytes up to CRIU 4.1
+// (u32 cmd, u32 nr_pages, u64 vaddr, u64 dst_id), 32 from CRIU 4.2, where
+// nr_pages became a u64 (commit 7e0da4d97 "pagemap: use unsigned long for
+// page counts": u32 cmd, 4 bytes of padding, u64 nr_pages, u64 vaddr, u64
+// dst_id). The first command tells which (psiLayoutOf). PS_IOV_ADD* commands
 // with present pages are followed by nr_pages raw pages. The dumping side
 // is the client: it sends OPEN2 once per pagemap (and reads a 1-byte
 // has-parent answer), ADD_F per run of pages (the pagemap entry flags in
@@ -14,7 +18,8 @@ import (
 // status); then it closes the connection.
 const (
 	pageSize = 4096
-	psiSize  = 24
+	psiSize  = 24 // CRIU 4.0 and 4.1
+	psiSize2 = 32 // CRIU 4.2 and later
 
 	psIovAdd        = 1 // legacy: present pages
 	psIovHole       = 2 // legacy: pages in the parent image
@@ -45,13 +50,29 @@ type psi struct {
 	dstID   uint64
 }
 
-func decodePSI(b []byte) psi {
-	return psi{
-		cmd:     binary.LittleEndian.Uint32(b[0:]),
-		nrPages: binary.LittleEndian.Uint32(b[4:]),
-		vaddr:   binary.LittleEndian.Uint64(b[8:]),
-		dstID:   binary.LittleEndian.Uint64(b[16:]),
+// decodePSI decodes a page_server_iov of len(b) bytes (psiSize or psiSize2).
+func decodePSI(b []byte) (psi, error) {
+	le := binary.LittleEndian
+	if len(b) == psiSize {
+		return psi{cmd: le.Uint32(b[0:]), nrPages: le.Uint32(b[4:]), vaddr: le.Uint64(b[8:]), dstID: le.Uint64(b[16:])}, nil
 	}
+	n := le.Uint64(b[8:])
+	if n > 1<<32-1 {
+		return psi{}, fmt.Errorf("page-server command for %d pages: more than one pagemap entry holds", n)
+	}
+	return psi{cmd: le.Uint32(b[0:]), nrPages: uint32(n), vaddr: le.Uint64(b[16:]), dstID: le.Uint64(b[24:])}, nil
+}
+
+// psiLayoutOf is the size of the page_server_iovs of a session whose first
+// command's first psiSize bytes are b. CRIU's first command names a pagemap
+// (OPEN2, or PARENT when it asks about a parent image), so in the 4.1
+// layout bytes 16..23 are its dst_id, never 0 (its low byte is the image
+// type, 1 or 2); in the 4.2 layout they are its vaddr, always 0.
+func psiLayoutOf(b []byte) int {
+	if binary.LittleEndian.Uint64(b[16:]) == 0 {
+		return psiSize2
+	}
+	return psiSize
 }
 
 func (p psi) command() uint32 { return p.cmd & (1<<psCmdBits - 1) }

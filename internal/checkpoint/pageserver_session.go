@@ -161,9 +161,14 @@ func (s *pageSession) run() (PageStats, error) {
 
 // read decodes CRIU's commands.
 func (s *pageSession) read() error {
-	var hdr [psiSize]byte
+	var hdr [psiSize2]byte
+	size := 0 // psiSize or psiSize2, from the first command
 	for {
-		if _, err := io.ReadFull(s.r, hdr[:]); err != nil {
+		n := size
+		if n == 0 {
+			n = psiSize
+		}
+		if _, err := io.ReadFull(s.r, hdr[:n]); err != nil {
 			if errors.Is(err, io.EOF) && s.closed {
 				return nil
 			}
@@ -175,7 +180,17 @@ func (s *pageSession) read() error {
 		if s.closed {
 			return errors.New("data after CLOSE")
 		}
-		pi := decodePSI(hdr[:])
+		if size == 0 {
+			if size = psiLayoutOf(hdr[:psiSize]); size > psiSize {
+				if _, err := io.ReadFull(s.r, hdr[psiSize:size]); err != nil {
+					return err
+				}
+			}
+		}
+		pi, err := decodePSI(hdr[:size])
+		if err != nil {
+			return err
+		}
 		switch cmd := pi.command(); cmd {
 		case psIovOpen, psIovOpen2:
 			if err := s.openPagemap(pi.dstID); err != nil {

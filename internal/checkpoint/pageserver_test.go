@@ -65,6 +65,7 @@ func (m psMemory) clone() psMemory {
 type psClient struct {
 	t    testing.TB
 	conn net.Conn
+	wide bool // CRIU 4.2's 32-byte page_server_iov, not 4.1's 24 bytes
 }
 
 // dialPageServer takes CRIU's end of ps's connection.
@@ -82,7 +83,12 @@ func dialPageServer(t testing.TB, ps *PageServer) *psClient {
 
 func (c *psClient) send(p psi, data []byte) error {
 	hdr := binary.LittleEndian.AppendUint32(nil, p.cmd)
-	hdr = binary.LittleEndian.AppendUint32(hdr, p.nrPages)
+	if c.wide {
+		hdr = binary.LittleEndian.AppendUint32(hdr, 0) // padding
+		hdr = binary.LittleEndian.AppendUint64(hdr, uint64(p.nrPages))
+	} else {
+		hdr = binary.LittleEndian.AppendUint32(hdr, p.nrPages)
+	}
 	hdr = binary.LittleEndian.AppendUint64(hdr, p.vaddr)
 	hdr = binary.LittleEndian.AppendUint64(hdr, p.dstID)
 	if _, err := c.conn.Write(hdr); err != nil {
@@ -170,12 +176,19 @@ func (c *psClient) sendMemory(m psMemory) {
 // psDump dumps m into dir through a page server with parent.
 func psDump(t testing.TB, dir, parent string, m psMemory) PageStats {
 	t.Helper()
+	return psDumpAs(t, dir, parent, m, false)
+}
+
+// psDumpAs is psDump speaking CRIU 4.2's wide commands when wide is set.
+func psDumpAs(t testing.TB, dir, parent string, m psMemory, wide bool) PageStats {
+	t.Helper()
 	ps, err := StartPageServer(dir, parent)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ps.Close() })
 	c := dialPageServer(t, ps)
+	c.wide = wide
 	c.sendMemory(m)
 	if st := c.finish(); st != 0 {
 		t.Fatalf("CLOSE status %d", st)
@@ -433,6 +446,27 @@ func TestPageServerWritesOnlyChangedPages(t *testing.T) {
 			t.Errorf("C/%s: entry %v, want all in parent", task, e)
 		}
 	}
+}
+
+// TestPageServerCRIU42Commands dumps as CRIU 4.2 does, whose commands are
+// 32 bytes (nr_pages a u64, criu commit 7e0da4d97), a full dump and one
+// with a parent: the images and the reuse are those of CRIU 4.1's.
+func TestPageServerCRIU42Commands(t *testing.T) {
+	root := t.TempDir()
+	task := pagemapKey{id: 100}
+	memA := psRandomMemory(1, map[pagemapKey][][2]uint64{task: {{0x400000, 40}, {0x7f0000000000, 20}}})
+	a := psImagesDir(t, root, "A")
+	if st := psDumpAs(t, a, "", memA, true); st.Pages != 60 || st.Reused != 0 {
+		t.Errorf("dump A: %+v, want 60 pages written", st)
+	}
+	psCheckImage(t, a, memA)
+	memB := memA.clone()
+	memB[task][0x400000][0] ^= 1
+	b := psImagesDir(t, root, "B")
+	if st := psDumpAs(t, b, a, memB, true); st.Pages != 60 || st.Reused != 59 {
+		t.Errorf("dump B: %+v, want 60 pages, 59 reused", st)
+	}
+	psCheckImage(t, b, memB)
 }
 
 func TestPageServerWithoutODirect(t *testing.T) {
