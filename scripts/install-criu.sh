@@ -66,7 +66,8 @@
 #                         absolute path of [A-Za-z0-9._/+-] characters.
 #   GPUSCHED_CRIU_MIRROR  Debian mirror URI to use instead of the one found in
 #                         the apt sources (for machines with unusual setups).
-#   GPUSCHED_CRIU_SUITE   Debian suite to take criu from (default trixie).
+#   GPUSCHED_CRIU_SUITE   Debian suite to take criu from (default trixie, or
+#                         forky on Linux 6.16 and later: see default_suite).
 #
 # Prefix layout after install:
 #   <prefix>/bin/criu              the wrapper (the path to use)
@@ -127,7 +128,20 @@ prefix=${prefix%/}
 	die "GPUSCHED_CRIU_PREFIX must not contain . or .. components, got '$prefix'"
 [[ $(dirname "$prefix") != / ]] ||
 	die "GPUSCHED_CRIU_PREFIX must be at least two levels deep (e.g. $DEFAULT_PREFIX), got '$prefix'"
-suite=${GPUSCHED_CRIU_SUITE:-trixie}
+# default_suite: trixie's CRIU 4.1.1, but on Linux 6.16 and later forky's
+# CRIU 4.2: 6.16 restricted SO_PASSCRED to Unix and netlink sockets, and
+# CRIU before 4.2 then fails to dump any process with a network socket
+# (criu#2718, fixed by criu commit 4b7398595).
+default_suite() {
+	local major minor
+	IFS=.- read -r major minor _ <<<"$(uname -r)"
+	if [[ $major =~ ^[0-9]+$ && $minor =~ ^[0-9]+$ ]] && ((major > 6 || (major == 6 && minor >= 16))); then
+		echo forky
+	else
+		echo trixie
+	fi
+}
+suite=${GPUSCHED_CRIU_SUITE:-$(default_suite)}
 [[ $suite =~ ^[a-z][a-z0-9-]*$ ]] || die "GPUSCHED_CRIU_SUITE looks wrong: '$suite'"
 
 readonly wrapper=$prefix/bin/criu
@@ -408,6 +422,7 @@ installed_ok() {
 	[[ -f $stamp && -x $wrapper ]] || return 1
 	rec=$(sed -n 's/^recipe=//p' "$stamp")
 	[[ $rec == "$RECIPE" ]] || return 1
+	[[ $(sed -n 's/^suite=//p' "$stamp") == "$suite" ]] || return 1 # e.g. forky wanted since a kernel upgrade
 	ver=$(criu_version "$wrapper") || return 1
 	version_ok "$ver" || return 1
 	if is_root; then criu_check "$wrapper" || return 1; fi
