@@ -40,6 +40,7 @@ type server struct {
 	// is locked or checkpointed for a freeze); nil without --vram.
 	gpuBusy func() bool
 	crash   func()
+	logf    func(format string, args ...any) // a line of the job's output
 	seq     atomic.Uint64
 }
 
@@ -349,7 +350,10 @@ func (s *server) stream(w http.ResponseWriter, crash bool, first any, toks []str
 		}
 		s.waitGPU()
 		if send(event(tok)) != nil {
-			return // the client hung up: stop generating
+			if s.logf != nil {
+				s.logf("simjob: client hung up after %d of %d tokens", i, len(toks))
+			}
+			return // stop generating
 		}
 		if crash {
 			s.crash()

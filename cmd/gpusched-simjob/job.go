@@ -114,6 +114,7 @@ func (j *job) startHTTP() error {
 		model:   j.cfg.model,
 		readyAt: time.Now().Add(j.cfg.load),
 		crash:   crashNow(j.printf),
+		logf:    j.printf,
 	}
 	if d := j.cfg.tokenDelay; d > 0 {
 		s.pace = func() { time.Sleep(d) } // the model's time per token

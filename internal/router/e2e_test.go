@@ -1,6 +1,7 @@
 package router_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -216,6 +217,47 @@ with urllib.request.urlopen(req, timeout=30) as r:
 		t.Errorf("upstream errors = %q, want 2", got)
 	}
 }
+
+// TestRouterClientHangUpCancelsUpstream: a client that hangs up in the
+// middle of a stream ends the model server's request too: it stops
+// generating, and says after how many tokens.
+func TestRouterClientHangUpCancelsUpstream(t *testing.T) {
+	g := newRig(t, "1x24G")
+	g.startRouter(g.simModelArgs("alpha", modelMiB, []string{"--token-delay", "0.01"}))
+	const tokens = 1000 // 10 s of tokens
+	out := g.python(fmt.Sprintf(`
+import json, sys, urllib.request
+req = urllib.request.Request(sys.argv[1] + "/v1/chat/completions", method="POST",
+    data=json.dumps({"model": "alpha", "stream": True, "max_tokens": %d, "messages": [{"role": "user", "content": "hi"}]}).encode())
+r = urllib.request.urlopen(req, timeout=30)
+while not r.readline().startswith(b"data: "):
+    pass
+r.close()
+print("hung up")
+`, tokens))
+	if !strings.Contains(out, "hung up") {
+		t.Fatalf("client: %q", out)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var line string
+	err := g.client().FollowLogs(ctx, "alpha", 100, func(l string) error {
+		if strings.HasPrefix(l, "simjob: client hung up after") {
+			line = l
+			return errFound
+		}
+		return nil
+	})
+	if !errors.Is(err, errFound) {
+		t.Fatalf("the model server never saw the hang-up (it would generate all %d tokens): %v", tokens, err)
+	}
+	var sent, of int
+	if _, err := fmt.Sscanf(line, "simjob: client hung up after %d of %d tokens", &sent, &of); err != nil || sent >= of {
+		t.Errorf("model server: %q", line)
+	}
+}
+
+var errFound = errors.New("found")
 
 // TestRouterAPIKeysAndBadRequests: with keys, every endpoint but /health
 // needs one, as a bearer token or x-api-key; a body over max_body, not
