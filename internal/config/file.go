@@ -15,6 +15,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/gpusched/gpusched/internal/tomlline"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -170,7 +171,7 @@ func (src *source) decode(fset *flag.FlagSet, data []byte) error {
 			continue // inside a table: the table itself is reported
 		}
 		key := k[0]
-		line, err := valueAt(&md, top[key], func(v any) error { return apply(fset, key, v) })
+		line, err := tomlline.ValueAt(&md, top[key], func(v any) error { return apply(fset, key, v) })
 		src.lines[key] = line
 		if err == nil {
 			continue
@@ -192,28 +193,6 @@ func lineSuffix(line int) string {
 	}
 	return ", line " + strconv.Itoa(line)
 }
-
-// valueAt runs fn on the value of one top-level key and returns the key's
-// line with fn's error. The TOML library knows the line of a key only
-// while it decodes it, so fn runs as the key's unmarshaler.
-func valueAt(md *toml.MetaData, p toml.Primitive, fn func(any) error) (int, error) {
-	var ferr error
-	err := md.PrimitiveDecode(p, &unmarshaler{func(v any) error {
-		ferr = fn(v)
-		return errLine // every key: the wrapping ParseError carries its line
-	}})
-	line := 0
-	if pe := (toml.ParseError{}); errors.As(err, &pe) {
-		line = pe.Position.Line
-	}
-	return line, ferr
-}
-
-var errLine = errors.New("line")
-
-type unmarshaler struct{ fn func(any) error }
-
-func (u *unmarshaler) UnmarshalTOML(v any) error { return u.fn(v) }
 
 type unknownError struct{ hint string }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/gpusched/gpusched/internal/tomlline"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -165,7 +166,7 @@ type parser struct {
 
 // key decodes one value with fn, naming the file, line and key in fn's error.
 func (p *parser) key(v toml.Primitive, name string, fn func(any) error) {
-	line, err := valueAt(p.md, v, fn)
+	line, err := tomlline.ValueAt(p.md, v, fn)
 	if p.lines == nil {
 		p.lines = map[string]int{}
 	}
@@ -392,25 +393,3 @@ func describe(x any) string {
 		return fmt.Sprintf("%T", x)
 	}
 }
-
-// valueAt runs fn on one value and returns the value's line with fn's
-// error. The TOML library knows a key's line only while it decodes it, so
-// fn runs as the value's unmarshaler (as internal/config does it).
-func valueAt(md *toml.MetaData, p toml.Primitive, fn func(any) error) (int, error) {
-	var ferr error
-	err := md.PrimitiveDecode(p, &unmarshaler{func(v any) error {
-		ferr = fn(v)
-		return errLine // every key: the wrapping ParseError carries its line
-	}})
-	line := 0
-	if pe := (toml.ParseError{}); errors.As(err, &pe) {
-		line = pe.Position.Line
-	}
-	return line, ferr
-}
-
-var errLine = errors.New("line")
-
-type unmarshaler struct{ fn func(any) error }
-
-func (u *unmarshaler) UnmarshalTOML(v any) error { return u.fn(v) }
