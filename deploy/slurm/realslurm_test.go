@@ -330,6 +330,7 @@ func (c *cluster) gangTimeSlice(t *testing.T) {
 		return time.Since(start), ids, suspended
 	}
 	sliced, ids, suspended := run("-p", "sliced")
+	alternated := 0
 	for i, id := range ids {
 		for _, n := range []string{"policy", "reward"} {
 			name := fmt.Sprintf("slurm-%d-%s", id, n)
@@ -341,13 +342,21 @@ func (c *cluster) gangTimeSlice(t *testing.T) {
 				t.Errorf("%s: log without its %d ticks, or with an out-of-memory:\n%s", name, ticks, log)
 			}
 		}
-		// Each job's traps froze its processes on suspend and thawed
-		// them on resume: the GPU went to the other job meanwhile.
+		if suspended[i] == 0 {
+			t.Errorf("job %d was never suspended: Slurm did not time-slice\n%s", id, c.jobOutput(id))
+		}
+		// A job's traps froze its processes on suspend and thawed them on
+		// resume: the GPU went to the other job meanwhile. Which job's big
+		// process ran first is Slurm's and the queue's choice; the other's
+		// may still be queued (not yet started) when its job is suspended.
 		out := c.jobOutput(id)
 		policy := fmt.Sprintf("slurm-%d-policy", id)
-		if suspended[i] == 0 || !strings.Contains(out, "froze "+policy) || !strings.Contains(out, "thawed "+policy) {
-			t.Errorf("job %d: suspended %d times, output without a freeze and a thaw of %s: the jobs did not alternate\n%s", id, suspended[i], policy, out)
+		if strings.Contains(out, "froze "+policy) && strings.Contains(out, "thawed "+policy) {
+			alternated++
 		}
+	}
+	if alternated == 0 {
+		t.Errorf("no job's 18000 MiB process was frozen and thawed: the jobs did not alternate on the GPU")
 	}
 	var freeze, thaw time.Duration
 	var freezes, thaws int
