@@ -6,11 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -78,49 +74,26 @@ func startModelServer(t *testing.T, criu string) (c *api.Client, ask func() stri
 	t.Helper()
 	bins := testutil.Build(t)
 	user := testutil.NewUser(t, "gssimhttp", "gssimhttptest")
-	dir := testutil.ShortDir(t)
-	sock := filepath.Join(dir, "s.sock")
-	notify := testutil.NewNotify(t, dir)
-	var stderr bytes.Buffer
-	d := exec.Command(bins.Daemon, "--sim", "1x24G", "--socket", sock, "--group", user.Group,
-		"--state-dir", filepath.Join(dir, "state"), "--log-dir", filepath.Join(dir, "logs"),
-		"--sim-dir", filepath.Join(dir, "sim"), "--criu", criu, "--cgroup-root", "none",
-		"--gpu-poll", "50ms", "--kill-grace", "2s", "--log-format", "console", "--log-level", "warn")
-	d.Env = append(os.Environ(), "NOTIFY_SOCKET="+notify.Path)
-	d.Stderr = &stderr
-	if err := d.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = d.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = d.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			t.Logf("gpuschedd still running 15 s after SIGTERM: killed")
-			_ = d.Process.Kill()
-			<-done
-		}
+	var stderr bytes.Buffer // read once the daemon has exited
+	t.Cleanup(func() {      // after the daemon has stopped
 		if t.Failed() {
 			t.Logf("daemon stderr:\n%s", stderr.String())
 		}
 	})
-	notify.WaitFor(t, "READY=1", 30*time.Second)
+	d := testutil.StartSimDaemon(t, bins, testutil.ShortDir(t), "1x24G", user.Group, &stderr, "--criu", criu)
 
 	ctx := context.Background()
-	c, err := api.Dial(ctx, sock)
+	c, err := api.Dial(ctx, d.Socket)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	if _, err := c.Run(ctx, api.RunParams{Name: "alpha", Dir: "/", User: user.Name,
 		Cmd: []string{bins.SimJob, "--http", fmt.Sprint(port), "--vram", "13000", "--model", "alpha", "--load-seconds", "0.2"}}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = c.Kill(context.Background(), api.KillParams{Name: "alpha", Signal: "SIGKILL"}) })
 
 	// No keep-alive: an idle connection is an established socket, which a
 	// dump would have to carry.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -15,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpusched/gpusched/internal/testutil"
 )
 
 // newTestServer serves a loaded model "alpha".
@@ -276,17 +277,6 @@ func TestModels(t *testing.T) {
 	}
 }
 
-// freePort returns a loopback port nothing listens on now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 func healthCode(t *testing.T, base string) int {
 	t.Helper()
 	resp, err := http.Get(base + "/health")
@@ -301,7 +291,7 @@ func healthCode(t *testing.T, base string) int {
 // and its VRAM grows step by step; once loaded, 200.
 func TestHTTPJobLoads(t *testing.T) {
 	reg := newSim(t, 1, 4096)
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	j := startJob(t, reg, "0", "--vram", "1000", "--http", strconv.Itoa(port), "--load-seconds", "60", "--model", "alpha")
 	if got, want := j.waitLine(t, "simjob: serving"), "simjob: serving model alpha on "+base; got != want {
@@ -329,7 +319,7 @@ func TestHTTPJobLoads(t *testing.T) {
 	j.signal(t, syscall.SIGTERM)
 	j.wait(t)
 
-	port = freePort(t)
+	port = testutil.FreePort(t)
 	base = fmt.Sprintf("http://127.0.0.1:%d", port)
 	j = startJob(t, reg, "0", "--vram", "1000", "--http", strconv.Itoa(port), "--load-seconds", "0.2")
 	j.waitLine(t, "simjob: allocated 1000 MiB")
@@ -348,7 +338,7 @@ func TestHTTPJobLoads(t *testing.T) {
 // TestHTTPJobCrashes: a "CRASH" prompt ends the process mid-stream, after
 // its first token, with status 70, and the client sees a cut stream.
 func TestHTTPJobCrashes(t *testing.T) {
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	j := startJob(t, nil, "", "--http", strconv.Itoa(port), "--model", "alpha")
 	j.waitLine(t, "simjob: serving")

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,57 +84,15 @@ func newRig(t *testing.T, sim string, extra ...string) *rig {
 	testutil.RequiresRoot(t)
 	g := &rig{t: t, bins: testutil.Build(t), dir: testutil.ShortDir(t), stderr: &lockedBuffer{}, rlog: &lockedBuffer{}}
 	g.user = testutil.NewUser(t, "gsrouter", "gsroutertest")
-	g.sock = filepath.Join(g.dir, "s.sock")
-	notify := testutil.NewNotify(t, g.dir)
-	args := []string{"--sim", sim, "--socket", g.sock, "--group", g.user.Group,
-		"--state-dir", filepath.Join(g.dir, "state"), "--log-dir", filepath.Join(g.dir, "logs"),
-		"--sim-dir", filepath.Join(g.dir, "sim"), "--cgroup-root", "none",
-		"--gpu-poll", "50ms", "--kill-grace", "2s", "--log-format", "console", "--log-level", "warn"}
-	d := exec.Command(g.bins.Daemon, append(args, extra...)...)
-	d.Env = append(os.Environ(), "NOTIFY_SOCKET="+notify.Path)
-	d.Stderr = g.stderr
-	if err := d.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		g.stopRouter()
-		if c, err := api.Dial(context.Background(), g.sock); err == nil {
-			if ps, err := c.PS(context.Background(), api.PSParams{}); err == nil {
-				for _, p := range ps {
-					if p.State != api.StateExited {
-						c.Kill(context.Background(), api.KillParams{Name: p.Name, Signal: "SIGKILL"})
-					}
-				}
-			}
-			c.Close()
-		}
-		d.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { d.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			d.Process.Kill()
-			<-done
-		}
+	t.Cleanup(func() { // last: after the daemon has stopped
 		if t.Failed() {
 			t.Logf("daemon stderr:\n%s", g.stderr.String())
 			t.Logf("router log:\n%s", g.rlog.String())
 		}
 	})
-	notify.WaitFor(t, "READY=1", 30*time.Second)
+	g.sock = testutil.StartSimDaemon(t, g.bins, g.dir, sim, g.user.Group, g.stderr, extra...).Socket
+	t.Cleanup(g.stopRouter) // first: before the daemon stops
 	return g
-}
-
-// freePort is a loopback port nothing listens on right now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // simModel is a [models.NAME] table for gpusched-simjob --http holding
@@ -152,7 +109,7 @@ func (g *rig) simModelArgs(name string, vramMiB int, flags []string, extra ...st
 		quoted = append(quoted, strconv.Quote(a))
 	}
 	return fmt.Sprintf("[models.%s]\ncmd = [%s]\nport = %d\nvram = \"%dM\"\n%s\n",
-		name, strings.Join(quoted, ", "), freePort(g.t), vramMiB, strings.Join(extra, "\n"))
+		name, strings.Join(quoted, ", "), testutil.FreePort(g.t), vramMiB, strings.Join(extra, "\n"))
 }
 
 // writeConfig writes the router's config where its user may read it.
@@ -180,7 +137,7 @@ func (g *rig) routerCmd(args ...string) *exec.Cmd {
 // startRouter runs the router on config text and waits until it serves.
 func (g *rig) startRouter(text string) {
 	g.t.Helper()
-	port := freePort(g.t)
+	port := testutil.FreePort(g.t)
 	g.url = fmt.Sprintf("http://127.0.0.1:%d", port)
 	g.router = g.routerCmd("--config", g.writeConfig(text), "--listen", fmt.Sprintf("127.0.0.1:%d", port))
 	pr, pw := io.Pipe()
