@@ -44,5 +44,10 @@ func Main(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	stopProfile, err := startProfile()
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
 	return New(cfg, NewDaemon(*socket), logger).Serve(ctx, ln)
 }

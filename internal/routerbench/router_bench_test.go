@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusched/gpusched/internal/router"
 	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -28,11 +28,15 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// profileEnv names a file for a CPU profile of the router's whole run
+// (router.ProfileEnv), when set.
+const profileEnv = "GPUSCHED_BENCH_ROUTER_PROFILE"
+
 const (
 	modelMiB    = 13 * 1024 // two do not fit on one 24 GiB GPU
 	loadSeconds = "10"      // a cold start's simulated weight loading
 	swaps       = 10        // frozen wakes measured per path
-	throughputN = 400       // requests per worker in the requests/s runs
+	throughputN = 1000      // requests per worker in the no-op requests/s runs
 	workers     = 4
 	// The generating runs: streamed replies of genTokens tokens, tokenDelay
 	// apart (a model's time per token), from genWorkers clients at once.
@@ -47,9 +51,13 @@ const (
 // frozen and a hibernated model, and for llama-swap's swap (kill the other
 // model, start this one cold, wait for health, request); the router's own
 // latency over a direct activate plus request; and proxied requests/s
-// against direct ones to the same model server, for quick replies (a server
-// that does no work: the proxy's own cost) and for streamed replies of
-// genTokens tokens tokenDelay apart (a server that generates).
+// against direct ones to the same model server: the headline for streamed
+// replies of genTokens tokens tokenDelay apart (a server that generates),
+// and the worst case for quick replies (a server that does no work), with
+// the CPU time per request of the router, the model server, the clients
+// and the daemon, which bounds that ratio when the CPUs are the
+// bottleneck. With GPUSCHED_BENCH_ROUTER_PROFILE=FILE the router writes a
+// CPU profile of its run to FILE.
 func BenchmarkRouter(b *testing.B) {
 	testutil.RequiresRoot(b)
 	for range b.N {
@@ -64,9 +72,11 @@ type env struct {
 	bins    testutil.Binaries
 	dir     string
 	sock    string
+	daemon  *testutil.SimDaemon
 	user    testutil.User
 	c       *api.Client
 	router  string // base URL
+	rpid    int    // the router's pid
 	ports   map[string]int
 	oneShot *http.Client // a connection per request, as a new client makes
 }
@@ -76,42 +86,13 @@ func newEnv(b *testing.B) *env {
 	e := &env{b: b, bins: testutil.Build(b), dir: testutil.ShortDir(b), ports: map[string]int{},
 		oneShot: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Minute}}
 	e.user = testutil.NewUser(b, "gsbench", "gsbenchtest")
-	e.sock = filepath.Join(e.dir, "s.sock")
-	notify := testutil.NewNotify(b, e.dir)
-	d := exec.Command(e.bins.Daemon, "--sim", "1x24G", "--socket", e.sock, "--group", e.user.Group,
-		"--state-dir", filepath.Join(e.dir, "state"), "--log-dir", filepath.Join(e.dir, "logs"),
-		"--sim-dir", filepath.Join(e.dir, "sim"), "--cgroup-root", "none",
-		"--gpu-poll", "50ms", "--kill-grace", "2s", "--log-format", "console", "--log-level", "warn")
-	d.Env = append(os.Environ(), "NOTIFY_SOCKET="+notify.Path)
-	d.Stderr = os.Stderr
-	if err := d.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		if ps, err := e.c.PS(context.Background(), api.PSParams{}); err == nil {
-			for _, p := range ps {
-				if p.State != api.StateExited {
-					_, _ = e.c.Kill(context.Background(), api.KillParams{Name: p.Name, Signal: "SIGKILL"})
-				}
-			}
-		}
-		e.c.Close()
-		_ = d.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = d.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			b.Logf("gpuschedd still running 15 s after SIGTERM: killed")
-			_ = d.Process.Kill()
-			<-done
-		}
-	})
-	notify.WaitFor(b, "READY=1", 30*time.Second)
+	e.daemon = testutil.StartSimDaemon(b, e.bins, e.dir, "1x24G", e.user.Group, os.Stderr)
+	e.sock = e.daemon.Socket
 	c, err := api.Dial(context.Background(), e.sock)
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(func() { c.Close() })
 	e.c = c
 	return e
 }
@@ -128,7 +109,7 @@ func (e *env) startRouter() {
 	b := e.b
 	var cfg strings.Builder
 	for _, name := range []string{"alpha", "beta"} {
-		e.ports[name] = freePort(b)
+		e.ports[name] = testutil.FreePort(b)
 		argv := e.simjob(name, 0, loadSeconds)
 		argv[2] = "${PORT}"
 		quoted := make([]string, len(argv))
@@ -141,11 +122,23 @@ func (e *env) startRouter() {
 	if err := os.WriteFile(path, []byte(cfg.String()), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	port := freePort(b)
+	port := testutil.FreePort(b)
 	e.router = fmt.Sprintf("http://127.0.0.1:%d", port)
 	r := exec.Command(e.bins.Router, "--config", path, "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--socket", e.sock)
 	r.Dir = e.dir
 	r.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C"}
+	if prof := os.Getenv(profileEnv); prof != "" {
+		// The router runs as the user: it writes into a file made for it.
+		f, err := os.Create(prof)
+		if err != nil {
+			b.Fatal(err)
+		}
+		f.Close()
+		if err := os.Chown(prof, int(e.user.UID), int(e.user.GID)); err != nil {
+			b.Fatal(err)
+		}
+		r.Env = append(r.Env, router.ProfileEnv+"="+prof)
+	}
 	r.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: e.user.UID, Gid: e.user.GID, Groups: e.user.Groups()}}
 	stderr, err := r.StderrPipe()
 	if err != nil {
@@ -154,6 +147,7 @@ func (e *env) startRouter() {
 	if err := r.Start(); err != nil {
 		b.Fatal(err)
 	}
+	e.rpid = r.Process.Pid
 	b.Cleanup(func() { _ = r.Process.Signal(syscall.SIGTERM); _ = r.Wait() })
 	serving := make(chan struct{})
 	go func() {
@@ -234,28 +228,28 @@ func (e *env) run() {
 	e.ttfb(e.router, "alpha")
 	directURL := fmt.Sprintf("http://127.0.0.1:%d", e.ports["alpha"])
 	quick := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}],"max_tokens":2}`, "alpha")
-	proxied := e.throughput(e.router, quick, workers, throughputN)
-	directRPS := e.throughput(directURL, quick, workers, throughputN)
+	proxied := e.load(e.router, quick, workers, throughputN)
+	direct := e.load(directURL, quick, workers, throughputN)
 	generating := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}],"max_tokens":%d,"stream":true}`, "alpha", genTokens)
-	genProxied := e.throughput(e.router, generating, genWorkers, genN)
-	genDirect := e.throughput(directURL, generating, genWorkers, genN)
+	genProxied := e.load(e.router, generating, genWorkers, genN)
+	genDirect := e.load(directURL, generating, genWorkers, genN)
 
 	// The router's own latency: the same swap (freeze the running model,
 	// thaw the frozen one) through the router, and by a direct activate
 	// (root's, naming the process to evict, as the router does) plus a
 	// request to the model server itself, interleaved so that drift on a
 	// shared machine hits both alike. alpha is running.
-	var viaRouter, direct []time.Duration
+	var viaRouter, viaDaemon []time.Duration
 	for range swaps {
 		viaRouter = append(viaRouter, e.ttfb(e.router, "beta"))
 		start := e.activate("alpha", "beta")
 		e.ttfb(fmt.Sprintf("http://127.0.0.1:%d", e.ports["alpha"]), "alpha")
-		direct = append(direct, time.Since(start))
+		viaDaemon = append(viaDaemon, time.Since(start))
 	}
 
 	// llama-swap's swap: kill the running model (alpha), start the other
 	// cold, wait for its health, request.
-	port := freePort(b)
+	port := testutil.FreePort(b)
 	start := time.Now()
 	if _, err := e.c.Kill(ctx, api.KillParams{Name: "alpha"}); err != nil {
 		b.Fatal(err)
@@ -270,14 +264,18 @@ func (e *env) run() {
 	e.ttfb(fmt.Sprintf("http://127.0.0.1:%d", port), "k-beta")
 	killRestart := time.Since(start)
 
-	fz, rs, ds := median(frozen), median(viaRouter), median(direct)
+	fz, rs, ds := median(frozen), median(viaRouter), median(viaDaemon)
 	b.ReportMetric(ms(fz), "frozen-ttfb-ms")
 	b.ReportMetric(ms(cold), "cold-ttfb-ms")
 	b.ReportMetric(ms(killRestart), "killrestart-ttfb-ms")
 	b.ReportMetric(float64(killRestart)/float64(fz), "killrestart/frozen")
 	b.ReportMetric(ms(rs-ds), "router-overhead-ms")
-	b.ReportMetric(proxied/directRPS, "proxied/direct-rps")
-	b.ReportMetric(genProxied/genDirect, "proxied/direct-rps-generating")
+	b.ReportMetric(genProxied.rps/genDirect.rps, "proxied/direct-rps")
+	b.ReportMetric(proxied.rps/direct.rps, "proxied/direct-rps-noop")
+	b.ReportMetric(us(proxied.router), "noop-router-cpu-us/req")
+	b.ReportMetric(us(proxied.server), "noop-server-cpu-us/req")
+	b.ReportMetric(us(proxied.clients), "noop-clients-cpu-us/req")
+	b.ReportMetric(cpuBound(direct, proxied), "noop-cpu-bound")
 	b.Logf("TTFB, streamed chat request, simulated 24 GiB GPU, two 13 GiB models, cold start = %s s load:", loadSeconds)
 	b.Logf("  cold (nothing to evict)       %8.1f ms", ms(cold))
 	b.Logf("  cold (freezes the other)      %8.1f ms", ms(coldSwap))
@@ -290,10 +288,15 @@ func (e *env) run() {
 	b.Logf("  kill-and-restart (llama-swap) %8.1f ms  (%.1fx frozen, %.2fx cold; cold is %.1fx frozen)",
 		ms(killRestart), float64(killRestart)/float64(fz), float64(killRestart)/float64(cold), float64(cold)/float64(fz))
 	b.Logf("router overhead, medians of %d interleaved swaps each: through the router %.1f ms (%.1f to %.1f) - direct activate+request %.1f ms (%.1f to %.1f) = %.1f ms",
-		swaps, ms(rs), ms(slices.Min(viaRouter)), ms(slices.Max(viaRouter)), ms(ds), ms(slices.Min(direct)), ms(slices.Max(direct)), ms(rs-ds))
-	b.Logf("requests/s, %d workers x %d non-streamed requests, keep-alive: proxied %.0f, direct %.0f, ratio %.2f", workers, throughputN, proxied, directRPS, proxied/directRPS)
-	b.Logf("requests/s, %d workers x %d streamed replies of %d tokens %s s apart, keep-alive: proxied %.1f, direct %.1f, ratio %.2f",
-		genWorkers, genN, genTokens, tokenDelay, genProxied, genDirect, genProxied/genDirect)
+		swaps, ms(rs), ms(slices.Min(viaRouter)), ms(slices.Max(viaRouter)), ms(ds), ms(slices.Min(viaDaemon)), ms(slices.Max(viaDaemon)), ms(rs-ds))
+	b.Logf("requests/s, a generating server, %d workers x %d streamed replies of %d tokens %s s apart, keep-alive: proxied %.1f, direct %.1f, ratio %.2f",
+		genWorkers, genN, genTokens, tokenDelay, genProxied.rps, genDirect.rps, genProxied.rps/genDirect.rps)
+	b.Logf("requests/s, a no-op server (worst case), %d workers x %d non-streamed requests, keep-alive: proxied %.0f, direct %.0f, ratio %.2f",
+		workers, throughputN, proxied.rps, direct.rps, proxied.rps/direct.rps)
+	b.Logf("  CPU per request, proxied: %s", proxied)
+	b.Logf("  CPU per request, direct:  %s", direct)
+	b.Logf("  CPU bound on the ratio, (clients+server direct)/(clients+server+router proxied): %.2f", cpuBound(direct, proxied))
+	b.Logf("  CPU per request, generating, proxied: %s; direct: %s", genProxied, genDirect)
 }
 
 // activate activates name, evicting other, and returns when the attempt
@@ -315,6 +318,50 @@ func (e *env) activate(name, other string) time.Time {
 			e.b.Fatalf("activate %s: %v", name, err)
 		}
 	}
+}
+
+// load is one requests/s run: its rate, and the CPU time each process
+// spent per request during it.
+type load struct {
+	rps                             float64
+	router, server, clients, daemon time.Duration
+}
+
+func (l load) String() string {
+	return fmt.Sprintf("router %.0f us, model server %.0f us, clients %.0f us, daemon %.0f us",
+		us(l.router), us(l.server), us(l.clients), us(l.daemon))
+}
+
+// cpuBound is what the CPU allows proxied requests/s to be of direct
+// ones when the CPUs are the bottleneck: direct requests cost the clients
+// and the server, proxied ones the router too.
+func cpuBound(direct, proxied load) float64 {
+	return float64(direct.clients+direct.server) / float64(proxied.clients+proxied.server+proxied.router)
+}
+
+// load runs throughput and measures the CPU time (utime+stime from
+// /proc/PID/stat) of the router, the model server alpha (its namespace's
+// init and the server), this process (the clients) and the daemon over it.
+func (e *env) load(base, body string, workers, n int) load {
+	p, err := e.c.Process(context.Background(), "alpha")
+	if err != nil {
+		e.b.Fatal(err)
+	}
+	cpu := func() [4]float64 {
+		return [4]float64{
+			testutil.CPUSeconds(e.b, e.rpid),
+			testutil.CPUSeconds(e.b, p.InitPID) + testutil.CPUSeconds(e.b, p.PID),
+			testutil.CPUSeconds(e.b, os.Getpid()),
+			testutil.CPUSeconds(e.b, e.daemon.Cmd.Process.Pid),
+		}
+	}
+	before := cpu()
+	rps := e.throughput(base, body, workers, n)
+	after := cpu()
+	per := func(i int) time.Duration {
+		return time.Duration((after[i] - before[i]) / float64(workers*n) * float64(time.Second))
+	}
+	return load{rps: rps, router: per(0), server: per(1), clients: per(2), daemon: per(3)}
 }
 
 // throughput sends workers x n requests of body for chat completions to
@@ -362,12 +409,4 @@ func median(ds []time.Duration) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-func freePort(b *testing.B) int {
-	b.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
