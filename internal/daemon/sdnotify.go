@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"sort"
 	"strings"
 	"time"
@@ -20,9 +21,26 @@ import (
 // date (only sent when it changed).
 const statusEvery = 2 * time.Second
 
-// sdNotify sends one sd_notify state; a no-op without NOTIFY_SOCKET.
+// notifyTimeout bounds one sd_notify send. systemd reads its socket at
+// once; one that nobody reads (a wedged manager, a queue filled by an
+// earlier run of STATUS= lines) must not hold the daemon, its shutdown
+// least of all: what cannot be queued in time is dropped.
+const notifyTimeout = time.Second
+
+// sdNotify sends one sd_notify state; a no-op without NOTIFY_SOCKET. It is
+// go-systemd's SdNotify with a deadline.
 func sdNotify(state string) {
-	_, _ = sdnotify.SdNotify(false, state)
+	path := os.Getenv("NOTIFY_SOCKET")
+	if path == "" {
+		return
+	}
+	conn, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	_ = conn.SetWriteDeadline(time.Now().Add(notifyTimeout))
+	_, _ = conn.Write([]byte(state))
 }
 
 // superviseSystemd keeps systemd told how the daemon is, until ctx ends:

@@ -13,10 +13,12 @@ import (
 var notifySeq atomic.Int64
 
 // Notify receives sd_notify datagrams the way systemd does, on a Unix
-// datagram socket named by NOTIFY_SOCKET.
+// datagram socket named by NOTIFY_SOCKET: it reads every one as it comes
+// (a queue nobody reads fills after a few datagrams, and a sender then
+// waits) and keeps their lines for WaitFor.
 type Notify struct {
-	Path string
-	conn *net.UnixConn
+	Path  string
+	lines chan string
 }
 
 // NewNotify listens on a fresh NOTIFY_SOCKET path in dir.
@@ -27,28 +29,44 @@ func NewNotify(t testing.TB, dir string) *Notify {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
-	return &Notify{Path: path, conn: c}
+	n := &Notify{Path: path, lines: make(chan string, 1<<16)}
+	done := make(chan struct{})
+	t.Cleanup(func() { c.Close(); <-done })
+	go func() {
+		defer close(done)
+		buf := make([]byte, 4096)
+		for {
+			k, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			for _, l := range strings.Split(strings.TrimSpace(string(buf[:k])), "\n") {
+				select {
+				case n.lines <- l:
+				default: // kept lines are bounded: a test reads far fewer
+				}
+			}
+		}
+	}()
+	return n
 }
 
-// WaitFor reads datagrams until one holds the line want (e.g. "READY=1"),
-// returning every line seen; it fails t after timeout.
+// WaitFor takes the lines received, in order, until one is want (e.g.
+// "READY=1"), and returns every line it took; it fails t after timeout.
 func (n *Notify) WaitFor(t testing.TB, want string, timeout time.Duration) []string {
 	t.Helper()
 	var seen []string
-	deadline := time.Now().Add(timeout)
-	buf := make([]byte, 4096)
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
 	for {
-		n.conn.SetReadDeadline(deadline)
-		k, err := n.conn.Read(buf)
-		if err != nil {
-			t.Fatalf("waiting for %q on NOTIFY_SOCKET (saw %q): %v", want, seen, err)
-		}
-		for _, l := range strings.Split(strings.TrimSpace(string(buf[:k])), "\n") {
+		select {
+		case l := <-n.lines:
 			seen = append(seen, l)
 			if l == want {
 				return seen
 			}
+		case <-deadline.C:
+			t.Fatalf("waiting for %q on NOTIFY_SOCKET (saw %q): none within %v", want, seen, timeout)
 		}
 	}
 }
