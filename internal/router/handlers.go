@@ -38,7 +38,7 @@ func (r *Router) Handler() http.Handler {
 // routeByBody reads the body (at most MaxBody bytes), finds its model and
 // proxies the request to it.
 func (r *Router) routeByBody(w http.ResponseWriter, req *http.Request) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.cfg.MaxBody))
+	body, err := readBody(w, req, r.cfg.MaxBody)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -70,6 +70,21 @@ func (r *Router) routeByBody(w http.ResponseWriter, req *http.Request) {
 	r.serve(w, req, m)
 }
 
+// readBody reads req's body, at most max bytes (else a
+// *http.MaxBytesError): in one allocation when its length is known.
+func readBody(w http.ResponseWriter, req *http.Request, max int64) ([]byte, error) {
+	body := http.MaxBytesReader(w, req.Body, max)
+	n := req.ContentLength
+	if n < 0 || n > max {
+		return io.ReadAll(body)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(body, b); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
 // upstream passes /upstream/NAME/REST through to model NAME as /REST.
 func (r *Router) upstream(w http.ResponseWriter, req *http.Request) {
 	m, ok := r.lookup(req.PathValue("model"))
@@ -86,7 +101,7 @@ func (r *Router) upstream(w http.ResponseWriter, req *http.Request) {
 // serve wakes m (or waits for its wake or turn) and proxies the request.
 func (r *Router) serve(w http.ResponseWriter, req *http.Request, m *model) {
 	rec := &statusWriter{ResponseWriter: w}
-	defer func() { r.metrics.requests.WithLabelValues(m.cfg.Name, fmt.Sprint(rec.status())).Inc() }()
+	defer func() { m.met.answered(rec.status()) }()
 	l, err := r.acquire(req.Context(), m)
 	if err != nil {
 		if req.Context().Err() != nil {

@@ -36,6 +36,7 @@ type model struct {
 	idle      *time.Timer     // freezes it after cfg.TTL without requests
 	freezing  bool            // an unload freezes it: wakes wait
 	transport *http.Transport // to its server
+	met       *modelMetrics   // its per-request series
 }
 
 // wakeCall is one wake of a model; done closes when it ends, err says how.
@@ -65,8 +66,8 @@ func (r *Router) acquire(ctx context.Context, m *model) (*lease, error) {
 		var h Hold
 		if waited {
 			m.waiting--
-			r.metrics.waiting.WithLabelValues(m.cfg.Name).Dec()
-			r.metrics.waitSeconds.WithLabelValues(m.cfg.Name).Observe(time.Since(start).Seconds())
+			m.met.waiting.Dec()
+			m.met.waitSeconds.Observe(time.Since(start).Seconds())
 			if r.unneeded(m) { // the last waiter gave up on a hold that landed
 				h = r.letGo(m)
 			}
@@ -87,7 +88,7 @@ func (r *Router) acquire(ctx context.Context, m *model) (*lease, error) {
 				m.idle.Stop()
 				m.idle = nil
 			}
-			r.metrics.inflight.WithLabelValues(m.cfg.Name).Inc()
+			m.met.inflight.Inc()
 			return &lease{r: r, m: m}, nil
 		}
 		if m.hold == nil && m.wake == nil && !m.freezing {
@@ -96,7 +97,7 @@ func (r *Router) acquire(ctx context.Context, m *model) (*lease, error) {
 		if !waited {
 			waited = true
 			m.waiting++
-			r.metrics.waiting.WithLabelValues(m.cfg.Name).Inc()
+			m.met.waiting.Inc()
 		}
 		w, changed := m.wake, r.changed
 		var done chan struct{}
@@ -130,7 +131,7 @@ func (l *lease) end() {
 	r.mu.Lock()
 	m.inflight--
 	m.lastUsed = time.Now()
-	r.metrics.inflight.WithLabelValues(m.cfg.Name).Dec()
+	m.met.inflight.Dec()
 	if l.failed {
 		m.broken, m.suspect = true, true
 	}

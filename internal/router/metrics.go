@@ -1,6 +1,9 @@
 package router
 
 import (
+	"net/http"
+	"strconv"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -46,4 +49,34 @@ func newMetrics() *metrics {
 	}
 	m.reg.MustRegister(m.requests, m.inflight, m.waiting, m.waitSeconds, m.wakeSeconds, m.wakeFailures, m.unloads, m.upstreamErrs)
 	return m
+}
+
+// modelMetrics are one model's series that every request touches,
+// looked up once: a label lookup hashes the label values on each use.
+type modelMetrics struct {
+	name        string
+	vec         *metrics
+	inflight    prometheus.Gauge
+	waiting     prometheus.Gauge
+	waitSeconds prometheus.Observer
+	ok          prometheus.Counter // requests answered 200
+}
+
+func (m *metrics) forModel(name string) *modelMetrics {
+	return &modelMetrics{
+		name: name, vec: m,
+		inflight:    m.inflight.WithLabelValues(name),
+		waiting:     m.waiting.WithLabelValues(name),
+		waitSeconds: m.waitSeconds.WithLabelValues(name),
+		ok:          m.requests.WithLabelValues(name, strconv.Itoa(http.StatusOK)),
+	}
+}
+
+// answered counts a request answered with code.
+func (mm *modelMetrics) answered(code int) {
+	if code == http.StatusOK {
+		mm.ok.Inc()
+		return
+	}
+	mm.vec.requests.WithLabelValues(mm.name, strconv.Itoa(code)).Inc()
 }

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -25,16 +26,21 @@ func newTransport() *http.Transport {
 		MaxIdleConnsPerHost:   64,
 		IdleConnTimeout:       90 * time.Second,
 		ResponseHeaderTimeout: 0, // a model may think for minutes before its first byte
+		// Pass the client's Accept-Encoding as it is: no gzip asked for
+		// the client and undone here.
+		DisableCompression: true,
 	}
 }
 
 // proxyKey carries the request's lease to the proxy's hooks.
 type proxyKey struct{}
 
-// newProxy forwards requests to m's server. Responses stream through
-// unbuffered (FlushInterval -1 flushes each write: server-sent events pass
-// chunk by chunk), and a client that hangs up cancels the upstream
-// request (the outgoing request carries the client's context).
+// newProxy forwards requests to m's server. Event streams, and replies of
+// unknown length that bufferReply passes on streaming, are flushed at each
+// write (ReverseProxy does so for text/event-stream and for a
+// ContentLength of -1: server-sent events pass chunk by chunk); a client
+// that hangs up cancels the upstream request (the outgoing request
+// carries the client's context).
 func (r *Router) newProxy(mm *model) *httputil.ReverseProxy {
 	m := mm.cfg
 	target := &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(m.Port)}
@@ -45,8 +51,8 @@ func (r *Router) newProxy(mm *model) *httputil.ReverseProxy {
 			pr.Out.Header.Del("Authorization") // the router's key, not the model's
 			pr.Out.Header.Del("X-Api-Key")
 		},
-		Transport:     mm.transport,
-		FlushInterval: -1,
+		Transport:  mm.transport,
+		BufferPool: copyBuffers,
 		ModifyResponse: func(resp *http.Response) error {
 			l, _ := resp.Request.Context().Value(proxyKey{}).(*lease)
 			if l == nil {
@@ -83,7 +89,15 @@ const maxBuffered = 16 << 20
 // cut short. A longer reply passes its first maxBuffered bytes and streams
 // the rest.
 func bufferReply(resp *http.Response) error {
-	head, err := io.ReadAll(io.LimitReader(resp.Body, maxBuffered))
+	var head []byte
+	var err error
+	if n := resp.ContentLength; n >= 0 && n < maxBuffered {
+		// The usual case: its length is known, read in one allocation.
+		head = make([]byte, n)
+		_, err = io.ReadFull(resp.Body, head)
+	} else {
+		head, err = io.ReadAll(io.LimitReader(resp.Body, maxBuffered))
+	}
 	if err != nil {
 		resp.Body.Close()
 		return fmt.Errorf("reading its reply: %w", err)
@@ -102,6 +116,15 @@ func bufferReply(resp *http.Response) error {
 	}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
 	return nil
 }
+
+// copyBuffers are ReverseProxy's copy buffers, reused: it would allocate
+// 32 KiB per request.
+var copyBuffers = &bufferPool{pool: sync.Pool{New: func() any { return new([32 << 10]byte) }}}
+
+type bufferPool struct{ pool sync.Pool }
+
+func (p *bufferPool) Get() []byte  { return p.pool.Get().(*[32 << 10]byte)[:] }
+func (p *bufferPool) Put(b []byte) { p.pool.Put((*[32 << 10]byte)(b)) }
 
 // sseBody ends an event stream that breaks mid-way with an error event the
 // client can read, instead of a bare cut, and marks the lease failed.

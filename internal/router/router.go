@@ -44,7 +44,7 @@ func New(cfg *Config, d Daemon, logger *zap.Logger) *Router {
 	}
 	r.stdLog = zap.NewStdLog(logger.Named("http"))
 	for name, m := range cfg.Models {
-		mm := &model{cfg: m, transport: newTransport()}
+		mm := &model{cfg: m, transport: newTransport(), met: r.metrics.forModel(name)}
 		r.models[name] = mm
 		r.proxies[name] = r.newProxy(mm)
 	}
