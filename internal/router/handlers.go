@@ -1,7 +1,6 @@
 package router
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,23 +48,21 @@ func (r *Router) routeByBody(w http.ResponseWriter, req *http.Request) {
 		writeError(w, req, http.StatusBadRequest, "invalid_request_error", "cannot read the request body: "+err.Error())
 		return
 	}
-	var named struct {
-		Model string `json:"model"`
-	}
-	if err := json.Unmarshal(body, &named); err != nil {
+	name, err := modelOf(body)
+	if err != nil {
 		writeError(w, req, http.StatusBadRequest, "invalid_request_error", "the body is not a JSON object with a \"model\" string: "+err.Error())
 		return
 	}
-	if named.Model == "" {
+	if name == "" {
 		writeError(w, req, http.StatusBadRequest, "invalid_request_error", "the body names no \"model\"")
 		return
 	}
-	m, ok := r.lookup(named.Model)
+	m, ok := r.lookup(name)
 	if !ok {
-		writeError(w, req, http.StatusNotFound, "model_not_found", fmt.Sprintf("no model %q here; GET /v1/models lists them", named.Model))
+		writeError(w, req, http.StatusNotFound, "model_not_found", fmt.Sprintf("no model %q here; GET /v1/models lists them", name))
 		return
 	}
-	req.Body = io.NopCloser(bytes.NewReader(body))
+	req.Body = newWholeBody(body)
 	req.ContentLength = int64(len(body))
 	r.serve(w, req, m)
 }

@@ -46,6 +46,13 @@ func (r *Router) newProxy(mm *model) *httputil.ReverseProxy {
 	target := &url.URL{Scheme: "http", Host: "127.0.0.1:" + strconv.Itoa(m.Port)}
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
+			if wb, ok := pr.In.Body.(wholeBody); ok && pr.Out.Body != nil {
+				// In memory, as the transport can tell: it writes the
+				// headers and the body in one segment. Behind
+				// ReverseProxy's own wrapper it would flush the headers
+				// first, a segment and a wake of the server more.
+				pr.Out.Body = io.NopCloser(bytes.NewReader(wb.b))
+			}
 			pr.SetURL(target)
 			pr.Out.Host = target.Host
 			pr.Out.Header.Del("Authorization") // the router's key, not the model's
@@ -116,6 +123,16 @@ func bufferReply(resp *http.Response) error {
 	}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
 	return nil
 }
+
+// wholeBody is a request body already read whole (routeByBody's).
+type wholeBody struct {
+	*bytes.Reader
+	b []byte
+}
+
+func newWholeBody(b []byte) wholeBody { return wholeBody{bytes.NewReader(b), b} }
+
+func (wholeBody) Close() error { return nil }
 
 // copyBuffers are ReverseProxy's copy buffers, reused: it would allocate
 // 32 KiB per request.
