@@ -77,6 +77,7 @@ type env struct {
 	c       *api.Client
 	router  string // base URL
 	rpid    int    // the router's pid
+	config  string // the router's config file
 	ports   map[string]int
 	oneShot *http.Client // a connection per request, as a new client makes
 }
@@ -106,10 +107,29 @@ func (e *env) simjob(name string, port int, load string) []string {
 // startRouter runs gpusched-router as the user with models alpha and beta,
 // each a 10 s cold start, and waits for its "serving" log line.
 func (e *env) startRouter() {
-	b := e.b
+	var env []string
+	if prof := os.Getenv(profileEnv); prof != "" {
+		// The router runs as the user: it writes into a file made for it.
+		f, err := os.Create(prof)
+		if err != nil {
+			e.b.Fatal(err)
+		}
+		f.Close()
+		if err := os.Chown(prof, int(e.user.UID), int(e.user.GID)); err != nil {
+			e.b.Fatal(err)
+		}
+		env = append(env, router.ProfileEnv+"="+prof)
+	}
+	e.config = e.writeConfig()
+	e.router, e.rpid = e.launchRouter(e.bins.Router, e.config, env...)
+}
+
+// writeConfig writes the router's config, models alpha and beta on ports
+// of their own, and returns its path.
+func (e *env) writeConfig() string {
 	var cfg strings.Builder
 	for _, name := range []string{"alpha", "beta"} {
-		e.ports[name] = testutil.FreePort(b)
+		e.ports[name] = testutil.FreePort(e.b)
 		argv := e.simjob(name, 0, loadSeconds)
 		argv[2] = "${PORT}"
 		quoted := make([]string, len(argv))
@@ -120,25 +140,19 @@ func (e *env) startRouter() {
 	}
 	path := filepath.Join(e.dir, "router.toml")
 	if err := os.WriteFile(path, []byte(cfg.String()), 0o644); err != nil {
-		b.Fatal(err)
+		e.b.Fatal(err)
 	}
+	return path
+}
+
+// launchRouter runs the router binary bin as the user with config, and
+// returns its base URL and pid once it logs "serving".
+func (e *env) launchRouter(bin, config string, env ...string) (string, int) {
+	b := e.b
 	port := testutil.FreePort(b)
-	e.router = fmt.Sprintf("http://127.0.0.1:%d", port)
-	r := exec.Command(e.bins.Router, "--config", path, "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--socket", e.sock)
+	r := exec.Command(bin, "--config", config, "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--socket", e.sock)
 	r.Dir = e.dir
-	r.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C"}
-	if prof := os.Getenv(profileEnv); prof != "" {
-		// The router runs as the user: it writes into a file made for it.
-		f, err := os.Create(prof)
-		if err != nil {
-			b.Fatal(err)
-		}
-		f.Close()
-		if err := os.Chown(prof, int(e.user.UID), int(e.user.GID)); err != nil {
-			b.Fatal(err)
-		}
-		r.Env = append(r.Env, router.ProfileEnv+"="+prof)
-	}
+	r.Env = append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C"}, env...)
 	r.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: e.user.UID, Gid: e.user.GID, Groups: e.user.Groups()}}
 	stderr, err := r.StderrPipe()
 	if err != nil {
@@ -147,7 +161,6 @@ func (e *env) startRouter() {
 	if err := r.Start(); err != nil {
 		b.Fatal(err)
 	}
-	e.rpid = r.Process.Pid
 	b.Cleanup(func() { _ = r.Process.Signal(syscall.SIGTERM); _ = r.Wait() })
 	serving := make(chan struct{})
 	go func() {
@@ -162,8 +175,9 @@ func (e *env) startRouter() {
 	select {
 	case <-serving:
 	case <-time.After(30 * time.Second):
-		b.Fatal("router not serving after 30s")
+		b.Fatalf("%s not serving after 30s", bin)
 	}
+	return fmt.Sprintf("http://127.0.0.1:%d", port), r.Process.Pid
 }
 
 // ttfb sends a streamed chat request for model to base on a new connection
@@ -227,12 +241,11 @@ func (e *env) run() {
 	// Requests/s to one model server, through the router and directly.
 	e.ttfb(e.router, "alpha")
 	directURL := fmt.Sprintf("http://127.0.0.1:%d", e.ports["alpha"])
-	quick := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}],"max_tokens":2}`, "alpha")
-	proxied := e.load(e.router, quick, workers, throughputN)
-	direct := e.load(directURL, quick, workers, throughputN)
+	proxied := e.load(e.router, e.rpid, quick, workers, throughputN)
+	direct := e.load(directURL, e.rpid, quick, workers, throughputN)
 	generating := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"hi"}],"max_tokens":%d,"stream":true}`, "alpha", genTokens)
-	genProxied := e.load(e.router, generating, genWorkers, genN)
-	genDirect := e.load(directURL, generating, genWorkers, genN)
+	genProxied := e.load(e.router, e.rpid, generating, genWorkers, genN)
+	genDirect := e.load(directURL, e.rpid, generating, genWorkers, genN)
 
 	// The router's own latency: the same swap (freeze the running model,
 	// thaw the frozen one) through the router, and by a direct activate
@@ -320,6 +333,9 @@ func (e *env) activate(name, other string) time.Time {
 	}
 }
 
+// quick is a request the model server answers at once, in one piece.
+const quick = `{"model":"alpha","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`
+
 // load is one requests/s run: its rate, and the CPU time each process
 // spent per request during it.
 type load struct {
@@ -340,16 +356,17 @@ func cpuBound(direct, proxied load) float64 {
 }
 
 // load runs throughput and measures the CPU time (utime+stime from
-// /proc/PID/stat) of the router, the model server alpha (its namespace's
-// init and the server), this process (the clients) and the daemon over it.
-func (e *env) load(base, body string, workers, n int) load {
+// /proc/PID/stat) of the router rpid, the model server alpha (its
+// namespace's init and the server), this process (the clients) and the
+// daemon over it.
+func (e *env) load(base string, rpid int, body string, workers, n int) load {
 	p, err := e.c.Process(context.Background(), "alpha")
 	if err != nil {
 		e.b.Fatal(err)
 	}
 	cpu := func() [4]float64 {
 		return [4]float64{
-			testutil.CPUSeconds(e.b, e.rpid),
+			testutil.CPUSeconds(e.b, rpid),
 			testutil.CPUSeconds(e.b, p.InitPID) + testutil.CPUSeconds(e.b, p.PID),
 			testutil.CPUSeconds(e.b, os.Getpid()),
 			testutil.CPUSeconds(e.b, e.daemon.Cmd.Process.Pid),
