@@ -64,15 +64,15 @@ demo:
 	scripts/demo.sh
 
 # The fuzz targets: the protocol decoder, every method's params, the jobs-file
-# parsers and the config file. `make test` runs each for FUZZTIME=20000x (a
-# count: a duration races the fuzzing coordinator's own deadline and fails
-# with "context deadline exceeded" on a loaded machine, golang/go#75804,
-# fixed in Go 1.27); `make fuzz` runs them for FUZZTIME=2m each (any FUZZTIME
-# works: make fuzz FUZZTIME=10m).
+# parsers, the config file and the router's scan for a body's model. `make
+# test` runs each for FUZZTIME=20000x (a count: a duration races the fuzzing
+# coordinator's own deadline and fails with "context deadline exceeded" on a
+# loaded machine, golang/go#75804, fixed in Go 1.27); `make fuzz` runs them
+# for FUZZTIME=2m each (any FUZZTIME works: make fuzz FUZZTIME=10m).
 FUZZTIME ?= 2m
 FUZZ_TARGETS := internal/daemon:FuzzReadRequest internal/daemon:FuzzParams \
 	internal/cli:FuzzParseJobsFile internal/cli:FuzzParseJobsCSV internal/config:FuzzFile \
-	internal/jobqueue:FuzzIsOOM
+	internal/jobqueue:FuzzIsOOM internal/router:FuzzModelOf
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \
 		echo "fuzz $${t#*:} for $(FUZZTIME)"; \
