@@ -68,11 +68,13 @@ func (r *Router) routeByBody(w http.ResponseWriter, req *http.Request) {
 }
 
 // readBody reads req's body, at most max bytes (else a
-// *http.MaxBytesError): in one allocation when its length is known.
+// *http.MaxBytesError): in one allocation when it declares a length up to
+// preallocMax; a longer one grows as its bytes arrive, so that a client
+// cannot have memory taken by declaring a length it never sends.
 func readBody(w http.ResponseWriter, req *http.Request, max int64) ([]byte, error) {
 	body := http.MaxBytesReader(w, req.Body, max)
 	n := req.ContentLength
-	if n < 0 || n > max {
+	if n < 0 || n > min(max, preallocMax) {
 		return io.ReadAll(body)
 	}
 	b := make([]byte, n)

@@ -90,6 +90,11 @@ func (r *Router) newProxy(mm *model) *httputil.ReverseProxy {
 // read before it is passed on.
 const maxBuffered = 16 << 20
 
+// preallocMax bounds what a declared Content-Length has allocated before
+// the bytes arrive (request bodies and replies): a longer body grows as
+// it is read.
+const preallocMax = 64 << 10
+
 // bufferReply reads a reply that is not an event stream (a JSON answer is
 // of no use until whole) before passing it on, up to maxBuffered: a server
 // that dies mid-reply then gives the client a clear 502 rather than a 200
@@ -98,8 +103,9 @@ const maxBuffered = 16 << 20
 func bufferReply(resp *http.Response) error {
 	var head []byte
 	var err error
-	if n := resp.ContentLength; n >= 0 && n < maxBuffered {
-		// The usual case: its length is known, read in one allocation.
+	if n := resp.ContentLength; n >= 0 && n <= preallocMax {
+		// The usual case: a short reply of known length, read in one
+		// allocation.
 		head = make([]byte, n)
 		_, err = io.ReadFull(resp.Body, head)
 	} else {
