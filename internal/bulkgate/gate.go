@@ -13,6 +13,7 @@ type Gate struct {
 	free  int
 	queue map[uint32][]*waiter // each user's waiters, oldest first
 	order []uint32             // the users with waiters, next served first
+	wait  int                  // waiters in queue
 }
 
 type waiter struct {
@@ -86,6 +87,13 @@ func (s *Slot) Leave() {
 	s.g.mu.Unlock()
 }
 
+// Waiting is how many wait for a slot.
+func (g *Gate) Waiting() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.wait
+}
+
 // enqueue adds a waiter for uid; under mu.
 func (g *Gate) enqueue(uid uint32) *waiter {
 	w := &waiter{ready: make(chan struct{})}
@@ -93,6 +101,7 @@ func (g *Gate) enqueue(uid uint32) *waiter {
 		g.order = append(g.order, uid)
 	}
 	g.queue[uid] = append(g.queue[uid], w)
+	g.wait++
 	return w
 }
 
@@ -113,6 +122,7 @@ func (g *Gate) grantNext() {
 	} else {
 		delete(g.queue, uid)
 	}
+	g.wait--
 	w.granted = true
 	close(w.ready)
 }
@@ -131,6 +141,7 @@ func (g *Gate) await(ctx context.Context, uid uint32, w *waiter) error {
 		g.grantNext()
 		return ctx.Err()
 	}
+	g.wait--
 	ws := g.queue[uid]
 	for i, x := range ws {
 		if x == w {

@@ -26,18 +26,9 @@ func enter(t *testing.T, ctx context.Context, g *Gate, uid uint32) <-chan *Slot 
 // queued waits until n waiters are queued at g.
 func queued(t *testing.T, g *Gate, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		g.mu.Lock()
-		got := 0
-		for _, ws := range g.queue {
-			got += len(ws)
-		}
-		g.mu.Unlock()
-		if got == n {
-			return
-		}
+	for deadline := time.Now().Add(10 * time.Second); g.Waiting() != n; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d waiters queued, want %d", got, n)
+			t.Fatalf("%d waiters queued, want %d", g.Waiting(), n)
 		}
 	}
 }

@@ -39,15 +39,15 @@ func encodeLogs(ctx context.Context, slot *bulkgate.Slot, res api.LogsResult) (e
 	b.Write(bytes.TrimSuffix(chunk.Bytes(), []byte("\n")))
 	b.WriteString(`,"lines":[`)
 	for i := 0; i < len(res.Lines); i += logChunk {
-		if err := slot.Yield(ctx); err != nil {
-			return nil, err
+		if i > 0 {
+			if err := slot.Yield(ctx); err != nil {
+				return nil, err
+			}
+			b.WriteByte(',')
 		}
 		chunk.Reset()
 		if err := enc.Encode(res.Lines[i:min(i+logChunk, len(res.Lines))]); err != nil {
 			return nil, err
-		}
-		if i > 0 {
-			b.WriteByte(',')
 		}
 		b.Write(chunk.Bytes()[1 : chunk.Len()-2]) // within "[" and "]\n"
 	}
