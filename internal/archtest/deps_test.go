@@ -82,6 +82,7 @@ var allowed = map[string][]string{
 	"internal/retention":                 {},
 	"internal/netguard":                  {},
 	"internal/backoff":                   {},
+	"internal/bulkgate":                  {},
 	"internal/cudakind":                  {},
 	"internal/checkpoint/checkpointtest": {},
 	"internal/memfill":                   {"internal/procfs", "internal/simgpu"},

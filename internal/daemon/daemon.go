@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/activate"
+	"github.com/gpusched/gpusched/internal/bulkgate"
 	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/gpu"
@@ -81,6 +82,7 @@ type Daemon struct {
 	logWatch   *logfile.Watcher // wakes every log follower; closed when Run ends
 	streamCap  *limits.Slots    // streaming calls in progress per user
 	turns      *limits.Turns    // quick calls being answered per user
+	bulk       bulkGate         // bulk work (long replies, placement passes) in progress
 
 	conns    *connSet
 	wg       sync.WaitGroup // connection goroutines
@@ -108,7 +110,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		sched: newScheduler(), leases: newLeaseSet(), fillers: newFillerSet(), activator: activate.New(), startedAt: time.Now(), ready: make(chan struct{}), retain: make(chan struct{}, 1),
 		conns:    newConnSet(cfg.MaxConns, cfg.Limits.ConnsPerUser),
 		logWatch: logfile.NewWatcher(), streamCap: limits.NewSlots(cfg.Limits.StreamsPerUser, "max-streams-per-user", "streaming calls in progress"),
-		turns: limits.NewTurns(turnsPerUser(cfg.Limits.TurnsPerUser))}
+		turns: limits.NewTurns(turnsPerUser(cfg.Limits.TurnsPerUser)), bulk: bulkgate.ForProcs()}
 	for _, o := range opts {
 		o(d)
 	}

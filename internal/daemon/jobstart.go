@@ -24,13 +24,10 @@ import (
 // the next pass) comes after the starts so as not to delay them.
 func (d *Daemon) schedulePass(ctx context.Context) {
 	defer d.reconcileJobs()
-	snap, queue, room := d.placementInput(time.Now())
-	if waits, stale := staleWaits(d.gpuView(), queue); stale {
-		d.sched.reasons.Store(&waits)
-		d.leases.setReasons(waits)
+	plan, room, ok := d.plan(ctx)
+	if !ok {
 		return
 	}
-	plan := placement.Place(snap, queue)
 	reasons := make(map[string]placement.Wait, len(plan.Waits)+len(room.waits))
 	for _, w := range plan.Waits {
 		reasons[w.JobID] = w
@@ -57,6 +54,24 @@ func (d *Daemon) schedulePass(ctx context.Context) {
 			d.launch(ctx, s)
 		}
 	}
+}
+
+// plan places the queue, the costly part of a pass (its time grows with
+// the queue), as bulk work. When the last GPU sample failed it records why
+// everything waits instead, and ok is false.
+func (d *Daemon) plan(ctx context.Context) (plan placement.Plan, room *procRoom, ok bool) {
+	slot, err := d.bulk.Enter(ctx, passUID)
+	if err != nil {
+		return plan, nil, false
+	}
+	defer slot.Leave()
+	snap, queue, room := d.placementInput(time.Now())
+	if waits, stale := staleWaits(d.gpuView(), queue); stale {
+		d.sched.reasons.Store(&waits)
+		d.leases.setReasons(waits)
+		return plan, nil, false
+	}
+	return placement.Place(snap, queue), room, true
 }
 
 // infeasible ends a request that can never fit.

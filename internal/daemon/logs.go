@@ -41,7 +41,13 @@ func (d *Daemon) logs(c *call, emit func(*api.Event) error) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	slot, err := d.bulk.Enter(c.ctx, c.actor.UID)
+	if err != nil {
+		release()
+		return nil, err
+	}
 	lines, offset, err := logfile.TailForFollow(c.ctx, rec.LogPath, n, d.cfg.LogKeep)
+	slot.Leave()
 	release()
 	if err != nil {
 		return nil, err
@@ -59,17 +65,23 @@ func (d *Daemon) logs(c *call, emit func(*api.Event) error) (any, error) {
 }
 
 // tailLogs answers logs without follow: reading the log and encoding the
-// reply, the costly part, in one of the caller's turns (limits.Turns).
+// reply, the costly part, in one of the caller's turns (limits.Turns), as
+// bulk work (bulkgate) that yields between chunks of lines.
 func (d *Daemon) tailLogs(c *call, path string, n int, res api.LogsResult) (any, error) {
 	release, err := d.turns.Take(c.ctx, c.actor.UID)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
+	slot, err := d.bulk.Enter(c.ctx, c.actor.UID)
+	if err != nil {
+		return nil, err
+	}
+	defer slot.Leave()
 	lines, truncated, err := logfile.Tail(c.ctx, path, n, d.cfg.LogKeep)
 	if err != nil {
 		return nil, err
 	}
 	res.Lines, res.Truncated = lines, truncated
-	return encodeResult(res)
+	return encodeLogs(c.ctx, slot, res)
 }

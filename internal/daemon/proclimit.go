@@ -51,15 +51,16 @@ const reasonUserLimit placement.Reason = "user_limit"
 // owner of queued jobs holds against the cap (max, 0: none), and why the
 // jobs of those at it wait.
 type procRoom struct {
-	max   int
-	held  map[uint32]int
-	waits []placement.Wait
+	max    int
+	held   map[uint32]int
+	waits  []placement.Wait
+	detail map[uint32]string // why each user's jobs wait, said once a pass (a queue may hold thousands)
 }
 
 // newProcRoom counts each user's live processes and the attempts being
 // started that have no live record yet.
 func (d *Daemon) newProcRoom(tv *proctable.View, jobs []*jobqueue.Job) *procRoom {
-	r := &procRoom{max: d.cfg.Limits.ProcsPerUser, held: map[uint32]int{}}
+	r := &procRoom{max: d.cfg.Limits.ProcsPerUser, held: map[uint32]int{}, detail: map[uint32]string{}}
 	if r.max <= 0 {
 		return r
 	}
@@ -89,8 +90,12 @@ func (r *procRoom) hold(j *jobqueue.Job) bool {
 	if !r.full(j.Owner.UID) {
 		return false
 	}
-	r.waits = append(r.waits, placement.Wait{JobID: j.ID, Reason: reasonUserLimit,
-		Detail: fmt.Sprintf("user %s has %d %s, the most --%s allows", j.Owner.User, r.held[j.Owner.UID], procsWhat, flagProcs)})
+	why, ok := r.detail[j.Owner.UID]
+	if !ok {
+		why = fmt.Sprintf("user %s has %d %s, the most --%s allows", j.Owner.User, r.held[j.Owner.UID], procsWhat, flagProcs)
+		r.detail[j.Owner.UID] = why
+	}
+	r.waits = append(r.waits, placement.Wait{JobID: j.ID, Reason: reasonUserLimit, Detail: why})
 	return true
 }
 

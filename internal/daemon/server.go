@@ -117,11 +117,13 @@ func (d *Daemon) admitConn(c *net.UnixConn) error {
 	return d.conns.add(c, uid, func() string { return d.names.name(uid) })
 }
 
-// refuse answers c with err, in one line, and closes it.
+// refuse answers c with err, in one line, and closes it. A flood of
+// connections is refused at the rate it comes: the line goes out of a
+// small buffer, not a served connection's.
 func refuse(c net.Conn, err error) {
 	code, msg := toWire(err)
 	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
-	w := newLineWriter(c)
+	w := newLineWriter(c, 512)
 	_ = w.response(nil, nil, &api.Error{Code: code, Message: msg})
 	c.Close()
 }
@@ -134,7 +136,7 @@ func refuse(c net.Conn, err error) {
 // gone cancels it.
 func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 	defer c.Close()
-	w := newLineWriter(c)
+	w := newLineWriter(c, 32<<10)
 	a, err := peerActor(c, &d.names)
 	if err != nil {
 		d.log.Warn("peer credentials", zap.Error(err))

@@ -21,8 +21,10 @@ type lineWriter struct {
 	enc  *json.Encoder
 }
 
-func newLineWriter(c net.Conn) *lineWriter {
-	w := &lineWriter{conn: c, bw: bufio.NewWriterSize(c, 32<<10)}
+// newLineWriter buffers size bytes of c's lines (longer ones are written
+// through).
+func newLineWriter(c net.Conn, size int) *lineWriter {
+	w := &lineWriter{conn: c, bw: bufio.NewWriterSize(c, size)}
 	w.enc = json.NewEncoder(&w.buf)
 	w.enc.SetEscapeHTML(false)
 	return w

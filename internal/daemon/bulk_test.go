@@ -1,0 +1,141 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpusched/gpusched/internal/bulkgate"
+	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/testutil"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// TestEncodeLogsAsEncodeResult: a logs reply encoded a chunk at a time is
+// the bytes encodeResult gives, at and around chunk boundaries, with what
+// JSON escapes (quotes, control bytes, invalid UTF-8, U+2028, HTML).
+func TestEncodeLogsAsEncodeResult(t *testing.T) {
+	odd := []string{"", `"quoted" \ back`, "tab\tnul\x00", "bad \xff utf-8", "sep \u2028\u2029", "<a href='x'>&</a>", "ünïcödé"}
+	for _, n := range []int{0, 1, logChunk - 1, logChunk, logChunk + 1, 3*logChunk + 7} {
+		for _, truncated := range []bool{false, true} {
+			lines := make([]string, n)
+			for i := range lines {
+				lines[i] = odd[i%len(odd)] + strings.Repeat("x", i%3)
+			}
+			res := api.LogsResult{Name: "job \"1\" <b>", Lines: lines, Truncated: truncated}
+			want, err := encodeResult(res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			slot, err := bulkgate.New(1).Enter(context.Background(), 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := encodeLogs(context.Background(), slot, res)
+			slot.Leave()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("%d lines, truncated %v: encodeLogs differs from encodeResult\n got %.200s\nwant %.200s", n, truncated, got, want)
+			}
+		}
+	}
+}
+
+// TestBulkGateLetsAnotherUserIn: while one user's bulk work holds the
+// daemon's only bulk slot and more of it waits, another user's `logs`
+// waits at the gate for the holder's next yield and is answered then,
+// ahead of the rest of the first user's work. The first user's bulk work
+// is the test's own, through the daemon's gate; the second user's `logs`
+// is real, as a real unprivileged user. Placement passes go through a gate
+// of their own here, so that the test counts the users' waiters alone.
+func TestBulkGateLetsAnotherUserIn(t *testing.T) {
+	hostile := testutil.NewUser(t, "gsbulkh", "gsbulk")
+	victim := testutil.NewUser(t, "gsbulkv", "gsbulk")
+	g := bulkgate.New(1)
+	h := prepareHarness(t, func(c *config.Config) { c.Group = victim.Group })
+	h.opts = append(h.opts, func(d *Daemon) { d.bulk = usersGate{users: g, passes: bulkgate.New(1)} })
+	h.start()
+	if _, errOut, code := h.ctlAs(victim, "run", "--dir", "/", "talker", "--", "sh", "-c", "echo hello; exec sleep 1000"); code != 0 {
+		t.Fatalf("run: %s", errOut)
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if out, _, _ := h.ctlAs(victim, "logs", "talker"); strings.Contains(out, "hello") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the talker never logged hello")
+		}
+	}
+
+	ctx := ctxT(t)
+	held, err := g.Enter(ctx, hostile.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flood []<-chan *bulkgate.Slot
+	for range 4 {
+		ch := make(chan *bulkgate.Slot, 1)
+		go func() {
+			if s, err := g.Enter(ctx, hostile.UID); err == nil {
+				ch <- s
+			}
+		}()
+		flood = append(flood, ch)
+		waitQueued(t, g, len(flood))
+	}
+	answered := make(chan string, 1)
+	go func() {
+		out, errOut, _ := h.ctlAs(victim, "logs", "talker")
+		answered <- out + errOut
+	}()
+	waitQueued(t, g, len(flood)+1) // the victim's logs, at the gate
+	select {
+	case out := <-answered:
+		t.Fatalf("logs answered while another user's bulk work held the slot: %q", out)
+	default:
+	}
+
+	yielded := make(chan error, 1)
+	go func() { yielded <- held.Yield(ctx) }()
+	(<-flood[0]).Leave() // the oldest of the flood, queued before the victim
+	select {
+	case out := <-answered:
+		if !strings.Contains(out, "hello") {
+			t.Fatalf("logs = %q", out)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the victim's logs was not answered with the rest of the flood waiting")
+	}
+	for _, ch := range flood[1:] {
+		(<-ch).Leave()
+	}
+	if err := <-yielded; err != nil {
+		t.Fatal(err)
+	}
+	held.Leave()
+}
+
+// usersGate admits users' bulk work through one gate, placement passes
+// through another.
+type usersGate struct{ users, passes *bulkgate.Gate }
+
+func (u usersGate) Enter(ctx context.Context, uid uint32) (*bulkgate.Slot, error) {
+	if uid == passUID {
+		return u.passes.Enter(ctx, uid)
+	}
+	return u.users.Enter(ctx, uid)
+}
+
+// waitQueued waits until n wait at g.
+func waitQueued(t *testing.T, g *bulkgate.Gate, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); g.Waiting() != n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d wait at the bulk gate, want %d", g.Waiting(), n)
+		}
+	}
+}
