@@ -48,7 +48,7 @@ func BenchmarkFairness(b *testing.B) {
 		c.Sim = "2x24G"
 	})
 	load := buildFairload(b, h.dir)
-	metrics := freeLoopback(b)
+	metrics := testutil.FreeLoopback(b)
 	system, users := machineSlices(b)
 	dp := h.spawnBinary(inSlice(system, h.bins.Daemon, append(h.binaryArgs(), "--group", victim.Group, "--metrics-addr", metrics, "--gpu-poll", "1s")...))
 	waitSocket(b, h.cfg.Socket)
@@ -175,16 +175,6 @@ func buildFairload(b *testing.B, dir string) string {
 		b.Fatalf("build fairload: %v\n%s", err, out)
 	}
 	return bin
-}
-
-// freeLoopback is a loopback address with a port free a moment ago.
-func freeLoopback(b *testing.B) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // waitSocket waits until a daemon answers on path.

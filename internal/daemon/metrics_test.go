@@ -21,21 +21,9 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
-
-// freeLoopbackAddr is a 127.0.0.1 address with a port nothing listens on
-// now.
-func freeLoopbackAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
 
 // families is one scrape, parsed.
 type families map[string]*dto.MetricFamily
@@ -127,7 +115,7 @@ type labels = map[string]string
 // /metrics over HTTP on the way: every family has its type, and the values
 // are what the daemon did and what the simulated GPUs hold.
 func TestMetricsScrape(t *testing.T) {
-	addr := freeLoopbackAddr(t)
+	addr := testutil.FreeLoopback(t)
 	h := newCkptHarness(t, config.DriverSim, func(c *config.Config) {
 		c.Sim = "3x4G"
 		c.MetricsAddr = addr
@@ -251,7 +239,7 @@ func TestMetricsOffByDefault(t *testing.T) {
 // TestMetricsLoopbackDefault: a port alone listens on 127.0.0.1 only, and
 // the listener is gone once Run returns.
 func TestMetricsLoopbackDefault(t *testing.T) {
-	_, port, err := net.SplitHostPort(freeLoopbackAddr(t))
+	_, port, err := net.SplitHostPort(testutil.FreeLoopback(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +360,7 @@ func procNetAddr(t *testing.T, s string) string {
 // then restore (and the thaw it ended with) are each observed once, with
 // the image bytes written and read.
 func TestMetricsHibernateRestore(t *testing.T) {
-	addr := freeLoopbackAddr(t)
+	addr := testutil.FreeLoopback(t)
 	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.MetricsAddr = addr })
 	h.memJob("job", 512, 64)
 	hr, err := h.client().Hibernate(ctxT(t), api.HibernateParams{Name: "job"})

@@ -174,7 +174,7 @@ func TestRedteamMetricsFlood(t *testing.T) {
 	setMetricsTimeouts(t, time.Minute, time.Minute, time.Minute) // nothing of the flood times out while it is measured
 	attacker := testutil.NewUser(t, "gsnet3", "gsnetx")
 	other := testutil.NewUser(t, "gsnet2", "gsnet")
-	addr := freeLoopbackAddr(t)
+	addr := testutil.FreeLoopback(t)
 	h := newHarness(t, func(c *config.Config) { c.Group = "gsnet"; c.MetricsAddr = addr })
 	scrape(t, addr)
 	base := fdCount(t, os.Getpid())
@@ -224,7 +224,7 @@ func expectHangup(t *testing.T, what string, c net.Conn, r io.Reader) {
 // and one whose request header never ends.
 func TestMetricsIdleConnsClosed(t *testing.T) {
 	setMetricsTimeouts(t, 300*time.Millisecond, time.Minute, 300*time.Millisecond)
-	addr := freeLoopbackAddr(t)
+	addr := testutil.FreeLoopback(t)
 	newHarness(t, func(c *config.Config) { c.MetricsAddr = addr })
 	dial := func() net.Conn {
 		c, err := net.Dial("tcp", addr)
