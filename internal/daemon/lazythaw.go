@@ -1,0 +1,81 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/checkpoint"
+	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// thawLazily is thawFromDisk's restore and thaw with CRIU's lazy pages
+// (--lazy-restore): the tree is restored with its anonymous memory left to
+// CRIU's lazy-pages daemon, thawed at once, and the thaw answers once every
+// page is back, with the time the process ran again (ms "running") beside
+// the time all its memory was in ("all_memory"). The snapshot stays as it
+// is meanwhile, as always. When the lazy restore cannot start, or the page
+// source fails before every page is in (the process may have read zeros
+// where its pages were missing), the tree is killed and rec is returned
+// hibernated as it was, with done false: the caller restores eagerly.
+func (d *Daemon) thawLazily(ctx context.Context, rec proctable.Record, dir string, opts thawOpts) (res api.CheckpointResult, out proctable.Record, done bool, err error) {
+	saved := rec.Clone()
+	t := time.Now()
+	var lp *checkpoint.LazyPages
+	if rec, err = d.restoreTree(ctx, rec, dir, &lp); err != nil {
+		d.log.Warn("lazy restore failed; restoring eagerly", zap.String("name", rec.Name), zap.Error(err))
+		cur, ok := d.table.Get(rec.Name)
+		return res, cur, !ok || cur.ID != saved.ID, err
+	}
+	restoreMS := msSince(t)
+	res, err = d.thawLocked(ctx, rec, opts)
+	runningMS := msSince(t)
+	wctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
+	werr := lp.Wait(wctx)
+	cancel()
+	if cerr := lp.Close(); cerr != nil {
+		d.log.Warn("lazy-pages socket", zap.Error(cerr))
+	}
+	if werr == nil {
+		if err == nil {
+			res.MS["criu_restore"], res.MS["running"], res.MS["all_memory"] = restoreMS, runningMS, msSince(t)
+		}
+		return res, rec, true, err
+	}
+	d.log.Warn("lazy restore: the page source failed; restoring eagerly", zap.String("name", rec.Name), zap.Error(werr))
+	if rec, err = d.dropLazyTree(saved, werr); err != nil {
+		return res, rec, true, err
+	}
+	return res, rec, false, nil
+}
+
+// dropLazyTree kills the tree of a lazy restore whose page source failed
+// and puts back saved, the hibernated record it was restored from; its
+// end is not the process's (see procRuntime.dumping).
+func (d *Daemon) dropLazyTree(saved proctable.Record, why error) (proctable.Record, error) {
+	cur, ok := d.table.Get(saved.Name)
+	if !ok || cur.ID != saved.ID {
+		return saved, fmt.Errorf("lazy restore: %w", errReplaced)
+	}
+	if rt := d.procs.get(saved.ID); rt != nil {
+		rt.dumping.Store(true)
+		_ = unix.Kill(cur.InitPID, unix.SIGKILL)
+		select {
+		case <-rt.exited:
+		case <-time.After(reapTimeout):
+			d.log.Warn("lazily restored tree still present", zap.String("name", saved.Name), zap.Int("init_pid", cur.InitPID))
+		}
+	}
+	return d.table.Update(saved.Name, func(r *proctable.Record) error {
+		if r.ID != saved.ID {
+			return errReplaced
+		}
+		r.State, r.Checkpoint, r.Error = api.StateHibernated, saved.Checkpoint, fmt.Sprintf("lazy restore: %v", why)
+		r.InitPID, r.InitStart, r.PID, r.PIDStart = 0, 0, 0, 0
+		return nil
+	})
+}
