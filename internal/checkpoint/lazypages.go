@@ -65,7 +65,10 @@ func (c *CRIU) startLazyPages(ctx context.Context, dir string) (*LazyPages, erro
 		"--log-file", LazyPagesLog, "-v2")
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.Env = criuEnv()
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: unix.SIGKILL}
+	// No Pdeathsig: should this daemon die mid-transfer, the lazy-pages
+	// daemon goes on until every page is in, or the restored processes
+	// would meet zeros where their pages were.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = cmd.Start()
 	w.Close()
 	if err != nil {

@@ -32,6 +32,10 @@ func (d *Daemon) thawLazily(ctx context.Context, rec proctable.Record, dir strin
 		return res, cur, !ok || cur.ID != saved.ID, err
 	}
 	restoreMS := msSince(t)
+	// Until every page is in, an end of the tree (one that met a page the
+	// failed source left zero) is not the process's: its snapshot stays.
+	rt := d.procs.get(rec.ID)
+	rt.dumping.Store(true)
 	res, err = d.thawLocked(ctx, rec, opts)
 	runningMS := msSince(t)
 	wctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
@@ -41,6 +45,12 @@ func (d *Daemon) thawLazily(ctx context.Context, rec proctable.Record, dir strin
 		d.log.Warn("lazy-pages socket", zap.Error(cerr))
 	}
 	if werr == nil {
+		if !rt.dumping.CompareAndSwap(true, false) {
+			// The watcher took its end as ours; it ended with all its
+			// memory in, so it is the process's exit.
+			<-rt.exited
+			d.recordExit(rec, rt)
+		}
 		if err == nil {
 			res.MS["criu_restore"], res.MS["running"], res.MS["all_memory"] = restoreMS, runningMS, msSince(t)
 		}
@@ -55,14 +65,13 @@ func (d *Daemon) thawLazily(ctx context.Context, rec proctable.Record, dir strin
 
 // dropLazyTree kills the tree of a lazy restore whose page source failed
 // and puts back saved, the hibernated record it was restored from; its
-// end is not the process's (see procRuntime.dumping).
+// end is not the process's (procRuntime.dumping is set).
 func (d *Daemon) dropLazyTree(saved proctable.Record, why error) (proctable.Record, error) {
 	cur, ok := d.table.Get(saved.Name)
 	if !ok || cur.ID != saved.ID {
 		return saved, fmt.Errorf("lazy restore: %w", errReplaced)
 	}
-	if rt := d.procs.get(saved.ID); rt != nil {
-		rt.dumping.Store(true)
+	if rt := d.procs.get(saved.ID); rt != nil { // else it ended already
 		_ = unix.Kill(cur.InitPID, unix.SIGKILL)
 		select {
 		case <-rt.exited:

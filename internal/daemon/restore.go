@@ -49,9 +49,6 @@ func (d *Daemon) thawFromDisk(ctx context.Context, rec proctable.Record, opts th
 	readBytes := d.chainBytes(rec.Snapshot)
 	dir := d.snaps.Path(rec.Snapshot)
 	opts.admitted = true
-	if err := d.snaps.Touch(rec.Snapshot, time.Now()); err != nil {
-		d.log.Warn("snapshot last use", zap.String("snapshot", rec.Snapshot), zap.Error(err))
-	}
 	var res api.CheckpointResult
 	done := false
 	if d.criu.Lazy() {
@@ -70,6 +67,9 @@ func (d *Daemon) thawFromDisk(ctx context.Context, rec proctable.Record, opts th
 			return res, err
 		}
 		res.MS["criu_restore"] = restoreMS
+	}
+	if err := d.snaps.Touch(rec.Snapshot, time.Now()); err != nil {
+		d.log.Warn("snapshot last use", zap.String("snapshot", rec.Snapshot), zap.Error(err))
 	}
 	res.Snapshot = rec.Snapshot
 	res.MS["admit"], res.MS["total"] = admitMS, msSince(start)
