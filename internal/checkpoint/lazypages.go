@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -37,6 +38,8 @@ type LazyPages struct {
 	dir  string
 	done chan struct{}
 	err  error // once done: nil when every page is in
+	// Startup is how long the daemon took to listen.
+	Startup time.Duration
 }
 
 // probeLazy asks whether CRIU here can restore lazily: the kernel's
@@ -54,6 +57,7 @@ func (c *CRIU) probeLazy(ctx context.Context) error {
 // returns once it listens (CRIU writes a byte to --status-fd then,
 // status_ready in criu/util.c).
 func (c *CRIU) startLazyPages(ctx context.Context, dir string) (*LazyPages, error) {
+	start := time.Now()
 	os.Remove(filepath.Join(dir, lazySocket)) // a stale one from a killed restore
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -102,6 +106,7 @@ func (c *CRIU) startLazyPages(ctx context.Context, dir string) (*LazyPages, erro
 		}
 		return nil, fmt.Errorf("criu lazy-pages did not start: %w", err)
 	}
+	l.Startup = time.Since(start)
 	return l, nil
 }
 

@@ -53,6 +53,7 @@ func (d *Daemon) thawLazily(ctx context.Context, rec proctable.Record, dir strin
 		}
 		if err == nil {
 			res.MS["criu_restore"], res.MS["running"], res.MS["all_memory"] = restoreMS, runningMS, msSince(t)
+			res.MS["lazy_pages_start"] = float64(lp.Startup.Microseconds()) / 1000
 		}
 		return res, rec, true, err
 	}
