@@ -35,6 +35,10 @@ func (d *Daemon) thawLazily(ctx context.Context, rec proctable.Record, dir strin
 	// Until every page is in, an end of the tree (one that met a page the
 	// failed source left zero) is not the process's: its snapshot stays.
 	rt := d.procs.get(rec.ID)
+	if rt == nil { // it was killed between its adoption and here: its exit is recorded
+		lp.Close()
+		return res, rec, true, fmt.Errorf("the lazily restored tree of %q ended before it ran", rec.Name)
+	}
 	rt.dumping.Store(true)
 	res, err = d.thawLocked(ctx, rec, opts)
 	runningMS := msSince(t)
