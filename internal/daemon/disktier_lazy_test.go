@@ -30,36 +30,42 @@ func requireLazy(t *testing.T, h *ckptHarness) {
 // parent are restored eagerly, the rest lazily): the process goes on
 // from where it was with every word of its memory as it was, the thaw
 // says when it ran again and when all its memory was back, and the
-// snapshot stays.
+// snapshot stays. With cuda-checkpoint (its stand-in reads the target's
+// environment, which a lazy restore leaves on disk) the thaw is eager.
 func TestLazyThawFromDisk(t *testing.T) {
-	h := newDiskHarness(t, config.DriverSim, lazyRestore)
-	requireLazy(t, h)
-	c := h.client()
-	h.memJob("job", 128, 64)
-	for i, full := range []bool{true, false} {
-		hr, err := c.Hibernate(ctxT(t), api.HibernateParams{Name: "job", Full: full})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if (hr.Parent == "") != full {
-			t.Fatalf("hibernate %d: parent %q", i, hr.Parent)
-		}
-		ticks := h.lastTick("job")
-		res, err := c.Thaw(ctxT(t), api.ThawParams{Name: "job"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.MS["running"] <= 0 || res.MS["all_memory"] < res.MS["running"] {
-			t.Fatalf("thaw %d was not lazy: %v", i, res.MS)
-		}
-		h.verifyContinued("job", ticks)
-		dir := filepath.Join(h.cfg.Snapshots(), hr.Snapshot)
-		if _, err := os.Stat(filepath.Join(dir, "lazy-pages.socket")); err == nil {
-			t.Fatalf("thaw %d left its lazy-pages socket in %s", i, dir)
-		}
-		if p := h.proc("job"); p.State != api.StateRunning || p.Snapshot != hr.Snapshot {
-			t.Fatalf("after thaw %d: %+v", i, p)
-		}
+	for _, driver := range []string{config.DriverSim, config.DriverCLI} {
+		t.Run(driver, func(t *testing.T) {
+			h := newDiskHarness(t, driver, lazyRestore)
+			requireLazy(t, h)
+			c := h.client()
+			h.memJob("job", 128, 64)
+			for i, full := range []bool{true, false} {
+				hr, err := c.Hibernate(ctxT(t), api.HibernateParams{Name: "job", Full: full})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if (hr.Parent == "") != full {
+					t.Fatalf("hibernate %d: parent %q", i, hr.Parent)
+				}
+				ticks := h.lastTick("job")
+				res, err := c.Thaw(ctxT(t), api.ThawParams{Name: "job"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				lazy := res.MS["running"] > 0 && res.MS["all_memory"] >= res.MS["running"]
+				if want := driver == config.DriverSim; lazy != want {
+					t.Fatalf("thaw %d lazy %v, want %v: %v", i, lazy, want, res.MS)
+				}
+				h.verifyContinued("job", ticks)
+				dir := filepath.Join(h.cfg.Snapshots(), hr.Snapshot)
+				if _, err := os.Stat(filepath.Join(dir, "lazy-pages.socket")); err == nil {
+					t.Fatalf("thaw %d left its lazy-pages socket in %s", i, dir)
+				}
+				if p := h.proc("job"); p.State != api.StateRunning || p.Snapshot != hr.Snapshot {
+					t.Fatalf("after thaw %d: %+v", i, p)
+				}
+			}
+		})
 	}
 }
 

@@ -9,9 +9,22 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/checkpoint"
+	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/pkg/api"
 )
+
+// lazyThaw reports whether rec is thawed from disk lazily: when asked for
+// and possible, and when its CUDA restore needs nothing from the tree's
+// memory read from outside it. A page still on disk cannot be read from
+// outside the process (the kernel's remote access, as /proc/P/environ,
+// cmdline or mem, fails on a missing page of a userfaultfd range instead of
+// waiting for it), and cuda-checkpoint's stand-in reads the target's
+// environment to find it; the simulated driver carries the CUDA state
+// itself (carryIn), and a tree with no CUDA process needs no restore.
+func (d *Daemon) lazyThaw(rec proctable.Record) bool {
+	return d.criu.Lazy() && (len(checkpointed(rec)) == 0 || d.driver != nil && d.driver.Caps().Kind == config.DriverSim)
+}
 
 // thawLazily is thawFromDisk's restore and thaw with CRIU's lazy pages
 // (--lazy-restore): the tree is restored with its anonymous memory left to

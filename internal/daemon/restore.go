@@ -51,7 +51,7 @@ func (d *Daemon) thawFromDisk(ctx context.Context, rec proctable.Record, opts th
 	opts.admitted = true
 	var res api.CheckpointResult
 	done := false
-	if d.criu.Lazy() {
+	if d.lazyThaw(rec) {
 		if res, rec, done, err = d.thawLazily(ctx, rec, dir, opts); done && err != nil {
 			return res, fmt.Errorf("%s: %w", what, err)
 		}
