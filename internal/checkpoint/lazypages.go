@@ -110,9 +110,6 @@ func (c *CRIU) startLazyPages(ctx context.Context, dir string) (*LazyPages, erro
 	return l, nil
 }
 
-// Done is closed once the daemon has exited.
-func (l *LazyPages) Done() <-chan struct{} { return l.done }
-
 // Wait waits until every page is in (nil) or the daemon fails; when ctx
 // ends first it kills the daemon and says so.
 func (l *LazyPages) Wait(ctx context.Context) error {
@@ -131,9 +128,6 @@ func (l *LazyPages) Wait(ctx context.Context) error {
 func (l *LazyPages) Kill() {
 	_ = unix.Kill(-l.cmd.Process.Pid, unix.SIGKILL)
 }
-
-// PID is the daemon's process id.
-func (l *LazyPages) PID() int { return l.cmd.Process.Pid }
 
 // Close kills the daemon if it still runs, waits for it and removes its
 // socket; its log stays.
