@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"go.uber.org/zap"
@@ -96,6 +98,12 @@ func (d *Daemon) dropLazyTree(saved proctable.Record, why error) (proctable.Reco
 		case <-time.After(reapTimeout):
 			d.log.Warn("lazily restored tree still present", zap.String("name", saved.Name), zap.Int("init_pid", cur.InitPID))
 		}
+	}
+	// An init that saw its command die on a missing page wrote its exit
+	// report; the status file was empty at the dump, and CRIU refuses a
+	// file whose size changed (criu/files-reg.c, "has bad size").
+	if err := os.Truncate(saved.StatusPath, 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return saved, fmt.Errorf("lazy restore: status file: %w", err)
 	}
 	return d.table.Update(saved.Name, func(r *proctable.Record) error {
 		if r.ID != saved.ID {
