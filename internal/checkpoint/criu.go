@@ -31,11 +31,15 @@ type CRIU struct {
 	path       string
 	version    string
 	cudaPlugin bool
+	lazy       bool
 }
 
 // CRIUOptions configures NewCRIU.
 type CRIUOptions struct {
 	Path string // the criu binary or wrapper; "" = criu on PATH
+	// Lazy asks for lazy restores (RestoreLazy) where CRIU and the kernel
+	// can do them; see Lazy.
+	Lazy bool
 }
 
 // NewCRIU finds CRIU, asks it its version over swrk and checks it is new
@@ -68,8 +72,15 @@ func NewCRIU(ctx context.Context, o CRIUOptions) (*CRIU, error) {
 		return nil, fmt.Errorf("criu %s is version %s: %w: gpusched needs CRIU 4.0 or newer (scripts/install-criu.sh installs one)", path, c.version, ErrUnsupported)
 	}
 	c.cudaPlugin = cudaPluginInstalled()
+	if o.Lazy {
+		c.lazy = c.probeLazy(ctx) == nil
+	}
 	return c, nil
 }
+
+// Lazy reports whether restores from disk should be lazy: asked for, and
+// possible here.
+func (c *CRIU) Lazy() bool { return c.lazy }
 
 // Version is CRIU's version, e.g. "4.1.1".
 func (c *CRIU) Version() string { return c.version }
@@ -132,14 +143,35 @@ func (c *CRIU) Dump(ctx context.Context, o DumpOpts) error {
 // gives it. An image that names CRIU's CUDA plugin as needed is made
 // restorable without it first (forgetCUDAPlugin).
 func (c *CRIU) Restore(ctx context.Context, o RestoreOpts) (int, error) {
+	pid, _, err := c.restore(ctx, o, false)
+	return pid, err
+}
+
+// RestoreLazy is Restore with the memory of the tree's private anonymous
+// mappings left to CRIU's lazy-pages daemon (see LazyPages), which it
+// returns still serving: the tree may run at once, and its pages come in
+// as it touches them and in the background. The caller waits for the
+// daemon (every page in) or, when it fails, must kill the tree.
+func (c *CRIU) RestoreLazy(ctx context.Context, o RestoreOpts) (int, *LazyPages, error) {
+	return c.restore(ctx, o, true)
+}
+
+func (c *CRIU) restore(ctx context.Context, o RestoreOpts, lazy bool) (int, *LazyPages, error) {
 	if err := forgetCUDAPlugin(o.Dir); err != nil {
-		return 0, &CRIUError{Op: "restore", Dir: o.Dir, Err: ErrFailed, Cause: err}
+		return 0, nil, &CRIUError{Op: "restore", Dir: o.Dir, Err: ErrFailed, Cause: err}
+	}
+	var lp *LazyPages
+	if lazy {
+		var err error
+		if lp, err = c.startLazyPages(ctx, o.Dir); err != nil {
+			return 0, nil, err
+		}
 	}
 	pid := 0
 	var hookErr error
 	err := withDir(o.Dir, func(fd int) error {
 		return c.do(ctx, nil, nil, func(w *swrk) error {
-			_, err := w.call(&rpc.CriuReq{Type: rpc.CriuReqType_RESTORE.Enum(), Opts: restoreRPC(fd)}, func(n *rpc.CriuNotify) error {
+			_, err := w.call(&rpc.CriuReq{Type: rpc.CriuReqType_RESTORE.Enum(), Opts: restoreRPC(fd, lazy)}, func(n *rpc.CriuNotify) error {
 				if n.GetScript() != "post-restore" {
 					return nil
 				}
@@ -160,12 +192,15 @@ func (c *CRIU) Restore(ctx context.Context, o RestoreOpts) (int, error) {
 			_ = unix.Kill(pid, unix.SIGKILL)
 			_, _ = unix.Wait4(pid, nil, 0, nil)
 		}
-		if hookErr != nil {
-			return 0, &CRIUError{Op: "restore", Dir: o.Dir, Err: ErrFailed, Cause: hookErr}
+		if lp != nil {
+			_ = lp.Close()
 		}
-		return 0, c.opError("restore", 0, o.Dir, RestoreLog, err)
+		if hookErr != nil {
+			return 0, nil, &CRIUError{Op: "restore", Dir: o.Dir, Err: ErrFailed, Cause: hookErr}
+		}
+		return 0, nil, c.opError("restore", 0, o.Dir, RestoreLog, err)
 	}
-	return pid, nil
+	return pid, lp, nil
 }
 
 // dumpRPC maps DumpOpts to CRIU's options; with restoreRPC the only place
@@ -185,10 +220,13 @@ func dumpRPC(o DumpOpts, dirFd int) *rpc.CriuOpts {
 	return opts
 }
 
-func restoreRPC(dirFd int) *rpc.CriuOpts {
+func restoreRPC(dirFd int, lazy bool) *rpc.CriuOpts {
 	opts := commonRPC(dirFd, RestoreLog)
 	// The restored root becomes this daemon's child, which reaps it.
 	opts.RstSibling = ptr(true)
+	if lazy {
+		opts.LazyPages = ptr(true)
+	}
 	return opts
 }
 

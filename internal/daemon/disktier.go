@@ -21,6 +21,8 @@ type criuTier interface {
 	CUDAPlugin() bool
 	Dump(ctx context.Context, o checkpoint.DumpOpts) error
 	Restore(ctx context.Context, o checkpoint.RestoreOpts) (int, error)
+	Lazy() bool
+	RestoreLazy(ctx context.Context, o checkpoint.RestoreOpts) (int, *checkpoint.LazyPages, error)
 }
 
 // cudaStateCarrier is implemented by GPU backends whose per-process CUDA
@@ -52,7 +54,7 @@ func (d *Daemon) openDiskTier(ctx context.Context) error {
 			path = config.PrivateCRIU
 		}
 	}
-	c, err := checkpoint.NewCRIU(ctx, checkpoint.CRIUOptions{Path: path})
+	c, err := checkpoint.NewCRIU(ctx, checkpoint.CRIUOptions{Path: path, Lazy: d.cfg.LazyRestore})
 	if err != nil {
 		d.criuErr = err
 		d.log.Warn("disk tier off: hibernate, thaw from disk and fork are unavailable", zap.Error(err))
@@ -60,7 +62,7 @@ func (d *Daemon) openDiskTier(ctx context.Context) error {
 	}
 	d.criu = c
 	d.log.Info("disk tier", zap.String("criu", c.Path()), zap.String("version", c.Version()),
-		zap.String("snapshots", snaps.Dir()), zap.Bool("cuda_plugin", c.CUDAPlugin()))
+		zap.String("snapshots", snaps.Dir()), zap.Bool("cuda_plugin", c.CUDAPlugin()), zap.Bool("lazy_restore", c.Lazy()))
 	return nil
 }
 

@@ -47,29 +47,41 @@ func (d *Daemon) thawFromDisk(ctx context.Context, rec proctable.Record, opts th
 	admitMS := msSince(t)
 
 	readBytes := d.chainBytes(rec.Snapshot)
-	t = time.Now()
-	rec, err = d.restoreTree(ctx, rec, d.snaps.Path(rec.Snapshot))
-	if err != nil {
-		return api.CheckpointResult{}, fmt.Errorf("%s: %w", what, err)
+	dir := d.snaps.Path(rec.Snapshot)
+	opts.admitted = true
+	var res api.CheckpointResult
+	done := false
+	if d.lazyThaw(rec) {
+		if res, rec, done, err = d.thawLazily(ctx, rec, dir, opts); done && err != nil {
+			return res, fmt.Errorf("%s: %w", what, err)
+		}
 	}
-	restoreMS := msSince(t)
+	if !done {
+		t = time.Now()
+		rec, err = d.restoreTree(ctx, rec, dir, nil)
+		if err != nil {
+			return api.CheckpointResult{}, fmt.Errorf("%s: %w", what, err)
+		}
+		restoreMS := msSince(t)
+		if res, err = d.thawLocked(ctx, rec, opts); err != nil {
+			return res, err
+		}
+		res.MS["criu_restore"] = restoreMS
+	}
 	if err := d.snaps.Touch(rec.Snapshot, time.Now()); err != nil {
 		d.log.Warn("snapshot last use", zap.String("snapshot", rec.Snapshot), zap.Error(err))
 	}
-	opts.admitted = true
-	res, err := d.thawLocked(ctx, rec, opts)
-	if err != nil {
-		return res, err
-	}
 	res.Snapshot = rec.Snapshot
-	res.MS["admit"], res.MS["criu_restore"], res.MS["total"] = admitMS, restoreMS, msSince(start)
+	res.MS["admit"], res.MS["total"] = admitMS, msSince(start)
 	d.metrics.checkpointDone(opRestore, time.Since(start), readBytes)
 	return res, nil
 }
 
 // restoreTree restores the tree imaged in dir as rec (hibernated) and
 // re-adopts it: new host pids, the same namespace pids, frozen and stopped.
-func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir string) (proctable.Record, error) {
+// With lazy set, the restore is lazy and *lazy the daemon still serving
+// its memory (see thawLazily).
+func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir string, lazy **checkpoint.LazyPages) (proctable.Record, error) {
 	rec, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
@@ -81,9 +93,15 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 		return rec, err
 	}
 	rctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
-	pid, err := d.criu.Restore(rctx, checkpoint.RestoreOpts{Dir: dir, Restored: func(pid int) error {
+	ro := checkpoint.RestoreOpts{Dir: dir, Restored: func(pid int) error {
 		return d.carryIn(rec, pid, dir)
-	}})
+	}}
+	var pid int
+	if lazy != nil {
+		pid, *lazy, err = d.criu.RestoreLazy(rctx, ro)
+	} else {
+		pid, err = d.criu.Restore(rctx, ro)
+	}
 	cancel()
 	if err == nil {
 		var out proctable.Record
@@ -91,6 +109,10 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 			return out, nil
 		}
 		killAndReap(pid)
+		if lazy != nil {
+			(*lazy).Close()
+			*lazy = nil
+		}
 	}
 	err = fmt.Errorf("restore: %w", err)
 	if _, uerr := d.table.Update(rec.Name, func(r *proctable.Record) error {

@@ -21,8 +21,9 @@ type procRuntime struct {
 	exited   chan struct{}
 	child    bool        // the init is this daemon's own child and must be reaped
 	sentKill atomic.Bool // this daemon SIGKILLed the init
-	// dumping is set while CRIU dumps the tree: its end is then the
-	// hibernate's to record, not an exit.
+	// dumping is set while CRIU dumps the tree, and while a lazy restore
+	// still brings its memory in: its end is then the hibernate's or the
+	// lazy thaw's to record, not an exit (see thawLazily).
 	dumping atomic.Bool
 	exit    api.Exit // how the tree ended; set before exited is closed
 }

@@ -8,16 +8,17 @@ import "github.com/gpusched/gpusched/pkg/api"
 // failed); locked and failed are resumed by a retried freeze or thaw.
 var transitions = map[api.State][]api.State{
 	api.StateStarting: {api.StateRunning, api.StateExited},
-	api.StateRunning:  {api.StateFreezing, api.StateExited},
+	api.StateRunning:  {api.StateFreezing, api.StateExited, api.StateHibernated},
 	api.StateFreezing: {api.StateFrozen, api.StateRunning, api.StateLocked, api.StateFailed, api.StateExited},
-	api.StateFrozen:   {api.StateThawing, api.StateHibernating, api.StateExited},
+	api.StateFrozen:   {api.StateThawing, api.StateHibernating, api.StateExited, api.StateHibernated},
 	api.StateThawing:  {api.StateRunning, api.StateFrozen, api.StateLocked, api.StateFailed, api.StateExited},
-	api.StateLocked:   {api.StateFreezing, api.StateThawing, api.StateExited},
-	api.StateFailed:   {api.StateFreezing, api.StateThawing, api.StateExited},
+	api.StateLocked:   {api.StateFreezing, api.StateThawing, api.StateExited, api.StateHibernated},
+	api.StateFailed:   {api.StateFreezing, api.StateThawing, api.StateExited, api.StateHibernated},
 	api.StateExited:   {},
 	// The disk tier: a frozen tree is dumped (and gone from memory), then
 	// restored frozen and thawed. A failed dump leaves it frozen, a failed
-	// restore hibernated.
+	// restore hibernated, and so does a lazy thaw whose page source failed,
+	// from whatever state the thaw left it in (its tree is killed).
 	api.StateHibernating: {api.StateHibernated, api.StateFrozen, api.StateExited},
 	api.StateHibernated:  {api.StateRestoring, api.StateExited},
 	api.StateRestoring:   {api.StateFrozen, api.StateHibernated, api.StateExited},

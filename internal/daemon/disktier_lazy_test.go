@@ -1,0 +1,191 @@
+package daemon
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/testutil"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// lazyRestore turns on --lazy-restore, and skips where CRIU cannot do it.
+func lazyRestore(c *config.Config) { c.LazyRestore = true }
+
+func requireLazy(t *testing.T, h *ckptHarness) {
+	t.Helper()
+	if !h.d.criu.Lazy() {
+		t.Skip("criu check --feature uffd-noncoop fails here: no lazy restore")
+	}
+}
+
+// TestLazyThawFromDisk thaws a hibernated process with CRIU's lazy pages,
+// fully and then from an incremental image (its unchanged pages in the
+// parent are restored eagerly, the rest lazily): the process goes on
+// from where it was with every word of its memory as it was, the thaw
+// says when it ran again and when all its memory was back, and the
+// snapshot stays. With cuda-checkpoint (its stand-in reads the target's
+// environment, which a lazy restore leaves on disk) the thaw is eager.
+func TestLazyThawFromDisk(t *testing.T) {
+	for _, driver := range []string{config.DriverSim, config.DriverCLI} {
+		t.Run(driver, func(t *testing.T) {
+			h := newDiskHarness(t, driver, lazyRestore)
+			requireLazy(t, h)
+			c := h.client()
+			h.memJob("job", 128, 64)
+			for i, full := range []bool{true, false} {
+				hr, err := c.Hibernate(ctxT(t), api.HibernateParams{Name: "job", Full: full})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if (hr.Parent == "") != full {
+					t.Fatalf("hibernate %d: parent %q", i, hr.Parent)
+				}
+				ticks := h.lastTick("job")
+				res, err := c.Thaw(ctxT(t), api.ThawParams{Name: "job"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				lazy := res.MS["running"] > 0 && res.MS["all_memory"] >= res.MS["running"]
+				if want := driver == config.DriverSim; lazy != want {
+					t.Fatalf("thaw %d lazy %v, want %v: %v", i, lazy, want, res.MS)
+				}
+				h.verifyContinued("job", ticks)
+				dir := filepath.Join(h.cfg.Snapshots(), hr.Snapshot)
+				if _, err := os.Stat(filepath.Join(dir, "lazy-pages.socket")); err == nil {
+					t.Fatalf("thaw %d left its lazy-pages socket in %s", i, dir)
+				}
+				if p := h.proc("job"); p.State != api.StateRunning || p.Snapshot != hr.Snapshot {
+					t.Fatalf("after thaw %d: %+v", i, p)
+				}
+			}
+		})
+	}
+}
+
+// TestLazyThawPageSourceKilled kills CRIU's lazy-pages daemon once the
+// lazily restored process runs again, with most of its memory still on
+// disk: the kernel would fill the rest with zeros, so the daemon must kill
+// that tree and restore it eagerly from the intact snapshot. The process
+// goes on from its hibernation with its memory verified.
+func TestLazyThawPageSourceKilled(t *testing.T) {
+	criu := testutil.CRIU(t)
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "kill")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Stands in for criu: runs the real one, but kills its lazy-pages
+	// daemon (argv: --libdir D lazy-pages ..., see startLazyPages) once
+	// the test writes to the fifo, and then fails as a killed one does.
+	wrapper := filepath.Join(dir, "criu")
+	script := fmt.Sprintf("#!/bin/sh\nif [ \"$3\" = lazy-pages ]; then\n\t%[1]s \"$@\" &\n\tread x < %[2]s\n\tkill -9 $!\n\texit 137\nfi\nexec %[1]s \"$@\"\n", criu, fifo)
+	if err := os.WriteFile(wrapper, []byte(script), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// Held open for writing, so that the wrapper's read never waits for a
+	// writer; closed at the end, it lets a wrapper still waiting go.
+	kill, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { kill.Close() })
+	h := newDiskHarness(t, config.DriverSim, lazyRestore, func(c *config.Config) { c.CRIU = wrapper })
+	requireLazy(t, h)
+	c := h.client()
+	h.memJob("job", 128, 512)
+	hr, err := c.Hibernate(ctxT(t), api.HibernateParams{Name: "job"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(h.cfg.Snapshots(), hr.Snapshot)
+	before := imageDigest(t, snap)
+	ticks := h.lastTick("job")
+
+	type thawed struct {
+		res *api.CheckpointResult
+		err error
+	}
+	done := make(chan thawed, 1)
+	go func() {
+		res, err := c.Thaw(ctxT(t), api.ThawParams{Name: "job"})
+		done <- thawed{res, err}
+	}()
+	// It runs again (following the log through the daemon ends while the
+	// process is not running, so the file is watched).
+	awaitLine(t, h.proc("job").Log, fmt.Sprintf("tick %d", ticks+1))
+	if _, err := kill.WriteString("kill\n"); err != nil {
+		t.Fatal(err)
+	}
+	th := <-done
+	if th.err != nil {
+		t.Fatalf("thaw after the page source died: %v", th.err)
+	}
+	if th.res.MS["all_memory"] != 0 {
+		t.Fatalf("the thaw counts as lazy: %v", th.res.MS)
+	}
+	if p := h.proc("job"); p.State != api.StateRunning || p.Snapshot != hr.Snapshot {
+		t.Fatalf("after the thaw: %+v", p)
+	}
+	if after := imageDigest(t, snap); after != before {
+		t.Fatalf("the snapshot changed:\n%s\n%s", before, after)
+	}
+	lines, err := c.Logs(ctxT(t), "job", -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := strings.Join(lines, "\n") + "\n"
+	if n := strings.Count(log, "tick 1\n"); n != 1 {
+		t.Fatalf("the counter started over (%d times tick 1)", n)
+	}
+	verified := strings.Count(log, "host memory verified")
+	if _, err := c.Kill(ctxT(t), api.KillParams{Name: "job", Signal: "SIGUSR1"}); err != nil {
+		t.Fatal(err)
+	}
+	h.followCount("job", "simjob: host memory verified", verified+1)
+}
+
+// awaitLine waits until the file at path has the line want, reading it
+// again at each inotify event that it was written to.
+func awaitLine(t *testing.T, path, want string) {
+	t.Helper()
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if _, err := unix.InotifyAddWatch(fd, path, unix.IN_MODIFY); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	for {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(strings.Split(string(data), "\n"), want) {
+			return
+		}
+		if _, err := unix.Read(fd, buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// imageDigest is treeDigest without what a successful thaw writes beside
+// the images: its last use (meta.json) and CRIU's stats-restore.
+func imageDigest(t *testing.T, dir string) string {
+	var keep []string
+	for _, l := range strings.Split(treeDigest(t, dir), "\n") {
+		if !strings.HasPrefix(l, "meta.json ") && !strings.HasPrefix(l, "stats-restore ") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
