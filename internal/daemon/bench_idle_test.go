@@ -1,11 +1,7 @@
 package daemon
 
 import (
-	"fmt"
-	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -38,12 +34,12 @@ func BenchmarkIdleQueue(b *testing.B) {
 	pid := dp.cmd.Process.Pid
 	time.Sleep(3 * time.Second) // the passes the submissions asked for, and the GC after them, are not what this measures
 	b.Run("idle", func(b *testing.B) {
-		cpu0, t0 := cpuSeconds(b, pid), time.Now()
+		cpu0, t0 := testutil.CPUSeconds(b, pid), time.Now()
 		for range b.N {
 			time.Sleep(time.Second)
 		}
 		wall := time.Since(t0).Seconds()
-		cpu := cpuSeconds(b, pid) - cpu0
+		cpu := testutil.CPUSeconds(b, pid) - cpu0
 		b.ReportMetric(cpu/wall, "CPU-s/s")
 		b.Logf("%d queued jobs, idle: gpuschedd used %.3f CPU s per s over %.1f s", queued, cpu/wall, wall)
 	})
@@ -57,21 +53,4 @@ func (h *ckptHarness) spawnIdleBinary() *daemonProc {
 	dp := h.spawnBinary(exec.Command(h.bins.Daemon, args...), "NOTIFY_SOCKET="+n.Path)
 	n.WaitFor(h.t, "READY=1", 30*time.Second)
 	return dp
-}
-
-// cpuSeconds is the user plus system CPU time pid has used.
-func cpuSeconds(t testing.TB, pid int) float64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:]) // fields from the 3rd (state) on
-	ut, err1 := strconv.ParseUint(f[11], 10, 64)
-	st, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		t.Fatalf("/proc/%d/stat: %q", pid, s)
-	}
-	return float64(ut+st) / 100 // USER_HZ
 }
