@@ -352,6 +352,11 @@ func (d *Daemon) answer(w *lineWriter, c *call, id json.RawMessage, res any, err
 		d.metrics.request(c.method, codeOK)
 		return w.response(id, res, nil)
 	}
+	var gone *peerGoneError
+	if errors.As(err, &gone) {
+		d.metrics.request(c.method, codeCanceled)
+		return err // nobody to answer, and nothing to log as a failure
+	}
 	if c.ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		if !d.stopping.Load() {
 			d.metrics.request(c.method, codeCanceled)

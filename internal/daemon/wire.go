@@ -116,9 +116,20 @@ func (w *lineWriter) flush() error {
 	}()
 	_ = w.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
 	if _, err := w.bw.Write(w.buf.Bytes()); err != nil {
-		return err
+		return &peerGoneError{err}
 	}
-	return w.bw.Flush()
+	if err := w.bw.Flush(); err != nil {
+		return &peerGoneError{err}
+	}
+	return nil
 }
+
+// peerGoneError is a failed write to the connection: the peer hung up or
+// stopped reading, and nothing more can be said to it. A method that
+// fails so (a stream to a client that went away) did nothing wrong.
+type peerGoneError struct{ err error }
+
+func (e *peerGoneError) Error() string { return e.err.Error() }
+func (e *peerGoneError) Unwrap() error { return e.err }
 
 func itoa(n int) string { return strconv.Itoa(n) }
