@@ -60,7 +60,7 @@ func BenchmarkFairness(b *testing.B) {
 		calm := runVictim(b, load, victim, victimSlice, h)
 		calmPeak := alone.stop()
 
-		stopBurn := startLoad(b, hostileSlice, load, hostile, "burning", "burn")
+		stopBurn := startLoad(b, hostileSlice, load, hostile, "burning", append([]string{"burn"}, strings.Fields(*fairnessBurn)...)...)
 		busy := runVictim(b, load, victim, victimSlice, h)
 		stopBurn()
 
@@ -270,6 +270,8 @@ func cpuTime(pid int) time.Duration {
 // percent of one CPU, as an operator may cap users' slices (systemd's
 // CPUQuota= on user-UID.slice); 0 leaves them uncapped.
 var fairnessHostile = flag.String("fairness.hostile", "", "BenchmarkFairness: more flags for fairload hostile, space-separated (e.g. \"-jobs 0\")")
+
+var fairnessBurn = flag.String("fairness.burn", "", "BenchmarkFairness: more flags for the control, fairload burn (\"-decode\": the hostile readers' own decoding, without the daemon)")
 
 var fairnessQuota = flag.Int("fairness.cpu-quota", 0, "BenchmarkFairness: each user's CPU quota, percent of one CPU (0: none)")
 

@@ -35,7 +35,7 @@ func main() {
 	case "victim":
 		victim(os.Args[2:])
 	case "burn":
-		burn()
+		burn(os.Args[2:])
 	default:
 		fmt.Fprintf(os.Stderr, "fairload: unknown role %q\n", os.Args[1])
 		os.Exit(2)
