@@ -91,10 +91,9 @@ func (c *psClient) send(p psi, data []byte) error {
 	}
 	hdr = binary.LittleEndian.AppendUint64(hdr, p.vaddr)
 	hdr = binary.LittleEndian.AppendUint64(hdr, p.dstID)
-	if _, err := c.conn.Write(hdr); err != nil {
-		return err
-	}
-	_, err := c.conn.Write(data)
+	// One write: a second, even of no bytes, fails with EPIPE once the
+	// server has refused the command and hung up, as it may at once.
+	_, err := c.conn.Write(append(hdr, data...))
 	return err
 }
 
