@@ -81,6 +81,7 @@ var allowed = map[string][]string{
 	"internal/limits":                    {},
 	"internal/retention":                 {},
 	"internal/netguard":                  {},
+	"internal/sockdiag":                  {},
 	"internal/backoff":                   {},
 	"internal/bulkgate":                  {},
 	"internal/cudakind":                  {},
