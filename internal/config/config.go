@@ -85,6 +85,7 @@ type Config struct {
 // is held only to the retention limits. A cap of 0 turns it off.
 type Limits struct {
 	ConnsPerUser    int           // client connections open at once
+	MetricsConns    int           // connections to --metrics-addr one local user holds open
 	StreamsPerUser  int           // streaming calls (logs -f, events, wait, job wait, acquire) at once
 	TurnsPerUser    int           // quick calls (lists, logs) answered at once; 0 = half the daemon's CPUs
 	ProcsPerUser    int           // managed processes not yet exited
@@ -197,6 +198,7 @@ func Default() Config {
 func DefaultLimits() Limits {
 	return Limits{
 		ConnsPerUser:    256,
+		MetricsConns:    4,
 		StreamsPerUser:  64,
 		ProcsPerUser:    256,
 		JobsPerUser:     10000,
@@ -265,6 +267,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "serve Prometheus metrics at http://ADDR/metrics: host:port, or a port alone for 127.0.0.1 (default: off)")
 	l := &c.Limits
 	fs.IntVar(&l.ConnsPerUser, "max-conns-per-user", l.ConnsPerUser, "most client connections one non-root user may hold open (0: only --max-conns applies)")
+	fs.IntVar(&l.MetricsConns, "max-metrics-conns-per-user", l.MetricsConns, "most connections to --metrics-addr one non-root local user may hold open; more are closed at once (0: only the endpoint's 32, less root's reserve of 8, apply)")
 	fs.IntVar(&l.StreamsPerUser, "max-streams-per-user", l.StreamsPerUser, "most streaming calls (logs, events, wait, job wait, acquire until granted) one non-root user may run at once (0: no cap)")
 	fs.IntVar(&l.TurnsPerUser, "max-busy-per-user", l.TurnsPerUser, "most quick calls (status, ps, jobs, logs without -f, submit, ...) of one non-root user the daemon answers at once; the others wait their turn (0: half the daemon's CPUs, at least 1)")
 	fs.IntVar(&l.ProcsPerUser, "max-procs-per-user", l.ProcsPerUser, "most managed processes one non-root user may have that have not exited (0: no cap)")
@@ -399,7 +402,7 @@ func (l Limits) validate() []error {
 	for _, n := range []struct {
 		flag string
 		v    int
-	}{{"max-conns-per-user", l.ConnsPerUser}, {"max-streams-per-user", l.StreamsPerUser}, {"max-busy-per-user", l.TurnsPerUser}, {"max-procs-per-user", l.ProcsPerUser},
+	}{{"max-conns-per-user", l.ConnsPerUser}, {"max-metrics-conns-per-user", l.MetricsConns}, {"max-streams-per-user", l.StreamsPerUser}, {"max-busy-per-user", l.TurnsPerUser}, {"max-procs-per-user", l.ProcsPerUser},
 		{"max-jobs-per-user", l.JobsPerUser}, {"max-leases-per-user", l.LeasesPerUser}, {"keep-finished", l.KeepFinished}} {
 		if n.v < 0 || n.v > 1<<24 {
 			errs = append(errs, fmt.Errorf("--%s %d: must be 0..16777216", n.flag, n.v))

@@ -13,6 +13,11 @@ import (
 // watchdog's own status check (alive, in sdnotify.go) still get in.
 const rootReserve = 8
 
+// anyPeer stands, in a connSet, for a peer whose uid is not known (a
+// metrics connection from another host): it has no share of its own, only
+// the part of the cap that users other than root hold together.
+const anyPeer = ^uint32(0)
+
 // errConnsFull refuses a connection past --max-conns, or past the part of
 // it that users other than root may hold.
 var errConnsFull = &codedError{code: api.CodeUnavailable, msg: "too many connections to gpuschedd; retry later", base: ErrUnavailable}
@@ -41,7 +46,7 @@ func newConnSet(max, perUser int) *connSet {
 func (s *connSet) add(c net.Conn, uid uint32, user func() string) error {
 	s.mu.Lock()
 	held := s.byUID[uid]
-	overShare := uid != limits.Root && s.perUser > 0 && held >= s.perUser
+	overShare := uid != limits.Root && uid != anyPeer && s.perUser > 0 && held >= s.perUser
 	full := len(s.m) >= s.max || uid != limits.Root && len(s.m)-s.byUID[limits.Root] >= s.max-s.reserve
 	if !overShare && !full {
 		s.m[c] = uid

@@ -12,14 +12,17 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpusched/gpusched/internal/netguard"
+	"github.com/gpusched/gpusched/internal/sockdiag"
 )
 
 // The /metrics endpoint has no authentication, so any local user can
 // connect to it: it serves at most metricsMaxConns connections at once
 // (more wait in the kernel's listen backlog, costing the daemon no
-// descriptor) and drops the slow and the idle, so that a flood of
-// connections can neither take the daemon's file descriptors nor hold the
-// slots for long. A scraper uses one connection.
+// descriptor), of which one local user holds at most
+// --max-metrics-conns-per-user and root keeps a reserve (ownerListener),
+// and drops the slow and the idle, so that a flood of connections can
+// neither take the daemon's file descriptors nor keep another user's or
+// the operator's scrape out. A scraper uses one connection.
 const (
 	metricsMaxConns       = 32
 	metricsMaxHeaderBytes = 8 << 10
@@ -64,9 +67,15 @@ func (d *Daemon) serveMetrics() (stop func(), err error) {
 	}))
 	srv := &http.Server{Handler: mux, ErrorLog: errLog, MaxHeaderBytes: metricsMaxHeaderBytes,
 		ReadTimeout: metricsReadTimeout, WriteTimeout: metricsWriteTimeout, IdleTimeout: metricsIdleTimeout}
-	limited := netguard.Limit(ln, metricsMaxConns, netguard.NewRetry(func(err error) {
+	limited := &ownerListener{Listener: netguard.Limit(ln, metricsMaxConns, netguard.NewRetry(func(err error) {
 		d.log.Error("metrics: accept failing; retrying with backoff", zap.String("addr", addr), zap.Error(err))
-	}))
+	})), conns: newConnSet(metricsMaxConns, d.cfg.Limits.MetricsConns)}
+	diag, err := sockdiag.Open(metricsOwnerTimeout)
+	if err != nil {
+		d.log.Warn("metrics: cannot tell local users apart; no user has a share of its own", zap.Error(err))
+	} else {
+		limited.owners = diag
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -83,5 +92,8 @@ func (d *Daemon) serveMetrics() (stop func(), err error) {
 			_ = srv.Close()
 		}
 		<-done
+		if diag != nil {
+			diag.Close()
+		}
 	}, nil
 }
