@@ -34,6 +34,16 @@ func (d *Daemon) admitJobs(a actor) func(uid uint32, unfinished, adding int) err
 	}
 }
 
+// atJobCap refuses a submit by a user who already has every unfinished job
+// the cap allows, before the request's params are decoded.
+func (d *Daemon) atJobCap(a actor) error {
+	limit := d.cfg.Limits.JobsPerUser
+	if a.root() || limit <= 0 {
+		return nil
+	}
+	return limits.Check(a.UID, a.User, d.unfinishedJobs(a.UID), limit, flagJobs, jobsWhat)
+}
+
 // unfinishedJobs counts uid's unfinished jobs in the queue's view.
 func (d *Daemon) unfinishedJobs(uid uint32) int {
 	n := 0

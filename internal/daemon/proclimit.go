@@ -29,6 +29,15 @@ func (d *Daemon) admitProc(a actor) func(live int) error {
 	}
 }
 
+// atProcCap refuses a run or fork by a user who already has every process
+// the cap allows, before the request's params are decoded.
+func (d *Daemon) atProcCap(a actor) error {
+	if a.root() || d.cfg.Limits.ProcsPerUser <= 0 {
+		return nil
+	}
+	return limits.Check(a.UID, a.User, d.table.View().LiveOf(a.UID), d.cfg.Limits.ProcsPerUser, flagProcs, procsWhat)
+}
+
 // checkCopies refuses, before anything is dumped, a fork whose copies
 // would take a's live processes past the cap.
 func (d *Daemon) checkCopies(a actor, what string, copies int) error {
