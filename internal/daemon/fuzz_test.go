@@ -101,9 +101,6 @@ func FuzzReadRequest(f *testing.F) {
 				t.Fatalf("line of %d bytes passed the limit", len(line))
 			}
 			req, _, perr := d.parseRequest(line)
-			if perr == nil {
-				req.Params, perr = requestParams(line)
-			}
 			if perr != nil {
 				if perr.Code == "" || perr.Message == "" {
 					t.Fatalf("error without code or message: %+v", perr)

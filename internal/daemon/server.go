@@ -72,9 +72,8 @@ type method struct {
 	stream streamHandler
 	turn   bool // a quick call: a non-root user waits for a turn (limits.Turns) before it is answered
 	// admit, when set, refuses a caller whose caps refuse the call
-	// whatever its params say, before they are copied out of the request
-	// line and decoded: a user at its cap who sends commands of 256 KiB
-	// costs the daemon no decoding of them.
+	// whatever its params say, before they are decoded: a user at its cap
+	// who sends commands of 256 KiB costs the daemon no decoding of them.
 	admit func(a actor) error
 }
 
@@ -188,23 +187,20 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 			continue
 		}
 		req, m, perr := d.parseRequest(line)
-		if perr == nil && m.admit != nil {
-			if err := m.admit(a); err != nil {
-				if d.answer(w, &call{ctx: ctx, actor: a, method: req.Method}, req.ID, nil, err) != nil {
-					return
-				}
-				continue
-			}
-		}
-		if perr == nil {
-			req.Params, perr = requestParams(line)
-		}
 		if perr != nil {
 			d.metrics.request(methodUnknown, string(perr.Code))
 			if w.response(req.ID, nil, perr) != nil {
 				return
 			}
 			continue
+		}
+		if m.admit != nil {
+			if err := m.admit(a); err != nil {
+				if d.answer(w, &call{ctx: ctx, actor: a, method: req.Method}, req.ID, nil, err) != nil {
+					return
+				}
+				continue
+			}
 		}
 		if m.stream != nil {
 			release, err := d.streamCap.Take(a.UID, a.User)
@@ -339,22 +335,14 @@ func hungUp(c *net.UnixConn) bool {
 	return gone
 }
 
-// envelope is a request line less its params: what the daemon reads of a
-// request before it admits it (method.admit).
-type envelope struct {
-	ID     json.RawMessage `json:"id,omitempty"`
-	Method string          `json:"method"`
-}
-
-// parseRequest decodes one request line, all but its params
-// (requestParams), and finds its method, with req.Method set to the
-// canonical name; a failure is the wire error to answer with.
+// parseRequest decodes one request line, its params left undecoded, and
+// finds its method, with req.Method set to the canonical name; a failure
+// is the wire error to answer with.
 func (d *Daemon) parseRequest(line []byte) (api.Request, method, *api.Error) {
-	var e envelope
-	if err := json.Unmarshal(line, &e); err != nil {
+	var req api.Request
+	if err := json.Unmarshal(line, &req); err != nil {
 		return api.Request{}, method{}, api.Errorf(api.CodeBadRequest, "malformed request: %v", err)
 	}
-	req := api.Request{ID: e.ID, Method: e.Method}
 	name := req.Method
 	if alias, ok := api.MethodAliases[name]; ok {
 		name = alias
@@ -368,18 +356,6 @@ func (d *Daemon) parseRequest(line []byte) (api.Request, method, *api.Error) {
 	}
 	req.Method = name
 	return req, m, nil
-}
-
-// requestParams copies the params out of a request line that
-// parseRequest accepted.
-func requestParams(line []byte) (json.RawMessage, *api.Error) {
-	var p struct {
-		Params json.RawMessage `json:"params,omitempty"`
-	}
-	if err := json.Unmarshal(line, &p); err != nil {
-		return nil, api.Errorf(api.CodeBadRequest, "malformed request: %v", err)
-	}
-	return p.Params, nil
 }
 
 // answer writes the final response, mapping err to its wire code.
