@@ -93,7 +93,7 @@ func metricsFloodHelper(spec string) error {
 // startMetricsFlood runs the flood helper as u and returns once its
 // connections are all open; stop (also run at cleanup) ends it, closing
 // them all.
-func startMetricsFlood(t *testing.T, u testutil.User, addr string, conns, requests int) (stop func()) {
+func startMetricsFlood(t testing.TB, u testutil.User, addr string, conns, requests int) (stop func()) {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -157,7 +157,7 @@ func acceptBacklog(t *testing.T, addr string) int {
 // setMetricsTimeouts sets the metrics endpoint's time limits for one
 // test. Call it before starting the daemon: the cleanup that restores them
 // then runs after the daemon has stopped.
-func setMetricsTimeouts(t *testing.T, read, write, idle time.Duration) {
+func setMetricsTimeouts(t testing.TB, read, write, idle time.Duration) {
 	oldRead, oldWrite, oldIdle := metricsReadTimeout, metricsWriteTimeout, metricsIdleTimeout
 	metricsReadTimeout, metricsWriteTimeout, metricsIdleTimeout = read, write, idle
 	t.Cleanup(func() { metricsReadTimeout, metricsWriteTimeout, metricsIdleTimeout = oldRead, oldWrite, oldIdle })
