@@ -84,6 +84,7 @@ var allowed = map[string][]string{
 	"internal/sockdiag":                  {},
 	"internal/backoff":                   {},
 	"internal/bulkgate":                  {},
+	"internal/listing":                   {},
 	"internal/cudakind":                  {},
 	"internal/checkpoint/checkpointtest": {},
 	"internal/memfill":                   {"internal/procfs", "internal/simgpu"},

@@ -6,8 +6,8 @@ import (
 )
 
 // Bounds on a command the daemon keeps: a process record and a job keep
-// their argv (a job its env too) until removed, and return them in every
-// ps, status and jobs answer.
+// their argv (a job its env too) until removed, and return the argv whole
+// in status and job (listings cut it: api.ListCmdBytes).
 const (
 	// maxCommandBytes bounds a command's argv and environment together,
 	// counted as execve counts them (each string with its NUL, a variable

@@ -8,7 +8,7 @@ import (
 )
 
 // pruneJobs removes the caller's finished jobs (root: every user's, or
-// user's) and returns them.
+// user's) and lists them, each command cut (listReply).
 func (d *Daemon) pruneJobs(c *call) (any, error) {
 	var p api.PruneJobsParams
 	if err := c.decode(&p); err != nil {
@@ -23,16 +23,19 @@ func (d *Daemon) pruneJobs(c *call) (any, error) {
 			ids = append(ids, j.ID)
 		}
 	}
-	out := api.JobsResult{Jobs: []api.Job{}}
-	for _, j := range d.forgetJobs(ids, "", func(j *jobqueue.Job) error {
+	removed := d.forgetJobs(ids, "", func(j *jobqueue.Job) error {
 		if !c.actor.owns(j.Owner.UID) {
 			return deniedf("job %q belongs to %s", j.Name, j.Owner.User)
 		}
 		return nil
-	}) {
-		out.Jobs = append(out.Jobs, jobEvent(j))
-	}
-	return out, nil
+	})
+	return d.listing(c, listField{"jobs", func(yield func(any) bool) { // api.JobsResult
+		for _, j := range removed {
+			if !yield(listedJob(jobEvent(j))) {
+				return
+			}
+		}
+	}}), nil
 }
 
 // forgetJobs removes the finished jobs of ids that check (may be nil)

@@ -209,7 +209,8 @@ func (d *Daemon) lookupJob(c *call, name string) (*jobqueue.Job, error) {
 	return j, nil
 }
 
-// listJobs lists the caller's jobs (every job for root) in submission order.
+// listJobs lists the caller's jobs (every job for root) in submission
+// order, each command cut (listReply).
 func (d *Daemon) listJobs(c *call) (any, error) {
 	var p api.JobsParams
 	if err := c.decode(&p); err != nil {
@@ -222,18 +223,20 @@ func (d *Daemon) listJobs(c *call) (any, error) {
 	if p.Recent > 0 && (states != nil || p.All) {
 		return nil, invalidf("jobs: recent adds recently finished jobs to the unfinished ones; give it without all, state or states")
 	}
-	since := time.Now().Add(-time.Duration(p.Recent))
-	out := api.JobsResult{Jobs: []api.Job{}}
-	for _, j := range d.jobs.View() {
-		switch {
-		case !c.actor.owns(j.Owner.UID), p.User != "" && j.Owner.User != p.User:
-		case states != nil && !states[j.State]:
-		case states == nil && !p.All && j.State.Terminal() && (p.Recent == 0 || j.EndedAt.Before(since)):
-		default:
-			out.Jobs = append(out.Jobs, d.jobToAPI(j))
+	since, view := time.Now().Add(-time.Duration(p.Recent)), d.jobs.View()
+	return d.listing(c, listField{"jobs", func(yield func(any) bool) { // api.JobsResult
+		for _, j := range view {
+			switch {
+			case !c.actor.owns(j.Owner.UID), p.User != "" && j.Owner.User != p.User:
+			case states != nil && !states[j.State]:
+			case states == nil && !p.All && j.State.Terminal() && (p.Recent == 0 || j.EndedAt.Before(since)):
+			default:
+				if !yield(listedJob(d.jobToAPI(j))) {
+					return
+				}
+			}
 		}
-	}
-	return out, nil
+	}}), nil
 }
 
 // job returns one job.

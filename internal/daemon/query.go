@@ -69,7 +69,8 @@ func (d *Daemon) status(c *call) (any, error) {
 	return st, nil
 }
 
-// ps lists the caller's processes (every process for root), by name.
+// ps lists the caller's processes (every process for root), by name,
+// each command cut (listReply).
 func (d *Daemon) ps(c *call) (any, error) {
 	var p api.PSParams
 	if err := c.decode(&p); err != nil {
@@ -79,15 +80,17 @@ func (d *Daemon) ps(c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	gv := d.gpuView()
-	out := api.PSResult{Processes: []api.Process{}}
-	for _, r := range d.table.View().Records {
-		if !c.actor.owns(r.Owner.UID) || p.User != "" && r.Owner.User != p.User || states != nil && !states[r.State] {
-			continue
+	gv, view := d.gpuView(), d.table.View()
+	return d.listing(c, listField{"processes", func(yield func(any) bool) { // api.PSResult
+		for _, r := range view.Records {
+			if !c.actor.owns(r.Owner.UID) || p.User != "" && r.Owner.User != p.User || states != nil && !states[r.State] {
+				continue
+			}
+			if !yield(listedProcess(toAPI(r, gv))) {
+				return
+			}
 		}
-		out.Processes = append(out.Processes, toAPI(r, gv))
-	}
-	return out, nil
+	}}), nil
 }
 
 // listGPUs reports every GPU, by index, with its processes, its health

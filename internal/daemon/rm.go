@@ -80,7 +80,7 @@ func (d *Daemon) rmNames(c *call, names []string) (any, error) {
 	for n, err := range early {
 		failed[n] = err
 	}
-	return d.rmResult(uniq, removed, failed), nil
+	return d.rmResult(c, uniq, removed, failed), nil
 }
 
 // rmExited forgets every exited process of the caller (root: of every
@@ -98,7 +98,7 @@ func (d *Daemon) rmExited(c *call, user string) (any, error) {
 		}
 	}
 	removed, failed := d.forget(c.ctx, names, "", sameRecord(c.actor, want))
-	return d.rmResult(names, removed, failed), nil
+	return d.rmResult(c, names, removed, failed), nil
 }
 
 // checkUserFilter refuses a non-root caller's user filter naming someone
@@ -138,20 +138,26 @@ func sameRecord(a actor, want map[string]string) func(proctable.Record) error {
 	}
 }
 
-// rmResult lists, in the order of names, what was removed and what failed.
-func (d *Daemon) rmResult(names []string, removed []proctable.Record, failed map[string]error) api.RmResult {
+// rmResult lists, in the order of names, what was removed (each command
+// cut: listReply) and what failed: an api.RmResult.
+func (d *Daemon) rmResult(c *call, names []string, removed []proctable.Record, failed map[string]error) *listReply {
 	gv := d.gpuView()
-	out := api.RmResult{Removed: make([]api.Process, 0, len(removed)), Failed: []api.RmFailure{}}
-	for _, r := range removed {
-		out.Removed = append(out.Removed, toAPI(r, gv))
-	}
-	for _, n := range names {
-		if err, ok := failed[n]; ok {
-			code, msg := toWire(err)
-			out.Failed = append(out.Failed, api.RmFailure{Name: n, Error: msg, Code: code})
+	return d.listing(c, listField{"removed", func(yield func(any) bool) {
+		for _, r := range removed {
+			if !yield(listedProcess(toAPI(r, gv))) {
+				return
+			}
 		}
-	}
-	return out
+	}}, listField{"failed", func(yield func(any) bool) {
+		for _, n := range names {
+			if err, ok := failed[n]; ok {
+				code, msg := toWire(err)
+				if !yield(api.RmFailure{Name: n, Error: msg, Code: code}) {
+					return
+				}
+			}
+		}
+	}})
 }
 
 // forget removes the records of names that check accepts, as rm does: the

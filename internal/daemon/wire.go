@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net"
 	"strconv"
 	"sync"
@@ -72,6 +73,10 @@ func (w *lineWriter) response(id json.RawMessage, result any, e *api.Error) erro
 		w.buf.WriteString(strconv.Quote(string(e.Code)))
 	} else {
 		w.buf.WriteString(`"ok":true`)
+		if pw, ok := result.(piecewise); ok {
+			w.buf.WriteString(`,"result":`)
+			return w.pieces(pw)
+		}
 		if raw, ok := result.(encoded); ok {
 			w.buf.WriteString(`,"result":`)
 			w.buf.Write(raw)
@@ -109,19 +114,49 @@ func (w *lineWriter) trimNewline() { w.buf.Truncate(w.buf.Len() - 1) }
 const maxKeptLine = 64 << 10
 
 func (w *lineWriter) flush() error {
-	defer func() {
-		if w.buf.Cap() > maxKeptLine {
-			w.buf = bytes.Buffer{} // enc writes to &w.buf, which stays valid
-		}
-	}()
+	defer w.dropLarge()
 	_ = w.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
-	if _, err := w.bw.Write(w.buf.Bytes()); err != nil {
-		return &peerGoneError{err}
+	return w.send(true)
+}
+
+// send passes the buffer on to the connection, all of it written through
+// when end is set.
+func (w *lineWriter) send(end bool) error {
+	_, err := w.bw.Write(w.buf.Bytes())
+	w.buf.Reset()
+	if err == nil && end {
+		err = w.bw.Flush()
 	}
-	if err := w.bw.Flush(); err != nil {
+	if err != nil {
 		return &peerGoneError{err}
 	}
 	return nil
+}
+
+func (w *lineWriter) dropLarge() {
+	if w.buf.Cap() > maxKeptLine {
+		w.buf = bytes.Buffer{} // enc writes to &w.buf, which stays valid
+	}
+}
+
+// piecewise is a result written in pieces (listReply): encode writes its
+// JSON value to out with enc, calling send whenever out holds a piece to
+// pass on to the connection.
+type piecewise interface {
+	encode(enc *json.Encoder, out *bytes.Buffer, send func() error) error
+}
+
+// pieces ends the line begun with pw's result, written a piece at a time;
+// the whole line has writeTimeout, as a line written at once. A line cut
+// short by a failure cannot be finished: the connection is done.
+func (w *lineWriter) pieces(pw piecewise) error {
+	defer w.dropLarge()
+	_ = w.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if err := pw.encode(w.enc, &w.buf, func() error { return w.send(false) }); err != nil {
+		return fmt.Errorf("reply cut short: %w", err)
+	}
+	w.buf.WriteString("}\n")
+	return w.send(true)
 }
 
 // peerGoneError is a failed write to the connection: the peer hung up or

@@ -223,6 +223,9 @@ type Job struct {
 	Nice        int               `json:"nice,omitempty"`
 	MPSThreads  int               `json:"mps_threads,omitempty"`
 	MPSMemLimit uint64            `json:"mps_mem_limit_mib,omitempty"`
+	// CmdTruncated says Cmd is cut, as listings cut it (ListCmdBytes);
+	// job of the name or id returns it whole.
+	CmdTruncated bool `json:"cmd_truncated,omitempty"`
 }
 
 // Attempt is one run of a job.

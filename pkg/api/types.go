@@ -97,6 +97,9 @@ type Process struct {
 	Filled      float64 `json:"filled,omitempty"`
 	MPSThreads  int     `json:"mps_threads,omitempty"`
 	MPSMemLimit uint64  `json:"mps_mem_limit_mib,omitempty"`
+	// CmdTruncated says Cmd is cut, as listings cut it (ListCmdBytes);
+	// status of the name returns it whole.
+	CmdTruncated bool `json:"cmd_truncated,omitempty"`
 }
 
 // Policy is how the disk tier treats a process: eviction order (lowest
