@@ -128,6 +128,15 @@ func cmdline(argv []string) string {
 	return strings.Join(s, " ")
 }
 
+// listedCmd is a listed command as cmdline shows it, ending in "…" when
+// the listing cut it (cmd_truncated).
+func listedCmd(argv []string, truncated bool) string {
+	if truncated {
+		return cmdline(argv) + "…"
+	}
+	return cmdline(argv)
+}
+
 // shellQuote single-quotes a when a shell would not read it literally.
 func shellQuote(a string) string {
 	if a != "" && strings.Trim(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-") == "" {

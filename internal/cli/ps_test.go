@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gpusched/gpusched/pkg/api"
@@ -78,4 +80,53 @@ func TestPSLiveByDefault(t *testing.T) {
 		}
 	}
 	checkUsageError(t, []string{"ps", "-a", "--state", "exited"}, "give --all or --state, not both")
+}
+
+// TestPSCutCommands: a command the listing cut (cmd_truncated) ends in
+// "…"; --no-trunc asks for each cut one by name (status) and shows it
+// whole, leaving the others, and a process gone meanwhile, as listed.
+func TestPSCutCommands(t *testing.T) {
+	cut, gone, short := proc("cut"), proc("gone"), proc("short")
+	cut.Cmd, cut.CmdTruncated = []string{"python", "-c", "pri"}, true
+	gone.Cmd, gone.CmdTruncated = []string{"sleep"}, true
+	whole := proc("cut")
+	whole.Cmd = []string{"python", "-c", "print(1)"}
+	d := newFakeDaemon(t, map[string]handler{
+		api.MethodPS: answer(result(api.PSResult{Processes: []api.Process{cut, gone, short}})),
+		api.MethodStatus: func(req api.Request) []any {
+			var p api.StatusParams
+			if err := json.Unmarshal(req.Params, &p); err != nil || p.Name != "cut" {
+				return []any{failure(api.CodeNotFound, "process not found")}
+			}
+			return []any{result(whole)}
+		},
+	})
+	out, _, code := ctl(t, d, "ps")
+	if code != 0 || !strings.Contains(out, "python -c pri…\n") || !strings.Contains(out, "sleep…\n") || !strings.Contains(out, "'a b'\n") {
+		t.Errorf("ps: code %d, stdout\n%s\nwant the cut commands ending in …", code, out)
+	}
+	if n := len(d.requests()); n != 1 {
+		t.Errorf("ps without --no-trunc sent %d requests, want 1", n)
+	}
+	out, errOut, code := ctl(t, d, "ps", "--no-trunc")
+	if code != 0 || !strings.Contains(out, "python -c 'print(1)'\n") || !strings.Contains(out, "sleep…\n") || strings.Contains(out, "pri…") {
+		t.Errorf("ps --no-trunc: code %d, stderr %q, stdout\n%s\nwant cut whole, gone still cut", code, errOut, out)
+	}
+	var asked []string
+	for _, r := range d.requests()[1:] {
+		if r.Method == api.MethodStatus {
+			var p api.StatusParams
+			json.Unmarshal(r.Params, &p)
+			asked = append(asked, p.Name)
+		}
+	}
+	if !slices.Equal(asked, []string{"cut", "gone"}) {
+		t.Errorf("ps --no-trunc asked status of %v, want cut and gone", asked)
+	}
+	out, _, code = ctl(t, d, "--json", "ps", "--no-trunc")
+	var res api.PSResult
+	if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil || len(res.Processes) != 3 ||
+		!slices.Equal(res.Processes[0].Cmd, whole.Cmd) || res.Processes[0].CmdTruncated || !res.Processes[1].CmdTruncated {
+		t.Errorf("--json ps --no-trunc: code %d, %v, %s", code, err, out)
+	}
 }

@@ -152,6 +152,19 @@ func TestListingRepliesBounded(t *testing.T) {
 		checkCut(t, "root's ps "+p.Name, p.Cmd, p.CmdTruncated, full[p.Name])
 	}
 
+	if out := h.mustCtl(alice, "ps", "--state", "exited"); strings.Count(out, "…\n") != records {
+		t.Errorf("alice's gpuschedctl ps: %d commands end in …, want %d", strings.Count(out, "…\n"), records)
+	}
+	var whole api.PSResult
+	if err := json.Unmarshal([]byte(h.mustCtl(alice, "--json", "ps", "--state", "exited", "--no-trunc")), &whole); err != nil || len(whole.Processes) != records {
+		t.Fatalf("alice's gpuschedctl ps --no-trunc: %d processes (%v), want %d", len(whole.Processes), err, records)
+	}
+	for _, p := range whole.Processes {
+		if !slices.Equal(p.Cmd, full[p.Name]) || p.CmdTruncated {
+			t.Errorf("gpuschedctl ps --no-trunc: %s's command not whole", p.Name)
+		}
+	}
+
 	var one api.Process
 	rc.reply(api.MethodStatus, api.StatusParams{Name: "p07"}, &one)
 	if !slices.Equal(one.Cmd, full["p07"]) || one.CmdTruncated {
@@ -184,4 +197,39 @@ func TestListingRepliesBounded(t *testing.T) {
 	for _, j := range pruned.Jobs {
 		checkCut(t, "prune_jobs "+j.Name, j.Cmd, j.CmdTruncated, full[j.Name])
 	}
+}
+
+// BenchmarkListingPS: a user's ps of 500 exited processes (the default
+// --keep-finished) of 240 KiB commands, read by the user: the reply's
+// bytes and what the daemon allocated per ps (the reply is counted in the
+// reader's own buffer, which allocates nothing), besides the time.
+func BenchmarkListingPS(b *testing.B) {
+	alice := testutil.NewUser(b, listAlice, listGroup)
+	h := newHarness(b, func(c *config.Config) { c.Group = listGroup })
+	const procs = 500
+	c := h.client()
+	for i := range procs {
+		name := fmt.Sprintf("p%03d", i)
+		if _, err := c.Run(ctxT(b), api.RunParams{Name: name, Cmd: longCommand(i), Dir: "/", User: listAlice}); err != nil {
+			b.Fatalf("run %s: %v", name, err)
+		}
+	}
+	for i := range procs {
+		h.waitExit(fmt.Sprintf("p%03d", i))
+	}
+	u, err := user.Lookup(listAlice)
+	if err != nil {
+		b.Fatal(err)
+	}
+	rc := h.rawAs(u, itoa(int(alice.GroupGID)))
+	exited := api.PSParams{States: []api.State{api.StateExited}}
+	var before, after runtime.MemStats
+	size := 0
+	runtime.ReadMemStats(&before)
+	for b.Loop() {
+		size = rc.reply(api.MethodPS, exited, nil)
+	}
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(size), "reply-bytes")
+	b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(b.N), "daemon-B/op")
 }

@@ -222,6 +222,9 @@ class Process:
     ``filled`` is the ratio its attached :class:`Filler` holds its GPU at
     (``run(..., filled=...)``; 0.0 without one). ``mps_threads`` and
     ``mps_mem_limit_mib`` are its MPS limits (0: not an MPS client, or no cap).
+    ``cmd_truncated`` says ``cmd`` is cut, as listings (``processes``, ``remove``)
+    cut every command to :data:`LIST_CMD_BYTES` as encoded; ``status(name)``
+    returns it whole.
     """
 
     name: str = ""
@@ -255,6 +258,7 @@ class Process:
     filled: float = 0.0
     mps_threads: int = 0
     mps_mem_limit_mib: int = 0
+    cmd_truncated: bool = False
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -652,6 +656,10 @@ JOB_STATES = ("queued", "starting", "running", "preempted", "done", "failed", "t
 JOB_FINAL_STATES = frozenset({"done", "failed", "timed_out", "cancelled", "infeasible"})
 """The states a job never leaves."""
 
+LIST_CMD_BYTES = 4096
+"""What a listing keeps of each command: its JSON array takes at most this many bytes,
+cut to its first arguments and a prefix of the next (``cmd_truncated``)."""
+
 
 def _vram(value: Any) -> Union[int, str]:
     """A declared VRAM as the daemon writes it: MiB (a number) or "auto"."""
@@ -712,6 +720,8 @@ class Job:
     with what it used, once finished; ``process`` names its managed process
     (the job's name), once it had an attempt. ``nice`` is its attempts' CPU nice;
     ``mps_threads``/``mps_mem_limit_mib`` their MPS limits (0: none).
+    ``cmd_truncated`` says ``cmd`` is cut, as listings (``jobs``, ``prune_jobs``) cut
+    every command to :data:`LIST_CMD_BYTES` as encoded; ``job(name)`` returns it whole.
     """
 
     id: str = ""
@@ -741,6 +751,7 @@ class Job:
     nice: int = 0
     mps_threads: int = 0
     mps_mem_limit_mib: int = 0
+    cmd_truncated: bool = False
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property

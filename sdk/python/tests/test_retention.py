@@ -4,12 +4,13 @@ every exited process, jobs prune, state filters, and the daemon's own retention
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, List
 
 import pytest
 
-from gpusched import Event, GpuSched, InvalidArgument, NotFound, RmFailure
+from gpusched import LIST_CMD_BYTES, Event, GpuSched, InvalidArgument, NotFound, RmFailure
 from harness import Daemon, guarded
 
 PATH_ENV = {"PATH": "/usr/bin:/bin"}
@@ -89,3 +90,40 @@ def test_retention_event(keep_one: GpuSched) -> None:
         removed: Event = next(e for e in events if e.type == "removed")
     assert (removed.name, removed.reason) == ("older", "retention")
     assert [p.name for p in keep_one.processes()] == ["newer"]
+
+
+def test_listings_cut_long_commands(sched: GpuSched) -> None:
+    """A command past LIST_CMD_BYTES is cut in processes(), jobs(), remove() and
+    prune_jobs(), with cmd_truncated set; status(name) and job(name) return it whole."""
+    long = ["true", "x" * 3000, "y" * 3000]
+    sched.run("long", long, dir="/", env=PATH_ENV)
+    assert sched.wait("long").state == "exited"
+    sched.submit(long, name="longjob", dir="/", env=PATH_ENV)
+    assert sched.wait_job("longjob").finished
+    short_job = sched.submit(["true"], name="shortjob", dir="/", env=PATH_ENV)
+    assert sched.wait_job(short_job.name).finished
+
+    def check_cut(cmd: List[str], truncated: bool) -> None:
+        assert truncated
+        assert len(json.dumps(cmd, separators=(",", ":"))) <= LIST_CMD_BYTES
+        assert cmd[:2] == long[:2] and long[2].startswith(cmd[2]) and len(cmd) == 3
+
+    for p in sched.processes(states=["exited"]):
+        if p.name != "shortjob":
+            check_cut(p.cmd, p.cmd_truncated)
+    whole = sched.status("long")
+    assert (whole.cmd, whole.cmd_truncated) == (long, False)
+    job = sched.job("longjob")
+    assert (job.cmd, job.cmd_truncated) == (long, False)
+    listed = {j.name: j for j in sched.jobs(all=True)}
+    check_cut(listed["longjob"].cmd, listed["longjob"].cmd_truncated)
+    assert (listed["shortjob"].cmd, listed["shortjob"].cmd_truncated) == (["true"], False)
+    assert "cmd_truncated" not in listed["shortjob"].raw
+
+    removed = sched.remove(exited=True).removed
+    assert {p.name for p in removed} == {"long", "longjob", "shortjob"}
+    for p in removed:
+        if p.name != "shortjob":
+            check_cut(p.cmd, p.cmd_truncated)
+    pruned = {j.name: j for j in sched.prune_jobs()}
+    check_cut(pruned["longjob"].cmd, pruned["longjob"].cmd_truncated)
