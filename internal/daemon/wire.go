@@ -133,6 +133,7 @@ func (w *lineWriter) send(end bool) error {
 	return nil
 }
 
+// dropLarge lets a line buffer over maxKeptLine go once its line is written.
 func (w *lineWriter) dropLarge() {
 	if w.buf.Cap() > maxKeptLine {
 		w.buf = bytes.Buffer{} // enc writes to &w.buf, which stays valid
