@@ -3,16 +3,18 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"runtime/pprof"
 	"runtime/trace"
 	"strconv"
 )
 
 // TraceEnv names a file the daemon writes a Go execution trace of its whole
-// run to (`go tool trace`), when set: a debug option, for benchmarks. Each
-// connection's goroutine logs its peer's uid (category "conn") and each
-// unary call is a region named after its method, so that one user's
-// requests can be told from another's.
+// run to (`go tool trace`), with CPU profile samples, when set: a debug
+// option, for benchmarks. Each connection's goroutine logs its peer's uid
+// (category "conn") and each unary call is a region named after its
+// method, so that one user's requests can be told from another's.
 const TraceEnv = "GPUSCHED_TRACE"
 
 // startTrace starts the trace TraceEnv asks for; stop ends and closes it.
@@ -29,7 +31,13 @@ func startTrace() (stop func(), err error) {
 		f.Close()
 		return nil, fmt.Errorf("%s: %w", TraceEnv, err)
 	}
+	// With the CPU profiler on, the trace carries its samples, each with
+	// its goroutine; the profile itself is not kept.
+	profiling := pprof.StartCPUProfile(io.Discard) == nil
 	return func() {
+		if profiling {
+			pprof.StopCPUProfile()
+		}
 		trace.Stop()
 		f.Close()
 	}, nil

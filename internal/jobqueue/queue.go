@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gpusched/gpusched/internal/store"
+	"github.com/gpusched/gpusched/pkg/api"
 )
 
 // Change is one published modification; Old is nil for a new job, New
@@ -30,19 +31,44 @@ type Queue struct {
 	// the newest jobs must not let a restarted queue hand their ids out
 	// again.
 	seqMark uint64
-	view    atomic.Pointer[[]*Job] // sorted by Seq; entries never modified
+	view    atomic.Pointer[view]
+}
+
+// view is what View and States read.
+type view struct {
+	jobs   []*Job                          // sorted by Seq; entries never modified
+	states map[uint32]map[api.JobState]int // each owner's jobs by state
+}
+
+// storeLocked publishes jobs, sorted by Seq, as the view.
+func (q *Queue) storeLocked(jobs []*Job) {
+	states := map[uint32]map[api.JobState]int{}
+	for _, j := range jobs {
+		m := states[j.Owner.UID]
+		if m == nil {
+			m = map[api.JobState]int{}
+			states[j.Owner.UID] = m
+		}
+		m[j.State]++
+	}
+	q.view.Store(&view{jobs: jobs, states: states})
 }
 
 // New creates an empty queue writing through st; onChange may be nil.
 func New(st *store.Records, onChange func(Change)) *Queue {
 	q := &Queue{store: st, onChange: onChange, byID: map[string]*Job{}, byName: map[string]string{}}
-	q.view.Store(&[]*Job{})
+	q.view.Store(&view{jobs: []*Job{}})
 	return q
 }
 
 // View returns every job in submission order, without locking. The jobs
 // must not be modified.
-func (q *Queue) View() []*Job { return *q.view.Load() }
+func (q *Queue) View() []*Job { return q.view.Load().jobs }
+
+// States is how many jobs each owner has in each state, without locking;
+// read only. A caller's own counts cost what the number of owners costs,
+// not what the whole queue does.
+func (q *Queue) States() map[uint32]map[api.JobState]int { return q.view.Load().states }
 
 // Get finds a job by name (the newest of that name), else by id.
 func (q *Queue) Get(nameOrID string) (*Job, bool) {
@@ -139,7 +165,7 @@ func (q *Queue) Update(id string, fn func(*Job) error) (*Job, error) {
 	if i, ok := slices.BinarySearchFunc(v, next.Seq, func(j *Job, s uint64) int { return cmpSeq(j.Seq, s) }); ok {
 		v[i] = next
 	}
-	q.view.Store(&v)
+	q.storeLocked(v)
 	q.publishLocked(Change{Old: cur, New: next})
 	return next, nil
 }
@@ -167,8 +193,7 @@ func (q *Queue) admitLocked(jobs []*Job, admit func(uid uint32, unfinished, addi
 // rebuildLocked publishes a view with added appended (their Seqs are the
 // highest).
 func (q *Queue) rebuildLocked(added []*Job) {
-	v := append(slices.Clone(q.View()), added...)
-	q.view.Store(&v)
+	q.storeLocked(append(slices.Clone(q.View()), added...))
 }
 
 func (q *Queue) publishLocked(c Change) {
