@@ -96,7 +96,9 @@ func (m *model) splitClient(g *gor, calls []call, file string, frac float64) err
 			for j < len(calls) && calls[j].begun < c.start {
 				j++
 			}
-			if j < len(calls) && calls[j].end <= c.end {
+			// The reply may reach the client before the daemon's write
+			// returns and its region ends: match on the region's start.
+			if j < len(calls) && calls[j].begun <= c.end {
 				matched = append(matched, both{c, calls[j]})
 			}
 		}
@@ -113,11 +115,11 @@ func (m *model) splitClient(g *gor, calls []call, file string, frac float64) err
 		var sum, sent, daemon, done int64
 		ran := map[string]int64{}
 		for _, x := range set.c {
-			wake := max(x.daemon.start, x.client.start)
+			wake, written := max(x.daemon.start, x.client.start), min(x.daemon.end, x.client.end)
 			sum += x.client.len()
 			sent += wake - x.client.start
-			daemon += x.daemon.end - wake
-			done += x.client.end - x.daemon.end
+			daemon += written - wake
+			done += x.client.end - written
 			m.ranDuring(span{x.client.start, wake}, procs, ran)
 		}
 		n := float64(len(set.c))
