@@ -83,6 +83,7 @@ var allowed = map[string][]string{
 	"internal/netguard":                  {},
 	"internal/backoff":                   {},
 	"internal/bulkgate":                  {},
+	"internal/threadprio":                {},
 	"internal/cudakind":                  {},
 	"internal/checkpoint/checkpointtest": {},
 	"internal/memfill":                   {"internal/procfs", "internal/simgpu"},
