@@ -40,16 +40,37 @@ type view struct {
 	states map[uint32]map[api.JobState]int // each owner's jobs by state
 }
 
-// storeLocked publishes jobs, sorted by Seq, as the view.
-func (q *Queue) storeLocked(jobs []*Job) {
-	states := map[uint32]map[api.JobState]int{}
-	for _, j := range jobs {
-		m := states[j.Owner.UID]
-		if m == nil {
-			m = map[api.JobState]int{}
-			states[j.Owner.UID] = m
+// storeLocked publishes jobs, sorted by Seq, as the view: the last one
+// with gone taken out and added put in. Each owner's counts are carried
+// over, copied only for the owners gone and added change, so that an
+// update costs what the number of owners does, not the whole queue.
+func (q *Queue) storeLocked(jobs, gone, added []*Job) {
+	states := maps.Clone(q.view.Load().states)
+	if states == nil {
+		states = map[uint32]map[api.JobState]int{}
+	}
+	touched := map[uint32]bool{}
+	count := func(j *Job, d int) {
+		uid := j.Owner.UID
+		if !touched[uid] {
+			touched[uid] = true
+			m := make(map[api.JobState]int, len(states[uid])+1)
+			maps.Copy(m, states[uid])
+			states[uid] = m
 		}
-		m[j.State]++
+		states[uid][j.State] += d
+	}
+	for _, j := range gone {
+		count(j, -1)
+	}
+	for _, j := range added {
+		count(j, 1)
+	}
+	for uid := range touched {
+		maps.DeleteFunc(states[uid], func(_ api.JobState, n int) bool { return n == 0 })
+		if len(states[uid]) == 0 {
+			delete(states, uid)
+		}
 	}
 	q.view.Store(&view{jobs: jobs, states: states})
 }
@@ -165,7 +186,7 @@ func (q *Queue) Update(id string, fn func(*Job) error) (*Job, error) {
 	if i, ok := slices.BinarySearchFunc(v, next.Seq, func(j *Job, s uint64) int { return cmpSeq(j.Seq, s) }); ok {
 		v[i] = next
 	}
-	q.storeLocked(v)
+	q.storeLocked(v, []*Job{cur}, []*Job{next})
 	q.publishLocked(Change{Old: cur, New: next})
 	return next, nil
 }
@@ -193,7 +214,7 @@ func (q *Queue) admitLocked(jobs []*Job, admit func(uid uint32, unfinished, addi
 // rebuildLocked publishes a view with added appended (their Seqs are the
 // highest).
 func (q *Queue) rebuildLocked(added []*Job) {
-	q.storeLocked(append(slices.Clone(q.View()), added...))
+	q.storeLocked(append(slices.Clone(q.View()), added...), nil, added)
 }
 
 func (q *Queue) publishLocked(c Change) {
