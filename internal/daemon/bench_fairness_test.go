@@ -50,9 +50,19 @@ func BenchmarkFairness(b *testing.B) {
 	load := buildFairload(b, h.dir)
 	metrics := testutil.FreeLoopback(b)
 	system, users := machineSlices(b)
-	dp := h.spawnBinary(inSlice(system, h.bins.Daemon, append(h.binaryArgs(), "--group", victim.Group, "--metrics-addr", metrics, "--gpu-poll", "1s")...))
+	var env []string
+	if *fairnessTrace != "" {
+		env = append(env, TraceEnv+"="+*fairnessTrace)
+	}
+	dp := h.spawnBinary(inSlice(system, h.bins.Daemon, append(h.binaryArgs(), "--group", victim.Group, "--metrics-addr", metrics, "--gpu-poll", "1s")...), env...)
 	waitSocket(b, h.cfg.Socket)
 	pid := dp.cmd.Process.Pid
+	if *fairnessTrace != "" {
+		defer func() { // a clean stop writes the trace's end
+			dp.cmd.Process.Signal(syscall.SIGTERM)
+			dp.cmd.Wait()
+		}()
+	}
 
 	victimSlice, hostileSlice := userSlice(b, users, victim), userSlice(b, users, hostile)
 	for range b.N {
@@ -76,8 +86,8 @@ func BenchmarkFairness(b *testing.B) {
 			b.Logf("%-12s p50 %7.2f p99 %7.2f ms | p50 %7.2f p99 %7.2f ms | p50 %7.2f p99 %7.2f ms", op,
 				calm[op].P50, calm[op].P99, busy[op].P50, busy[op].P99, stormy[op].P50, stormy[op].P99)
 		}
-		b.Logf("daemon alone: RSS %d MiB, %d fds, %v CPU; flooded: RSS %d MiB, %d fds, %v CPU; the hostile's own load used %v CPU",
-			calmPeak.rss>>20, calmPeak.fds, calmPeak.cpu, floodPeak.rss>>20, floodPeak.fds, floodPeak.cpu, hostileCPU)
+		b.Logf("daemon alone: RSS %d MiB, %d fds, %v CPU, %v waiting for a CPU; flooded: RSS %d MiB, %d fds, %v CPU, %v waiting for a CPU; the hostile's own load used %v CPU",
+			calmPeak.rss>>20, calmPeak.fds, calmPeak.cpu, calmPeak.delay, floodPeak.rss>>20, floodPeak.fds, floodPeak.cpu, floodPeak.delay, hostileCPU)
 		b.ReportMetric(calm["status"].P99, "status-p99-alone-ms")
 		b.ReportMetric(busy["status"].P99, "status-p99-burn-ms")
 		b.ReportMetric(stormy["status"].P99, "status-p99-hostile-ms")
@@ -136,14 +146,27 @@ type victimOp struct {
 	P99 float64 `json:"p99_ms"`
 }
 
+// victimRuns counts the victim's runs, to name their files beside the trace.
+var victimRuns int
+
 func runVictim(b *testing.B, load string, u testutil.User, slice string, h *harness) map[string]victimOp {
 	b.Helper()
-	c := inSlice(slice, load, "victim", "-socket", h.cfg.Socket, "-simjob", h.bins.SimJob)
+	args := []string{"victim", "-socket", h.cfg.Socket, "-simjob", h.bins.SimJob}
+	if *fairnessTrace != "" {
+		args = append(args, "-times")
+	}
+	c := inSlice(slice, load, args...)
 	asUser(c, u)
 	c.Stderr = os.Stderr
 	out, err := c.Output()
 	if err != nil {
 		b.Fatalf("victim: %v", err)
+	}
+	if *fairnessTrace != "" {
+		victimRuns++
+		if err := os.WriteFile(fmt.Sprintf("%s.victim%d", *fairnessTrace, victimRuns), out, 0o644); err != nil {
+			b.Fatal(err)
+		}
 	}
 	var ops []victimOp
 	if err := json.Unmarshal(out, &ops); err != nil {
@@ -193,22 +216,24 @@ func waitSocket(b *testing.B, path string) {
 
 // peak is the most a daemon held while watched, and the CPU it used.
 type peak struct {
-	rss uint64
-	fds int
-	cpu time.Duration
+	rss   uint64
+	fds   int
+	cpu   time.Duration
+	delay time.Duration // its threads' time runnable but waiting for a CPU (schedstat)
 }
 
 // daemonWatch samples a daemon's RSS and descriptors until stopped.
 type daemonWatch struct {
 	pid   int
 	cpu0  time.Duration
+	wait0 time.Duration
 	stopc chan struct{}
 	done  sync.WaitGroup
 	max   peak
 }
 
 func watchDaemon(pid int) *daemonWatch {
-	w := &daemonWatch{stopc: make(chan struct{}), pid: pid, cpu0: cpuTime(pid)}
+	w := &daemonWatch{stopc: make(chan struct{}), pid: pid, cpu0: cpuTime(pid), wait0: runDelay(pid)}
 	w.done.Add(1)
 	go func() {
 		defer w.done.Done()
@@ -247,7 +272,30 @@ func (w *daemonWatch) stop() peak {
 	close(w.stopc)
 	w.done.Wait()
 	w.max.cpu = cpuTime(w.pid) - w.cpu0
+	w.max.delay = runDelay(w.pid) - w.wait0
 	return w.max
+}
+
+// runDelay is how long process pid's live threads have waited on a run
+// queue for a CPU (the second field of /proc/PID/task/TID/schedstat).
+func runDelay(pid int) time.Duration {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := procfs.ReadFile(filepath.Join(dir, t.Name(), "schedstat"), procfs.MaxStatus)
+		if err != nil {
+			continue
+		}
+		if f := strings.Fields(string(b)); len(f) >= 2 {
+			ns, _ := strconv.ParseInt(f[1], 10, 64)
+			sum += time.Duration(ns)
+		}
+	}
+	return sum
 }
 
 // cpuTime is the user and system CPU time process pid has used.
@@ -272,6 +320,8 @@ func cpuTime(pid int) time.Duration {
 var fairnessHostile = flag.String("fairness.hostile", "", "BenchmarkFairness: more flags for fairload hostile, space-separated (e.g. \"-jobs 0\")")
 
 var fairnessBurn = flag.String("fairness.burn", "", "BenchmarkFairness: more flags for the control, fairload burn (\"-decode\": the hostile readers' own decoding, without the daemon)")
+
+var fairnessTrace = flag.String("fairness.trace", "", "BenchmarkFairness: write the daemon's execution trace to this file ("+TraceEnv+"), and the victim's status calls' times to FILE.victimN")
 
 var fairnessQuota = flag.Int("fairness.cpu-quota", 0, "BenchmarkFairness: each user's CPU quota, percent of one CPU (0: none)")
 

@@ -181,6 +181,11 @@ func (d *Daemon) openGPUs() error {
 // exit (nil).
 func (d *Daemon) Run(ctx context.Context) error {
 	defer d.gpus.Close()
+	stopTrace, err := startTrace()
+	if err != nil {
+		return err
+	}
+	defer stopTrace()
 	if err := d.lockState(); err != nil {
 		return err
 	}

@@ -44,16 +44,22 @@ func (d *Daemon) status(c *call) (any, error) {
 		DiskBytes: d.snaps.Bytes(), DiskBudget: d.cfg.DiskBudgetMiB << 20, CRIU: d.criuVersion(),
 		Fillers: d.fillersAPI(),
 	}
-	for _, r := range d.table.View().Records {
-		if c.actor.owns(r.Owner.UID) {
-			st.Processes++
-			st.States[r.State]++
+	// Counted by owner, so that a user's status costs what their own
+	// things do, however many another user holds.
+	for uid, states := range d.table.View().States() {
+		if c.actor.owns(uid) {
+			for s, n := range states {
+				st.Processes += n
+				st.States[s] += n
+			}
 		}
 	}
 	st.Jobs = map[api.JobState]int{}
-	for _, j := range d.jobs.View() {
-		if c.actor.owns(j.Owner.UID) {
-			st.Jobs[j.State]++
+	for uid, states := range d.jobs.States() {
+		if c.actor.owns(uid) {
+			for s, n := range states {
+				st.Jobs[s] += n
+			}
 		}
 	}
 	for _, l := range d.leases.granted() {

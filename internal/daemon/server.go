@@ -147,6 +147,7 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 		_ = w.response(nil, nil, &api.Error{Code: api.CodeInternal, Message: "cannot identify peer: " + err.Error()})
 		return
 	}
+	traceConn(ctx, a.UID)
 	scope := &connScope{}
 	defer scope.close()
 	r := bufio.NewReaderSize(&stallReader{c: c}, 64<<10)
@@ -239,6 +240,7 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 // answerUnary answers a unary call; a quick one, handler and reply both,
 // in one of its user's turns.
 func (d *Daemon) answerUnary(w *lineWriter, c *call, id json.RawMessage, m method) error {
+	defer traceCall(c.ctx, c.method)()
 	if m.turn {
 		release, err := d.turns.Take(c.ctx, c.actor.UID)
 		if err != nil {

@@ -60,7 +60,7 @@ func (q *Queue) Load() ([]Problem, error) {
 		q.seq = max(q.seq, j.Seq)
 	}
 	q.seq = max(q.seq, q.seqMark)
-	q.view.Store(&all)
+	q.storeLocked(all, nil, all)
 	return problems, nil
 }
 

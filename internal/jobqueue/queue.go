@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gpusched/gpusched/internal/store"
+	"github.com/gpusched/gpusched/pkg/api"
 )
 
 // Change is one published modification; Old is nil for a new job, New
@@ -30,19 +31,65 @@ type Queue struct {
 	// the newest jobs must not let a restarted queue hand their ids out
 	// again.
 	seqMark uint64
-	view    atomic.Pointer[[]*Job] // sorted by Seq; entries never modified
+	view    atomic.Pointer[view]
+}
+
+// view is what View and States read.
+type view struct {
+	jobs   []*Job                          // sorted by Seq; entries never modified
+	states map[uint32]map[api.JobState]int // each owner's jobs by state
+}
+
+// storeLocked publishes jobs, sorted by Seq, as the view: the last one
+// with gone taken out and added put in. Each owner's counts are carried
+// over, copied only for the owners gone and added change, so that an
+// update costs what the number of owners does, not the whole queue.
+func (q *Queue) storeLocked(jobs, gone, added []*Job) {
+	states := maps.Clone(q.view.Load().states)
+	if states == nil {
+		states = map[uint32]map[api.JobState]int{}
+	}
+	touched := map[uint32]bool{}
+	count := func(j *Job, d int) {
+		uid := j.Owner.UID
+		if !touched[uid] {
+			touched[uid] = true
+			m := make(map[api.JobState]int, len(states[uid])+1)
+			maps.Copy(m, states[uid])
+			states[uid] = m
+		}
+		states[uid][j.State] += d
+	}
+	for _, j := range gone {
+		count(j, -1)
+	}
+	for _, j := range added {
+		count(j, 1)
+	}
+	for uid := range touched {
+		maps.DeleteFunc(states[uid], func(_ api.JobState, n int) bool { return n == 0 })
+		if len(states[uid]) == 0 {
+			delete(states, uid)
+		}
+	}
+	q.view.Store(&view{jobs: jobs, states: states})
 }
 
 // New creates an empty queue writing through st; onChange may be nil.
 func New(st *store.Records, onChange func(Change)) *Queue {
 	q := &Queue{store: st, onChange: onChange, byID: map[string]*Job{}, byName: map[string]string{}}
-	q.view.Store(&[]*Job{})
+	q.view.Store(&view{jobs: []*Job{}})
 	return q
 }
 
 // View returns every job in submission order, without locking. The jobs
 // must not be modified.
-func (q *Queue) View() []*Job { return *q.view.Load() }
+func (q *Queue) View() []*Job { return q.view.Load().jobs }
+
+// States is how many jobs each owner has in each state, without locking;
+// read only. A caller's own counts cost what the number of owners costs,
+// not what the whole queue does.
+func (q *Queue) States() map[uint32]map[api.JobState]int { return q.view.Load().states }
 
 // Get finds a job by name (the newest of that name), else by id.
 func (q *Queue) Get(nameOrID string) (*Job, bool) {
@@ -139,7 +186,7 @@ func (q *Queue) Update(id string, fn func(*Job) error) (*Job, error) {
 	if i, ok := slices.BinarySearchFunc(v, next.Seq, func(j *Job, s uint64) int { return cmpSeq(j.Seq, s) }); ok {
 		v[i] = next
 	}
-	q.view.Store(&v)
+	q.storeLocked(v, []*Job{cur}, []*Job{next})
 	q.publishLocked(Change{Old: cur, New: next})
 	return next, nil
 }
@@ -167,8 +214,7 @@ func (q *Queue) admitLocked(jobs []*Job, admit func(uid uint32, unfinished, addi
 // rebuildLocked publishes a view with added appended (their Seqs are the
 // highest).
 func (q *Queue) rebuildLocked(added []*Job) {
-	v := append(slices.Clone(q.View()), added...)
-	q.view.Store(&v)
+	q.storeLocked(append(slices.Clone(q.View()), added...), nil, added)
 }
 
 func (q *Queue) publishLocked(c Change) {

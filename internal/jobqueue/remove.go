@@ -105,5 +105,5 @@ func (q *Queue) forgetLocked(removed []*Job, drop map[string]bool) {
 			delete(renamed, v[i].Name)
 		}
 	}
-	q.view.Store(&v)
+	q.storeLocked(v, removed, nil)
 }

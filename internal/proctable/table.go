@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gpusched/gpusched/internal/store"
+	"github.com/gpusched/gpusched/pkg/api"
 )
 
 // Change is one published modification. Old is nil for a new record; New
@@ -23,7 +24,13 @@ type Change struct {
 type View struct {
 	Seq     uint64
 	Records []Record
+	states  map[uint32]map[api.State]int // each owner's records by state
 }
+
+// States is how many records each owner has in each state; read only.
+// A caller's own counts cost what the number of owners costs, not what
+// the whole table does.
+func (v *View) States() map[uint32]map[api.State]int { return v.states }
 
 // Get finds a record by name in the snapshot.
 func (v *View) Get(name string) (Record, bool) {
@@ -317,5 +324,15 @@ func (t *Table) snapshotLocked() {
 		recs = append(recs, e.rec)
 	}
 	slices.SortFunc(recs, func(a, b Record) int { return strings.Compare(a.Name, b.Name) })
-	t.view.Store(&View{Seq: t.seq, Records: recs})
+	states := map[uint32]map[api.State]int{}
+	for i := range recs {
+		r := &recs[i]
+		m := states[r.Owner.UID]
+		if m == nil {
+			m = map[api.State]int{}
+			states[r.Owner.UID] = m
+		}
+		m[r.State]++
+	}
+	t.view.Store(&View{Seq: t.seq, Records: recs, states: states})
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -21,6 +23,9 @@ type Op struct {
 	P50 float64 `json:"p50_ms"`
 	P99 float64 `json:"p99_ms"`
 	Max float64 `json:"max_ms"`
+	// Times holds each call's start and end on CLOCK_MONOTONIC, the
+	// clock of a Go execution trace's timestamps, in ns (-times).
+	Times [][2]int64 `json:"times,omitempty"`
 }
 
 // victim runs the fixed workload of a well-behaved user and prints its
@@ -35,6 +40,7 @@ func victim(args []string) {
 		runs     = fs.Int("runs", 20, "runs")
 		swaps    = fs.Int("swaps", 10, "freeze and thaw round trips")
 		follows  = fs.Int("follows", 20, "logs -f calls")
+		times    = fs.Bool("times", false, "report each status call's start and end (CLOCK_MONOTONIC ns), to match with a trace of the daemon")
 	)
 	fs.Parse(args)
 	ctx := context.Background()
@@ -42,7 +48,16 @@ func victim(args []string) {
 	must(err)
 	defer c.Close()
 	var ops []Op
-	ops = append(ops, timed("status", *statuses, func(int) error { _, err := c.Status(ctx); return err }))
+	var spans [][2]int64
+	ops = append(ops, timed("status", *statuses, func(int) error {
+		t0 := monotonic()
+		_, err := c.Status(ctx)
+		if *times {
+			spans = append(spans, [2]int64{t0, monotonic()})
+		}
+		return err
+	}))
+	ops[0].Times = spans
 	ops = append(ops, timed("run", *runs, func(i int) error {
 		_, err := c.Run(ctx, api.RunParams{Name: fmt.Sprintf("victim-%d", i), Cmd: []string{"sleep", "100000"}, Dir: "/"})
 		return err
@@ -118,6 +133,13 @@ func timed(name string, n int, op func(i int) error) Op {
 	slices.Sort(lat)
 	at := func(q float64) float64 { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
 	return Op{Op: name, N: n, P50: at(0.5), P99: at(0.99), Max: lat[len(lat)-1]}
+}
+
+// monotonic is CLOCK_MONOTONIC in ns.
+func monotonic() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
 }
 
 func must(err error) {
