@@ -308,7 +308,9 @@ func readVMAs(dir string, id int) ([]vma, error) {
 		return nil, fmt.Errorf("%s: %w: %d entries", path, errImage, len(msgs))
 	}
 	var e mm.MmEntry
-	if err := proto.Unmarshal(msgs[0], &e); err != nil {
+	// Only the mappings are used: the entry's other required fields may
+	// be missing.
+	if err := (proto.UnmarshalOptions{AllowPartial: true}).Unmarshal(msgs[0], &e); err != nil {
 		return nil, fmt.Errorf("%s: %w: %v", path, errImage, err)
 	}
 	vmas := make([]vma, 0, len(e.GetVmas()))
