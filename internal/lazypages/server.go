@@ -43,6 +43,12 @@ const (
 // (EAGAIN, ENOENT) to reach the server as an event.
 const settleTimeout = 5 * time.Second
 
+// acceptTimeout bounds the wait for the restore to connect: CRIU's restore
+// connects as it starts (prepare_lazy_pages_socket, before it forks the
+// tree), and a server whose starter died before the restore would
+// otherwise wait forever.
+const acceptTimeout = 2 * time.Minute
+
 // EnvHold, when set, names a file the server reads to its end before it
 // streams the pages in the background: faults are served meanwhile (test
 // knob: a page source stopped mid-transfer).
@@ -68,6 +74,9 @@ func serve(dir string, ln *net.UnixListener) error {
 	}
 	s := &server{dir: dir, errc: make(chan error, 1), images: map[int]*taskImage{}, settled: make(chan struct{})}
 	start := time.Now()
+	if err := ln.SetDeadline(start.Add(acceptTimeout)); err != nil {
+		return err
+	}
 	conn, err := ln.AcceptUnix()
 	ln.Close()
 	if err != nil {
