@@ -103,7 +103,7 @@ func benchDiskTier(b *testing.B, mib int, lazy bool) {
 			restoreMS = th.MS["all_memory"]
 			running = append(running, th.MS["running"])
 			allMemory = append(allMemory, (restoreMS/1000)/(size/rbw))
-			b.Logf("lazy: running again after %.0f ms (criu restore %.0f ms, of which the lazy-pages daemon's start %.0f ms), all memory back after %.0f ms, %.2fx the disk's read time",
+			b.Logf("lazy: running again after %.0f ms (criu restore %.0f ms, of which the lazy-pages server's start %.0f ms), all memory back after %.0f ms, %.2fx the disk's read time",
 				th.MS["running"], th.MS["criu_restore"], th.MS["lazy_pages_start"], restoreMS, allMemory[len(allMemory)-1])
 		}
 		restores = append(restores, size/(restoreMS/1000))

@@ -50,7 +50,7 @@ type region struct {
 	uffd int
 }
 
-func newRegion(t *testing.T, pages int) *region {
+func newRegion(t testing.TB, pages int) *region {
 	t.Helper()
 	mem, err := unix.Mmap(-1, 0, pages*pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
@@ -88,7 +88,7 @@ type ent struct {
 // present pages taken from data (the region's intended contents, page i
 // at data[i*pageSize:]) into pages-<pagesID>.img, and an mm image with
 // one mapping of pages pages at base.
-func writeImages(t *testing.T, dir string, id int, pagesID uint32, base uint64, pages int, ents []ent, data []byte) {
+func writeImages(t testing.TB, dir string, id int, pagesID uint32, base uint64, pages int, ents []ent, data []byte) {
 	t.Helper()
 	pm := []proto.Message{&pagemap.PagemapHead{PagesId: proto.Uint32(pagesID)}}
 	var raw []byte
@@ -110,7 +110,7 @@ func writeImages(t *testing.T, dir string, id int, pagesID uint32, base uint64, 
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
-func writeImage(t *testing.T, path string, magic uint32, msgs ...proto.Message) {
+func writeImage(t testing.TB, path string, magic uint32, msgs ...proto.Message) {
 	t.Helper()
 	b := binary.LittleEndian.AppendUint32(nil, imgCommonMagic)
 	b = binary.LittleEndian.AppendUint32(b, magic)
@@ -127,7 +127,7 @@ func writeImage(t *testing.T, path string, magic uint32, msgs ...proto.Message) 
 	}
 }
 
-func randomPages(t *testing.T, pages int) []byte {
+func randomPages(t testing.TB, pages int) []byte {
 	b := make([]byte, pages*pageSize)
 	if _, err := rand.Read(b); err != nil {
 		t.Fatal(err)
@@ -137,14 +137,14 @@ func randomPages(t *testing.T, pages int) []byte {
 
 // restore is the restore's end of the protocol, as criu/uffd.c speaks it.
 type restore struct {
-	t    *testing.T
+	t    testing.TB
 	conn *net.UnixConn
 	srv  *Server
 }
 
 // startServer starts the server (this test binary as gpuschedd) on dir
 // and connects to it as CRIU's restore does.
-func startServer(t *testing.T, dir string) *restore {
+func startServer(t testing.TB, dir string) *restore {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -193,7 +193,7 @@ func (r *restore) finish() error {
 	return r.srv.Wait(ctx)
 }
 
-func equalPages(t *testing.T, what string, got, want []byte) {
+func equalPages(t testing.TB, what string, got, want []byte) {
 	t.Helper()
 	if !bytes.Equal(got, want) {
 		for i := 0; i < len(got); i += pageSize {
@@ -381,5 +381,39 @@ func TestLoadTaskRefusesBadImages(t *testing.T) {
 				t.Fatalf("error %q does not say %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// BenchmarkServe streams a region of 256 MiB, every page lazy, from a
+// pages image on disk read after dropping the page cache; it reports the
+// transfer's MiB/s from the restore's end to the server's exit, and logs
+// the server's own account.
+func BenchmarkServe(b *testing.B) {
+	const pages = 256 << 20 / pageSize
+	for b.Loop() {
+		b.StopTimer()
+		reg := newRegion(b, pages)
+		data := make([]byte, pages*pageSize)
+		for i := range pages {
+			binary.LittleEndian.PutUint64(data[i*pageSize:], uint64(i))
+		}
+		dir := b.TempDir()
+		writeImages(b, dir, 1, 1, reg.addr, pages, []ent{{0, pages, peLazy | pePresent}}, data)
+		if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("1"), 0); err != nil {
+			b.Fatal(err)
+		}
+		r := startServer(b, dir)
+		r.send(1, reg)
+		b.StartTimer()
+		start := time.Now()
+		if err := r.finish(); err != nil {
+			b.Fatal(err)
+		}
+		el := time.Since(start)
+		b.StopTimer()
+		log, _ := os.ReadFile(filepath.Join(dir, LogName))
+		b.Logf("%.0f MiB/s: %s", 256/el.Seconds(), bytes.TrimSpace(log))
+		b.ReportMetric(256/el.Seconds(), "MiB/s")
+		b.StartTimer()
 	}
 }
