@@ -3,6 +3,7 @@ package lazypages
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -193,10 +194,8 @@ type fillResult struct {
 // task. t.mu is held, for reading at least.
 func (t *task) fill(img uint64, data []byte) (res fillResult) {
 	hi := img + uint64(len(data))
-	for _, r := range t.runs {
-		if r.imgEnd() <= img || r.img >= hi {
-			continue
-		}
+	for i := sort.Search(len(t.runs), func(i int) bool { return t.runs[i].imgEnd() > img }); i < len(t.runs) && t.runs[i].img < hi; i++ {
+		r := t.runs[i]
 		a, b := max(img, r.img), min(hi, r.imgEnd())
 		dst, src := r.start+(a-r.img), data[a-img:b-img]
 		single := false
