@@ -61,7 +61,8 @@ const EnvHold = "GPUSCHED_LAZYPAGES_HOLD"
 type server struct {
 	dir     string
 	errc    chan error // the first failure
-	byFault atomic.Uint64
+	faults  atomic.Uint64 // faults answered
+	byFault atomic.Uint64 // pages they brought in
 	// Time the background transfer spent reading (per reader) and copying.
 	readTime, copyTime time.Duration
 
@@ -100,7 +101,7 @@ func serve(dir string, ln *net.UnixListener) error {
 	if hold := os.Getenv(EnvHold); hold != "" {
 		_, _ = os.ReadFile(hold)
 	}
-	finishedAt := time.Now()
+	finishedAt, faultsBefore := time.Now(), s.faults.Load()
 	streamed := make(chan error, 1)
 	go func() { streamed <- s.stream() }()
 	select {
@@ -114,9 +115,10 @@ func serve(dir string, ln *net.UnixListener) error {
 	for _, img := range s.images {
 		pages += uint64(img.pagesTotal())
 	}
-	fmt.Fprintf(os.Stderr, "%s: %d lazy pages of %d processes in, %v after the restore connected, %v after it finished (reading %v, copying %v); %d pages brought by faults\n",
+	fmt.Fprintf(os.Stderr, "%s: %d lazy pages of %d processes in, %v after the restore connected, %v after it finished (reading %v, copying %v); %d faults (%d before the restore finished, after %v) brought %d pages\n",
 		ServerArgv0, pages, len(s.images), time.Since(start).Round(time.Millisecond), time.Since(finishedAt).Round(time.Millisecond),
-		s.readTime.Round(time.Millisecond), s.copyTime.Round(time.Millisecond), s.byFault.Load())
+		s.readTime.Round(time.Millisecond), s.copyTime.Round(time.Millisecond), s.faults.Load(), faultsBefore,
+		finishedAt.Sub(start).Round(time.Millisecond), s.byFault.Load())
 	return nil
 }
 

@@ -101,6 +101,7 @@ func (t *task) events() {
 func (t *task) handle(m uffdMsg) (changed bool, err error) {
 	switch m.event {
 	case eventPagefault:
+		t.s.faults.Add(1)
 		return false, t.fault(m.b &^ (pageSize - 1))
 	case eventRemove, eventUnmap:
 		// madvise(MADV_DONTNEED or MADV_REMOVE) keeps the mapping, which
