@@ -38,7 +38,8 @@ const (
 const (
 	readChunk   = 8 << 20
 	readers     = 4
-	readBuffers = readers + 2
+	copiers     = 2
+	readBuffers = readers + copiers
 	copyChunk   = 1 << 20
 )
 
@@ -63,7 +64,8 @@ type server struct {
 	errc    chan error // the first failure
 	faults  atomic.Uint64 // faults answered
 	byFault atomic.Uint64 // pages they brought in
-	// Time the background transfer spent reading (per reader) and copying.
+	// Time the background transfer spent reading and copying, per reader
+	// and per copier.
 	readTime, copyTime time.Duration
 
 	mu      sync.Mutex
@@ -79,8 +81,7 @@ func serve(dir string, ln *net.UnixListener) error {
 		return fmt.Errorf("page size %d: only %d is supported", os.Getpagesize(), pageSize)
 	}
 	s := &server{dir: dir, errc: make(chan error, 1), images: map[int]*taskImage{}, settled: make(chan struct{})}
-	start := time.Now()
-	if err := ln.SetDeadline(start.Add(acceptTimeout)); err != nil {
+	if err := ln.SetDeadline(time.Now().Add(acceptTimeout)); err != nil {
 		return err
 	}
 	conn, err := ln.AcceptUnix()
@@ -88,6 +89,7 @@ func serve(dir string, ln *net.UnixListener) error {
 	if err != nil {
 		return fmt.Errorf("accept: %w", err)
 	}
+	start := time.Now()
 	finished := make(chan error, 1)
 	go func() { finished <- s.restoreSide(conn) }()
 	select {
@@ -367,19 +369,34 @@ func (s *server) stream() error {
 		wg.Wait()
 		close(read)
 	}()
-	for c := range read {
-		start := time.Now()
-		for _, t := range s.tasksOf(c.img) {
-			for _, p := range c.pieces {
-				if err := t.fillLocked(p.vaddr, c.buf[p.at:p.at+int(p.n*pageSize)]); err != nil {
-					return err
+	var copyNS atomic.Int64
+	copyErr := make(chan error, copiers)
+	var cg sync.WaitGroup
+	for range copiers {
+		cg.Go(func() {
+			for c := range read {
+				start := time.Now()
+				for _, t := range s.tasksOf(c.img) {
+					for _, p := range c.pieces {
+						if err := t.fillLocked(p.vaddr, c.buf[p.at:p.at+int(p.n*pageSize)]); err != nil {
+							copyErr <- err
+							return
+						}
+					}
 				}
+				copyNS.Add(int64(time.Since(start)))
+				free <- c.buf[:cap(c.buf)]
 			}
-		}
-		s.copyTime += time.Since(start)
-		free <- c.buf[:cap(c.buf)]
+		})
 	}
+	cg.Wait()
 	s.readTime = time.Duration(readNS.Load()) / readers
+	s.copyTime = time.Duration(copyNS.Load()) / copiers
+	select {
+	case err := <-copyErr:
+		return err
+	default:
+	}
 	select {
 	case err := <-readErr:
 		return err
