@@ -61,7 +61,7 @@ const EnvHold = "GPUSCHED_LAZYPAGES_HOLD"
 // server is one lazy restore's page source.
 type server struct {
 	dir     string
-	errc    chan error // the first failure
+	errc    chan error    // the first failure
 	faults  atomic.Uint64 // faults answered
 	byFault atomic.Uint64 // pages they brought in
 	// Time the background transfer spent reading and copying, per reader
