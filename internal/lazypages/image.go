@@ -176,7 +176,7 @@ func openPages(path string) (*pagesFile, error) {
 	return &pagesFile{f: f, size: fi.Size()}, nil
 }
 
-// readAt fills p (page-aligned, a whole number of pages) from off.
+// readAt fills b (page-aligned, a whole number of pages) from off.
 func (p *pagesFile) readAt(b []byte, off int64) error {
 	if off+int64(len(b)) > p.size {
 		return fmt.Errorf("%s: %w: read of %d bytes at %d past its end (%d)", p.f.Name(), errImage, len(b), off, p.size)
@@ -338,7 +338,7 @@ func splitRuns(segs []segment, vmas []vma) ([]run, error) {
 				return nil, fmt.Errorf("%w: lazy page %#x outside every mapping", errImage, a)
 			}
 			b := min(s.end(), vmas[j].end)
-			if n := len(runs); n > 0 && runs[n-1].end == a && runs[n-1].img+(a-runs[n-1].start) == a && !crosses(vmas[j], runs[n-1].start) {
+			if n := len(runs); n > 0 && runs[n-1].end == a && runs[n-1].start >= vmas[j].start {
 				runs[n-1].end = b
 			} else {
 				runs = append(runs, run{start: a, end: b, img: a})
@@ -348,7 +348,3 @@ func splitRuns(segs []segment, vmas []vma) ([]run, error) {
 	}
 	return runs, nil
 }
-
-// crosses reports whether addr lies outside v (a run starting there would
-// cross v's start if extended into it).
-func crosses(v vma, addr uint64) bool { return addr < v.start }

@@ -148,7 +148,7 @@ func (t *task) fault(addr uint64) error {
 		case err == nil, errors.Is(err, unix.EEXIST), errors.Is(err, unix.ENOENT):
 			return nil
 		case errors.Is(err, unix.EAGAIN):
-			t.waiting = append(t.waiting, addr)
+			t.wait(addr)
 			return nil
 		case errors.Is(err, unix.ESRCH), errors.Is(err, unix.ENOSPC):
 			t.gone.Store(true)
@@ -169,10 +169,18 @@ func (t *task) fault(addr uint64) error {
 	res := t.fill(img, data)
 	t.apply(res)
 	t.s.byFault.Add(res.pages)
-	if res.retry && len(t.waiting) < 1<<16 {
-		t.waiting = append(t.waiting, addr)
+	if res.retry {
+		t.wait(addr)
 	}
 	return res.err
+}
+
+// wait keeps the fault at addr to answer again after the next mapping
+// change; a thread waits on each, so there are few.
+func (t *task) wait(addr uint64) {
+	if len(t.waiting) < 1<<16 {
+		t.waiting = append(t.waiting, addr)
+	}
 }
 
 // fillResult is what fill did: the image ranges now in, whether some
