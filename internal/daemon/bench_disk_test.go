@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/lazypages"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -82,6 +84,11 @@ func benchDiskTier(b *testing.B, mib int, lazy bool) {
 		b.StopTimer()
 		verify()
 		logCRIUStats(b, filepath.Join(h.cfg.Snapshots(), first.Snapshot))
+		if lazy { // where the server's time went
+			if lg, err := os.ReadFile(filepath.Join(h.cfg.Snapshots(), first.Snapshot, lazypages.LogName)); err == nil {
+				b.Logf("%s", bytes.TrimSpace(lg))
+			}
+		}
 		b.StartTimer()
 		again, err := c.Hibernate(ctxT(b), api.HibernateParams{Name: "big"})
 		if err != nil {

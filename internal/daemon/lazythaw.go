@@ -63,6 +63,7 @@ func (d *Daemon) thawLazily(ctx context.Context, rec proctable.Record, dir strin
 	rt.dumping.Store(true)
 	res, err = d.thawLocked(ctx, rec, opts)
 	runningMS := msSince(t)
+	src.Running()
 	wctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
 	werr := src.Wait(wctx)
 	cancel()

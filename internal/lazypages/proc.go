@@ -18,7 +18,7 @@ import (
 
 // ServerArgv0 is the argv[0] under which the gpuschedd binary runs as the
 // lazy-pages server: "gpusched-lazypages DIR", with the listening socket
-// as fd 3.
+// as fd 3 and the read end of the starter's running pipe as fd 4.
 const ServerArgv0 = "gpusched-lazypages"
 
 // Files of a lazy restore in the images directory.
@@ -38,12 +38,12 @@ func IsServer() bool { return len(os.Args) > 0 && filepath.Base(os.Args[0]) == S
 // page is in. It ignores termination signals: it must outlive the daemon.
 func Main() int {
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
-	err := errors.New("usage: " + ServerArgv0 + " DIR (listening socket as fd 3)")
+	err := errors.New("usage: " + ServerArgv0 + " DIR (listening socket as fd 3, running pipe as fd 4)")
 	if len(os.Args) == 2 {
 		var ln net.Listener
 		if ln, err = net.FileListener(os.NewFile(3, SocketName)); err == nil {
 			if ul, ok := ln.(*net.UnixListener); ok {
-				err = serve(os.Args[1], ul)
+				err = serve(os.Args[1], ul, os.NewFile(4, "running"))
 			} else {
 				err = errors.New("fd 3 is not a Unix socket")
 			}
@@ -65,8 +65,9 @@ type Options struct {
 
 // Server is a running lazy-pages server as its starter sees it.
 type Server struct {
-	cmd  *exec.Cmd
-	dir  string
+	cmd     *exec.Cmd
+	dir     string
+	running *os.File // the write end of the running pipe
 	done chan struct{}
 	err  error // once done: nil when every page is in
 	// Startup is how long Start took: the socket listens on return.
@@ -90,19 +91,26 @@ func Start(o Options) (*Server, error) {
 		return nil, err
 	}
 	defer log.Close()
+	runR, runW, err := os.Pipe()
+	if err != nil {
+		os.Remove(filepath.Join(o.Dir, SocketName))
+		return nil, err
+	}
+	defer runR.Close()
 	cmd := &exec.Cmd{
 		Path:        o.Path,
 		Args:        []string{ServerArgv0, o.Dir},
 		Env:         append(os.Environ(), o.Env...),
 		Stderr:      log,
-		ExtraFiles:  []*os.File{ln},
+		ExtraFiles:  []*os.File{ln, runR},
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}
 	if err := cmd.Start(); err != nil {
+		runW.Close()
 		os.Remove(filepath.Join(o.Dir, SocketName))
 		return nil, fmt.Errorf("start lazy-pages server: %w", err)
 	}
-	s := &Server{cmd: cmd, dir: o.Dir, done: make(chan struct{}), Startup: time.Since(start)}
+	s := &Server{cmd: cmd, dir: o.Dir, running: runW, done: make(chan struct{}), Startup: time.Since(start)}
 	go func() {
 		if err := cmd.Wait(); err != nil {
 			s.err = fmt.Errorf("lazy-pages server: %w: %s", err, logTail(filepath.Join(o.Dir, LogName)))
@@ -152,6 +160,14 @@ func logTail(path string) string {
 	return string(b)
 }
 
+// Running tells the server that the restored processes run: it starts its
+// background transfer only then (or when the starter dies), so that until
+// they run the disk serves their faults alone; CRIU's restore still
+// touches the processes after it said it finished (compel_stop_on_syscall,
+// finalize_restore in criu/cr-restore.c), and a fault behind the
+// transfer's reads held it up.
+func (s *Server) Running() { s.running.Close() }
+
 // Wait waits until every page is in (nil) or the server fails; when ctx
 // ends first it kills the server and says so.
 func (s *Server) Wait(ctx context.Context) error {
@@ -172,6 +188,7 @@ func (s *Server) Kill() { _ = unix.Kill(-s.cmd.Process.Pid, unix.SIGKILL) }
 // Close kills the server if it still runs, waits for it and removes its
 // socket; its log stays.
 func (s *Server) Close() error {
+	s.running.Close()
 	select {
 	case <-s.done:
 	default:

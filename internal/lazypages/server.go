@@ -36,8 +36,8 @@ const (
 // copyChunk bytes at a time, so that a fault waits for at most one such
 // copy.
 const (
-	readChunk   = 8 << 20
-	readers     = 4
+	readChunk   = 1 << 20
+	readers     = 6
 	copiers     = 2
 	readBuffers = readers + copiers
 	copyChunk   = 1 << 20
@@ -76,7 +76,7 @@ type server struct {
 
 // serve serves the restore that connects to ln, with the images in dir,
 // until every lazy page of every process is in.
-func serve(dir string, ln *net.UnixListener) error {
+func serve(dir string, ln *net.UnixListener, running *os.File) error {
 	if os.Getpagesize() != pageSize {
 		return fmt.Errorf("page size %d: only %d is supported", os.Getpagesize(), pageSize)
 	}
@@ -100,10 +100,14 @@ func serve(dir string, ln *net.UnixListener) error {
 	if err != nil {
 		return err
 	}
+	finishedAt, faultsBefore := time.Now(), s.faults.Load()
+	// Faults are answered meanwhile, by each task's events goroutine.
+	_, _ = running.Read(make([]byte, 1)) // the starter closed it, or died
+	running.Close()
+	runningAt, faultsRunning := time.Now(), s.faults.Load()
 	if hold := os.Getenv(EnvHold); hold != "" {
 		_, _ = os.ReadFile(hold)
 	}
-	finishedAt, faultsBefore := time.Now(), s.faults.Load()
 	streamed := make(chan error, 1)
 	go func() { streamed <- s.stream() }()
 	select {
@@ -117,10 +121,11 @@ func serve(dir string, ln *net.UnixListener) error {
 	for _, img := range s.images {
 		pages += uint64(img.pagesTotal())
 	}
-	fmt.Fprintf(os.Stderr, "%s: %d lazy pages of %d processes in, %v after the restore connected, %v after it finished (reading %v, copying %v); %d faults (%d before the restore finished, after %v) brought %d pages\n",
+	fmt.Fprintf(os.Stderr, "%s: %d lazy pages of %d processes in, %v after the restore connected, %v after it finished, %v after the processes ran (reading %v, copying %v); %d faults (%d before the restore finished, after %v; %d before they ran, after %v) brought %d pages\n",
 		ServerArgv0, pages, len(s.images), time.Since(start).Round(time.Millisecond), time.Since(finishedAt).Round(time.Millisecond),
-		s.readTime.Round(time.Millisecond), s.copyTime.Round(time.Millisecond), s.faults.Load(), faultsBefore,
-		finishedAt.Sub(start).Round(time.Millisecond), s.byFault.Load())
+		time.Since(runningAt).Round(time.Millisecond), s.readTime.Round(time.Millisecond), s.copyTime.Round(time.Millisecond),
+		s.faults.Load(), faultsBefore, finishedAt.Sub(start).Round(time.Millisecond), faultsRunning,
+		runningAt.Sub(start).Round(time.Millisecond), s.byFault.Load())
 	return nil
 }
 

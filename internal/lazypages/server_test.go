@@ -188,6 +188,7 @@ func (r *restore) finish() error {
 	r.t.Helper()
 	r.sendInt(restoreFinished)
 	r.conn.Close()
+	r.srv.Running()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	return r.srv.Wait(ctx)
@@ -211,7 +212,7 @@ func equalPages(t testing.TB, what string, got, want []byte) {
 // page of the mapping in no entry is zero, and a page CRIU restored itself
 // (present, not lazy) is left alone.
 func TestServe(t *testing.T) {
-	const pages = 2*readChunk/pageSize + 300
+	const pages = 8*readChunk/pageSize + 300
 	reg := newRegion(t, pages)
 	data := randomPages(t, pages)
 	dir := t.TempDir()
@@ -235,6 +236,58 @@ func TestServe(t *testing.T) {
 	equalPages(t, "lazy pages 1-99", reg.mem[pageSize:100*pageSize], data[pageSize:100*pageSize])
 	equalPages(t, "untouched pages", reg.mem[100*pageSize:110*pageSize], make([]byte, 10*pageSize))
 	equalPages(t, "lazy pages from 110", reg.mem[110*pageSize:], data[110*pageSize:])
+}
+
+// TestServeWaitsUntilRunning: after the restore said it finished, and
+// until its starter says the processes run, the server answers faults and
+// brings in nothing else: CRIU's restore touches the processes after
+// finishing, and a fault behind the background reads held it up.
+func TestServeWaitsUntilRunning(t *testing.T) {
+	const pages = 4 * readChunk / pageSize
+	reg := newRegion(t, pages)
+	data := randomPages(t, pages)
+	dir := t.TempDir()
+	writeImages(t, dir, 1, 1, reg.addr, pages, []ent{{0, pages, peLazy | pePresent}}, data)
+	r := startServer(t, dir)
+	r.send(1, reg)
+	r.sendInt(restoreFinished)
+	r.conn.Close()
+	// The fault is answered after the server took the restore's end (the
+	// messages are read in order), while it waits for Running.
+	equalPages(t, "page faulted after the restore finished", reg.page(pages-1), data[(pages-1)*pageSize:])
+	// Nothing to await: the transfer must not happen. A second is many
+	// times what this one takes once started.
+	select {
+	case <-r.srv.done:
+		t.Fatalf("the server ended before the processes ran: %v", r.srv.err)
+	case <-time.After(time.Second):
+	}
+	if in := residentPages(t, reg.mem); in != 1 {
+		// The fault brings its page and what follows in its run: here the
+		// region's last page alone.
+		t.Fatalf("%d pages in before the processes run, want only the faulted one", in)
+	}
+	r.srv.Running()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := r.srv.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	equalPages(t, "every page once running", reg.mem, data)
+}
+
+// residentPages counts the pages of mem in memory (mincore).
+func residentPages(t *testing.T, mem []byte) int {
+	t.Helper()
+	vec := make([]byte, len(mem)/pageSize)
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&mem[0])), uintptr(len(mem)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		t.Fatalf("mincore: %v", e)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
 }
 
 // TestServeMappingChanges changes the mappings while pages are out, as

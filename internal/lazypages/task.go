@@ -55,11 +55,15 @@ func (t *task) events() {
 		if fds[0].Revents&unix.POLLIN == 0 {
 			return // POLLERR/POLLHUP: nothing more will come
 		}
-		t.mu.Lock()
 		changed := false
 		for {
+			// Messages are read and applied under t.mu, so that no copy
+			// lands between the kernel's report of a change and ours; a
+			// fault's read of the disk is made without it (faultAt).
+			t.mu.Lock()
 			n, err := unix.Read(t.fd, b[:])
 			if errors.Is(err, unix.EAGAIN) {
+				t.mu.Unlock()
 				break // another thread's fault was already answered
 			}
 			if err != nil || n != msgSize {
@@ -70,14 +74,23 @@ func (t *task) events() {
 				t.s.fail(fmt.Errorf("read userfaultfd of %d: %w", t.img.id, err))
 				return
 			}
-			c, err := t.handle(decodeMsg(b[:]))
-			if err != nil {
+			m := decodeMsg(b[:])
+			if m.event == eventPagefault {
 				t.mu.Unlock()
+				t.s.faults.Add(1)
+				err = t.faultAt(m.b &^ (pageSize - 1))
+			} else {
+				var c bool
+				c, err = t.handle(m)
+				changed = changed || c
+				t.mu.Unlock()
+			}
+			if err != nil {
 				t.s.fail(err)
 				return
 			}
-			changed = changed || c
 		}
+		t.mu.Lock()
 		if changed && len(t.waiting) > 0 {
 			w := t.waiting
 			t.waiting = nil
@@ -100,9 +113,6 @@ func (t *task) events() {
 // says whether it changed the mappings. t.mu is held.
 func (t *task) handle(m uffdMsg) (changed bool, err error) {
 	switch m.event {
-	case eventPagefault:
-		t.s.faults.Add(1)
-		return false, t.fault(m.b &^ (pageSize - 1))
 	case eventRemove, eventUnmap:
 		// madvise(MADV_DONTNEED or MADV_REMOVE) keeps the mapping, which
 		// must stop faulting to us lest a later fault be filled from the
@@ -132,6 +142,50 @@ func (t *task) handle(m uffdMsg) (changed bool, err error) {
 		return true, nil
 	}
 	return false, fmt.Errorf("userfaultfd of %d: unexpected event %#x", t.img.id, m.event)
+}
+
+// faultAt answers a fault at the page addr as fault does, reading the
+// disk without t.mu, so that copies go on meanwhile; the runs may change
+// during the read, so the data go wherever the image's pages are still
+// lacking, and a fault they did not answer is answered under t.mu.
+func (t *task) faultAt(addr uint64) error {
+	t.mu.RLock()
+	r, ok := t.runs.at(addr)
+	var img uint64
+	var seg segment
+	if ok && !t.gone.Load() {
+		img = r.img + (addr - r.start)
+		seg, ok = t.img.segment(img)
+	}
+	n := uint64(0)
+	if ok {
+		n = min(faultPages, (r.end-addr)/pageSize, (seg.end()-img)/pageSize)
+	}
+	t.mu.RUnlock()
+	if n == 0 {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		return t.fault(addr)
+	}
+	data := t.buf[:n*pageSize]
+	err := seg.src.readAt(data, seg.off+int64(img-seg.vaddr))
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	res := t.fill(img, data)
+	t.apply(res)
+	t.s.byFault.Add(res.pages)
+	if res.err != nil {
+		return res.err
+	}
+	for _, d := range res.done {
+		if d[0] <= img && img < d[1] {
+			return nil
+		}
+	}
+	return t.fault(addr)
 }
 
 // fault answers a fault at the page addr: its data and what follows in
