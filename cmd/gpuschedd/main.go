@@ -3,7 +3,8 @@
 // "gpusched-init", the same binary is the supervisor of one managed process
 // tree; as "gpusched-exec", the stage that becomes a tree's command;
 // as "gpusched-cudahelper", the process that holds the CUDA driver library;
-// as "gpusched-filler", the process that holds a GPU's reserved memory.
+// as "gpusched-filler", the process that holds a GPU's reserved memory;
+// as "gpusched-lazypages", the page source of a lazy thaw from disk.
 package main
 
 import (
@@ -18,6 +19,7 @@ import (
 	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/daemon"
+	"github.com/gpusched/gpusched/internal/lazypages"
 	"github.com/gpusched/gpusched/internal/memfill"
 	"github.com/gpusched/gpusched/internal/sandbox"
 )
@@ -34,6 +36,9 @@ func main() {
 	}
 	if memfill.IsHelper() {
 		os.Exit(memfill.HelperMain())
+	}
+	if lazypages.IsServer() {
+		os.Exit(lazypages.Main())
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

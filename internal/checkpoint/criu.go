@@ -37,8 +37,8 @@ type CRIU struct {
 // CRIUOptions configures NewCRIU.
 type CRIUOptions struct {
 	Path string // the criu binary or wrapper; "" = criu on PATH
-	// Lazy asks for lazy restores (RestoreLazy) where CRIU and the kernel
-	// can do them; see Lazy.
+	// Lazy asks for lazy restores (RestoreOpts.Lazy) where CRIU and the
+	// kernel can do them; see Lazy.
 	Lazy bool
 }
 
@@ -114,6 +114,12 @@ type RestoreOpts struct {
 	// (CRIU's post-restore notification, which comes before any plugin's
 	// device hooks); an error fails the restore.
 	Restored func(pid int) error
+	// Lazy leaves the memory of the tree's private anonymous mappings to
+	// a lazy-pages server listening in Dir (internal/lazypages): the tree
+	// may run at once, and its pages come in as it touches them and in
+	// the background. The caller waits for the server (every page in)
+	// or, when it fails, must kill the tree.
+	Lazy bool
 }
 
 // Dump images the tree rooted at o.PID into o.Dir.
@@ -143,35 +149,14 @@ func (c *CRIU) Dump(ctx context.Context, o DumpOpts) error {
 // gives it. An image that names CRIU's CUDA plugin as needed is made
 // restorable without it first (forgetCUDAPlugin).
 func (c *CRIU) Restore(ctx context.Context, o RestoreOpts) (int, error) {
-	pid, _, err := c.restore(ctx, o, false)
-	return pid, err
-}
-
-// RestoreLazy is Restore with the memory of the tree's private anonymous
-// mappings left to CRIU's lazy-pages daemon (see LazyPages), which it
-// returns still serving: the tree may run at once, and its pages come in
-// as it touches them and in the background. The caller waits for the
-// daemon (every page in) or, when it fails, must kill the tree.
-func (c *CRIU) RestoreLazy(ctx context.Context, o RestoreOpts) (int, *LazyPages, error) {
-	return c.restore(ctx, o, true)
-}
-
-func (c *CRIU) restore(ctx context.Context, o RestoreOpts, lazy bool) (int, *LazyPages, error) {
 	if err := forgetCUDAPlugin(o.Dir); err != nil {
-		return 0, nil, &CRIUError{Op: "restore", Dir: o.Dir, Err: ErrFailed, Cause: err}
-	}
-	var lp *LazyPages
-	if lazy {
-		var err error
-		if lp, err = c.startLazyPages(ctx, o.Dir); err != nil {
-			return 0, nil, err
-		}
+		return 0, &CRIUError{Op: "restore", Dir: o.Dir, Err: ErrFailed, Cause: err}
 	}
 	pid := 0
 	var hookErr error
 	err := withDir(o.Dir, func(fd int) error {
 		return c.do(ctx, nil, nil, func(w *swrk) error {
-			_, err := w.call(&rpc.CriuReq{Type: rpc.CriuReqType_RESTORE.Enum(), Opts: restoreRPC(fd, lazy)}, func(n *rpc.CriuNotify) error {
+			_, err := w.call(&rpc.CriuReq{Type: rpc.CriuReqType_RESTORE.Enum(), Opts: restoreRPC(fd, o.Lazy)}, func(n *rpc.CriuNotify) error {
 				if n.GetScript() != "post-restore" {
 					return nil
 				}
@@ -192,15 +177,12 @@ func (c *CRIU) restore(ctx context.Context, o RestoreOpts, lazy bool) (int, *Laz
 			_ = unix.Kill(pid, unix.SIGKILL)
 			_, _ = unix.Wait4(pid, nil, 0, nil)
 		}
-		if lp != nil {
-			_ = lp.Close()
-		}
 		if hookErr != nil {
-			return 0, nil, &CRIUError{Op: "restore", Dir: o.Dir, Err: ErrFailed, Cause: hookErr}
+			return 0, &CRIUError{Op: "restore", Dir: o.Dir, Err: ErrFailed, Cause: hookErr}
 		}
-		return 0, nil, c.opError("restore", 0, o.Dir, RestoreLog, err)
+		return 0, c.opError("restore", 0, o.Dir, RestoreLog, err)
 	}
-	return pid, lp, nil
+	return pid, nil
 }
 
 // dumpRPC maps DumpOpts to CRIU's options; with restoreRPC the only place

@@ -51,7 +51,7 @@ type Config struct {
 	DiskBudgetMiB uint64        // disk snapshots may take; 0 = unlimited
 	CRIUTimeout   time.Duration // deadline of one CRIU dump or restore
 	MaxChain      int           // incremental dumps on one full one before the next is full
-	LazyRestore   bool          // thaw from disk with CRIU's lazy pages where the kernel allows
+	LazyRestore   bool          // thaw from disk lazily (userfaultfd, our lazy-pages server) where the kernel allows
 
 	JobMarginMiB   uint64        // headroom a job needs beyond its declaration
 	SpikeBuffer    float64       // fraction added to observed peaks (externals, jobs past their declaration)
@@ -250,7 +250,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Var(mibFlag{&c.DiskBudgetMiB}, "disk-budget", "disk space snapshots may take, e.g. 500G (0: unlimited)")
 	fs.DurationVar(&c.CRIUTimeout, "criu-timeout", c.CRIUTimeout, "deadline of each CRIU dump or restore")
 	fs.IntVar(&c.MaxChain, "max-chain", c.MaxChain, "incremental hibernates on top of one full image before the next is full again")
-	fs.BoolVar(&c.LazyRestore, "lazy-restore", c.LazyRestore, "thaw from disk with CRIU's lazy pages (userfaultfd) where the kernel allows: the process runs before its memory is all back")
+	fs.BoolVar(&c.LazyRestore, "lazy-restore", c.LazyRestore, "thaw from disk lazily (userfaultfd: CRIU restores the tree, our lazy-pages server brings its memory in) where the kernel allows: the process runs before its memory is all back")
 	fs.Var(mibFlag{&c.JobMarginMiB}, "job-margin", "GPU headroom a queued job needs beyond its declaration, e.g. 512M")
 	fs.Float64Var(&c.SpikeBuffer, "spike-buffer", c.SpikeBuffer, "fraction added to observed peaks of external processes and of jobs past their declaration")
 	fs.DurationVar(&c.AgingStep, "aging-step", c.AgingStep, "a waiting job gains one priority level per this much waiting (0: no aging)")

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/lazypages"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -82,6 +84,11 @@ func benchDiskTier(b *testing.B, mib int, lazy bool) {
 		b.StopTimer()
 		verify()
 		logCRIUStats(b, filepath.Join(h.cfg.Snapshots(), first.Snapshot))
+		if lazy { // where the server's time went
+			if lg, err := os.ReadFile(filepath.Join(h.cfg.Snapshots(), first.Snapshot, lazypages.LogName)); err == nil {
+				b.Logf("%s", bytes.TrimSpace(lg))
+			}
+		}
 		b.StartTimer()
 		again, err := c.Hibernate(ctxT(b), api.HibernateParams{Name: "big"})
 		if err != nil {
@@ -103,7 +110,7 @@ func benchDiskTier(b *testing.B, mib int, lazy bool) {
 			restoreMS = th.MS["all_memory"]
 			running = append(running, th.MS["running"])
 			allMemory = append(allMemory, (restoreMS/1000)/(size/rbw))
-			b.Logf("lazy: running again after %.0f ms (criu restore %.0f ms, of which the lazy-pages daemon's start %.0f ms), all memory back after %.0f ms, %.2fx the disk's read time",
+			b.Logf("lazy: running again after %.0f ms (criu restore %.0f ms, of which the lazy-pages server's start %.0f ms), all memory back after %.0f ms, %.2fx the disk's read time",
 				th.MS["running"], th.MS["criu_restore"], th.MS["lazy_pages_start"], restoreMS, allMemory[len(allMemory)-1])
 		}
 		restores = append(restores, size/(restoreMS/1000))

@@ -22,7 +22,6 @@ type criuTier interface {
 	Dump(ctx context.Context, o checkpoint.DumpOpts) error
 	Restore(ctx context.Context, o checkpoint.RestoreOpts) (int, error)
 	Lazy() bool
-	RestoreLazy(ctx context.Context, o checkpoint.RestoreOpts) (int, *checkpoint.LazyPages, error)
 }
 
 // cudaStateCarrier is implemented by GPU backends whose per-process CUDA

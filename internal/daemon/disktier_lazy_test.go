@@ -5,13 +5,14 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/config"
-	"github.com/gpusched/gpusched/internal/testutil"
+	"github.com/gpusched/gpusched/internal/lazypages"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -25,7 +26,7 @@ func requireLazy(t *testing.T, h *ckptHarness) {
 	}
 }
 
-// TestLazyThawFromDisk thaws a hibernated process with CRIU's lazy pages,
+// TestLazyThawFromDisk thaws a hibernated process with lazy pages,
 // fully and then from an incremental image (its unchanged pages in the
 // parent are restored eagerly, the rest lazily): the process goes on
 // from where it was with every word of its memory as it was, the thaw
@@ -69,34 +70,19 @@ func TestLazyThawFromDisk(t *testing.T) {
 	}
 }
 
-// TestLazyThawPageSourceKilled kills CRIU's lazy-pages daemon once the
+// TestLazyThawPageSourceKilled kills our lazy-pages server once the
 // lazily restored process runs again, with most of its memory still on
-// disk: the kernel would fill the rest with zeros, so the daemon must kill
-// that tree and restore it eagerly from the intact snapshot. The process
-// goes on from its hibernation with its memory verified.
+// disk (the server is held before its background transfer, EnvHold): the
+// kernel would fill the rest with zeros, so the daemon must kill that tree
+// and restore it eagerly from the intact snapshot. The process goes on
+// from its hibernation with its memory verified.
 func TestLazyThawPageSourceKilled(t *testing.T) {
-	criu := testutil.CRIU(t)
-	dir := t.TempDir()
-	fifo := filepath.Join(dir, "kill")
-	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+	hold := filepath.Join(t.TempDir(), "hold")
+	if err := unix.Mkfifo(hold, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// Stands in for criu: runs the real one, but kills its lazy-pages
-	// daemon (argv: --libdir D lazy-pages ..., see startLazyPages) once
-	// the test writes to the fifo, and then fails as a killed one does.
-	wrapper := filepath.Join(dir, "criu")
-	script := fmt.Sprintf("#!/bin/sh\nif [ \"$3\" = lazy-pages ]; then\n\t%[1]s \"$@\" &\n\tread x < %[2]s\n\tkill -9 $!\n\texit 137\nfi\nexec %[1]s \"$@\"\n", criu, fifo)
-	if err := os.WriteFile(wrapper, []byte(script), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	// Held open for writing, so that the wrapper's read never waits for a
-	// writer; closed at the end, it lets a wrapper still waiting go.
-	kill, err := os.OpenFile(fifo, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { kill.Close() })
-	h := newDiskHarness(t, config.DriverSim, lazyRestore, func(c *config.Config) { c.CRIU = wrapper })
+	t.Setenv(lazypages.EnvHold, hold)
+	h := newDiskHarness(t, config.DriverSim, lazyRestore)
 	requireLazy(t, h)
 	c := h.client()
 	h.memJob("job", 128, 512)
@@ -120,7 +106,8 @@ func TestLazyThawPageSourceKilled(t *testing.T) {
 	// It runs again (following the log through the daemon ends while the
 	// process is not running, so the file is watched).
 	awaitLine(t, h.proc("job").Log, fmt.Sprintf("tick %d", ticks+1))
-	if _, err := kill.WriteString("kill\n"); err != nil {
+	pid := lazyServerOf(t, snap)
+	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	th := <-done
@@ -149,6 +136,27 @@ func TestLazyThawPageSourceKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.followCount("job", "simjob: host memory verified", verified+1)
+}
+
+// lazyServerOf finds the lazy-pages server serving the images in dir.
+func lazyServerOf(t *testing.T, dir string) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := lazypages.ServerArgv0 + "\x00" + dir + "\x00"
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && string(b) == want {
+			return pid
+		}
+	}
+	t.Fatalf("no %s serving %s", lazypages.ServerArgv0, dir)
+	return 0
 }
 
 // awaitLine waits until the file at path has the line want, reading it

@@ -230,7 +230,7 @@ func (d *Daemon) restoreCopy(ctx context.Context, c *call, src proctable.Record,
 		rec, err = d.table.CreateWithin(rec, d.admitProc(c.actor))
 	}
 	if err == nil {
-		rec, err = d.restoreTree(ctx, rec, dir, nil)
+		rec, err = d.restoreTree(ctx, rec, dir, false)
 	}
 	if err == nil {
 		_, err = d.thawLocked(ctx, rec, thawOpts{op: "fork", pairs: pairs, wait: wait, waitCtx: c.ctx})

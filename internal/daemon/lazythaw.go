@@ -10,8 +10,8 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
-	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/lazypages"
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -28,20 +28,26 @@ func (d *Daemon) lazyThaw(rec proctable.Record) bool {
 	return d.criu.Lazy() && (len(checkpointed(rec)) == 0 || d.driver != nil && d.driver.Caps().Kind == config.DriverSim)
 }
 
-// thawLazily is thawFromDisk's restore and thaw with CRIU's lazy pages
-// (--lazy-restore): the tree is restored with its anonymous memory left to
-// CRIU's lazy-pages daemon, thawed at once, and the thaw answers once every
-// page is back, with the time the process ran again (ms "running") beside
-// the time all its memory was in ("all_memory"). The snapshot stays as it
-// is meanwhile, as always. When the lazy restore cannot start, or the page
+// thawLazily is thawFromDisk's restore and thaw with lazy pages
+// (--lazy-restore): our lazy-pages server (internal/lazypages) listens on
+// the snapshot's images, the tree is restored with its anonymous memory
+// left to it, thawed at once, and the thaw answers once every page is
+// back, with the time the process ran again (ms "running") beside the time
+// all its memory was in ("all_memory"). The snapshot stays as it is
+// meanwhile, as always. When the lazy restore cannot start, or the page
 // source fails before every page is in (the process may have read zeros
 // where its pages were missing), the tree is killed and rec is returned
 // hibernated as it was, with done false: the caller restores eagerly.
 func (d *Daemon) thawLazily(ctx context.Context, rec proctable.Record, dir string, opts thawOpts) (res api.CheckpointResult, out proctable.Record, done bool, err error) {
 	saved := rec.Clone()
 	t := time.Now()
-	var lp *checkpoint.LazyPages
-	if rec, err = d.restoreTree(ctx, rec, dir, &lp); err != nil {
+	src, err := lazypages.Start(lazypages.Options{Path: d.helperPath, Dir: dir})
+	if err != nil {
+		d.log.Warn("lazy-pages server did not start; restoring eagerly", zap.String("name", rec.Name), zap.Error(err))
+		return res, rec, false, nil
+	}
+	if rec, err = d.restoreTree(ctx, rec, dir, true); err != nil {
+		src.Close()
 		d.log.Warn("lazy restore failed; restoring eagerly", zap.String("name", rec.Name), zap.Error(err))
 		cur, ok := d.table.Get(rec.Name)
 		return res, cur, !ok || cur.ID != saved.ID, err
@@ -51,16 +57,17 @@ func (d *Daemon) thawLazily(ctx context.Context, rec proctable.Record, dir strin
 	// failed source left zero) is not the process's: its snapshot stays.
 	rt := d.procs.get(rec.ID)
 	if rt == nil { // it was killed between its adoption and here: its exit is recorded
-		lp.Close()
+		src.Close()
 		return res, rec, true, fmt.Errorf("the lazily restored tree of %q ended before it ran", rec.Name)
 	}
 	rt.dumping.Store(true)
 	res, err = d.thawLocked(ctx, rec, opts)
 	runningMS := msSince(t)
+	src.Running()
 	wctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
-	werr := lp.Wait(wctx)
+	werr := src.Wait(wctx)
 	cancel()
-	if cerr := lp.Close(); cerr != nil {
+	if cerr := src.Close(); cerr != nil {
 		d.log.Warn("lazy-pages socket", zap.Error(cerr))
 	}
 	if werr == nil {
@@ -72,7 +79,7 @@ func (d *Daemon) thawLazily(ctx context.Context, rec proctable.Record, dir strin
 		}
 		if err == nil {
 			res.MS["criu_restore"], res.MS["running"], res.MS["all_memory"] = restoreMS, runningMS, msSince(t)
-			res.MS["lazy_pages_start"] = float64(lp.Startup.Microseconds()) / 1000
+			res.MS["lazy_pages_start"] = float64(src.Startup.Microseconds()) / 1000
 		}
 		return res, rec, true, err
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/lazypages"
 	"github.com/gpusched/gpusched/internal/sandbox"
 	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
@@ -46,14 +47,14 @@ func (h *ckptHarness) treeCreds(t *testing.T, name string) [2]string {
 }
 
 // TestNonRootDiskTier: a real unprivileged user hibernates, thaws from disk
-// and forks its own process through the CLI; each restored tree runs with
-// exactly the uid, gids and capabilities it had, with its host memory
-// verified by the job itself, and another user reaches neither the
-// snapshot's records nor its files.
+// (lazily, served by our lazy-pages server) and forks its own process
+// through the CLI; each restored tree runs with exactly the uid, gids and
+// capabilities it had, with its host memory verified by the job itself,
+// and another user reaches neither the snapshot's records nor its files.
 func TestNonRootDiskTier(t *testing.T) {
 	owner := testutil.NewUser(t, "gsdisk1", "gsdisk")
 	other := testutil.NewUser(t, "gsdisk2", "gsdisk")
-	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group = "gsdisk" })
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group = "gsdisk"; c.LazyRestore = true })
 	ctl := func(u testutil.User, args ...string) string {
 		t.Helper()
 		out, errOut, code := h.ctlAs(u, args...)
@@ -95,6 +96,18 @@ func TestNonRootDiskTier(t *testing.T) {
 		t.Fatalf("restored tree runs with\n%s\n%s\nwant\n%s\n%s", after[0], after[1], before[0], before[1])
 	}
 	h.verifyContinued("job", ticks)
+	if h.d.criu.Lazy() {
+		if b, err := os.ReadFile(filepath.Join(snapDir, lazypages.LogName)); err != nil || !strings.Contains(string(b), "lazy pages of 2 processes in") {
+			t.Fatalf("the thaw was not served by the lazy-pages server: %v %q", err, b)
+		}
+		fi, err := os.Stat(filepath.Join(snapDir, lazypages.LogName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o600 || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+			t.Fatalf("the lazy-pages server's log: %v, uid %d", fi.Mode(), fi.Sys().(*syscall.Stat_t).Uid)
+		}
+	}
 
 	ctl(owner, "fork", "job", "--copies", "1")
 	if got := h.treeCreds(t, "job-1"); got != before {

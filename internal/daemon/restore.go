@@ -58,7 +58,7 @@ func (d *Daemon) thawFromDisk(ctx context.Context, rec proctable.Record, opts th
 	}
 	if !done {
 		t = time.Now()
-		rec, err = d.restoreTree(ctx, rec, dir, nil)
+		rec, err = d.restoreTree(ctx, rec, dir, false)
 		if err != nil {
 			return api.CheckpointResult{}, fmt.Errorf("%s: %w", what, err)
 		}
@@ -79,9 +79,9 @@ func (d *Daemon) thawFromDisk(ctx context.Context, rec proctable.Record, opts th
 
 // restoreTree restores the tree imaged in dir as rec (hibernated) and
 // re-adopts it: new host pids, the same namespace pids, frozen and stopped.
-// With lazy set, the restore is lazy and *lazy the daemon still serving
-// its memory (see thawLazily).
-func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir string, lazy **checkpoint.LazyPages) (proctable.Record, error) {
+// With lazy set, the restore is lazy: a lazy-pages server listening in dir
+// serves its memory (see thawLazily).
+func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir string, lazy bool) (proctable.Record, error) {
 	rec, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
@@ -93,15 +93,10 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 		return rec, err
 	}
 	rctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
-	ro := checkpoint.RestoreOpts{Dir: dir, Restored: func(pid int) error {
+	ro := checkpoint.RestoreOpts{Dir: dir, Lazy: lazy, Restored: func(pid int) error {
 		return d.carryIn(rec, pid, dir)
 	}}
-	var pid int
-	if lazy != nil {
-		pid, *lazy, err = d.criu.RestoreLazy(rctx, ro)
-	} else {
-		pid, err = d.criu.Restore(rctx, ro)
-	}
+	pid, err := d.criu.Restore(rctx, ro)
 	cancel()
 	if err == nil {
 		var out proctable.Record
@@ -109,10 +104,6 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 			return out, nil
 		}
 		killAndReap(pid)
-		if lazy != nil {
-			(*lazy).Close()
-			*lazy = nil
-		}
 	}
 	err = fmt.Errorf("restore: %w", err)
 	if _, uerr := d.table.Update(rec.Name, func(r *proctable.Record) error {
