@@ -68,8 +68,8 @@ type Server struct {
 	cmd     *exec.Cmd
 	dir     string
 	running *os.File // the write end of the running pipe
-	done chan struct{}
-	err  error // once done: nil when every page is in
+	done    chan struct{}
+	err     error // once done: nil when every page is in
 	// Startup is how long Start took: the socket listens on return.
 	Startup time.Duration
 }
