@@ -17,7 +17,7 @@ import (
 // daemon's next request and its network poller run ahead of it on its
 // CPU; once it is done no thread of the daemon is left lowered.
 func TestBulkWorkRunsAtBackgroundPriority(t *testing.T) {
-	u := testutil.NewUser(t, "gsbprio", "gsbulk")
+	u := testutil.NewUser(t, "gsbprio", "gsbulkprio")
 	h := prepareHarness(t, func(c *config.Config) { c.Group = u.Group })
 	h.start()
 	if _, errOut, code := h.ctlAs(u, "run", "--dir", "/", "newlines", "--", "perl", "-e", `$| = 1; print "\n" x (8 << 20); print "done\n"; sleep 1000`); code != 0 {
