@@ -85,7 +85,6 @@ var allowed = map[string][]string{
 	"internal/backoff":                   {},
 	"internal/bulkgate":                  {},
 	"internal/listing":                   {},
-	"internal/threadprio":                {},
 	"internal/cudakind":                  {},
 	"internal/checkpoint/checkpointtest": {},
 	"internal/memfill":                   {"internal/procfs", "internal/simgpu"},

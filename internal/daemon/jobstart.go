@@ -14,7 +14,6 @@ import (
 	"github.com/gpusched/gpusched/internal/jobqueue"
 	"github.com/gpusched/gpusched/internal/placement"
 	"github.com/gpusched/gpusched/internal/proctable"
-	"github.com/gpusched/gpusched/internal/threadprio"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -58,7 +57,7 @@ func (d *Daemon) schedulePass(ctx context.Context) {
 }
 
 // plan places the queue, the costly part of a pass (its time grows with
-// the queue), as bulk work, on a thread of background priority. When the last GPU sample failed it records why
+// the queue), as bulk work. When the last GPU sample failed it records why
 // everything waits instead, and ok is false.
 func (d *Daemon) plan(ctx context.Context) (plan placement.Plan, room *procRoom, ok bool) {
 	slot, err := d.bulk.Enter(ctx, passUID)
@@ -66,7 +65,6 @@ func (d *Daemon) plan(ctx context.Context) (plan placement.Plan, room *procRoom,
 		return plan, nil, false
 	}
 	defer slot.Leave()
-	defer threadprio.Lower()()
 	snap, queue, room := d.placementInput(time.Now())
 	if waits, stale := staleWaits(d.gpuView(), queue); stale {
 		d.sched.reasons.Store(&waits)

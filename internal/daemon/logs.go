@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"github.com/gpusched/gpusched/internal/logfile"
-	"github.com/gpusched/gpusched/internal/threadprio"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -47,9 +46,7 @@ func (d *Daemon) logs(c *call, emit func(*api.Event) error) (any, error) {
 		release()
 		return nil, err
 	}
-	restore := threadprio.Lower()
 	lines, offset, err := logfile.TailForFollow(c.ctx, rec.LogPath, n, d.cfg.LogKeep)
-	restore()
 	slot.Leave()
 	release()
 	if err != nil {
@@ -69,8 +66,7 @@ func (d *Daemon) logs(c *call, emit func(*api.Event) error) (any, error) {
 
 // tailLogs answers logs without follow: reading the log and encoding the
 // reply, the costly part, in one of the caller's turns (limits.Turns), as
-// bulk work (bulkgate) that yields between chunks of lines, on a thread of
-// background priority (threadprio).
+// bulk work (bulkgate) that yields between chunks of lines.
 func (d *Daemon) tailLogs(c *call, path string, n int, res api.LogsResult) (any, error) {
 	release, err := d.turns.Take(c.ctx, c.actor.UID)
 	if err != nil {
@@ -82,7 +78,6 @@ func (d *Daemon) tailLogs(c *call, path string, n int, res api.LogsResult) (any,
 		return nil, err
 	}
 	defer slot.Leave()
-	defer threadprio.Lower()()
 	lines, truncated, err := logfile.Tail(c.ctx, path, n, d.cfg.LogKeep)
 	if err != nil {
 		return nil, err
