@@ -226,14 +226,14 @@ type peak struct {
 type daemonWatch struct {
 	pid   int
 	cpu0  time.Duration
-	wait0 time.Duration
+	wait0 map[string]time.Duration
 	stopc chan struct{}
 	done  sync.WaitGroup
 	max   peak
 }
 
 func watchDaemon(pid int) *daemonWatch {
-	w := &daemonWatch{stopc: make(chan struct{}), pid: pid, cpu0: cpuTime(pid), wait0: runDelay(pid)}
+	w := &daemonWatch{stopc: make(chan struct{}), pid: pid, cpu0: cpuTime(pid), wait0: runDelays(pid)}
 	w.done.Add(1)
 	go func() {
 		defer w.done.Done()
@@ -272,19 +272,19 @@ func (w *daemonWatch) stop() peak {
 	close(w.stopc)
 	w.done.Wait()
 	w.max.cpu = cpuTime(w.pid) - w.cpu0
-	w.max.delay = runDelay(w.pid) - w.wait0
+	w.max.delay = runDelaySince(w.pid, w.wait0)
 	return w.max
 }
 
-// runDelay is how long process pid's live threads have waited on a run
-// queue for a CPU (the second field of /proc/PID/task/TID/schedstat).
-func runDelay(pid int) time.Duration {
+// runDelays is how long each live thread of process pid has waited on a
+// run queue for a CPU (the second field of /proc/PID/task/TID/schedstat).
+func runDelays(pid int) map[string]time.Duration {
 	dir := "/proc/" + strconv.Itoa(pid) + "/task"
 	tasks, err := os.ReadDir(dir)
 	if err != nil {
-		return 0
+		return nil
 	}
-	var sum time.Duration
+	out := make(map[string]time.Duration, len(tasks))
 	for _, t := range tasks {
 		b, err := procfs.ReadFile(filepath.Join(dir, t.Name(), "schedstat"), procfs.MaxStatus)
 		if err != nil {
@@ -292,8 +292,19 @@ func runDelay(pid int) time.Duration {
 		}
 		if f := strings.Fields(string(b)); len(f) >= 2 {
 			ns, _ := strconv.ParseInt(f[1], 10, 64)
-			sum += time.Duration(ns)
+			out[t.Name()] = time.Duration(ns)
 		}
+	}
+	return out
+}
+
+// runDelaySince is how long pid's threads waited for a CPU since before
+// was taken: per thread, so that a thread ending meanwhile takes nothing
+// off (its wait is lost, not subtracted).
+func runDelaySince(pid int, before map[string]time.Duration) time.Duration {
+	var sum time.Duration
+	for tid, d := range runDelays(pid) {
+		sum += d - before[tid]
 	}
 	return sum
 }
