@@ -14,6 +14,8 @@ import (
 	"github.com/checkpoint-restore/go-criu/v7/crit/images/pagemap"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/gpusched/gpusched/internal/criuimg"
 )
 
 // The images the page server writes, encoded as CRIU does (criu/image.c,
@@ -23,9 +25,6 @@ import (
 // address order. Its pages image, pages-<pages_id>.img, is raw: the
 // present pages of the entries, in order.
 const (
-	imgCommonMagic = 0x54564319
-	pagemapMagic   = 0x56084025
-
 	// firstPagesID is where CRIU's own page server numbers its pages
 	// images (up_page_ids_base), clear of the ones a dumping CRIU writes.
 	firstPagesID = 0x10001
@@ -130,8 +129,8 @@ func createPagemapImage(dir string, key pagemapKey, pagesID uint32, q *writeQuot
 		return nil, err
 	}
 	m := &pagemapImage{key: key, pagemap: pm, pages: pages}
-	m.buf = binary.LittleEndian.AppendUint32(m.buf, imgCommonMagic)
-	m.buf = binary.LittleEndian.AppendUint32(m.buf, pagemapMagic)
+	m.buf = binary.LittleEndian.AppendUint32(m.buf, criuimg.CommonMagic)
+	m.buf = binary.LittleEndian.AppendUint32(m.buf, criuimg.PagemapMagic)
 	m.buf, err = appendEntry(m.buf, &pagemap.PagemapHead{PagesId: proto.Uint32(pagesID)})
 	if err != nil {
 		m.abandon()

@@ -24,6 +24,7 @@ import (
 	"github.com/checkpoint-restore/go-criu/v7/crit/images/pagemap"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/gpusched/gpusched/internal/criuimg"
 	"github.com/gpusched/gpusched/internal/testutil"
 )
 
@@ -207,7 +208,7 @@ func psReadPagemap(t testing.TB, path string) (uint32, []*pagemap.PagemapEntry) 
 		t.Fatal(err)
 	}
 	le := binary.LittleEndian
-	if len(data) < 8 || le.Uint32(data) != imgCommonMagic || le.Uint32(data[4:]) != pagemapMagic {
+	if len(data) < 8 || le.Uint32(data) != criuimg.CommonMagic || le.Uint32(data[4:]) != criuimg.PagemapMagic {
 		t.Fatalf("%s: bad magic", path)
 	}
 	data = data[8:]

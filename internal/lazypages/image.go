@@ -14,6 +14,8 @@ import (
 	"github.com/checkpoint-restore/go-criu/v7/crit/images/pagemap"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/gpusched/gpusched/internal/criuimg"
 )
 
 // CRIU's image format (criu/image.c, criu/protobuf.c, criu/include/magic.h):
@@ -24,10 +26,6 @@ import (
 // the raw pages image pages-<pages_id>.img. An mm image (images/mm.proto)
 // is one mm_entry, whose vmas are the task's mappings in address order.
 const (
-	imgCommonMagic = 0x54564319
-	pagemapMagic   = 0x56084025
-	mmMagic        = 0x57492820
-
 	// Pagemap entry flags (criu/include/pagemap.h).
 	peParent  = 1 << 0 // the pages are in the parent image
 	peLazy    = 1 << 1 // the restore leaves them to the lazy-pages side
@@ -60,7 +58,7 @@ func readImage(path string, magic uint32, limit int64) ([][]byte, error) {
 		return nil, fmt.Errorf("%s: %w: larger than %d bytes", path, errImage, limit)
 	}
 	le := binary.LittleEndian
-	if len(b) < 8 || le.Uint32(b) != imgCommonMagic || le.Uint32(b[4:]) != magic {
+	if len(b) < 8 || le.Uint32(b) != criuimg.CommonMagic || le.Uint32(b[4:]) != magic {
 		return nil, fmt.Errorf("%s: %w: not an image of magic %#x", path, errImage, magic)
 	}
 	var msgs [][]byte
@@ -99,7 +97,7 @@ type pagemapImage struct {
 // image, which must hold every present page.
 func readPagemap(dir string, id int) (*pagemapImage, error) {
 	path := filepath.Join(dir, fmt.Sprintf("pagemap-%d.img", id))
-	msgs, err := readImage(path, pagemapMagic, maxPagemapBytes)
+	msgs, err := readImage(path, criuimg.PagemapMagic, maxPagemapBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -300,7 +298,7 @@ type vma struct{ start, end uint64 }
 // readVMAs reads the mappings of mm-<id>.img in dir.
 func readVMAs(dir string, id int) ([]vma, error) {
 	path := filepath.Join(dir, fmt.Sprintf("mm-%d.img", id))
-	msgs, err := readImage(path, mmMagic, maxMMBytes)
+	msgs, err := readImage(path, criuimg.MMMagic, maxMMBytes)
 	if err != nil {
 		return nil, err
 	}

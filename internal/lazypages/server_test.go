@@ -19,6 +19,8 @@ import (
 	vmaimg "github.com/checkpoint-restore/go-criu/v7/crit/images/vma"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/gpusched/gpusched/internal/criuimg"
 )
 
 // TestMain runs the test binary as the server when it is started under
@@ -100,19 +102,19 @@ func writeImages(t testing.TB, dir string, id int, pagesID uint32, base uint64, 
 			raw = append(raw, data[e.first*pageSize:(e.first+e.n)*pageSize]...)
 		}
 	}
-	writeImage(t, filepath.Join(dir, "pagemap-"+itoa(id)+".img"), pagemapMagic, pm...)
+	writeImage(t, filepath.Join(dir, "pagemap-"+itoa(id)+".img"), criuimg.PagemapMagic, pm...)
 	if err := os.WriteFile(filepath.Join(dir, "pages-"+itoa(int(pagesID))+".img"), raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	end := base + uint64(pages*pageSize)
-	writeImage(t, filepath.Join(dir, "mm-"+itoa(id)+".img"), mmMagic, &mm.MmEntry{Vmas: []*vmaimg.VmaEntry{{Start: &base, End: &end}}})
+	writeImage(t, filepath.Join(dir, "mm-"+itoa(id)+".img"), criuimg.MMMagic, &mm.MmEntry{Vmas: []*vmaimg.VmaEntry{{Start: &base, End: &end}}})
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
 func writeImage(t testing.TB, path string, magic uint32, msgs ...proto.Message) {
 	t.Helper()
-	b := binary.LittleEndian.AppendUint32(nil, imgCommonMagic)
+	b := binary.LittleEndian.AppendUint32(nil, criuimg.CommonMagic)
 	b = binary.LittleEndian.AppendUint32(b, magic)
 	for _, m := range msgs {
 		mb, err := proto.MarshalOptions{AllowPartial: true}.Marshal(m)
@@ -399,7 +401,7 @@ func TestLoadTaskRefusesBadImages(t *testing.T) {
 			}
 		}, "outside every mapping"},
 		{"bad magic", []ent{{0, 1, lazy}}, func(t *testing.T, dir string) {
-			writeImage(t, filepath.Join(dir, "pagemap-1.img"), mmMagic, &pagemap.PagemapHead{PagesId: proto.Uint32(1)})
+			writeImage(t, filepath.Join(dir, "pagemap-1.img"), criuimg.MMMagic, &pagemap.PagemapHead{PagesId: proto.Uint32(1)})
 		}, "not an image of magic 0x56084025"},
 		{"message past the end", []ent{{0, 1, lazy}}, func(t *testing.T, dir string) {
 			f, err := os.OpenFile(filepath.Join(dir, "pagemap-1.img"), os.O_APPEND|os.O_WRONLY, 0)
@@ -410,12 +412,12 @@ func TestLoadTaskRefusesBadImages(t *testing.T) {
 			_, _ = f.Write([]byte{0xff, 0xff, 0xff, 0x7f, 1, 2})
 		}, "past the end"},
 		{"overflow", []ent{{0, 1, lazy}}, func(t *testing.T, dir string) {
-			writeImage(t, filepath.Join(dir, "pagemap-1.img"), pagemapMagic, &pagemap.PagemapHead{PagesId: proto.Uint32(1)},
+			writeImage(t, filepath.Join(dir, "pagemap-1.img"), criuimg.PagemapMagic, &pagemap.PagemapHead{PagesId: proto.Uint32(1)},
 				&pagemap.PagemapEntry{Vaddr: proto.Uint64(1<<64 - pageSize), NrPages: proto.Uint32(2), Flags: proto.Uint32(lazy)})
 		}, "2 pages at 0xfffffffffffff000"},
 		{"bad mapping", []ent{{0, 1, lazy}}, func(t *testing.T, dir string) {
 			s, e := uint64(base+pageSize), uint64(base)
-			writeImage(t, filepath.Join(dir, "mm-1.img"), mmMagic, &mm.MmEntry{Vmas: []*vmaimg.VmaEntry{{Start: &s, End: &e}}})
+			writeImage(t, filepath.Join(dir, "mm-1.img"), criuimg.MMMagic, &mm.MmEntry{Vmas: []*vmaimg.VmaEntry{{Start: &s, End: &e}}})
 		}, "mapping 0"},
 		{"no parent", []ent{{0, 1, peLazy | peParent}}, nil, "parent/pagemap-1.img: no such file"},
 	} {
