@@ -28,11 +28,22 @@ var (
 	buildErr  error
 )
 
-// Build compiles the binaries once per test binary. Call Cleanup from
-// TestMain to remove them.
+// PrebuiltEnv names a directory of binaries built elsewhere, laid out as
+// Binaries describes, for a compiled test binary run where there is no Go
+// (a lent GPU machine; docs/hardware.md). Unset, Build compiles them.
+const PrebuiltEnv = "GPUSCHED_TEST_BINARIES"
+
+// Build compiles the binaries once per test binary, or takes them from
+// $GPUSCHED_TEST_BINARIES. Call Cleanup from TestMain to remove them.
 func Build(t testing.TB) Binaries {
 	t.Helper()
-	buildOnce.Do(func() { built, buildErr = build() })
+	buildOnce.Do(func() {
+		if dir := os.Getenv(PrebuiltEnv); dir != "" {
+			built, buildErr = prebuilt(dir)
+			return
+		}
+		built, buildErr = build()
+	})
 	if buildErr != nil {
 		t.Fatalf("build binaries: %v", buildErr)
 	}
@@ -41,7 +52,7 @@ func Build(t testing.TB) Binaries {
 
 // Cleanup removes what Build made.
 func Cleanup() {
-	if built.Dir != "" {
+	if built.Dir != "" && os.Getenv(PrebuiltEnv) == "" {
 		os.RemoveAll(built.Dir)
 	}
 }
@@ -74,14 +85,29 @@ func build() (Binaries, error) {
 		os.RemoveAll(dir)
 		return Binaries{}, err
 	}
+	return binariesIn(dir), nil
+}
+
+// prebuilt checks that dir holds every binary Binaries names.
+func prebuilt(dir string) (Binaries, error) {
+	b := binariesIn(dir)
+	for _, p := range []string{b.Daemon, b.Ctl, b.SimJob, b.Router, b.FakeCudaCheckpoint, filepath.Join(dir, "gpusched-init")} {
+		if _, err := os.Stat(p); err != nil {
+			return Binaries{}, fmt.Errorf("$%s: %v", PrebuiltEnv, err)
+		}
+	}
+	return b, nil
+}
+
+func binariesIn(dir string) Binaries {
 	return Binaries{
 		Dir:                dir,
 		Daemon:             filepath.Join(dir, "gpuschedd"),
 		Ctl:                filepath.Join(dir, "gpuschedctl"),
 		SimJob:             filepath.Join(dir, "gpusched-simjob"),
 		Router:             filepath.Join(dir, "gpusched-router"),
-		FakeCudaCheckpoint: fake,
-	}, nil
+		FakeCudaCheckpoint: filepath.Join(dir, "fake", "cuda-checkpoint"),
+	}
 }
 
 // ModuleRoot finds the directory holding go.mod above the working directory.

@@ -2,12 +2,17 @@ package testutil
 
 import (
 	"bytes"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 )
+
+// CRIUEnv names a CRIU to use instead of installing one, for a compiled
+// test binary run where the install script cannot run (a lent GPU machine).
+const CRIUEnv = "GPUSCHED_TEST_CRIU"
 
 var (
 	criuOnce sync.Once
@@ -22,6 +27,10 @@ func CRIU(t testing.TB) string {
 	t.Helper()
 	RequiresRoot(t)
 	criuOnce.Do(func() {
+		if p := os.Getenv(CRIUEnv); p != "" {
+			criuPath = p
+			return
+		}
 		root, err := ModuleRoot()
 		if err != nil {
 			criuErr = err.Error()
