@@ -280,7 +280,9 @@ verify() {
 }
 
 # start_workload NAME GB: the workload as a managed process on GPU $GPU,
-# until READY; prints the pid it reports (the CUDA process).
+# until READY; prints its host pid as the daemon knows it (the CUDA
+# process: the tree's /proc is its own PID namespace's, so the workload
+# cannot know it).
 start_workload() {
 	local cmd line pid
 	if ((DRY)); then
@@ -290,7 +292,8 @@ start_workload() {
 	fi
 	ctl run "$1" --gpu "$GPU" -- "${cmd[@]}" >/dev/null || return 1
 	line=$(wait_line "$1" '^READY ' 1 $((90 + 5 * ${2%.*}))) || return 1
-	read -r _ pid _ <<<"$line"
+	pid=$(ctl --json status "$1" | jq_py 'print(r["pid"])') || return 1
+	[[ $pid =~ ^[1-9][0-9]*$ ]] || return 1
 	echo "$pid"
 }
 

@@ -199,6 +199,13 @@ func dumpRPC(o DumpOpts, dirFd int) *rpc.CriuOpts {
 	if o.As != nil {
 		opts.Unprivileged = ptr(true) // CRIU refuses a non-root euid without it
 	}
+	// The tree's mounts are the host's, copied by CLONE_NEWNS as slaves,
+	// and its own /proc (internal/sandbox, ownProc): every mount but that
+	// proc is dumped as external, to be bound from the host again on
+	// restore (`--external mnt[]:sm`, resolve_external_mounts in
+	// criu/mount.c); the proc is mounted anew for the restored PID
+	// namespace.
+	opts.AutoExtMnt, opts.ExtSharing, opts.ExtMasters = ptr(true), ptr(true), ptr(true)
 	return opts
 }
 
@@ -209,13 +216,17 @@ func restoreRPC(dirFd int, lazy bool) *rpc.CriuOpts {
 	if lazy {
 		opts.LazyPages = ptr(true)
 	}
+	// The tree's mount namespace is rebuilt over the host's root, its
+	// external mounts bound from the host (`--external mnt[] --root /`;
+	// without a root, CRIU 4.2 hits BUG_ON(!mi->plain_mountpoint) in
+	// service_mountpoint, criu/mount.c).
+	opts.AutoExtMnt, opts.Root = ptr(true), ptr("/")
 	return opts
 }
 
 // commonRPC are the options every operation shares. Managed trees are a
-// session of their own with no terminal, no mount namespace and no
-// cgroup of their own, so CRIU needs no shell-job or mount options and
-// leaves cgroups alone.
+// session of their own with no terminal and no cgroup of their own, so
+// CRIU needs no shell-job option and leaves cgroups alone.
 func commonRPC(dirFd int, log string) *rpc.CriuOpts {
 	return &rpc.CriuOpts{
 		// The worker opens it as /proc/<our pid>/fd/<dirFd>.

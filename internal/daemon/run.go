@@ -20,6 +20,7 @@ import (
 	"github.com/gpusched/gpusched/internal/logfile"
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/internal/sandbox"
+	"github.com/gpusched/gpusched/internal/simgpu"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -169,7 +170,7 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, 
 	st, err := sandbox.Start(ctx, sandbox.Spec{
 		SupervisorPath: d.initPath, Mark: d.sandboxMark(), Argv: rec.Cmd, Env: env, Dir: rec.Dir,
 		Cred: credOf(rec.Owner), Rlimits: rec.Rlimits, Nice: rec.Nice, Home: home,
-		Log: logf, LogMax: d.cfg.LogMaxBytes, LogKeep: d.cfg.LogKeep, Status: status,
+		Log: logf, LogMax: d.cfg.LogMaxBytes, LogKeep: d.cfg.LogKeep, Status: status, HostProc: d.simHostProc(),
 		Recorded: func(pid int, start uint64) error {
 			_, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
 				r.InitPID, r.InitStart = pid, start
@@ -312,6 +313,15 @@ func commandDir(a actor, owner proctable.Owner, what, dir, cmd0, path string) (s
 		return "", invalidf("%s: %v", what, err)
 	}
 	return dir, nil
+}
+
+// simHostProc is where a tree sees the host's /proc: in the sim directory
+// on simulated GPUs (simgpu.HostProc), nowhere on real ones.
+func (d *Daemon) simHostProc() string {
+	if d.simDir == "" {
+		return ""
+	}
+	return simgpu.HostProc(d.simDir)
 }
 
 // environ is the caller's env plus the documented GPUSCHED_* and CUDA_*

@@ -42,7 +42,7 @@ var errNoChildrenFile = errors.New("no /proc/<pid>/task/<tid>/children")
 // childrenOf reads the children of every thread of pid. A list longer than
 // MaxPIDList gives ErrTruncated.
 func childrenOf(pid int) ([]int, error) {
-	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	dir := Path(pid, "/task")
 	tids, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err

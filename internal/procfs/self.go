@@ -16,12 +16,12 @@ import (
 // the /proc/self link and cross-checks the first NSpid field of
 // /proc/self/status; either one alone suffices.
 func SelfPID() (int, error) {
-	link, lerr := os.Readlink("/proc/self")
+	link, lerr := os.Readlink(root + "/self")
 	lpid := 0
 	if lerr == nil {
 		lpid, lerr = strconv.Atoi(link)
 	}
-	npid, nerr := statusNSpid("/proc/self/status")
+	npid, nerr := statusNSpid(root + "/self/status")
 	switch {
 	case lerr == nil && nerr == nil && lpid != npid:
 		return 0, fmt.Errorf("host pid: /proc/self is %d but NSpid says %d", lpid, npid)
@@ -55,7 +55,7 @@ func statusNSpid(path string) (int, error) {
 // NSPid returns pid's pid in its innermost PID namespace (the last field of
 // the NSpid line of its status): what it keeps across a CRIU restore.
 func NSPid(pid int) (int, error) {
-	b, err := ReadFile("/proc/"+strconv.Itoa(pid)+"/status", MaxStatus)
+	b, err := ReadFile(Path(pid, "/status"), MaxStatus)
 	if errors.Is(err, ErrTruncated) {
 		return 0, fmt.Errorf("pid %d: %w", pid, err)
 	}

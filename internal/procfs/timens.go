@@ -21,7 +21,7 @@ const clockTicks = 100
 // host's, in clock ticks: 0 outside a time namespace. It is read on every
 // call, since a restore moves the very process that reads it.
 func bootOffsetTicks() int64 {
-	b, err := ReadFile("/proc/self/timens_offsets", MaxNumbers)
+	b, err := ReadFile(root+"/self/timens_offsets", MaxNumbers)
 	if err != nil {
 		return 0
 	}

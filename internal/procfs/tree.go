@@ -14,7 +14,7 @@ type Tree struct {
 // ScanTree reads every process's parent. Processes that vanish during the
 // scan are skipped.
 func ScanTree() (*Tree, error) {
-	d, err := os.Open("/proc")
+	d, err := os.Open(root)
 	if err != nil {
 		return nil, err
 	}

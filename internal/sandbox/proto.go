@@ -57,6 +57,9 @@ type goSpec struct {
 	Home    string `json:"home"`    // the supervisor's own (private) working directory
 	LogMax  int64  `json:"log_max"` // rotate past this many bytes; 0: never
 	LogKeep int    `json:"log_keep"`
+	// HostProc is where the host's /proc is bound in the tree, read-only;
+	// "": nowhere. Only the simulated driver's jobs need it (ownProc).
+	HostProc string `json:"host_proc,omitempty"`
 }
 
 // ExitReport is what a supervisor writes to its status file when its

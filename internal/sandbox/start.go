@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -37,11 +38,18 @@ type Spec struct {
 	LogMax         int64      // rotate past this many bytes; 0: never
 	LogKeep        int        // rotated copies kept
 	Status         *os.File   // written by the supervisor when the command ends
+	HostProc       string     // where the tree sees the host's /proc (an existing directory); "": nowhere
 	// Recorded is called once the supervisor exists and before the command
 	// runs; the daemon persists the supervisor's identity there. An error
 	// aborts the start.
 	Recorded func(initPID int, initStart uint64) error
 }
+
+// inheritNothing marks close-on-exec the descriptors this process
+// inherited without it (Go opens its own so): a supervisor would hold them
+// on the daemon's mounts, where CRIU cannot name them ("Can't lookup
+// mount", mountns.go), and they are none of the tree's business.
+var inheritNothing sync.Once
 
 // Started identifies a running tree.
 type Started struct {
@@ -52,13 +60,14 @@ type Started struct {
 	Pidfd     int // of the supervisor, nonblocking; owned by the caller
 }
 
-// Start spawns the supervisor in a new PID namespace and session as the
+// Start spawns the supervisor in a new PID and mount namespace and session as the
 // spec's user, runs the handshake and returns once the command runs. On any
 // error nothing is left running: the supervisor is killed and reaped.
 func Start(ctx context.Context, s Spec) (*Started, error) {
 	if err := s.Rlimits.Validate(); err != nil {
 		return nil, err
 	}
+	inheritNothing.Do(func() { _ = unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC) })
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("handshake socketpair: %w", err)
@@ -78,7 +87,7 @@ func Start(ctx context.Context, s Spec) (*Started, error) {
 		Files: []*os.File{devnull, s.Log, s.Log, theirs, s.Status},
 		Sys: &syscall.SysProcAttr{
 			Setsid:      true,
-			Cloneflags:  syscall.CLONE_NEWPID,
+			Cloneflags:  syscall.CLONE_NEWPID | syscall.CLONE_NEWNS, // the tree's own /proc (ownProc)
 			Credential:  &syscall.Credential{Uid: s.Cred.UID, Gid: s.Cred.GID, Groups: s.Cred.Groups},
 			AmbientCaps: supervisorCaps,
 		},
@@ -133,7 +142,7 @@ func handshake(ctx context.Context, s Spec, sync *os.File, pid int) (*Started, e
 		}
 	}
 	spec, err := json.Marshal(goSpec{command: command{Argv: s.Argv, Env: s.Env, Dir: s.Dir, Rlimits: s.Rlimits},
-		Home: s.Home, LogMax: s.LogMax, LogKeep: s.LogKeep})
+		Home: s.Home, LogMax: s.LogMax, LogKeep: s.LogKeep, HostProc: s.HostProc})
 	if err != nil {
 		return nil, err
 	}

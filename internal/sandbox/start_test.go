@@ -131,7 +131,9 @@ func ctx(t *testing.T) context.Context {
 func TestStartRunsCommandInOwnNamespace(t *testing.T) {
 	tr := newTree(t)
 	var recorded int
-	s := tr.spec("grep", "NSpid", "/proc/self/status")
+	// What libcuda's cuInit reads: /proc/self/task/<gettid()>/comm, with
+	// the tid as the command's own namespace numbers it (mountns.go).
+	s := tr.spec("sh", "-c", "grep NSpid /proc/self/status; cat /proc/$$/task/$$/comm")
 	s.Recorded = func(pid int, start uint64) error { recorded = pid; return nil }
 	st, err := Start(ctx(t), s)
 	if err != nil {
@@ -142,11 +144,13 @@ func TestStartRunsCommandInOwnNamespace(t *testing.T) {
 	}
 	r := tr.wait(st)
 	if r.Code == nil || *r.Code != 0 {
-		t.Fatalf("report %+v, want code 0", r)
+		t.Fatalf("report %+v, want code 0; log %q", r, tr.logText())
 	}
-	// NSpid lists the host pid, then the pid in the command's own namespace.
-	if f := strings.Fields(tr.logText()); len(f) != 3 || f[1] != strconv.Itoa(st.PID) {
-		t.Fatalf("log %q: command (host pid %d) not in its own PID namespace", tr.logText(), st.PID)
+	// The command's /proc is its own namespace's: NSpid names it by its
+	// namespace pid alone, and its own directory there is its own.
+	f := strings.Fields(tr.logText())
+	if len(f) != 3 || f[1] == strconv.Itoa(st.PID) || f[2] != "sh" {
+		t.Fatalf("log %q: command (host pid %d) does not see a /proc of its own PID namespace", tr.logText(), st.PID)
 	}
 }
 

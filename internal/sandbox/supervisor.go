@@ -53,23 +53,30 @@ func Main() int {
 	if err != nil {
 		return fail(125, err)
 	}
+	hostProc, err := ownProc(spec.HostProc)
+	if err != nil {
+		return fail(125, err)
+	}
 	if err := os.Chdir(spec.Home); err != nil {
 		return fail(125, fmt.Errorf("supervisor directory: %w", err))
 	}
 	pump, err := newPump(log, spec.LogMax, spec.LogKeep)
 	if err != nil {
+		unix.Close(hostProc)
 		return fail(125, err)
 	}
 	child, err := startCommand(spec.command, pump.w)
 	pump.w.Close() // the command holds the only write end now
 	if err != nil {
+		unix.Close(hostProc)
 		code := 126
 		if errors.Is(err, errNotFound) {
 			code = 127
 		}
 		return fail(code, err)
 	}
-	hostPID, err := hostPIDOf(child)
+	hostPID, err := hostPIDOf(hostProc, child)
+	unix.Close(hostProc) // on a host mount: a tree holding it could not be dumped
 	if err != nil {
 		hostPID = 0 // the daemon finds it among our children
 	}
@@ -143,19 +150,20 @@ func supervise(pid int, sigs <-chan os.Signal) (int, ExitReport) {
 	return 125, ExitReport{Error: "signal channel closed"}
 }
 
-// hostPIDOf maps a pid of the supervisor's namespace to the host's: /proc
-// is the host's mount, so a pidfd's fdinfo names the process by its host
-// pid.
-func hostPIDOf(nsPID int) (int, error) {
+// hostPIDOf maps a pid of the supervisor's namespace to the host's: a
+// pidfd's fdinfo read through hostProc, the host's /proc, names the
+// process by its host pid.
+func hostPIDOf(hostProc, nsPID int) (int, error) {
 	fd, err := unix.PidfdOpen(nsPID, 0)
 	if err != nil {
 		return 0, err
 	}
 	defer unix.Close(fd)
-	f, err := os.Open("/proc/self/fdinfo/" + strconv.Itoa(fd))
+	info, err := unix.Openat(hostProc, "self/fdinfo/"+strconv.Itoa(fd), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, err
 	}
+	f := os.NewFile(uintptr(info), "fdinfo")
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {

@@ -20,6 +20,7 @@ const (
 	gpusName       = "gpus.json"
 	procsName      = "procs"
 	locksName      = "locks"
+	hostProcName   = "hostproc"
 	legacyLockName = "lock" // the one lock of every user before per-user locks
 )
 
@@ -61,14 +62,20 @@ func Create(dir string, devs []Device) (*Registry, error) {
 	return newRegistry(dir, devs), nil
 }
 
-// setupDir creates dir, procs/ and locks/ with explicit modes, since the
+// HostProc is where a managed tree of the sim directory dir sees the
+// host's /proc: the tree's own /proc is of its PID namespace, and a
+// simulated job reports its host pid, as NVML would
+// (procfs.UseHostProc). Outside a tree it is an empty directory.
+func HostProc(dir string) string { return filepath.Join(dir, hostProcName) }
+
+// setupDir creates dir, procs/, locks/ and hostproc/ with explicit modes, since the
 // umask would otherwise narrow them, and removes what earlier versions
 // left that anyone could write: the shared lock and procs/'s own files.
 func setupDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	for _, d := range []string{dir, filepath.Join(dir, procsName), filepath.Join(dir, locksName)} {
+	for _, d := range []string{dir, filepath.Join(dir, procsName), filepath.Join(dir, locksName), HostProc(dir)} {
 		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 			return err
 		}

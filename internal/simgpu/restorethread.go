@@ -96,7 +96,7 @@ func runRestoreThread(started chan<- int) {
 // hostTID finds the thread of process pid whose tid in its innermost PID
 // namespace is nsTID, and returns its host tid.
 func hostTID(pid, nsTID int) (int, error) {
-	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	dir := procfs.Path(pid, "/task")
 	f, err := os.Open(dir)
 	if err != nil {
 		return 0, fmt.Errorf("process %d: %w", pid, ErrNoSuchProcess)
@@ -178,7 +178,7 @@ func awaitRestoreThread(ctx context.Context, pid, tid int) error {
 
 // threadState reads the state letter of thread tid of process pid.
 func threadState(pid, tid int) (byte, error) {
-	b, err := procfs.ReadFile("/proc/"+strconv.Itoa(pid)+"/task/"+strconv.Itoa(tid)+"/stat", procfs.MaxNumbers)
+	b, err := procfs.ReadFile(procfs.Path(pid, "/task/"+strconv.Itoa(tid)+"/stat"), procfs.MaxNumbers)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 		return 0, fmt.Errorf("thread %d is gone: %w", tid, ErrNoRestoreThread)
 	}

@@ -1,0 +1,32 @@
+package procfs
+
+import (
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// root is the proc mount this package reads: the host's /proc, or the one a
+// process in a managed tree was given (UseHostProc).
+var root = "/proc"
+
+// UseHostProc makes this package read dir instead of /proc when dir is a
+// proc mount, and reports whether it does. A managed tree has a /proc of
+// its own PID namespace; the simulated driver's jobs, which report host
+// pids as NVML does, find the host's bound at a directory of the sim
+// directory (internal/sandbox). Call it first thing in main: nothing
+// guards root against concurrent use.
+func UseHostProc(dir string) bool {
+	var st unix.Statfs_t
+	if unix.Statfs(dir, &st) != nil || st.Type != unix.PROC_SUPER_MAGIC {
+		return false
+	}
+	root = dir
+	return true
+}
+
+// Path is the path of rest ("/stat", "/task") in pid's directory of the
+// proc mount this package reads.
+func Path(pid int, rest string) string {
+	return root + "/" + strconv.Itoa(pid) + rest
+}
