@@ -91,6 +91,9 @@ func (j *job) setup() error {
 	if j.cfg.vramMiB == 0 {
 		return nil
 	}
+	if err := simgpu.InitCUDA(); err != nil {
+		return err
+	}
 	start, err := procfs.StartTime(pid)
 	if err != nil {
 		return err
