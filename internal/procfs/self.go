@@ -10,11 +10,12 @@ import (
 	"strings"
 )
 
-// SelfPID returns the calling process's pid as /proc sees it: the host pid
-// for a process in its own PID namespace that kept the host's /proc, where
-// getpid() would give its namespace pid (NVML reports host pids). It reads
-// the /proc/self link and cross-checks the first NSpid field of
-// /proc/self/status; either one alone suffices.
+// SelfPID returns the calling process's pid as the proc mount this package
+// reads sees it: its host pid when that is the host's /proc (a simulated
+// job in a managed tree reads it through UseHostProc), where getpid() would
+// give its namespace pid (NVML reports host pids). It reads the self link
+// and cross-checks the first NSpid field of self/status; either one alone
+// suffices.
 func SelfPID() (int, error) {
 	link, lerr := os.Readlink(root + "/self")
 	lpid := 0

@@ -266,8 +266,8 @@ def _resolve(nice: Optional[int], out: _Outcome) -> Tuple[str, Optional[int]]:
 def _thread_ids() -> List[int]:
     """This process's threads, as its own PID namespace numbers them.
 
-    /proc may belong to an outer PID namespace (gpuschedd starts each tree in a new one
-    and keeps the host's /proc), so each thread's id is the last one of its NSpid line.
+    /proc may belong to an outer PID namespace (a process not started by gpuschedd, which
+    gives each tree a /proc of its own), so each thread's id is the last one of its NSpid line.
     """
     ids: List[int] = []
     for name in os.listdir(_TASK_DIR):
