@@ -40,6 +40,8 @@ func (s *simBackend) FreeChunk(handle) error {
 	return s.reg.Free(s.pid, s.start, s.uuid, s.chunkMiB)
 }
 
+// Free reports what cuMemGetInfo would: the free memory NVML reports too,
+// of a total without the driver's reserve (simgpu.Device.ReservedMiB).
 func (s *simBackend) Free() (freeMiB, totalMiB uint64, err error) {
 	snap, err := s.reg.Snapshot()
 	if err != nil {
@@ -47,7 +49,7 @@ func (s *simBackend) Free() (freeMiB, totalMiB uint64, err error) {
 	}
 	for _, d := range snap.Devices {
 		if d.UUID == s.uuid {
-			return d.TotalMiB - min(d.UsedMiB, d.TotalMiB), d.TotalMiB, nil
+			return d.TotalMiB - min(d.UsedMiB, d.TotalMiB), d.CUDATotalMiB(), nil
 		}
 	}
 	return 0, 0, fmt.Errorf("simulated GPU %s: %w", s.uuid, simgpu.ErrNoSuchDevice)

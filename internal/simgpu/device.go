@@ -7,14 +7,24 @@ import (
 )
 
 // Device is one simulated GPU as listed in gpus.json. MIG marks a GPU in
-// MIG mode.
+// MIG mode. ReservedMiB is the memory the driver sets aside for itself:
+// NVML counts it in the device's total and used memory
+// (nvmlDeviceGetMemoryInfo; _v2 lists it as "reserved"), while CUDA leaves
+// it out of the total that cuMemGetInfo reports and no process can
+// allocate it. It varies by GPU and driver: 616 MiB of 143771 on an H200
+// with driver 580.159.04 (cuMemGetInfo's total: 143155 MiB).
 type Device struct {
-	Index    int    `json:"index"`
-	UUID     string `json:"uuid"`
-	Name     string `json:"name"`
-	TotalMiB uint64 `json:"total_mib"`
-	MIG      bool   `json:"mig,omitempty"`
+	Index       int    `json:"index"`
+	UUID        string `json:"uuid"`
+	Name        string `json:"name"`
+	TotalMiB    uint64 `json:"total_mib"`
+	ReservedMiB uint64 `json:"reserved_mib,omitempty"`
+	MIG         bool   `json:"mig,omitempty"`
 }
+
+// CUDATotalMiB is the device's memory as cuMemGetInfo reports its total:
+// what processes can allocate, the driver's reserve left out.
+func (d Device) CUDATotalMiB() uint64 { return d.TotalMiB - min(d.ReservedMiB, d.TotalMiB) }
 
 // DefaultName is the product name given to simulated GPUs.
 const DefaultName = "gpusched simulated GPU"
@@ -56,6 +66,8 @@ func checkDevices(devs []Device) ([]Device, error) {
 			return nil, fmt.Errorf("simulated GPU %d: duplicate uuid %s", d.Index, d.UUID)
 		case d.TotalMiB == 0:
 			return nil, fmt.Errorf("simulated GPU %d: zero memory", d.Index)
+		case d.ReservedMiB >= d.TotalMiB:
+			return nil, fmt.Errorf("simulated GPU %d: reserved %d MiB of its %d MiB leaves nothing to allocate", d.Index, d.ReservedMiB, d.TotalMiB)
 		case i > 0 && out[i-1].Index == d.Index:
 			return nil, fmt.Errorf("simulated GPU %d: duplicate index", d.Index)
 		}
