@@ -296,3 +296,38 @@ func TestFillerHandsOverToLease(t *testing.T) {
 		t.Fatalf("filler reserves %d MiB for the lease, want 8192", f.ReservedMiB)
 	}
 }
+
+// TestFillerCountsDriverReserve is gpu-check's filler phase on a GPU whose
+// driver reserves memory, as an H200's does (616 MiB: NVML counts it in
+// the GPU's total and used memory, cuMemGetInfo leaves it out of its
+// total): the GPU's usage as NVML reports it settles within one chunk
+// below the target, beside a 4 GiB job and again once the job is gone.
+func TestFillerCountsDriverReserve(t *testing.T) {
+	h := newQueueHarness(t, fillGPU+":reserved=616M")
+	const target = 22118 // 0.9 of 24576 MiB
+	f, err := h.client().Fill(ctxT(t), api.FillParams{GPU: &api.GPURef{Index: 0}, Ratio: 0.9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.TargetMiB != target {
+		t.Fatalf("fill: %+v", f)
+	}
+	// fill answers once the helper holds what it can: settled already.
+	if u := h.used(0); u > target || u+fillChunk <= target {
+		t.Fatalf("GPU 0 holds %d MiB once fill answered; want within %d MiB below %d", u, fillChunk, target)
+	}
+
+	h.submit(api.JobSpec{Name: "work", VRAM: api.VRAM{MiB: 4096}, Cmd: h.simjob("--vram", "4096")})
+	h.waitRunning("work")
+	h.followCount("work", "simjob: allocated 4096", 1)
+	h.waitSettled(0, target)
+	if _, err := h.client().Kill(ctxT(t), api.KillParams{Name: "work"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitJob("work")
+	h.waitSettled(0, target)
+	if _, err := h.client().Unfill(ctxT(t), api.GPURef{Index: 0}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return h.used(0) == 616 }) // the driver's reserve only
+}
