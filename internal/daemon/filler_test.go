@@ -297,13 +297,17 @@ func TestFillerHandsOverToLease(t *testing.T) {
 	}
 }
 
-// TestFillerCountsDriverReserve is gpu-check's filler phase on a GPU whose
-// driver reserves memory, as an H200's does (616 MiB: NVML counts it in
-// the GPU's total and used memory, cuMemGetInfo leaves it out of its
-// total): the GPU's usage as NVML reports it settles within one chunk
-// below the target, beside a 4 GiB job and again once the job is gone.
-func TestFillerCountsDriverReserve(t *testing.T) {
-	h := newQueueHarness(t, fillGPU+":reserved=616M")
+// TestFillerHoldsTargetAsNVMLCounts is gpu-check's filler phase on a
+// simulated GPU that accounts as an H200 with driver 580.159.04 does: the
+// driver reserves 616 MiB, which NVML counts in the GPU's total and used
+// memory but cuMemGetInfo leaves out of its total, and the helper's CUDA
+// context costs 518 MiB, which both count as used. The GPU's usage as NVML
+// reports it settles within one chunk below the target, beside a 4 GiB job
+// and again once the job is gone; the filler's held_mib includes its
+// context, as NVML's per-process usage does.
+func TestFillerHoldsTargetAsNVMLCounts(t *testing.T) {
+	const reserved, context = 616, 518
+	h := newQueueHarness(t, fillGPU+":reserved=616M:context=518M")
 	const target = 22118 // 0.9 of 24576 MiB
 	f, err := h.client().Fill(ctxT(t), api.FillParams{GPU: &api.GPURef{Index: 0}, Ratio: 0.9})
 	if err != nil {
@@ -316,6 +320,10 @@ func TestFillerCountsDriverReserve(t *testing.T) {
 	if u := h.used(0); u > target || u+fillChunk <= target {
 		t.Fatalf("GPU 0 holds %d MiB once fill answered; want within %d MiB below %d", u, fillChunk, target)
 	}
+	waitFor(t, func() bool { // the daemon's next sample sees the helper
+		held := h.filler(0).HeldMiB
+		return held > context && (held-context)%fillChunk == 0 && held+reserved == h.used(0)
+	})
 
 	h.submit(api.JobSpec{Name: "work", VRAM: api.VRAM{MiB: 4096}, Cmd: h.simjob("--vram", "4096")})
 	h.waitRunning("work")
@@ -329,5 +337,5 @@ func TestFillerCountsDriverReserve(t *testing.T) {
 	if _, err := h.client().Unfill(ctxT(t), api.GPURef{Index: 0}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return h.used(0) == 616 }) // the driver's reserve only
+	waitFor(t, func() bool { return h.used(0) == reserved })
 }

@@ -34,7 +34,7 @@ func NewSim(dir string, spec SimSpec) (*Sim, error) {
 	}
 	devs := simgpu.Devices(spec.Count, spec.SizeMiB)
 	for i := range devs {
-		devs[i].ReservedMiB = spec.ReservedMiB
+		devs[i].ReservedMiB, devs[i].ContextMiB = spec.ReservedMiB, spec.ContextMiB
 	}
 	for _, i := range spec.MIG {
 		if i < 0 || i >= len(devs) {

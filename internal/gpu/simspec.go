@@ -23,6 +23,7 @@ type SimSpec struct {
 	SizeMiB     uint64
 	MIG         []int  // indices of the GPUs in MIG mode, ascending
 	ReservedMiB uint64 // each GPU's driver reserve (simgpu.Device.ReservedMiB)
+	ContextMiB  uint64 // a CUDA context's cost on each GPU (simgpu.Device.ContextMiB)
 }
 
 // ParseSimSpec parses a --sim value: "N" (N GPUs of DefaultSimMiB) or
@@ -30,8 +31,9 @@ type SimSpec struct {
 // 16384M or 1T (M/MB/MiB, G/GB/GiB, T/TB/TiB, any case), optionally
 // followed by options, each after a ':': "mig=I,J,..." puts GPUs I, J, ...
 // in MIG mode; "reserved=SIZE" has the driver reserve SIZE of each GPU
-// (as NVML counts it, left out of CUDA's total; 0 by default, such as
-// "reserved=616M" on an H200).
+// (as NVML counts it, left out of CUDA's total) and "context=SIZE" makes a
+// CUDA context cost SIZE on each (both 0 by default; an H200 with driver
+// 580.159.04 has reserved=616M:context=518M).
 func ParseSimSpec(s string) (SimSpec, error) {
 	spec, opts, hasOpts := strings.Cut(strings.ToLower(strings.TrimSpace(s)), ":")
 	countStr, sizeStr, hasSize := strings.Cut(spec, "x")
@@ -70,9 +72,11 @@ func (spec *SimSpec) parseOptions(opts string) error {
 		case "mig":
 			spec.MIG, err = parseMIG(val, spec.Count)
 		case "reserved":
-			spec.ReservedMiB, err = parseReserved(val, spec.SizeMiB)
+			spec.ReservedMiB, err = parsePart(key, val, spec.SizeMiB)
+		case "context":
+			spec.ContextMiB, err = parsePart(key, val, spec.SizeMiB)
 		default:
-			return fmt.Errorf("unknown option %q (want mig=I,J,... or reserved=SIZE)", o)
+			return fmt.Errorf("unknown option %q (want mig=I,J,..., reserved=SIZE or context=SIZE)", o)
 		}
 		if err != nil {
 			return err
@@ -81,14 +85,15 @@ func (spec *SimSpec) parseOptions(opts string) error {
 	return nil
 }
 
-// parseReserved parses "reserved=SIZE": less than the GPU's size.
-func parseReserved(s string, sizeMiB uint64) (uint64, error) {
+// parsePart parses the SIZE of option key, less than the GPU's size
+// (NewSim checks that the reserve and a context together leave room).
+func parsePart(key, s string, sizeMiB uint64) (uint64, error) {
 	n, err := api.ParseMiB(s)
 	switch {
 	case err != nil:
-		return 0, fmt.Errorf("reserved: %w", err)
+		return 0, fmt.Errorf("%s: %w", key, err)
 	case n >= sizeMiB:
-		return 0, fmt.Errorf("reserved: %d MiB leaves nothing of the GPU's %d MiB", n, sizeMiB)
+		return 0, fmt.Errorf("%s: %d MiB leaves nothing of the GPU's %d MiB", key, n, sizeMiB)
 	}
 	return n, nil
 }

@@ -79,13 +79,13 @@ func TestParseSimSpecMIG(t *testing.T) {
 	}
 }
 
-func TestParseSimSpecReserved(t *testing.T) {
+func TestParseSimSpecReservedContext(t *testing.T) {
 	spec, err := ParseSimSpec("2x140G:reserved=616M")
 	if err != nil || spec.Count != 2 || spec.SizeMiB != 143360 || spec.ReservedMiB != 616 || spec.MIG != nil {
 		t.Errorf("ParseSimSpec = %+v, %v; want 2 GPUs of 140 GiB, 616 MiB reserved", spec, err)
 	}
-	spec, err = ParseSimSpec("4x80G:mig=1:RESERVED=1G")
-	if err != nil || spec.ReservedMiB != 1024 || !slices.Equal(spec.MIG, []int{1}) {
+	spec, err = ParseSimSpec("4x80G:mig=1:RESERVED=1G:context=518M")
+	if err != nil || spec.ReservedMiB != 1024 || spec.ContextMiB != 518 || !slices.Equal(spec.MIG, []int{1}) {
 		t.Errorf("ParseSimSpec(mig and reserved) = %+v, %v", spec, err)
 	}
 	if spec, err := ParseSimSpec("2x24G"); err != nil || spec.ReservedMiB != 0 {

@@ -7,7 +7,9 @@ import (
 )
 
 // simBackend holds simulated VRAM in a simgpu registry, registered under
-// the helper's host pid and start time as a simulated job is.
+// the helper's host pid and start time as a simulated job is, with its
+// CUDA context's cost on the device (simgpu.Device.ContextMiB) on top of
+// its chunks, as NVML reports a real helper's usage.
 type simBackend struct {
 	reg      *simgpu.Registry
 	pid      int
@@ -28,6 +30,12 @@ func openSim(dir, uuid string, chunkMiB uint64, pid int, start uint64) (*simBack
 	}
 	if len(devs) != 1 {
 		return nil, fmt.Errorf("--gpu %q names no simulated GPU", uuid)
+	}
+	// The context, as cuDevicePrimaryCtxRetain allocates it on a real GPU.
+	if n := devs[0].ContextMiB; n > 0 {
+		if err := reg.Allocate(pid, start, devs[0].UUID, n); err != nil {
+			return nil, fmt.Errorf("create the CUDA context: %w", err)
+		}
 	}
 	return &simBackend{reg: reg, pid: pid, start: start, uuid: devs[0].UUID, chunkMiB: chunkMiB}, nil
 }

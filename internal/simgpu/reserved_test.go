@@ -41,4 +41,8 @@ func TestDriverReserve(t *testing.T) {
 	if _, err := Create(t.TempDir(), devs); err == nil || !strings.Contains(err.Error(), "leaves nothing") {
 		t.Fatalf("Create with all memory reserved: %v", err)
 	}
+	devs[0].ReservedMiB, devs[0].ContextMiB = 616, 4096-616
+	if _, err := Create(t.TempDir(), devs); err == nil || !strings.Contains(err.Error(), "leaves nothing") {
+		t.Fatalf("Create with a context as large as the device: %v", err)
+	}
 }
