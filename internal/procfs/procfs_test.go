@@ -133,3 +133,20 @@ func TestSelfPIDInPIDNamespace(t *testing.T) {
 		t.Fatalf("in a PID namespace: %q, want %q", out.String(), want)
 	}
 }
+
+// TestStatPathOfSelfThroughHostProc: a process reading another proc mount
+// (UseHostProc) reads its own stat through its own /proc, the one file of
+// it CRIU can restore if a dump finds it open.
+func TestStatPathOfSelfThroughHostProc(t *testing.T) {
+	defer func(r string) { root = r }(root)
+	root = "/proc/." // another path to a proc mount, as the host's bound in a tree is
+	if got := fileOf(os.Getpid(), "/stat"); got != "/proc/self/stat" {
+		t.Errorf("own stat: %s, want /proc/self/stat", got)
+	}
+	if got := fileOf(1, "/stat"); got != "/proc/./1/stat" {
+		t.Errorf("pid 1's stat: %s, want /proc/./1/stat", got)
+	}
+	if st, err := ReadStat(os.Getpid()); err != nil || st.PID != os.Getpid() {
+		t.Errorf("ReadStat(self) = %+v, %v", st, err)
+	}
+}

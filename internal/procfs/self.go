@@ -13,25 +13,26 @@ import (
 // SelfPID returns the calling process's pid as the proc mount this package
 // reads sees it: its host pid when that is the host's /proc (a simulated
 // job in a managed tree reads it through UseHostProc), where getpid() would
-// give its namespace pid (NVML reports host pids). It reads the self link
-// and cross-checks the first NSpid field of self/status; either one alone
-// suffices.
+// give its namespace pid (NVML reports host pids). It reads the self link,
+// which opens nothing, and the first NSpid field of self/status only when
+// the link cannot be read: a CRIU dump that meets a process holding a file
+// of another PID namespace's proc open cannot be restored ("Can't open
+// file .../hostproc/<pid>/status on restore"), and the simulated job asks
+// on every tick.
 func SelfPID() (int, error) {
 	link, lerr := os.Readlink(root + "/self")
-	lpid := 0
 	if lerr == nil {
-		lpid, lerr = strconv.Atoi(link)
+		pid, err := strconv.Atoi(link)
+		if err == nil {
+			return pid, nil
+		}
+		lerr = err
 	}
 	npid, nerr := statusNSpid(root + "/self/status")
-	switch {
-	case lerr == nil && nerr == nil && lpid != npid:
-		return 0, fmt.Errorf("host pid: /proc/self is %d but NSpid says %d", lpid, npid)
-	case lerr == nil:
-		return lpid, nil
-	case nerr == nil:
+	if nerr == nil {
 		return npid, nil
 	}
-	return 0, fmt.Errorf("host pid: readlink /proc/self: %v; %w", lerr, nerr)
+	return 0, fmt.Errorf("host pid: readlink %s/self: %v; %w", root, lerr, nerr)
 }
 
 // statusNSpid returns the first field of the NSpid line of a status file.

@@ -34,7 +34,7 @@ func ReadStat(pid int) (Stat, error) {
 // readStat parses /proc/<pid>/stat with the start time as the reader's
 // time namespace shows it.
 func readStat(pid int) (Stat, error) {
-	b, err := ReadFile(Path(pid, "/stat"), MaxNumbers)
+	b, err := ReadFile(fileOf(pid, "/stat"), MaxNumbers)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 			return Stat{}, fmt.Errorf("pid %d: %w", pid, ErrGone)

@@ -15,7 +15,7 @@ import (
 // line of its status, which a process cannot change without privilege. A
 // missing process gives ErrGone.
 func RealUID(pid int) (uint32, error) {
-	b, err := ReadFile(Path(pid, "/status"), MaxStatus)
+	b, err := ReadFile(fileOf(pid, "/status"), MaxStatus)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
 		return 0, fmt.Errorf("pid %d: %w", pid, ErrGone)
 	}
