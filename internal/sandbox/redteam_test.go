@@ -151,3 +151,28 @@ func TestExitReportBounded(t *testing.T) {
 		t.Errorf("%v allocations", allocs)
 	}
 }
+
+// TestCallerKeepsTreesProc: a caller's command sees only its own tree in
+// /proc, and cannot take the tree's /proc away to reach the host's below
+// it: unmounting needs a capability the caller's code does not hold.
+func TestCallerKeepsTreesProc(t *testing.T) {
+	tr := newTree(t)
+	u := testutil.NewUser(t, "gsbox1", "gsbox")
+	st, err := Start(ctx(t), tr.asUser(tr.spec("sh", "-c",
+		`echo "pids $(ls /proc | grep -c '^[0-9]')"; umount /proc 2>/dev/null; echo "umount $?"; echo "pids $(ls /proc | grep -c '^[0-9]')"`), u))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := tr.wait(st); r.Code == nil || *r.Code != 0 {
+		t.Fatalf("report %+v, want code 0; log %q", r, tr.logText())
+	}
+	var before, umount, after int
+	if _, err := fmt.Sscanf(tr.logText(), "pids %d\numount %d\npids %d\n", &before, &umount, &after); err != nil {
+		t.Fatalf("log %q: %v", tr.logText(), err)
+	}
+	// The supervisor, sh, and the pipeline's ls and grep: a handful, where
+	// the host's /proc lists every process of the machine.
+	if before > 6 || after != before || umount == 0 {
+		t.Fatalf("log %q: the command saw %d then %d processes, umount exited %d; want its tree's few, and umount refused", tr.logText(), before, after, umount)
+	}
+}
