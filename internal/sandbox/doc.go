@@ -9,7 +9,8 @@
 // anything it reports. So:
 //
 //   - The daemon re-executes its own binary (argv[0] "gpusched-init") as the
-//     supervisor: pid 1 of a new PID namespace and a session of its own, with
+//     supervisor: pid 1 of a new PID namespace and a session of its own, in
+//     a mount namespace whose /proc is that PID namespace's (mountns.go), with
 //     the caller's uid, gid and groups (so that CRIU, running as the caller,
 //     may read its limits and dump it) but with capabilities the caller's
 //     code lacks, and not dumpable. The kernel then refuses the caller's
