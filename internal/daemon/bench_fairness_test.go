@@ -54,7 +54,7 @@ func BenchmarkFairness(b *testing.B) {
 	if *fairnessTrace != "" {
 		env = append(env, TraceEnv+"="+*fairnessTrace)
 	}
-	dp := h.spawnBinary(inSlice(system, h.bins.Daemon, append(h.binaryArgs(), "--group", victim.Group, "--metrics-addr", metrics, "--gpu-poll", "1s")...), env...)
+	dp := h.spawnBinary(inSlice(system, h.bins.Daemon, append(append(h.binaryArgs(), "--group", victim.Group, "--metrics-addr", metrics, "--gpu-poll", "1s"), strings.Fields(*fairnessDaemon)...)...), env...)
 	waitSocket(b, h.cfg.Socket)
 	pid := dp.cmd.Process.Pid
 	if *fairnessTrace != "" {
@@ -333,6 +333,8 @@ var fairnessHostile = flag.String("fairness.hostile", "", "BenchmarkFairness: mo
 var fairnessBurn = flag.String("fairness.burn", "", "BenchmarkFairness: more flags for the control, fairload burn (\"-decode\": the hostile readers' own decoding, without the daemon)")
 
 var fairnessTrace = flag.String("fairness.trace", "", "BenchmarkFairness: write the daemon's execution trace to this file ("+TraceEnv+"), and the victim's status calls' times to FILE.victimN")
+
+var fairnessDaemon = flag.String("fairness.daemon", "", "BenchmarkFairness: more flags for the daemon, space-separated (e.g. \"--cpu-slice 0\")")
 
 var fairnessQuota = flag.Int("fairness.cpu-quota", 0, "BenchmarkFairness: each user's CPU quota, percent of one CPU (0: none)")
 
