@@ -32,6 +32,7 @@ type CRIU struct {
 	version    string
 	cudaPlugin bool
 	lazy       bool
+	stream     bool
 }
 
 // CRIUOptions configures NewCRIU.
@@ -40,6 +41,9 @@ type CRIUOptions struct {
 	// Lazy asks for lazy restores (RestoreOpts.Lazy) where CRIU and the
 	// kernel can do them; see Lazy.
 	Lazy bool
+	// Stream asks for restores whose pages come from our page source even
+	// when the thaw is not lazy; see Streams.
+	Stream bool
 }
 
 // NewCRIU finds CRIU, asks it its version over swrk and checks it is new
@@ -72,8 +76,9 @@ func NewCRIU(ctx context.Context, o CRIUOptions) (*CRIU, error) {
 		return nil, fmt.Errorf("criu %s is version %s: %w: gpusched needs CRIU 4.0 or newer (scripts/install-criu.sh installs one)", path, c.version, ErrUnsupported)
 	}
 	c.cudaPlugin = cudaPluginInstalled()
-	if o.Lazy {
-		c.lazy = c.probeLazy(ctx) == nil
+	if o.Lazy || o.Stream {
+		uffd := c.probeLazy(ctx) == nil
+		c.lazy, c.stream = o.Lazy && uffd, o.Stream && uffd
 	}
 	return c, nil
 }
@@ -81,6 +86,12 @@ func NewCRIU(ctx context.Context, o CRIUOptions) (*CRIU, error) {
 // Lazy reports whether restores from disk should be lazy: asked for, and
 // possible here.
 func (c *CRIU) Lazy() bool { return c.lazy }
+
+// Streams reports whether a restore from disk that is not lazy should
+// still take its pages from our page source (a restore with
+// RestoreOpts.Lazy whose tree runs only once every page is in): asked for,
+// and possible here.
+func (c *CRIU) Streams() bool { return c.stream }
 
 // Version is CRIU's version, e.g. "4.1.1".
 func (c *CRIU) Version() string { return c.version }

@@ -52,6 +52,7 @@ type Config struct {
 	CRIUTimeout   time.Duration // deadline of one CRIU dump or restore
 	MaxChain      int           // incremental dumps on one full one before the next is full
 	LazyRestore   bool          // thaw from disk lazily (userfaultfd, our lazy-pages server) where the kernel allows
+	StreamRestore bool          // a thaw from disk that is not lazy takes its pages from our lazy-pages server too, the tree resuming once all are in
 
 	JobMarginMiB   uint64        // headroom a job needs beyond its declaration
 	SpikeBuffer    float64       // fraction added to observed peaks (externals, jobs past their declaration)
@@ -174,8 +175,9 @@ func Default() Config {
 		SimCheckpointGiB:  20 * time.Millisecond,
 		SimRestoreGiB:     20 * time.Millisecond,
 
-		CRIUTimeout: 10 * time.Minute,
-		MaxChain:    4,
+		CRIUTimeout:   10 * time.Minute,
+		MaxChain:      4,
+		StreamRestore: true,
 
 		JobMarginMiB: 512,
 		SpikeBuffer:  0.1,
@@ -250,6 +252,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Var(mibFlag{&c.DiskBudgetMiB}, "disk-budget", "disk space snapshots may take, e.g. 500G (0: unlimited)")
 	fs.DurationVar(&c.CRIUTimeout, "criu-timeout", c.CRIUTimeout, "deadline of each CRIU dump or restore")
 	fs.IntVar(&c.MaxChain, "max-chain", c.MaxChain, "incremental hibernates on top of one full image before the next is full again")
+	fs.BoolVar(&c.StreamRestore, "stream-restore", c.StreamRestore, "a thaw from disk that is not lazy still takes its memory from our lazy-pages server (userfaultfd, O_DIRECT reads, no page cache) where the kernel allows, and the process resumes once all of it is in; false: CRIU reads the pages itself")
 	fs.BoolVar(&c.LazyRestore, "lazy-restore", c.LazyRestore, "thaw from disk lazily (userfaultfd: CRIU restores the tree, our lazy-pages server brings its memory in) where the kernel allows: the process runs before its memory is all back")
 	fs.Var(mibFlag{&c.JobMarginMiB}, "job-margin", "GPU headroom a queued job needs beyond its declaration, e.g. 512M")
 	fs.Float64Var(&c.SpikeBuffer, "spike-buffer", c.SpikeBuffer, "fraction added to observed peaks of external processes and of jobs past their declaration")

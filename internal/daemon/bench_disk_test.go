@@ -31,11 +31,13 @@ import (
 // the disk's (targets >= 0.8 and >= 0.7: the median of the iterations'
 // ratios, with their range logged), and the bytes a repeat hibernate of the
 // unchanged process writes as a fraction of the first (target < 0.1). The
-// process's memory is verified after every thaw. Each size runs eager and
-// then lazy (--lazy-restore), which also reports the time until the
-// process runs again (target < 200 ms) and until all its memory is back
-// against the disk's read time of the image (target <= 1.3); its
-// restore MiB/s counts up to all memory back. make bench runs it with
+// process's memory is verified after every thaw. Each size thaws three
+// ways: criu (--stream-restore=false: CRIU reads the pages), streamed (the
+// default: our page source brings them in before the process resumes) and
+// lazy (--lazy-restore), which also reports the time until the process
+// runs again (target < 200 ms) and until all its memory is back against
+// the disk's read time of the image (target <= 1.3). The restore MiB/s of
+// streamed and lazy counts up to all memory back. make bench runs it with
 // -benchtime 3x; `-bench 'DiskTier/1GiB'` picks one size.
 func BenchmarkDiskTier(b *testing.B) {
 	for _, mib := range []int{256, 1024, 4096} {
@@ -44,18 +46,20 @@ func BenchmarkDiskTier(b *testing.B) {
 			name = fmt.Sprintf("%dGiB", mib/1024)
 		}
 		b.Run(name, func(b *testing.B) {
-			b.Run("eager", func(b *testing.B) { benchDiskTier(b, mib, false) })
-			b.Run("lazy", func(b *testing.B) { benchDiskTier(b, mib, true) })
+			for _, mode := range []string{"criu", "streamed", "lazy"} {
+				b.Run(mode, func(b *testing.B) { benchDiskTier(b, mib, mode) })
+			}
 		})
 	}
 }
 
-func benchDiskTier(b *testing.B, mib int, lazy bool) {
+func benchDiskTier(b *testing.B, mib int, mode string) {
+	lazy := mode == "lazy"
 	// The process, the page cache of its image and the probe's file.
 	if avail := memAvailableMiB(b); avail < 3*mib {
 		b.Skipf("%d MiB of memory available; %d MiB needs %d", avail, mib, 3*mib)
 	}
-	h := newDiskHarness(b, config.DriverSim, func(c *config.Config) { c.LazyRestore = lazy })
+	h := newDiskHarness(b, config.DriverSim, func(c *config.Config) { c.LazyRestore, c.StreamRestore = lazy, mode == "streamed" })
 	c := h.client()
 	h.memJob("big", 0, mib)
 	verified := 0
@@ -84,7 +88,7 @@ func benchDiskTier(b *testing.B, mib int, lazy bool) {
 		b.StopTimer()
 		verify()
 		logCRIUStats(b, filepath.Join(h.cfg.Snapshots(), first.Snapshot))
-		if lazy { // where the server's time went
+		if mode != "criu" { // where the server's time went
 			if lg, err := os.ReadFile(filepath.Join(h.cfg.Snapshots(), first.Snapshot, lazypages.LogName)); err == nil {
 				b.Logf("%s", bytes.TrimSpace(lg))
 			}
@@ -104,8 +108,12 @@ func benchDiskTier(b *testing.B, mib int, lazy bool) {
 		dumpMS := first.MS["dump"] + first.MS["sync"] // durable, as the probe's fsync
 		dumps = append(dumps, size/(dumpMS/1000))
 		restoreMS := th.MS["criu_restore"]
-		if lazy && th.MS["all_memory"] == 0 {
-			b.Logf("lazy: the thaw fell back to an eager restore (see the daemon's log): %v", th.MS)
+		if mode != "criu" && th.MS["all_memory"] == 0 {
+			b.Logf("%s: the thaw fell back to CRIU's reads (see the daemon's log): %v", mode, th.MS)
+		} else if mode == "streamed" {
+			restoreMS = th.MS["all_memory"]
+			b.Logf("streamed: all memory back after %.0f ms (criu restore %.0f ms, of which the page server's start %.0f ms), %.2fx the disk's read time; the thaw took %.0f ms",
+				restoreMS, th.MS["criu_restore"], th.MS["lazy_pages_start"], (restoreMS/1000)/(size/rbw), th.MS["total"])
 		} else if lazy {
 			restoreMS = th.MS["all_memory"]
 			running = append(running, th.MS["running"])

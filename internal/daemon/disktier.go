@@ -22,6 +22,7 @@ type criuTier interface {
 	Dump(ctx context.Context, o checkpoint.DumpOpts) error
 	Restore(ctx context.Context, o checkpoint.RestoreOpts) (int, error)
 	Lazy() bool
+	Streams() bool
 }
 
 // cudaStateCarrier is implemented by GPU backends whose per-process CUDA
@@ -53,7 +54,7 @@ func (d *Daemon) openDiskTier(ctx context.Context) error {
 			path = config.PrivateCRIU
 		}
 	}
-	c, err := checkpoint.NewCRIU(ctx, checkpoint.CRIUOptions{Path: path, Lazy: d.cfg.LazyRestore})
+	c, err := checkpoint.NewCRIU(ctx, checkpoint.CRIUOptions{Path: path, Lazy: d.cfg.LazyRestore, Stream: d.cfg.StreamRestore})
 	if err != nil {
 		d.criuErr = err
 		d.log.Warn("disk tier off: hibernate, thaw from disk and fork are unavailable", zap.Error(err))

@@ -28,27 +28,31 @@ func (d *Daemon) lazyThaw(rec proctable.Record) bool {
 	return d.criu.Lazy() && (len(checkpointed(rec)) == 0 || d.driver != nil && d.driver.Caps().Kind == config.DriverSim)
 }
 
-// thawLazily is thawFromDisk's restore and thaw with lazy pages
-// (--lazy-restore): our lazy-pages server (internal/lazypages) listens on
-// the snapshot's images, the tree is restored with its anonymous memory
-// left to it, thawed at once, and the thaw answers once every page is
-// back, with the time the process ran again (ms "running") beside the time
-// all its memory was in ("all_memory"). The snapshot stays as it is
-// meanwhile, as always. When the lazy restore cannot start, or the page
+// thawFromPageSource is thawFromDisk's restore and thaw with our
+// lazy-pages server (internal/lazypages) listening on the snapshot's
+// images: the tree is restored with its anonymous memory left to the
+// server. Lazily (--lazy-restore, lazy set) it is thawed at once and the
+// thaw answers once every page is back, with the time the process ran
+// again (ms "running") beside the time all its memory was in
+// ("all_memory"). Streamed (--stream-restore) the restored tree stays
+// stopped while the server brings every page in, and is thawed after
+// that: the thaw is eager, its pages read with O_DIRECT straight into the
+// process instead of through the page cache by CRIU. The snapshot stays as
+// it is meanwhile, as always. When the restore cannot start, or the page
 // source fails before every page is in (the process may have read zeros
 // where its pages were missing), the tree is killed and rec is returned
 // hibernated as it was, with done false: the caller restores eagerly.
-func (d *Daemon) thawLazily(ctx context.Context, rec proctable.Record, dir string, opts thawOpts) (res api.CheckpointResult, out proctable.Record, done bool, err error) {
+func (d *Daemon) thawFromPageSource(ctx context.Context, rec proctable.Record, dir string, opts thawOpts, lazy bool) (res api.CheckpointResult, out proctable.Record, done bool, err error) {
 	saved := rec.Clone()
 	t := time.Now()
 	src, err := lazypages.Start(lazypages.Options{Path: d.helperPath, Dir: dir})
 	if err != nil {
-		d.log.Warn("lazy-pages server did not start; restoring eagerly", zap.String("name", rec.Name), zap.Error(err))
+		d.log.Warn("lazy-pages server did not start; restoring with CRIU's reads", zap.String("name", rec.Name), zap.Error(err))
 		return res, rec, false, nil
 	}
 	if rec, err = d.restoreTree(ctx, rec, dir, true); err != nil {
 		src.Close()
-		d.log.Warn("lazy restore failed; restoring eagerly", zap.String("name", rec.Name), zap.Error(err))
+		d.log.Warn("restore with our page source failed; restoring with CRIU's reads", zap.String("name", rec.Name), zap.Error(err))
 		cur, ok := d.table.Get(rec.Name)
 		return res, cur, !ok || cur.ID != saved.ID, err
 	}
@@ -61,9 +65,12 @@ func (d *Daemon) thawLazily(ctx context.Context, rec proctable.Record, dir strin
 		return res, rec, true, fmt.Errorf("the lazily restored tree of %q ended before it ran", rec.Name)
 	}
 	rt.dumping.Store(true)
-	res, err = d.thawLocked(ctx, rec, opts)
-	runningMS := msSince(t)
-	src.Running()
+	var runningMS float64
+	if lazy {
+		res, err = d.thawLocked(ctx, rec, opts)
+		runningMS = msSince(t)
+	}
+	src.Running() // the server's transfer starts
 	wctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
 	werr := src.Wait(wctx)
 	cancel()
@@ -76,6 +83,17 @@ func (d *Daemon) thawLazily(ctx context.Context, rec proctable.Record, dir strin
 			// memory in, so it is the process's exit.
 			<-rt.exited
 			d.recordExit(rec, rt)
+			if !lazy {
+				return res, rec, true, fmt.Errorf("the restored tree of %q ended before it was thawed", rec.Name)
+			}
+		}
+		if !lazy {
+			allMS := msSince(t)
+			if res, err = d.thawLocked(ctx, rec, opts); err == nil {
+				res.MS["criu_restore"], res.MS["all_memory"] = restoreMS, allMS
+				res.MS["lazy_pages_start"] = float64(src.Startup.Microseconds()) / 1000
+			}
+			return res, rec, true, err
 		}
 		if err == nil {
 			res.MS["criu_restore"], res.MS["running"], res.MS["all_memory"] = restoreMS, runningMS, msSince(t)
@@ -83,7 +101,7 @@ func (d *Daemon) thawLazily(ctx context.Context, rec proctable.Record, dir strin
 		}
 		return res, rec, true, err
 	}
-	d.log.Warn("lazy restore: the page source failed; restoring eagerly", zap.String("name", rec.Name), zap.Error(werr))
+	d.log.Warn("restore: our page source failed; restoring with CRIU's reads", zap.String("name", rec.Name), zap.Error(werr))
 	if rec, err = d.dropLazyTree(saved, werr); err != nil {
 		return res, rec, true, err
 	}

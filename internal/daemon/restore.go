@@ -51,8 +51,8 @@ func (d *Daemon) thawFromDisk(ctx context.Context, rec proctable.Record, opts th
 	opts.admitted = true
 	var res api.CheckpointResult
 	done := false
-	if d.lazyThaw(rec) {
-		if res, rec, done, err = d.thawLazily(ctx, rec, dir, opts); done && err != nil {
+	if lazy := d.lazyThaw(rec); lazy || d.criu.Streams() {
+		if res, rec, done, err = d.thawFromPageSource(ctx, rec, dir, opts, lazy); done && err != nil {
 			return res, fmt.Errorf("%s: %w", what, err)
 		}
 	}
@@ -80,7 +80,7 @@ func (d *Daemon) thawFromDisk(ctx context.Context, rec proctable.Record, opts th
 // restoreTree restores the tree imaged in dir as rec (hibernated) and
 // re-adopts it: new host pids, the same namespace pids, frozen and stopped.
 // With lazy set, the restore is lazy: a lazy-pages server listening in dir
-// serves its memory (see thawLazily).
+// serves its memory (see thawFromPageSource).
 func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir string, lazy bool) (proctable.Record, error) {
 	rec, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
 		if r.ID != rec.ID {

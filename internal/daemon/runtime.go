@@ -23,7 +23,7 @@ type procRuntime struct {
 	sentKill atomic.Bool // this daemon SIGKILLed the init
 	// dumping is set while CRIU dumps the tree, and while a lazy restore
 	// still brings its memory in: its end is then the hibernate's or the
-	// lazy thaw's to record, not an exit (see thawLazily).
+	// lazy thaw's to record, not an exit (see thawFromPageSource).
 	dumping atomic.Bool
 	exit    api.Exit // how the tree ended; set before exited is closed
 }

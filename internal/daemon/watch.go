@@ -24,7 +24,7 @@ func (d *Daemon) watch(rec proctable.Record, rt *procRuntime) {
 		}
 		rt.exit = d.exitOf(rec, rt)
 		d.removeCPU(rec)
-		if rt.dumping.Swap(false) { // claimed: see thawLazily
+		if rt.dumping.Swap(false) { // claimed: see thawFromPageSource
 			d.procs.remove(rec.ID)
 			close(rt.exited) // before the pidfd closes: see procRuntime.signal
 			rt.pidfd.Close()

@@ -1,0 +1,156 @@
+package daemon
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/lazypages"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// requireStream skips where CRIU cannot take a restore's pages from our
+// page source (no userfaultfd for it here).
+func requireStream(t *testing.T, h *ckptHarness) {
+	t.Helper()
+	if !h.d.criu.Streams() {
+		t.Skip("criu check --feature uffd-noncoop fails here: no streamed restore")
+	}
+}
+
+// TestStreamedThawFromDisk thaws a hibernated process, fully and then
+// from an incremental image, with --stream-restore (the default): its
+// memory comes from our page source, and the tree is thawed only once all
+// of it is in. With cuda-checkpoint, whose stand-in reads the target's
+// environment from outside it, the thaw fails if any page is still on
+// disk then. The process goes on with every word of its memory as it was;
+// with --stream-restore=false CRIU reads the pages itself.
+func TestStreamedThawFromDisk(t *testing.T) {
+	for _, driver := range []string{config.DriverSim, config.DriverCLI} {
+		t.Run(driver, func(t *testing.T) {
+			h := newDiskHarness(t, driver)
+			requireStream(t, h)
+			c := h.client()
+			h.memJob("job", 128, 64)
+			for i, full := range []bool{true, false} {
+				hr, err := c.Hibernate(ctxT(t), api.HibernateParams{Name: "job", Full: full})
+				if err != nil {
+					t.Fatal(err)
+				}
+				ticks := h.lastTick("job")
+				res, err := c.Thaw(ctxT(t), api.ThawParams{Name: "job"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.MS["all_memory"] <= 0 || res.MS["running"] != 0 || res.MS["criu_restore"] > res.MS["all_memory"] {
+					t.Fatalf("thaw %d was not streamed: %v", i, res.MS)
+				}
+				if _, err := os.Stat(filepath.Join(h.cfg.Snapshots(), hr.Snapshot, lazypages.LogName)); err != nil {
+					t.Fatalf("thaw %d: no page source's log: %v", i, err)
+				}
+				h.verifyContinued("job", ticks)
+			}
+		})
+	}
+	t.Run("off", func(t *testing.T) {
+		h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.StreamRestore = false })
+		c := h.client()
+		h.memJob("job", 128, 64)
+		if _, err := c.Hibernate(ctxT(t), api.HibernateParams{Name: "job"}); err != nil {
+			t.Fatal(err)
+		}
+		ticks := h.lastTick("job")
+		res, err := c.Thaw(ctxT(t), api.ThawParams{Name: "job"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.MS["all_memory"] != 0 {
+			t.Fatalf("streamed with --stream-restore=false: %v", res.MS)
+		}
+		h.verifyContinued("job", ticks)
+	})
+}
+
+// TestStreamedThawPageSourceKilled holds our page server before its
+// transfer (EnvHold): the restored tree is still stopped then, since a
+// streamed thaw resumes it only once every page is in. Killed there, the
+// server leaves the tree half restored: the daemon kills it and restores
+// the process with CRIU's reads from the intact snapshot, and it goes on
+// from its hibernation with its memory verified.
+func TestStreamedThawPageSourceKilled(t *testing.T) {
+	hold := filepath.Join(t.TempDir(), "hold")
+	if err := unix.Mkfifo(hold, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(lazypages.EnvHold, hold)
+	h := newDiskHarness(t, config.DriverSim)
+	requireStream(t, h)
+	c := h.client()
+	h.memJob("job", 128, 512)
+	hr, err := c.Hibernate(ctxT(t), api.HibernateParams{Name: "job"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(h.cfg.Snapshots(), hr.Snapshot)
+	before := imageDigest(t, snap)
+	ticks := h.lastTick("job")
+
+	type thawed struct {
+		res *api.CheckpointResult
+		err error
+	}
+	done := make(chan thawed, 1)
+	go func() {
+		res, err := c.Thaw(ctxT(t), api.ThawParams{Name: "job"})
+		done <- thawed{res, err}
+	}()
+	// Opening the hold for writing returns once the server opened it:
+	// the restore is done and the transfer has not started.
+	w, err := os.OpenFile(hold, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for _, pid := range h.cudaPIDs("job") {
+		if st := taskState(t, pid); st != "T" {
+			t.Errorf("restored process %d is in state %s before its memory is in, want T (stopped)", pid, st)
+		}
+	}
+	if err := unix.Kill(lazyServerOf(t, snap), unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	th := <-done
+	if th.err != nil {
+		t.Fatalf("thaw after the page source died: %v", th.err)
+	}
+	if th.res.MS["all_memory"] != 0 {
+		t.Fatalf("the thaw counts as streamed: %v", th.res.MS)
+	}
+	if p := h.proc("job"); p.State != api.StateRunning || p.Snapshot != hr.Snapshot {
+		t.Fatalf("after the thaw: %+v", p)
+	}
+	if after := imageDigest(t, snap); after != before {
+		t.Fatalf("the snapshot changed:\n%s\n%s", before, after)
+	}
+	h.verifyContinued("job", ticks)
+}
+
+// taskState is the state letter of /proc/pid/stat.
+func taskState(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) == 0 {
+		t.Fatalf("/proc/%d/stat: %q", pid, s)
+	}
+	return f[0]
+}
