@@ -81,13 +81,16 @@ func serve(dir string, ln *net.UnixListener, running *os.File) error {
 		return fmt.Errorf("page size %d: only %d is supported", os.Getpagesize(), pageSize)
 	}
 	s := &server{dir: dir, errc: make(chan error, 1), images: map[int]*taskImage{}, settled: make(chan struct{})}
-	if err := ln.SetDeadline(time.Now().Add(acceptTimeout)); err != nil {
-		return err
-	}
-	conn, err := ln.AcceptUnix()
-	ln.Close()
+	// The starter closes the running pipe once the restore is done, or dies.
+	runningc := make(chan struct{})
+	go func() {
+		_, _ = running.Read(make([]byte, 1))
+		running.Close()
+		close(runningc)
+	}()
+	conn, err := accept(ln, runningc)
 	if err != nil {
-		return fmt.Errorf("accept: %w", err)
+		return err
 	}
 	start := time.Now()
 	finished := make(chan error, 1)
@@ -101,9 +104,7 @@ func serve(dir string, ln *net.UnixListener, running *os.File) error {
 		return err
 	}
 	finishedAt, faultsBefore := time.Now(), s.faults.Load()
-	// Faults are answered meanwhile, by each task's events goroutine.
-	_, _ = running.Read(make([]byte, 1)) // the starter closed it, or died
-	running.Close()
+	<-runningc // faults are answered meanwhile, by each task's events goroutine
 	runningAt, faultsRunning := time.Now(), s.faults.Load()
 	if hold := os.Getenv(EnvHold); hold != "" {
 		_, _ = os.ReadFile(hold)
@@ -127,6 +128,39 @@ func serve(dir string, ln *net.UnixListener, running *os.File) error {
 		s.faults.Load(), faultsBefore, finishedAt.Sub(start).Round(time.Millisecond), faultsRunning,
 		runningAt.Sub(start).Round(time.Millisecond), s.byFault.Load())
 	return nil
+}
+
+// accept waits for the restore's connection, at most acceptTimeout. A
+// starter that went away before it (gone closed: it died, or gave up the
+// restore) leaves nothing to serve: no restore connects any more, or one
+// that does fails without its page source, leaving its snapshot intact.
+func accept(ln *net.UnixListener, gone <-chan struct{}) (*net.UnixConn, error) {
+	defer ln.Close()
+	if err := ln.SetDeadline(time.Now().Add(acceptTimeout)); err != nil {
+		return nil, err
+	}
+	type accepted struct {
+		conn *net.UnixConn
+		err  error
+	}
+	c := make(chan accepted, 1)
+	go func() {
+		conn, err := ln.AcceptUnix()
+		c <- accepted{conn, err}
+	}()
+	var a accepted
+	select {
+	case a = <-c:
+	case <-gone:
+		ln.Close()
+		if a = <-c; a.err != nil { // a restore may have connected just then
+			return nil, errors.New("the starter went away before a restore connected")
+		}
+	}
+	if a.err != nil {
+		return nil, fmt.Errorf("accept: %w", a.err)
+	}
+	return a.conn, nil
 }
 
 // restoreSide takes the restore's processes until it says it finished.

@@ -472,3 +472,26 @@ func BenchmarkServe(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// TestServeEndsWhenStarterGoesFirst: a starter that goes away (here: says
+// running) before any restore connected leaves the server nothing to
+// serve, and it exits at once instead of listening until acceptTimeout.
+func TestServeEndsWhenStarterGoesFirst(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	srv, err := Start(Options{Path: exe, Dir: dir, Env: []string{"GORACE=" + os.Getenv("GORACE") + " atexit_sleep_ms=0"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	srv.Running()
+	ctx, cancel := context.WithTimeout(context.Background(), acceptTimeout/2)
+	defer cancel()
+	err = srv.Wait(ctx)
+	if err == nil || !strings.Contains(err.Error(), "before a restore connected") {
+		t.Fatalf("server without a restore: %v", err)
+	}
+}
