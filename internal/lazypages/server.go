@@ -152,8 +152,11 @@ func accept(ln *net.UnixListener, gone <-chan struct{}) (*net.UnixConn, error) {
 	select {
 	case a = <-c:
 	case <-gone:
-		ln.Close()
-		if a = <-c; a.err != nil { // a restore may have connected just then
+		// A restore that connected already waits in the backlog: take it.
+		if !pending(ln) {
+			ln.Close()
+		}
+		if a = <-c; a.err != nil {
 			return nil, errors.New("the starter went away before a restore connected")
 		}
 	}
@@ -161,6 +164,19 @@ func accept(ln *net.UnixListener, gone <-chan struct{}) (*net.UnixConn, error) {
 		return nil, fmt.Errorf("accept: %w", a.err)
 	}
 	return a.conn, nil
+}
+
+// pending reports whether a connection waits in ln's backlog.
+func pending(ln *net.UnixListener) bool {
+	raw, err := ln.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	_ = raw.Control(func(fd uintptr) {
+		n, _ = unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+	})
+	return n > 0
 }
 
 // restoreSide takes the restore's processes until it says it finished.
