@@ -20,6 +20,7 @@ func TestServeFork(t *testing.T) {
 	dir := t.TempDir()
 	writeImages(t, dir, 1, 1, reg.addr, pages, []ent{{0, pages, peLazy | pePresent}}, data)
 	r := startServer(t, dir)
+	awaitRead(t, r.srv, pages*pageSize) // the child exits with pages read ahead for it
 	r.send(1, reg)
 
 	var p [2]int

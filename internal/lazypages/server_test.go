@@ -404,6 +404,7 @@ func TestServeMappingChanges(t *testing.T) {
 	dir := t.TempDir()
 	writeImages(t, dir, 1, 1, reg.addr, pages, []ent{{0, pages, peLazy | pePresent}}, data)
 	r := startServer(t, dir)
+	awaitRead(t, r.srv, pages*pageSize) // the changes meet pages read ahead
 	r.send(1, reg)
 
 	if err := unix.Madvise(reg.mem[10*pageSize:20*pageSize], unix.MADV_DONTNEED); err != nil {
