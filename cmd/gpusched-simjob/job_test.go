@@ -22,6 +22,7 @@ import (
 var simjobBin string
 
 func TestMain(m *testing.M) {
+	testutil.TreeInit()
 	dir, err := os.MkdirTemp("", "simjob-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -127,6 +128,8 @@ func (j *simjob) waitLine(t *testing.T, prefix string) string {
 		select {
 		case line, ok := <-j.lines:
 			if !ok {
+				_ = j.cmd.Wait() // its stderr is whole, and no longer written, once it exited
+				j.waited = true
 				t.Fatalf("stdout ended before %q; stderr: %s", prefix, j.stderr.String())
 			}
 			if strings.HasPrefix(line, prefix) {
@@ -360,16 +363,27 @@ func TestTicksWaitWhileLocked(t *testing.T) {
 	assertNoRecords(t, reg)
 }
 
-func TestReportsHostPIDInPIDNamespace(t *testing.T) {
-	reg := newSim(t, 1, 1024)
-	j := newJob(reg, "0", "--vram", "100")
-	j.cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+// inTree starts j as pid 1 of a tree laid out as gpuschedd's; ownProc
+// false keeps the host's /proc, as trees had before they got their own.
+func inTree(t *testing.T, j *simjob, ownProc bool) {
+	t.Helper()
+	if ownProc {
+		testutil.InTree(j.cmd, "")
+	} else {
+		j.cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID}
+	}
 	if err := j.start(t); err != nil {
 		if errors.Is(err, syscall.EPERM) {
-			t.Skip("creating a PID namespace needs CAP_SYS_ADMIN")
+			t.Skip("creating PID and mount namespaces needs CAP_SYS_ADMIN")
 		}
 		t.Fatal(err)
 	}
+}
+
+func TestReportsHostPIDInTree(t *testing.T) {
+	reg := newSim(t, 1, 1024)
+	j := newJob(reg, "0", "--vram", "100")
+	inTree(t, j, true)
 	pid := j.cmd.Process.Pid // host pid; the job is pid 1 inside
 	j.waitLine(t, fmt.Sprintf("simjob: pid=%d ", pid))
 	j.waitLine(t, "simjob: allocated 100 MiB")
@@ -381,6 +395,20 @@ func TestReportsHostPIDInPIDNamespace(t *testing.T) {
 	j.signal(t, syscall.SIGTERM)
 	if ws := j.wait(t); ws.ExitStatus() != 128+int(syscall.SIGTERM) {
 		t.Errorf("wait status %v, want exit %d", ws, 128+int(syscall.SIGTERM))
+	}
+	assertNoRecords(t, reg)
+}
+
+// TestCUDAFailsWithHostProc: a CUDA process in a PID namespace of its own
+// that kept the host's /proc fails to initialise CUDA, as PyTorch did in
+// gpuschedd's trees on an H200 (simgpu.InitCUDA).
+func TestCUDAFailsWithHostProc(t *testing.T) {
+	reg := newSim(t, 1, 1024)
+	j := newJob(reg, "0", "--vram", "100")
+	inTree(t, j, false)
+	ws := j.wait(t)
+	if ws.ExitStatus() == 0 || !strings.Contains(j.stderr.String(), "OS call failed or operation not supported on this OS") {
+		t.Fatalf("wait status %v, stderr %q: want CUDA's error 304", ws, j.stderr.String())
 	}
 	assertNoRecords(t, reg)
 }

@@ -21,7 +21,8 @@ import (
 )
 
 // nsJob is a simulated job with patterned host memory, started as the init
-// of its own PID namespace and session (as the daemon starts its trees).
+// of its own PID and mount namespaces and session, with a /proc of its own
+// (as the daemon starts its trees).
 type nsJob struct {
 	cmd *exec.Cmd
 	log string
@@ -37,15 +38,10 @@ func startNSJobEnv(t *testing.T, dir string, env []string, args ...string) *nsJo
 	t.Helper()
 	bins := testutil.Build(t)
 	log := filepath.Join(dir, "job.log")
-	f, err := os.OpenFile(log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	cmd := exec.Command(bins.SimJob, args...)
-	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Cloneflags: syscall.CLONE_NEWPID}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	testutil.InTree(cmd, log)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

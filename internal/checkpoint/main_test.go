@@ -8,6 +8,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	testutil.TreeInit()
 	code := m.Run()
 	testutil.Cleanup()
 	os.Exit(code)

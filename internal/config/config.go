@@ -25,7 +25,7 @@ type Config struct {
 	MaxConns    int           // concurrent client connections; more are refused with unavailable
 	StateDir    string        // persisted records (0700)
 	LogDir      string        // per-process logs
-	Sim         string        // "" = NVML; "N" or "NxSIZE[:mig=I,...]" simulated GPUs
+	Sim         string        // "" = NVML; "N" or "NxSIZE[:mig=I,...][:reserved=SIZE][:context=SIZE]" simulated GPUs
 	SimDir      string        // shared simulated-GPU state; default <socket dir>/sim
 	KillGrace   time.Duration // TERM -> KILL grace of kill
 	LogMaxBytes int64         // per-process log cap before rotation
@@ -226,7 +226,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxConns, "max-conns", c.MaxConns, "most client connections served at once; more are answered unavailable and closed (each takes one file descriptor: keep it under LimitNOFILE)")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "directory for persisted state (with a --socket other than the default: <socket dir>/"+besideState+")")
 	fs.StringVar(&c.LogDir, "log-dir", c.LogDir, "directory for managed processes' logs (with a --socket other than the default: <socket dir>/"+besideLogs+")")
-	fs.StringVar(&c.Sim, "sim", c.Sim, "simulate GPUs instead of NVML: N or NxSIZE (e.g. 2x24G), then :mig=I,J,... for GPUs in MIG mode")
+	fs.StringVar(&c.Sim, "sim", c.Sim, "simulate GPUs instead of NVML: N or NxSIZE (e.g. 2x24G), then :mig=I,J,... for GPUs in MIG mode, :reserved=SIZE for the driver's reserve, :context=SIZE for a CUDA context's cost")
 	fs.StringVar(&c.SimDir, "sim-dir", c.SimDir, "shared simulated-GPU state (default: <socket dir>/sim)")
 	fs.DurationVar(&c.KillGrace, "kill-grace", c.KillGrace, "default time between SIGTERM and SIGKILL on kill")
 	fs.Int64Var(&c.LogMaxBytes, "log-max-bytes", c.LogMaxBytes, "rotate a process log past this size (its supervisor does; a change applies to processes started after it)")

@@ -296,3 +296,46 @@ func TestFillerHandsOverToLease(t *testing.T) {
 		t.Fatalf("filler reserves %d MiB for the lease, want 8192", f.ReservedMiB)
 	}
 }
+
+// TestFillerHoldsTargetAsNVMLCounts is gpu-check's filler phase on a
+// simulated GPU that accounts as an H200 with driver 580.159.04 does: the
+// driver reserves 616 MiB, which NVML counts in the GPU's total and used
+// memory but cuMemGetInfo leaves out of its total, and the helper's CUDA
+// context costs 518 MiB, which both count as used. The GPU's usage as NVML
+// reports it settles within one chunk below the target, beside a 4 GiB job
+// and again once the job is gone; the filler's held_mib includes its
+// context, as NVML's per-process usage does.
+func TestFillerHoldsTargetAsNVMLCounts(t *testing.T) {
+	const reserved, context = 616, 518
+	h := newQueueHarness(t, fillGPU+":reserved=616M:context=518M")
+	const target = 22118 // 0.9 of 24576 MiB
+	f, err := h.client().Fill(ctxT(t), api.FillParams{GPU: &api.GPURef{Index: 0}, Ratio: 0.9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.TargetMiB != target {
+		t.Fatalf("fill: %+v", f)
+	}
+	// fill answers once the helper holds what it can: settled already.
+	if u := h.used(0); u > target || u+fillChunk <= target {
+		t.Fatalf("GPU 0 holds %d MiB once fill answered; want within %d MiB below %d", u, fillChunk, target)
+	}
+	waitFor(t, func() bool { // the daemon's next sample sees the helper
+		held := h.filler(0).HeldMiB
+		return held > context && (held-context)%fillChunk == 0 && held+reserved == h.used(0)
+	})
+
+	h.submit(api.JobSpec{Name: "work", VRAM: api.VRAM{MiB: 4096}, Cmd: h.simjob("--vram", "4096")})
+	h.waitRunning("work")
+	h.followCount("work", "simjob: allocated 4096", 1)
+	h.waitSettled(0, target)
+	if _, err := h.client().Kill(ctxT(t), api.KillParams{Name: "work"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitJob("work")
+	h.waitSettled(0, target)
+	if _, err := h.client().Unfill(ctxT(t), api.GPURef{Index: 0}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return h.used(0) == reserved })
+}

@@ -80,15 +80,17 @@ func (d *Daemon) adoptFiller(ctx context.Context, f *filler) error {
 	return d.applyFiller(ctx, f)
 }
 
-// applyFiller sends f's target and current reserve to its helper unless it
-// has them already, and waits until the helper has applied them. The
-// caller holds f.mu.
+// applyFiller sends f's target, in the helper's terms, and current reserve
+// to its helper unless it has them already, and waits until the helper has
+// applied them. The caller holds f.mu.
 func (d *Daemon) applyFiller(ctx context.Context, f *filler) error {
 	if f.helper == nil {
 		return nil
 	}
 	d.capFiller(f)
-	want := [2]uint64{f.rec.TargetMiB, d.fillerReserve(f)}
+	dev, _ := d.gpuView().device(f.rec.UUID)
+	target := memfill.HelperTarget(f.rec.TargetMiB, dev.TotalMiB, f.helper.State().TotalMiB)
+	want := [2]uint64{target, d.fillerReserve(f)}
 	if want == f.sent {
 		return nil
 	}

@@ -33,6 +33,9 @@ func NewSim(dir string, spec SimSpec) (*Sim, error) {
 		return nil, fmt.Errorf("simulated GPUs: count %d: need at least 1", spec.Count)
 	}
 	devs := simgpu.Devices(spec.Count, spec.SizeMiB)
+	for i := range devs {
+		devs[i].ReservedMiB, devs[i].ContextMiB = spec.ReservedMiB, spec.ContextMiB
+	}
 	for _, i := range spec.MIG {
 		if i < 0 || i >= len(devs) {
 			return nil, fmt.Errorf("simulated GPUs: MIG mode for GPU %d, of %d", i, len(devs))

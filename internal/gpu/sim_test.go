@@ -242,3 +242,21 @@ func TestSimMIG(t *testing.T) {
 		t.Error("NewSim took MIG mode for a GPU it does not have")
 	}
 }
+
+// TestSimReserved: each GPU of a spec with a driver reserve reports it as
+// used, as NVML does.
+func TestSimReserved(t *testing.T) {
+	sim, err := NewSim(t.TempDir(), SimSpec{Count: 2, SizeMiB: 4096, ReservedMiB: 616})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := sim.Sample(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range s.Devices {
+		if d.TotalMiB != 4096 || d.UsedMiB != 616 {
+			t.Errorf("GPU %d: %d of %d MiB used, want 616 of 4096", d.Index, d.UsedMiB, d.TotalMiB)
+		}
+	}
+}

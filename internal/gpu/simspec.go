@@ -19,15 +19,21 @@ const (
 
 // SimSpec is a parsed --sim value.
 type SimSpec struct {
-	Count   int
-	SizeMiB uint64
-	MIG     []int // indices of the GPUs in MIG mode, ascending
+	Count       int
+	SizeMiB     uint64
+	MIG         []int  // indices of the GPUs in MIG mode, ascending
+	ReservedMiB uint64 // each GPU's driver reserve (simgpu.Device.ReservedMiB)
+	ContextMiB  uint64 // a CUDA context's cost on each GPU (simgpu.Device.ContextMiB)
 }
 
 // ParseSimSpec parses a --sim value: "N" (N GPUs of DefaultSimMiB) or
 // "NxSIZE" with SIZE a whole number and a binary unit, such as 24G, 80GiB,
 // 16384M or 1T (M/MB/MiB, G/GB/GiB, T/TB/TiB, any case), optionally
-// followed by ":mig=I,J,..." to put GPUs I, J, ... in MIG mode.
+// followed by options, each after a ':': "mig=I,J,..." puts GPUs I, J, ...
+// in MIG mode; "reserved=SIZE" has the driver reserve SIZE of each GPU
+// (as NVML counts it, left out of CUDA's total) and "context=SIZE" makes a
+// CUDA context cost SIZE on each (both 0 by default; an H200 with driver
+// 580.159.04 has reserved=616M:context=518M).
 func ParseSimSpec(s string) (SimSpec, error) {
 	spec, opts, hasOpts := strings.Cut(strings.ToLower(strings.TrimSpace(s)), ":")
 	countStr, sizeStr, hasSize := strings.Cut(spec, "x")
@@ -45,19 +51,56 @@ func ParseSimSpec(s string) (SimSpec, error) {
 		}
 	}
 	if hasOpts {
-		if out.MIG, err = parseMIG(opts, count); err != nil {
+		if err := out.parseOptions(opts); err != nil {
 			return SimSpec{}, fmt.Errorf("--sim %q: %w", s, err)
 		}
 	}
 	return out, nil
 }
 
-// parseMIG parses "mig=I,J,..." into ascending GPU indices below count.
-func parseMIG(s string, count int) ([]int, error) {
-	list, ok := strings.CutPrefix(s, "mig=")
-	if !ok {
-		return nil, fmt.Errorf("unknown option %q (want mig=I,J,...)", s)
+// parseOptions parses the ':'-separated options after the size.
+func (spec *SimSpec) parseOptions(opts string) error {
+	seen := map[string]bool{}
+	for _, o := range strings.Split(opts, ":") {
+		key, val, _ := strings.Cut(o, "=")
+		if seen[key] {
+			return fmt.Errorf("option %s is given twice", key)
+		}
+		seen[key] = true
+		var err error
+		switch key {
+		case "mig":
+			spec.MIG, err = parseMIG(val, spec.Count)
+		case "reserved":
+			spec.ReservedMiB, err = parsePart(key, val, spec.SizeMiB)
+		case "context":
+			spec.ContextMiB, err = parsePart(key, val, spec.SizeMiB)
+		default:
+			return fmt.Errorf("unknown option %q (want mig=I,J,..., reserved=SIZE or context=SIZE)", o)
+		}
+		if err != nil {
+			return err
+		}
 	}
+	return nil
+}
+
+// parsePart parses the SIZE of option key, less than the GPU's size
+// (NewSim checks that the reserve and a context together leave room).
+func parsePart(key, s string, sizeMiB uint64) (uint64, error) {
+	n, err := api.ParseMiB(s)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("%s: %w", key, err)
+	case n >= sizeMiB:
+		return 0, fmt.Errorf("%s: %d MiB leaves nothing of the GPU's %d MiB", key, n, sizeMiB)
+	}
+	return n, nil
+}
+
+// parseMIG parses the GPU list of "mig=I,J,..." into ascending GPU indices
+// below count.
+func parseMIG(list string, count int) ([]int, error) {
 	var out []int
 	for _, f := range strings.Split(list, ",") {
 		i, err := strconv.Atoi(f)

@@ -78,3 +78,30 @@ func TestParseSimSpecMIG(t *testing.T) {
 		}
 	}
 }
+
+func TestParseSimSpecReservedContext(t *testing.T) {
+	spec, err := ParseSimSpec("2x140G:reserved=616M")
+	if err != nil || spec.Count != 2 || spec.SizeMiB != 143360 || spec.ReservedMiB != 616 || spec.MIG != nil {
+		t.Errorf("ParseSimSpec = %+v, %v; want 2 GPUs of 140 GiB, 616 MiB reserved", spec, err)
+	}
+	spec, err = ParseSimSpec("4x80G:mig=1:RESERVED=1G:context=518M")
+	if err != nil || spec.ReservedMiB != 1024 || spec.ContextMiB != 518 || !slices.Equal(spec.MIG, []int{1}) {
+		t.Errorf("ParseSimSpec(mig and reserved) = %+v, %v", spec, err)
+	}
+	if spec, err := ParseSimSpec("2x24G"); err != nil || spec.ReservedMiB != 0 {
+		t.Errorf("ParseSimSpec(2x24G) = %+v, %v; want nothing reserved", spec, err)
+	}
+	for in, want := range map[string]string{
+		"1x1G:reserved=1G":          "leaves nothing",
+		"1x1G:reserved=2G":          "leaves nothing",
+		"1:reserved=":               "not a whole number",
+		"1:reserved=5Q":             "unknown unit",
+		"1:reserved=1M:reserved=2M": "given twice",
+		"2:mig=0:mig=1":             "given twice",
+		"1:reserved":                "not a whole number",
+	} {
+		if _, err := ParseSimSpec(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseSimSpec(%q) error = %v, want one containing %q", in, err, want)
+		}
+	}
+}

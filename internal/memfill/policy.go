@@ -36,3 +36,22 @@ func plan(p params, freeMiB, totalMiB uint64, held int, chunkMiB uint64) int {
 	}
 	return 0
 }
+
+// HelperTarget turns a target of a GPU's total usage as NVML counts it,
+// of gpuTotalMiB, into the helper's terms, of helperTotalMiB, the total its
+// backend reports (State.TotalMiB). NVML's total and used include the
+// memory the driver reserves for itself; cuMemGetInfo's total leaves it
+// out, and both report the same free memory. So the helper keeps free what
+// the target leaves free of NVML's total only when it is given the target
+// less the difference: on an H200 (driver 580.159.04) NVML's total is
+// 143771 MiB and cuMemGetInfo's 143155, and a helper given NVML's target
+// held the GPU 616 MiB above it. The helper's own CUDA context needs no
+// such care: cuMemGetInfo counts it as used, as NVML does. An unknown
+// helper total (0) leaves the target as it is.
+func HelperTarget(targetMiB, gpuTotalMiB, helperTotalMiB uint64) uint64 {
+	if helperTotalMiB == 0 || helperTotalMiB >= gpuTotalMiB {
+		return targetMiB
+	}
+	hidden := gpuTotalMiB - helperTotalMiB
+	return targetMiB - min(hidden, targetMiB)
+}

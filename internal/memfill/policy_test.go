@@ -66,3 +66,52 @@ func TestPlanSettles(t *testing.T) {
 		}
 	}
 }
+
+func TestHelperTarget(t *testing.T) {
+	for _, tt := range []struct {
+		name                string
+		target, gpu, helper uint64
+		want                uint64
+	}{
+		// Measured on an H200, driver 580.159.04: NVML 143771 MiB,
+		// cuMemGetInfo 143155 MiB; fill --ratio 0.9 is 129393 MiB.
+		{"H200 at 0.9", 129393, 143771, 143155, 128777},
+		{"same totals", 20480, 24576, 24576, 20480},
+		{"helper total unknown", 20480, 24576, 0, 20480},
+		{"helper total above NVML's", 20480, 24576, 30000, 20480},
+		{"target below the reserve", 500, 143771, 143155, 0},
+		{"target zero", 0, 143771, 143155, 0},
+	} {
+		if got := HelperTarget(tt.target, tt.gpu, tt.helper); got != tt.want {
+			t.Errorf("%s: HelperTarget(%d, %d, %d) = %d, want %d", tt.name, tt.target, tt.gpu, tt.helper, got, tt.want)
+		}
+	}
+}
+
+// TestHelperTargetSettles: a helper whose backend leaves the driver's
+// reserve out of its total, given HelperTarget, holds the GPU's usage as
+// NVML counts it within one chunk below the target, wherever others leave
+// it the room.
+func TestHelperTargetSettles(t *testing.T) {
+	const nvmlTotal, chunk = 143771, 256
+	for _, reserved := range []uint64{0, 616, 1000} {
+		cudaTotal := uint64(nvmlTotal) - reserved
+		for _, target := range []uint64{4096, 71885, 129393, 136582} {
+			for _, other := range []uint64{0, 4096, 30000} {
+				if reserved+other > target {
+					continue // out of the filler's reach: it holds nothing
+				}
+				p := params{targetMiB: HelperTarget(target, nvmlTotal, cudaTotal)}
+				held := 0
+				for range 3 { // settles in one pass; later passes hold
+					free := cudaTotal - other - uint64(held)*chunk
+					held += plan(p, free, cudaTotal, held, chunk)
+				}
+				used := reserved + other + uint64(held)*chunk // NVML's used
+				if used > target || used+chunk <= target {
+					t.Errorf("reserved %d target %d other %d: NVML sees %d MiB used, want (%d, %d]", reserved, target, other, used, target-chunk, target)
+				}
+			}
+		}
+	}
+}

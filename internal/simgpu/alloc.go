@@ -193,7 +193,7 @@ func (r *Registry) commitUsage(uid uint32, old, rec record, added map[string]uin
 		if err != nil {
 			return undo(err)
 		}
-		if used := s.used(uuid); used > dev.TotalMiB {
+		if used := s.used(uuid); used > dev.CUDATotalMiB() {
 			return undo(&OutOfMemoryError{Device: dev, RequestedMiB: added[uuid], FreeMiB: freeMiB(dev, used-min(used, added[uuid]))})
 		}
 	}
@@ -212,10 +212,7 @@ func checkRunning(pid int, startTime uint64) error {
 	return nil
 }
 
-// freeMiB is a device's free memory given its used memory.
+// freeMiB is a device's free memory given its processes' usage.
 func freeMiB(dev Device, used uint64) uint64 {
-	if used >= dev.TotalMiB {
-		return 0
-	}
-	return dev.TotalMiB - used
+	return dev.CUDATotalMiB() - min(used, dev.CUDATotalMiB())
 }

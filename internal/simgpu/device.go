@@ -8,13 +8,38 @@ import (
 
 // Device is one simulated GPU as listed in gpus.json. MIG marks a GPU in
 // MIG mode.
+//
+// ReservedMiB is the memory the driver sets aside for itself: NVML counts
+// it in the device's total and used memory (nvmlMemory_t: "total physical
+// device memory", used "sum of reserved and allocated"; nvmlMemory_v2_t
+// lists it as "reserved ... for system use (driver or firmware)", see
+// docs.nvidia.com/deploy/nvml-api), while cuMemGetInfo leaves it out of
+// its total and no process can allocate it.
+//
+// ContextMiB is what a CUDA context costs the process that creates it: the
+// driver allocates it on the device, so NVML counts it in the process's
+// and the device's used memory and cuMemGetInfo as used, like any
+// allocation. The sim filler backend allocates it when it opens the device,
+// as cuDevicePrimaryCtxRetain does; gpusched-simjob does not model it.
+//
+// Both vary by GPU, driver and (for the context) the libraries a process
+// loads. Measured on an H200 with driver 580.159.04: NVML's total 143771
+// MiB, of which 616 reserved (cuMemGetInfo's total: 143155), and 518 MiB
+// for a bare primary context (a PyTorch process's context and allocator
+// take more). Both default to 0.
 type Device struct {
-	Index    int    `json:"index"`
-	UUID     string `json:"uuid"`
-	Name     string `json:"name"`
-	TotalMiB uint64 `json:"total_mib"`
-	MIG      bool   `json:"mig,omitempty"`
+	Index       int    `json:"index"`
+	UUID        string `json:"uuid"`
+	Name        string `json:"name"`
+	TotalMiB    uint64 `json:"total_mib"`
+	ReservedMiB uint64 `json:"reserved_mib,omitempty"`
+	ContextMiB  uint64 `json:"context_mib,omitempty"`
+	MIG         bool   `json:"mig,omitempty"`
 }
+
+// CUDATotalMiB is the device's memory as cuMemGetInfo reports its total:
+// what processes can allocate, the driver's reserve left out.
+func (d Device) CUDATotalMiB() uint64 { return d.TotalMiB - min(d.ReservedMiB, d.TotalMiB) }
 
 // DefaultName is the product name given to simulated GPUs.
 const DefaultName = "gpusched simulated GPU"
@@ -56,6 +81,10 @@ func checkDevices(devs []Device) ([]Device, error) {
 			return nil, fmt.Errorf("simulated GPU %d: duplicate uuid %s", d.Index, d.UUID)
 		case d.TotalMiB == 0:
 			return nil, fmt.Errorf("simulated GPU %d: zero memory", d.Index)
+		case d.ReservedMiB >= d.TotalMiB:
+			return nil, fmt.Errorf("simulated GPU %d: reserved %d MiB of its %d MiB leaves nothing to allocate", d.Index, d.ReservedMiB, d.TotalMiB)
+		case d.ContextMiB >= d.CUDATotalMiB():
+			return nil, fmt.Errorf("simulated GPU %d: a %d MiB context leaves nothing of its %d MiB to allocate", d.Index, d.ContextMiB, d.CUDATotalMiB())
 		case i > 0 && out[i-1].Index == d.Index:
 			return nil, fmt.Errorf("simulated GPU %d: duplicate index", d.Index)
 		}

@@ -3,7 +3,10 @@
 //
 // A sim directory holds:
 //
-//	gpus.json        the simulated devices, written once by the daemon
+//	gpus.json        the simulated devices, written once by the daemon: each
+//	                 one's memory, the part of it the driver reserves (in
+//	                 NVML's total and used, not in CUDA's total) and what a
+//	                 CUDA context costs on it
 //	metrics.json     optional measurements by device uuid (utilization,
 //	                 power draw and limit, temperature), set with SetMetrics
 //	                 so that health filters can be tested; absent = unknown

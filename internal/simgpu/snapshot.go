@@ -13,7 +13,8 @@ type ProcUsage struct {
 	UsedMiB uint64
 }
 
-// DeviceUsage is a device with the sum of its live processes' usage and
+// DeviceUsage is a device with its used memory as NVML reports it (the
+// sum of its live processes' usage plus the driver's reserve) and
 // the measurements set by SetMetrics (zero when none), with UtilPercent,
 // unless set so, what its processes declared with SetUtil (nil when none
 // did). Err is set, and
@@ -81,7 +82,7 @@ func (r *Registry) Snapshot() (Snapshot, error) {
 			if util, ok := s.util(d.UUID); ok && m.UtilPercent == nil {
 				m.UtilPercent = &util
 			}
-			snap.Devices = append(snap.Devices, DeviceUsage{Device: d, UsedMiB: s.used(d.UUID), Metrics: m})
+			snap.Devices = append(snap.Devices, DeviceUsage{Device: d, UsedMiB: d.ReservedMiB + s.used(d.UUID), Metrics: m})
 		}
 	}
 	for pid, rec := range s.live {
