@@ -304,8 +304,8 @@ func TestServeReadsAhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	equalPages(t, "every page", reg.mem, data)
-	// The server counts a read once it returned, so the last may not be
-	// counted yet, but every reader had gone on to another read by then.
+	// The server counts a read after it returned: the last ones may not
+	// be counted yet, but those their readers made before them are.
 	b, _ := os.ReadFile(filepath.Join(dir, LogName))
 	if m := regexp.MustCompile(`(\d+) MiB read before the copies began`).FindSubmatch(b); m == nil || string(m[1]) == "0" {
 		t.Fatalf("the server's log does not count the image as read ahead:\n%s", b)
