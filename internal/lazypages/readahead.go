@@ -9,13 +9,14 @@ import (
 // Read-ahead: the background reads start as the server starts, before the
 // processes run, into a pool of aheadBytes; copies start only once they
 // run (stream). aheadBytes bounds the server's memory whatever the
-// image's size, and is about what this VM's disk reads during a restore
-// (~100 ms at ~1 GB/s) while the process's own pages wait unread;
-// readersAhead reads are in flight meanwhile, so that a fault's read,
-// which meets them in the disk's queue, waits behind few.
+// image's size; it is about what one reader gets from this VM's disk
+// during a restore (~60-80 MiB in ~200 ms; a pool of 128 MiB was never
+// filled). readersAhead reads are in flight meanwhile, so that the
+// restore's reads and a fault's, which meet them in the disk's queue,
+// wait behind one (with two, running again took longer; docs/disktier.md).
 const (
 	aheadBytes   = 64 << 20
-	readersAhead = 2
+	readersAhead = 1
 )
 
 // readAhead reads chunks of the pages images into its pool, in the order
