@@ -2,9 +2,9 @@
 // of a lazy restore (CRIU's restore with lazy_pages, criu/uffd.c). CRIU's
 // restore hands it, per restored process, the userfaultfd of the
 // process's lazily restored mappings; the server answers the process's
-// page faults from the snapshot's pages image and, once the restore has
-// finished, streams every other lazy page in with large O_DIRECT reads
-// and UFFDIO_COPY, then exits 0.
+// page faults from the snapshot's pages image and streams every other
+// lazy page in with large O_DIRECT reads, started as the server starts,
+// and UFFDIO_COPY, once the processes run; then it exits 0.
 //
 // It runs as a process of its own (the gpuschedd binary re-executed as
 // ServerArgv0), so that it outlives the daemon: a page source that died

@@ -19,7 +19,8 @@ func TestServeFork(t *testing.T) {
 	data := randomPages(t, pages)
 	dir := t.TempDir()
 	writeImages(t, dir, 1, 1, reg.addr, pages, []ent{{0, pages, peLazy | pePresent}}, data)
-	r := startServer(t, dir)
+	r := startServer(t, dir, true)
+	awaitRead(t, r.srv, pages*pageSize) // the child exits with pages read ahead for it
 	r.send(1, reg)
 
 	var p [2]int

@@ -12,6 +12,7 @@ import (
 
 	"github.com/checkpoint-restore/go-criu/v7/crit/images/mm"
 	"github.com/checkpoint-restore/go-criu/v7/crit/images/pagemap"
+	"github.com/checkpoint-restore/go-criu/v7/crit/images/pstree"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 
@@ -33,10 +34,13 @@ const (
 
 	pageSize = 4096
 
+	pstreeMagic = 0x50273030 // PSTREE_MAGIC
+
 	// Bounds on what is read of an image: the images hold what a user's
 	// process and CRIU, run as that user, sent to the page server.
 	maxPagemapBytes = 256 << 20 // over 10M entries
 	maxMMBytes      = 64 << 20  // over 1M mappings
+	maxPstreeBytes  = 16 << 20  // maxTasks processes of many threads
 	maxParents      = 64        // parent links followed
 )
 
@@ -345,4 +349,36 @@ func splitRuns(segs []segment, vmas []vma) ([]run, error) {
 		}
 	}
 	return runs, nil
+}
+
+// readPstree returns the pids of the processes pstree.img in dir lists
+// (images/pstree.proto, one pstree_entry per process, read by
+// read_pstree_image in criu/pstree.c): the pids the restore hands over
+// (send_uffd is called with the task's pid in the images).
+func readPstree(dir string) ([]int, error) {
+	path := filepath.Join(dir, "pstree.img")
+	msgs, err := readImage(path, pstreeMagic, maxPstreeBytes)
+	if err != nil {
+		return nil, err
+	}
+	if len(msgs) > maxTasks {
+		return nil, fmt.Errorf("%s: %w: %d processes", path, errImage, len(msgs))
+	}
+	pids := make([]int, 0, len(msgs))
+	seen := make(map[int]bool, len(msgs))
+	for i, b := range msgs {
+		var e pstree.PstreeEntry
+		// Only the pid is used: the entry's other required fields may be
+		// missing.
+		if err := (proto.UnmarshalOptions{AllowPartial: true}).Unmarshal(b, &e); err != nil {
+			return nil, fmt.Errorf("%s: %w: entry %d: %v", path, errImage, i, err)
+		}
+		pid := int(e.GetPid())
+		if pid <= 0 || pid > maxPID || seen[pid] {
+			return nil, fmt.Errorf("%s: %w: entry %d: pid %d", path, errImage, i, pid)
+		}
+		seen[pid] = true
+		pids = append(pids, pid)
+	}
+	return pids, nil
 }

@@ -17,8 +17,9 @@ import (
 )
 
 // ServerArgv0 is the argv[0] under which the gpuschedd binary runs as the
-// lazy-pages server: "gpusched-lazypages DIR", with the listening socket
-// as fd 3 and the read end of the starter's running pipe as fd 4.
+// lazy-pages server: "gpusched-lazypages DIR [AHEAD]", with the listening
+// socket as fd 3 and the read end of the starter's running pipe as fd 4;
+// AHEAD is Options.ReadAhead ("read-ahead" or none).
 const ServerArgv0 = "gpusched-lazypages"
 
 // Files of a lazy restore in the images directory.
@@ -38,12 +39,16 @@ func IsServer() bool { return len(os.Args) > 0 && filepath.Base(os.Args[0]) == S
 // page is in. It ignores termination signals: it must outlive the daemon.
 func Main() int {
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
-	err := errors.New("usage: " + ServerArgv0 + " DIR (listening socket as fd 3, running pipe as fd 4)")
-	if len(os.Args) == 2 {
+	err := errors.New("usage: " + ServerArgv0 + " DIR [" + argReadAhead + "] (listening socket as fd 3, running pipe as fd 4)")
+	if n := len(os.Args); n == 2 || n == 3 && os.Args[2] == argReadAhead {
+		ahead := 0
+		if n == 3 {
+			ahead = readers
+		}
 		var ln net.Listener
 		if ln, err = net.FileListener(os.NewFile(3, SocketName)); err == nil {
 			if ul, ok := ln.(*net.UnixListener); ok {
-				err = serve(os.Args[1], ul, os.NewFile(4, "running"))
+				err = serve(os.Args[1], ul, os.NewFile(4, "running"), ahead)
 			} else {
 				err = errors.New("fd 3 is not a Unix socket")
 			}
@@ -61,7 +66,15 @@ type Options struct {
 	Path string // the gpuschedd binary
 	Dir  string // the images directory, the restore's work dir
 	Env  []string
+	// ReadAhead starts the transfer's reads as the server starts, all of
+	// them in flight, instead of once the processes run (Running): for a
+	// restore whose processes run only once every page is in, where no
+	// fault waits behind the reads.
+	ReadAhead bool
 }
+
+// argReadAhead is the server's argument for Options.ReadAhead.
+const argReadAhead = "read-ahead"
 
 // Server is a running lazy-pages server as its starter sees it.
 type Server struct {
@@ -97,9 +110,13 @@ func Start(o Options) (*Server, error) {
 		return nil, err
 	}
 	defer runR.Close()
+	args := []string{ServerArgv0, o.Dir}
+	if o.ReadAhead {
+		args = append(args, argReadAhead)
+	}
 	cmd := &exec.Cmd{
 		Path:        o.Path,
-		Args:        []string{ServerArgv0, o.Dir},
+		Args:        args,
 		Env:         append(os.Environ(), o.Env...),
 		Stderr:      log,
 		ExtraFiles:  []*os.File{ln, runR},
@@ -160,9 +177,10 @@ func logTail(path string) string {
 	return string(b)
 }
 
-// Running tells the server that the restored processes run: it starts its
-// background transfer only then (or when the starter dies), so that until
-// they run the disk serves their faults alone; CRIU's restore still
+// Running tells the server that the restored processes run: it copies
+// what it read ahead, and reads at full depth, only then (or when the
+// starter dies), so that until they run their faults meet few reads in
+// the disk's queue and no copy; CRIU's restore still
 // touches the processes after it said it finished (compel_stop_on_syscall,
 // finalize_restore in criu/cr-restore.c), and a fault behind the
 // transfer's reads held it up.

@@ -30,17 +30,16 @@ const (
 )
 
 // Transfer sizes: the background reads the pages images in chunks of
-// readChunk bytes, readers of them in flight (this VM's disk reads 1 MiB
-// requests six at a time at up to twice the speed of 8 MiB ones, as fio
-// shows), into readBuffers reused buffers, and copies them into the
-// processes copyChunk bytes at a time, so that a fault waits for at most
-// one such copy.
+// readChunk bytes, readers of them in flight once copying (this VM's disk
+// reads 1 MiB requests six at a time at up to twice the speed of 8 MiB
+// ones, as fio shows), into the read-ahead's pool (readahead.go), and
+// copies them into the processes copyChunk bytes at a time, so that a
+// fault waits for at most one such copy.
 const (
-	readChunk   = 1 << 20
-	readers     = 6
-	copiers     = 2
-	readBuffers = readers + copiers
-	copyChunk   = 1 << 20
+	readChunk = 1 << 20
+	readers   = 6
+	copiers   = 2
+	copyChunk = 1 << 20
 )
 
 // settleTimeout bounds the wait for a mapping change the kernel announced
@@ -61,12 +60,14 @@ const EnvHold = "GPUSCHED_LAZYPAGES_HOLD"
 // server is one lazy restore's page source.
 type server struct {
 	dir     string
+	ahead   *ahead
 	errc    chan error    // the first failure
 	faults  atomic.Uint64 // faults answered
 	byFault atomic.Uint64 // pages they brought in
 	// Time the background transfer spent reading and copying, per reader
-	// and per copier.
+	// and per copier, and the bytes it had read when the copies began.
 	readTime, copyTime time.Duration
+	readAhead          int64
 
 	mu      sync.Mutex
 	tasks   []*task
@@ -76,11 +77,17 @@ type server struct {
 
 // serve serves the restore that connects to ln, with the images in dir,
 // until every lazy page of every process is in.
-func serve(dir string, ln *net.UnixListener, running *os.File) error {
+func serve(dir string, ln *net.UnixListener, running *os.File, readersAhead int) error {
 	if os.Getpagesize() != pageSize {
 		return fmt.Errorf("page size %d: only %d is supported", os.Getpagesize(), pageSize)
 	}
-	s := &server{dir: dir, errc: make(chan error, 1), images: map[int]*taskImage{}, settled: make(chan struct{})}
+	s := &server{dir: dir, ahead: loadAhead(dir), errc: make(chan error, 1), images: map[int]*taskImage{}, settled: make(chan struct{})}
+	ra, err := newReadAhead(readersAhead)
+	if err != nil {
+		return err
+	}
+	defer ra.close()
+	ra.feeders.Go(func() { s.feed(ra) })
 	// The starter closes the running pipe once the restore is done, or dies.
 	runningc := make(chan struct{})
 	go func() {
@@ -110,7 +117,7 @@ func serve(dir string, ln *net.UnixListener, running *os.File) error {
 		_, _ = os.ReadFile(hold)
 	}
 	streamed := make(chan error, 1)
-	go func() { streamed <- s.stream() }()
+	go func() { streamed <- s.stream(ra) }()
 	select {
 	case err = <-streamed:
 	case err = <-s.errc:
@@ -122,9 +129,12 @@ func serve(dir string, ln *net.UnixListener, running *os.File) error {
 	for _, img := range s.images {
 		pages += uint64(img.pagesTotal())
 	}
-	fmt.Fprintf(os.Stderr, "%s: %d lazy pages of %d processes in, %v after the restore connected, %v after it finished, %v after the processes ran (reading %v, copying %v); %d faults (%d before the restore finished, after %v; %d before they ran, after %v) brought %d pages\n",
+	if s.ahead.err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", ServerArgv0, s.ahead.err)
+	}
+	fmt.Fprintf(os.Stderr, "%s: %d lazy pages of %d processes in, %v after the restore connected, %v after it finished, %v after the processes ran (reading %v, copying %v, %d MiB read before the copies began); %d faults (%d before the restore finished, after %v; %d before they ran, after %v) brought %d pages\n",
 		ServerArgv0, pages, len(s.images), time.Since(start).Round(time.Millisecond), time.Since(finishedAt).Round(time.Millisecond),
-		time.Since(runningAt).Round(time.Millisecond), s.readTime.Round(time.Millisecond), s.copyTime.Round(time.Millisecond),
+		time.Since(runningAt).Round(time.Millisecond), s.readTime.Round(time.Millisecond), s.copyTime.Round(time.Millisecond), s.readAhead>>20,
 		s.faults.Load(), faultsBefore, finishedAt.Sub(start).Round(time.Millisecond), faultsRunning,
 		runningAt.Sub(start).Round(time.Millisecond), s.byFault.Load())
 	return nil
@@ -252,12 +262,15 @@ func recvFD(conn *net.UnixConn) (int, error) {
 // open starts serving the process with image id pid on its userfaultfd.
 func (s *server) open(pid, fd int) error {
 	s.mu.Lock()
-	img, ok := s.images[pid]
+	_, ok := s.images[pid]
 	s.mu.Unlock()
 	if ok {
 		return fmt.Errorf("restore socket: pid %d sent twice", pid)
 	}
-	img, err := loadTask(s.dir, pid)
+	img, ok, err := s.ahead.take(pid)
+	if !ok {
+		img, err = loadTask(s.dir, pid)
+	}
 	if err != nil {
 		return err
 	}
@@ -336,11 +349,11 @@ type piece struct {
 	at       int
 }
 
-// chunks lays the background transfer out: every image's lazy pages in
+// chunksOf lays the background transfer of imgs out: their lazy pages in
 // the order of their files, in reads of up to readChunk bytes.
-func (s *server) chunks() []*chunk {
+func chunksOf(imgs []*taskImage) []*chunk {
 	var out []*chunk
-	for _, img := range s.images {
+	for _, img := range imgs {
 		segs := slices.Clone(img.segs)
 		slices.SortFunc(segs, func(a, b segment) int {
 			if a.src != b.src {
@@ -366,70 +379,48 @@ func (s *server) chunks() []*chunk {
 	return out
 }
 
-// stream brings every lazy page in: readers read the pages images ahead,
-// in any order, while this goroutine copies what was read; then what is
-// left (pages of forks, or whose copy met a mapping change) is brought in
-// run by run.
-func (s *server) stream() error {
-	chunks := make(chan *chunk, 1)
-	free := make(chan []byte, readBuffers)
-	for range readBuffers {
-		b, err := alignedBuf(readChunk)
-		if err != nil {
-			return err
-		}
-		free <- b
+// feed feeds ra the chunks of the images loaded ahead, then, once the
+// copies start (every process has been handed over by then), those of
+// the images loaded as their processes were handed over.
+func (s *server) feed(ra *readAhead) {
+	defer close(ra.chunks)
+	select {
+	case <-s.ahead.done:
+	case <-ra.stop:
+		return
 	}
-	read := make(chan *chunk, readBuffers)
-	readErr := make(chan error, readers)
-	stop := make(chan struct{})
-	defer close(stop)
-	var wg sync.WaitGroup
-	var readNS atomic.Int64
-	for range readers {
-		wg.Go(func() {
-			for c := range chunks {
-				var b []byte
-				select {
-				case b = <-free:
-				case <-stop:
-					return
-				}
-				c.buf = b[:c.len]
-				t := time.Now()
-				if err := c.src.readAt(c.buf, c.off); err != nil {
-					readErr <- err
-					return
-				}
-				readNS.Add(int64(time.Since(t)))
-				select {
-				case read <- c:
-				case <-stop:
-					return
-				}
-			}
-		})
+	if !ra.feed(chunksOf(s.ahead.order)) {
+		return
 	}
-	go func() {
-		defer close(chunks)
-		for _, c := range s.chunks() {
-			select {
-			case chunks <- c:
-			case <-stop:
-				return
-			}
+	select {
+	case <-ra.copying:
+	case <-ra.stop:
+		return
+	}
+	var late []*taskImage
+	s.mu.Lock()
+	for _, img := range s.images {
+		if !s.ahead.has(img) {
+			late = append(late, img)
 		}
-	}()
-	go func() {
-		wg.Wait()
-		close(read)
-	}()
+	}
+	s.mu.Unlock()
+	ra.feed(chunksOf(late))
+}
+
+// stream brings every lazy page in: it lets ra's other readers start and
+// copies what they read, in any order (a chunk of a process never handed
+// over goes nowhere); then what is left (pages of forks, or whose copy met
+// a mapping change) is brought in run by run.
+func (s *server) stream(ra *readAhead) error {
+	s.readAhead = ra.bytes.Load()
+	close(ra.copying)
 	var copyNS atomic.Int64
 	copyErr := make(chan error, copiers)
 	var cg sync.WaitGroup
 	for range copiers {
 		cg.Go(func() {
-			for c := range read {
+			for c := range ra.read {
 				start := time.Now()
 				for _, t := range s.tasksOf(c.img) {
 					for _, p := range c.pieces {
@@ -440,12 +431,12 @@ func (s *server) stream() error {
 					}
 				}
 				copyNS.Add(int64(time.Since(start)))
-				free <- c.buf[:cap(c.buf)]
+				ra.free <- c.buf[:cap(c.buf)]
 			}
 		})
 	}
 	cg.Wait()
-	s.readTime = time.Duration(readNS.Load()) / readers
+	s.readTime = time.Duration(ra.readNS.Load()) / readers
 	s.copyTime = time.Duration(copyNS.Load()) / copiers
 	select {
 	case err := <-copyErr:
@@ -453,11 +444,11 @@ func (s *server) stream() error {
 	default:
 	}
 	select {
-	case err := <-readErr:
+	case err := <-ra.errc:
 		return err
 	default:
 	}
-	buf := <-free
+	buf := <-ra.free
 	return s.sweep(buf[:copyChunk])
 }
 

@@ -5,9 +5,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/checkpoint-restore/go-criu/v7/crit/images/mm"
 	"github.com/checkpoint-restore/go-criu/v7/crit/images/pagemap"
+	"github.com/checkpoint-restore/go-criu/v7/crit/images/pstree"
 	vmaimg "github.com/checkpoint-restore/go-criu/v7/crit/images/vma"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
@@ -69,9 +73,15 @@ func newRegion(t testing.TB, pages int) *region {
 		t.Skipf("UFFDIO_API with the non-cooperative events: %v", e)
 	}
 	r := &region{mem: mem, addr: uint64(uintptr(unsafe.Pointer(&mem[0]))), uffd: int(fd)}
+	// A userfaultfd never handed over is closed before the munmap, which
+	// would wait for a reader to take its UNMAP event.
+	t.Cleanup(func() {
+		if r.uffd >= 0 {
+			unix.Close(r.uffd)
+		}
+	})
 	reg := [4]uint64{r.addr, uint64(len(mem)), registerMissing, 0}
 	if _, _, e := unix.Syscall(unix.SYS_IOCTL, fd, uffdioRegister, uintptr(unsafe.Pointer(&reg))); e != 0 {
-		unix.Close(int(fd))
 		t.Fatalf("UFFDIO_REGISTER: %v", e)
 	}
 	return r
@@ -88,8 +98,8 @@ type ent struct {
 // writeImages writes the images of task id in dir as CRIU and our page
 // server write them (see image.go): its pagemap of ents at base, their
 // present pages taken from data (the region's intended contents, page i
-// at data[i*pageSize:]) into pages-<pagesID>.img, and an mm image with
-// one mapping of pages pages at base.
+// at data[i*pageSize:]) into pages-<pagesID>.img, an mm image with one
+// mapping of pages pages at base, and a pstree image of it alone.
 func writeImages(t testing.TB, dir string, id int, pagesID uint32, base uint64, pages int, ents []ent, data []byte) {
 	t.Helper()
 	pm := []proto.Message{&pagemap.PagemapHead{PagesId: proto.Uint32(pagesID)}}
@@ -108,6 +118,19 @@ func writeImages(t testing.TB, dir string, id int, pagesID uint32, base uint64, 
 	}
 	end := base + uint64(pages*pageSize)
 	writeImage(t, filepath.Join(dir, "mm-"+itoa(id)+".img"), criuimg.MMMagic, &mm.MmEntry{Vmas: []*vmaimg.VmaEntry{{Start: &base, End: &end}}})
+	writePstree(t, dir, id)
+}
+
+// writePstree writes dir's pstree.img as CRIU dumps it (dump_pstree in
+// criu/pstree.c): one entry per process, the first the root.
+func writePstree(t testing.TB, dir string, pids ...int) {
+	t.Helper()
+	var msgs []proto.Message
+	for _, pid := range pids {
+		p := uint32(pid)
+		msgs = append(msgs, &pstree.PstreeEntry{Pid: &p, Ppid: proto.Uint32(0), Pgid: &p, Sid: &p, Threads: []uint32{p}})
+	}
+	writeImage(t, filepath.Join(dir, "pstree.img"), pstreeMagic, msgs...)
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
@@ -144,15 +167,15 @@ type restore struct {
 	srv  *Server
 }
 
-// startServer starts the server (this test binary as gpuschedd) on dir
-// and connects to it as CRIU's restore does.
-func startServer(t testing.TB, dir string) *restore {
+// startServer starts the server (this test binary as gpuschedd) on dir,
+// reading ahead with ahead, and connects to it as CRIU's restore does.
+func startServer(t testing.TB, dir string, ahead ...bool) *restore {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := Start(Options{Path: exe, Dir: dir, Env: []string{"GORACE=" + os.Getenv("GORACE") + " atexit_sleep_ms=0"}})
+	srv, err := Start(Options{Path: exe, Dir: dir, ReadAhead: len(ahead) > 0 && ahead[0], Env: []string{"GORACE=" + os.Getenv("GORACE") + " atexit_sleep_ms=0"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,6 +205,7 @@ func (r *restore) send(pid int32, reg *region) {
 		r.t.Fatal(err)
 	}
 	unix.Close(reg.uffd)
+	reg.uffd = -1
 }
 
 // finish says the restore finished (lazy_pages_finish_restore) and waits
@@ -212,8 +236,31 @@ func equalPages(t testing.TB, what string, got, want []byte) {
 // transfer starts only after it), and once the server has exited every
 // lazy page holds the image's data, across several reads and copies; a
 // page of the mapping in no entry is zero, and a page CRIU restored itself
-// (present, not lazy) is left alone.
+// (present, not lazy) is left alone. It does so with its image loaded
+// ahead from pstree.img (beside a zombie's pid, which has no image), with
+// and without ReadAhead, and loaded as the process is handed over, when
+// pstree.img is missing or bad.
 func TestServe(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		pstree func(t *testing.T, dir string)
+		log    string
+		ahead  bool
+	}{
+		{"read ahead", func(t *testing.T, dir string) { writePstree(t, dir, 7, 8) }, "lazy pages of 1 processes in", true},
+		{"loaded ahead", func(t *testing.T, dir string) { writePstree(t, dir, 7, 8) }, "lazy pages of 1 processes in", false},
+		{"no pstree", func(t *testing.T, dir string) {
+			if err := os.Remove(filepath.Join(dir, "pstree.img")); err != nil {
+				t.Fatal(err)
+			}
+		}, "no read-ahead: open ", true},
+		{"bad pstree", func(t *testing.T, dir string) { writePstree(t, dir, 7, 7) }, "entry 1: pid 7", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testServe(t, tc.pstree, tc.log, tc.ahead) })
+	}
+}
+
+func testServe(t *testing.T, pstree func(t *testing.T, dir string), log string, ahead bool) {
 	const pages = 8*readChunk/pageSize + 300
 	reg := newRegion(t, pages)
 	data := randomPages(t, pages)
@@ -224,7 +271,8 @@ func TestServe(t *testing.T) {
 		// pages 100-109: never touched at the dump
 		{110, pages - 110, peLazy | pePresent},
 	}, data)
-	r := startServer(t, dir)
+	pstree(t, dir)
+	r := startServer(t, dir, ahead)
 	r.send(7, reg)
 
 	equalPages(t, "page faulted before the restore finished", reg.page(2000), data[2000*pageSize:2001*pageSize])
@@ -238,6 +286,71 @@ func TestServe(t *testing.T) {
 	equalPages(t, "lazy pages 1-99", reg.mem[pageSize:100*pageSize], data[pageSize:100*pageSize])
 	equalPages(t, "untouched pages", reg.mem[100*pageSize:110*pageSize], make([]byte, 10*pageSize))
 	equalPages(t, "lazy pages from 110", reg.mem[110*pageSize:], data[110*pageSize:])
+	if b, _ := os.ReadFile(filepath.Join(dir, LogName)); !strings.Contains(string(b), log) {
+		t.Fatalf("the server's log does not say %q:\n%s", log, b)
+	}
+}
+
+// TestServeReadsAhead: with ReadAhead the server reads the pages image as
+// it starts, before the restore hands over a process, and what it read
+// then is copied once the processes run.
+func TestServeReadsAhead(t *testing.T) {
+	const pages = 4 * readChunk / pageSize
+	reg := newRegion(t, pages)
+	data := randomPages(t, pages)
+	dir := t.TempDir()
+	writeImages(t, dir, 1, 1, reg.addr, pages, []ent{{0, pages, peLazy | pePresent}}, data)
+	r := startServer(t, dir, true)
+	awaitRead(t, r.srv, pages*pageSize)
+	r.send(1, reg)
+	if err := r.finish(); err != nil {
+		t.Fatal(err)
+	}
+	equalPages(t, "every page", reg.mem, data)
+	// The server counts a read after it returned: the last ones may not
+	// be counted yet, but those their readers made before them are.
+	b, _ := os.ReadFile(filepath.Join(dir, LogName))
+	if m := regexp.MustCompile(`(\d+) MiB read before the copies began`).FindSubmatch(b); m == nil || string(m[1]) == "0" {
+		t.Fatalf("the server's log does not count the image as read ahead:\n%s", b)
+	}
+}
+
+// readBytes is what the server has read so far (rchar in /proc/PID/io).
+func readBytes(t *testing.T, srv *Server) int {
+	t.Helper()
+	path := fmt.Sprintf("/proc/%d/io", srv.cmd.Process.Pid)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rchar int
+	if _, err := fmt.Sscanf(string(b), "rchar: %d", &rchar); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return rchar
+}
+
+// awaitRead waits until the server has read n bytes (rchar in
+// /proc/PID/io: its reads and preads, the images' included). Nothing
+// the server does can be awaited from here but its reads, so they are
+// polled.
+func awaitRead(t *testing.T, srv *Server, n int) {
+	t.Helper()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(30 * time.Second)
+	for {
+		if readBytes(t, srv) >= n {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-srv.done:
+			t.Fatalf("the server ended: %v", srv.err)
+		case <-deadline:
+			t.Fatalf("the server read %d bytes before the restore handed a process over, not the %d of its image", readBytes(t, srv), n)
+		}
+	}
 }
 
 // TestServeWaitsUntilRunning: after the restore said it finished, and
@@ -268,6 +381,10 @@ func TestServeWaitsUntilRunning(t *testing.T) {
 		// The fault brings its page and what follows in its run: here the
 		// region's last page alone.
 		t.Fatalf("%d pages in before the processes run, want only the faulted one", in)
+	}
+	// Without ReadAhead the images are not read either, but for the fault.
+	if n := readBytes(t, r.srv); n >= pages*pageSize/2 {
+		t.Fatalf("the server read %d bytes before the processes ran", n)
 	}
 	r.srv.Running()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -303,7 +420,8 @@ func TestServeMappingChanges(t *testing.T) {
 	data := randomPages(t, pages)
 	dir := t.TempDir()
 	writeImages(t, dir, 1, 1, reg.addr, pages, []ent{{0, pages, peLazy | pePresent}}, data)
-	r := startServer(t, dir)
+	r := startServer(t, dir, true)
+	awaitRead(t, r.srv, pages*pageSize) // the changes meet pages read ahead
 	r.send(1, reg)
 
 	if err := unix.Madvise(reg.mem[10*pageSize:20*pageSize], unix.MADV_DONTNEED); err != nil {
@@ -357,14 +475,25 @@ func TestServeFromParent(t *testing.T) {
 
 // TestServeRefusesTruncatedImage: a pages image shorter than its pagemap
 // says is refused as the restore hands over the process, with a clear
-// error, and nothing is copied into it.
+// error, and nothing is copied into it; so it is when loaded ahead.
 func TestServeRefusesTruncatedImage(t *testing.T) {
+	for _, ahead := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ahead=%v", ahead), func(t *testing.T) { testServeRefusesTruncatedImage(t, ahead) })
+	}
+}
+
+func testServeRefusesTruncatedImage(t *testing.T, ahead bool) {
 	const pages = 8
 	reg := newRegion(t, pages)
 	dir := t.TempDir()
 	writeImages(t, dir, 1, 1, reg.addr, pages, []ent{{0, pages, peLazy | pePresent}}, randomPages(t, pages))
 	if err := os.Truncate(filepath.Join(dir, "pages-1.img"), 5*pageSize); err != nil {
 		t.Fatal(err)
+	}
+	if !ahead {
+		if err := os.Remove(filepath.Join(dir, "pstree.img")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	r := startServer(t, dir)
 	r.send(1, reg)
@@ -375,6 +504,47 @@ func TestServeRefusesTruncatedImage(t *testing.T) {
 	err := r.srv.Wait(ctx)
 	if err == nil || !strings.Contains(err.Error(), "pages-1.img: bad image: truncated: 20480 bytes, its pagemap has 32768") {
 		t.Fatalf("server: %v", err)
+	}
+	if in := residentPages(t, reg.mem); in != 0 {
+		t.Fatalf("%d pages copied from a bad image", in)
+	}
+}
+
+// TestReadPstreeRefusesBadImages: a malformed pstree.img is refused with
+// what is wrong (the server then loads each image as its process is
+// handed over, TestServe).
+func TestReadPstreeRefusesBadImages(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		write func(t *testing.T, dir string)
+		want  string
+	}{
+		{"twice", func(t *testing.T, dir string) { writePstree(t, dir, 3, 4, 3) }, "entry 2: pid 3"},
+		{"zero", func(t *testing.T, dir string) { writePstree(t, dir, 0) }, "entry 0: pid 0"},
+		{"past PID_MAX_LIMIT", func(t *testing.T, dir string) { writePstree(t, dir, maxPID+1) }, "pid 4194305"},
+		{"bad magic", func(t *testing.T, dir string) {
+			writeImage(t, filepath.Join(dir, "pstree.img"), criuimg.MMMagic, &pstree.PstreeEntry{Pid: proto.Uint32(1)})
+		}, "not an image of magic 0x50273030"},
+		{"not an entry", func(t *testing.T, dir string) {
+			if err := os.WriteFile(filepath.Join(dir, "pstree.img"), binary.LittleEndian.AppendUint32(binary.LittleEndian.AppendUint32(
+				binary.LittleEndian.AppendUint32(nil, criuimg.CommonMagic), pstreeMagic), 1), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}, "past the end"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tc.write(t, dir)
+			pids, err := readPstree(dir)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("pids %v, error %v: want one saying %q", pids, err, tc.want)
+			}
+		})
+	}
+	dir := t.TempDir()
+	writePstree(t, dir, 5, 9)
+	if pids, err := readPstree(dir); err != nil || !slices.Equal(pids, []int{5, 9}) {
+		t.Fatalf("pids %v, error %v", pids, err)
 	}
 }
 
