@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/lazypages"
+	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -153,4 +155,63 @@ func taskState(t *testing.T, pid int) string {
 		t.Fatalf("/proc/%d/stat: %q", pid, s)
 	}
 	return f[0]
+}
+
+// TestStreamedThawOwnerKillsProcess: while a streamed thaw holds a user's
+// restored tree stopped (its page server held before its transfer,
+// EnvHold), the user, who owns those processes, kills its command with
+// SIGKILL. The thaw ends with an answer, the process is recorded exited by
+// that signal, nothing of the thaw is left running, and the daemon serves
+// on.
+func TestStreamedThawOwnerKillsProcess(t *testing.T) {
+	hold := filepath.Join(t.TempDir(), "hold")
+	if err := unix.Mkfifo(hold, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(lazypages.EnvHold, hold)
+	owner := testutil.NewUser(t, "gsstream1", "gsstream")
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group = "gsstream" })
+	requireStream(t, h)
+	if _, errOut, code := h.ctlAs(owner, "run", "job", "--gpu", "0", "--", h.bins.SimJob, "--vram", "512", "--host-mem", "256", "--tick", "0.02"); code != 0 {
+		t.Fatal(errOut)
+	}
+	h.followCount("job", "tick 3", 1)
+	if _, errOut, code := h.ctlAs(owner, "hibernate", "job"); code != 0 {
+		t.Fatal(errOut)
+	}
+	snap := filepath.Join(h.cfg.Snapshots(), h.proc("job").Snapshot)
+	type thawed struct {
+		errOut string
+		code   int
+	}
+	done := make(chan thawed, 1)
+	go func() {
+		_, errOut, code := h.ctlAs(owner, "thaw", "job")
+		done <- thawed{errOut, code}
+	}()
+	w, err := os.OpenFile(hold, os.O_WRONLY, 0) // the restore is done, the transfer held
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := h.cudaPIDs("job")
+	if len(pids) != 1 {
+		t.Fatalf("restored CUDA processes: %v", pids)
+	}
+	kill := exec.Command("kill", "-KILL", strconv.Itoa(pids[0]))
+	asUser(kill, owner)
+	if out, err := kill.CombinedOutput(); err != nil {
+		t.Fatalf("kill as %s: %v: %s", owner.Name, err, out)
+	}
+	server := lazyServerOf(t, snap)
+	w.Close() // the transfer goes on, into a process that is gone
+	th := <-done
+	t.Logf("thaw: exit %d: %s", th.code, th.errOut)
+	waitPidExit(t, server)
+	h.waitState("job", api.StateExited)
+	if p := h.proc("job"); p.Exit == nil || p.Exit.Signal != "SIGKILL" {
+		t.Fatalf("after its owner killed it mid-thaw: %+v", p)
+	}
+	if _, err := h.client().Status(ctxT(t)); err != nil {
+		t.Fatalf("the daemon after the thaw: %v", err)
+	}
 }
