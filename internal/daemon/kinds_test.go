@@ -144,7 +144,8 @@ func TestKillRestoredSuspendsFirst(t *testing.T) {
 
 // TestKillSignalRestoredSuspendsFirst: kill --signal KILL of a restored
 // process suspends it first too: the SIGKILL waits until the driver's
-// checkpoint (held at a gate) is done, with the process locked and alive.
+// checkpoint (held at a gate) is done, with the process locked and alive
+// and recorded freezing.
 func TestKillSignalRestoredSuspendsFirst(t *testing.T) {
 	h := newCkptHarness(t, config.DriverCLI)
 	h.simjobs("restored", "")
@@ -164,6 +165,12 @@ func TestKillSignalRestoredSuspendsFirst(t *testing.T) {
 	waitFor(t, func() bool { _, err := os.Stat(gate + ".waiting"); return err == nil })
 	if states := h.cudaStates("restored"); len(states) != 1 || states[0] != "locked" {
 		t.Fatalf("while the kill's checkpoint waits: CUDA states %v, want the process locked and alive", states)
+	}
+	// Recorded as a freeze under way: a daemon killed now would settle the
+	// process from the driver's state at its next start, not find it
+	// running with its CUDA process locked.
+	if p := h.proc("restored"); p.State != api.StateFreezing {
+		t.Fatalf("while the kill's checkpoint waits: state %s, want %s", p.State, api.StateFreezing)
 	}
 	if err := os.WriteFile(gate, nil, 0o644); err != nil {
 		t.Fatal(err)
