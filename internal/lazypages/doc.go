@@ -3,8 +3,9 @@
 // restore hands it, per restored process, the userfaultfd of the
 // process's lazily restored mappings; the server answers the process's
 // page faults from the snapshot's pages image and streams every other
-// lazy page in with large O_DIRECT reads, started as the server starts,
-// and UFFDIO_COPY, once the processes run; then it exits 0.
+// lazy page in with large O_DIRECT reads and UFFDIO_COPY once the
+// processes run (the reads start as the server starts when the processes
+// run only once every page is in: Options.ReadAhead); then it exits 0.
 //
 // It runs as a process of its own (the gpuschedd binary re-executed as
 // ServerArgv0), so that it outlives the daemon: a page source that died

@@ -177,10 +177,10 @@ func logTail(path string) string {
 	return string(b)
 }
 
-// Running tells the server that the restored processes run: it copies
-// what it read ahead, and reads at full depth, only then (or when the
-// starter dies), so that until they run their faults meet few reads in
-// the disk's queue and no copy; CRIU's restore still
+// Running tells the server that the restored processes run: it copies,
+// and reads unless it reads ahead, only then (or when the starter dies),
+// so that until they run their faults meet no copy, and no read in the
+// disk's queue for a lazy restore; CRIU's restore still
 // touches the processes after it said it finished (compel_stop_on_syscall,
 // finalize_restore in criu/cr-restore.c), and a fault behind the
 // transfer's reads held it up.
