@@ -157,61 +157,74 @@ func taskState(t *testing.T, pid int) string {
 	return f[0]
 }
 
-// TestStreamedThawOwnerKillsProcess: while a streamed thaw holds a user's
+// TestStreamedThawOwnerSignals: while a streamed thaw holds a user's
 // restored tree stopped (its page server held before its transfer,
-// EnvHold), the user, who owns those processes, kills its command with
-// SIGKILL. The thaw ends with an answer, the process is recorded exited by
-// that signal, nothing of the thaw is left running, and the daemon serves
-// on.
-func TestStreamedThawOwnerKillsProcess(t *testing.T) {
-	hold := filepath.Join(t.TempDir(), "hold")
-	if err := unix.Mkfifo(hold, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv(lazypages.EnvHold, hold)
-	owner := testutil.NewUser(t, "gsstream1", "gsstream")
-	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group = "gsstream" })
-	requireStream(t, h)
-	if _, errOut, code := h.ctlAs(owner, "run", "job", "--gpu", "0", "--", h.bins.SimJob, "--vram", "512", "--host-mem", "256", "--tick", "0.02"); code != 0 {
-		t.Fatal(errOut)
-	}
-	h.followCount("job", "tick 3", 1)
-	if _, errOut, code := h.ctlAs(owner, "hibernate", "job"); code != 0 {
-		t.Fatal(errOut)
-	}
-	snap := filepath.Join(h.cfg.Snapshots(), h.proc("job").Snapshot)
-	type thawed struct {
-		errOut string
-		code   int
-	}
-	done := make(chan thawed, 1)
-	go func() {
-		_, errOut, code := h.ctlAs(owner, "thaw", "job")
-		done <- thawed{errOut, code}
-	}()
-	w, err := os.OpenFile(hold, os.O_WRONLY, 0) // the restore is done, the transfer held
-	if err != nil {
-		t.Fatal(err)
-	}
-	pids := h.cudaPIDs("job")
-	if len(pids) != 1 {
-		t.Fatalf("restored CUDA processes: %v", pids)
-	}
-	kill := exec.Command("kill", "-KILL", strconv.Itoa(pids[0]))
-	asUser(kill, owner)
-	if out, err := kill.CombinedOutput(); err != nil {
-		t.Fatalf("kill as %s: %v: %s", owner.Name, err, out)
-	}
-	server := lazyServerOf(t, snap)
-	w.Close() // the transfer goes on, into a process that is gone
-	th := <-done
-	t.Logf("thaw: exit %d: %s", th.code, th.errOut)
-	waitPidExit(t, server)
-	h.waitState("job", api.StateExited)
-	if p := h.proc("job"); p.Exit == nil || p.Exit.Signal != "SIGKILL" {
-		t.Fatalf("after its owner killed it mid-thaw: %+v", p)
-	}
-	if _, err := h.client().Status(ctxT(t)); err != nil {
-		t.Fatalf("the daemon after the thaw: %v", err)
+// EnvHold), the user, who owns those processes, signals its command.
+// SIGCONT: it runs before its memory is all in, its faults are served, and
+// the thaw completes with every word of its memory as it was. SIGKILL: the
+// thaw ends with an answer and the process is recorded exited by that
+// signal. Either way nothing of the thaw is left running and the daemon
+// serves on.
+func TestStreamedThawOwnerSignals(t *testing.T) {
+	for _, sig := range []string{"CONT", "KILL"} {
+		t.Run(sig, func(t *testing.T) {
+			hold := filepath.Join(t.TempDir(), "hold")
+			if err := unix.Mkfifo(hold, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv(lazypages.EnvHold, hold)
+			owner := testutil.NewUser(t, "gsstream1", "gsstream")
+			h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group = "gsstream" })
+			requireStream(t, h)
+			if _, errOut, code := h.ctlAs(owner, "run", "job", "--gpu", "0", "--", h.bins.SimJob, "--vram", "512", "--host-mem", "256", "--tick", "0.02"); code != 0 {
+				t.Fatal(errOut)
+			}
+			h.followCount("job", "tick 3", 1)
+			if _, errOut, code := h.ctlAs(owner, "hibernate", "job"); code != 0 {
+				t.Fatal(errOut)
+			}
+			snap := filepath.Join(h.cfg.Snapshots(), h.proc("job").Snapshot)
+			ticks := h.lastTick("job")
+			type thawed struct {
+				errOut string
+				code   int
+			}
+			done := make(chan thawed, 1)
+			go func() {
+				_, errOut, code := h.ctlAs(owner, "thaw", "job")
+				done <- thawed{errOut, code}
+			}()
+			w, err := os.OpenFile(hold, os.O_WRONLY, 0) // the restore is done, the transfer held
+			if err != nil {
+				t.Fatal(err)
+			}
+			pids := h.cudaPIDs("job")
+			if len(pids) != 1 {
+				t.Fatalf("restored CUDA processes: %v", pids)
+			}
+			kill := exec.Command("kill", "-"+sig, strconv.Itoa(pids[0]))
+			asUser(kill, owner)
+			if out, err := kill.CombinedOutput(); err != nil {
+				t.Fatalf("kill -%s as %s: %v: %s", sig, owner.Name, err, out)
+			}
+			server := lazyServerOf(t, snap)
+			w.Close() // the transfer goes on
+			th := <-done
+			waitPidExit(t, server)
+			if sig == "CONT" {
+				if th.code != 0 {
+					t.Fatalf("thaw after the owner continued its process: exit %d: %s", th.code, th.errOut)
+				}
+				h.verifyContinued("job", ticks)
+			} else {
+				h.waitState("job", api.StateExited)
+				if p := h.proc("job"); p.Exit == nil || p.Exit.Signal != "SIGKILL" {
+					t.Fatalf("after its owner killed it mid-thaw (thaw exit %d: %s): %+v", th.code, th.errOut, p)
+				}
+			}
+			if _, err := h.client().Status(ctxT(t)); err != nil {
+				t.Fatalf("the daemon after the thaw: %v", err)
+			}
+		})
 	}
 }
