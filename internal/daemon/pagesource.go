@@ -87,17 +87,16 @@ func (d *Daemon) thawFromPageSource(ctx context.Context, rec proctable.Record, d
 				return res, rec, true, fmt.Errorf("the restored tree of %q ended before it was thawed", rec.Name)
 			}
 		}
+		allMS := msSince(t)
 		if !lazy {
-			allMS := msSince(t)
-			if res, err = d.thawLocked(ctx, rec, opts); err == nil {
-				res.MS["criu_restore"], res.MS["all_memory"] = restoreMS, allMS
-				res.MS["lazy_pages_start"] = float64(src.Startup.Microseconds()) / 1000
-			}
-			return res, rec, true, err
+			res, err = d.thawLocked(ctx, rec, opts)
 		}
 		if err == nil {
-			res.MS["criu_restore"], res.MS["running"], res.MS["all_memory"] = restoreMS, runningMS, msSince(t)
+			res.MS["criu_restore"], res.MS["all_memory"] = restoreMS, allMS
 			res.MS["lazy_pages_start"] = float64(src.Startup.Microseconds()) / 1000
+			if lazy {
+				res.MS["running"] = runningMS
+			}
 		}
 		return res, rec, true, err
 	}
