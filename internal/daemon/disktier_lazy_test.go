@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -68,74 +67,6 @@ func TestLazyThawFromDisk(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestLazyThawPageSourceKilled kills our lazy-pages server once the
-// lazily restored process runs again, with most of its memory still on
-// disk (the server is held before its background transfer, EnvHold): the
-// kernel would fill the rest with zeros, so the daemon must kill that tree
-// and restore it eagerly from the intact snapshot. The process goes on
-// from its hibernation with its memory verified.
-func TestLazyThawPageSourceKilled(t *testing.T) {
-	hold := filepath.Join(t.TempDir(), "hold")
-	if err := unix.Mkfifo(hold, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv(lazypages.EnvHold, hold)
-	h := newDiskHarness(t, config.DriverSim, lazyRestore)
-	requireLazy(t, h)
-	c := h.client()
-	h.memJob("job", 128, 512)
-	hr, err := c.Hibernate(ctxT(t), api.HibernateParams{Name: "job"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap := filepath.Join(h.cfg.Snapshots(), hr.Snapshot)
-	before := imageDigest(t, snap)
-	ticks := h.lastTick("job")
-
-	type thawed struct {
-		res *api.CheckpointResult
-		err error
-	}
-	done := make(chan thawed, 1)
-	go func() {
-		res, err := c.Thaw(ctxT(t), api.ThawParams{Name: "job"})
-		done <- thawed{res, err}
-	}()
-	// It runs again (following the log through the daemon ends while the
-	// process is not running, so the file is watched).
-	awaitLine(t, h.proc("job").Log, fmt.Sprintf("tick %d", ticks+1))
-	pid := lazyServerOf(t, snap)
-	if err := unix.Kill(pid, unix.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	th := <-done
-	if th.err != nil {
-		t.Fatalf("thaw after the page source died: %v", th.err)
-	}
-	if th.res.MS["all_memory"] != 0 {
-		t.Fatalf("the thaw counts as lazy: %v", th.res.MS)
-	}
-	if p := h.proc("job"); p.State != api.StateRunning || p.Snapshot != hr.Snapshot {
-		t.Fatalf("after the thaw: %+v", p)
-	}
-	if after := imageDigest(t, snap); after != before {
-		t.Fatalf("the snapshot changed:\n%s\n%s", before, after)
-	}
-	lines, err := c.Logs(ctxT(t), "job", -1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := strings.Join(lines, "\n") + "\n"
-	if n := strings.Count(log, "tick 1\n"); n != 1 {
-		t.Fatalf("the counter started over (%d times tick 1)", n)
-	}
-	verified := strings.Count(log, "host memory verified")
-	if _, err := c.Kill(ctxT(t), api.KillParams{Name: "job", Signal: "SIGUSR1"}); err != nil {
-		t.Fatal(err)
-	}
-	h.followCount("job", "simjob: host memory verified", verified+1)
 }
 
 // lazyServerOf finds the lazy-pages server serving the images in dir.

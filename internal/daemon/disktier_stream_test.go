@@ -1,11 +1,11 @@
 package daemon
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -78,83 +78,83 @@ func TestStreamedThawFromDisk(t *testing.T) {
 	})
 }
 
-// TestStreamedThawPageSourceKilled holds our page server before its
-// transfer (EnvHold): the restored tree is still stopped then, since a
-// streamed thaw resumes it only once every page is in. Killed there, the
-// server leaves the tree half restored: the daemon kills it and restores
-// the process with CRIU's reads from the intact snapshot, and it goes on
-// from its hibernation with its memory verified.
-func TestStreamedThawPageSourceKilled(t *testing.T) {
-	hold := filepath.Join(t.TempDir(), "hold")
-	if err := unix.Mkfifo(hold, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv(lazypages.EnvHold, hold)
-	h := newDiskHarness(t, config.DriverSim)
-	requireStream(t, h)
-	c := h.client()
-	h.memJob("job", 128, 512)
-	hr, err := c.Hibernate(ctxT(t), api.HibernateParams{Name: "job"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	snap := filepath.Join(h.cfg.Snapshots(), hr.Snapshot)
-	before := imageDigest(t, snap)
-	ticks := h.lastTick("job")
+// TestThawPageSourceKilled kills our page server with most of the
+// process's memory still on disk (the server is held before its
+// background transfer, EnvHold), and the thaw restores the process with
+// CRIU's reads from the intact snapshot instead; it goes on from its
+// hibernation with its memory verified. Lazy (--lazy-restore), the server
+// is killed once the process runs again: the kernel would fill the rest
+// with zeros, so the daemon kills that tree first. Streamed (the default),
+// the restored tree is still stopped when the server is held, since it is
+// resumed only once every page is in.
+func TestThawPageSourceKilled(t *testing.T) {
+	for _, mode := range []string{"lazy", "streamed"} {
+		t.Run(mode, func(t *testing.T) {
+			hold := filepath.Join(t.TempDir(), "hold")
+			if err := unix.Mkfifo(hold, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv(lazypages.EnvHold, hold)
+			h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.LazyRestore = mode == "lazy" })
+			if mode == "lazy" {
+				requireLazy(t, h)
+			} else {
+				requireStream(t, h)
+			}
+			c := h.client()
+			h.memJob("job", 128, 512)
+			hr, err := c.Hibernate(ctxT(t), api.HibernateParams{Name: "job"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			snap := filepath.Join(h.cfg.Snapshots(), hr.Snapshot)
+			before := imageDigest(t, snap)
+			ticks := h.lastTick("job")
 
-	type thawed struct {
-		res *api.CheckpointResult
-		err error
+			type thawed struct {
+				res *api.CheckpointResult
+				err error
+			}
+			done := make(chan thawed, 1)
+			go func() {
+				res, err := c.Thaw(ctxT(t), api.ThawParams{Name: "job"})
+				done <- thawed{res, err}
+			}()
+			if mode == "lazy" {
+				// It runs again (following the log through the daemon ends
+				// while the process is not running, so the file is watched).
+				awaitLine(t, h.proc("job").Log, fmt.Sprintf("tick %d", ticks+1))
+			} else {
+				// Opening the hold for writing returns once the server opened
+				// it: the restore is done and the transfer has not started.
+				w, err := os.OpenFile(hold, os.O_WRONLY, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer w.Close()
+				if !h.stopped("job") {
+					t.Errorf("the restored tree runs before its memory is in")
+				}
+			}
+			if err := unix.Kill(lazyServerOf(t, snap), unix.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			th := <-done
+			if th.err != nil {
+				t.Fatalf("thaw after the page source died: %v", th.err)
+			}
+			if th.res.MS["all_memory"] != 0 {
+				t.Fatalf("the thaw counts as served by the page source: %v", th.res.MS)
+			}
+			if p := h.proc("job"); p.State != api.StateRunning || p.Snapshot != hr.Snapshot {
+				t.Fatalf("after the thaw: %+v", p)
+			}
+			if after := imageDigest(t, snap); after != before {
+				t.Fatalf("the snapshot changed:\n%s\n%s", before, after)
+			}
+			h.verifyContinued("job", ticks)
+		})
 	}
-	done := make(chan thawed, 1)
-	go func() {
-		res, err := c.Thaw(ctxT(t), api.ThawParams{Name: "job"})
-		done <- thawed{res, err}
-	}()
-	// Opening the hold for writing returns once the server opened it:
-	// the restore is done and the transfer has not started.
-	w, err := os.OpenFile(hold, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	for _, pid := range h.cudaPIDs("job") {
-		if st := taskState(t, pid); st != "T" {
-			t.Errorf("restored process %d is in state %s before its memory is in, want T (stopped)", pid, st)
-		}
-	}
-	if err := unix.Kill(lazyServerOf(t, snap), unix.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	th := <-done
-	if th.err != nil {
-		t.Fatalf("thaw after the page source died: %v", th.err)
-	}
-	if th.res.MS["all_memory"] != 0 {
-		t.Fatalf("the thaw counts as streamed: %v", th.res.MS)
-	}
-	if p := h.proc("job"); p.State != api.StateRunning || p.Snapshot != hr.Snapshot {
-		t.Fatalf("after the thaw: %+v", p)
-	}
-	if after := imageDigest(t, snap); after != before {
-		t.Fatalf("the snapshot changed:\n%s\n%s", before, after)
-	}
-	h.verifyContinued("job", ticks)
-}
-
-// taskState is the state letter of /proc/pid/stat.
-func taskState(t *testing.T, pid int) string {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) == 0 {
-		t.Fatalf("/proc/%d/stat: %q", pid, s)
-	}
-	return f[0]
 }
 
 // TestStreamedThawOwnerSignals: while a streamed thaw holds a user's
