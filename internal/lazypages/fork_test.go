@@ -15,10 +15,7 @@ import (
 // once the child has exited and the parent has every page.
 func TestServeFork(t *testing.T) {
 	const pages = 64
-	reg := newRegion(t, pages)
-	data := randomPages(t, pages)
-	dir := t.TempDir()
-	writeImages(t, dir, 1, 1, reg.addr, pages, []ent{{0, pages, peLazy | pePresent}}, data)
+	reg, data, dir := lazyImage(t, pages)
 	r := startServer(t, dir, true)
 	awaitRead(t, r.srv, pages*pageSize) // the child exits with pages read ahead for it
 	r.send(1, reg)

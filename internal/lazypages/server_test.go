@@ -167,6 +167,18 @@ type restore struct {
 	srv  *Server
 }
 
+// lazyImage maps a region of pages pages and writes the images of one
+// process (pid 1) whose every page is lazy, with random data: the
+// region, the data and the images directory.
+func lazyImage(t *testing.T, pages int) (*region, []byte, string) {
+	t.Helper()
+	reg := newRegion(t, pages)
+	data := randomPages(t, pages)
+	dir := t.TempDir()
+	writeImages(t, dir, 1, 1, reg.addr, pages, []ent{{0, pages, peLazy | pePresent}}, data)
+	return reg, data, dir
+}
+
 // startServer starts the server (this test binary as gpuschedd) on dir,
 // reading ahead with ahead, and connects to it as CRIU's restore does.
 func startServer(t testing.TB, dir string, ahead ...bool) *restore {
@@ -296,10 +308,7 @@ func testServe(t *testing.T, pstree func(t *testing.T, dir string), log string, 
 // then is copied once the processes run.
 func TestServeReadsAhead(t *testing.T) {
 	const pages = 4 * readChunk / pageSize
-	reg := newRegion(t, pages)
-	data := randomPages(t, pages)
-	dir := t.TempDir()
-	writeImages(t, dir, 1, 1, reg.addr, pages, []ent{{0, pages, peLazy | pePresent}}, data)
+	reg, data, dir := lazyImage(t, pages)
 	r := startServer(t, dir, true)
 	awaitRead(t, r.srv, pages*pageSize)
 	r.send(1, reg)
@@ -359,10 +368,7 @@ func awaitRead(t *testing.T, srv *Server, n int) {
 // finishing, and a fault behind the background reads held it up.
 func TestServeWaitsUntilRunning(t *testing.T) {
 	const pages = 4 * readChunk / pageSize
-	reg := newRegion(t, pages)
-	data := randomPages(t, pages)
-	dir := t.TempDir()
-	writeImages(t, dir, 1, 1, reg.addr, pages, []ent{{0, pages, peLazy | pePresent}}, data)
+	reg, data, dir := lazyImage(t, pages)
 	r := startServer(t, dir)
 	r.send(1, reg)
 	r.sendInt(restoreFinished)
@@ -416,10 +422,7 @@ func residentPages(t *testing.T, mem []byte) int {
 // its pages at its new address.
 func TestServeMappingChanges(t *testing.T) {
 	const pages = 64
-	reg := newRegion(t, pages)
-	data := randomPages(t, pages)
-	dir := t.TempDir()
-	writeImages(t, dir, 1, 1, reg.addr, pages, []ent{{0, pages, peLazy | pePresent}}, data)
+	reg, data, dir := lazyImage(t, pages)
 	r := startServer(t, dir, true)
 	awaitRead(t, r.srv, pages*pageSize) // the changes meet pages read ahead
 	r.send(1, reg)
