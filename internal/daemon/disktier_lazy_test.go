@@ -18,10 +18,12 @@ import (
 // lazyRestore turns on --lazy-restore, and skips where CRIU cannot do it.
 func lazyRestore(c *config.Config) { c.LazyRestore = true }
 
-func requireLazy(t *testing.T, h *ckptHarness) {
+// requirePageSource skips where CRIU cannot take a restore's pages from
+// our page source, lazily or streamed (both need userfaultfd).
+func requirePageSource(t *testing.T, h *ckptHarness) {
 	t.Helper()
-	if !h.d.criu.Lazy() {
-		t.Skip("criu check --feature uffd-noncoop fails here: no lazy restore")
+	if !h.d.criu.Lazy() && !h.d.criu.Streams() {
+		t.Skip("criu check --feature uffd-noncoop fails here: no restore from our page source")
 	}
 }
 
@@ -36,7 +38,7 @@ func TestLazyThawFromDisk(t *testing.T) {
 	for _, driver := range []string{config.DriverSim, config.DriverCLI} {
 		t.Run(driver, func(t *testing.T) {
 			h := newDiskHarness(t, driver, lazyRestore)
-			requireLazy(t, h)
+			requirePageSource(t, h)
 			c := h.client()
 			h.memJob("job", 128, 64)
 			for i, full := range []bool{true, false} {

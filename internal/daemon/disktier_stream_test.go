@@ -16,13 +16,17 @@ import (
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
-// requireStream skips where CRIU cannot take a restore's pages from our
-// page source (no userfaultfd for it here).
-func requireStream(t *testing.T, h *ckptHarness) {
+// holdPageSource makes the page servers the test starts wait, before
+// their background transfer, until the returned fifo is opened for
+// writing and closed (EnvHold).
+func holdPageSource(t *testing.T) string {
 	t.Helper()
-	if !h.d.criu.Streams() {
-		t.Skip("criu check --feature uffd-noncoop fails here: no streamed restore")
+	hold := filepath.Join(t.TempDir(), "hold")
+	if err := unix.Mkfifo(hold, 0o600); err != nil {
+		t.Fatal(err)
 	}
+	t.Setenv(lazypages.EnvHold, hold)
+	return hold
 }
 
 // TestStreamedThawFromDisk thaws a hibernated process, fully and then
@@ -36,7 +40,7 @@ func TestStreamedThawFromDisk(t *testing.T) {
 	for _, driver := range []string{config.DriverSim, config.DriverCLI} {
 		t.Run(driver, func(t *testing.T) {
 			h := newDiskHarness(t, driver)
-			requireStream(t, h)
+			requirePageSource(t, h)
 			c := h.client()
 			h.memJob("job", 128, 64)
 			for i, full := range []bool{true, false} {
@@ -90,17 +94,9 @@ func TestStreamedThawFromDisk(t *testing.T) {
 func TestThawPageSourceKilled(t *testing.T) {
 	for _, mode := range []string{"lazy", "streamed"} {
 		t.Run(mode, func(t *testing.T) {
-			hold := filepath.Join(t.TempDir(), "hold")
-			if err := unix.Mkfifo(hold, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			t.Setenv(lazypages.EnvHold, hold)
+			hold := holdPageSource(t)
 			h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.LazyRestore = mode == "lazy" })
-			if mode == "lazy" {
-				requireLazy(t, h)
-			} else {
-				requireStream(t, h)
-			}
+			requirePageSource(t, h)
 			c := h.client()
 			h.memJob("job", 128, 512)
 			hr, err := c.Hibernate(ctxT(t), api.HibernateParams{Name: "job"})
@@ -168,14 +164,10 @@ func TestThawPageSourceKilled(t *testing.T) {
 func TestStreamedThawOwnerSignals(t *testing.T) {
 	for _, sig := range []string{"CONT", "KILL"} {
 		t.Run(sig, func(t *testing.T) {
-			hold := filepath.Join(t.TempDir(), "hold")
-			if err := unix.Mkfifo(hold, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			t.Setenv(lazypages.EnvHold, hold)
+			hold := holdPageSource(t)
 			owner := testutil.NewUser(t, "gsstream1", "gsstream")
 			h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group = "gsstream" })
-			requireStream(t, h)
+			requirePageSource(t, h)
 			if _, errOut, code := h.ctlAs(owner, "run", "job", "--gpu", "0", "--", h.bins.SimJob, "--vram", "512", "--host-mem", "256", "--tick", "0.02"); code != 0 {
 				t.Fatal(errOut)
 			}
