@@ -166,12 +166,16 @@ func (d *Daemon) forkImage(ctx context.Context, src proctable.Record) (forkSourc
 }
 
 func (d *Daemon) dumpForFork(ctx context.Context, src proctable.Record) (forkSource, error) {
-	if len(src.Checkpoint.Stopped) == 0 {
-		stopped, err := d.stopTree(src.InitPID, src.Owner.UID)
-		if err != nil {
+	stopped := src.Checkpoint.Stopped
+	if len(stopped) == 0 {
+		var err error
+		if stopped, err = d.stopTree(src.InitPID, src.Owner.UID); err != nil {
 			return forkSource{}, err
 		}
 		defer func() { _ = continueTree(stopped) }()
+	}
+	if err := refuseThreadFiles(src.Name, stopped); err != nil {
+		return forkSource{}, err
 	}
 	procs, carry, err := d.namespaced(src)
 	if err != nil {

@@ -119,6 +119,9 @@ func (d *Daemon) dump(ctx context.Context, rec proctable.Record, o hibernateOpts
 	if rt == nil {
 		return api.HibernateResult{}, fmt.Errorf("%s: the daemon is not watching this process", what)
 	}
+	if err := refuseThreadFiles(rec.Name, rec.Checkpoint.Stopped); err != nil {
+		return api.HibernateResult{}, fmt.Errorf("%s: %w; the process stays frozen in RAM", what, err)
+	}
 	procs, carry, err := d.namespaced(rec)
 	if err != nil {
 		return api.HibernateResult{}, fmt.Errorf("%s: %w", what, err)
