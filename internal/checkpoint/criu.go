@@ -33,6 +33,9 @@ type CRIU struct {
 	cudaPlugin bool
 	lazy       bool
 	stream     bool
+	// ownersKdat is the kdat cache directory of the workers run as an
+	// owner (OwnersKdat), or "" with kdatWhy saying why there is none.
+	ownersKdat, kdatWhy string
 }
 
 // CRIUOptions configures NewCRIU.
@@ -76,6 +79,11 @@ func NewCRIU(ctx context.Context, o CRIUOptions) (*CRIU, error) {
 		return nil, fmt.Errorf("criu %s is version %s: %w: gpusched needs CRIU 4.0 or newer (scripts/install-criu.sh installs one)", path, c.version, ErrUnsupported)
 	}
 	c.cudaPlugin = cudaPluginInstalled()
+	if err := kdatDir(OwnersKdat); err != nil {
+		c.kdatWhy = err.Error()
+	} else {
+		c.ownersKdat = OwnersKdat
+	}
 	if o.Lazy || o.Stream {
 		uffd := c.probeLazy(ctx) == nil
 		c.lazy, c.stream = o.Lazy && uffd, o.Stream && uffd
@@ -92,6 +100,10 @@ func (c *CRIU) Lazy() bool { return c.lazy }
 // RestoreOpts.Lazy whose tree runs only once every page is in): asked for,
 // and possible here.
 func (c *CRIU) Streams() bool { return c.stream }
+
+// OwnersKdat is the directory where the workers run as a tree's owner
+// keep CRIU's kernel probe, or "" and why there is none.
+func (c *CRIU) OwnersKdat() (dir, why string) { return c.ownersKdat, c.kdatWhy }
 
 // Version is CRIU's version, e.g. "4.1.1".
 func (c *CRIU) Version() string { return c.version }
@@ -276,7 +288,7 @@ func (c *CRIU) do(ctx context.Context, as *Owner, extra []*os.File, fn func(*swr
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	w, err := startSwrk(c.path, as, extra)
+	w, err := startSwrk(c.path, c.env(as), as, extra)
 	if err != nil {
 		return err
 	}

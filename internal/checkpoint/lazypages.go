@@ -11,7 +11,7 @@ import (
 // userfaultfd with the non-cooperative events a lazy restore needs (`criu
 // check --feature uffd-noncoop`, criu/cr-check.c).
 func (c *CRIU) probeLazy(ctx context.Context) error {
-	_, err := execx.Run(ctx, execx.Cmd{Path: c.path, Args: []string{"--libdir", noPlugins, "check", "--feature", "uffd-noncoop"}, Env: criuEnv()})
+	_, err := execx.Run(ctx, execx.Cmd{Path: c.path, Args: []string{"--libdir", noPlugins, "check", "--feature", "uffd-noncoop"}, Env: c.env(nil)})
 	if err != nil {
 		return fmt.Errorf("criu check --feature uffd-noncoop: %w: %v", ErrUnsupported, err)
 	}

@@ -45,7 +45,7 @@ type swrk struct {
 // swrkFirstExtraFD is the fd number of the first extra file in the worker.
 const swrkFirstExtraFD = 4
 
-func startSwrk(path string, as *Owner, extra []*os.File) (*swrk, error) {
+func startSwrk(path string, env []string, as *Owner, extra []*os.File) (*swrk, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("criu socketpair: %w", err)
@@ -54,7 +54,7 @@ func startSwrk(path string, as *Owner, extra []*os.File) (*swrk, error) {
 	defer theirs.Close()
 	cmd := exec.Command(path, "--libdir", noPlugins, "swrk", "3")
 	cmd.ExtraFiles = append([]*os.File{theirs}, extra...)
-	cmd.Env = criuEnv()
+	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if as != nil {
 		caps, err := ownCaps()
@@ -72,9 +72,14 @@ func startSwrk(path string, as *Owner, extra []*os.File) (*swrk, error) {
 	return &swrk{cmd: cmd, sk: ours}, nil
 }
 
-// criuEnv is a CRIU worker's whole environment.
-func criuEnv() []string {
-	return []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+// env is the whole environment of a CRIU worker run as as (nil: root):
+// PATH, and for an owner's worker the kdat cache's directory.
+func (c *CRIU) env(as *Owner) []string {
+	env := []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	if as != nil && c.ownersKdat != "" {
+		env = append(env, "XDG_RUNTIME_DIR="+c.ownersKdat)
+	}
+	return env
 }
 
 // call sends req and returns CRIU's final answer, handing every

@@ -61,8 +61,13 @@ func (d *Daemon) openDiskTier(ctx context.Context) error {
 		return nil
 	}
 	d.criu = c
+	kdat, why := c.OwnersKdat()
 	d.log.Info("disk tier", zap.String("criu", c.Path()), zap.String("version", c.Version()),
-		zap.String("snapshots", snaps.Dir()), zap.Bool("cuda_plugin", c.CUDAPlugin()), zap.Bool("lazy_restore", c.Lazy()))
+		zap.String("snapshots", snaps.Dir()), zap.Bool("cuda_plugin", c.CUDAPlugin()), zap.Bool("lazy_restore", c.Lazy()),
+		zap.String("owners_kdat", kdat))
+	if why != "" {
+		d.log.Warn("CRIU probes the kernel on every non-root tree's dump and restore", zap.String("reason", why))
+	}
 	return nil
 }
 

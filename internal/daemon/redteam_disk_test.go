@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/lazypages"
 	"github.com/gpusched/gpusched/internal/sandbox"
@@ -79,6 +80,7 @@ func TestNonRootDiskTier(t *testing.T) {
 	}
 	snapDir := filepath.Join(h.cfg.Snapshots(), p.Snapshot)
 	checkRootOnly(t, snapDir, other)
+	checkOwnersKdat(t, snapDir, owner)
 	if out := ctl(other, "--json", "snapshots"); strings.Contains(out, p.Snapshot) {
 		t.Fatalf("the other user sees the snapshot: %s", out)
 	}
@@ -128,6 +130,33 @@ func mustLogs(t *testing.T, h *ckptHarness, name string) []string {
 		t.Fatal(err)
 	}
 	return lines
+}
+
+// checkOwnersKdat checks that the CRIU worker that dumped u's tree into dir
+// found the directory for its kernel probe (CRIU warns "$XDG_RUNTIME_DIR
+// not set" without it, and probes on every operation), that the probe is
+// kept there, and that u can neither list that directory nor open it.
+func checkOwnersKdat(t *testing.T, dir string, u testutil.User) {
+	t.Helper()
+	if b, err := os.ReadFile(filepath.Join(dir, checkpoint.DumpLog)); err != nil || strings.Contains(string(b), "XDG_RUNTIME_DIR") {
+		t.Fatalf("the owner's dump log: %v %q", err, b)
+	}
+	kdat := filepath.Join(checkpoint.OwnersKdat, "criu.kdat")
+	if _, err := os.Stat(kdat); err != nil {
+		t.Fatalf("CRIU's kernel probe was not kept: %v", err)
+	}
+	err := sandbox.AsCaller(sandbox.Cred{UID: u.UID, GID: u.GID, Groups: u.Groups()}, func() error {
+		if _, err := os.ReadDir(checkpoint.OwnersKdat); !errors.Is(err, fs.ErrPermission) {
+			return fmt.Errorf("list %s as %s: %v, want permission denied", checkpoint.OwnersKdat, u.Name, err)
+		}
+		if _, err := os.Open(kdat); !errors.Is(err, fs.ErrPermission) {
+			return fmt.Errorf("open %s as %s: %v, want permission denied", kdat, u.Name, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
 }
 
 // checkRootOnly checks that a snapshot's images are root's and that u can
