@@ -48,9 +48,11 @@ type SnapshotMeta struct {
 // Snapshots is the snapshot store: one directory per snapshot under a
 // root-only directory, each with its images and a meta.json.
 type Snapshots struct {
-	dir string
-	mu  sync.Mutex
-	m   map[string]SnapshotMeta
+	dir      string
+	mu       sync.Mutex
+	m        map[string]SnapshotMeta
+	retiring uint64         // bytes of retired snapshots not yet removed (Retire)
+	removals sync.WaitGroup // Retire's background removals
 }
 
 // OpenSnapshots opens (creating, mode 0700) the store at dir and loads every
@@ -71,6 +73,10 @@ func OpenSnapshots(dir string) (*Snapshots, []string, error) {
 	var incomplete []string
 	for _, e := range ents {
 		if !e.IsDir() {
+			continue
+		}
+		if e.Name() == trashDir {
+			s.emptyTrash() // what a daemon that died left of its removals
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(dir, e.Name(), metaFile))
@@ -216,11 +222,12 @@ func (s *Snapshots) Chain(id string) []string {
 	return out
 }
 
-// Bytes is the disk space all complete snapshots take.
+// Bytes is the disk space all complete snapshots take, with the retired
+// ones not yet removed.
 func (s *Snapshots) Bytes() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var sum uint64
+	sum := s.retiring
 	for _, m := range s.m {
 		sum += m.Bytes
 	}

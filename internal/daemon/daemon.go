@@ -248,6 +248,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.wg.Wait()
 	bg.Wait()
 	d.bg.Wait()
+	if d.snaps != nil {
+		d.snaps.Wait()
+	}
 	d.procs.closeAll()
 	d.closeMPS()
 	d.log.Info("stopped; managed processes keep running")

@@ -1,7 +1,11 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -117,6 +121,27 @@ func TestHibernateThawFromDisk(t *testing.T) {
 			}
 			if hr2.Parent != hr.Snapshot || hr2.Written*10 > hr.Written || hr2.Reused == 0 {
 				t.Fatalf("repeat hibernate %+v, first %+v: want parent %s and < 10%% written", hr2, hr, hr.Snapshot)
+			}
+			ticks = h.lastTick("job")
+			if _, err := c.Thaw(ctxT(t), api.ThawParams{Name: "job"}); err != nil {
+				t.Fatal(err)
+			}
+			h.verifyContinued("job", ticks)
+
+			// A full image retires the chain it replaces: gone from the
+			// list and from its paths when the hibernate answers.
+			hr3, err := c.Hibernate(ctxT(t), api.HibernateParams{Name: "job", Full: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			snaps, err = c.Snapshots(ctxT(t), api.SnapshotsParams{})
+			if err != nil || len(snaps.Snapshots) != 1 || snaps.Snapshots[0].ID != hr3.Snapshot || hr3.Parent != "" {
+				t.Fatalf("after a full hibernate %+v: snapshots %+v, %v", hr3, snaps, err)
+			}
+			for _, id := range []string{hr.Snapshot, hr2.Snapshot} {
+				if _, err := os.Stat(filepath.Join(h.cfg.Snapshots(), id)); !errors.Is(err, fs.ErrNotExist) {
+					t.Fatalf("replaced snapshot %s: %v", id, err)
+				}
 			}
 			ticks = h.lastTick("job")
 			if _, err := c.Thaw(ctxT(t), api.ThawParams{Name: "job"}); err != nil {

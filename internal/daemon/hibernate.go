@@ -332,13 +332,16 @@ func (d *Daemon) parentFor(rec proctable.Record, full bool) string {
 	return rec.Snapshot
 }
 
-// dropOlder deletes a process's snapshots other than keep, once a full
-// image makes them unnecessary.
+// dropOlder retires a process's snapshots other than keep, once a full
+// image makes them unnecessary: the hibernate answers without waiting for
+// their removal.
 func (d *Daemon) dropOlder(processID, keep string) {
 	snaps := d.snaps.List()
 	for i := len(snaps) - 1; i >= 0; i-- {
 		if m := snaps[i]; m.ProcessID == processID && m.ID != keep {
-			d.discard(m.ID)
+			if err := d.snaps.Retire(m.ID); err != nil {
+				d.log.Warn("delete snapshot", zap.String("snapshot", m.ID), zap.Error(err))
+			}
 		}
 	}
 }
