@@ -75,7 +75,7 @@ func OpenSnapshots(dir string) (*Snapshots, []string, error) {
 		if !e.IsDir() {
 			continue
 		}
-		if e.Name() == trashDir {
+		if e.Name() == TrashDir {
 			s.emptyTrash() // what a daemon that died left of its removals
 			continue
 		}

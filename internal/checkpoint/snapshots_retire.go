@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 )
 
-// trashDir, in the store's directory, holds retired snapshots until they
+// TrashDir, in the store's directory, holds retired snapshots until they
 // are removed: on the same file system, so that retiring is one rename.
-const trashDir = ".trash"
+const TrashDir = ".trash"
 
 // Retire forgets a snapshot that is no longer needed (one a newer full
 // image replaced) and removes its directory in the background, so that
@@ -24,7 +24,7 @@ func (s *Snapshots) Retire(id string) error {
 	m := s.m[id]
 	delete(s.m, id)
 	s.mu.Unlock()
-	trash := filepath.Join(s.dir, trashDir)
+	trash := filepath.Join(s.dir, TrashDir)
 	if err := os.Mkdir(trash, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return s.Discard(id)
 	}
@@ -51,7 +51,7 @@ func (s *Snapshots) Retire(id string) error {
 
 // emptyTrash removes, in the background, what the trash holds.
 func (s *Snapshots) emptyTrash() {
-	trash := filepath.Join(s.dir, trashDir)
+	trash := filepath.Join(s.dir, TrashDir)
 	ents, err := os.ReadDir(trash)
 	if err != nil {
 		return

@@ -51,7 +51,7 @@ func TestRetire(t *testing.T) {
 	if b := s.Bytes(); b != keep.Bytes {
 		t.Fatalf("Bytes %d after the removal, want %d", b, keep.Bytes)
 	}
-	if left, _ := os.ReadDir(filepath.Join(s.Dir(), trashDir)); len(left) != 0 {
+	if left, _ := os.ReadDir(filepath.Join(s.Dir(), TrashDir)); len(left) != 0 {
 		t.Fatalf("the trash holds %v", left)
 	}
 	if err := s.Retire("old"); err != nil {
@@ -63,7 +63,7 @@ func TestRetire(t *testing.T) {
 // neither a snapshot nor an incomplete one, and is removed.
 func TestOpenEmptiesTrash(t *testing.T) {
 	dir := t.TempDir()
-	left := filepath.Join(dir, trashDir, "dead")
+	left := filepath.Join(dir, TrashDir, "dead")
 	if err := os.MkdirAll(left, 0o700); err != nil {
 		t.Fatal(err)
 	}

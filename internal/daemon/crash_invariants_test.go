@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/simgpu"
 	"github.com/gpusched/gpusched/pkg/api"
@@ -26,8 +27,9 @@ import (
 //     a transitional state; no process exited with a corrupted memory;
 //   - every managed process that exists is tracked (no strays), and no CRIU,
 //     cuda-checkpoint or filler helper of an earlier daemon is left;
-//   - every snapshot directory is listed, every listed one complete, every
-//     hibernated process's snapshot holds it;
+//   - every snapshot directory (but the trash of retired ones) is listed,
+//     every listed one complete, every hibernated process's snapshot holds
+//     it;
 //   - every acknowledged job is listed, and none started more than once;
 //   - no simulated GPU is oversubscribed; no lease outlived its client;
 //     every filler's helper runs.
@@ -116,7 +118,7 @@ func (r *crashRun) check() []string {
 	dir := filepath.Join(r.h.cfg.StateDir, "snapshots")
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
-		if _, ok := listed[e.Name()]; e.IsDir() && !ok {
+		if _, ok := listed[e.Name()]; e.IsDir() && !ok && e.Name() != checkpoint.TrashDir {
 			bad("snapshot directory %s is not listed", e.Name())
 		}
 	}
