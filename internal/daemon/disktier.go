@@ -108,9 +108,7 @@ func (d *Daemon) dropSnapshots(processID string) {
 	snaps := d.snaps.List()
 	for i := len(snaps) - 1; i >= 0; i-- { // children before parents
 		if m := snaps[i]; m.ProcessID == processID {
-			if err := d.snaps.Discard(m.ID); err != nil {
-				d.log.Warn("delete snapshot", zap.String("snapshot", m.ID), zap.Error(err))
-			}
+			d.retire(m.ID)
 		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
@@ -177,6 +178,9 @@ func TestForkCopiesRunIndependently(t *testing.T) {
 	}
 	if p := h.proc("src"); p.State != api.StateRunning {
 		t.Fatalf("source after fork: %s", p.State)
+	}
+	if ents, err := os.ReadDir(h.cfg.Snapshots()); err != nil || len(ents) != 1 || ents[0].Name() != checkpoint.TrashDir {
+		t.Fatalf("the snapshot directory after the fork holds %v (%v); want only the trash its image went to", ents, err)
 	}
 	h.refresh()
 	if u0, u1 := h.used(0), h.used(1); u0 != 512 || u1 != 512 {

@@ -81,7 +81,7 @@ func (d *Daemon) fork(c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer d.discard(img.ID)
+	defer d.retire(img.ID) // once every copy is restored
 	res := api.ForkResult{Name: p.Name, Copies: []api.Process{}, Bytes: img.Bytes, MS: map[string]float64{"dump": img.dumpMS}}
 	var errs []error
 	for i, name := range names {

@@ -339,10 +339,16 @@ func (d *Daemon) dropOlder(processID, keep string) {
 	snaps := d.snaps.List()
 	for i := len(snaps) - 1; i >= 0; i-- {
 		if m := snaps[i]; m.ProcessID == processID && m.ID != keep {
-			if err := d.snaps.Retire(m.ID); err != nil {
-				d.log.Warn("delete snapshot", zap.String("snapshot", m.ID), zap.Error(err))
-			}
+			d.retire(m.ID)
 		}
+	}
+}
+
+// retire deletes a snapshot nothing needs any more in the background
+// (Snapshots.Retire): the caller answers without waiting for it.
+func (d *Daemon) retire(id string) {
+	if err := d.snaps.Retire(id); err != nil {
+		d.log.Warn("delete snapshot", zap.String("snapshot", id), zap.Error(err))
 	}
 }
 
