@@ -164,7 +164,8 @@ func (s *Snapshots) Discard(id string) error {
 	return nil
 }
 
-// Delete removes a complete snapshot that no other snapshot needs.
+// Delete retires (Retire) a complete snapshot that no other snapshot
+// needs.
 func (s *Snapshots) Delete(id string) error {
 	s.mu.Lock()
 	if _, ok := s.m[id]; !ok {
@@ -178,7 +179,7 @@ func (s *Snapshots) Delete(id string) error {
 		}
 	}
 	s.mu.Unlock()
-	return s.Discard(id)
+	return s.Retire(id)
 }
 
 // Get returns a complete snapshot's metadata.

@@ -12,13 +12,14 @@ import (
 const TrashDir = ".trash"
 
 // Retire forgets a snapshot that is no longer needed (one a newer full
-// image replaced) and removes its directory in the background, so that
-// the caller does not wait for the file system to free a large image
-// (an unlink on a file system mounted with discard trims as it frees). The
-// directory is first renamed into the store's trash, so that what a daemon
-// that dies meanwhile leaves is never taken for a snapshot; OpenSnapshots
-// empties the trash. Until it is removed its bytes count in Bytes, so the
-// disk budget holds throughout. Wait waits for the removals.
+// image replaced, or one deleted) and removes its directory in the
+// background, so that the caller does not wait for the file system to
+// free a large image (an unlink on a file system mounted with discard
+// trims as it frees). The directory is first renamed into the store's
+// trash, so that what a daemon that dies meanwhile leaves is never taken
+// for a snapshot; OpenSnapshots empties the trash. Until it is removed its
+// bytes count in Bytes, so the disk budget holds throughout. Wait waits
+// for the removals.
 func (s *Snapshots) Retire(id string) error {
 	s.mu.Lock()
 	m := s.m[id]

@@ -159,6 +159,45 @@ func TestHibernateThawFromDisk(t *testing.T) {
 	}
 }
 
+// TestDeleteSnapshot: the snapshot a thawed process keeps (the parent of
+// its next image) is deleted on request, gone from the list and from its
+// path when the call answers, and the process's next image is full; a
+// snapshot that holds a hibernated process is refused, and stays.
+func TestDeleteSnapshot(t *testing.T) {
+	h := newDiskHarness(t, config.DriverSim)
+	c := h.client()
+	h.memJob("job", 0, 16)
+	hr, err := c.Hibernate(ctxT(t), api.HibernateParams{Name: "job"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.DeleteSnapshot(ctxT(t), hr.Snapshot)
+	wantCode(t, err, api.CodeConflict)
+	ticks := h.lastTick("job")
+	if _, err := c.Thaw(ctxT(t), api.ThawParams{Name: "job"}); err != nil {
+		t.Fatal(err)
+	}
+	h.verifyContinued("job", ticks)
+	if _, err := c.DeleteSnapshot(ctxT(t), hr.Snapshot); err != nil {
+		t.Fatal(err)
+	}
+	if snaps, err := c.Snapshots(ctxT(t), api.SnapshotsParams{}); err != nil || len(snaps.Snapshots) != 0 {
+		t.Fatalf("snapshots after the delete: %+v, %v", snaps, err)
+	}
+	if _, err := os.Stat(filepath.Join(h.cfg.Snapshots(), hr.Snapshot)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the deleted snapshot's directory: %v", err)
+	}
+	hr2, err := c.Hibernate(ctxT(t), api.HibernateParams{Name: "job"})
+	if err != nil || hr2.Parent != "" {
+		t.Fatalf("the hibernate after the delete: %+v, %v; want a full image", hr2, err)
+	}
+	ticks = h.lastTick("job")
+	if _, err := c.Thaw(ctxT(t), api.ThawParams{Name: "job"}); err != nil {
+		t.Fatal(err)
+	}
+	h.verifyContinued("job", ticks)
+}
+
 func TestForkCopiesRunIndependently(t *testing.T) {
 	h := newDiskHarness(t, config.DriverCLI)
 	c := h.client()
