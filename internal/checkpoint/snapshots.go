@@ -164,8 +164,8 @@ func (s *Snapshots) Discard(id string) error {
 	return nil
 }
 
-// Delete retires (Retire) a complete snapshot that no other snapshot
-// needs.
+// Delete removes a complete snapshot that no other snapshot needs, before
+// it returns: the caller asked for the space back.
 func (s *Snapshots) Delete(id string) error {
 	s.mu.Lock()
 	if _, ok := s.m[id]; !ok {
@@ -179,7 +179,7 @@ func (s *Snapshots) Delete(id string) error {
 		}
 	}
 	s.mu.Unlock()
-	return s.Retire(id)
+	return s.Discard(id)
 }
 
 // Get returns a complete snapshot's metadata.

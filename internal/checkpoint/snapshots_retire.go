@@ -12,7 +12,7 @@ import (
 const TrashDir = ".trash"
 
 // Retire forgets a snapshot that is no longer needed (one a newer full
-// image replaced, or one deleted) and removes its directory in the
+// image replaced, or a fork's image) and removes its directory in the
 // background, so that the caller does not wait for the file system to
 // free a large image (an unlink on a file system mounted with discard
 // trims as it frees). The directory is first renamed into the store's
