@@ -118,12 +118,16 @@ func TestCudaHelperKilled(t *testing.T) {
 	waitFor(t, func() bool { return len(fakeToolPIDs(t, h.bins.FakeCudaCheckpoint, "checkpoint")) > 0 })
 	h.faults(`{}`)
 	busy := oneHelper(t)
+	// The driver call dies with the helper (the fake library runs it as a
+	// child; in a real helper it is in-process). Only that call's tool:
+	// listed after the kill, the list could hold the tool of the freeze
+	// retried on a new helper, whose death that helper would report as
+	// the driver's own failure.
+	calls := fakeToolPIDs(t, h.bins.FakeCudaCheckpoint, "checkpoint")
 	if err := unix.Kill(busy, unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	// The driver call dies with the helper (the fake library runs it as a
-	// child; in a real helper it is in-process).
-	for _, pid := range fakeToolPIDs(t, h.bins.FakeCudaCheckpoint, "checkpoint") {
+	for _, pid := range calls {
 		unix.Kill(pid, unix.SIGKILL)
 	}
 	err := <-done

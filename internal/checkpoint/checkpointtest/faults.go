@@ -72,7 +72,27 @@ func WriteFaults(dir string, faults Faults) error {
 			return err
 		}
 	}
-	return os.WriteFile(filepath.Join(dir, FaultsFile), data, 0o644)
+	// Renamed into place: a tool started meanwhile reads the old faults or
+	// the new ones, never a truncated file (whose parse error it would
+	// exit 2 on, which a caller reads as CUDA_ERROR_OUT_OF_MEMORY).
+	tmp, err := os.CreateTemp(dir, FaultsFile+".*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(data)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(dir, FaultsFile))
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+	return err
 }
 
 // ReadFaults reads the fault file in dir; a missing file means no faults.
