@@ -66,7 +66,7 @@ func (d *Daemon) openDiskTier(ctx context.Context) error {
 		zap.String("snapshots", snaps.Dir()), zap.Bool("cuda_plugin", c.CUDAPlugin()), zap.Bool("lazy_restore", c.Lazy()),
 		zap.String("owners_kdat", kdat))
 	if why != "" {
-		d.log.Warn("CRIU probes the kernel on every non-root tree's dump and restore", zap.String("reason", why))
+		d.log.Warn("CRIU probes the kernel on every dump of a non-root tree", zap.String("reason", why))
 	}
 	return nil
 }
@@ -99,17 +99,11 @@ func (d *Daemon) criuVersion() string {
 	return d.criu.Version()
 }
 
-// dropSnapshots deletes every snapshot of a process that ended or was
+// dropSnapshots retires every snapshot of a process that ended or was
 // forgotten: its images held nothing else.
 func (d *Daemon) dropSnapshots(processID string) {
-	if d.snaps == nil {
-		return
-	}
-	snaps := d.snaps.List()
-	for i := len(snaps) - 1; i >= 0; i-- { // children before parents
-		if m := snaps[i]; m.ProcessID == processID {
-			d.retire(m.ID)
-		}
+	if d.snaps != nil {
+		d.dropOlder(processID, "")
 	}
 }
 

@@ -332,12 +332,12 @@ func (d *Daemon) parentFor(rec proctable.Record, full bool) string {
 	return rec.Snapshot
 }
 
-// dropOlder retires a process's snapshots other than keep, once a full
-// image makes them unnecessary: the hibernate answers without waiting for
-// their removal.
+// dropOlder retires a process's snapshots other than keep (all of them
+// for ""), once a full image or the process's end makes them unnecessary:
+// the caller answers without waiting for their removal.
 func (d *Daemon) dropOlder(processID, keep string) {
 	snaps := d.snaps.List()
-	for i := len(snaps) - 1; i >= 0; i-- {
+	for i := len(snaps) - 1; i >= 0; i-- { // children before parents
 		if m := snaps[i]; m.ProcessID == processID && m.ID != keep {
 			d.retire(m.ID)
 		}
