@@ -117,9 +117,9 @@ func (c *CRIU) CUDAPlugin() bool { return c.cudaPlugin }
 
 // DumpOpts is one dump of a process tree into Dir.
 type DumpOpts struct {
-	Dir          string // images directory (exists, 0700)
-	PID          int    // root of the tree: the PID namespace's init
-	LeaveRunning bool   // leave the tree as it was (fork); otherwise CRIU kills it once dumped
+	Dir   string // images directory (exists, 0700)
+	PID   int    // root of the tree: the PID namespace's init
+	Leave Leave  // what becomes of the tree once it is dumped
 	// As, when set, is the tree's owner, whom the worker runs as (see
 	// Owner); nil runs it as this process (root).
 	As *Owner
@@ -128,6 +128,22 @@ type DumpOpts struct {
 	// Dump closes it.
 	PageServer *os.File
 }
+
+// Leave is what a dump does with the tree it imaged.
+type Leave int
+
+const (
+	// LeaveDead, CRIU's default: it kills the tree and waits until every
+	// process has died, address space torn down (pstree_wait in
+	// criu/seize.c), before it answers.
+	LeaveDead Leave = iota
+	// LeaveStopped detaches from the tree and leaves it stopped
+	// (TASK_STOPPED, --leave-stopped): the caller ends it, and need not
+	// wait for its death.
+	LeaveStopped
+	// LeaveRunning leaves the tree as it was (fork).
+	LeaveRunning
+)
 
 // RestoreOpts is one restore of the tree imaged in Dir.
 type RestoreOpts struct {
@@ -213,7 +229,12 @@ func (c *CRIU) Restore(ctx context.Context, o RestoreOpts) (int, error) {
 func dumpRPC(o DumpOpts, dirFd int) *rpc.CriuOpts {
 	opts := commonRPC(dirFd, DumpLog)
 	opts.Pid = ptr(int32(o.PID))
-	opts.LeaveRunning = ptr(o.LeaveRunning)
+	switch o.Leave {
+	case LeaveRunning:
+		opts.LeaveRunning = ptr(true)
+	case LeaveStopped:
+		opts.LeaveStopped = ptr(true)
+	}
 	if o.PageServer != nil {
 		// swrk mode takes an inherited, connected socket (criu/cr-service.c,
 		// ps->fd): nothing listens where another user could connect first.

@@ -121,7 +121,7 @@ func TestCRIULeaveRunningAndTwoCopies(t *testing.T) {
 	job := startNSJob(t, t.TempDir(), "--host-mem", "8", "--tick", "0.01")
 	waitLog(t, job.log, "tick 2\n")
 	dir := imagesDir(t)
-	if err := c.Dump(context.Background(), DumpOpts{Dir: dir, PID: job.cmd.Process.Pid, LeaveRunning: true}); err != nil {
+	if err := c.Dump(context.Background(), DumpOpts{Dir: dir, PID: job.cmd.Process.Pid, Leave: LeaveRunning}); err != nil {
 		t.Fatal(err)
 	}
 	if err := unix.Kill(job.cmd.Process.Pid, 0); err != nil {
@@ -134,6 +134,39 @@ func TestCRIULeaveRunningAndTwoCopies(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL); _, _ = unix.Wait4(pid, nil, 0, nil) })
 	}
+}
+
+// TestCRIULeaveStopped: a LeaveStopped dump answers with the tree alive
+// and stopped, not yet dead; once the caller has killed it, the image
+// restores with its memory intact.
+func TestCRIULeaveStopped(t *testing.T) {
+	c := newTestCRIU(t)
+	job := startNSJob(t, t.TempDir(), "--host-mem", "16", "--tick", "0.01")
+	waitLog(t, job.log, "tick 2\n")
+	dir := imagesDir(t)
+	if err := c.Dump(context.Background(), DumpOpts{Dir: dir, PID: job.cmd.Process.Pid, Leave: LeaveStopped}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := procfs.ReadStat(job.cmd.Process.Pid)
+	if err != nil || st.State != 'T' {
+		t.Fatalf("dumped tree: state %q, %v; want it stopped (T)", st.State, err)
+	}
+	if err := job.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = job.cmd.Wait()
+	before, _ := os.ReadFile(job.log)
+	last := strings.Count(string(before), "tick ")
+	pid, err := c.Restore(context.Background(), RestoreOpts{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL); _, _ = unix.Wait4(pid, nil, 0, nil) })
+	waitLog(t, job.log, fmt.Sprintf("tick %d\n", last+2))
+	if err := unix.Kill(pid, unix.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, job.log, "host memory verified")
 }
 
 // TestCRIURestoredErrorFailsRestore: an error from the Restored hook fails

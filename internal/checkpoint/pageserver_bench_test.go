@@ -122,7 +122,7 @@ func BenchmarkPageServerCRIUDump(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		j.dumpThrough(ps, dir, true)
+		j.dumpThrough(ps, dir, LeaveRunning)
 		st, err := ps.Wait(context.Background())
 		if err != nil {
 			b.Fatal(err)

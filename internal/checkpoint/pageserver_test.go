@@ -720,7 +720,7 @@ func (j *criuJob) runCRIU(args ...string) {
 
 // dumpThrough dumps the job into dir with its pages through ps, as the
 // daemon does: a CRIU swrk worker with ps's socket.
-func (j *criuJob) dumpThrough(ps *PageServer, dir string, leaveRunning bool) {
+func (j *criuJob) dumpThrough(ps *PageServer, dir string, leave Leave) {
 	j.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -728,7 +728,7 @@ func (j *criuJob) dumpThrough(ps *PageServer, dir string, leaveRunning bool) {
 	if err != nil {
 		j.t.Fatal(err)
 	}
-	if err := c.Dump(ctx, DumpOpts{Dir: dir, PID: j.pid, LeaveRunning: leaveRunning, PageServer: ps.TakeCRIUEnd()}); err != nil {
+	if err := c.Dump(ctx, DumpOpts{Dir: dir, PID: j.pid, Leave: leave, PageServer: ps.TakeCRIUEnd()}); err != nil {
 		j.t.Fatal(err)
 	}
 }
@@ -752,7 +752,7 @@ func (j *criuJob) dump(dir, parent string) PageStats {
 		j.t.Fatal(err)
 	}
 	defer ps.Close()
-	j.dumpThrough(ps, dir, false)
+	j.dumpThrough(ps, dir, LeaveDead)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	stats, err := ps.Wait(ctx)

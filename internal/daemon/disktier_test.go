@@ -9,8 +9,11 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -301,4 +304,42 @@ func TestRestoredJobKeepsOthersMemory(t *testing.T) {
 	if u0, u1 := h.used(0), h.used(1); u0 != 200 || u1 != 300 {
 		t.Fatalf("GPU use after the restored job ramped: %d, %d MiB; want 200, 300", u0, u1)
 	}
+}
+
+// TestRestartAfterDumpKeepsImage is a daemon stopped after CRIU imaged a
+// tree and left it stopped, before the hibernate killed it: the next
+// daemon keeps the complete image, ends the stopped tree, and the process
+// thaws from the image with its memory intact.
+func TestRestartAfterDumpKeepsImage(t *testing.T) {
+	h := newDiskHarness(t, config.DriverSim)
+	h.memJob("job", 256, 16)
+	h.freeze("job")
+	rec, _ := h.d.table.Get("job")
+	if len(rec.Checkpoint.Stopped) == 0 {
+		t.Fatal("frozen tree not stopped (--freeze-stop)")
+	}
+	ticks := h.lastTick("job")
+	img, err := h.d.dumpImage(ctxT(t), rec, hibernateOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.stop()
+	if st, err := procfs.ReadStat(rec.InitPID); err != nil || st.State != 'T' {
+		t.Fatalf("the dumped init: %+v, %v; want it alive and stopped", st, err)
+	}
+	h.start()
+	p := h.proc("job")
+	if p.State != api.StateHibernated || p.Snapshot != img.meta.ID || p.InitPID != 0 || !strings.Contains(p.Error, "image was complete") {
+		t.Fatalf("after the restart: %+v", p)
+	}
+	// The sweep of untracked trees killed the dumped one; it is this test
+	// process's child (the first daemon ran in it).
+	var ws unix.WaitStatus
+	if _, err := unix.Wait4(rec.InitPID, &ws, 0, nil); err != nil || !ws.Signaled() || ws.Signal() != unix.SIGKILL {
+		t.Fatalf("the dumped init: %v, %v; want it killed", ws, err)
+	}
+	if _, err := h.client().Thaw(ctxT(t), api.ThawParams{Name: "job"}); err != nil {
+		t.Fatal(err)
+	}
+	h.verifyContinued("job", ticks)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/procfs"
@@ -114,20 +115,41 @@ func (d *Daemon) hibernateLocked(ctx context.Context, rec proctable.Record, o hi
 // dump images rec's frozen, stopped tree into a new snapshot and records
 // the process hibernated in it.
 func (d *Daemon) dump(ctx context.Context, rec proctable.Record, o hibernateOpts) (api.HibernateResult, error) {
+	img, err := d.dumpImage(ctx, rec, o)
+	if err != nil {
+		return api.HibernateResult{}, err
+	}
+	return d.finishDump(img, o)
+}
+
+// dumpedTree is a tree CRIU has imaged into a snapshot not yet committed,
+// and left stopped.
+type dumpedTree struct {
+	rec   proctable.Record // hibernating
+	rt    *procRuntime     // dumping is set: its end is the hibernate's
+	meta  checkpoint.SnapshotMeta
+	stats checkpoint.PageStats
+	ms    map[string]float64
+}
+
+// dumpImage records rec hibernating and has CRIU image its tree into a new
+// snapshot, leaving the tree stopped. On failure, the image is gone and
+// the process frozen in RAM again.
+func (d *Daemon) dumpImage(ctx context.Context, rec proctable.Record, o hibernateOpts) (dumpedTree, error) {
 	what := fmt.Sprintf("hibernate %q", rec.Name)
 	rt := d.procs.get(rec.ID)
 	if rt == nil {
-		return api.HibernateResult{}, fmt.Errorf("%s: the daemon is not watching this process", what)
+		return dumpedTree{}, fmt.Errorf("%s: the daemon is not watching this process", what)
 	}
 	if err := refuseThreadFiles(rec.Name, rec.Checkpoint.Stopped); err != nil {
-		return api.HibernateResult{}, fmt.Errorf("%s: %w; the process stays frozen in RAM", what, err)
+		return dumpedTree{}, fmt.Errorf("%s: %w; the process stays frozen in RAM", what, err)
 	}
 	procs, carry, err := d.namespaced(rec)
 	if err != nil {
-		return api.HibernateResult{}, fmt.Errorf("%s: %w", what, err)
+		return dumpedTree{}, fmt.Errorf("%s: %w", what, err)
 	}
 	if err := d.diskRoom(what, treeBytes(rec.InitPID)); err != nil {
-		return api.HibernateResult{}, err
+		return dumpedTree{}, err
 	}
 	parent := d.parentFor(rec, o.full)
 	meta := checkpoint.SnapshotMeta{
@@ -137,11 +159,11 @@ func (d *Daemon) dump(ctx context.Context, rec proctable.Record, o hibernateOpts
 	meta.LastUsed = meta.CreatedAt
 	dir, err := d.snaps.Create(meta.ID)
 	if err != nil {
-		return api.HibernateResult{}, fmt.Errorf("%s: %w", what, err)
+		return dumpedTree{}, fmt.Errorf("%s: %w", what, err)
 	}
 	if err := writeCarry(dir, carry); err != nil {
 		d.discard(meta.ID)
-		return api.HibernateResult{}, fmt.Errorf("%s: %w", what, err)
+		return dumpedTree{}, fmt.Errorf("%s: %w", what, err)
 	}
 	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
 		if r.ID != rec.ID {
@@ -154,30 +176,39 @@ func (d *Daemon) dump(ctx context.Context, rec proctable.Record, o hibernateOpts
 	})
 	if err != nil {
 		d.discard(meta.ID)
-		return api.HibernateResult{}, fmt.Errorf("%s: %w", what, err)
+		return dumpedTree{}, fmt.Errorf("%s: %w", what, err)
 	}
 
-	ms := map[string]float64{}
 	t := time.Now()
 	rt.dumping.Store(true)
-	stats, err := d.criuDump(ctx, rec, dir, parent, false)
-	ms["dump"] = msSince(t)
+	stats, err := d.criuDump(ctx, rec, dir, parent, checkpoint.LeaveStopped)
+	ms := map[string]float64{"dump": msSince(t)}
 	if err != nil {
 		rt.dumping.Store(false)
-		return api.HibernateResult{}, d.dumpFailed(rec, rt, meta.ID, parent, fmt.Errorf("%s: %w", what, err), o.quiet)
+		return dumpedTree{}, d.dumpFailed(rec, rt, meta.ID, parent, fmt.Errorf("%s: %w", what, err), o.quiet)
 	}
-	// CRIU ends a tree once it is dumped: wait for the watcher to see it.
-	select {
-	case <-rt.exited:
-	case <-time.After(reapTimeout):
-		d.log.Warn("dumped tree still present", zap.String("name", rec.Name), zap.Int("init_pid", rec.InitPID))
+	return dumpedTree{rec: rec, rt: rt, meta: meta, stats: stats, ms: ms}, nil
+}
+
+// finishDump ends a dumped tree, commits its snapshot and records the
+// process hibernated in it.
+func (d *Daemon) finishDump(img dumpedTree, o hibernateOpts) (api.HibernateResult, error) {
+	rec, rt, meta, ms := img.rec, img.rt, img.meta, img.ms
+	what := fmt.Sprintf("hibernate %q", rec.Name)
+	// End the stopped tree at once, and let it die (its memory torn down)
+	// while the hibernate goes on and answers. Its watcher forgets it
+	// (dumping is set); a restore waits for that (restoreTree), and a
+	// restart keeps the complete image (settleHibernating).
+	if err := rt.signal(unix.SIGKILL); err != nil {
+		d.log.Error("kill a dumped tree", zap.String("name", rec.Name), zap.Int("init_pid", rec.InitPID), zap.Error(err))
 	}
-	meta.Pages, meta.Reused = stats.Pages, stats.Reused
-	t = time.Now()
-	meta, err = d.snaps.Commit(meta)
+	meta.Pages, meta.Reused = img.stats.Pages, img.stats.Reused
+	t := time.Now()
+	meta, err := d.snaps.Commit(meta)
 	ms["sync"] = msSince(t)
 	if err != nil {
-		return api.HibernateResult{}, d.dumpFailed(rec, rt, meta.ID, parent, fmt.Errorf("%s: %w", what, err), o.quiet)
+		d.awaitEnd(rt, rec.Name) // the tree is gone with its image: record its end
+		return api.HibernateResult{}, d.dumpFailed(rec, rt, img.meta.ID, img.meta.Parent, fmt.Errorf("%s: %w", what, err), o.quiet)
 	}
 	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
 		if r.ID != rec.ID {
@@ -192,20 +223,20 @@ func (d *Daemon) dump(ctx context.Context, rec proctable.Record, o hibernateOpts
 	if err != nil {
 		return api.HibernateResult{}, fmt.Errorf("%s: %w", what, err)
 	}
-	if parent == "" {
+	if meta.Parent == "" {
 		d.dropOlder(rec.ID, meta.ID)
 	}
 	d.sampler.kick()
-	d.log.Info("hibernated", zap.String("name", rec.Name), zap.String("snapshot", meta.ID), zap.String("parent", parent),
+	d.log.Info("hibernated", zap.String("name", rec.Name), zap.String("snapshot", meta.ID), zap.String("parent", meta.Parent),
 		zap.Uint64("bytes", meta.Bytes), zap.Uint64("pages", meta.Pages), zap.Uint64("reused", meta.Reused), zap.String("why", o.why))
-	return api.HibernateResult{Name: rec.Name, State: rec.State, Snapshot: meta.ID, Parent: parent, Bytes: meta.Bytes,
+	return api.HibernateResult{Name: rec.Name, State: rec.State, Snapshot: meta.ID, Parent: meta.Parent, Bytes: meta.Bytes,
 		Written: meta.Written, Pages: meta.Pages, Reused: meta.Reused, GPUBytes: rec.Checkpoint.MiB() << 20, MS: ms}, nil
 }
 
 // criuDump runs one CRIU dump of rec's tree into dir, as the tree's owner,
 // with the pages through a page server that leaves pages unchanged since
 // parent in it.
-func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent string, leaveRunning bool) (checkpoint.PageStats, error) {
+func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent string, leave checkpoint.Leave) (checkpoint.PageStats, error) {
 	parentDir := ""
 	if parent != "" {
 		parentDir = d.snaps.Path(parent)
@@ -230,7 +261,7 @@ func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent
 		as = &checkpoint.Owner{UID: rec.Owner.UID, GID: rec.Owner.GID}
 	}
 	clearProcMount(d.sandboxHome(rec.ID))
-	err = d.criu.Dump(ctx, checkpoint.DumpOpts{Dir: dir, PID: rec.InitPID, LeaveRunning: leaveRunning, As: as,
+	err = d.criu.Dump(ctx, checkpoint.DumpOpts{Dir: dir, PID: rec.InitPID, Leave: leave, As: as,
 		PageServer: ps.TakeCRIUEnd()})
 	if err != nil {
 		ps.Close() // CRIU may never have connected

@@ -98,6 +98,11 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 	}}
 	pid, err := d.criu.Restore(rctx, ro)
 	cancel()
+	if dumped := d.procs.get(rec.ID); dumped != nil {
+		// The tree rec was dumped from is still dying (LeaveStopped): its
+		// watcher removes its CPU group, which the new tree is to join.
+		d.awaitEnd(dumped, rec.Name)
+	}
 	if err == nil {
 		var out proctable.Record
 		if out, err = d.adoptRestored(rec, pid); err == nil {
@@ -146,7 +151,7 @@ func (d *Daemon) adoptRestored(rec proctable.Record, initPID int) (proctable.Rec
 		return nil
 	})
 	if err != nil {
-		d.procs.remove(rec.ID)
+		d.procs.remove(rt)
 		rt.pidfd.Close()
 		return rec, err
 	}

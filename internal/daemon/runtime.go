@@ -77,9 +77,13 @@ func (r *runtimes) add(id string, initPID, pidfd int, child bool) *procRuntime {
 	return rt
 }
 
-func (r *runtimes) remove(id string) {
+// remove forgets rt, unless its record has a newer tree: the watcher of a
+// tree dumped to disk may end after a restore has added the next one.
+func (r *runtimes) remove(rt *procRuntime) {
 	r.mu.Lock()
-	delete(r.m, id)
+	if r.m[rt.id] == rt {
+		delete(r.m, rt.id)
+	}
 	r.mu.Unlock()
 }
 

@@ -112,11 +112,17 @@ func (d *Daemon) deleteSnapshot(c *call) (any, error) {
 }
 
 // settleHibernating decides, after a restart, where a hibernate cut short
-// left a process: still in memory (the dump never finished), or on disk
-// when CRIU completed the image, else lost with the incomplete image.
+// left a process: on disk when CRIU completed the image, else still in
+// memory when the dump never finished, else lost with the incomplete
+// image. A complete image wins over a live tree: CRIU writes it whole only
+// after it left the tree stopped, and the hibernate kills that tree next;
+// with the record's pids cleared, the sweep of untracked trees ends it.
 func (d *Daemon) settleHibernating(rec proctable.Record) {
 	log := d.log.With(zap.String("name", rec.Name), zap.String("snapshot", rec.Snapshot))
 	id := rec.Snapshot
+	if completeImage(d.snaps.Path(id)) && d.keepInterruptedImage(rec, log) {
+		return
+	}
 	if rec.BootID == d.bootID && rec.InitPID != 0 && procfs.Alive(rec.InitPID, rec.InitStart) {
 		d.discard(id)
 		if _, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
@@ -128,25 +134,34 @@ func (d *Daemon) settleHibernating(rec proctable.Record) {
 		}
 		return
 	}
-	if completeImage(d.snaps.Path(id)) {
-		m := checkpoint.SnapshotMeta{ID: id, Name: rec.Name, ProcessID: rec.ID, UID: rec.Owner.UID, User: rec.Owner.User,
-			GPUs: rec.GPUs, VRAM: rec.Checkpoint.VRAM(), CreatedAt: rec.Checkpoint.FrozenAt}
-		if link, err := os.Readlink(filepath.Join(d.snaps.Path(id), "parent")); err == nil {
-			m.Parent = filepath.Base(link) // the page server links "../<parent id>"
-		}
-		if _, err := d.snaps.Commit(m); err == nil {
-			if _, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
-				r.State, r.InitPID, r.InitStart, r.PID, r.PIDStart = api.StateHibernated, 0, 0, 0, 0
-				r.Error = "the daemon restarted during a hibernate; the image was complete"
-				return nil
-			}); err == nil {
-				log.Warn("kept the image of an interrupted hibernate")
-				return
-			}
-		}
-	}
 	d.discard(id)
 	d.markExited(rec, api.Exit{Unknown: true, Reason: "lost: the daemon stopped during its hibernate and the image is incomplete"}, log)
+}
+
+// keepInterruptedImage commits the complete image of an interrupted
+// hibernate and records the process hibernated in it.
+func (d *Daemon) keepInterruptedImage(rec proctable.Record, log *zap.Logger) bool {
+	id := rec.Snapshot
+	m := checkpoint.SnapshotMeta{ID: id, Name: rec.Name, ProcessID: rec.ID, UID: rec.Owner.UID, User: rec.Owner.User,
+		GPUs: rec.GPUs, VRAM: rec.Checkpoint.VRAM(), CreatedAt: rec.Checkpoint.FrozenAt}
+	if link, err := os.Readlink(filepath.Join(d.snaps.Path(id), "parent")); err == nil {
+		m.Parent = filepath.Base(link) // the page server links "../<parent id>"
+	}
+	if _, err := d.snaps.Commit(m); err != nil {
+		log.Error("commit the image of an interrupted hibernate", zap.Error(err))
+		return false
+	}
+	if _, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+		r.State, r.InitPID, r.InitStart, r.PID, r.PIDStart = api.StateHibernated, 0, 0, 0, 0
+		r.Checkpoint.Stopped = nil
+		r.Error = "the daemon restarted during a hibernate; the image was complete"
+		return nil
+	}); err != nil {
+		log.Error("settle an interrupted hibernate", zap.Error(err))
+		return false
+	}
+	log.Warn("kept the image of an interrupted hibernate")
+	return true
 }
 
 // completeImage reports whether CRIU finished dumping into dir: it writes

@@ -25,7 +25,7 @@ func (d *Daemon) watch(rec proctable.Record, rt *procRuntime) {
 		rt.exit = d.exitOf(rec, rt)
 		d.removeCPU(rec)
 		if rt.dumping.Swap(false) { // claimed: see thawFromPageSource
-			d.procs.remove(rec.ID)
+			d.procs.remove(rt)
 			close(rt.exited) // before the pidfd closes: see procRuntime.signal
 			rt.pidfd.Close()
 			return
@@ -50,7 +50,7 @@ func (d *Daemon) recordExit(rec proctable.Record, rt *procRuntime) {
 		d.log.Error("record exit", zap.String("name", rec.Name), zap.Error(err))
 	}
 	d.dropSnapshots(rec.ID)
-	d.procs.remove(rec.ID)
+	d.procs.remove(rt)
 	select {
 	case <-rt.exited:
 	default:
@@ -59,6 +59,16 @@ func (d *Daemon) recordExit(rec proctable.Record, rt *procRuntime) {
 	rt.pidfd.Close()
 	d.sampler.kick()
 	d.log.Info("process exited", zap.String("name", rec.Name), zap.Int("init_pid", rec.InitPID), zap.Any("exit", exit))
+}
+
+// awaitEnd waits until rt's watcher has seen its killed tree end, at most
+// reapTimeout.
+func (d *Daemon) awaitEnd(rt *procRuntime, name string) {
+	select {
+	case <-rt.exited:
+	case <-time.After(reapTimeout):
+		d.log.Warn("killed tree still present", zap.String("name", name), zap.Int("init_pid", rt.initPID), zap.Duration("after", reapTimeout))
+	}
 }
 
 var errReplaced = errors.New("record was replaced")
