@@ -14,6 +14,7 @@ import (
 	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/procfs"
+	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -342,4 +343,74 @@ func TestRestartAfterDumpKeepsImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.verifyContinued("job", ticks)
+}
+
+// TestDumpedTreeDiesAfterTheAnswer holds a dumped tree's init in a frozen
+// cgroup v1 freezer, where SIGKILL cannot end it: a hibernate
+// answers while the tree is still there, and an eviction's (room asked
+// for) only once the tree has died.
+func TestDumpedTreeDiesAfterTheAnswer(t *testing.T) {
+	h := newDiskHarness(t, config.DriverSim)
+	dumped := func(name string) (proctable.Record, dumpedTree, func()) {
+		h.memJob(name, 64, 1)
+		h.freeze(name)
+		rec, _ := h.d.table.Get(name)
+		img, err := h.d.dumpImage(ctxT(t), rec, hibernateOpts{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec, img, holdInFreezer(t, rec.InitPID)
+	}
+
+	rec, img, thaw := dumped("asked")
+	if _, err := h.d.finishDump(img, hibernateOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	if !procfs.Alive(rec.InitPID, rec.InitStart) {
+		t.Fatal("the dumped tree died before the hibernate answered, though its init cannot die yet")
+	}
+	thaw()
+	<-img.rt.exited
+
+	rec, img, thaw = dumped("evicted")
+	alive := make(chan bool, 1)
+	go func() {
+		_, err := h.d.finishDump(img, hibernateOpts{freed: true})
+		alive <- err == nil && procfs.Alive(rec.InitPID, rec.InitStart)
+	}()
+	waitFor(t, func() bool { r, _ := h.d.table.Get("evicted"); return r.State == api.StateHibernated })
+	thaw()
+	if <-alive {
+		t.Fatal("an eviction's hibernate answered before the tree it dumped had died")
+	}
+}
+
+// holdInFreezer freezes process pid in a cgroup v1 freezer of its own, where it
+// cannot die until thawed; the function it returns thaws it.
+func holdInFreezer(t *testing.T, pid int) func() {
+	t.Helper()
+	dir := filepath.Join("/sys/fs/cgroup/freezer", fmt.Sprintf("gpusched-test-%d", pid))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Skipf("no cgroup v1 freezer: %v", err)
+	}
+	write := func(file, v string) {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("cgroup.procs", fmt.Sprint(pid)) // every thread
+	write("freezer.state", "FROZEN")
+	waitFor(t, func() bool { b, _ := os.ReadFile(filepath.Join(dir, "freezer.state")); return strings.TrimSpace(string(b)) == "FROZEN" })
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			thawed = true
+			write("freezer.state", "THAWED")
+		}
+	}
+	t.Cleanup(func() {
+		thaw()
+		waitFor(t, func() bool { err := os.Remove(dir); return err == nil || errors.Is(err, fs.ErrNotExist) })
+	})
+	return thaw
 }

@@ -42,7 +42,7 @@ func (d *Daemon) makeRoom(ctx context.Context, what string, need uint64, skip st
 		v := victims[0]
 		tried[v.Name] = true
 		why := fmt.Sprintf("hibernated to make room in host RAM for %s", what)
-		if _, err := d.evict(ctx, v, why, false); err != nil {
+		if _, err := d.evict(ctx, v, hibernateOpts{why: why, freed: true}); err != nil {
 			d.log.Warn("eviction failed", zap.String("name", v.Name), zap.String("why", why), zap.Error(err))
 		}
 	}
@@ -72,10 +72,9 @@ func (d *Daemon) victims(skip map[string]bool) (out []proctable.Record, pinned [
 	return out, pinned
 }
 
-// evict hibernates v if its lifecycle lock is free and it is still frozen;
-// why is recorded on the process. It reports whether it tried. quiet marks
-// a policy's try, whose failure the policy logs.
-func (d *Daemon) evict(ctx context.Context, v proctable.Record, why string, quiet bool) (bool, error) {
+// evict hibernates v with o if its lifecycle lock is free and it is still
+// frozen; o.why is recorded on the process. It reports whether it tried.
+func (d *Daemon) evict(ctx context.Context, v proctable.Record, o hibernateOpts) (bool, error) {
 	unlock, ok := d.ops.tryLock(v.Name)
 	if !ok {
 		return false, nil
@@ -85,9 +84,9 @@ func (d *Daemon) evict(ctx context.Context, v proctable.Record, why string, quie
 	if !ok || cur.ID != v.ID || cur.State != api.StateFrozen {
 		return false, nil
 	}
-	if _, err := d.hibernateLocked(ctx, cur, hibernateOpts{why: why, quiet: quiet}); err != nil {
+	if _, err := d.hibernateLocked(ctx, cur, o); err != nil {
 		return true, err
 	}
-	d.log.Info("evicted to disk", zap.String("name", v.Name), zap.String("why", why))
+	d.log.Info("evicted to disk", zap.String("name", v.Name), zap.String("why", o.why))
 	return true, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -34,6 +35,7 @@ func TestEvictionHibernatesByPolicy(t *testing.T) {
 	}
 	// vip is frozen first (least recently used), low second; x does not
 	// fit beside both: the lowest priority goes to disk, not the oldest.
+	low, _ := h.d.table.Get("low")
 	for _, n := range []string{"vip", "low", "x"} {
 		if err := freeze(n); err != nil {
 			t.Fatalf("freeze %s: %v", n, err)
@@ -41,6 +43,11 @@ func TestEvictionHibernatesByPolicy(t *testing.T) {
 	}
 	if got, want := states(), "vip=frozen low=hibernated x=frozen y=running z=running"; got != want {
 		t.Fatalf("after freezing x: %s, want %s", got, want)
+	}
+	// The room is made once the evicted tree has died, its memory freed,
+	// not merely once it is on disk (a hibernate asked for answers sooner).
+	if procfs.Alive(low.InitPID, low.InitStart) {
+		t.Fatalf("the evicted tree (init %d) is still alive when the freeze that evicted it answers", low.InitPID)
 	}
 	if p := h.proc("low"); !strings.Contains(p.Note, "to make room") {
 		t.Fatalf("evicted process does not say why: %q", p.Note)

@@ -30,6 +30,7 @@ type hibernateOpts struct {
 	full        bool   // no parent image
 	why         string // "" when asked for; else the policy that evicted it
 	quiet       bool   // a policy's try: the policy logs its failure
+	freed       bool   // answer once the dumped tree's memory is freed (room for a freeze)
 }
 
 // hibernate moves a running or frozen process to disk.
@@ -225,6 +226,9 @@ func (d *Daemon) finishDump(img dumpedTree, o hibernateOpts) (api.HibernateResul
 	}
 	if meta.Parent == "" {
 		d.dropOlder(rec.ID, meta.ID)
+	}
+	if o.freed {
+		d.awaitEnd(rt, rec.Name)
 	}
 	d.sampler.kick()
 	d.log.Info("hibernated", zap.String("name", rec.Name), zap.String("snapshot", meta.ID), zap.String("parent", meta.Parent),

@@ -91,7 +91,7 @@ func (d *Daemon) applyPolicies(ctx context.Context, now time.Time, st *policySta
 		case r.State == api.StateFrozen && r.Policy.TTL > 0 && d.criu != nil && !r.Policy.Pin &&
 			now.Sub(r.Checkpoint.FrozenAt) >= time.Duration(r.Policy.TTL):
 			d.tryPolicy(st, now, r, actionTTL, func() (bool, error) {
-				return d.evict(ctx, r, fmt.Sprintf("hibernated after %v frozen (ttl)", time.Duration(r.Policy.TTL)), true)
+				return d.evict(ctx, r, hibernateOpts{why: fmt.Sprintf("hibernated after %v frozen (ttl)", time.Duration(r.Policy.TTL)), quiet: true})
 			})
 		case r.State == api.StateRunning && r.Policy.Idle > 0 && !r.MPSClient(): // MPS clients cannot be frozen
 			if since := st.idle.observe(r, view, now); now.Sub(since) >= time.Duration(r.Policy.Idle) {

@@ -170,9 +170,10 @@ func TestCallerKeepsTreesProc(t *testing.T) {
 	if _, err := fmt.Sscanf(tr.logText(), "pids %d\numount %d\npids %d\n", &before, &umount, &after); err != nil {
 		t.Fatalf("log %q: %v", tr.logText(), err)
 	}
-	// The supervisor, sh, and the pipeline's ls and grep: a handful, where
+	// The supervisor, sh, and the pipeline's subshell, ls and grep: a
+	// handful (how many of them exist when ls reads /proc varies), where
 	// the host's /proc lists every process of the machine.
-	if before > 6 || after != before || umount == 0 {
+	if before > 6 || after > 6 || umount == 0 {
 		t.Fatalf("log %q: the command saw %d then %d processes, umount exited %d; want its tree's few, and umount refused", tr.logText(), before, after, umount)
 	}
 }
