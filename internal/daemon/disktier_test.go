@@ -400,7 +400,10 @@ func holdInFreezer(t *testing.T, pid int) func() {
 	}
 	write("cgroup.procs", fmt.Sprint(pid)) // every thread
 	write("freezer.state", "FROZEN")
-	waitFor(t, func() bool { b, _ := os.ReadFile(filepath.Join(dir, "freezer.state")); return strings.TrimSpace(string(b)) == "FROZEN" })
+	waitFor(t, func() bool {
+		b, _ := os.ReadFile(filepath.Join(dir, "freezer.state"))
+		return strings.TrimSpace(string(b)) == "FROZEN"
+	})
 	thawed := false
 	thaw := func() {
 		if !thawed {
