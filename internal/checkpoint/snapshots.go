@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/gpusched/gpusched/internal/store"
 )
 
@@ -257,25 +259,36 @@ func DirBytes(dir string) (uint64, error) {
 	return sum, err
 }
 
-// syncFiles makes every file in dir, and dir itself, durable.
+// syncFiles makes every file in dir, and dir itself, durable. The files
+// (a dump's few dozen small images) are synced concurrently, so that the
+// filesystem commits them in a journal transaction or a few rather than
+// one each: on the development VM's ext4, 36 images took 20-34 ms one
+// after another.
 func syncFiles(dir string) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return err
 	}
+	g := errgroup.Group{}
+	g.SetLimit(syncParallel)
 	for _, e := range ents {
 		if !e.Type().IsRegular() {
 			continue
 		}
-		f, err := os.Open(filepath.Join(dir, e.Name()))
-		if err != nil {
-			return err
-		}
-		err = f.Sync()
-		f.Close()
-		if err != nil {
-			return err
-		}
+		g.Go(func() error {
+			f, err := os.Open(filepath.Join(dir, e.Name()))
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			return f.Sync()
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	return store.SyncDir(dir)
 }
+
+// syncParallel bounds syncFiles' fsyncs in flight.
+const syncParallel = 16
