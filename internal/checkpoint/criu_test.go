@@ -82,7 +82,16 @@ func imagesDir(t *testing.T) string {
 	return dir
 }
 
+// TestCRIUDumpRestoreKeepsMemoryAndCounter dumps a tree that CRIU kills
+// (LeaveDead), or leaves stopped for the caller to kill (LeaveStopped),
+// and restores it with its memory intact.
 func TestCRIUDumpRestoreKeepsMemoryAndCounter(t *testing.T) {
+	for name, leave := range map[string]Leave{"dead": LeaveDead, "stopped": LeaveStopped} {
+		t.Run(name, func(t *testing.T) { dumpRestoreKeepsMemory(t, leave) })
+	}
+}
+
+func dumpRestoreKeepsMemory(t *testing.T, leave Leave) {
 	c := newTestCRIU(t)
 	if !strings.HasPrefix(c.Version(), "4.") {
 		t.Fatalf("version %q", c.Version())
@@ -90,10 +99,19 @@ func TestCRIUDumpRestoreKeepsMemoryAndCounter(t *testing.T) {
 	job := startNSJob(t, t.TempDir(), "--host-mem", "32", "--tick", "0.01")
 	waitLog(t, job.log, "tick 3\n")
 	dir := imagesDir(t)
-	if err := c.Dump(context.Background(), DumpOpts{Dir: dir, PID: job.cmd.Process.Pid}); err != nil {
+	if err := c.Dump(context.Background(), DumpOpts{Dir: dir, PID: job.cmd.Process.Pid, Leave: leave}); err != nil {
 		t.Fatal(err)
 	}
-	_ = job.cmd.Wait() // CRIU killed the dumped tree; reap it so its pid is free
+	if leave == LeaveStopped {
+		// Answered with the tree alive and stopped: the caller ends it.
+		if st, err := procfs.ReadStat(job.cmd.Process.Pid); err != nil || st.State != 'T' {
+			t.Fatalf("dumped tree: state %q, %v; want it stopped (T)", st.State, err)
+		}
+		if err := job.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = job.cmd.Wait() // reap the dumped tree so its pid is free
 	before, _ := os.ReadFile(job.log)
 	last := strings.Count(string(before), "tick ")
 
@@ -134,39 +152,6 @@ func TestCRIULeaveRunningAndTwoCopies(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL); _, _ = unix.Wait4(pid, nil, 0, nil) })
 	}
-}
-
-// TestCRIULeaveStopped: a LeaveStopped dump answers with the tree alive
-// and stopped, not yet dead; once the caller has killed it, the image
-// restores with its memory intact.
-func TestCRIULeaveStopped(t *testing.T) {
-	c := newTestCRIU(t)
-	job := startNSJob(t, t.TempDir(), "--host-mem", "16", "--tick", "0.01")
-	waitLog(t, job.log, "tick 2\n")
-	dir := imagesDir(t)
-	if err := c.Dump(context.Background(), DumpOpts{Dir: dir, PID: job.cmd.Process.Pid, Leave: LeaveStopped}); err != nil {
-		t.Fatal(err)
-	}
-	st, err := procfs.ReadStat(job.cmd.Process.Pid)
-	if err != nil || st.State != 'T' {
-		t.Fatalf("dumped tree: state %q, %v; want it stopped (T)", st.State, err)
-	}
-	if err := job.cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = job.cmd.Wait()
-	before, _ := os.ReadFile(job.log)
-	last := strings.Count(string(before), "tick ")
-	pid, err := c.Restore(context.Background(), RestoreOpts{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL); _, _ = unix.Wait4(pid, nil, 0, nil) })
-	waitLog(t, job.log, fmt.Sprintf("tick %d\n", last+2))
-	if err := unix.Kill(pid, unix.SIGUSR1); err != nil {
-		t.Fatal(err)
-	}
-	waitLog(t, job.log, "host memory verified")
 }
 
 // TestCRIURestoredErrorFailsRestore: an error from the Restored hook fails
