@@ -417,3 +417,36 @@ func holdInFreezer(t *testing.T, pid int) func() {
 	})
 	return thaw
 }
+
+// TestCommitFailureKeepsProcessFrozen: a snapshot that cannot be made
+// durable after CRIU imaged the tree (its metadata cannot be written)
+// fails the hibernate with nothing lost: the tree was not ended, the
+// process is frozen in RAM again, no snapshot is listed, and it thaws with
+// its memory intact.
+func TestCommitFailureKeepsProcessFrozen(t *testing.T) {
+	h := newDiskHarness(t, config.DriverSim)
+	h.memJob("job", 64, 16)
+	h.freeze("job")
+	rec, _ := h.d.table.Get("job")
+	ticks := h.lastTick("job")
+	img, err := h.d.dumpImage(ctxT(t), rec, hibernateOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(h.d.snaps.Path(img.meta.ID), "meta.json"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.d.finishDump(img, hibernateOpts{}); err == nil || !strings.Contains(err.Error(), "stays frozen in RAM") {
+		t.Fatalf("finishDump: %v, want a failure that keeps the process frozen", err)
+	}
+	if p := h.proc("job"); p.State != api.StateFrozen || p.InitPID != rec.InitPID || !procfs.Alive(rec.InitPID, rec.InitStart) {
+		t.Fatalf("after the failed commit: %+v; want it frozen, its tree alive", p)
+	}
+	if snaps, err := h.client().Snapshots(ctxT(t), api.SnapshotsParams{}); err != nil || len(snaps.Snapshots) != 0 {
+		t.Fatalf("snapshots after the failed commit: %+v, %v", snaps, err)
+	}
+	if _, err := h.client().Thaw(ctxT(t), api.ThawParams{Name: "job"}); err != nil {
+		t.Fatal(err)
+	}
+	h.verifyContinued("job", ticks)
+}

@@ -191,25 +191,25 @@ func (d *Daemon) dumpImage(ctx context.Context, rec proctable.Record, o hibernat
 	return dumpedTree{rec: rec, rt: rt, meta: meta, stats: stats, ms: ms}, nil
 }
 
-// finishDump ends a dumped tree, commits its snapshot and records the
-// process hibernated in it.
+// finishDump commits a dumped tree's snapshot, ends the tree and records
+// the process hibernated in the snapshot.
 func (d *Daemon) finishDump(img dumpedTree, o hibernateOpts) (api.HibernateResult, error) {
 	rec, rt, meta, ms := img.rec, img.rt, img.meta, img.ms
 	what := fmt.Sprintf("hibernate %q", rec.Name)
-	// End the stopped tree at once, and let it die (its memory torn down)
-	// while the hibernate goes on and answers. Its watcher forgets it
-	// (dumping is set); a restore waits for that (restoreTree), and a
-	// restart keeps the complete image (settleHibernating).
-	if err := rt.signal(unix.SIGKILL); err != nil {
-		d.log.Error("kill a dumped tree", zap.String("name", rec.Name), zap.Int("init_pid", rec.InitPID), zap.Error(err))
-	}
 	meta.Pages, meta.Reused = img.stats.Pages, img.stats.Reused
 	t := time.Now()
 	meta, err := d.snaps.Commit(meta)
 	ms["sync"] = msSince(t)
-	if err != nil {
-		d.awaitEnd(rt, rec.Name) // the tree is gone with its image: record its end
+	if err != nil { // the tree is still there, stopped: frozen in RAM again
+		rt.dumping.Store(false)
 		return api.HibernateResult{}, d.dumpFailed(rec, rt, img.meta.ID, img.meta.Parent, fmt.Errorf("%s: %w", what, err), o.quiet)
+	}
+	// The image is durable: end the stopped tree, and let it die (its
+	// memory torn down) while the hibernate answers. Its watcher forgets it
+	// (dumping is set); a restore waits for that (restoreTree), and a
+	// restart keeps the complete image (settleHibernating).
+	if err := rt.signal(unix.SIGKILL); err != nil {
+		d.log.Error("kill a dumped tree", zap.String("name", rec.Name), zap.Int("init_pid", rec.InitPID), zap.Error(err))
 	}
 	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
 		if r.ID != rec.ID {
