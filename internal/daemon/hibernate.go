@@ -126,11 +126,11 @@ func (d *Daemon) dump(ctx context.Context, rec proctable.Record, o hibernateOpts
 // dumpedTree is a tree CRIU has imaged into a snapshot not yet committed,
 // and left stopped.
 type dumpedTree struct {
-	rec   proctable.Record // hibernating
-	rt    *procRuntime     // dumping is set: its end is the hibernate's
-	meta  checkpoint.SnapshotMeta
-	stats checkpoint.PageStats
-	ms    map[string]float64
+	rec    proctable.Record // hibernating
+	rt     *procRuntime     // dumping is set: its end is the hibernate's
+	meta   checkpoint.SnapshotMeta
+	stats  checkpoint.PageStats
+	dumpMS float64 // CRIU's dump, from the worker's start to its answer
 }
 
 // dumpImage records rec hibernating and has CRIU image its tree into a new
@@ -183,18 +183,19 @@ func (d *Daemon) dumpImage(ctx context.Context, rec proctable.Record, o hibernat
 	t := time.Now()
 	rt.dumping.Store(true)
 	stats, err := d.criuDump(ctx, rec, dir, parent, checkpoint.LeaveStopped)
-	ms := map[string]float64{"dump": msSince(t)}
+	dumpMS := msSince(t)
 	if err != nil {
 		rt.dumping.Store(false)
 		return dumpedTree{}, d.dumpFailed(rec, rt, meta.ID, parent, fmt.Errorf("%s: %w", what, err), o.quiet)
 	}
-	return dumpedTree{rec: rec, rt: rt, meta: meta, stats: stats, ms: ms}, nil
+	return dumpedTree{rec: rec, rt: rt, meta: meta, stats: stats, dumpMS: dumpMS}, nil
 }
 
 // finishDump commits a dumped tree's snapshot, ends the tree and records
 // the process hibernated in the snapshot.
 func (d *Daemon) finishDump(img dumpedTree, o hibernateOpts) (api.HibernateResult, error) {
-	rec, rt, meta, ms := img.rec, img.rt, img.meta, img.ms
+	rec, rt, meta := img.rec, img.rt, img.meta
+	ms := map[string]float64{"dump": img.dumpMS}
 	what := fmt.Sprintf("hibernate %q", rec.Name)
 	meta.Pages, meta.Reused = img.stats.Pages, img.stats.Reused
 	t := time.Now()
@@ -281,8 +282,9 @@ func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent
 	return stats, err
 }
 
-// dumpFailed settles a hibernate whose dump failed: the image goes, and the
-// process is frozen again, as CRIU leaves a tree it failed to dump, or
+// dumpFailed settles a hibernate whose dump or commit failed: the image
+// goes, and the process is frozen again (CRIU leaves a tree it failed to
+// dump as it was, and a dumped tree is ended only once committed), or
 // exited if it ended meanwhile. quiet lowers its log line to debug.
 func (d *Daemon) dumpFailed(rec proctable.Record, rt *procRuntime, id, parent string, cause error, quiet bool) error {
 	d.discard(id)
