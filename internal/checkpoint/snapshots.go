@@ -53,8 +53,14 @@ type Snapshots struct {
 	dir      string
 	mu       sync.Mutex
 	m        map[string]SnapshotMeta
-	retiring uint64         // bytes of retired snapshots not yet removed (Retire)
-	removals sync.WaitGroup // Retire's background removals
+	retiring uint64        // bytes of retired snapshots not yet removed (Retire)
+	trash    []retired     // removals not yet started, in order
+	drained  chan struct{} // while the remover runs: closed when it ends
+	stop     chan struct{} // closed by Stop: the remover skips what is left
+	stopOnce sync.Once
+	busy     int           // Foreground work in flight
+	wake     chan struct{} // closed and replaced when busy drops to 0 or hurry rises
+	hurry    int           // callers in Reclaim: the remover does not yield
 }
 
 // OpenSnapshots opens (creating, mode 0700) the store at dir and loads every
@@ -67,7 +73,7 @@ func OpenSnapshots(dir string) (*Snapshots, []string, error) {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("snapshot dir %s: %w", dir, err)
 	}
-	s := &Snapshots{dir: dir, m: map[string]SnapshotMeta{}}
+	s := &Snapshots{dir: dir, m: map[string]SnapshotMeta{}, stop: make(chan struct{}), wake: make(chan struct{})}
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("snapshot dir %s: %w", dir, err)

@@ -249,7 +249,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	bg.Wait()
 	d.bg.Wait()
 	if d.snaps != nil {
-		d.snaps.Wait()
+		d.snaps.Stop() // the next start removes what is left of the trash
 	}
 	d.procs.closeAll()
 	d.closeMPS()

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -129,11 +130,23 @@ func treeBytes(initPID int) uint64 {
 	return sum
 }
 
-// diskRoom checks that a dump of about est bytes fits the disk budget.
+// reclaimTimeout bounds how long a dump over the disk budget waits for
+// retired snapshots to be removed.
+const reclaimTimeout = 30 * time.Second
+
+// diskRoom checks that a dump of about est bytes fits the disk budget,
+// once retired snapshots that count in it are removed.
 func (d *Daemon) diskRoom(what string, est uint64) error {
 	budget := d.cfg.DiskBudgetMiB << 20
 	if budget == 0 {
 		return nil
+	}
+	if d.snaps.Bytes()+est > budget {
+		ctx, cancel := context.WithTimeout(context.Background(), reclaimTimeout)
+		if err := d.snaps.Reclaim(ctx); err != nil {
+			d.log.Warn("retired snapshots still being removed", zap.Duration("after", reclaimTimeout))
+		}
+		cancel()
 	}
 	if used := d.snaps.Bytes(); used+est > budget {
 		return api.Errorf(api.CodeResourceExhausted, "%s needs about %d MiB of disk; snapshots take %d MiB of the %d MiB --disk-budget: delete snapshots or kill hibernated processes",

@@ -116,6 +116,7 @@ func (d *Daemon) hibernateLocked(ctx context.Context, rec proctable.Record, o hi
 // dump images rec's frozen, stopped tree into a new snapshot and records
 // the process hibernated in it.
 func (d *Daemon) dump(ctx context.Context, rec proctable.Record, o hibernateOpts) (api.HibernateResult, error) {
+	defer d.snaps.Foreground()() // through the commit's sync
 	img, err := d.dumpImage(ctx, rec, o)
 	if err != nil {
 		return api.HibernateResult{}, err
@@ -246,6 +247,7 @@ func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent
 	if parent != "" {
 		parentDir = d.snaps.Path(parent)
 	}
+	defer d.snaps.Foreground()()
 	ps, err := checkpoint.StartPageServer(dir, parentDir)
 	if err != nil {
 		return checkpoint.PageStats{}, err

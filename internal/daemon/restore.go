@@ -45,6 +45,7 @@ func (d *Daemon) thawFromDisk(ctx context.Context, rec proctable.Record, opts th
 	}
 	defer release()
 	admitMS := msSince(t)
+	defer d.snaps.Foreground()() // through the last page read
 
 	readBytes := d.chainBytes(rec.Snapshot)
 	dir := d.snaps.Path(rec.Snapshot)
@@ -92,6 +93,7 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 	if err != nil {
 		return rec, err
 	}
+	defer d.snaps.Foreground()()
 	rctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
 	ro := checkpoint.RestoreOpts{Dir: dir, Lazy: lazy, Restored: func(pid int) error {
 		return d.carryIn(rec, pid, dir)
