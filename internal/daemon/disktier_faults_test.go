@@ -164,3 +164,36 @@ func TestHibernateAfterInitReplaced(t *testing.T) {
 	}
 	h.verifyContinued("job", ticks)
 }
+
+// TestDiskBudgetWaitsForRetiredImages: a full hibernate whose room in
+// --disk-budget is held by a retired image still being removed (its
+// removal yielding to a thaw in flight, held here) gets that removal
+// finished instead of a refusal.
+func TestDiskBudgetWaitsForRetiredImages(t *testing.T) {
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.DiskBudgetMiB = 250 })
+	c := h.client()
+	h.memJob("job", 0, 96) // images of about 100 MiB: one and the next one's estimate fit, two do not
+	hibernateThaw := func() *api.HibernateResult {
+		t.Helper()
+		hr, err := c.Hibernate(ctxT(t), api.HibernateParams{Name: "job", Full: true})
+		if err != nil {
+			snaps, _ := c.Snapshots(ctxT(t), api.SnapshotsParams{})
+			t.Fatalf("hibernate with %d of 250 MiB used: %v", snaps.Bytes>>20, err)
+		}
+		if _, err := c.Thaw(ctxT(t), api.ThawParams{Name: "job"}); err != nil {
+			t.Fatal(err)
+		}
+		return hr
+	}
+	hibernateThaw()
+	defer h.d.snaps.Foreground()() // a thaw from disk in flight throughout
+	hibernateThaw()                // retires the first image, whose removal now yields
+	last := hibernateThaw()
+	snaps, err := c.Snapshots(ctxT(t), api.SnapshotsParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(snaps.Snapshots) != 1 || snaps.Snapshots[0].ID != last.Snapshot {
+		t.Fatalf("snapshots after three full hibernates: %+v; want only %s", snaps.Snapshots, last.Snapshot)
+	}
+}
