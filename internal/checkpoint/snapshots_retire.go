@@ -134,8 +134,10 @@ func (s *Snapshots) removeRetired(dir string) {
 	}
 }
 
-// shrink truncates the file name in the directory dirfd to nothing,
-// retireStep at a time from its end, each step after yieldToForeground.
+// shrink truncates the file name in the directory dirfd to nothing from
+// its end, each step after yieldToForeground. A step frees about
+// retireStep of what the file holds on disk: the steps are counted from
+// its allocated blocks, so that a sparse file, however long, takes few.
 func (s *Snapshots) shrink(dirfd int, name string) {
 	fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -146,11 +148,13 @@ func (s *Snapshots) shrink(dirfd int, name string) {
 	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return
 	}
+	steps := max(1, (st.Blocks*512+retireStep-1)/retireStep)
+	step := max(retireStep, (st.Size+steps-1)/steps)
 	for size := st.Size; size > 0; {
 		if s.yieldToForeground(); s.stopped() {
 			return
 		}
-		size = max(0, size-retireStep)
+		size = max(0, size-step)
 		if unix.Ftruncate(fd, size) != nil {
 			return
 		}
@@ -215,6 +219,11 @@ func (s *Snapshots) Reclaim(ctx context.Context) error {
 		s.hurry--
 		s.mu.Unlock()
 	}()
+	return s.drain(ctx)
+}
+
+// drain waits until the remover has nothing left, or until ctx ends.
+func (s *Snapshots) drain(ctx context.Context) error {
 	for {
 		s.mu.Lock()
 		drained := s.drained
@@ -230,8 +239,9 @@ func (s *Snapshots) Reclaim(ctx context.Context) error {
 	}
 }
 
-// Wait waits for the removals Retire and OpenSnapshots started.
-func (s *Snapshots) Wait() { _ = s.Reclaim(context.Background()) }
+// Wait waits for the removals Retire and OpenSnapshots started, pauses
+// included.
+func (s *Snapshots) Wait() { _ = s.drain(context.Background()) }
 
 // Stop ends the removals after their current step; the next OpenSnapshots
 // removes what they leave. For a daemon that stops.

@@ -159,3 +159,32 @@ func TestRetireShrinksOnlyItsOwnFiles(t *testing.T) {
 		t.Fatalf("the retired snapshot after its removal: %v", err)
 	}
 }
+
+// TestRetireSparseImageInFewSteps: the steps of a removal follow what a
+// file holds on disk, not its length, so a sparse file of a terabyte
+// does not hold the remover for a million truncates.
+func TestRetireSparseImageInFewSteps(t *testing.T) {
+	steps := 0
+	oldYield := retireYield
+	retireYield, yieldHook = 0, func() { steps++ }
+	t.Cleanup(func() { retireYield, yieldHook = oldYield, nil })
+	s, _, err := OpenSnapshots(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Foreground()() // every step calls the hook
+	committed(t, s, "old", 4096)
+	if err := os.Truncate(filepath.Join(s.Path("old"), "pages-1.img"), 1<<40); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Retire("old"); err != nil {
+		t.Fatal(err)
+	}
+	s.Wait()
+	if steps > 2 {
+		t.Fatalf("%d steps to remove a sparse file holding 4 KiB", steps)
+	}
+	if _, err := os.Stat(filepath.Join(s.Dir(), TrashDir, "old")); !os.IsNotExist(err) {
+		t.Fatalf("the retired snapshot after its removal: %v", err)
+	}
+}
