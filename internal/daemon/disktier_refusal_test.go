@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -14,8 +15,9 @@ import (
 // fork with a sentence that says what, as unavailable, not CRIU's log
 // lines as internal; hibernate leaves it frozen in RAM, fork running.
 // The holdings: a connection to the daemon's own socket, as a script using
-// the SDK has, and a file of a thread's /proc directory, which CRIU would
-// image but could never reopen on restore.
+// the SDK has, and a file of a thread's /proc directory or of the host's
+// /proc (as a simulated job reads its start time), which CRIU would image
+// but could never reopen on restore.
 func TestDiskTierRefusalIsClear(t *testing.T) {
 	u := testutil.NewUser(t, "gsfr1", "gsfr")
 	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group = "gsfr" })
@@ -35,6 +37,11 @@ def hold():
     while True:
         time.sleep(1)
 threading.Thread(target=hold).start()`, "in the /proc directory of one of its threads"},
+		{"hostproc", fmt.Sprintf(`import time
+f = open(%q + "/self/timens_offsets")
+print("ready", flush=True)
+while True:
+    time.sleep(1)`, h.d.simHostProc()), "in the host's /proc"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, errOut, code := h.ctlAs(u, "run", tc.name, "--", "/usr/bin/python3", "-c", tc.script, h.cfg.Socket); code != 0 {

@@ -174,7 +174,7 @@ func (d *Daemon) dumpForFork(ctx context.Context, src proctable.Record) (forkSou
 		}
 		defer func() { _ = continueTree(stopped) }()
 	}
-	if err := refuseThreadFiles(src.Name, stopped); err != nil {
+	if err := d.refuseUnrestorableFiles(src.Name, stopped); err != nil {
 		return forkSource{}, err
 	}
 	procs, carry, err := d.namespaced(src)

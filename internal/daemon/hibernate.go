@@ -143,7 +143,7 @@ func (d *Daemon) dumpImage(ctx context.Context, rec proctable.Record, o hibernat
 	if rt == nil {
 		return dumpedTree{}, fmt.Errorf("%s: the daemon is not watching this process", what)
 	}
-	if err := refuseThreadFiles(rec.Name, rec.Checkpoint.Stopped); err != nil {
+	if err := d.refuseUnrestorableFiles(rec.Name, rec.Checkpoint.Stopped); err != nil {
 		return dumpedTree{}, fmt.Errorf("%s: %w; the process stays frozen in RAM", what, err)
 	}
 	procs, carry, err := d.namespaced(rec)

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// fdBatch is how many of a process's fd entries ThreadFiles holds at once:
+// fdBatch is how many of a process's fd entries OpenFiles holds at once:
 // a process may hold as many fds as its RLIMIT_NOFILE lets it.
 const fdBatch = 1024
 
@@ -19,7 +19,13 @@ const fdBatch = 1024
 // cannot restore such a file: "Can't open file proc/9/task/15/comm on
 // restore: No such file or directory" (criu/files-reg.c, open_path), and
 // the image never restores. A process that is gone gives nothing.
-func ThreadFiles(pid, max int) ([]string, error) {
+func ThreadFiles(pid, max int) ([]string, error) { return OpenFiles(pid, max, isThreadFile) }
+
+// OpenFiles lists, up to max of them, the paths of the files pid holds open
+// (its fd links, as this process reads them) that match says yes to. It
+// reads only the links, never the files. A process that is gone gives
+// nothing.
+func OpenFiles(pid, max int, match func(path string) bool) ([]string, error) {
 	dir := Path(pid, "/fd")
 	f, err := os.Open(dir)
 	if err != nil {
@@ -34,7 +40,7 @@ func ThreadFiles(pid, max int) ([]string, error) {
 		names, err := f.Readdirnames(fdBatch)
 		for _, n := range names {
 			link, lerr := os.Readlink(dir + "/" + n)
-			if lerr == nil && isThreadFile(link) && len(out) < max {
+			if lerr == nil && match(link) && len(out) < max {
 				out = append(out, link)
 			}
 		}
