@@ -64,10 +64,17 @@ func (r *Router) wake(m *model, w *wakeCall) (Hold, error) {
 	defer cancel()
 	name := m.cfg.Name
 	pause := retryMin
+	var noRoom error // the last answer that there is no room yet
+	fail := func(err error) (Hold, error) {
+		if noRoom != nil && ctx.Err() != nil { // the start timeout ran out in a call
+			return nil, fmt.Errorf("model %q: %w after %v (last: %v)", name, errNoRoom, r.cfg.StartTimeout, noRoom)
+		}
+		return nil, err
+	}
 	for {
 		p, err := r.processOf(ctx, m)
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
 		if p.State != api.StateRunning || r.contendedBefore(m, w) {
 			// It needs room, or holds room another asked for first: it
@@ -76,7 +83,7 @@ func (r *Router) wake(m *model, w *wakeCall) (Hold, error) {
 				return nil, fmt.Errorf("model %q: waiting for its turn to wake: %w", name, err)
 			}
 			if p, err = r.processOf(ctx, m); err != nil {
-				return nil, err
+				return fail(err)
 			}
 		}
 		if p.State == api.StateRunning && r.isSuspect(m) {
@@ -112,12 +119,13 @@ func (r *Router) wake(m *model, w *wakeCall) (Hold, error) {
 		case err == nil:
 			return h, nil
 		case api.CodeOf(err) == api.CodeResourceExhausted || errors.Is(err, errNoRoom):
+			noRoom = err
 			r.setContending(m, w, true)
 		case api.IsConflict(err) || api.IsExists(err):
 			// In a transition (freezing, starting) or raced by another
 			// client: look again.
 		default:
-			return nil, err
+			return fail(err)
 		}
 		if err := r.pauseFor(ctx, pause); err != nil {
 			return nil, fmt.Errorf("model %q: %w after %v (last: %v)", name, errNoRoom, r.cfg.StartTimeout, err)
