@@ -7,9 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -17,17 +16,8 @@ import (
 // that needs more: it stays frozen in RAM with its memory intact, no
 // partial image is left, and a thaw brings it back.
 func TestDiskFullKeepsProcessFrozen(t *testing.T) {
-	var snapDir string
-	h := newDiskHarness(t, config.DriverCLI, func(c *config.Config) {
-		snapDir = filepath.Join(filepath.Dir(c.StateDir), "small")
-		c.SnapshotDir = snapDir
-	})
-	h.stop()
-	if err := unix.Mount("tmpfs", snapDir, "tmpfs", 0, "size=16m,mode=0700"); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(snapDir, unix.MNT_DETACH) })
-	h.begin()
+	snapDir := testutil.Tmpfs(t, "disk-full", "16m")
+	h := newDiskHarness(t, config.DriverCLI, func(c *config.Config) { c.SnapshotDir = snapDir })
 	c := h.client()
 	h.memJob("job", 256, 64)
 	ticks := h.lastTick("job")

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -90,14 +91,8 @@ func processesNamed(t *testing.T, name string) []int {
 // still does once space is freed and the daemon restarted; then the same
 // calls succeed.
 func TestStateDiskFull(t *testing.T) {
-	h := prepareCkpt(t, config.DriverSim)
-	if err := os.MkdirAll(h.cfg.StateDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", h.cfg.StateDir, "tmpfs", 0, "size=2m,mode=0700"); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(h.cfg.StateDir, unix.MNT_DETACH) })
+	stateDir := testutil.Tmpfs(t, "state-disk-full", "2m")
+	h := prepareCkpt(t, config.DriverSim, func(c *config.Config) { c.StateDir = stateDir })
 	h.begin()
 	c := h.client()
 	h.jobs("a", 0, 300)

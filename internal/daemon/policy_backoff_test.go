@@ -2,8 +2,6 @@ package daemon
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +10,6 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
-	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/testutil"
@@ -28,19 +25,11 @@ import (
 // of an hour keeps the daemon's own policy loop away.
 func TestFailingPolicyBacksOff(t *testing.T) {
 	criu := testutil.CRIU(t)
-	var snapDir string
+	snapDir := testutil.Tmpfs(t, "policy-backoff", "16m")
 	h := prepareCkpt(t, config.DriverSim, func(c *config.Config) {
 		c.CRIU = criu
-		snapDir = filepath.Join(filepath.Dir(c.StateDir), "small")
 		c.SnapshotDir = snapDir
 	})
-	if err := os.MkdirAll(snapDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", snapDir, "tmpfs", 0, "size=16m,mode=0700"); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(snapDir, unix.MNT_DETACH) })
 	core, logs := observer.New(zap.InfoLevel)
 	h.opts = append(h.opts, WithLogger(zap.New(zapcore.NewTee(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Core(), core))))
 	h.begin()
