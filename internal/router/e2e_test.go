@@ -316,8 +316,8 @@ func TestRouterAPIKeysAndBadRequests(t *testing.T) {
 func TestRouterLeavesOtherUsersAlone(t *testing.T) {
 	g := newRig(t, "1x24G")
 	other := g.otherUser()
-	g.runAs(other, "hog", g.bins.SimJob, "--vram", fmt.Sprint(modelMiB))
-	g.runAs(other, "beta", g.bins.SimJob, "--vram", "512")
+	g.runAs(other, "hog", modelMiB)
+	g.runAs(other, "beta", 512)
 	g.startRouter(`start_timeout = "2s"` + "\n" + g.simModel("alpha", modelMiB) + g.simModel("beta", 512))
 	if code, body := g.chat("alpha"); code != 503 || !strings.Contains(body, "no room") {
 		t.Errorf("alpha beside another user's 13 GiB: %d %s, want 503 no room", code, body)

@@ -248,19 +248,20 @@ func (g *rig) otherUser() testutil.User {
 	return testutil.NewUser(g.t, "gsrouter2", g.user.Group)
 }
 
-// runAs starts a managed process of user u (as root may) and waits until
-// the daemon sees the simulated VRAM it holds: GPU memory is sampled, so
-// there is no event to wait for.
-func (g *rig) runAs(u testutil.User, name string, cmd ...string) {
+// runAs starts a simulated job of user u (as root may) holding vramMiB
+// and waits until the daemon sees all of it: the job allocates in steps,
+// and GPU memory is sampled, so there is no event to wait for.
+func (g *rig) runAs(u testutil.User, name string, vramMiB int) {
 	g.t.Helper()
+	cmd := []string{g.bins.SimJob, "--vram", fmt.Sprint(vramMiB)}
 	if _, err := g.client().Run(context.Background(), api.RunParams{Name: name, Cmd: cmd, Dir: "/", User: u.Name}); err != nil {
 		g.t.Fatalf("run %s as %s: %v", name, u.Name, err)
 	}
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if p := g.process(name); p.State == api.StateRunning && p.VRAMMiB > 0 {
+		if p := g.process(name); p.State == api.StateRunning && p.VRAMMiB >= uint64(vramMiB) {
 			return
 		} else if time.Now().After(deadline) {
-			g.t.Fatalf("%s is %s holding %d MiB after 20s", name, p.State, p.VRAMMiB)
+			g.t.Fatalf("%s is %s holding %d of %d MiB after 20s", name, p.State, p.VRAMMiB, vramMiB)
 		}
 	}
 }
