@@ -15,13 +15,11 @@ import (
 // are removed: on the same file system, so that retiring is one rename.
 const TrashDir = ".trash"
 
-const (
-	// retireStep is how much of a retired image one step of its removal
-	// frees. On a file system mounted with discard a truncate or unlink
-	// trims what it frees before it returns, and the disk serves other
-	// reads slowly meanwhile (32 MiB: 7-10 ms on the development VM).
-	retireStep = 32 << 20
-)
+// retireStep is about how much of a retired image one step of its removal
+// frees. On a file system mounted with discard a truncate or unlink trims
+// what it frees before it returns, and the disk serves other reads slowly
+// meanwhile (32 MiB: 7-10 ms on the development VM).
+const retireStep = 32 << 20
 
 // retireYield bounds how long one step waits for foreground disk work to
 // end, so that a store that is always busy still frees its trash.
@@ -37,8 +35,8 @@ var yieldHook func()
 // trash, so that what a daemon that dies meanwhile leaves is never taken
 // for a snapshot; OpenSnapshots empties the trash. Until it is removed its
 // bytes count in Bytes, so the disk budget holds throughout. The removal
-// frees retireStep at a time and yields to Foreground work before each
-// step. Wait waits for the removals.
+// frees about retireStep at a time and yields to Foreground work before
+// each step. Wait waits for the removals.
 func (s *Snapshots) Retire(id string) error {
 	s.mu.Lock()
 	m := s.m[id]

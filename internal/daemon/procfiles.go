@@ -23,6 +23,7 @@ import (
 // which reads it next.
 func (d *Daemon) refuseUnrestorableFiles(name string, stopped []proctable.ProcRef) error {
 	hostProc := d.simHostProc()
+	underHostProc := func(path string) bool { return strings.HasPrefix(path, hostProc+"/") }
 	for _, p := range stopped {
 		if files, _ := procfs.ThreadFiles(p.PID, 3); len(files) > 0 {
 			return heldProcFiles(name, files, "in the /proc directory of one of its threads; CRIU reopens a "+
@@ -31,7 +32,6 @@ func (d *Daemon) refuseUnrestorableFiles(name string, stopped []proctable.ProcRe
 		if hostProc == "" {
 			continue
 		}
-		underHostProc := func(path string) bool { return strings.HasPrefix(path, hostProc+"/") }
 		if files, _ := procfs.OpenFiles(p.PID, 3, underHostProc); len(files) > 0 {
 			return heldProcFiles(name, files, "in the host's /proc, bound in the tree for the simulated GPUs; "+
 				"its pids are others after a restore")
