@@ -159,6 +159,9 @@ type RestoreOpts struct {
 	// the background. The caller waits for the server (every page in)
 	// or, when it fails, must kill the tree.
 	Lazy bool
+	// MountsLeftOut, when set, is told the mountpoints the restore leaves
+	// out because they are gone from the host (leaveOutVanishedMounts).
+	MountsLeftOut func(mountpoints []string)
 }
 
 // Dump images the tree rooted at o.PID into o.Dir.
@@ -186,14 +189,22 @@ func (c *CRIU) Dump(ctx context.Context, o DumpOpts) error {
 // Restore recreates the tree imaged in o.Dir as a child of this process and
 // returns the host pid of its root, as CRIU's post-restore notification
 // gives it. An image that names CRIU's CUDA plugin as needed is made
-// restorable without it first (forgetCUDAPlugin).
+// restorable without it first (forgetCUDAPlugin), and one whose mounts
+// are gone from the host without them (leaveOutVanishedMounts).
 func (c *CRIU) Restore(ctx context.Context, o RestoreOpts) (int, error) {
 	if err := forgetCUDAPlugin(o.Dir); err != nil {
 		return 0, &CRIUError{Op: "restore", Dir: o.Dir, Err: ErrFailed, Cause: err}
 	}
+	gone, err := leaveOutVanishedMounts(o.Dir)
+	if err != nil {
+		return 0, &CRIUError{Op: "restore", Dir: o.Dir, Err: ErrFailed, Cause: err}
+	}
+	if len(gone) > 0 && o.MountsLeftOut != nil {
+		o.MountsLeftOut(gone)
+	}
 	pid := 0
 	var hookErr error
-	err := withDir(o.Dir, func(fd int) error {
+	err = withDir(o.Dir, func(fd int) error {
 		return c.do(ctx, nil, nil, func(w *swrk) error {
 			_, err := w.call(&rpc.CriuReq{Type: rpc.CriuReqType_RESTORE.Enum(), Opts: restoreRPC(fd, o.Lazy)}, func(n *rpc.CriuNotify) error {
 				if n.GetScript() != "post-restore" {

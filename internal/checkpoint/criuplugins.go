@@ -77,18 +77,12 @@ const (
 // before a dump, and the plugin dumps a checkpointed process as it is
 // (CRIU PR #2517).
 func forgetCUDAPlugin(dir string) error {
-	path := filepath.Join(dir, inventoryImage)
-	in, err := os.Open(path)
+	img, err := decodeImage(filepath.Join(dir, inventoryImage), &inventory.InventoryEntry{})
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil // not an image: CRIU says so
 	}
 	if err != nil {
 		return fmt.Errorf("inventory image: %w", err)
-	}
-	img, err := crit.New(in, nil, "", false, false).Decode(&inventory.InventoryEntry{})
-	in.Close()
-	if err != nil {
-		return fmt.Errorf("inventory image %s: %w", path, err)
 	}
 	changed := false
 	for _, e := range img.Entries {
@@ -101,7 +95,7 @@ func forgetCUDAPlugin(dir string) error {
 	if !changed {
 		return nil
 	}
-	return replaceImage(path, img)
+	return replaceImage(filepath.Join(dir, inventoryImage), img)
 }
 
 // dropPlugin removes cudaPluginName from the plugins_entry in raw, the
@@ -165,7 +159,7 @@ func replaceImage(path string, img *crit.CriuImage) error {
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("inventory image %s: %w", path, err)
+		return fmt.Errorf("image %s: %w", path, err)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.uber.org/zap"
@@ -95,8 +96,12 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 	}
 	defer d.snaps.Foreground()()
 	rctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
+	var note string
 	ro := checkpoint.RestoreOpts{Dir: dir, Lazy: lazy, Restored: func(pid int) error {
 		return d.carryIn(rec, pid, dir)
+	}, MountsLeftOut: func(mountpoints []string) {
+		note = "restored without the mounts at " + strings.Join(mountpoints, ", ") + ": gone from the host"
+		d.log.Warn("restoring without mounts that are gone from the host", zap.String("name", rec.Name), zap.Strings("mountpoints", mountpoints))
 	}}
 	pid, err := d.criu.Restore(rctx, ro)
 	cancel()
@@ -107,7 +112,7 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 	}
 	if err == nil {
 		var out proctable.Record
-		if out, err = d.adoptRestored(rec, pid); err == nil {
+		if out, err = d.adoptRestored(rec, pid, note); err == nil {
 			return out, nil
 		}
 		killAndReap(pid)
@@ -125,8 +130,8 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 
 // adoptRestored makes the tree CRIU restored at initPID the managed
 // process rec: its pids are found again by namespace pid and its exit is
-// watched.
-func (d *Daemon) adoptRestored(rec proctable.Record, initPID int) (proctable.Record, error) {
+// watched. A note, when set, says what the restore changed.
+func (d *Daemon) adoptRestored(rec proctable.Record, initPID int, note string) (proctable.Record, error) {
 	initStart, err := procfs.StartTime(initPID)
 	if err != nil {
 		return rec, fmt.Errorf("restored init %d: %w", initPID, err)
@@ -150,6 +155,9 @@ func (d *Daemon) adoptRestored(rec proctable.Record, initPID int) (proctable.Rec
 			r.StartedAt = time.Now()
 		}
 		r.Checkpoint.Procs, r.Checkpoint.Stopped = procs, stopped
+		if note != "" {
+			r.Note = note
+		}
 		return nil
 	})
 	if err != nil {

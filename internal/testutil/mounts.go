@@ -13,9 +13,10 @@ import (
 // path; t is skipped where no tmpfs can be mounted. When t ends the tmpfs
 // is unmounted and the directory kept: every managed tree started
 // meanwhile, by this test's daemon or by another package's test running
-// at the same time, copied the mount into its mount namespace, and CRIU
-// restores such a tree only while the mountpoint exists ("Can't stat
-// mountpoint", criu/mount-v2.c; docs/disktier.md, "Not done yet").
+// at the same time, copied the mount into its mount namespace, and a
+// restore of such a tree then binds the directory in its place, as it
+// would have seen it, rather than leaving the mount out (docs/disktier.md,
+// "A mount the tree inherited is gone from the host").
 func Tmpfs(t testing.TB, name, size string) string {
 	t.Helper()
 	dir := filepath.Join(os.TempDir(), "gpusched-test-mounts", name)
