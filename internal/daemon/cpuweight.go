@@ -173,6 +173,20 @@ func (d *Daemon) adoptCPU(rec proctable.Record) {
 	d.placeTree(rec, procs)
 }
 
+// removeEndedCPU deletes the cgroup of rt's ended tree, unless the tree
+// was dumped and a restore of its record has taken the cgroup over
+// already (adoptRestored, under procs.handover).
+func (d *Daemon) removeEndedCPU(rec proctable.Record, rt *procRuntime) {
+	d.procs.handover.Lock()
+	defer d.procs.handover.Unlock()
+	if next := d.procs.get(rec.ID); next != nil && next != rt {
+		if cur, ok := d.table.Get(rec.Name); ok && cur.ID == rec.ID && cur.Cgroup == rec.Cgroup {
+			return
+		}
+	}
+	d.removeCPU(rec)
+}
+
 // removeCPU deletes an ended tree's cgroup. The kernel has emptied it by
 // the time the init's pidfd reports the exit: the init of a PID namespace
 // exits only after every other process in it.

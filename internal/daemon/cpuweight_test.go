@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/gpusched/gpusched/internal/cgroup"
 	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -176,6 +178,51 @@ func TestCPUWeightAfterRestore(t *testing.T) {
 		}
 	}
 	if _, err := c.Kill(ctxT(t), api.KillParams{Name: "job"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("cgroup %s still there after kill (%v)", dir, err)
+	}
+}
+
+// TestThawHandsOverDumpedTreesCgroup thaws a process while the tree it
+// was dumped from cannot die yet (its init held in a frozen cgroup v1
+// freezer): the thaw does not wait for that death (it would wait
+// reapTimeout, 10 s), and when the old tree does end, its watcher leaves
+// the cgroup the restored tree joined in the meantime.
+func TestThawHandsOverDumpedTreesCgroup(t *testing.T) {
+	criu := testutil.CRIU(t)
+	root := fakeCgroupRoot(t)
+	h := prepareCkpt(t, config.DriverSim, func(c *config.Config) { c.CRIU = criu; c.CgroupRoot = root })
+	h.opts = append(h.opts, withCgroupOptions(cgroup.AllowPlainDir()))
+	h.begin()
+	h.memJob("job", 64, 1)
+	h.freeze("job")
+	rec, _ := h.d.table.Get("job")
+	img, err := h.d.dumpImage(ctxT(t), rec, hibernateOpts{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := holdInFreezer(t, rec.InitPID)
+	if _, err := h.d.finishDump(img, hibernateOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), reapTimeout-time.Second)
+	defer cancel()
+	if _, err := h.client().Thaw(ctx, api.ThawParams{Name: "job"}); err != nil {
+		t.Fatalf("thaw while the dumped tree is still there: %v", err)
+	}
+	if !procfs.Alive(rec.InitPID, rec.InitStart) {
+		t.Fatal("the dumped tree died before the thaw answered, though its init cannot die yet")
+	}
+	cur := h.proc("job")
+	dir := filepath.Join(root, rec.ID)
+	release()
+	<-img.rt.exited
+	if got := cgroupPIDs(t, dir); !slices.Contains(got, cur.InitPID) || !slices.Contains(got, cur.PID) {
+		t.Fatalf("once the dumped tree ended, cgroup.procs = %v, want the restored init %d and command %d", got, cur.InitPID, cur.PID)
+	}
+	if _, err := h.client().Kill(ctxT(t), api.KillParams{Name: "job"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {

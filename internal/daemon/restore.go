@@ -105,11 +105,6 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 	}}
 	pid, err := d.criu.Restore(rctx, ro)
 	cancel()
-	if dumped := d.procs.get(rec.ID); dumped != nil {
-		// The tree rec was dumped from is still dying (LeaveStopped): its
-		// watcher removes its CPU group, which the new tree is to join.
-		d.awaitEnd(dumped, rec.Name)
-	}
 	if err == nil {
 		var out proctable.Record
 		if out, err = d.adoptRestored(rec, pid, note); err == nil {
@@ -146,6 +141,10 @@ func (d *Daemon) adoptRestored(rec proctable.Record, initPID int, note string) (
 	if err != nil {
 		return rec, fmt.Errorf("restored init %d: %w", initPID, err)
 	}
+	// The tree rec was dumped from may still be dying (LeaveStopped): its
+	// watcher leaves the cgroup this tree joins to it (removeEndedCPU).
+	d.procs.handover.Lock()
+	defer d.procs.handover.Unlock()
 	rt := d.procs.add(rec.ID, initPID, pidfd, true)
 	cg := d.userCgroupOf(rec.Owner, rec.ID) // where the owner's cgroup is now
 	out, err := d.table.Update(rec.Name, func(r *proctable.Record) error {

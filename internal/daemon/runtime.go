@@ -55,6 +55,9 @@ type runtimes struct {
 	m       map[string]*procRuntime
 	wg      sync.WaitGroup
 	closing chan struct{} // closed at shutdown
+	// handover orders the removal of a dumped tree's cgroup, once it has
+	// ended, against a restored tree of the same record joining it.
+	handover sync.Mutex
 }
 
 func newRuntimes() *runtimes {

@@ -23,7 +23,7 @@ func (d *Daemon) watch(rec proctable.Record, rt *procRuntime) {
 			return
 		}
 		rt.exit = d.exitOf(rec, rt)
-		d.removeCPU(rec)
+		d.removeEndedCPU(rec, rt)
 		if rt.dumping.Swap(false) { // claimed: see thawFromPageSource
 			d.procs.remove(rt)
 			close(rt.exited) // before the pidfd closes: see procRuntime.signal
