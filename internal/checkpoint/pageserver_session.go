@@ -417,7 +417,13 @@ func (s *pageSession) writeChunk(c *chunk) error {
 		}
 		vaddr, n := c.vaddr+uint64(i)*pageSize, uint64(j-i)
 		if c.same[i] {
-			if err := s.img.add(vaddr, n, peParent); err != nil {
+			// Unchanged pages CRIU marked lazy stay lazy: a lazy restore
+			// then leaves them to our lazy-pages server, which reads them
+			// through the parent link, instead of CRIU reading them all
+			// before the tree runs (restore_priv_vma_content, criu/mem.c,
+			// skips PE_LAZY entries only). CRIU's own holes carry
+			// PE_PARENT alone (get_hole_flags, criu/page-xfer.c).
+			if err := s.img.add(vaddr, n, peParent|c.flags&peLazy); err != nil {
 				return err
 			}
 			s.stats.Reused += n

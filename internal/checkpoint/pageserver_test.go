@@ -67,6 +67,7 @@ type psClient struct {
 	t    testing.TB
 	conn net.Conn
 	wide bool // CRIU 4.2's 32-byte page_server_iov, not 4.1's 24 bytes
+	lazy bool // pages go as lazy ones (PE_LAZY)
 }
 
 // dialPageServer takes CRIU's end of ps's connection.
@@ -116,10 +117,16 @@ func (c *psClient) open(key pagemapKey) byte {
 	return c.answer(1)[0]
 }
 
-// add sends ADD_F with present pages.
+// add sends ADD_F with present pages, marked lazy too when c.lazy is set
+// (as CRIU marks the pages of a mapping that can be restored lazily,
+// ppb_xfer_flags in criu/page-xfer.c).
 func (c *psClient) add(key pagemapKey, vaddr uint64, pages []byte) {
 	c.t.Helper()
-	p := psi{cmd: pePresent<<psCmdBits | psIovAddF, nrPages: uint32(len(pages) / pageSize), vaddr: vaddr, dstID: key.dstID()}
+	flags := uint32(pePresent)
+	if c.lazy {
+		flags |= peLazy
+	}
+	p := psi{cmd: flags<<psCmdBits | psIovAddF, nrPages: uint32(len(pages) / pageSize), vaddr: vaddr, dstID: key.dstID()}
 	if err := c.send(p, pages); err != nil {
 		c.t.Fatal(err)
 	}
@@ -176,11 +183,12 @@ func (c *psClient) sendMemory(m psMemory) {
 // psDump dumps m into dir through a page server with parent.
 func psDump(t testing.TB, dir, parent string, m psMemory) PageStats {
 	t.Helper()
-	return psDumpAs(t, dir, parent, m, false)
+	return psDumpAs(t, dir, parent, m, psClient{})
 }
 
-// psDumpAs is psDump speaking CRIU 4.2's wide commands when wide is set.
-func psDumpAs(t testing.TB, dir, parent string, m psMemory, wide bool) PageStats {
+// psDumpAs is psDump as a client like as: speaking CRIU 4.2's wide
+// commands, or sending lazy pages.
+func psDumpAs(t testing.TB, dir, parent string, m psMemory, as psClient) PageStats {
 	t.Helper()
 	ps, err := StartPageServer(dir, parent)
 	if err != nil {
@@ -188,7 +196,7 @@ func psDumpAs(t testing.TB, dir, parent string, m psMemory, wide bool) PageStats
 	}
 	t.Cleanup(func() { ps.Close() })
 	c := dialPageServer(t, ps)
-	c.wide = wide
+	c.wide, c.lazy = as.wide, as.lazy
 	c.sendMemory(m)
 	if st := c.finish(); st != 0 {
 		t.Fatalf("CLOSE status %d", st)
@@ -448,6 +456,39 @@ func TestPageServerWritesOnlyChangedPages(t *testing.T) {
 	}
 }
 
+// TestPageServerReusedLazyPagesStayLazy repeats a dump whose pages CRIU
+// sent as lazy: the unchanged ones are in the parent and lazy still, so a
+// lazy restore leaves them to the lazy-pages server; pages sent as not
+// lazy (a stack's) are in the parent only.
+func TestPageServerReusedLazyPagesStayLazy(t *testing.T) {
+	root := t.TempDir()
+	task := pagemapKey{id: 100}
+	mem := psRandomMemory(3, map[pagemapKey][][2]uint64{task: {{0x400000, 16}}})
+	a := psImagesDir(t, root, "A")
+	psDumpAs(t, a, "", mem, psClient{lazy: true})
+	b := psImagesDir(t, root, "B")
+	if st := psDumpAs(t, b, a, mem, psClient{lazy: true}); st.Reused != 16 {
+		t.Fatalf("repeat dump: %+v, want 16 pages reused", st)
+	}
+	_, entries := psReadPagemap(t, filepath.Join(b, task.fileName()))
+	if len(entries) == 0 {
+		t.Fatal("repeat dump: no pagemap entries")
+	}
+	for _, e := range entries {
+		if e.GetFlags() != peParent|peLazy {
+			t.Errorf("B/%s: entry %v, want in parent and lazy", task, e)
+		}
+	}
+	c := psImagesDir(t, root, "C")
+	psDumpAs(t, c, b, mem, psClient{})
+	_, entries = psReadPagemap(t, filepath.Join(c, task.fileName()))
+	for _, e := range entries {
+		if e.GetFlags() != peParent {
+			t.Errorf("C/%s: entry %v of pages sent as not lazy, want in parent only", task, e)
+		}
+	}
+}
+
 // TestPageServerCRIU42Commands dumps as CRIU 4.2 does, whose commands are
 // 32 bytes (nr_pages a u64, criu commit 7e0da4d97), a full dump and one
 // with a parent: the images and the reuse are those of CRIU 4.1's.
@@ -456,14 +497,14 @@ func TestPageServerCRIU42Commands(t *testing.T) {
 	task := pagemapKey{id: 100}
 	memA := psRandomMemory(1, map[pagemapKey][][2]uint64{task: {{0x400000, 40}, {0x7f0000000000, 20}}})
 	a := psImagesDir(t, root, "A")
-	if st := psDumpAs(t, a, "", memA, true); st.Pages != 60 || st.Reused != 0 {
+	if st := psDumpAs(t, a, "", memA, psClient{wide: true}); st.Pages != 60 || st.Reused != 0 {
 		t.Errorf("dump A: %+v, want 60 pages written", st)
 	}
 	psCheckImage(t, a, memA)
 	memB := memA.clone()
 	memB[task][0x400000][0] ^= 1
 	b := psImagesDir(t, root, "B")
-	if st := psDumpAs(t, b, a, memB, true); st.Pages != 60 || st.Reused != 59 {
+	if st := psDumpAs(t, b, a, memB, psClient{wide: true}); st.Pages != 60 || st.Reused != 59 {
 		t.Errorf("dump B: %+v, want 60 pages, 59 reused", st)
 	}
 	psCheckImage(t, b, memB)

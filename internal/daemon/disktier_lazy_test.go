@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -28,8 +29,8 @@ func requirePageSource(t *testing.T, h *ckptHarness) {
 }
 
 // TestLazyThawFromDisk thaws a hibernated process with lazy pages,
-// fully and then from an incremental image (its unchanged pages in the
-// parent are restored eagerly, the rest lazily): the process goes on
+// fully and then from an incremental image (its unchanged pages, in the
+// parent, lazily too): the process goes on
 // from where it was with every word of its memory as it was, the thaw
 // says when it ran again and when all its memory was back, and the
 // snapshot stays. With cuda-checkpoint (its stand-in reads the target's
@@ -60,6 +61,13 @@ func TestLazyThawFromDisk(t *testing.T) {
 				}
 				h.verifyContinued("job", ticks)
 				dir := filepath.Join(h.cfg.Snapshots(), hr.Snapshot)
+				if lazy {
+					var pages int
+					lg, _ := os.ReadFile(filepath.Join(dir, lazypages.LogName))
+					if _, err := fmt.Sscanf(string(lg), "gpusched-lazypages: %d lazy pages", &pages); err != nil || pages < 64<<20/os.Getpagesize() {
+						t.Fatalf("thaw %d: the server brought in %d pages, fewer than the job's 64 MiB (%v): %s", i, pages, err, lg)
+					}
+				}
 				if _, err := os.Stat(filepath.Join(dir, "lazy-pages.socket")); err == nil {
 					t.Fatalf("thaw %d left its lazy-pages socket in %s", i, dir)
 				}
