@@ -86,7 +86,7 @@ type Process struct {
 	FrozenAt  time.Time    `json:"frozen_at,omitzero"`
 	Exit      *Exit        `json:"exit,omitempty"`
 	Error     string       `json:"error,omitempty"` // why the last freeze or thaw failed
-	Note      string       `json:"note,omitempty"`  // what a policy last did to it (eviction, ttl, idle)
+	Note      string       `json:"note,omitempty"`  // what a policy last did to it (eviction, ttl, idle), or mounts a restore left out
 	Policy    Policy       `json:"policy"`
 	Snapshot  string       `json:"snapshot,omitempty"` // the snapshot holding it (hibernated) or its next dump's parent
 	Job       string       `json:"job,omitempty"`      // id of the queued job it is an attempt of
