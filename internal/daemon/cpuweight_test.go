@@ -141,14 +141,22 @@ func TestCPUWeightOffAndUnavailable(t *testing.T) {
 	}
 }
 
-// TestCPUWeightAfterRestore checks that a tree CRIU restores (into the
-// daemon's own cgroup) is moved into its cgroup again, every process of it.
-func TestCPUWeightAfterRestore(t *testing.T) {
+// newDiskCgroupHarness runs a daemon with CRIU whose --cgroup-root is a
+// plain directory (fakeCgroupRoot), returned with it.
+func newDiskCgroupHarness(t *testing.T) (*ckptHarness, string) {
+	t.Helper()
 	criu := testutil.CRIU(t)
 	root := fakeCgroupRoot(t)
 	h := prepareCkpt(t, config.DriverSim, func(c *config.Config) { c.CRIU = criu; c.CgroupRoot = root })
 	h.opts = append(h.opts, withCgroupOptions(cgroup.AllowPlainDir()))
 	h.begin()
+	return h, root
+}
+
+// TestCPUWeightAfterRestore checks that a tree CRIU restores (into the
+// daemon's own cgroup) is moved into its cgroup again, every process of it.
+func TestCPUWeightAfterRestore(t *testing.T) {
+	h, root := newDiskCgroupHarness(t)
 	c := h.client()
 	p, err := c.Run(ctxT(t), api.RunParams{Name: "job", Dir: "/", GPU: &api.GPURef{Index: 0}, Nice: 3,
 		Cmd: []string{h.bins.SimJob, "--vram", "64", "--tick", "0.02"}})
@@ -191,11 +199,7 @@ func TestCPUWeightAfterRestore(t *testing.T) {
 // reapTimeout, 10 s), and when the old tree does end, its watcher leaves
 // the cgroup the restored tree joined in the meantime.
 func TestThawHandsOverDumpedTreesCgroup(t *testing.T) {
-	criu := testutil.CRIU(t)
-	root := fakeCgroupRoot(t)
-	h := prepareCkpt(t, config.DriverSim, func(c *config.Config) { c.CRIU = criu; c.CgroupRoot = root })
-	h.opts = append(h.opts, withCgroupOptions(cgroup.AllowPlainDir()))
-	h.begin()
+	h, root := newDiskCgroupHarness(t)
 	h.memJob("job", 64, 1)
 	h.freeze("job")
 	rec, _ := h.d.table.Get("job")
