@@ -173,10 +173,10 @@ func (d *Daemon) adoptCPU(rec proctable.Record) {
 	d.placeTree(rec, procs)
 }
 
-// removeEndedCPU deletes the cgroup of rt's ended tree, unless the tree
-// was dumped and a restore of its record has taken the cgroup over
-// already (adoptRestored, under procs.handover).
-func (d *Daemon) removeEndedCPU(rec proctable.Record, rt *procRuntime) {
+// removeDumpedCPU deletes the cgroup of rt's ended tree, which was dumped,
+// unless a restore of its record has taken the cgroup over already
+// (adoptRestored, under procs.handover).
+func (d *Daemon) removeDumpedCPU(rec proctable.Record, rt *procRuntime) {
 	d.procs.handover.Lock()
 	defer d.procs.handover.Unlock()
 	if next := d.procs.get(rec.ID); next != nil && next != rt {

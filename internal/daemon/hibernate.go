@@ -209,7 +209,7 @@ func (d *Daemon) finishDump(img dumpedTree, o hibernateOpts) (api.HibernateResul
 	// The image is durable: end the stopped tree, and let it die (its
 	// memory torn down) while the hibernate answers. Its watcher forgets it
 	// (dumping is set) and leaves its cgroup to a restore that adopted the
-	// next tree meanwhile (removeEndedCPU); a restart keeps the complete
+	// next tree meanwhile (removeDumpedCPU); a restart keeps the complete
 	// image (settleHibernating).
 	if err := rt.signal(unix.SIGKILL); err != nil {
 		d.log.Error("kill a dumped tree", zap.String("name", rec.Name), zap.Int("init_pid", rec.InitPID), zap.Error(err))

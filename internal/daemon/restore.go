@@ -142,7 +142,7 @@ func (d *Daemon) adoptRestored(rec proctable.Record, initPID int, note string) (
 		return rec, fmt.Errorf("restored init %d: %w", initPID, err)
 	}
 	// The tree rec was dumped from may still be dying (LeaveStopped): its
-	// watcher leaves the cgroup this tree joins to it (removeEndedCPU).
+	// watcher leaves the cgroup this tree joins to it (removeDumpedCPU).
 	d.procs.handover.Lock()
 	defer d.procs.handover.Unlock()
 	rt := d.procs.add(rec.ID, initPID, pidfd, true)

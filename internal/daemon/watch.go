@@ -23,13 +23,14 @@ func (d *Daemon) watch(rec proctable.Record, rt *procRuntime) {
 			return
 		}
 		rt.exit = d.exitOf(rec, rt)
-		d.removeEndedCPU(rec, rt)
 		if rt.dumping.Swap(false) { // claimed: see thawFromPageSource
+			d.removeDumpedCPU(rec, rt)
 			d.procs.remove(rt)
 			close(rt.exited) // before the pidfd closes: see procRuntime.signal
 			rt.pidfd.Close()
 			return
 		}
+		d.removeCPU(rec)
 		d.recordExit(rec, rt)
 	}()
 }
