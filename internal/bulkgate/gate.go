@@ -14,6 +14,8 @@ type Gate struct {
 	queue map[uint32][]*waiter // each user's waiters, oldest first
 	order []uint32             // the users with waiters, next served first
 	wait  int                  // waiters in queue
+
+	budget Budget // nil: none
 }
 
 type waiter struct {
@@ -28,22 +30,37 @@ func New(n int) *Gate { return &Gate{free: max(n, 1), queue: map[uint32][]*waite
 // quick work: GOMAXPROCS-1 slots, and 1 on a single P.
 func ForProcs() *Gate { return New(runtime.GOMAXPROCS(0) - 1) }
 
+// Metered makes g hold users to b: a user waits for b before queueing, and
+// each chunk of their work is charged to b. It returns g.
+func (g *Gate) Metered(b Budget) *Gate {
+	g.budget = b
+	return g
+}
+
 // Slot is one admission; its holder calls Yield between chunks and Leave
 // when done.
 type Slot struct {
-	g    *Gate
-	uid  uint32
-	left bool
+	g     *Gate
+	uid   uint32
+	left  bool
+	chunk chunkStart // the current chunk's start, where g is metered
 }
 
 // Enter waits for a slot for uid's work, or returns ctx's error when ctx
-// ends first. A free slot goes to the caller only while nobody waits.
+// ends first. A free slot goes to the caller only while nobody waits. On a
+// metered gate the caller first waits until its user is within budget.
 func (g *Gate) Enter(ctx context.Context, uid uint32) (*Slot, error) {
+	if g.budget != nil {
+		if err := g.budget.Wait(ctx, uid); err != nil {
+			return nil, err
+		}
+	}
 	s := &Slot{g: g, uid: uid}
 	g.mu.Lock()
 	if g.free > 0 && len(g.order) == 0 {
 		g.free--
 		g.mu.Unlock()
+		s.begin()
 		return s, nil
 	}
 	w := g.enqueue(uid)
@@ -52,18 +69,35 @@ func (g *Gate) Enter(ctx context.Context, uid uint32) (*Slot, error) {
 		s.left = true
 		return nil, err
 	}
+	s.begin()
 	return s, nil
+}
+
+// begin starts a chunk of the slot's work.
+func (s *Slot) begin() {
+	if s.g.budget != nil {
+		s.chunk = startChunk()
+	}
+}
+
+// end charges the chunk that ends.
+func (s *Slot) end() {
+	if s.g.budget != nil {
+		s.g.budget.Charge(s.uid, s.chunk.took())
+	}
 }
 
 // Yield ends a chunk: the goroutine gives its P to what is runnable, and
 // its slot to the next waiter if there is one, waiting to get one back. On
 // ctx's end it returns ctx's error, the slot left.
 func (s *Slot) Yield(ctx context.Context) error {
+	s.end()
 	runtime.Gosched()
 	g := s.g
 	g.mu.Lock()
 	if len(g.order) == 0 {
 		g.mu.Unlock()
+		s.begin()
 		return nil
 	}
 	g.grantNext()
@@ -73,6 +107,7 @@ func (s *Slot) Yield(ctx context.Context) error {
 		s.left = true
 		return err
 	}
+	s.begin()
 	return nil
 }
 
@@ -82,6 +117,7 @@ func (s *Slot) Leave() {
 		return
 	}
 	s.left = true
+	s.end()
 	s.g.mu.Lock()
 	s.g.grantNext()
 	s.g.mu.Unlock()

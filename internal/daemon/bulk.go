@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"math"
 
 	"github.com/gpusched/gpusched/internal/bulkgate"
+	"github.com/gpusched/gpusched/internal/limits"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -16,8 +16,8 @@ type bulkGate interface {
 }
 
 // passUID is whose turn a placement pass takes at the bulk gate: the
-// daemon's, a uid no user has ((uid_t)-1).
-const passUID = math.MaxUint32
+// daemon's, a uid no user has, never held to a CPU share.
+const passUID = limits.Daemon
 
 // logChunk is how many lines of a logs reply are encoded between yields:
 // a fraction of a millisecond of work.

@@ -110,7 +110,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		sched: newScheduler(), leases: newLeaseSet(), fillers: newFillerSet(), activator: activate.New(), startedAt: time.Now(), ready: make(chan struct{}), retain: make(chan struct{}, 1),
 		conns:    newConnSet(cfg.MaxConns, cfg.Limits.ConnsPerUser),
 		logWatch: logfile.NewWatcher(), streamCap: limits.NewSlots(cfg.Limits.StreamsPerUser, "max-streams-per-user", "streaming calls in progress"),
-		turns: limits.NewTurns(turnsPerUser(cfg.Limits.TurnsPerUser)), bulk: bulkgate.ForProcs()}
+		turns: limits.NewTurns(turnsPerUser(cfg.Limits.TurnsPerUser)), bulk: bulkgate.ForProcs().Metered(limits.NewCPUShare(cfg.Limits.CPUPerUser))}
 	for _, o := range opts {
 		o(d)
 	}

@@ -1,0 +1,75 @@
+package daemon
+
+import (
+	"errors"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/testutil"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// TestRedTeamCPUSharePerUser: a user whose bulk work (every line of a log)
+// has used their share of the daemon's CPU (--max-cpu-per-user) waits
+// before the next, on any of their connections, while another user and
+// root are answered at once. The share here is a ten-thousandth of a CPU,
+// a burst of 0.2 ms: one reply of 65,536 lines costs more than that, and
+// the wait after it seconds.
+func TestRedTeamCPUSharePerUser(t *testing.T) {
+	alice, bob := testutil.NewUser(t, "gscpu-a", "gscpu"), testutil.NewUser(t, "gscpu-b", "gscpu")
+	h := newHarness(t, func(c *config.Config) { c.Group = "gscpu"; c.Limits.CPUPerUser = 0.0001 })
+	for _, u := range []testutil.User{alice, bob} {
+		if _, errOut, code := h.ctlAs(u, "run", "--dir", "/", "lines-"+u.Name, "--", "sh", "-c", "seq 100000; exec sleep 1000"); code != 0 {
+			t.Fatalf("run as %s: %s", u.Name, errOut)
+		}
+		p, err := h.client().Process(ctxT(t), "lines-"+u.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		awaitLogSize(t, p.Log, int64(len(seqOutput(100000))))
+	}
+	all := -1
+	logsOf := func(u testutil.User) api.LogsParams { return api.LogsParams{Name: "lines-" + u.Name, Lines: &all} }
+
+	a := h.rawsAsUser(alice, 2)
+	if r := a[0].call(api.MethodLogs, logsOf(alice)); r["ok"] != true {
+		t.Fatalf("alice's first logs: %v", r)
+	}
+	a[1].send(`{"id":2,"method":"logs","params":{"name":"lines-gscpu-a","lines":-1}}`)
+	a[1].c.SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := a[1].r.ReadByte(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("alice's second logs, on another connection, was answered over her CPU share (err %v)", err)
+	}
+	if r := h.rawAsUser(bob).call(api.MethodLogs, logsOf(bob)); r["ok"] != true {
+		t.Fatalf("bob's logs while alice waits: %v", r)
+	}
+	if _, err := h.client().Logs(ctxT(t), "lines-"+alice.Name, -1); err != nil {
+		t.Fatalf("root's logs while alice waits: %v", err)
+	}
+}
+
+// seqOutput is what seq 1..n writes.
+func seqOutput(n int) string {
+	var b []byte
+	for i := 1; i <= n; i++ {
+		b = strconv.AppendInt(b, int64(i), 10)
+		b = append(b, '\n')
+	}
+	return string(b)
+}
+
+// awaitLogSize waits until the log at path holds size bytes.
+func awaitLogSize(t *testing.T, path string, size int64) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if fi, err := os.Stat(path); err == nil && fi.Size() >= size {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never reached %d bytes", path, size)
+		}
+	}
+}
