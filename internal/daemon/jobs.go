@@ -257,7 +257,7 @@ func (d *Daemon) job(c *call) (any, error) {
 func (d *Daemon) jobToAPI(j *jobqueue.Job) api.Job {
 	out := jobEvent(j)
 	if j.State == api.JobQueued {
-		if why := d.sched.reason(j.ID); why != "" {
+		if why := d.sched.reason(j); why != "" {
 			out.Reason = why
 		}
 	}

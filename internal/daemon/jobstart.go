@@ -28,16 +28,15 @@ func (d *Daemon) schedulePass(ctx context.Context) {
 	if !ok {
 		return
 	}
-	reasons := make(map[string]placement.Wait, len(plan.Waits)+len(room.waits))
+	reasons := &waitReasons{byID: make(map[string]placement.Wait, len(plan.Waits)), byOwner: room.waiting}
 	for _, w := range plan.Waits {
-		reasons[w.JobID] = w
+		reasons.byID[w.JobID] = w
 	}
-	for _, w := range room.waits {
-		reasons[w.JobID] = w
-	}
-	explainLost(d.gpuView(), reasons)
-	d.sched.reasons.Store(&reasons)
-	d.leases.setReasons(reasons)
+	gv := d.gpuView()
+	explainLost(gv, reasons.byID)
+	explainLost(gv, reasons.byOwner)
+	d.sched.reasons.Store(reasons)
+	d.leases.setReasons(reasons.byID)
 	for _, w := range plan.Infeasible {
 		d.infeasible(w)
 	}
@@ -67,7 +66,7 @@ func (d *Daemon) plan(ctx context.Context) (plan placement.Plan, room *procRoom,
 	defer slot.Leave()
 	snap, queue, room := d.placementInput(time.Now())
 	if waits, stale := staleWaits(d.gpuView(), queue); stale {
-		d.sched.reasons.Store(&waits)
+		d.sched.reasons.Store(&waitReasons{byID: waits})
 		d.leases.setReasons(waits)
 		return plan, nil, false
 	}

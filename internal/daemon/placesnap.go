@@ -223,7 +223,7 @@ func staleWaits(gv *gpuView, queue []placement.Job) (map[string]placement.Wait, 
 }
 
 // explainLost adds to every wait why the lost GPUs are full.
-func explainLost(gv *gpuView, waits map[string]placement.Wait) {
+func explainLost[K comparable](gv *gpuView, waits map[K]placement.Wait) {
 	if len(gv.lost) == 0 {
 		return
 	}

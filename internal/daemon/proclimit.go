@@ -60,16 +60,15 @@ const reasonUserLimit placement.Reason = "user_limit"
 // owner of queued jobs holds against the cap (max, 0: none), and why the
 // jobs of those at it wait.
 type procRoom struct {
-	max    int
-	held   map[uint32]int
-	waits  []placement.Wait
-	detail map[uint32]string // why each user's jobs wait, said once a pass (a queue may hold thousands)
+	max     int
+	held    map[uint32]int
+	waiting map[uint32]placement.Wait // why each user's queued jobs wait, said once a pass (a queue may hold thousands)
 }
 
 // newProcRoom counts each user's live processes and the attempts being
 // started that have no live record yet.
 func (d *Daemon) newProcRoom(tv *proctable.View, jobs []*jobqueue.Job) *procRoom {
-	r := &procRoom{max: d.cfg.Limits.ProcsPerUser, held: map[uint32]int{}, detail: map[uint32]string{}}
+	r := &procRoom{max: d.cfg.Limits.ProcsPerUser, held: map[uint32]int{}, waiting: map[uint32]placement.Wait{}}
 	if r.max <= 0 {
 		return r
 	}
@@ -94,17 +93,15 @@ func (r *procRoom) full(uid uint32) bool {
 }
 
 // hold reports whether j must wait for its owner's processes to end, and
-// records why.
+// records why, once for all the owner's jobs.
 func (r *procRoom) hold(j *jobqueue.Job) bool {
 	if !r.full(j.Owner.UID) {
 		return false
 	}
-	why, ok := r.detail[j.Owner.UID]
-	if !ok {
-		why = fmt.Sprintf("user %s has %d %s, the most --%s allows", j.Owner.User, r.held[j.Owner.UID], procsWhat, flagProcs)
-		r.detail[j.Owner.UID] = why
+	if _, ok := r.waiting[j.Owner.UID]; !ok {
+		r.waiting[j.Owner.UID] = placement.Wait{Reason: reasonUserLimit,
+			Detail: fmt.Sprintf("user %s has %d %s, the most --%s allows", j.Owner.User, r.held[j.Owner.UID], procsWhat, flagProcs)}
 	}
-	r.waits = append(r.waits, placement.Wait{JobID: j.ID, Reason: reasonUserLimit, Detail: why})
 	return true
 }
 

@@ -32,7 +32,10 @@ func TestSchedulerIdleDoesNotPlace(t *testing.T) {
 		t.Fatalf("%d placement passes over 20 GPU samples with nothing changed; want none", n)
 	}
 	h.submit(api.JobSpec{Name: "q4", Cmd: []string{"true"}, VRAM: api.VRAM{MiB: 8192}})
-	waitFor(t, func() bool { return h.d.sched.reason(h.job("q4").ID) != "" })
+	waitFor(t, func() bool {
+		j, ok := h.d.jobs.Get("q4")
+		return ok && h.d.sched.reason(j) != ""
+	})
 	if j := h.job("q4"); j.State != api.JobQueued {
 		t.Fatalf("q4 is %s, want queued behind hold", j.State)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gpusched/gpusched/internal/jobqueue"
 	"github.com/gpusched/gpusched/internal/placement"
 )
 
@@ -17,7 +18,7 @@ import (
 type scheduler struct {
 	kicks   chan struct{}
 	dirty   atomic.Bool                               // something placement reads changed since the last pass began
-	reasons atomic.Pointer[map[string]placement.Wait] // job id -> why it waits, from the last pass
+	reasons atomic.Pointer[waitReasons] // why each queued job waited in the last pass
 	passes  atomic.Uint64
 
 	mu        sync.Mutex
@@ -33,7 +34,7 @@ func newScheduler() *scheduler {
 	s := &scheduler{kicks: make(chan struct{}, 1), peaks: map[string]map[string]uint64{},
 		extPeaks: map[int]map[string]uint64{}, warned: map[string]bool{}, launching: map[string]bool{},
 		resuming: map[string]bool{}, timers: map[string]*time.Timer{}}
-	s.reasons.Store(&map[string]placement.Wait{})
+	s.reasons.Store(&waitReasons{})
 	return s
 }
 
@@ -55,9 +56,19 @@ func (s *scheduler) wake() {
 	}
 }
 
-// reason is why a queued job waited in the last pass.
-func (s *scheduler) reason(jobID string) string {
-	w, ok := (*s.reasons.Load())[jobID]
+// waitReasons is why the queued requests waited in a pass.
+type waitReasons struct {
+	byID    map[string]placement.Wait // a job's or a lease's own (by placement's job id)
+	byOwner map[uint32]placement.Wait // all the queued jobs of a user at their process cap
+}
+
+// reason is why queued job j waited in the last pass.
+func (s *scheduler) reason(j *jobqueue.Job) string {
+	r := s.reasons.Load()
+	w, ok := r.byID[j.ID]
+	if !ok {
+		w, ok = r.byOwner[j.Owner.UID]
+	}
 	if !ok {
 		return ""
 	}
