@@ -46,14 +46,22 @@ type Slot struct {
 	chunk chunkStart // the current chunk's start, where g is metered
 }
 
+// Await waits until uid is within the gate's budget (Metered), or returns
+// ctx's error when ctx ends first; at once on a gate with none. A caller
+// awaits before it takes what others wait for, such as the user's turn.
+func (g *Gate) Await(ctx context.Context, uid uint32) error {
+	if g.budget == nil {
+		return nil
+	}
+	return g.budget.Wait(ctx, uid)
+}
+
 // Enter waits for a slot for uid's work, or returns ctx's error when ctx
 // ends first. A free slot goes to the caller only while nobody waits. On a
-// metered gate the caller first waits until its user is within budget.
+// metered gate the caller first awaits its user's budget.
 func (g *Gate) Enter(ctx context.Context, uid uint32) (*Slot, error) {
-	if g.budget != nil {
-		if err := g.budget.Wait(ctx, uid); err != nil {
-			return nil, err
-		}
+	if err := g.Await(ctx, uid); err != nil {
+		return nil, err
 	}
 	s := &Slot{g: g, uid: uid}
 	g.mu.Lock()

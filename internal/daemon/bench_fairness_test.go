@@ -325,9 +325,6 @@ func cpuTime(pid int) time.Duration {
 	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ is 100 on Linux
 }
 
-// fairnessQuota caps each user's CPU cgroup in BenchmarkFairness, in
-// percent of one CPU, as an operator may cap users' slices (systemd's
-// CPUQuota= on user-UID.slice); 0 leaves them uncapped.
 var fairnessHostile = flag.String("fairness.hostile", "", "BenchmarkFairness: more flags for fairload hostile, space-separated (e.g. \"-jobs 0\")")
 
 var fairnessBurn = flag.String("fairness.burn", "", "BenchmarkFairness: more flags for the control, fairload burn (\"-decode\": the hostile readers' own decoding, without the daemon)")
@@ -336,6 +333,9 @@ var fairnessTrace = flag.String("fairness.trace", "", "BenchmarkFairness: write 
 
 var fairnessDaemon = flag.String("fairness.daemon", "", "BenchmarkFairness: more flags for the daemon, space-separated (e.g. \"--cpu-slice 0\")")
 
+// fairnessQuota caps each user's CPU cgroup in BenchmarkFairness, in
+// percent of one CPU, as an operator may cap users' slices (systemd's
+// CPUQuota= on user-UID.slice); 0 leaves them uncapped.
 var fairnessQuota = flag.Int("fairness.cpu-quota", 0, "BenchmarkFairness: each user's CPU quota, percent of one CPU (0: none)")
 
 // cpuRoot is the CPU controller's hierarchy: cgroup v2's unified one, or

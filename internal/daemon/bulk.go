@@ -10,8 +10,10 @@ import (
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
-// bulkGate admits bulk work, leaving quick calls a P (bulkgate.Gate).
+// bulkGate admits bulk work, leaving quick calls a P, and holds each user
+// to their share of the daemon's CPU (bulkgate.Gate).
 type bulkGate interface {
+	Await(ctx context.Context, uid uint32) error
 	Enter(ctx context.Context, uid uint32) (*bulkgate.Slot, error)
 }
 

@@ -37,7 +37,7 @@ func (d *Daemon) logs(c *call, emit func(*api.Event) error) (any, error) {
 	} else {
 		close(done)
 	}
-	release, err := d.turns.Take(c.ctx, c.actor.UID)
+	release, err := d.bulkTurn(c)
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +68,7 @@ func (d *Daemon) logs(c *call, emit func(*api.Event) error) (any, error) {
 // reply, the costly part, in one of the caller's turns (limits.Turns), as
 // bulk work (bulkgate) that yields between chunks of lines.
 func (d *Daemon) tailLogs(c *call, path string, n int, res api.LogsResult) (any, error) {
-	release, err := d.turns.Take(c.ctx, c.actor.UID)
+	release, err := d.bulkTurn(c)
 	if err != nil {
 		return nil, err
 	}
@@ -84,4 +84,14 @@ func (d *Daemon) tailLogs(c *call, path string, n int, res api.LogsResult) (any,
 	}
 	res.Lines, res.Truncated = lines, truncated
 	return encodeLogs(c.ctx, slot, res)
+}
+
+// bulkTurn takes one of the caller's turns for bulk work, once the caller
+// is within their share of the daemon's CPU: a user over it waits without
+// holding the turn that their quick calls need meanwhile.
+func (d *Daemon) bulkTurn(c *call) (release func(), err error) {
+	if err := d.bulk.Await(c.ctx, c.actor.UID); err != nil {
+		return nil, err
+	}
+	return d.turns.Take(c.ctx, c.actor.UID)
 }

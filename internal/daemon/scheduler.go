@@ -17,7 +17,7 @@ import (
 // job waits, and what it observed of running jobs between passes.
 type scheduler struct {
 	kicks   chan struct{}
-	dirty   atomic.Bool                               // something placement reads changed since the last pass began
+	dirty   atomic.Bool                 // something placement reads changed since the last pass began
 	reasons atomic.Pointer[waitReasons] // why each queued job waited in the last pass
 	passes  atomic.Uint64
 
