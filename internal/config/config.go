@@ -420,8 +420,8 @@ func (l Limits) validate() []error {
 	if l.LeaseMaxHold < 0 || l.KeepFinishedFor < 0 {
 		errs = append(errs, fmt.Errorf("--user-lease-max-hold/--keep-finished-for: must not be negative"))
 	}
-	if !(l.CPUPerUser >= 0 && l.CPUPerUser <= 1024) {
-		errs = append(errs, fmt.Errorf("--max-cpu-per-user %v: must be 0..1024 (a share of one CPU)", l.CPUPerUser))
+	if !(l.CPUPerUser == 0 || l.CPUPerUser >= 0.0001 && l.CPUPerUser <= 1024) {
+		errs = append(errs, fmt.Errorf("--max-cpu-per-user %v: must be 0 (no cap) or 0.0001..1024 (a share of one CPU)", l.CPUPerUser))
 	}
 	if !(l.FillFraction >= 0 && l.FillFraction <= 1) {
 		errs = append(errs, fmt.Errorf("--user-fill-fraction %v: must be 0..1", l.FillFraction))

@@ -68,11 +68,22 @@ func (s *CPUShare) Wait(ctx context.Context, uid uint32) error {
 			return nil
 		}
 		select {
-		case <-s.after(time.Duration(float64(over) / s.rate)):
+		case <-s.after(payOff(over, s.rate)):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
+}
+
+// maxWait bounds one wait of Wait, which then looks again.
+const maxWait = time.Minute
+
+// payOff is how long paying off debt at rate takes, at most maxWait.
+func payOff(debt time.Duration, rate float64) time.Duration {
+	if secs := debt.Seconds() / rate; secs < maxWait.Seconds() {
+		return time.Duration(secs * float64(time.Second))
+	}
+	return maxWait
 }
 
 // Charge counts cpu of uid's work against their share.

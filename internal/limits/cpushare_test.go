@@ -116,3 +116,19 @@ func TestCPUShareOff(t *testing.T) {
 		t.Fatalf("share 0: Wait = %v, %d accounts; want no limit and nothing kept", err, len(s.owed))
 	}
 }
+
+func TestCPUSharePayOffBounded(t *testing.T) {
+	for _, tc := range []struct {
+		debt time.Duration
+		rate float64
+		want time.Duration
+	}{
+		{300 * time.Millisecond, 0.25, 1200 * time.Millisecond},
+		{time.Hour, 0.1, maxWait},
+		{time.Second, 1e-300, maxWait}, // no overflow into a negative wait
+	} {
+		if got := payOff(tc.debt, tc.rate); got != tc.want {
+			t.Errorf("payOff(%v, %v) = %v, want %v", tc.debt, tc.rate, got, tc.want)
+		}
+	}
+}
