@@ -185,8 +185,17 @@ func asUser(c *exec.Cmd, u testutil.User) {
 	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups()}}
 }
 
+// buildFairload builds the load generator into dir, or takes it from the
+// prebuilt binaries ($GPUSCHED_TEST_BINARIES) on a machine without Go.
 func buildFairload(b *testing.B, dir string) string {
 	b.Helper()
+	if pre := os.Getenv(testutil.PrebuiltEnv); pre != "" {
+		bin := filepath.Join(pre, "fairload")
+		if _, err := os.Stat(bin); err != nil {
+			b.Fatalf("%s: %v (build it with go build -o %s ./internal/testutil/fairload)", testutil.PrebuiltEnv, err, bin)
+		}
+		return bin
+	}
 	root, err := testutil.ModuleRoot()
 	if err != nil {
 		b.Fatal(err)
