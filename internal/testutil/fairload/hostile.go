@@ -29,6 +29,7 @@ func hostile(args []string) {
 		procs       = fs.Int("procs", 400, "managed processes to start")
 		jobs        = fs.Int("jobs", 20000, "jobs to queue")
 		readers     = fs.Int("readers", 4, "callers asking for every line of a 60 MiB log of newlines, in a loop")
+		pollers     = fs.Int("pollers", 0, "callers asking for status, a quick call, in a loop")
 		cmdBytes    = fs.Int("cmd-bytes", 250<<10, "bytes of command line per process record and per job")
 	)
 	fs.Parse(args)
@@ -47,6 +48,7 @@ func hostile(args []string) {
 		{"leases", func(ctx context.Context, s func()) { f.leaseFlood(ctx, s) }},
 		{"fill", func(ctx context.Context, s func()) { f.fillFlood(ctx, s) }},
 		{"reads", func(ctx context.Context, s func()) { f.readFlood(ctx, *readers, s) }},
+		{"polls", func(ctx context.Context, s func()) { f.pollFlood(ctx, *pollers, s) }},
 	}
 	var all sync.WaitGroup
 	for _, fl := range floods {
@@ -72,7 +74,7 @@ func hostile(args []string) {
 	first.Wait()
 	fmt.Println("flooding")
 	all.Wait()
-	for _, name := range []string{"metrics", "procs", "follows", "jobs", "leases", "fill", "reads", "conns"} {
+	for _, name := range []string{"metrics", "procs", "follows", "jobs", "leases", "fill", "reads", "polls", "conns"} {
 		t := f.tally(name)
 		fmt.Printf("%s: %d granted, %d refused\n", name, t.granted.Load(), t.refused.Load())
 	}
@@ -374,6 +376,31 @@ func (f *flooder) readFlood(ctx context.Context, n int, started func()) {
 				}
 			}
 		}()
+	}
+	wg.Wait()
+}
+
+// pollFlood asks for status from n connections, each in a loop: quick
+// calls, as fast as the daemon answers them.
+func (f *flooder) pollFlood(ctx context.Context, n int, started func()) {
+	t := f.tally("polls")
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			c, err := f.dial(ctx)
+			if err != nil {
+				t.count(err)
+				return
+			}
+			defer c.Close()
+			for ctx.Err() == nil {
+				_, err := c.Status(ctx)
+				started()
+				if !t.count(err) && !errors.Is(err, context.Canceled) {
+					pause(ctx)
+				}
+			}
+		})
 	}
 	wg.Wait()
 }
