@@ -56,6 +56,10 @@ func (g *Gate) Await(ctx context.Context, uid uint32) error {
 	return g.budget.Wait(ctx, uid)
 }
 
+// Within reports whether uid is within the gate's budget now (always, on a
+// gate with none).
+func (g *Gate) Within(uid uint32) bool { return g.budget == nil || g.budget.Within(uid) }
+
 // Enter waits for a slot for uid's work, or returns ctx's error when ctx
 // ends first. A free slot goes to the caller only while nobody waits. On a
 // metered gate the caller first awaits its user's budget.

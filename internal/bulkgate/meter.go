@@ -12,6 +12,7 @@ import (
 // charged what each chunk of it took.
 type Budget interface {
 	Wait(ctx context.Context, uid uint32) error
+	Within(uid uint32) bool
 	Charge(uid uint32, cpu time.Duration)
 }
 

@@ -32,6 +32,8 @@ func (l *ledger) Wait(ctx context.Context, uid uint32) error {
 	}
 }
 
+func (l *ledger) Within(uid uint32) bool { return true }
+
 func (l *ledger) Charge(uid uint32, cpu time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -14,6 +14,7 @@ import (
 // to their share of the daemon's CPU (bulkgate.Gate).
 type bulkGate interface {
 	Await(ctx context.Context, uid uint32) error
+	Within(uid uint32) bool
 	Enter(ctx context.Context, uid uint32) (*bulkgate.Slot, error)
 }
 

@@ -125,6 +125,8 @@ type usersGate struct{ users, passes *bulkgate.Gate }
 
 func (u usersGate) Await(ctx context.Context, uid uint32) error { return u.users.Await(ctx, uid) }
 
+func (u usersGate) Within(uid uint32) bool { return u.users.Within(uid) }
+
 func (u usersGate) Enter(ctx context.Context, uid uint32) (*bulkgate.Slot, error) {
 	if uid == passUID {
 		return u.passes.Enter(ctx, uid)

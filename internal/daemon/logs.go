@@ -88,10 +88,19 @@ func (d *Daemon) tailLogs(c *call, path string, n int, res api.LogsResult) (any,
 
 // bulkTurn takes one of the caller's turns for bulk work, once the caller
 // is within their share of the daemon's CPU: a user over it waits without
-// holding the turn that their quick calls need meanwhile.
+// holding the turn that their quick calls need meanwhile. The share is
+// looked at again with the turn held, after the turn's last holder was
+// charged, so that the user's calls that waited together do not all run
+// once it is paid off.
 func (d *Daemon) bulkTurn(c *call) (release func(), err error) {
-	if err := d.bulk.Await(c.ctx, c.actor.UID); err != nil {
-		return nil, err
+	for {
+		if err := d.bulk.Await(c.ctx, c.actor.UID); err != nil {
+			return nil, err
+		}
+		release, err := d.turns.Take(c.ctx, c.actor.UID)
+		if err != nil || d.bulk.Within(c.actor.UID) {
+			return release, err
+		}
+		release()
 	}
-	return d.turns.Take(c.ctx, c.actor.UID)
 }

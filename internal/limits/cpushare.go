@@ -86,6 +86,17 @@ func payOff(debt time.Duration, rate float64) time.Duration {
 	return maxWait
 }
 
+// Within reports whether uid owes no more than the burst: whether Wait
+// would return at once.
+func (s *CPUShare) Within(uid uint32) bool {
+	if s.exempt(uid) {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.settle(uid).owed <= s.burst
+}
+
 // Charge counts cpu of uid's work against their share.
 func (s *CPUShare) Charge(uid uint32, cpu time.Duration) {
 	if s.exempt(uid) || cpu <= 0 {

@@ -132,3 +132,19 @@ func TestCPUSharePayOffBounded(t *testing.T) {
 		}
 	}
 }
+
+func TestCPUShareWithin(t *testing.T) {
+	s, c := newShare(0.25) // a burst of 500 ms
+	if !s.Within(1000) {
+		t.Fatal("a user who owes nothing is not within their share")
+	}
+	s.Charge(1000, 600*time.Millisecond)
+	s.Charge(Root, time.Hour)
+	if s.Within(1000) || !s.Within(Root) || !s.Within(1001) {
+		t.Fatalf("within: 100 ms over %v, root %v, another user %v; want false, true, true", s.Within(1000), s.Within(Root), s.Within(1001))
+	}
+	c.t = c.t.Add(400 * time.Millisecond) // 100 ms paid off
+	if !s.Within(1000) {
+		t.Fatal("not within once paid off")
+	}
+}
