@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -74,12 +75,11 @@ func readCommand(r *bufio.Reader) (command, error) {
 // thread: capabilities are per thread, and execve gives the new image the
 // calling thread's.
 //
-// The caller's limits come last: under an address-space limit below the
-// stage's own size, the stage can map no new memory (heap, thread
-// stacks). So it first collects the garbage of the spec, with the
-// collector's threads already made, then turns the collector off: the
-// copies of argv and environment execve needs fit in the freed memory, and
-// no collection starts a thread.
+// The caller's limits come last. Under an address-space limit below the
+// stage's own size the stage can map no new memory, neither heap nor a
+// thread's stack, and a thread the runtime then fails to make aborts it
+// ("runtime/cgo: pthread_create failed"). So, where the set limits the
+// address space, execAddressLimited becomes the command.
 func execCommand(c command) error {
 	if err := dropThreadCaps(); err != nil {
 		return err
@@ -91,15 +91,51 @@ func execCommand(c command) error {
 	if err := unix.Chdir(c.Dir); err != nil {
 		return fmt.Errorf("dir %s: %w", c.Dir, err)
 	}
+	if as, ok := c.Rlimits["as"]; ok && as.Cur != rlimit.Infinity {
+		return execAddressLimited(path, c)
+	}
 	if c.Rlimits != nil {
-		runtime.GC()
-		debug.SetGCPercent(-1)
 		if err := rlimit.Apply(c.Rlimits); err != nil {
 			return fmt.Errorf("the caller's resource limits: %w", err)
 		}
 	}
 	err = syscall.Exec(path, c.Argv, c.Env)
 	return fmt.Errorf("start %s: %w", c.Argv[0], err)
+}
+
+// execAddressLimited becomes the command under limits that include an
+// address-space limit. Everything execve needs (the C copies of path, argv
+// and environment) is made first; the garbage of the spec is collected and
+// the collector turned off; the runtime is left one P, which this goroutine
+// holds, so that a background goroutine that wakes (the sweeper, the
+// scavenger) has none to run on and starts no thread. Between the limits
+// (raw prlimit calls) and execve (a raw call too: syscall.Exec would copy
+// argv and environment after them) the stage allocates nothing and blocks
+// nowhere. The daemon's sets name every limit, nofile among them, so
+// syscall.Exec's restoring of the soft nofile limit Go raised at start is
+// not missed.
+func execAddressLimited(path string, c command) error {
+	pathp, err := syscall.BytePtrFromString(path)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", c.Argv[0], err)
+	}
+	argvp, err := syscall.SlicePtrFromStrings(c.Argv)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", c.Argv[0], err)
+	}
+	envp, err := syscall.SlicePtrFromStrings(c.Env)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", c.Argv[0], err)
+	}
+	runtime.GC()
+	debug.SetGCPercent(-1)
+	runtime.GOMAXPROCS(1)
+	if err := rlimit.Apply(c.Rlimits); err != nil {
+		return fmt.Errorf("the caller's resource limits: %w", err)
+	}
+	_, _, errno := syscall.RawSyscall(syscall.SYS_EXECVE, uintptr(unsafe.Pointer(pathp)),
+		uintptr(unsafe.Pointer(&argvp[0])), uintptr(unsafe.Pointer(&envp[0])))
+	return fmt.Errorf("start %s: %w", c.Argv[0], errno)
 }
 
 // startCommand starts the command, stdout and stderr into out, through an
