@@ -75,11 +75,12 @@ func readCommand(r *bufio.Reader) (command, error) {
 // thread: capabilities are per thread, and execve gives the new image the
 // calling thread's.
 //
-// The caller's limits come last. Under an address-space limit below the
-// stage's own size the stage can map no new memory, neither heap nor a
-// thread's stack, and a thread the runtime then fails to make aborts it
-// ("runtime/cgo: pthread_create failed"). So, where the set limits the
-// address space, execAddressLimited becomes the command.
+// The caller's limits come last, and under them the stage may be unable
+// to start a thread: an address-space limit below the stage's own size
+// leaves no room for a thread's stack, an nproc limit the user is at
+// refuses the clone. A thread the runtime fails to make aborts the stage
+// ("runtime/cgo: pthread_create failed"). So, with limits to apply,
+// execUnderLimits becomes the command.
 func execCommand(c command) error {
 	if err := dropThreadCaps(); err != nil {
 		return err
@@ -91,30 +92,25 @@ func execCommand(c command) error {
 	if err := unix.Chdir(c.Dir); err != nil {
 		return fmt.Errorf("dir %s: %w", c.Dir, err)
 	}
-	if as, ok := c.Rlimits["as"]; ok && as.Cur != rlimit.Infinity {
-		return execAddressLimited(path, c)
-	}
 	if c.Rlimits != nil {
-		if err := rlimit.Apply(c.Rlimits); err != nil {
-			return fmt.Errorf("the caller's resource limits: %w", err)
-		}
+		return execUnderLimits(path, c)
 	}
 	err = syscall.Exec(path, c.Argv, c.Env)
 	return fmt.Errorf("start %s: %w", c.Argv[0], err)
 }
 
-// execAddressLimited becomes the command under limits that include an
-// address-space limit. Everything execve needs (the C copies of path, argv
-// and environment) is made first; the garbage of the spec is collected and
-// the collector turned off; the runtime is left one P, which this goroutine
-// holds, so that a background goroutine that wakes (the sweeper, the
-// scavenger) has none to run on and starts no thread. Between the limits
-// (raw prlimit calls) and execve (a raw call too: syscall.Exec would copy
-// argv and environment after them) the stage allocates nothing and blocks
-// nowhere. The daemon's sets name every limit, nofile among them, so
-// syscall.Exec's restoring of the soft nofile limit Go raised at start is
-// not missed.
-func execAddressLimited(path string, c command) error {
+// execUnderLimits becomes the command under c's limits. Everything execve
+// needs (the C copies of path, argv and environment) is made first; the
+// garbage of the spec is collected and the collector turned off; the
+// runtime is left one P, which this goroutine holds, so that a background
+// goroutine that wakes (the sweeper, the scavenger) has none to run on and
+// starts no thread. Between the limits (raw prlimit calls) and execve (a
+// raw call too: syscall.Exec would copy argv and environment after them)
+// the stage allocates nothing and blocks nowhere. A set that does not name
+// nofile leaves the command the soft nofile limit Go raised in the stage
+// at start, which syscall.Exec would have restored; the daemon's sets name
+// every limit.
+func execUnderLimits(path string, c command) error {
 	pathp, err := syscall.BytePtrFromString(path)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", c.Argv[0], err)
