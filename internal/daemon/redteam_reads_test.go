@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -41,14 +40,7 @@ func TestRedTeamReadsHugeLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		if fi, err := os.Stat(p.Log); err == nil && fi.Size() == size {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the log never reached %d bytes", size)
-		}
-	}
+	awaitLogSize(t, p.Log, size)
 
 	// What a line from the end of the log is: its first MaxLine bytes read,
 	// cut.
