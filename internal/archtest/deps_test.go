@@ -84,6 +84,7 @@ var allowed = map[string][]string{
 	"internal/sockdiag":                  {},
 	"internal/backoff":                   {},
 	"internal/bulkgate":                  {},
+	"internal/memlimit":                  {},
 	"internal/listing":                   {},
 	"internal/cudakind":                  {},
 	"internal/checkpoint/checkpointtest": {},

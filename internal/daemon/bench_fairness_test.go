@@ -54,7 +54,7 @@ func BenchmarkFairness(b *testing.B) {
 	if *fairnessTrace != "" {
 		env = append(env, TraceEnv+"="+*fairnessTrace)
 	}
-	dp := h.spawnBinary(inSlice(system, h.bins.Daemon, append(append(h.binaryArgs(), "--group", victim.Group, "--metrics-addr", metrics, "--gpu-poll", "1s"), strings.Fields(*fairnessDaemon)...)...), env...)
+	dp := h.spawnBinary(inSlice(b, system, h.bins.Daemon, append(append(h.binaryArgs(), "--group", victim.Group, "--metrics-addr", metrics, "--gpu-poll", "1s"), strings.Fields(*fairnessDaemon)...)...), env...)
 	waitSocket(b, h.cfg.Socket)
 	pid := dp.cmd.Process.Pid
 	if *fairnessTrace != "" {
@@ -111,7 +111,7 @@ func BenchmarkFairness(b *testing.B) {
 // printed after that line and the CPU it used.
 func startLoad(b *testing.B, slice, load string, u testutil.User, ready string, args ...string) func() ([]string, time.Duration) {
 	b.Helper()
-	c := inSlice(slice, load, args...)
+	c := inSlice(b, slice, load, args...)
 	asUser(c, u)
 	out, err := c.StdoutPipe()
 	if err != nil {
@@ -155,7 +155,7 @@ func runVictim(b *testing.B, load string, u testutil.User, slice string, h *harn
 	if *fairnessTrace != "" {
 		args = append(args, "-times")
 	}
-	c := inSlice(slice, load, args...)
+	c := inSlice(b, slice, load, args...)
 	asUser(c, u)
 	c.Stderr = os.Stderr
 	out, err := c.Output()
@@ -182,7 +182,10 @@ func runVictim(b *testing.B, load string, u testutil.User, slice string, h *harn
 // asUser runs c as u, in u's group, from /.
 func asUser(c *exec.Cmd, u testutil.User) {
 	c.Dir = "/"
-	c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups()}}
+	if c.SysProcAttr == nil {
+		c.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	c.SysProcAttr.Credential = &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups()}
 }
 
 // buildFairload builds the load generator into dir, or takes it from the
@@ -406,10 +409,24 @@ func userSlice(b *testing.B, users string, u testutil.User) string {
 	return dir
 }
 
-// inSlice is the command that runs load's args in slice (from userSlice).
-func inSlice(slice, load string, args ...string) *exec.Cmd {
+// inSlice is the command that runs load's args in slice (from
+// machineSlices or userSlice). Under cgroup v2 the kernel starts it there
+// (clone3 into the group, as systemd starts a unit): a user may not move
+// itself out of root's group, which takes write access to the two groups'
+// common ancestor. Under v1 it moves itself.
+func inSlice(b *testing.B, slice, load string, args ...string) *exec.Cmd {
 	if slice == "" {
 		return exec.Command(load, args...)
+	}
+	if cpuRoot() == "/sys/fs/cgroup" {
+		dir, err := os.Open(slice)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { dir.Close() })
+		c := exec.Command(load, args...)
+		c.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd())}
+		return c
 	}
 	return exec.Command("/bin/sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, slice, load}, args...)...)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/gpusched/gpusched/internal/jobqueue"
 	"github.com/gpusched/gpusched/internal/limits"
 	"github.com/gpusched/gpusched/internal/logfile"
+	"github.com/gpusched/gpusched/internal/memlimit"
 	"github.com/gpusched/gpusched/internal/mps"
 	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/proctable"
@@ -147,7 +148,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	d.openMPS()
 	d.methods = d.methodTable()
 	d.metrics = newMetrics(d)
-	setMemoryLimit()
+	memlimit.Start()
 	return d, nil
 }
 

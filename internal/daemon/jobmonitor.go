@@ -77,10 +77,9 @@ func jobEvent(j *jobqueue.Job) api.Job {
 }
 
 // onSample runs after every GPU sample: thaws waiting for memory look
-// again, running jobs' peaks are updated, placement runs if the sample
-// shows a change, and the heap's soft limit follows the live heap.
+// again, running jobs' peaks are updated, and placement runs if the sample
+// shows a change.
 func (d *Daemon) onSample() {
-	tuneMemoryLimit()
 	d.admission.notify()
 	d.observe(d.gpuView())
 	d.sched.sampled()
