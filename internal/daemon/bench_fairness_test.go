@@ -151,7 +151,7 @@ var victimRuns int
 
 func runVictim(b *testing.B, load string, u testutil.User, slice string, h *harness) map[string]victimOp {
 	b.Helper()
-	args := []string{"victim", "-socket", h.cfg.Socket, "-simjob", h.bins.SimJob}
+	args := append([]string{"victim", "-socket", h.cfg.Socket, "-simjob", h.bins.SimJob}, strings.Fields(*fairnessVictim)...)
 	if *fairnessTrace != "" {
 		args = append(args, "-times")
 	}
@@ -338,6 +338,8 @@ func cpuTime(pid int) time.Duration {
 }
 
 var fairnessHostile = flag.String("fairness.hostile", "", "BenchmarkFairness: more flags for fairload hostile, space-separated (e.g. \"-jobs 0\")")
+
+var fairnessVictim = flag.String("fairness.victim", "", "BenchmarkFairness: more flags for fairload victim, space-separated (\"-status 500 -status-every 0\": the status calls back to back, as before 2026-11-26)")
 
 var fairnessBurn = flag.String("fairness.burn", "", "BenchmarkFairness: more flags for the control, fairload burn (\"-decode\": the hostile readers' own decoding, without the daemon)")
 

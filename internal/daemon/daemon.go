@@ -382,7 +382,7 @@ func (d *Daemon) methodTable() map[string]method {
 		api.MethodLogs:           {stream: d.logs},
 		api.MethodWait:           {stream: d.wait},
 		api.MethodEvents:         {stream: d.subscribe},
-		api.MethodSubmit:         {unary: d.submit, turn: true, admit: d.atJobCap},
+		api.MethodSubmit:         {unary: d.submit, admit: d.atJobCap}, // its own turn, as bulk work
 		api.MethodJobs:           {unary: d.listJobs, turn: true},
 		api.MethodJob:            {unary: d.job, turn: true},
 		api.MethodCancel:         {unary: d.cancel},

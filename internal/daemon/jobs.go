@@ -19,8 +19,21 @@ const (
 )
 
 // submit queues one job or a batch: all of them, or none when any is
-// invalid. Jobs run as the caller (root may name a user).
+// invalid. Jobs run as the caller (root may name a user). It is bulk work,
+// in one of the caller's turns: a batch writes a record a job (a thousand
+// files for one call of a megabyte), so it waits for the caller's share of
+// the daemon's CPU and is charged to it.
 func (d *Daemon) submit(c *call) (any, error) {
+	release, err := d.bulkTurn(c)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	slot, err := d.bulk.Enter(c.ctx, c.actor.UID)
+	if err != nil {
+		return nil, err
+	}
+	defer slot.Leave()
 	var p api.SubmitParams
 	if err := c.decode(&p); err != nil {
 		return nil, err

@@ -87,3 +87,53 @@ func mustJSON(t *testing.T, v any) json.RawMessage {
 	}
 	return b
 }
+
+// TestQuotaCapsOnTheHead: a run of more than 64 KiB from a user at
+// --max-procs-per-user is refused on the line's id and method alone, not
+// read further: one whose command is cut off mid-line (not JSON) is
+// refused with resource_exhausted, and its id. Below the cap, or in a
+// line of a few bytes, the same cut-off request is malformed.
+func TestQuotaCapsOnTheHead(t *testing.T) {
+	alice := testutil.NewUser(t, quoAlice, quoGroup)
+	bob := testutil.NewUser(t, quoBob, quoGroup)
+	h := newHarness(t, func(c *config.Config) {
+		c.Group = quoGroup
+		c.Limits.ProcsPerUser = 1
+	})
+	h.mustCtl(alice, "run", "--dir", "/", "a1", "--", "sleep", "1000")
+	records := len(h.d.table.View().Records)
+	cutOff := func(n int) string {
+		return `{"id":7,"method":"run","params":{"name":"big","dir":"/","cmd":["true","` + strings.Repeat("x", n)
+	}
+	conn := func(u testutil.User) *rawConn {
+		pu, err := user.Lookup(u.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h.rawAs(pu, strconv.FormatUint(uint64(u.GroupGID), 10))
+	}
+	for _, c := range []struct {
+		who   testutil.User
+		bytes int
+		code  api.Code
+	}{
+		{alice, 200 << 10, api.CodeResourceExhausted},
+		{alice, 1 << 10, api.CodeBadRequest},
+		{bob, 200 << 10, api.CodeBadRequest},
+	} {
+		rc := conn(c.who)
+		rc.send(cutOff(c.bytes))
+		resp := rc.recv()
+		if resp["code"] != string(c.code) {
+			t.Errorf("%s's run cut off after %d KiB: %.300v; want %s", c.who.Name, c.bytes>>10, resp, c.code)
+		}
+		if c.code == api.CodeResourceExhausted {
+			if msg, _ := resp["error"].(string); resp["id"] != float64(7) || !strings.Contains(msg, "--"+flagProcs) {
+				t.Errorf("%s's refusal: %.300v; want id 7 and a sentence naming --%s", c.who.Name, resp, flagProcs)
+			}
+		}
+	}
+	if r := len(h.d.table.View().Records); r != records {
+		t.Errorf("refused requests changed the table: %d records (were %d)", r, records)
+	}
+}

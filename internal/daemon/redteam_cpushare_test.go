@@ -15,13 +15,13 @@ import (
 
 // TestRedTeamCPUSharePerUser: a user whose bulk work (every line of a log)
 // has used their share of the daemon's CPU (--max-cpu-per-user) waits
-// before the next, on any of their connections, without holding their one
-// turn (--max-busy-per-user 1): their status is answered meanwhile, and
-// another user and root are answered at once. The share here is a
+// before the next (a log, a submission), on any of their connections,
+// without holding their one turn (--max-busy-per-user 1): their status is
+// answered meanwhile, and other users and root are answered at once. The share here is a
 // ten-thousandth of a CPU, a burst of 0.2 ms: one reply of 65,536 lines
 // costs more than that, and the wait after it seconds.
 func TestRedTeamCPUSharePerUser(t *testing.T) {
-	alice, bob := testutil.NewUser(t, "gscpu-a", "gscpu"), testutil.NewUser(t, "gscpu-b", "gscpu")
+	alice, bob, carol := testutil.NewUser(t, "gscpu-a", "gscpu"), testutil.NewUser(t, "gscpu-b", "gscpu"), testutil.NewUser(t, "gscpu-c", "gscpu")
 	h := newHarness(t, func(c *config.Config) { c.Group = "gscpu"; c.Limits.CPUPerUser = 0.0001; c.Limits.TurnsPerUser = 1 })
 	for _, u := range []testutil.User{alice, bob} {
 		if _, errOut, code := h.ctlAs(u, "run", "--dir", "/", "lines-"+u.Name, "--", "sh", "-c", "seq 100000; exec sleep 1000"); code != 0 {
@@ -36,7 +36,7 @@ func TestRedTeamCPUSharePerUser(t *testing.T) {
 	all := -1
 	logsOf := func(u testutil.User) api.LogsParams { return api.LogsParams{Name: "lines-" + u.Name, Lines: &all} }
 
-	a := h.rawsAsUser(alice, 3)
+	a := h.rawsAsUser(alice, 4)
 	if r := a[0].call(api.MethodLogs, logsOf(alice)); r["ok"] != true {
 		t.Fatalf("alice's first logs: %v", r)
 	}
@@ -45,10 +45,18 @@ func TestRedTeamCPUSharePerUser(t *testing.T) {
 	if _, err := a[1].r.ReadByte(); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("alice's second logs, on another connection, was answered over her CPU share (err %v)", err)
 	}
+	a[3].send(`{"id":4,"method":"submit","params":{"cmd":["true"],"dir":"/"}}`)
+	a[3].c.SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := a[3].r.ReadByte(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("alice's submit was answered over her CPU share (err %v)", err)
+	}
 	a[2].send(`{"id":3,"method":"status"}`)
 	a[2].c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if line, err := a[2].r.ReadString('\n'); err != nil || !strings.Contains(line, `"ok":true`) {
 		t.Fatalf("alice's status while her logs waits for her share: %q, %v", line, err)
+	}
+	if _, errOut, code := h.ctlAs(carol, "submit", "--dir", "/", "--", "true"); code != 0 {
+		t.Fatalf("carol's submit while alice waits: %s", errOut)
 	}
 	if r := h.rawAsUser(bob).call(api.MethodLogs, logsOf(bob)); r["ok"] != true {
 		t.Fatalf("bob's logs while alice waits: %v", r)

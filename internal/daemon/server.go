@@ -187,6 +187,12 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
+		if refused, err := d.refuseAtCap(w, &call{ctx: ctx, actor: a}, line); refused {
+			if err != nil {
+				return
+			}
+			continue
+		}
 		req, m, perr := d.parseRequest(line)
 		if perr != nil {
 			d.metrics.request(methodUnknown, string(perr.Code))
@@ -345,11 +351,7 @@ func (d *Daemon) parseRequest(line []byte) (api.Request, method, *api.Error) {
 	if err := json.Unmarshal(line, &req); err != nil {
 		return api.Request{}, method{}, api.Errorf(api.CodeBadRequest, "malformed request: %v", err)
 	}
-	name := req.Method
-	if alias, ok := api.MethodAliases[name]; ok {
-		name = alias
-	}
-	m, ok := d.methods[name]
+	name, m, ok := d.methodNamed(req.Method)
 	switch {
 	case req.Method == "":
 		return req, method{}, api.Errorf(api.CodeBadRequest, "request has no method")
@@ -358,6 +360,16 @@ func (d *Daemon) parseRequest(line []byte) (api.Request, method, *api.Error) {
 	}
 	req.Method = name
 	return req, m, nil
+}
+
+// methodNamed finds a method by its name or an alias of it, and gives its
+// canonical name.
+func (d *Daemon) methodNamed(name string) (string, method, bool) {
+	if alias, ok := api.MethodAliases[name]; ok {
+		name = alias
+	}
+	m, ok := d.methods[name]
+	return name, m, ok
 }
 
 // answer writes the final response, mapping err to its wire code.

@@ -30,7 +30,8 @@ func hostile(args []string) {
 		jobs        = fs.Int("jobs", 20000, "jobs to queue")
 		readers     = fs.Int("readers", 4, "callers asking for every line of a 60 MiB log of newlines, in a loop")
 		pollers     = fs.Int("pollers", 0, "callers asking for status, a quick call, in a loop")
-		cmdBytes    = fs.Int("cmd-bytes", 250<<10, "bytes of command line per process record and per job")
+		cmdBytes    = fs.Int("cmd-bytes", 250<<10, "bytes of command line per process record")
+		jobBytes    = fs.Int("job-cmd-bytes", 100, "bytes of command line per job: small, so that the queue reaches its cap (10,000 by default) in batches of 1,000")
 	)
 	fs.Parse(args)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
@@ -44,7 +45,7 @@ func hostile(args []string) {
 		{"metrics", func(ctx context.Context, s func()) { f.metricsFlood(ctx, *metrics, *metricConns, s) }},
 		{"procs", func(ctx context.Context, s func()) { f.procFlood(ctx, *procs, *cmdBytes, s) }},
 		{"follows", func(ctx context.Context, s func()) { f.followFlood(ctx, *follows, s) }},
-		{"jobs", func(ctx context.Context, s func()) { f.jobFlood(ctx, *jobs, *cmdBytes, s) }},
+		{"jobs", func(ctx context.Context, s func()) { f.jobFlood(ctx, *jobs, *jobBytes, s) }},
 		{"leases", func(ctx context.Context, s func()) { f.leaseFlood(ctx, s) }},
 		{"fill", func(ctx context.Context, s func()) { f.fillFlood(ctx, s) }},
 		{"reads", func(ctx context.Context, s func()) { f.readFlood(ctx, *readers, s) }},

@@ -36,7 +36,8 @@ func victim(args []string) {
 	var (
 		socket   = fs.String("socket", "", "gpuschedd socket")
 		simjob   = fs.String("simjob", "", "gpusched-simjob binary")
-		statuses = fs.Int("status", 500, "status calls")
+		statuses = fs.Int("status", 2000, "status calls")
+		every    = fs.Duration("status-every", time.Millisecond, "pause between status calls, so that they sample the whole of a flood's first seconds (0: back to back, in about 50 ms)")
 		runs     = fs.Int("runs", 20, "runs")
 		swaps    = fs.Int("swaps", 10, "freeze and thaw round trips")
 		follows  = fs.Int("follows", 20, "logs -f calls")
@@ -49,7 +50,7 @@ func victim(args []string) {
 	defer c.Close()
 	var ops []Op
 	var spans [][2]int64
-	ops = append(ops, timed("status", *statuses, func(int) error {
+	ops = append(ops, timed("status", *statuses, *every, func(int) error {
 		t0 := monotonic()
 		_, err := c.Status(ctx)
 		if *times {
@@ -58,7 +59,7 @@ func victim(args []string) {
 		return err
 	}))
 	ops[0].Times = spans
-	ops = append(ops, timed("run", *runs, func(i int) error {
+	ops = append(ops, timed("run", *runs, 0, func(i int) error {
 		_, err := c.Run(ctx, api.RunParams{Name: fmt.Sprintf("victim-%d", i), Cmd: []string{"sleep", "100000"}, Dir: "/"})
 		return err
 	}))
@@ -74,7 +75,7 @@ func victim(args []string) {
 	_, err = c.Run(ctx, api.RunParams{Name: "victim-gpu", Cmd: []string{*simjob, "--vram", "1000"}, Dir: "/", GPU: &api.GPURef{Index: 0}})
 	must(err)
 	must(followOnce(ctx, *socket, "victim-gpu", "simjob: allocated"))
-	ops = append(ops, timed("freeze+thaw", *swaps, func(int) error {
+	ops = append(ops, timed("freeze+thaw", *swaps, 0, func(int) error {
 		if _, err := c.Freeze(ctx, api.FreezeParams{Name: "victim-gpu"}); err != nil {
 			return err
 		}
@@ -83,7 +84,7 @@ func victim(args []string) {
 	}))
 	_, err = c.Run(ctx, api.RunParams{Name: "victim-talker", Cmd: []string{"sh", "-c", "echo hello; exec sleep 100000"}, Dir: "/"})
 	must(err)
-	ops = append(ops, timed("logs-f", *follows, func(int) error { return followOnce(ctx, *socket, "victim-talker", "hello") }))
+	ops = append(ops, timed("logs-f", *follows, 0, func(int) error { return followOnce(ctx, *socket, "victim-talker", "hello") }))
 	for _, name := range []string{"victim-gpu", "victim-talker"} {
 		_, err := c.Kill(ctx, api.KillParams{Name: name, Signal: "KILL"})
 		must(err)
@@ -118,11 +119,14 @@ func followOnce(ctx context.Context, socket, name, want string) error {
 	return err
 }
 
-// timed runs op n times and summarises its latencies; a follow ended by
-// errStop counts as done.
-func timed(name string, n int, op func(i int) error) Op {
+// timed runs op n times, pause apart, and summarises its latencies; a
+// follow ended by errStop counts as done.
+func timed(name string, n int, pause time.Duration, op func(i int) error) Op {
 	lat := make([]float64, 0, n)
 	for i := range n {
+		if i > 0 && pause > 0 {
+			time.Sleep(pause)
+		}
 		t0 := time.Now()
 		if err := op(i); err != nil {
 			fmt.Fprintf(os.Stderr, "fairload victim: %s: %v\n", name, err)
