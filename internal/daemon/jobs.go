@@ -24,16 +24,11 @@ const (
 // files for one call of a megabyte), so it waits for the caller's share of
 // the daemon's CPU and is charged to it.
 func (d *Daemon) submit(c *call) (any, error) {
-	release, err := d.bulkTurn(c)
+	_, leave, err := d.enterBulk(c)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
-	slot, err := d.bulk.Enter(c.ctx, c.actor.UID)
-	if err != nil {
-		return nil, err
-	}
-	defer slot.Leave()
+	defer leave()
 	var p api.SubmitParams
 	if err := c.decode(&p); err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"github.com/gpusched/gpusched/internal/bulkgate"
 	"github.com/gpusched/gpusched/internal/logfile"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -37,18 +38,12 @@ func (d *Daemon) logs(c *call, emit func(*api.Event) error) (any, error) {
 	} else {
 		close(done)
 	}
-	release, err := d.bulkTurn(c)
+	_, leave, err := d.enterBulk(c)
 	if err != nil {
-		return nil, err
-	}
-	slot, err := d.bulk.Enter(c.ctx, c.actor.UID)
-	if err != nil {
-		release()
 		return nil, err
 	}
 	lines, offset, err := logfile.TailForFollow(c.ctx, rec.LogPath, n, d.cfg.LogKeep)
-	slot.Leave()
-	release()
+	leave()
 	if err != nil {
 		return nil, err
 	}
@@ -68,22 +63,35 @@ func (d *Daemon) logs(c *call, emit func(*api.Event) error) (any, error) {
 // reply, the costly part, in one of the caller's turns (limits.Turns), as
 // bulk work (bulkgate) that yields between chunks of lines.
 func (d *Daemon) tailLogs(c *call, path string, n int, res api.LogsResult) (any, error) {
-	release, err := d.bulkTurn(c)
+	slot, leave, err := d.enterBulk(c)
 	if err != nil {
 		return nil, err
 	}
-	defer release()
-	slot, err := d.bulk.Enter(c.ctx, c.actor.UID)
-	if err != nil {
-		return nil, err
-	}
-	defer slot.Leave()
+	defer leave()
 	lines, truncated, err := logfile.Tail(c.ctx, path, n, d.cfg.LogKeep)
 	if err != nil {
 		return nil, err
 	}
 	res.Lines, res.Truncated = lines, truncated
 	return encodeLogs(c.ctx, slot, res)
+}
+
+// enterBulk starts bulk work for the caller: one of their turns
+// (bulkTurn), then a slot of the bulk gate; leave gives both back.
+func (d *Daemon) enterBulk(c *call) (slot *bulkgate.Slot, leave func(), err error) {
+	release, err := d.bulkTurn(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	slot, err = d.bulk.Enter(c.ctx, c.actor.UID)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	return slot, func() {
+		slot.Leave()
+		release()
+	}, nil
 }
 
 // bulkTurn takes one of the caller's turns for bulk work, once the caller
