@@ -87,11 +87,13 @@ func tune() {
 		debug.SetMemoryLimit(want)
 		current.Store(want)
 	}
-	tuned()
+	if f := tuned.Load(); f != nil {
+		(*f)()
+	}
 }
 
-// tuned is called after each tune; tests await it.
-var tuned = func() {}
+// tuned, when set, is called after each tune; tests await it.
+var tuned atomic.Pointer[func()]
 
 // limitFor is the soft limit for a live heap of live bytes in a runtime
 // that holds overhead bytes besides the heap's objects and free pages

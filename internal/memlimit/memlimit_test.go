@@ -42,13 +42,14 @@ func startAtFloor(t *testing.T) {
 func awaitTune(t *testing.T) {
 	t.Helper()
 	done := make(chan struct{}, 1)
-	tuned = func() {
+	signal := func() {
 		select {
 		case done <- struct{}{}:
 		default:
 		}
 	}
-	defer func() { tuned = func() {} }()
+	tuned.Store(&signal)
+	defer tuned.Store(nil)
 	runtime.GC()
 	select {
 	case <-done:
