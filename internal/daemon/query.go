@@ -88,11 +88,12 @@ func (d *Daemon) ps(c *call) (any, error) {
 	}
 	gv, view := d.gpuView(), d.table.View()
 	return d.listing(c, listField{"processes", func(yield func(any) bool) { // api.PSResult
-		for _, r := range view.Records {
+		for i := range view.Records { // by index: a record is copied only when listed
+			r := &view.Records[i]
 			if !c.actor.owns(r.Owner.UID) || p.User != "" && r.Owner.User != p.User || states != nil && !states[r.State] {
 				continue
 			}
-			if !yield(listedProcess(toAPI(r, gv))) {
+			if !yield(listedProcess(toAPI(*r, gv))) {
 				return
 			}
 		}
@@ -113,7 +114,7 @@ func (d *Daemon) listGPUs(c *call) (any, error) {
 	frozen := map[string]uint64{} // uuid -> MiB parked in host RAM
 	for _, r := range view.Records {
 		names[r.ID] = r
-		if r.Live() && r.State != api.StateHibernated && r.Checkpoint != nil { // as hostMiB counts
+		if r.InHostRAM() {
 			for uuid, mib := range r.Checkpoint.VRAM() {
 				frozen[uuid] += mib
 			}

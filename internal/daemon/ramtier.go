@@ -8,11 +8,10 @@ import (
 // hostMiB is the GPU memory parked in host RAM by every live process but
 // skip: what the host RAM tier holds.
 func (d *Daemon) hostMiB(skip string) uint64 {
-	var sum uint64
-	for _, r := range d.table.View().Records {
-		if r.Live() && r.State != api.StateHibernated && r.Checkpoint != nil && r.Name != skip {
-			sum += r.Checkpoint.MiB()
-		}
+	v := d.table.View()
+	sum := v.HostMiB() // kept with the snapshot: every status call asks
+	if r, ok := v.Get(skip); ok && r.InHostRAM() {
+		sum -= r.Checkpoint.MiB()
 	}
 	return sum
 }

@@ -168,3 +168,9 @@ func (r Record) Clone() Record {
 
 // Live reports whether the record's tree may still exist.
 func (r Record) Live() bool { return r.State != api.StateExited }
+
+// InHostRAM reports whether the record's GPU memory is parked in host RAM:
+// a live tree with a checkpoint that is not on disk.
+func (r Record) InHostRAM() bool {
+	return r.Live() && r.State != api.StateHibernated && r.Checkpoint != nil
+}

@@ -25,12 +25,17 @@ type View struct {
 	Seq     uint64
 	Records []Record
 	states  map[uint32]map[api.State]int // each owner's records by state
+	hostMiB uint64                       // GPU memory parked in host RAM, all records
 }
 
 // States is how many records each owner has in each state; read only.
 // A caller's own counts cost what the number of owners costs, not what
 // the whole table does.
 func (v *View) States() map[uint32]map[api.State]int { return v.states }
+
+// HostMiB is the GPU memory that the snapshot's records park in host RAM
+// (InHostRAM), summed when the snapshot was taken.
+func (v *View) HostMiB() uint64 { return v.hostMiB }
 
 // Get finds a record by name in the snapshot.
 func (v *View) Get(name string) (Record, bool) {
@@ -44,8 +49,8 @@ func (v *View) Get(name string) (Record, bool) {
 // LiveOf counts uid's live records in the snapshot.
 func (v *View) LiveOf(uid uint32) int {
 	n := 0
-	for _, r := range v.Records {
-		if r.Owner.UID == uid && r.Live() {
+	for i := range v.Records {
+		if r := &v.Records[i]; r.Owner.UID == uid && r.Live() {
 			n++
 		}
 	}
@@ -325,6 +330,7 @@ func (t *Table) snapshotLocked() {
 	}
 	slices.SortFunc(recs, func(a, b Record) int { return strings.Compare(a.Name, b.Name) })
 	states := map[uint32]map[api.State]int{}
+	var host uint64
 	for i := range recs {
 		r := &recs[i]
 		m := states[r.Owner.UID]
@@ -333,6 +339,9 @@ func (t *Table) snapshotLocked() {
 			states[r.Owner.UID] = m
 		}
 		m[r.State]++
+		if r.InHostRAM() {
+			host += r.Checkpoint.MiB()
+		}
 	}
-	t.view.Store(&View{Seq: t.seq, Records: recs, states: states})
+	t.view.Store(&View{Seq: t.seq, Records: recs, states: states, hostMiB: host})
 }

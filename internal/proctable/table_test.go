@@ -312,3 +312,43 @@ func TestCreateWithin(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestViewHostMiB: the snapshot keeps the GPU memory parked in host RAM,
+// live trees with a checkpoint not on disk, and follows each change.
+func TestViewHostMiB(t *testing.T) {
+	tb, _, _ := newTable(t)
+	parked := func(mib uint64) *Checkpoint {
+		return &Checkpoint{Procs: []CheckpointProc{{PID: 1, VRAM: map[string]uint64{"GPU-a": mib}}}}
+	}
+	for _, r := range []Record{
+		{ID: "1", Name: "frozen", State: api.StateFrozen, Checkpoint: parked(100)},
+		{ID: "2", Name: "hibernated", State: api.StateHibernated, Checkpoint: parked(1000)},
+		{ID: "3", Name: "gone", State: api.StateExited, Checkpoint: parked(10000)},
+		{ID: "4", Name: "running", State: api.StateRunning},
+	} {
+		r.Cmd = []string{"true"}
+		if _, err := tb.Create(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := tb.View().HostMiB(); got != 100 {
+		t.Fatalf("host MiB %d; want 100 (the frozen one only)", got)
+	}
+	for _, step := range []struct {
+		name  string
+		state api.State
+		cp    *Checkpoint
+	}{
+		{"running", api.StateFreezing, parked(20)},
+		{"running", api.StateFrozen, parked(20)},
+		{"frozen", api.StateThawing, parked(100)},
+		{"frozen", api.StateRunning, nil},
+	} {
+		if _, err := tb.Update(step.name, func(r *Record) error { r.State, r.Checkpoint = step.state, step.cp; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := tb.View().HostMiB(); got != 20 {
+		t.Errorf("after one freeze and one thaw: host MiB %d; want 20", got)
+	}
+}
