@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 )
 
@@ -49,7 +50,7 @@ func peekHead(line []byte) (id json.RawMessage, method string, ok bool) {
 // refuseAtCap answers a big request (over bigRequest) whose method is
 // capped and whose caller is at the cap, on the line's head alone; it
 // reports whether it answered, and the answer's write error.
-func (d *Daemon) refuseAtCap(w *lineWriter, c *call, line []byte) (bool, error) {
+func (d *Daemon) refuseAtCap(ctx context.Context, w *lineWriter, a actor, line []byte) (bool, error) {
 	if len(line) <= bigRequest {
 		return false, nil
 	}
@@ -61,10 +62,9 @@ func (d *Daemon) refuseAtCap(w *lineWriter, c *call, line []byte) (bool, error) 
 	if !ok || m.admit == nil {
 		return false, nil
 	}
-	err := m.admit(c.actor)
+	err := m.admit(a)
 	if err == nil {
 		return false, nil
 	}
-	c.method = name
-	return true, d.answer(w, c, id, nil, err)
+	return true, d.answer(w, &call{ctx: ctx, actor: a, method: name}, id, nil, err)
 }

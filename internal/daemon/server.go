@@ -187,7 +187,7 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		if refused, err := d.refuseAtCap(w, &call{ctx: ctx, actor: a}, line); refused {
+		if refused, err := d.refuseAtCap(ctx, w, a, line); refused {
 			if err != nil {
 				return
 			}
