@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -84,9 +83,9 @@ func FuzzReadRequest(f *testing.F) {
 	d := &Daemon{}
 	d.methods = d.methodTable()
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r := bufio.NewReaderSize(bytes.NewReader(data), 64<<10)
+		r := newLineReader(bytes.NewReader(data))
 		for {
-			line, err := readLine(r)
+			line, err := r.next()
 			var tooLong *lineTooLong
 			if errors.As(err, &tooLong) {
 				continue

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -150,10 +149,11 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 	traceConn(ctx, a.UID)
 	scope := &connScope{}
 	defer scope.close()
-	r := bufio.NewReaderSize(&stallReader{c: c}, 64<<10)
+	r := newLineReader(&stallReader{c: c})
+	defer r.release()
 	var stream *activeStream
 	for {
-		line, err := readLine(r)
+		line, err := r.next()
 		var tooLong *lineTooLong
 		stalled := errors.Is(err, os.ErrDeadlineExceeded)
 		if stream != nil {
@@ -396,49 +396,4 @@ func (d *Daemon) answer(w *lineWriter, c *call, id json.RawMessage, res any, err
 		d.log.Error("request failed", zap.String("method", c.method), zap.Uint32("uid", c.actor.UID), zap.Error(err))
 	}
 	return w.response(id, nil, &api.Error{Code: code, Message: msg})
-}
-
-// lineTooLong is a request line over api.MaxLineBytes; it was skipped.
-type lineTooLong struct{ n int }
-
-func (e *lineTooLong) Error() string {
-	return "request line too long: over " + itoa(api.MaxLineBytes) + " bytes"
-}
-
-// readLine returns the next line without its newline. A line longer than
-// api.MaxLineBytes is consumed and reported as *lineTooLong.
-func readLine(r *bufio.Reader) ([]byte, error) {
-	line, err := r.ReadSlice('\n')
-	if err == nil {
-		return line[:len(line)-1], nil
-	}
-	if !errors.Is(err, bufio.ErrBufferFull) {
-		if errors.Is(err, io.EOF) && len(line) > 0 {
-			return line, nil // last line without newline
-		}
-		return nil, err
-	}
-	buf := append([]byte(nil), line...)
-	for {
-		line, err = r.ReadSlice('\n')
-		if len(buf) <= api.MaxLineBytes {
-			buf = append(buf, line...)
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, err
-		}
-		if len(buf) > api.MaxLineBytes {
-			if errors.Is(err, io.EOF) {
-				return nil, io.EOF
-			}
-			return nil, &lineTooLong{n: len(buf)}
-		}
-		if err == nil {
-			return buf[:len(buf)-1], nil
-		}
-		return buf, nil
-	}
 }
