@@ -48,8 +48,8 @@ func (d *Daemon) attachFiller(ctx context.Context, rec proctable.Record, ratio f
 	if err != nil {
 		return fail(err)
 	}
-	f := &filler{rec: fillerRecord{UUID: uuid, Owner: rec.Owner, Ratio: ratio, TargetMiB: target, Process: rec.ID,
-		CreatedAt: time.Now()}, pending: map[uint64]uint64{}}
+	f := newFiller(fillerRecord{UUID: uuid, Owner: rec.Owner, Ratio: ratio, TargetMiB: target, Process: rec.ID,
+		CreatedAt: time.Now()})
 	if old, added := d.fillers.add(f); !added {
 		return fail(conflictf("GPU %s got a filler of %s meanwhile", uuid, old.rec.Owner.User))
 	}
@@ -58,7 +58,7 @@ func (d *Daemon) attachFiller(ctx context.Context, rec proctable.Record, ratio f
 	if err == nil {
 		err = d.fillers.store.Put(uuid, f.rec)
 	}
-	f.mu.Unlock()
+	f.unlock()
 	if err != nil {
 		_ = d.releaseFiller(ctx, f, "it failed to start")
 		return fail(err)

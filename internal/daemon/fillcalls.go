@@ -34,8 +34,8 @@ func (d *Daemon) fill(c *call) (any, error) {
 	if err := d.checkFillShare(owner, "fill", uuids[0], target); err != nil {
 		return nil, err
 	}
-	f := &filler{rec: fillerRecord{UUID: uuids[0], Owner: owner, Ratio: p.Ratio,
-		TargetMiB: target, Session: p.Session, CreatedAt: time.Now()}, pending: map[uint64]uint64{}}
+	f := newFiller(fillerRecord{UUID: uuids[0], Owner: owner, Ratio: p.Ratio,
+		TargetMiB: target, Session: p.Session, CreatedAt: time.Now()})
 	ctx := context.WithoutCancel(c.ctx)
 	if old, added := d.fillers.add(f); !added {
 		return d.refill(ctx, c, old, p, target)
@@ -45,7 +45,7 @@ func (d *Daemon) fill(c *call) (any, error) {
 	if err == nil {
 		err = d.fillers.store.Put(f.rec.UUID, f.rec)
 	}
-	f.mu.Unlock()
+	f.unlock()
 	if err != nil {
 		_ = d.releaseFiller(ctx, f, "it failed to start")
 		return nil, err
@@ -73,7 +73,7 @@ func (d *Daemon) refill(ctx context.Context, c *call, f *filler, p api.FillParam
 // retarget applies a new target to f, checking first that the caller may.
 func (d *Daemon) retarget(ctx context.Context, c *call, f *filler, p api.FillParams, target uint64) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	index := d.gpuView().index[f.rec.UUID]
 	switch {
 	case !c.actor.owns(f.rec.Owner.UID):
@@ -173,21 +173,19 @@ func (d *Daemon) publishFiller(f *filler) api.Filler {
 
 // fillerToAPI renders f.
 func (d *Daemon) fillerToAPI(f *filler, gv *gpuView) api.Filler {
-	held := d.fillerHeld(f, gv)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := api.Filler{Index: gv.index[f.rec.UUID], UUID: f.rec.UUID, User: f.rec.Owner.User, UID: f.rec.Owner.UID,
-		Ratio: f.rec.Ratio, TargetMiB: f.rec.TargetMiB, HeldMiB: held, ReservedMiB: f.sent[1],
-		ChunkMiB: d.cfg.FillerChunkMiB, PID: f.rec.PID, Session: f.rec.Session, CreatedAt: f.rec.CreatedAt, Error: f.err}
-	if f.helper != nil {
-		out.PID, out.ChunkMiB = f.helper.PID(), f.helper.ChunkMiB() // an adopted helper keeps its own chunk
-		if e := f.helper.State().Error; e != "" && out.Error == "" {
+	s := f.look()
+	out := api.Filler{Index: gv.index[s.rec.UUID], UUID: s.rec.UUID, User: s.rec.Owner.User, UID: s.rec.Owner.UID,
+		Ratio: s.rec.Ratio, TargetMiB: s.rec.TargetMiB, HeldMiB: d.fillerHeld(f, gv), ReservedMiB: s.sent[1],
+		ChunkMiB: d.cfg.FillerChunkMiB, PID: s.rec.PID, Session: s.rec.Session, CreatedAt: s.rec.CreatedAt, Error: s.err}
+	if s.helper != nil {
+		out.PID, out.ChunkMiB = s.helper.PID(), s.helper.ChunkMiB() // an adopted helper keeps its own chunk
+		if e := s.helper.State().Error; e != "" && out.Error == "" {
 			out.Error = e
 		}
 	}
-	if f.rec.Process != "" {
+	if s.rec.Process != "" {
 		for _, r := range d.table.View().Records {
-			if r.ID == f.rec.Process {
+			if r.ID == s.rec.Process {
 				out.Process = r.Name
 			}
 		}

@@ -3,10 +3,15 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/procfs"
@@ -338,4 +343,90 @@ func TestFillerHoldsTargetAsNVMLCounts(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return h.used(0) == reserved })
+}
+
+// TestStatusDoesNotWaitOnAFillerBeingDriven: while the daemon waits on a
+// filler's helper (stopped here, as a helper can be slow to allocate on a
+// real GPU, for up to the exchange's timeout), status and the filler list
+// answer at once, with the filler as it was before that change; the
+// change then completes.
+func TestStatusDoesNotWaitOnAFillerBeingDriven(t *testing.T) {
+	h := newQueueHarness(t, fillGPU)
+	f, err := h.client().Fill(ctxT(t), api.FillParams{GPU: &api.GPURef{Index: 0}, MiB: api.VRAM{MiB: 8192}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.waitSettled(0, 8192)
+	if err := unix.Kill(f.PID, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Kill(f.PID, unix.SIGCONT) })
+	refilled := make(chan error, 1)
+	go func() {
+		_, err := h.client().Fill(ctxT(t), api.FillParams{GPU: &api.GPURef{Index: 0}, MiB: api.VRAM{MiB: 16384}})
+		refilled <- err
+	}()
+	// Polled: nothing tells of bytes arriving at a stopped process.
+	waitFor(t, func() bool { return unreadBytes(t, f.PID) > 0 })
+
+	st, err := h.client().Status(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := h.client().Fillers(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-refilled:
+		t.Fatalf("the change to a stopped helper ended (%v) before status answered", err)
+	default:
+	}
+	if len(st.Fillers) != 1 || st.Fillers[0].TargetMiB != 8192 || len(list) != 1 || list[0].TargetMiB != 8192 {
+		t.Fatalf("while the change is under way: status %+v, fillers %+v; want the filler as it was", st.Fillers, list)
+	}
+
+	if err := unix.Kill(f.PID, unix.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-refilled; err != nil {
+		t.Fatalf("the change, once the helper went on: %v", err)
+	}
+	h.waitSettled(0, 16384)
+	if g := h.filler(0); g.TargetMiB != 16384 {
+		t.Fatalf("after the change: %+v", g)
+	}
+}
+
+// unreadBytes is how many bytes wait unread in the sockets and pipes pid
+// holds (a filler helper's requests come on its standard input).
+func unreadBytes(t *testing.T, pid int) int {
+	t.Helper()
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pidfd)
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for _, e := range ents {
+		target, err := os.Readlink(filepath.Join(dir, e.Name()))
+		fd, aerr := strconv.Atoi(e.Name())
+		if err != nil || aerr != nil || !strings.HasPrefix(target, "socket:") && !strings.HasPrefix(target, "pipe:") {
+			continue
+		}
+		dup, err := unix.PidfdGetfd(pidfd, fd, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, err := unix.IoctlGetInt(dup, unix.TIOCINQ); err == nil { // TIOCINQ is FIONREAD
+			total += n
+		}
+		unix.Close(dup)
+	}
+	return total
 }

@@ -125,7 +125,7 @@ func (d *Daemon) releaseFiller(ctx context.Context, f *filler, why string) error
 	if derr := d.fillers.store.Delete(f.rec.UUID); derr != nil && err == nil {
 		err = derr
 	}
-	f.mu.Unlock()
+	f.unlock()
 	d.events.publish(api.Event{Type: api.EventFiller, Time: time.Now(), Name: f.rec.UUID, Filler: &out})
 	d.log.Info("filler released", zap.String("gpu", f.rec.UUID), zap.String("why", why), zap.Error(err))
 	d.sched.kick()
@@ -146,7 +146,7 @@ func (d *Daemon) runFillers(ctx context.Context) {
 					_ = f.helper.Detach()
 					f.helper = nil
 				}
-				f.mu.Unlock()
+				f.unlock()
 			}
 			return
 		case <-d.fillers.kicks:
@@ -166,7 +166,7 @@ func (d *Daemon) tendFiller(ctx context.Context, f *filler) {
 		return
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlock()
 	if f.released {
 		return // released since the loop listed it: no helper to restart
 	}
@@ -223,10 +223,10 @@ func (d *Daemon) openFillers(ctx context.Context) error {
 			d.quarantineFiller(k, err)
 			continue
 		}
-		f := &filler{rec: rec, pending: map[uint64]uint64{}}
+		f := newFiller(rec)
 		f.mu.Lock()
 		err := d.adoptFiller(ctx, f)
-		f.mu.Unlock()
+		f.unlock()
 		if err != nil {
 			d.log.Info("filler not re-adopted; starting a new helper", zap.String("gpu", rec.UUID), zap.Error(err))
 		} else {

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpusched/gpusched/internal/memfill"
@@ -40,7 +41,11 @@ type fillerRecord struct {
 // filler is one GPU's filler. mu serialises what is sent to its helper,
 // so that a reserve computed earlier never overwrites a later hand-over.
 type filler struct {
+	// mu is held by each operation on the filler, across its exchanges
+	// with the helper (up to fillerTimeout each) and its writes to disk;
+	// those who only read it read seen.
 	mu      sync.Mutex
+	seen    atomic.Pointer[fillerSeen]
 	rec     fillerRecord
 	helper  fillerHelper      // nil while it is being (re)started
 	sent    [2]uint64         // target and reserve last applied
@@ -50,6 +55,32 @@ type filler struct {
 	// holds the pointer (the filler loop's earlier list) leaves it alone.
 	released bool
 }
+
+// fillerSeen is a filler as of the end of the last operation on it: what
+// status, the metrics and placement show, so that no caller waits on an
+// operation in progress on another user's filler.
+type fillerSeen struct {
+	rec    fillerRecord
+	helper fillerHelper
+	sent   [2]uint64
+	err    string
+}
+
+func newFiller(rec fillerRecord) *filler {
+	f := &filler{rec: rec, pending: map[uint64]uint64{}}
+	f.seen.Store(&fillerSeen{rec: rec})
+	return f
+}
+
+// unlock shows what f now is to its readers and unlocks f.mu.
+func (f *filler) unlock() {
+	f.seen.Store(&fillerSeen{rec: f.rec, helper: f.helper, sent: f.sent, err: f.err})
+	f.mu.Unlock()
+}
+
+// look returns f as of the end of its last operation, without waiting for
+// one in progress.
+func (f *filler) look() *fillerSeen { return f.seen.Load() }
 
 // reservePending is the memory promised to hand-overs in progress.
 func (f *filler) reservePending() uint64 {
@@ -132,13 +163,12 @@ func (s *fillerSet) nextToken() uint64 {
 func (s *fillerSet) pids() map[int]string {
 	out := map[int]string{}
 	for _, f := range s.all() {
-		f.mu.Lock()
-		if f.helper != nil {
-			out[f.helper.PID()] = f.rec.UUID
-		} else if f.rec.PID > 0 {
-			out[f.rec.PID] = f.rec.UUID
+		s := f.look()
+		if s.helper != nil {
+			out[s.helper.PID()] = s.rec.UUID
+		} else if s.rec.PID > 0 {
+			out[s.rec.PID] = s.rec.UUID
 		}
-		f.mu.Unlock()
 	}
 	return out
 }

@@ -22,11 +22,9 @@ func (d *Daemon) sweepStrayFillers(ctx context.Context) {
 	}
 	owned := map[string]bool{}
 	for _, f := range d.fillers.all() {
-		f.mu.Lock()
-		if f.helper != nil {
-			owned[f.rec.Socket] = true
+		if s := f.look(); s.helper != nil {
+			owned[s.rec.Socket] = true
 		}
-		f.mu.Unlock()
 	}
 	uuids := map[int]string{}
 	for _, dv := range d.gpuView().devices {

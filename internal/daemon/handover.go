@@ -68,9 +68,8 @@ func (d *Daemon) fillerYield(uuid string, uid uint32) uint64 {
 // fillerHeld is what f holds on its GPU: as the last sample saw its helper
 // (driver overhead included), else as the helper last reported.
 func (d *Daemon) fillerHeld(f *filler, gv *gpuView) uint64 {
-	f.mu.Lock()
-	h, pid := f.helper, f.rec.PID
-	f.mu.Unlock()
+	s := f.look()
+	h, pid := s.helper, s.rec.PID
 	for _, pu := range gv.procs {
 		if pu.PID == pid && pu.UUID == f.rec.UUID {
 			return pu.UsedMiB
@@ -104,14 +103,14 @@ func (d *Daemon) handOver(ctx context.Context, uid uint32, need map[string]uint6
 		if err := d.applyFiller(ctx, f); err != nil {
 			d.log.Warn("filler hand-over", zap.String("gpu", uuid), zap.Error(err))
 		}
-		f.mu.Unlock()
+		f.unlock()
 		gave = append(gave, given{f, token})
 	}
 	return func() {
 		for _, g := range gave {
 			g.f.mu.Lock()
 			delete(g.f.pending, g.token)
-			g.f.mu.Unlock()
+			g.f.unlock()
 		}
 		if len(gave) > 0 {
 			d.fillers.kick()
@@ -133,6 +132,6 @@ func (d *Daemon) syncFillers(ctx context.Context, uuids []string) {
 		if err := d.applyFiller(ctx, f); err != nil {
 			d.log.Warn("filler hand-over", zap.String("gpu", uuid), zap.Error(err))
 		}
-		f.mu.Unlock()
+		f.unlock()
 	}
 }
