@@ -367,7 +367,7 @@ func (d *Daemon) methodTable() map[string]method {
 		api.MethodKill:           {unary: d.kill},
 		api.MethodStatus:         {unary: d.status, turn: true},
 		api.MethodPS:             {unary: d.ps, turn: true},
-		api.MethodRm:             {unary: d.rm, turn: true},
+		api.MethodRm:             {unary: d.rm}, // its own turn, as bulk work
 		api.MethodGPUs:           {unary: d.listGPUs, turn: true},
 		api.MethodFreeze:         {unary: d.freeze},
 		api.MethodThaw:           {unary: d.thaw},
@@ -387,7 +387,7 @@ func (d *Daemon) methodTable() map[string]method {
 		api.MethodJob:            {unary: d.job, turn: true},
 		api.MethodCancel:         {unary: d.cancel},
 		api.MethodJobWait:        {stream: d.jobWait},
-		api.MethodPruneJobs:      {unary: d.pruneJobs, turn: true},
+		api.MethodPruneJobs:      {unary: d.pruneJobs}, // its own turn, as bulk work
 		api.MethodAcquire:        {stream: d.acquire},
 		api.MethodRelease:        {unary: d.release},
 		api.MethodLeases:         {unary: d.listLeases, turn: true},

@@ -15,7 +15,7 @@ import (
 
 // TestRedTeamCPUSharePerUser: a user whose bulk work (every line of a log)
 // has used their share of the daemon's CPU (--max-cpu-per-user) waits
-// before the next (a log, a submission), on any of their connections,
+// before the next (a log, a submission, a removal), on any of their connections,
 // without holding their one turn (--max-busy-per-user 1): their status is
 // answered meanwhile, and other users and root are answered at once. The share here is a
 // ten-thousandth of a CPU, a burst of 0.2 ms: one reply of 65,536 lines
@@ -36,7 +36,7 @@ func TestRedTeamCPUSharePerUser(t *testing.T) {
 	all := -1
 	logsOf := func(u testutil.User) api.LogsParams { return api.LogsParams{Name: "lines-" + u.Name, Lines: &all} }
 
-	a := h.rawsAsUser(alice, 4)
+	a := h.rawsAsUser(alice, 6)
 	if r := a[0].call(api.MethodLogs, logsOf(alice)); r["ok"] != true {
 		t.Fatalf("alice's first logs: %v", r)
 	}
@@ -45,10 +45,16 @@ func TestRedTeamCPUSharePerUser(t *testing.T) {
 	if _, err := a[1].r.ReadByte(); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("alice's second logs, on another connection, was answered over her CPU share (err %v)", err)
 	}
-	a[3].send(`{"id":4,"method":"submit","params":{"cmd":["true"],"dir":"/"}}`)
-	a[3].c.SetReadDeadline(time.Now().Add(time.Second))
-	if _, err := a[3].r.ReadByte(); !errors.Is(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("alice's submit was answered over her CPU share (err %v)", err)
+	for i, bulk := range []string{
+		`{"id":4,"method":"submit","params":{"cmd":["true"],"dir":"/"}}`,
+		`{"id":5,"method":"rm","params":{"exited":true}}`,
+		`{"id":6,"method":"prune_jobs"}`,
+	} {
+		a[3+i].send(bulk)
+		a[3+i].c.SetReadDeadline(time.Now().Add(time.Second))
+		if _, err := a[3+i].r.ReadByte(); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("alice's %s was answered over her CPU share (err %v)", bulk, err)
+		}
 	}
 	a[2].send(`{"id":3,"method":"status"}`)
 	a[2].c.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -63,6 +69,12 @@ func TestRedTeamCPUSharePerUser(t *testing.T) {
 	}
 	if _, err := h.client().Logs(ctxT(t), "lines-"+alice.Name, -1); err != nil {
 		t.Fatalf("root's logs while alice waits: %v", err)
+	}
+	if _, err := h.client().Remove(ctxT(t), api.RmParams{Exited: true}); err != nil {
+		t.Fatalf("root's rm --exited while alice waits: %v", err)
+	}
+	if _, err := h.client().PruneJobs(ctxT(t), api.PruneJobsParams{}); err != nil {
+		t.Fatalf("root's jobs prune while alice waits: %v", err)
 	}
 }
 

@@ -15,8 +15,16 @@ const maxRmNames = 10000
 
 // rm forgets exited processes: one by name (answered with its Process),
 // several by names, or every exited process the caller may remove (both
-// answered with what was removed and what was not, and why).
+// answered with what was removed and what was not, and why). It is bulk
+// work, in one of the caller's turns: one call may remove thousands of
+// records with their logs, so it waits for the caller's share of the
+// daemon's CPU and is charged to it.
 func (d *Daemon) rm(c *call) (any, error) {
+	_, leave, err := d.enterBulk(c)
+	if err != nil {
+		return nil, err
+	}
+	defer leave()
 	var p api.RmParams
 	if err := c.decode(&p); err != nil {
 		return nil, err
