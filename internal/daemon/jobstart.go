@@ -64,7 +64,8 @@ func (d *Daemon) plan(ctx context.Context) (plan placement.Plan, room *procRoom,
 		return plan, nil, false
 	}
 	defer slot.Leave()
-	snap, queue, room := d.placementInput(time.Now())
+	snap, queue, room := d.placementInput(time.Now(), d.sched.queue)
+	d.sched.queue = queue
 	if waits, stale := staleWaits(d.gpuView(), queue); stale {
 		d.sched.reasons.Store(&waitReasons{byID: waits})
 		d.leases.setReasons(waits)

@@ -23,8 +23,9 @@ const (
 // latest GPU sample, the process table, the jobs, the leases and the thaws
 // admitted but not yet seen on the GPUs. The queue leaves out the jobs of
 // users at --max-procs-per-user: room says why they wait, and counts the
-// pass's starts against the cap.
-func (d *Daemon) placementInput(now time.Time) (placement.Snapshot, []placement.Job, *procRoom) {
+// pass's starts against the cap. The queue is built in buf's array when it
+// is large enough.
+func (d *Daemon) placementInput(now time.Time, buf []placement.Job) (placement.Snapshot, []placement.Job, *procRoom) {
 	gv := d.gpuView()
 	tv := d.table.View()
 	jobs := d.jobs.View()
@@ -34,9 +35,9 @@ func (d *Daemon) placementInput(now time.Time) (placement.Snapshot, []placement.
 			active[j.Proc] = j
 		}
 	}
-	byID := make(map[string]proctable.Record, len(tv.Records))
-	for _, r := range tv.Records {
-		byID[r.ID] = r
+	byID := make(map[string]*proctable.Record, len(tv.Records))
+	for i := range tv.Records {
+		byID[tv.Records[i].ID] = &tv.Records[i]
 	}
 	gpus := make([]placement.GPU, len(gv.devices))
 	at := map[string]int{}
@@ -142,7 +143,7 @@ func (d *Daemon) placementInput(now time.Time) (placement.Snapshot, []placement.
 	}
 
 	room := d.newProcRoom(tv, jobs)
-	queue := make([]placement.Job, 0, len(jobs))
+	queue := slices.Grow(buf[:0], len(jobs))
 	for _, j := range jobs {
 		if j.State == api.JobQueued && !room.hold(j) {
 			queue = append(queue, placement.Job{ID: j.ID, Owner: j.Owner.User, Priority: j.Priority, Seq: j.Seq << seqShift,

@@ -20,6 +20,9 @@ type scheduler struct {
 	dirty   atomic.Bool                 // something placement reads changed since the last pass began
 	reasons atomic.Pointer[waitReasons] // why each queued job waited in the last pass
 	passes  atomic.Uint64
+	// queue is the last pass's queue, whose array the next reuses: passes
+	// run one at a time, and a long queue is megabytes a pass.
+	queue []placement.Job
 
 	mu        sync.Mutex
 	peaks     map[string]map[string]uint64 // process record id -> GPU UUID -> peak MiB
