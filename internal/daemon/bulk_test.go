@@ -3,12 +3,19 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpusched/gpusched/internal/bulkgate"
 	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/logfile"
 	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -141,5 +148,56 @@ func waitQueued(t *testing.T, g *bulkgate.Gate, n int) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d wait at the bulk gate, want %d", g.Waiting(), n)
 		}
+	}
+}
+
+// TestLogsReplyCostsOneCopy: a `logs` reply of a MiB is encoded into one
+// allocation of its size and written to the connection from there: it
+// costs the daemon about one reply's worth of allocation, not the four of
+// gathering it by doublings and copying it into the line's buffer; and the
+// line arrives whole.
+func TestLogsReplyCostsOneCopy(t *testing.T) {
+	lines := make([]string, logfile.MaxTailLines)
+	for i := range lines {
+		lines[i] = fmt.Sprintf("line %09d", i)
+	}
+	res := api.LogsResult{Name: "job", Lines: lines}
+	want, err := encodeResult(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = append(append([]byte(`{"id":1,"ok":true,"result":`), want...), "}\n"...)
+	conn, peer := net.Pipe()
+	defer conn.Close()
+	got := make(chan []byte, 1)
+	go func() {
+		h := sha256.New()
+		io.Copy(h, peer)
+		got <- h.Sum(nil)
+	}()
+	slot, err := bulkgate.New(1).Enter(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newLineWriter(conn, 32<<10)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	raw, err := encodeLogs(context.Background(), slot, res)
+	if err == nil {
+		err = w.response(json.RawMessage("1"), raw, nil)
+	}
+	runtime.ReadMemStats(&after)
+	slot.Leave()
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	if sum := sha256.Sum256(want); !bytes.Equal(<-got, sum[:]) {
+		t.Fatal("the line written differs from the reply encoded whole")
+	}
+	if grew := after.TotalAlloc - before.TotalAlloc; raceEnabled {
+		t.Log("the race detector allocates on its own: allocation not checked")
+	} else if grew > uint64(len(want))*3/2 {
+		t.Fatalf("a reply of %d KiB allocated %d KiB to encode and write", len(want)>>10, grew>>10)
 	}
 }

@@ -79,8 +79,9 @@ func (w *lineWriter) response(id json.RawMessage, result any, e *api.Error) erro
 		}
 		if raw, ok := result.(encoded); ok {
 			w.buf.WriteString(`,"result":`)
-			w.buf.Write(raw)
-		} else if result != nil {
+			return w.flushAround(raw)
+		}
+		if result != nil {
 			w.buf.WriteString(`,"result":`)
 			if err := w.enc.Encode(result); err != nil {
 				return err
@@ -116,6 +117,21 @@ const maxKeptLine = 64 << 10
 func (w *lineWriter) flush() error {
 	defer w.dropLarge()
 	_ = w.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+	return w.send(true)
+}
+
+// flushAround ends the line begun in the buffer with raw and "}\n" and
+// writes it through, raw passed on to the connection as it is: a `logs`
+// reply of a MiB, already encoded, is not copied into the buffer again.
+func (w *lineWriter) flushAround(raw encoded) error {
+	_ = w.conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if err := w.send(false); err != nil {
+		return err
+	}
+	if _, err := w.bw.Write(raw); err != nil {
+		return &peerGoneError{err}
+	}
+	w.buf.WriteString("}\n")
 	return w.send(true)
 }
 
