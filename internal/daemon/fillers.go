@@ -163,11 +163,11 @@ func (s *fillerSet) nextToken() uint64 {
 func (s *fillerSet) pids() map[int]string {
 	out := map[int]string{}
 	for _, f := range s.all() {
-		s := f.look()
-		if s.helper != nil {
-			out[s.helper.PID()] = s.rec.UUID
-		} else if s.rec.PID > 0 {
-			out[s.rec.PID] = s.rec.UUID
+		seen := f.look()
+		if seen.helper != nil {
+			out[seen.helper.PID()] = seen.rec.UUID
+		} else if seen.rec.PID > 0 {
+			out[seen.rec.PID] = seen.rec.UUID
 		}
 	}
 	return out
