@@ -367,7 +367,7 @@ func (d *Daemon) methodTable() map[string]method {
 		api.MethodKill:           {unary: d.kill},
 		api.MethodStatus:         {unary: d.status, turn: true},
 		api.MethodPS:             {unary: d.ps, turn: true},
-		api.MethodRm:             {unary: d.rm}, // its own turn, as bulk work
+		api.MethodRm:             {unary: d.rm, bulk: true},
 		api.MethodGPUs:           {unary: d.listGPUs, turn: true},
 		api.MethodFreeze:         {unary: d.freeze},
 		api.MethodThaw:           {unary: d.thaw},
@@ -382,12 +382,12 @@ func (d *Daemon) methodTable() map[string]method {
 		api.MethodLogs:           {stream: d.logs},
 		api.MethodWait:           {stream: d.wait},
 		api.MethodEvents:         {stream: d.subscribe},
-		api.MethodSubmit:         {unary: d.submit, admit: d.atJobCap}, // its own turn, as bulk work
+		api.MethodSubmit:         {unary: d.submit, admit: d.atJobCap, bulk: true},
 		api.MethodJobs:           {unary: d.listJobs, turn: true},
 		api.MethodJob:            {unary: d.job, turn: true},
 		api.MethodCancel:         {unary: d.cancel},
 		api.MethodJobWait:        {stream: d.jobWait},
-		api.MethodPruneJobs:      {unary: d.pruneJobs}, // its own turn, as bulk work
+		api.MethodPruneJobs:      {unary: d.pruneJobs, bulk: true},
 		api.MethodAcquire:        {stream: d.acquire},
 		api.MethodRelease:        {unary: d.release},
 		api.MethodLeases:         {unary: d.listLeases, turn: true},

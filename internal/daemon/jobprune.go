@@ -11,11 +11,6 @@ import (
 // user's) and lists them, each command cut (listReply). It is bulk work,
 // as rm is.
 func (d *Daemon) pruneJobs(c *call) (any, error) {
-	_, leave, err := d.enterBulk(c)
-	if err != nil {
-		return nil, err
-	}
-	defer leave()
 	var p api.PruneJobsParams
 	if err := c.decode(&p); err != nil {
 		return nil, err

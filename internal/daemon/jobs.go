@@ -24,11 +24,6 @@ const (
 // files for one call of a megabyte), so it waits for the caller's share of
 // the daemon's CPU and is charged to it.
 func (d *Daemon) submit(c *call) (any, error) {
-	_, leave, err := d.enterBulk(c)
-	if err != nil {
-		return nil, err
-	}
-	defer leave()
 	var p api.SubmitParams
 	if err := c.decode(&p); err != nil {
 		return nil, err

@@ -20,11 +20,6 @@ const maxRmNames = 10000
 // records with their logs, so it waits for the caller's share of the
 // daemon's CPU and is charged to it.
 func (d *Daemon) rm(c *call) (any, error) {
-	_, leave, err := d.enterBulk(c)
-	if err != nil {
-		return nil, err
-	}
-	defer leave()
 	var p api.RmParams
 	if err := c.decode(&p); err != nil {
 		return nil, err

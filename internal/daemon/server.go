@@ -70,6 +70,10 @@ type method struct {
 	unary  handler
 	stream streamHandler
 	turn   bool // a quick call: a non-root user waits for a turn (limits.Turns) before it is answered
+	// bulk: the call is bulk work (a submission, a removal: thousands of
+	// files for one call), in one of its user's turns, under the bulk
+	// gate and charged to --max-cpu-per-user (enterBulk).
+	bulk bool
 	// admit, when set, refuses a caller whose caps refuse the call
 	// whatever its params say, before they are decoded: a user at its cap
 	// who sends commands of 256 KiB costs the daemon no decoding of them.
@@ -244,15 +248,26 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 }
 
 // answerUnary answers a unary call; a quick one, handler and reply both,
-// in one of its user's turns.
+// in one of its user's turns; bulk work's handler in a turn and a slot of
+// the bulk gate, given back before the reply, which a long listing writes
+// in slots of its own.
 func (d *Daemon) answerUnary(w *lineWriter, c *call, id json.RawMessage, m method) error {
 	defer traceCall(c.ctx, c.method)()
-	if m.turn {
+	switch {
+	case m.turn:
 		release, err := d.turns.Take(c.ctx, c.actor.UID)
 		if err != nil {
 			return err // shutting down
 		}
 		defer release()
+	case m.bulk:
+		_, leave, err := d.enterBulk(c)
+		if err != nil {
+			return d.answer(w, c, id, nil, err)
+		}
+		res, err := m.unary(c)
+		leave()
+		return d.answer(w, c, id, res, err)
 	}
 	res, err := m.unary(c)
 	return d.answer(w, c, id, res, err)
