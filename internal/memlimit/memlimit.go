@@ -45,13 +45,13 @@ func Start() {
 }
 
 // afterNextGC has tune run once the collector has found a fresh object
-// unreachable (its cleanup runs after the cycle that freed it), and then
-// arms itself again: an idle daemon, which does not collect, does not
-// wake for this.
+// unreachable (its cleanup runs after the cycle that freed it), arming
+// itself again first, so that a collection that follows the tune is seen
+// too: an idle daemon, which does not collect, does not wake for this.
 func afterNextGC() {
 	runtime.AddCleanup(&sentinel{}, func(struct{}) {
-		tune()
 		afterNextGC()
+		tune()
 	}, struct{}{})
 }
 
