@@ -150,3 +150,40 @@ func TestStatPathOfSelfThroughHostProc(t *testing.T) {
 		t.Errorf("ReadStat(self) = %+v, %v", st, err)
 	}
 }
+
+// TestParseBootOffset: timens_offsets as the kernel prints it
+// (kernel/time/namespace.c, show_offset: "%-10s %10lld %9ld\n").
+func TestParseBootOffset(t *testing.T) {
+	for _, c := range []struct {
+		name, in string
+		want     int64
+	}{
+		{"host", "monotonic           0         0\nboottime            0         0\n", 0},
+		{"restored", "monotonic        -120         0\nboottime         3600 500000000\n", 360050},
+		{"behind", "boottime           -2 990000000\nmonotonic           0         0\n", -101},
+		{"no boottime", "monotonic           7         0\n", 0},
+		{"malformed", "boottime x 0\n", 0},
+		{"empty", "", 0},
+	} {
+		if got := parseBootOffset([]byte(c.in)); got != c.want {
+			t.Errorf("%s: %d ticks, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+// TestStatParsingAllocatesNothing: stat is read for every peer and every
+// liveness check; its fields are not gathered into a slice of all 52.
+func TestStatParsingAllocatesNothing(t *testing.T) {
+	line := []byte("42 (simjob) S 1 42 42 0 -1 4194560 131 0 0 0 0 0 0 0 20 0 1 0 987654 4321 55 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n")
+	offsets := []byte("monotonic           0         0\nboottime         3600 500000000\n")
+	if n := testing.AllocsPerRun(100, func() {
+		if s, err := parseStat(42, line); err != nil || s.StartTime != 987654 {
+			t.Fatalf("%+v, %v", s, err)
+		}
+		if parseBootOffset(offsets) != 360050 {
+			t.Fatal("offset misread")
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations a parse", n)
+	}
+}

@@ -50,9 +50,9 @@ func parseStat(pid int, b []byte) (Stat, error) {
 	if i < 0 || i+2 >= len(b) {
 		return Stat{}, fmt.Errorf("pid %d: malformed stat", pid)
 	}
-	f := bytes.Fields(b[i+2:])
 	// f[0] is field 3 (state); starttime is field 22, so f[19].
-	if len(f) < 20 || len(f[0]) != 1 {
+	var f [20][]byte
+	if fields(b[i+2:], f[:]) < len(f) || len(f[0]) != 1 {
 		return Stat{}, fmt.Errorf("pid %d: malformed stat", pid)
 	}
 	s := Stat{PID: pid, State: f[0][0]}
@@ -86,4 +86,24 @@ func StartTime(pid int) (uint64, error) {
 func Alive(pid int, start uint64) bool {
 	s, err := ReadStat(pid)
 	return err == nil && s.StartTime == start && !s.Exited()
+}
+
+// fields splits b at runs of ASCII spaces, tabs and newlines into f, as
+// many fields as f holds, and says how many it found (at most len(f)):
+// bytes.Fields, without allocating the slice of all of them.
+func fields(b []byte, f [][]byte) int {
+	n := 0
+	for n < len(f) {
+		b = bytes.TrimLeft(b, " \t\n")
+		if len(b) == 0 {
+			break
+		}
+		end := bytes.IndexAny(b, " \t\n")
+		if end < 0 {
+			end = len(b)
+		}
+		f[n], b = b[:end], b[end:]
+		n++
+	}
+	return n
 }

@@ -1,10 +1,8 @@
 package procfs
 
 import (
-	"bufio"
 	"bytes"
 	"strconv"
-	"strings"
 )
 
 // clockTicks is USER_HZ, the unit of start times in /proc/<pid>/stat
@@ -25,12 +23,17 @@ func bootOffsetTicks() int64 {
 	if err != nil {
 		return 0
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 3 && f[0] == "boottime" {
-			secs, err1 := strconv.ParseInt(f[1], 10, 64)
-			nsecs, err2 := strconv.ParseInt(f[2], 10, 64)
+	return parseBootOffset(b)
+}
+
+// parseBootOffset takes the boot-time offset out of timens_offsets
+// ("boottime <secs> <nsecs>" among the clocks' lines), in clock ticks.
+func parseBootOffset(b []byte) int64 {
+	for line := range bytes.Lines(b) {
+		var f [4][]byte
+		if fields(line, f[:]) == 3 && string(f[0]) == "boottime" {
+			secs, err1 := strconv.ParseInt(string(f[1]), 10, 64)
+			nsecs, err2 := strconv.ParseInt(string(f[2]), 10, 64)
 			if err1 == nil && err2 == nil {
 				return secs*clockTicks + nsecs/(1e9/clockTicks)
 			}
