@@ -20,6 +20,10 @@ const lineBufferBytes = 64 << 10
 // benchmark's flood, and the collections that went with it.
 var longLines = sync.Pool{New: func() any { return new([]byte) }}
 
+// lineBuffers holds the read buffers of connections that ended: each
+// command of the CLI is a connection of its own.
+var lineBuffers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, lineBufferBytes) }}
+
 // lineTooLong is a request line over api.MaxLineBytes; it was skipped.
 type lineTooLong struct{ n int }
 
@@ -34,7 +38,9 @@ type lineReader struct {
 }
 
 func newLineReader(rd io.Reader) *lineReader {
-	return &lineReader{r: bufio.NewReaderSize(rd, lineBufferBytes)}
+	r := lineBuffers.Get().(*bufio.Reader)
+	r.Reset(rd)
+	return &lineReader{r: r}
 }
 
 // next returns the next line without its newline; it is valid until the
@@ -86,4 +92,12 @@ func (lr *lineReader) release() {
 		longLines.Put(lr.long)
 		lr.long = nil
 	}
+}
+
+// close gives the reader's buffers back; lr is not used after it.
+func (lr *lineReader) close() {
+	lr.release()
+	lr.r.Reset(nil)
+	lineBuffers.Put(lr.r)
+	lr.r = nil
 }

@@ -143,7 +143,8 @@ func refuse(c net.Conn, err error) {
 // gone cancels it.
 func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 	defer c.Close()
-	w := newLineWriter(c, 32<<10)
+	w := newConnWriter(c)
+	defer w.close()
 	a, err := peerActor(c, &d.names)
 	if err != nil {
 		d.log.Warn("peer credentials", zap.Error(err))
@@ -154,7 +155,7 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 	scope := &connScope{}
 	defer scope.close()
 	r := newLineReader(&stallReader{c: c})
-	defer r.release()
+	defer r.close()
 	var stream *activeStream
 	for {
 		line, err := r.next()
