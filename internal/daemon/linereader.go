@@ -10,8 +10,12 @@ import (
 )
 
 // lineBufferBytes is a connection's read buffer: a request line that fits
-// is read in place; a longer one is gathered in a buffer from longLines.
-const lineBufferBytes = 64 << 10
+// (most are a few hundred bytes) is read in place; a longer one is
+// gathered in a buffer from longLines. A connection holds it for its life:
+// at 64 KiB, as it was, the idle connections of a user's share cost the
+// daemon 96 KiB each with the write buffer, and a call per connection (the
+// CLI; refused streams, retried) as much in allocation.
+const lineBufferBytes = 4 << 10
 
 // longLines holds the buffers of request lines longer than lineBufferBytes
 // for reuse. Gathered afresh each time, a caller's runs with 250 KiB
@@ -19,10 +23,6 @@ const lineBufferBytes = 64 << 10
 // (append's doubling): over half of all it allocated under the fairness
 // benchmark's flood, and the collections that went with it.
 var longLines = sync.Pool{New: func() any { return new([]byte) }}
-
-// lineBuffers holds the read buffers of connections that ended: each
-// command of the CLI is a connection of its own.
-var lineBuffers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, lineBufferBytes) }}
 
 // lineTooLong is a request line over api.MaxLineBytes; it was skipped.
 type lineTooLong struct{ n int }
@@ -38,9 +38,7 @@ type lineReader struct {
 }
 
 func newLineReader(rd io.Reader) *lineReader {
-	r := lineBuffers.Get().(*bufio.Reader)
-	r.Reset(rd)
-	return &lineReader{r: r}
+	return &lineReader{r: bufio.NewReaderSize(rd, lineBufferBytes)}
 }
 
 // next returns the next line without its newline; it is valid until the
@@ -92,12 +90,4 @@ func (lr *lineReader) release() {
 		longLines.Put(lr.long)
 		lr.long = nil
 	}
-}
-
-// close gives the reader's buffers back; lr is not used after it.
-func (lr *lineReader) close() {
-	lr.release()
-	lr.r.Reset(nil)
-	lineBuffers.Put(lr.r)
-	lr.r = nil
 }

@@ -143,8 +143,7 @@ func refuse(c net.Conn, err error) {
 // gone cancels it.
 func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 	defer c.Close()
-	w := newConnWriter(c)
-	defer w.close()
+	w := newLineWriter(c, connWriteBytes)
 	a, err := peerActor(c, &d.names)
 	if err != nil {
 		d.log.Warn("peer credentials", zap.Error(err))
@@ -155,7 +154,7 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 	scope := &connScope{}
 	defer scope.close()
 	r := newLineReader(&stallReader{c: c})
-	defer r.close()
+	defer r.release()
 	var stream *activeStream
 	for {
 		line, err := r.next()

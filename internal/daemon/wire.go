@@ -22,42 +22,19 @@ type lineWriter struct {
 	enc  *json.Encoder
 }
 
+// connWriteBytes is a served connection's write buffer. Every line is
+// written through at its end (a stream's events as they come), so the
+// buffer only joins a line's pieces; a larger piece goes to the
+// connection directly.
+const connWriteBytes = 4 << 10
+
 // newLineWriter buffers size bytes of c's lines (longer ones are written
 // through).
 func newLineWriter(c net.Conn, size int) *lineWriter {
-	return lineWriterOn(c, bufio.NewWriterSize(c, size))
-}
-
-func lineWriterOn(c net.Conn, bw *bufio.Writer) *lineWriter {
-	w := &lineWriter{conn: c, bw: bw}
+	w := &lineWriter{conn: c, bw: bufio.NewWriterSize(c, size)}
 	w.enc = json.NewEncoder(&w.buf)
 	w.enc.SetEscapeHTML(false)
 	return w
-}
-
-// connWriteBytes is the write buffer of a served connection.
-const connWriteBytes = 32 << 10
-
-// connWriters holds the write buffers of connections that ended: each
-// command of the CLI is a connection of its own.
-var connWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, connWriteBytes) }}
-
-// newConnWriter is a line writer for a served connection, its buffer from
-// connWriters; close gives it back.
-func newConnWriter(c net.Conn) *lineWriter {
-	bw := connWriters.Get().(*bufio.Writer)
-	bw.Reset(c)
-	return lineWriterOn(c, bw)
-}
-
-// close gives the buffer of a writer from newConnWriter back, what it
-// held unwritten dropped; w is not used after it.
-func (w *lineWriter) close() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.bw.Reset(nil)
-	connWriters.Put(w.bw)
-	w.bw = nil
 }
 
 // encoded is a result already encoded as one compact JSON value (by
