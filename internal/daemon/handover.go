@@ -28,7 +28,7 @@ func (d *Daemon) fillerReserve(f *filler) uint64 {
 	gv := d.gpuView()
 	dev, _ := gv.device(uuid)
 	reserve := f.reservePending()
-	for _, j := range d.jobs.View() {
+	for _, j := range d.jobs.Active() {
 		if j.Owner.UID != uid || j.State != api.JobStarting && j.State != api.JobRunning {
 			continue
 		}

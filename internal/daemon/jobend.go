@@ -19,7 +19,7 @@ import (
 // level-triggered, so it also settles what happened while the daemon was
 // down.
 func (d *Daemon) reconcileJobs() {
-	for _, j := range d.jobs.View() {
+	for _, j := range d.jobs.Active() {
 		d.reconcileJob(j)
 	}
 }

@@ -44,12 +44,13 @@ func (d *Daemon) atJobCap(a actor) error {
 	return limits.Check(a.UID, a.User, d.unfinishedJobs(a.UID), limit, flagJobs, jobsWhat)
 }
 
-// unfinishedJobs counts uid's unfinished jobs in the queue's view.
+// unfinishedJobs counts uid's unfinished jobs, from the queue's counts:
+// a user at the cap who submits in a loop costs no walk of the queue.
 func (d *Daemon) unfinishedJobs(uid uint32) int {
 	n := 0
-	for _, j := range d.jobs.View() {
-		if j.Owner.UID == uid && !j.State.Terminal() {
-			n++
+	for s, k := range d.jobs.States()[uid] {
+		if !s.Terminal() {
+			n += k
 		}
 	}
 	return n

@@ -92,8 +92,8 @@ func (d *Daemon) onSample() {
 func (d *Daemon) observe(gv *gpuView) {
 	active := map[string]*jobqueue.Job{}
 	if d.jobs != nil {
-		for _, j := range d.jobs.View() {
-			if j.Active() && j.Proc != "" {
+		for _, j := range d.jobs.Active() {
+			if j.Proc != "" {
 				active[j.Proc] = j
 			}
 		}

@@ -159,13 +159,9 @@ func (d *Daemon) statusLine() string {
 		line += " (" + strings.Join(parts, ", ") + ")"
 	}
 	queued, running := 0, 0
-	for _, j := range d.jobs.View() {
-		switch j.State {
-		case api.JobQueued:
-			queued++
-		case api.JobStarting, api.JobRunning:
-			running++
-		}
+	for _, byState := range d.jobs.States() {
+		queued += byState[api.JobQueued]
+		running += byState[api.JobStarting] + byState[api.JobRunning]
 	}
 	return fmt.Sprintf("%s; jobs: %d queued, %d running; %s, %s", line, queued, running,
 		api.Plural(len(d.leases.granted()), "lease", "leases"), api.Plural(len(d.fillersAPI()), "filler", "fillers"))

@@ -34,10 +34,11 @@ type Queue struct {
 	view    atomic.Pointer[view]
 }
 
-// view is what View and States read.
+// view is what View, States and Active read.
 type view struct {
 	jobs   []*Job                          // sorted by Seq; entries never modified
 	states map[uint32]map[api.JobState]int // each owner's jobs by state
+	active []*Job                          // the jobs with a current attempt, sorted by Seq
 }
 
 // storeLocked publishes jobs, sorted by Seq, as the view: the last one
@@ -72,7 +73,26 @@ func (q *Queue) storeLocked(jobs, gone, added []*Job) {
 			delete(states, uid)
 		}
 	}
-	q.view.Store(&view{jobs: jobs, states: states})
+	q.view.Store(&view{jobs: jobs, states: states, active: activeAfter(q.view.Load().active, gone, added)})
+}
+
+// activeAfter is the active jobs of the last view with gone taken out and
+// the active ones of added put in: what the jobs with a current attempt
+// (a few per GPU) cost, not the whole queue.
+func activeAfter(last, gone, added []*Job) []*Job {
+	out := make([]*Job, 0, len(last)+len(added))
+	for _, j := range last {
+		if !slices.Contains(gone, j) {
+			out = append(out, j)
+		}
+	}
+	for _, j := range added {
+		if j.Active() {
+			out = append(out, j)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Job) int { return cmpSeq(a.Seq, b.Seq) })
+	return out
 }
 
 // New creates an empty queue writing through st; onChange may be nil.
@@ -90,6 +110,11 @@ func (q *Queue) View() []*Job { return q.view.Load().jobs }
 // read only. A caller's own counts cost what the number of owners costs,
 // not what the whole queue does.
 func (q *Queue) States() map[uint32]map[api.JobState]int { return q.view.Load().states }
+
+// Active is every job with a current attempt (Job.Active) in submission
+// order, without locking: a loop over running work that does not walk the
+// queued jobs. The jobs must not be modified.
+func (q *Queue) Active() []*Job { return q.view.Load().active }
 
 // Get finds a job by name (the newest of that name), else by id.
 func (q *Queue) Get(nameOrID string) (*Job, bool) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -25,6 +26,28 @@ func counted(q *jobqueue.Queue) map[uint32]map[api.JobState]int {
 	return out
 }
 
+// sameActive fails t unless Active is View's jobs with a current
+// attempt, in order.
+func sameActive(t interface{ Fatalf(string, ...any) }, what string, q *jobqueue.Queue) {
+	var want []*jobqueue.Job
+	for _, j := range q.View() {
+		if j.Active() {
+			want = append(want, j)
+		}
+	}
+	if !slices.Equal(q.Active(), want) {
+		t.Fatalf("%s: Active %v, the active jobs of View %v", what, ids(q.Active()), ids(want))
+	}
+}
+
+func ids(jobs []*jobqueue.Job) []string {
+	out := []string{}
+	for _, j := range jobs {
+		out = append(out, j.ID+":"+string(j.State))
+	}
+	return out
+}
+
 func sameStates(t interface{ Fatalf(string, ...any) }, what string, got, want map[uint32]map[api.JobState]int) {
 	if len(got) != len(want) {
 		t.Fatalf("%s: States %v, counted over View %v", what, got, want)
@@ -36,11 +59,12 @@ func sameStates(t interface{ Fatalf(string, ...any) }, what string, got, want ma
 	}
 }
 
-// TestStatesMatchView: after any sequence of submissions, state changes
-// and removals by several owners, and after a reload, States is what
-// counting View gives.
-func TestStatesMatchView(t *testing.T) {
-	states := []api.JobState{api.JobQueued, api.JobRunning, api.JobDone, api.JobFailed, api.JobCancelled}
+// TestStatesAndActiveMatchView: after any sequence of submissions, state
+// changes and removals by several owners, and after a reload, States is
+// what counting View gives, and Active is View's jobs with a current
+// attempt.
+func TestStatesAndActiveMatchView(t *testing.T) {
+	states := []api.JobState{api.JobQueued, api.JobStarting, api.JobRunning, api.JobPreempted, api.JobDone, api.JobFailed, api.JobCancelled}
 	rapid.Check(t, func(rt *rapid.T) {
 		dir := filepath.Join(t.TempDir(), "jobs")
 		st, err := store.OpenRecords(dir)
@@ -76,11 +100,13 @@ func TestStatesMatchView(t *testing.T) {
 				}
 			}
 			sameStates(rt, fmt.Sprintf("step %d", i), q.States(), counted(q))
+			sameActive(rt, fmt.Sprintf("step %d", i), q)
 		}
 		again := jobqueue.New(st, nil)
 		if _, err := again.Load(); err != nil {
 			rt.Fatalf("Load: %v", err)
 		}
 		sameStates(rt, "reloaded", again.States(), counted(q))
+		sameActive(rt, "reloaded", again)
 	})
 }
