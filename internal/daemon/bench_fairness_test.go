@@ -24,7 +24,7 @@ import (
 )
 
 // BenchmarkFairness runs a fixed workload as one unprivileged user (status,
-// run, freeze and thaw, logs -f: fairload victim) three times on one
+// connect, run, freeze and thaw, logs -f: fairload victim) three times on one
 // daemon: alone; while a second unprivileged user keeps the CPUs busy
 // without calling the daemon (fairload burn: the control, what the
 // machine's CPU scheduler alone costs the victim); and while that user
@@ -82,7 +82,7 @@ func BenchmarkFairness(b *testing.B) {
 		tally, hostileCPU := stopFlood()
 		b.Logf("hostile: %s", strings.Join(tally, "; "))
 		b.Logf("%-12s %-24s | %-24s | %s", "", "alone", "the hostile user burning CPU", "the hostile user flooding the daemon")
-		for _, op := range []string{"status", "run", "freeze+thaw", "logs-f"} {
+		for _, op := range []string{"status", "connect", "run", "freeze+thaw", "logs-f"} {
 			b.Logf("%-12s p50 %7.2f p99 %7.2f ms | p50 %7.2f p99 %7.2f ms | p50 %7.2f p99 %7.2f ms", op,
 				calm[op].P50, calm[op].P99, busy[op].P50, busy[op].P99, stormy[op].P50, stormy[op].P99)
 		}
@@ -93,6 +93,7 @@ func BenchmarkFairness(b *testing.B) {
 		b.ReportMetric(stormy["status"].P99, "status-p99-hostile-ms")
 		b.ReportMetric(stormy["status"].P99/calm["status"].P99, "status-p99-x")
 		b.ReportMetric(stormy["status"].P99/busy["status"].P99, "status-p99-x-burn")
+		b.ReportMetric(stormy["connect"].P99/calm["connect"].P99, "connect-p99-x")
 		b.ReportMetric(calm["run"].P50, "run-p50-alone-ms")
 		b.ReportMetric(busy["run"].P50, "run-p50-burn-ms")
 		b.ReportMetric(stormy["run"].P50, "run-p50-hostile-ms")

@@ -30,6 +30,7 @@ func hostile(args []string) {
 		jobs        = fs.Int("jobs", 20000, "jobs to queue")
 		readers     = fs.Int("readers", 4, "callers asking for every line of a 60 MiB log of newlines, in a loop")
 		pollers     = fs.Int("pollers", 0, "callers asking for status, a quick call, in a loop")
+		churners    = fs.Int("churners", 0, "callers opening a connection, saying hello and closing it, in a loop, never pausing")
 		cmdBytes    = fs.Int("cmd-bytes", 250<<10, "bytes of command line per process record")
 		jobBytes    = fs.Int("job-cmd-bytes", 100, "bytes of command line per job: small, so that the queue reaches its cap (10,000 by default) in batches of 1,000")
 	)
@@ -50,6 +51,7 @@ func hostile(args []string) {
 		{"fill", func(ctx context.Context, s func()) { f.fillFlood(ctx, s) }},
 		{"reads", func(ctx context.Context, s func()) { f.readFlood(ctx, *readers, s) }},
 		{"polls", func(ctx context.Context, s func()) { f.pollFlood(ctx, *pollers, s) }},
+		{"churns", func(ctx context.Context, s func()) { f.churnFlood(ctx, *churners, s) }},
 	}
 	var all sync.WaitGroup
 	for _, fl := range floods {
@@ -75,7 +77,7 @@ func hostile(args []string) {
 	first.Wait()
 	fmt.Println("flooding")
 	all.Wait()
-	for _, name := range []string{"metrics", "procs", "follows", "jobs", "leases", "fill", "reads", "polls", "conns"} {
+	for _, name := range []string{"metrics", "procs", "follows", "jobs", "leases", "fill", "reads", "polls", "churns", "conns"} {
 		t := f.tally(name)
 		fmt.Printf("%s: %d granted, %d refused\n", name, t.granted.Load(), t.refused.Load())
 	}
@@ -400,6 +402,28 @@ func (f *flooder) pollFlood(ctx context.Context, n int, started func()) {
 				if !t.count(err) && !errors.Is(err, context.Canceled) {
 					pause(ctx)
 				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// churnFlood opens connections from n callers, each in a loop without a
+// pause, saying hello on each and closing it: what a shell loop of CLI
+// calls does, as fast as the daemon accepts.
+func (f *flooder) churnFlood(ctx context.Context, n int, started func()) {
+	t := f.tally("churns")
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				c, err := f.dial(ctx)
+				if err == nil {
+					_, err = c.Hello(ctx)
+					c.Close()
+				}
+				started()
+				t.count(err)
 			}
 		})
 	}

@@ -10,8 +10,8 @@
 //
 //	fairload victim -socket S
 //
-// runs a fixed workload (status, run, freeze and thaw, logs -f) and prints
-// each operation's latencies as one JSON line.
+// runs a fixed workload (status, connect, run, freeze and thaw, logs -f)
+// and prints each operation's latencies as one JSON line.
 //
 //	fairload burn
 //

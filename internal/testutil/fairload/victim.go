@@ -29,8 +29,9 @@ type Op struct {
 }
 
 // victim runs the fixed workload of a well-behaved user and prints its
-// latencies: status on one connection, run of a sleeping process, a freeze
-// and thaw of a simulated GPU job, and logs -f until the first line.
+// latencies: status on one connection, hello on a connection of its own,
+// run of a sleeping process, a freeze and thaw of a simulated GPU job, and
+// logs -f until the first line.
 func victim(args []string) {
 	fs := flag.NewFlagSet("victim", flag.ExitOnError)
 	var (
@@ -38,6 +39,7 @@ func victim(args []string) {
 		simjob   = fs.String("simjob", "", "gpusched-simjob binary")
 		statuses = fs.Int("status", 2000, "status calls")
 		every    = fs.Duration("status-every", time.Millisecond, "pause between status calls, so that they sample the whole of a flood's first seconds (0: back to back, in about 50 ms)")
+		connects = fs.Int("connects", 200, "calls on a connection of their own (dial, hello, close), as each CLI command makes")
 		runs     = fs.Int("runs", 20, "runs")
 		swaps    = fs.Int("swaps", 10, "freeze and thaw round trips")
 		follows  = fs.Int("follows", 20, "logs -f calls")
@@ -59,6 +61,15 @@ func victim(args []string) {
 		return err
 	}))
 	ops[0].Times = spans
+	ops = append(ops, timed("connect", *connects, *every, func(int) error {
+		c, err := api.Dial(ctx, *socket)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Hello(ctx)
+		return err
+	}))
 	ops = append(ops, timed("run", *runs, 0, func(i int) error {
 		_, err := c.Run(ctx, api.RunParams{Name: fmt.Sprintf("victim-%d", i), Cmd: []string{"sleep", "100000"}, Dir: "/"})
 		return err
