@@ -53,6 +53,9 @@ func (d *Daemon) reconcileJob(j *jobqueue.Job) {
 			cur.Current().Preempted++
 			cur.PreemptedAt = time.Now()
 		})
+	case j.State == api.JobPreempted && rec.State == api.StateThawing:
+		// Being thawed back: preempted until its process runs, when its
+		// preempted_by is cleared above, in the same pass.
 	case onGPU(rec.State) && j.State != api.JobRunning:
 		d.setJobState(j, api.JobRunning, func(cur *jobqueue.Job) {
 			if !cur.PreemptedAt.IsZero() {
