@@ -63,14 +63,15 @@ bench-sdk: build
 demo:
 	scripts/demo.sh
 
-# The fuzz targets: the protocol decoder, every method's params, the jobs-file
-# parsers, the config file and the router's scan for a body's model. `make
+# The fuzz targets: the protocol decoder, every method's params, the escaping
+# of a log's bytes in a logs reply, the jobs-file parsers, the config file and
+# the router's scan for a body's model. `make
 # test` runs each for FUZZTIME=20000x (a count: a duration races the fuzzing
 # coordinator's own deadline and fails with "context deadline exceeded" on a
 # loaded machine, golang/go#75804, fixed in Go 1.27); `make fuzz` runs them
 # for FUZZTIME=2m each (any FUZZTIME works: make fuzz FUZZTIME=10m).
 FUZZTIME ?= 2m
-FUZZ_TARGETS := internal/daemon:FuzzReadRequest internal/daemon:FuzzParams \
+FUZZ_TARGETS := internal/daemon:FuzzReadRequest internal/daemon:FuzzParams internal/daemon:FuzzAppendJSONString \
 	internal/cli:FuzzParseJobsFile internal/cli:FuzzParseJobsCSV internal/config:FuzzFile \
 	internal/jobqueue:FuzzIsOOM internal/router:FuzzModelOf
 fuzz:

@@ -1,13 +1,11 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 
 	"github.com/gpusched/gpusched/internal/bulkgate"
 	"github.com/gpusched/gpusched/internal/limits"
-	"github.com/gpusched/gpusched/pkg/api"
+	"github.com/gpusched/gpusched/internal/logfile"
 )
 
 // bulkGate admits bulk work, leaving quick calls a P, and holds each user
@@ -26,50 +24,38 @@ const passUID = limits.Daemon
 // a fraction of a millisecond of work.
 const logChunk = 4096
 
-// encodedSize is about the size of res encoded: exactly, when nothing in it
-// needs escaping. The reply is gathered in one allocation of it rather than
-// in doublings, which allocated twice the reply.
-func encodedSize(res api.LogsResult) int {
-	n := len(res.Name) + 32
-	for _, l := range res.Lines {
-		n += len(l) + 3
-	}
-	return n
-}
-
-// encodeLogs encodes res as encodeResult does, its lines a chunk at a time,
-// yielding slot between chunks.
-func encodeLogs(ctx context.Context, slot *bulkgate.Slot, res api.LogsResult) (encoded, error) {
-	if res.Lines == nil {
-		return encodeResult(res) // null, as it encodes
-	}
-	var b, chunk bytes.Buffer
-	b.Grow(encodedSize(res))
-	enc := json.NewEncoder(&chunk)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(res.Name); err != nil {
+// encodeLogs encodes a logs reply of name's lines as encodeResult encodes
+// an api.LogsResult, from the bytes the tail read: into one allocation of
+// about the reply's size (gathered by doublings it allocated twice the
+// reply), with no string made of a line (their headers alone were a MiB
+// for a log of empty lines). It yields slot every logChunk lines.
+func encodeLogs(ctx context.Context, slot *bulkgate.Slot, name string, t *logfile.Tailed) (encoded, error) {
+	b := make([]byte, 0, len(name)+32+t.Bytes()+3*t.Len())
+	b = append(appendJSONString(append(b, `{"name":`...), name), `,"lines":[`...)
+	n := 0
+	err := t.Each(func(line []byte, cut bool) error {
+		if n > 0 {
+			if n%logChunk == 0 {
+				if err := slot.Yield(ctx); err != nil {
+					return err
+				}
+			}
+			b = append(b, ',')
+		}
+		n++
+		b = appendJSONEscaped(append(b, '"'), line)
+		if cut {
+			b = appendJSONEscaped(b, logfile.CutMarker)
+		}
+		b = append(b, '"')
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
-	b.WriteString(`{"name":`)
-	b.Write(bytes.TrimSuffix(chunk.Bytes(), []byte("\n")))
-	b.WriteString(`,"lines":[`)
-	for i := 0; i < len(res.Lines); i += logChunk {
-		if i > 0 {
-			if err := slot.Yield(ctx); err != nil {
-				return nil, err
-			}
-			b.WriteByte(',')
-		}
-		chunk.Reset()
-		if err := enc.Encode(res.Lines[i:min(i+logChunk, len(res.Lines))]); err != nil {
-			return nil, err
-		}
-		b.Write(chunk.Bytes()[1 : chunk.Len()-2]) // within "[" and "]\n"
+	b = append(b, ']')
+	if t.Truncated() {
+		b = append(b, `,"truncated":true`...)
 	}
-	b.WriteByte(']')
-	if res.Truncated {
-		b.WriteString(`,"truncated":true`)
-	}
-	b.WriteByte('}')
-	return encoded(b.Bytes()), nil
+	return encoded(append(b, '}')), nil
 }

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -20,17 +22,25 @@ import (
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
-// TestEncodeLogsAsEncodeResult: a logs reply encoded a chunk at a time is
-// the bytes encodeResult gives, at and around chunk boundaries, with what
-// JSON escapes (quotes, control bytes, invalid UTF-8, U+2028, HTML).
+// TestEncodeLogsAsEncodeResult: a logs reply encoded from the bytes of a
+// log's tail, a chunk at a time, is the bytes encodeResult gives for its
+// lines as strings, at and around chunk boundaries, with what JSON
+// escapes (quotes, control bytes, invalid UTF-8, U+2028, HTML) and with
+// a first line cut before the MiB read (truncated).
 func TestEncodeLogsAsEncodeResult(t *testing.T) {
-	odd := []string{"", `"quoted" \ back`, "tab\tnul\x00", "bad \xff utf-8", "sep \u2028\u2029", "<a href='x'>&</a>", "ünïcödé"}
+	odd := []string{"", `"quoted" \ back`, "tab\tnul\x00\x1f", "bad \xff utf-8 \xe2\x80", "sep \u2028\u2029", "<a href='x'>&</a>", "ünïcödé"}
 	for _, n := range []int{0, 1, logChunk - 1, logChunk, logChunk + 1, 3*logChunk + 7} {
 		for _, truncated := range []bool{false, true} {
 			lines := make([]string, n)
 			for i := range lines {
 				lines[i] = odd[i%len(odd)] + strings.Repeat("x", i%3)
 			}
+			var head string
+			if truncated { // a line longer than the MiB read comes first
+				head = strings.Repeat("y", logfile.MaxTail) + "\n"
+				lines = append([]string{strings.Repeat("y", logfile.MaxLine) + logfile.CutMarker}, lines...)
+			}
+			tl := tailOf(t, head, lines[len(lines)-n:])
 			res := api.LogsResult{Name: "job \"1\" <b>", Lines: lines, Truncated: truncated}
 			want, err := encodeResult(res)
 			if err != nil {
@@ -40,7 +50,7 @@ func TestEncodeLogsAsEncodeResult(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := encodeLogs(context.Background(), slot, res)
+			got, err := encodeLogs(context.Background(), slot, res.Name, tl)
 			slot.Leave()
 			if err != nil {
 				t.Fatal(err)
@@ -50,6 +60,25 @@ func TestEncodeLogsAsEncodeResult(t *testing.T) {
 			}
 		}
 	}
+}
+
+// tailOf writes head and then lines to a log and tails all of it.
+func tailOf(t *testing.T, head string, lines []string) *logfile.Tailed {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "log")
+	var b strings.Builder
+	b.WriteString(head)
+	for _, l := range lines {
+		b.WriteString(l + "\n")
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tl, err := logfile.Tail(context.Background(), path, -1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tl
 }
 
 // TestBulkGateLetsAnotherUserIn: while one user's bulk work holds the
@@ -162,6 +191,7 @@ func TestLogsReplyCostsOneCopy(t *testing.T) {
 		lines[i] = fmt.Sprintf("line %09d", i)
 	}
 	res := api.LogsResult{Name: "job", Lines: lines}
+	tl := tailOf(t, "", lines)
 	want, err := encodeResult(res)
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +212,7 @@ func TestLogsReplyCostsOneCopy(t *testing.T) {
 	w := newLineWriter(conn, 32<<10)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	raw, err := encodeLogs(context.Background(), slot, res)
+	raw, err := encodeLogs(context.Background(), slot, res.Name, tl)
 	if err == nil {
 		err = w.response(json.RawMessage("1"), raw, nil)
 	}
@@ -199,5 +229,39 @@ func TestLogsReplyCostsOneCopy(t *testing.T) {
 		t.Log("the race detector allocates on its own: allocation not checked")
 	} else if grew > uint64(len(want))*3/2 {
 		t.Fatalf("a reply of %d KiB allocated %d KiB to encode and write", len(want)>>10, grew>>10)
+	}
+}
+
+// TestLogsOfEmptyLinesCostTheirBytes: `logs -n -1` of a log of newlines,
+// the flood's favourite, costs the daemon the bytes read and the reply:
+// its 65,536 lines were a string header each, a MiB besides.
+func TestLogsOfEmptyLinesCostTheirBytes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log")
+	if err := os.WriteFile(path, bytes.Repeat([]byte("\n"), logfile.MaxTail), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	slot, err := bulkgate.New(1).Enter(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slot.Leave()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	tl, err := logfile.Tail(context.Background(), path, -1, 0)
+	var raw encoded
+	if err == nil {
+		raw, err = encodeLogs(context.Background(), slot, "job", tl)
+	}
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res api.LogsResult
+	if err := json.Unmarshal(raw, &res); err != nil || len(res.Lines) != logfile.MaxTailLines || !res.Truncated {
+		t.Fatalf("reply of %d bytes: %d lines, truncated %v, %v", len(raw), len(res.Lines), res.Truncated, err)
+	}
+	t.Logf("a reply of %d KiB: %d KiB allocated", len(raw)>>10, (after.TotalAlloc-before.TotalAlloc)>>10)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > uint64(len(raw))*3 {
+		t.Fatalf("a reply of %d KiB allocated %d KiB to read and encode", len(raw)>>10, grew>>10)
 	}
 }

@@ -28,9 +28,8 @@ func (d *Daemon) logs(c *call, emit func(*api.Event) error) (any, error) {
 			return nil, invalidf("logs %q: lines %d: want a count, or -1 for all", p.Name, n)
 		}
 	}
-	res := api.LogsResult{Name: p.Name, Lines: []string{}}
 	if !p.Follow {
-		return d.tailLogs(c, rec.LogPath, n, res)
+		return d.tailLogs(c, p.Name, rec.LogPath, n)
 	}
 	done := make(chan struct{})
 	if rt := d.procs.get(rec.ID); rt != nil {
@@ -56,24 +55,23 @@ func (d *Daemon) logs(c *call, emit func(*api.Event) error) (any, error) {
 	if err := logfile.Follow(c.ctx, d.logWatch, rec.LogPath, offset, done, send); err != nil {
 		return nil, err
 	}
-	return res, nil
+	return api.LogsResult{Name: p.Name, Lines: []string{}}, nil
 }
 
 // tailLogs answers logs without follow: reading the log and encoding the
 // reply, the costly part, in one of the caller's turns (limits.Turns), as
 // bulk work (bulkgate) that yields between chunks of lines.
-func (d *Daemon) tailLogs(c *call, path string, n int, res api.LogsResult) (any, error) {
+func (d *Daemon) tailLogs(c *call, name, path string, n int) (any, error) {
 	slot, leave, err := d.enterBulk(c)
 	if err != nil {
 		return nil, err
 	}
 	defer leave()
-	lines, truncated, err := logfile.Tail(c.ctx, path, n, d.cfg.LogKeep)
+	t, err := logfile.Tail(c.ctx, path, n, d.cfg.LogKeep)
 	if err != nil {
 		return nil, err
 	}
-	res.Lines, res.Truncated = lines, truncated
-	return encodeLogs(c.ctx, slot, res)
+	return encodeLogs(c.ctx, slot, name, t)
 }
 
 // enterBulk starts bulk work for the caller: one of their turns

@@ -65,7 +65,7 @@ func TestTailHugeLineWithoutNewline(t *testing.T) {
 		var got []string
 		var truncated bool
 		var err error
-		checkCost(t, fmt.Sprintf("Tail(%d)", n), 0, func() { got, truncated, err = Tail(context.Background(), path, n, 1) })
+		checkCost(t, fmt.Sprintf("Tail(%d)", n), 0, func() { got, truncated, err = tailStrings(context.Background(), path, n, 1) })
 		// A single line asked for is there, cut; more are not.
 		if err != nil || truncated != (n != 1) || !slices.Equal(got, []string{holeLine}) {
 			t.Errorf("Tail(%d) = %q, %v, %v; want one cut line, truncated %v", n, short(got), truncated, err, n != 1)
@@ -93,7 +93,7 @@ func TestTailHugeLine(t *testing.T) {
 	var got []string
 	var truncated bool
 	var err error
-	checkCost(t, "Tail", 0, func() { got, truncated, err = Tail(context.Background(), path, 3, 0) })
+	checkCost(t, "Tail", 0, func() { got, truncated, err = tailStrings(context.Background(), path, 3, 0) })
 	if want := []string{holeLine, "last"}; err != nil || !truncated || !slices.Equal(got, want) {
 		t.Errorf("Tail = %q, %v, %v; want %q, truncated", short(got), truncated, err, short(want))
 	}
@@ -122,7 +122,7 @@ func TestTailByteCap(t *testing.T) {
 	var got []string
 	var truncated bool
 	var err error
-	checkCost(t, "Tail(-1)", 0, func() { got, truncated, err = Tail(context.Background(), path, -1, 1) })
+	checkCost(t, "Tail(-1)", 0, func() { got, truncated, err = tailStrings(context.Background(), path, -1, 1) })
 	if err != nil || !truncated || len(got) != want || !slices.Equal(got[len(got)-3:], []string{line, "a", "b"}) {
 		t.Fatalf("Tail(-1) = %d lines ending %q, %v, %v; want %d, truncated", len(got), got[max(len(got)-3, 0):], truncated, err, want)
 	}
@@ -131,7 +131,7 @@ func TestTailByteCap(t *testing.T) {
 	if err := os.WriteFile(path+".1", lines[:MaxTail-4], 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got, truncated, err = Tail(context.Background(), path, -1, 1)
+	got, truncated, err = tailStrings(context.Background(), path, -1, 1)
 	if err != nil || truncated || len(got) != want {
 		t.Fatalf("Tail(-1) of MaxTail bytes = %d lines, %v, %v; want %d, not truncated", len(got), truncated, err, want)
 	}
@@ -139,7 +139,7 @@ func TestTailByteCap(t *testing.T) {
 	if err := os.WriteFile(path+".1", append([]byte("x"), lines[:MaxTail-4]...), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got, truncated, err = Tail(context.Background(), path, -1, 1)
+	got, truncated, err = tailStrings(context.Background(), path, -1, 1)
 	if err != nil || !truncated || len(got) != want || got[0] != line+CutMarker {
 		t.Fatalf("Tail(-1) of MaxTail+1 bytes = %d lines from %q, %v, %v; want %d from the cut one, truncated", len(got), got[0], truncated, err, want)
 	}
@@ -151,9 +151,9 @@ func TestTailByteCap(t *testing.T) {
 func TestTailLineCap(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "log")
 	newlines := bytes.Repeat([]byte("\n"), MaxTail)
-	// The reply's strings are empty: what Tail allocates is their headers,
-	// a few buffers and nothing per byte read.
-	const allocBound = 2 * MaxTailLines * 16
+	// Tail holds the bytes read (one per line here) and a chunk buffer:
+	// no string header per line, which were a MiB.
+	const allocBound = 2*(MaxTailLines+1) + 2*chunkSize
 	for _, tc := range []struct {
 		rotated, current string // lines: rotated + current, the rotated copy first
 		n                int
@@ -169,11 +169,14 @@ func TestTailLineCap(t *testing.T) {
 		{"", string(newlines[:MaxTailLines]) + "a\n", -1, MaxTailLines, true}, // and here in the current file
 	} {
 		writeFiles(t, path, map[string]string{".1": tc.rotated, "": tc.current})
-		var got []string
-		var truncated bool
+		var tl *Tailed
 		var err error
-		read, alloc := testutil.Cost(t, func() { got, truncated, err = Tail(context.Background(), path, tc.n, 1) })
-		if err != nil || truncated != tc.truncated || len(got) != tc.want || got[len(got)-1] != "a" {
+		read, alloc := testutil.Cost(t, func() { tl, err = Tail(context.Background(), path, tc.n, 1) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, truncated := tl.strings(), tl.Truncated()
+		if truncated != tc.truncated || len(got) != tc.want || got[len(got)-1] != "a" {
 			t.Errorf("Tail(%d) of %d+%d bytes = %d lines, truncated %v, %v; want %d, truncated %v",
 				tc.n, len(tc.rotated), len(tc.current), len(got), truncated, err, tc.want, tc.truncated)
 		}
@@ -182,14 +185,15 @@ func TestTailLineCap(t *testing.T) {
 		}
 	}
 
-	// A follow starts with as many lines, at the end of the file.
+	// A follow starts with as many lines, at the end of the file, as
+	// strings: their headers besides.
 	writeFiles(t, path, map[string]string{".1": "", "": string(newlines)})
 	var got []string
 	var offset int64
 	var err error
 	_, alloc := testutil.Cost(t, func() { got, offset, err = TailForFollow(context.Background(), path, -1, 1) })
-	if err != nil || len(got) != MaxTailLines || offset != MaxTail || alloc > allocBound {
-		t.Errorf("TailForFollow(-1) = %d lines, offset %d, %v, allocating %d; want %d, %d, at most %d", len(got), offset, err, alloc, MaxTailLines, MaxTail, allocBound)
+	if followBound := uint64(allocBound + MaxTailLines*16); err != nil || len(got) != MaxTailLines || offset != MaxTail || alloc > followBound {
+		t.Errorf("TailForFollow(-1) = %d lines, offset %d, %v, allocating %d; want %d, %d, at most %d", len(got), offset, err, alloc, MaxTailLines, MaxTail, followBound)
 	}
 }
 
@@ -198,7 +202,7 @@ func TestTailCanceled(t *testing.T) {
 	path := sparseLog(t, "", 1<<30, "")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, _, err := Tail(ctx, path, -1, 0); !errors.Is(err, context.Canceled) {
+	if _, _, err := tailStrings(ctx, path, -1, 0); !errors.Is(err, context.Canceled) {
 		t.Errorf("Tail = %v, want context.Canceled", err)
 	}
 	if _, _, err := TailForFollow(ctx, path, -1, 0); !errors.Is(err, context.Canceled) {

@@ -19,8 +19,8 @@ const (
 	MaxTail = 1 << 20
 	// MaxTailLines is the most lines Tail and TailForFollow return: the
 	// MaxTail bytes could otherwise be a million empty lines. At this many,
-	// the lines' string headers (16 bytes each) take no more memory than
-	// the bytes read; lines of 16 bytes or more meet MaxTail first.
+	// TailForFollow's string headers (16 bytes each) take no more memory
+	// than the bytes read; lines of 16 bytes or more meet MaxTail first.
 	MaxTailLines = MaxTail / 16
 	// chunkSize is how much Tail and Follow read at a time.
 	chunkSize = 64 << 10
@@ -31,7 +31,8 @@ const (
 // Tail returns the last n lines of the log at path, oldest first, reading
 // backwards from the end and continuing into path.1 … path.keep while it
 // has fewer; n < 0 returns every retained line. A final line without a
-// trailing newline is included. A missing log gives an empty slice.
+// trailing newline is included. A missing log gives no lines. The lines
+// are held as the bytes read (Tailed.Each), not a string each.
 //
 // Tail reads only the last MaxTail bytes of the log. When the lines asked
 // for reach further back, it returns those that start within them, the
@@ -39,9 +40,8 @@ const (
 // It returns at most the last MaxTailLines lines, with truncated when more
 // were asked for and there are more. It returns ctx.Err() when ctx ends
 // first.
-func Tail(ctx context.Context, path string, n, keep int) (lines []string, truncated bool, err error) {
-	t, err := tail(ctx, path, n, keep, false)
-	return t.lines, t.truncated, err
+func Tail(ctx context.Context, path string, n, keep int) (*Tailed, error) {
+	return tail(ctx, path, n, keep, false)
 }
 
 // TailForFollow is Tail for a caller that goes on with Follow: it returns
@@ -53,21 +53,17 @@ func Tail(ctx context.Context, path string, n, keep int) (lines []string, trunca
 // finds there.
 func TailForFollow(ctx context.Context, path string, n, keep int) (lines []string, offset int64, err error) {
 	t, err := tail(ctx, path, n, keep, true)
-	return t.lines, t.offset, err
-}
-
-// tailed is what a tail found.
-type tailed struct {
-	lines     []string
-	offset    int64 // the end of what was read of path itself
-	truncated bool  // lines asked for lie before the MaxTail bytes read
+	if err != nil {
+		return nil, 0, err
+	}
+	return t.strings(), t.offset, nil
 }
 
 // tail implements Tail and TailForFollow, retrying when a rotation truncated
 // a file under it.
-func tail(ctx context.Context, path string, n, keep int, complete bool) (tailed, error) {
+func tail(ctx context.Context, path string, n, keep int, complete bool) (*Tailed, error) {
 	if err := checkKeep(path, keep); err != nil {
-		return tailed{}, err
+		return nil, err
 	}
 	capped := n < 0 || n > MaxTailLines
 	if capped {
@@ -75,12 +71,16 @@ func tail(ctx context.Context, path string, n, keep int, complete bool) (tailed,
 	}
 	for attempt := 1; ; attempt++ {
 		t, err := tailOnce(ctx, path, n, keep, complete)
-		if !errors.Is(err, errShrunk) || attempt == tailAttempts {
-			if capped && len(t.lines) > MaxTailLines {
-				t.lines, t.truncated = t.lines[len(t.lines)-MaxTailLines:], true
-			}
-			return t, err
+		if errors.Is(err, errShrunk) && attempt < tailAttempts {
+			continue
 		}
+		if err != nil {
+			return nil, err
+		}
+		if capped && t.count > MaxTailLines {
+			t.skip, t.truncated = t.count-MaxTailLines, true
+		}
+		return t, nil
 	}
 }
 
@@ -92,13 +92,12 @@ type span struct {
 	cut        bool // start is inside a line, which is therefore cut
 }
 
-func tailOnce(ctx context.Context, path string, n, keep int, complete bool) (tailed, error) {
+func tailOnce(ctx context.Context, path string, n, keep int, complete bool) (*Tailed, error) {
 	buf := make([]byte, chunkSize)
-	var t tailed
+	t := &Tailed{}
 	var spans []span // newest first
 	wanted := n      // lines still wanted; < 0 for all
 	budget := int64(MaxTail)
-	total := 0 // lines in spans
 	for i := 0; i <= keep && (i == 0 || wanted != 0); i++ {
 		name := rotatedPath(path, i)
 		f, err := os.OpenFile(name, os.O_RDONLY|unix.O_NOFOLLOW, 0)
@@ -106,12 +105,12 @@ func tailOnce(ctx context.Context, path string, n, keep int, complete bool) (tai
 			continue
 		}
 		if err != nil {
-			return tailed{}, fmt.Errorf("log %s: %w", name, err)
+			return nil, fmt.Errorf("log %s: %w", name, err)
 		}
 		defer f.Close()
 		fi, err := f.Stat()
 		if err != nil {
-			return tailed{}, fmt.Errorf("log %s: %w", name, err)
+			return nil, fmt.Errorf("log %s: %w", name, err)
 		}
 		if budget == 0 {
 			if fi.Size() > 0 {
@@ -123,7 +122,7 @@ func tailOnce(ctx context.Context, path string, n, keep int, complete bool) (tai
 		floor := max(fi.Size()-budget, 0)
 		s, count, err := lastSpan(ctx, f, name, fi.Size(), floor, wanted, i == 0 && complete, buf)
 		if err != nil {
-			return tailed{}, err
+			return nil, err
 		}
 		if i == 0 {
 			t.offset = s.end
@@ -132,21 +131,13 @@ func tailOnce(ctx context.Context, path string, n, keep int, complete bool) (tai
 		if wanted > 0 {
 			wanted -= count
 		}
-		total += count
 		spans = append(spans, s)
 		if s.start > 0 && wanted != 0 {
 			t.truncated = true
 			break
 		}
 	}
-	t.lines = make([]string, 0, total)
-	for i := len(spans) - 1; i >= 0; i-- {
-		var err error
-		if t.lines, err = appendLines(ctx, t.lines, spans[i], buf); err != nil {
-			return tailed{}, err
-		}
-	}
-	return t, nil
+	return t, t.read(ctx, spans)
 }
 
 // lastSpan finds the last n lines of f[floor:size] (all for n < 0; only
@@ -243,28 +234,6 @@ func scanBack(ctx context.Context, r io.ReaderAt, end, floor int64, buf []byte, 
 		end = at
 	}
 	return nil
-}
-
-// appendLines appends the lines of s to lines; the end of s ends a line.
-func appendLines(ctx context.Context, lines []string, s span, buf []byte) ([]string, error) {
-	lb := lineBuf{cut: s.cut}
-	emit := func(line string) error {
-		lines = append(lines, line)
-		return nil
-	}
-	for at := s.start; at < s.end; {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		b := buf[:min(int64(len(buf)), s.end-at)]
-		if _, err := s.r.ReadAt(b, at); err != nil {
-			return nil, readErr(s.name, err)
-		}
-		lb.feed(b, emit) // emit never fails
-		at += int64(len(b))
-	}
-	lb.flush(emit)
-	return lines, nil
 }
 
 // readErr wraps an error from ReadAt; reading past the end means the file

@@ -82,7 +82,7 @@ func TestTail(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "log")
 			writeFiles(t, path, tt.files)
-			got, truncated, err := Tail(context.Background(), path, tt.n, tt.keep)
+			got, truncated, err := tailStrings(context.Background(), path, tt.n, tt.keep)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -124,7 +124,7 @@ func TestTailForFollow(t *testing.T) {
 }
 
 func TestTailNegativeKeep(t *testing.T) {
-	if _, _, err := Tail(context.Background(), filepath.Join(t.TempDir(), "log"), 1, -1); !errors.Is(err, ErrInvalidArgument) {
+	if _, _, err := tailStrings(context.Background(), filepath.Join(t.TempDir(), "log"), 1, -1); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("err = %v, want ErrInvalidArgument", err)
 	}
 }
@@ -133,7 +133,7 @@ func TestTailLongLine(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "log")
 	long := strings.Repeat("x", MaxLine)
 	writeFiles(t, path, map[string]string{"": "first\n" + long + "yyyy\nlast\n"})
-	got, _, err := Tail(context.Background(), path, 2, 0)
+	got, _, err := tailStrings(context.Background(), path, 2, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestTailLargeFileReadsOnlyTheEnd(t *testing.T) {
 	if err != nil || count != 100 {
 		t.Fatalf("lastLines = %d, %d, %v", start, count, err)
 	}
-	lines, err := appendLines(context.Background(), nil, span{name: path, r: cr, start: start, end: int64(b.Len())}, buf)
+	lines, err := spanLines(span{name: path, r: cr, start: start, end: int64(b.Len())})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestTailLargeFileReadsOnlyTheEnd(t *testing.T) {
 		t.Errorf("read %d bytes of %d for 100 lines", read, b.Len())
 	}
 
-	got, _, err := Tail(context.Background(), path, 100, 0)
+	got, _, err := tailStrings(context.Background(), path, 100, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,9 +196,10 @@ func TestTailLargeFileReadsOnlyTheEnd(t *testing.T) {
 	}
 }
 
-// FuzzTail checks lastLines and appendLines, with chunks small enough to cut
-// lines anywhere and a floor anywhere, against splitting the content from
-// the floor on: the first line is cut when the floor is inside it.
+// FuzzTail checks lastLines, with chunks small enough to cut lines
+// anywhere and a floor anywhere, and the lines read of the span it finds,
+// against splitting the content from the floor on: the first line is cut
+// when the floor is inside it.
 func FuzzTail(f *testing.F) {
 	f.Add([]byte("a\nb\nc"), 2, 3, 0)
 	f.Add([]byte("\n\n\n"), 5, 1, 0)
@@ -218,7 +219,7 @@ func FuzzTail(f *testing.F) {
 		if start > 0 && start == int64(floor) {
 			s.cut = content[start-1] != '\n'
 		}
-		got, err := appendLines(context.Background(), []string{}, s, buf)
+		got, err := spanLines(s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -245,4 +246,27 @@ func abs(x int) int {
 		return -x
 	}
 	return x
+}
+
+// tailStrings is Tail's lines as strings, CutMarkers appended.
+func tailStrings(ctx context.Context, path string, n, keep int) ([]string, bool, error) {
+	t, err := Tail(ctx, path, n, keep)
+	if err != nil {
+		return nil, false, err
+	}
+	return t.strings(), t.Truncated(), nil
+}
+
+// spanLines reads s as a tail does and returns its lines as strings,
+// checking that the count read gives is the count Each hands out.
+func spanLines(s span) ([]string, error) {
+	var t Tailed
+	if err := t.read(context.Background(), []span{s}); err != nil {
+		return nil, err
+	}
+	lines := t.strings()
+	if t.Len() != len(lines) {
+		return nil, fmt.Errorf("read counted %d lines, Each handed out %d", t.Len(), len(lines))
+	}
+	return lines, nil
 }
