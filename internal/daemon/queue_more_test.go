@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -96,6 +97,45 @@ func TestQueuePreemptsByFreezing(t *testing.T) {
 	}
 	if p := h.proc("low"); p.PreemptedBy != "" || p.State != api.StateRunning {
 		t.Fatalf("low after thaw: %s preempted_by %q", p.State, p.PreemptedBy)
+	}
+}
+
+// TestPreemptedJobStaysPreemptedWhileThawing: a pass that finds a
+// preempted job's process being thawed back leaves the job preempted; it
+// goes back to running only with its process running, preempted_by
+// cleared in the same pass. (Marked running mid-thaw, the job said running
+// while its process still said preempted_by.) The thaw in progress is
+// the test's, under the process's operation lock, as a thaw holds it.
+func TestPreemptedJobStaysPreemptedWhileThawing(t *testing.T) {
+	h := newQueueHarness(t, "1x24G")
+	h.submit(api.JobSpec{Name: "low", Cmd: h.simjob("--vram", "16384", "--tick", "0.02"), VRAM: gib(16), Preemptible: true})
+	h.waitRunning("low")
+	high := h.submit(api.JobSpec{Name: "high", Cmd: h.simjob("--vram", "16384", "--hold", "600"), VRAM: gib(16), Priority: 5})
+	h.waitJobState("low", api.JobPreempted)
+
+	unlock, err := h.d.ops.lock(ctxT(t), "low")
+	if err != nil {
+		t.Fatal(err)
+	}
+	setState := func(s api.State) {
+		if _, err := h.d.table.Update("low", func(r *proctable.Record) error { r.State = s; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setState(api.StateThawing)
+	h.d.reconcileJobs()
+	if j := h.job("low"); j.State != api.JobPreempted {
+		t.Errorf("low while its process is thawing: %s, want %s", j.State, api.JobPreempted)
+	}
+	setState(api.StateFrozen)
+	unlock()
+
+	if _, err := h.client().Cancel(ctxT(t), high.Name); err != nil {
+		t.Fatal(err)
+	}
+	h.waitJobState("low", api.JobRunning)
+	if p := h.proc("low"); p.PreemptedBy != "" || p.State != api.StateRunning {
+		t.Fatalf("low running again: process %s preempted_by %q", p.State, p.PreemptedBy)
 	}
 }
 
