@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 
+	"github.com/gpusched/gpusched/internal/listing"
 	"github.com/gpusched/gpusched/internal/logfile"
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/internal/sandbox"
@@ -210,10 +211,15 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, 
 	if err != nil {
 		return rec, fmt.Errorf("run %q: started as pid %d but its record could not be updated: %w", rec.Name, st.PID, err)
 	}
+	cmd, cut := listing.Cut(rec.Cmd, logCmdBytes)
 	d.log.Info("process started", zap.String("name", rec.Name), zap.String("id", rec.ID), zap.Int("pid", st.PID),
-		zap.Int("init_pid", st.InitPID), zap.Uint32("uid", rec.Owner.UID), zap.Strings("cmd", rec.Cmd))
+		zap.Int("init_pid", st.InitPID), zap.Uint32("uid", rec.Owner.UID), zap.Strings("cmd", cmd), zap.Bool("cmd_truncated", cut))
 	return started, nil
 }
+
+// logCmdBytes bounds the command a log line carries: a user's runs of
+// 256 KiB commands, in a loop, wrote every one whole to the journal.
+const logCmdBytes = 1024
 
 // removeLogs deletes a log and its rotated copies.
 func (d *Daemon) removeLogs(path string) {
