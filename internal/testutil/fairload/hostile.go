@@ -31,6 +31,7 @@ func hostile(args []string) {
 		readers     = fs.Int("readers", 4, "callers asking for every line of a 60 MiB log of newlines, in a loop")
 		pollers     = fs.Int("pollers", 0, "callers asking for status, a quick call, in a loop")
 		churners    = fs.Int("churners", 0, "callers opening a connection, saying hello and closing it, in a loop, never pausing")
+		respawners  = fs.Int("respawners", 0, "callers starting a process (with -cmd-bytes of command line), killing and removing it, in a loop")
 		cmdBytes    = fs.Int("cmd-bytes", 250<<10, "bytes of command line per process record")
 		jobBytes    = fs.Int("job-cmd-bytes", 100, "bytes of command line per job: small, so that the queue reaches its cap (10,000 by default) in batches of 1,000")
 	)
@@ -52,6 +53,7 @@ func hostile(args []string) {
 		{"reads", func(ctx context.Context, s func()) { f.readFlood(ctx, *readers, s) }},
 		{"polls", func(ctx context.Context, s func()) { f.pollFlood(ctx, *pollers, s) }},
 		{"churns", func(ctx context.Context, s func()) { f.churnFlood(ctx, *churners, s) }},
+		{"respawns", func(ctx context.Context, s func()) { f.respawnFlood(ctx, *respawners, *cmdBytes, s) }},
 	}
 	var all sync.WaitGroup
 	for _, fl := range floods {
@@ -77,7 +79,7 @@ func hostile(args []string) {
 	first.Wait()
 	fmt.Println("flooding")
 	all.Wait()
-	for _, name := range []string{"metrics", "procs", "follows", "jobs", "leases", "fill", "reads", "polls", "churns", "conns"} {
+	for _, name := range []string{"metrics", "procs", "follows", "jobs", "leases", "fill", "reads", "polls", "churns", "respawns", "conns"} {
 		t := f.tally(name)
 		fmt.Printf("%s: %d granted, %d refused\n", name, t.granted.Load(), t.refused.Load())
 	}
@@ -424,6 +426,44 @@ func (f *flooder) churnFlood(ctx context.Context, n int, started func()) {
 				}
 				started()
 				t.count(err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// respawnFlood starts a process with cmdBytes of command line from each
+// of n callers, kills it, waits for it and removes it, in a loop: within
+// every cap, as fast as the daemon goes.
+func (f *flooder) respawnFlood(ctx context.Context, n, cmdBytes int, started func()) {
+	t := f.tally("respawns")
+	cmd := padded(cmdBytes, "sh", "-c", "exec sleep 100000", "sh")
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			c, err := f.dial(ctx)
+			if err != nil {
+				t.count(err)
+				return
+			}
+			defer c.Close()
+			name := fmt.Sprintf("hostile-respawn-%d", i)
+			for ctx.Err() == nil {
+				_, err := c.Run(ctx, api.RunParams{Name: name, Cmd: cmd, Dir: "/"})
+				if err == nil {
+					_, err = c.Kill(ctx, api.KillParams{Name: name, Signal: "KILL"})
+				}
+				if err == nil {
+					_, err = c.Wait(ctx, api.WaitParams{Name: name}, nil)
+				}
+				if err == nil {
+					_, err = c.Rm(ctx, name)
+				}
+				started()
+				if !t.count(err) && ctx.Err() == nil {
+					c.Rm(ctx, name) // what the failed step left
+					pause(ctx)
+				}
 			}
 		})
 	}
