@@ -60,6 +60,28 @@ func (g *Gate) Await(ctx context.Context, uid uint32) error {
 // gate with none).
 func (g *Gate) Within(uid uint32) bool { return g.budget == nil || g.budget.Within(uid) }
 
+// Meter waits until uid is within the gate's budget, as Await does, and
+// returns the function that charges uid the CPU the calling goroutine uses
+// until it calls it: for work held to the user's budget that takes no
+// slot, as a process start, which waits on its child more than it
+// computes. The goroutine is kept on its thread (runtime.LockOSThread)
+// until then, so that what is charged is the thread's CPU time, not the
+// waits; charge must be called on the same goroutine.
+func (g *Gate) Meter(ctx context.Context, uid uint32) (charge func(), err error) {
+	if err := g.Await(ctx, uid); err != nil {
+		return nil, err
+	}
+	if g.budget == nil {
+		return func() {}, nil
+	}
+	runtime.LockOSThread()
+	c := startChunk()
+	return func() {
+		g.budget.Charge(uid, c.took())
+		runtime.UnlockOSThread()
+	}, nil
+}
+
 // Enter waits for a slot for uid's work, or returns ctx's error when ctx
 // ends first. A free slot goes to the caller only while nobody waits. On a
 // metered gate the caller first awaits its user's budget.

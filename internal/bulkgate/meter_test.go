@@ -95,3 +95,37 @@ func TestMeteredGateWaitsForBudgetFirst(t *testing.T) {
 	close(l.hold)
 	admitted(t, enter(t, context.Background(), g, 1001), "a user within budget").Leave()
 }
+
+// TestMeterChargesCPUWithoutASlot: Meter waits for the user's budget,
+// takes no slot (another user's work is admitted meanwhile), and charges
+// the CPU the caller used, not the time it waited; a user over budget
+// waits in it until ctx ends.
+func TestMeterChargesCPUWithoutASlot(t *testing.T) {
+	l := &ledger{charged: map[uint32][]time.Duration{}}
+	g := New(1).Metered(l)
+	charge, err := g.Meter(context.Background(), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitted(t, enter(t, context.Background(), g, 1001), "another user while one is metered").Leave()
+	spin(25 * time.Millisecond)
+	waited := make(chan struct{})
+	time.AfterFunc(200*time.Millisecond, func() { close(waited) })
+	<-waited // a wait, as on a child: the goroutine parks
+	charge()
+	if got := l.charged[1000]; len(got) != 1 || got[0] < 25*time.Millisecond || got[0] >= 200*time.Millisecond {
+		t.Fatalf("charged %v; want one charge of the 25 ms computed, not the 200 ms waited", got)
+	}
+
+	l.mu.Lock()
+	l.hold, l.held = make(chan struct{}), make(chan uint32, 1)
+	l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := g.Meter(ctx, 1000); err == nil {
+		t.Fatal("Meter returned for a user over budget")
+	}
+	if uid := <-l.held; uid != 1000 {
+		t.Fatalf("waited for uid %d's budget", uid)
+	}
+}

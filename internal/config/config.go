@@ -89,7 +89,7 @@ type Limits struct {
 	MetricsConns    int           // connections to --metrics-addr one local user holds open
 	StreamsPerUser  int           // streaming calls (logs -f, events, wait, job wait, acquire) at once
 	TurnsPerUser    int           // quick calls (lists, logs) answered at once; 0 = half the daemon's CPUs
-	CPUPerUser      float64       // share of one CPU a user's bulk work (logs, listings) takes on average
+	CPUPerUser      float64       // share of one CPU a user's bulk work (logs, listings) and process starts take on average
 	ProcsPerUser    int           // managed processes not yet exited
 	JobsPerUser     int           // jobs submitted and not finished
 	JobMiBPerUser   uint64        // MiB of command and environment a user's unfinished jobs keep
@@ -275,7 +275,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.IntVar(&l.MetricsConns, "max-metrics-conns-per-user", l.MetricsConns, "most connections to --metrics-addr one non-root local user may hold open; more are closed at once (0: only the endpoint's 32, less root's reserve of 8, apply)")
 	fs.IntVar(&l.StreamsPerUser, "max-streams-per-user", l.StreamsPerUser, "most streaming calls (logs, events, wait, job wait, acquire until granted) one non-root user may run at once (0: no cap)")
 	fs.IntVar(&l.TurnsPerUser, "max-busy-per-user", l.TurnsPerUser, "most quick calls (status, ps, jobs, logs without -f, submit, ...) of one non-root user the daemon answers at once; the others wait their turn (0: half the daemon's CPUs, at least 1)")
-	fs.Float64Var(&l.CPUPerUser, "max-cpu-per-user", l.CPUPerUser, "share of one CPU the daemon spends on one non-root user's bulk work (every line of a log, long listings, submissions, removals) on average; a user over it waits (0: no cap)")
+	fs.Float64Var(&l.CPUPerUser, "max-cpu-per-user", l.CPUPerUser, "share of one CPU the daemon spends on one non-root user's bulk work (every line of a log, long listings, submissions, removals) and process starts on average; a user over it waits (0: no cap)")
 	fs.IntVar(&l.ProcsPerUser, "max-procs-per-user", l.ProcsPerUser, "most managed processes one non-root user may have that have not exited (0: no cap)")
 	fs.IntVar(&l.JobsPerUser, "max-jobs-per-user", l.JobsPerUser, "most unfinished jobs one non-root user may have queued or running (0: no cap)")
 	fs.Var(mibFlag{&l.JobMiBPerUser}, "max-job-bytes-per-user", "command and environment bytes one non-root user's unfinished jobs may keep in the daemon, e.g. 64M (0: no cap)")

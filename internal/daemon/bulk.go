@@ -14,6 +14,7 @@ type bulkGate interface {
 	Await(ctx context.Context, uid uint32) error
 	Within(uid uint32) bool
 	Enter(ctx context.Context, uid uint32) (*bulkgate.Slot, error)
+	Meter(ctx context.Context, uid uint32) (charge func(), err error)
 }
 
 // passUID is whose turn a placement pass takes at the bulk gate: the

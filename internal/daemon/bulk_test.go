@@ -163,6 +163,10 @@ func (u usersGate) Await(ctx context.Context, uid uint32) error { return u.users
 
 func (u usersGate) Within(uid uint32) bool { return u.users.Within(uid) }
 
+func (u usersGate) Meter(ctx context.Context, uid uint32) (func(), error) {
+	return u.users.Meter(ctx, uid)
+}
+
 func (u usersGate) Enter(ctx context.Context, uid uint32) (*bulkgate.Slot, error) {
 	if uid == passUID {
 		return u.passes.Enter(ctx, uid)

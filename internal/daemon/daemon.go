@@ -363,7 +363,7 @@ func (d *Daemon) hello(c *call) (any, error) {
 func (d *Daemon) methodTable() map[string]method {
 	return map[string]method{
 		api.MethodHello:          {unary: d.hello, turn: true},
-		api.MethodRun:            {unary: d.run, admit: d.atProcCap},
+		api.MethodRun:            {unary: d.run, admit: d.atProcCap, metered: true},
 		api.MethodKill:           {unary: d.kill},
 		api.MethodStatus:         {unary: d.status, turn: true},
 		api.MethodPS:             {unary: d.ps, turn: true},
@@ -375,7 +375,7 @@ func (d *Daemon) methodTable() map[string]method {
 		api.MethodActivate:       {stream: d.activate},
 		api.MethodMigrate:        {unary: d.migrate},
 		api.MethodHibernate:      {unary: d.hibernate},
-		api.MethodFork:           {unary: d.fork, admit: d.atProcCap},
+		api.MethodFork:           {unary: d.fork, admit: d.atProcCap, metered: true},
 		api.MethodSnapshots:      {unary: d.snapshots, turn: true},
 		api.MethodDeleteSnapshot: {unary: d.deleteSnapshot},
 		api.MethodSet:            {unary: d.set},

@@ -15,14 +15,14 @@ import (
 
 // TestRedTeamCPUSharePerUser: a user whose bulk work (every line of a log)
 // has used their share of the daemon's CPU (--max-cpu-per-user) waits
-// before the next (a log, a submission, a removal), on any of their connections,
+// before the next (a log, a submission, a removal, a process start), on any of their connections,
 // without holding their one turn (--max-busy-per-user 1): their status is
 // answered meanwhile, and other users and root are answered at once. The share here is a
 // ten-thousandth of a CPU, a burst of 0.2 ms: one reply of 65,536 lines
 // costs more than that, and the wait after it seconds.
 func TestRedTeamCPUSharePerUser(t *testing.T) {
 	alice, bob, carol := testutil.NewUser(t, "gscpu-a", "gscpu"), testutil.NewUser(t, "gscpu-b", "gscpu"), testutil.NewUser(t, "gscpu-c", "gscpu")
-	h := newHarness(t, func(c *config.Config) { c.Group = "gscpu"; c.Limits.CPUPerUser = 0.0001; c.Limits.TurnsPerUser = 1 })
+	h := newHarness(t, func(c *config.Config) { c.Group = "gscpu"; c.Limits.TurnsPerUser = 1 })
 	for _, u := range []testutil.User{alice, bob} {
 		if _, errOut, code := h.ctlAs(u, "run", "--dir", "/", "lines-"+u.Name, "--", "sh", "-c", "seq 100000; exec sleep 1000"); code != 0 {
 			t.Fatalf("run as %s: %s", u.Name, errOut)
@@ -33,10 +33,14 @@ func TestRedTeamCPUSharePerUser(t *testing.T) {
 		}
 		awaitLogSize(t, p.Log, int64(len(seqOutput(100000))))
 	}
+	// The share, once the processes have started (a start is charged too).
+	h.stop()
+	h.cfg.Limits.CPUPerUser = 0.0001
+	h.start()
 	all := -1
 	logsOf := func(u testutil.User) api.LogsParams { return api.LogsParams{Name: "lines-" + u.Name, Lines: &all} }
 
-	a := h.rawsAsUser(alice, 6)
+	a := h.rawsAsUser(alice, 7)
 	if r := a[0].call(api.MethodLogs, logsOf(alice)); r["ok"] != true {
 		t.Fatalf("alice's first logs: %v", r)
 	}
@@ -49,6 +53,7 @@ func TestRedTeamCPUSharePerUser(t *testing.T) {
 		`{"id":4,"method":"submit","params":{"cmd":["true"],"dir":"/"}}`,
 		`{"id":5,"method":"rm","params":{"exited":true}}`,
 		`{"id":6,"method":"prune_jobs"}`,
+		`{"id":7,"method":"run","params":{"name":"a-run","cmd":["sleep","1000"],"dir":"/"}}`,
 	} {
 		a[3+i].send(bulk)
 		a[3+i].c.SetReadDeadline(time.Now().Add(time.Second))
@@ -63,6 +68,9 @@ func TestRedTeamCPUSharePerUser(t *testing.T) {
 	}
 	if _, errOut, code := h.ctlAs(carol, "submit", "--dir", "/", "--", "true"); code != 0 {
 		t.Fatalf("carol's submit while alice waits: %s", errOut)
+	}
+	if _, errOut, code := h.ctlAs(carol, "run", "--dir", "/", "c-run", "--", "sleep", "1000"); code != 0 {
+		t.Fatalf("carol's run while alice waits: %s", errOut)
 	}
 	if r := h.rawAsUser(bob).call(api.MethodLogs, logsOf(bob)); r["ok"] != true {
 		t.Fatalf("bob's logs while alice waits: %v", r)

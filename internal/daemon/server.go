@@ -74,6 +74,11 @@ type method struct {
 	// files for one call), in one of its user's turns, under the bulk
 	// gate and charged to --max-cpu-per-user (enterBulk).
 	bulk bool
+	// metered: the call is held to --max-cpu-per-user as bulk work is,
+	// without a slot of the bulk gate (a process start waits on its child
+	// more than it computes): a user over their share waits before it, and
+	// it is charged what it took.
+	metered bool
 	// admit, when set, refuses a caller whose caps refuse the call
 	// whatever its params say, before they are decoded: a user at its cap
 	// who sends commands of 256 KiB costs the daemon no decoding of them.
@@ -267,6 +272,14 @@ func (d *Daemon) answerUnary(w *lineWriter, c *call, id json.RawMessage, m metho
 		}
 		res, err := m.unary(c)
 		leave()
+		return d.answer(w, c, id, res, err)
+	case m.metered:
+		charge, err := d.bulk.Meter(c.ctx, c.actor.UID)
+		if err != nil {
+			return d.answer(w, c, id, nil, err)
+		}
+		res, err := m.unary(c)
+		charge()
 		return d.answer(w, c, id, res, err)
 	}
 	res, err := m.unary(c)
