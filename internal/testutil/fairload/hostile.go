@@ -362,35 +362,37 @@ func (f *flooder) readFlood(ctx context.Context, n int, started func()) {
 	if !t.count(err) {
 		return
 	}
-	var wg sync.WaitGroup
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := f.dial(ctx)
-			if err != nil {
-				t.count(err)
-				return
+	f.eachConn(ctx, n, t, func(_ int, c *api.Client) {
+		for ctx.Err() == nil {
+			_, err := c.Logs(ctx, "hostile-newlines", -1)
+			started()
+			if !t.count(err) && !errors.Is(err, context.Canceled) {
+				pause(ctx)
 			}
-			defer c.Close()
-			for ctx.Err() == nil {
-				_, err := c.Logs(ctx, "hostile-newlines", -1)
-				started()
-				if !t.count(err) && !errors.Is(err, context.Canceled) {
-					pause(ctx)
-				}
-			}
-		}()
-	}
-	wg.Wait()
+		}
+	})
 }
 
 // pollFlood asks for status from n connections, each in a loop: quick
 // calls, as fast as the daemon answers them.
 func (f *flooder) pollFlood(ctx context.Context, n int, started func()) {
 	t := f.tally("polls")
+	f.eachConn(ctx, n, t, func(_ int, c *api.Client) {
+		for ctx.Err() == nil {
+			_, err := c.Status(ctx)
+			started()
+			if !t.count(err) && !errors.Is(err, context.Canceled) {
+				pause(ctx)
+			}
+		}
+	})
+}
+
+// eachConn runs fn for n callers at once, each with its index and a
+// connection of its own; a dial that fails counts as refused in t.
+func (f *flooder) eachConn(ctx context.Context, n int, t *tally, fn func(i int, c *api.Client)) {
 	var wg sync.WaitGroup
-	for range n {
+	for i := range n {
 		wg.Go(func() {
 			c, err := f.dial(ctx)
 			if err != nil {
@@ -398,13 +400,7 @@ func (f *flooder) pollFlood(ctx context.Context, n int, started func()) {
 				return
 			}
 			defer c.Close()
-			for ctx.Err() == nil {
-				_, err := c.Status(ctx)
-				started()
-				if !t.count(err) && !errors.Is(err, context.Canceled) {
-					pause(ctx)
-				}
-			}
+			fn(i, c)
 		})
 	}
 	wg.Wait()
@@ -438,34 +434,24 @@ func (f *flooder) churnFlood(ctx context.Context, n int, started func()) {
 func (f *flooder) respawnFlood(ctx context.Context, n, cmdBytes int, started func()) {
 	t := f.tally("respawns")
 	cmd := padded(cmdBytes, "sh", "-c", "exec sleep 100000", "sh")
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() {
-			c, err := f.dial(ctx)
-			if err != nil {
-				t.count(err)
-				return
+	f.eachConn(ctx, n, t, func(i int, c *api.Client) {
+		name := fmt.Sprintf("hostile-respawn-%d", i)
+		for ctx.Err() == nil {
+			_, err := c.Run(ctx, api.RunParams{Name: name, Cmd: cmd, Dir: "/"})
+			if err == nil {
+				_, err = c.Kill(ctx, api.KillParams{Name: name, Signal: "KILL"})
 			}
-			defer c.Close()
-			name := fmt.Sprintf("hostile-respawn-%d", i)
-			for ctx.Err() == nil {
-				_, err := c.Run(ctx, api.RunParams{Name: name, Cmd: cmd, Dir: "/"})
-				if err == nil {
-					_, err = c.Kill(ctx, api.KillParams{Name: name, Signal: "KILL"})
-				}
-				if err == nil {
-					_, err = c.Wait(ctx, api.WaitParams{Name: name}, nil)
-				}
-				if err == nil {
-					_, err = c.Rm(ctx, name)
-				}
-				started()
-				if !t.count(err) && ctx.Err() == nil {
-					c.Rm(ctx, name) // what the failed step left
-					pause(ctx)
-				}
+			if err == nil {
+				_, err = c.Wait(ctx, api.WaitParams{Name: name}, nil)
 			}
-		})
-	}
-	wg.Wait()
+			if err == nil {
+				_, err = c.Rm(ctx, name)
+			}
+			started()
+			if !t.count(err) && ctx.Err() == nil {
+				c.Rm(ctx, name) // what the failed step left
+				pause(ctx)
+			}
+		}
+	})
 }
