@@ -22,6 +22,7 @@ import (
 // costs more than that, and the wait after it seconds.
 func TestRedTeamCPUSharePerUser(t *testing.T) {
 	alice, bob, carol := testutil.NewUser(t, "gscpu-a", "gscpu"), testutil.NewUser(t, "gscpu-b", "gscpu"), testutil.NewUser(t, "gscpu-c", "gscpu")
+	dave := testutil.NewUser(t, "gscpu-d", "gscpu") // each other user makes one call: a second may wait for their own share
 	h := newHarness(t, func(c *config.Config) { c.Group = "gscpu"; c.Limits.TurnsPerUser = 1 })
 	for _, u := range []testutil.User{alice, bob} {
 		if _, errOut, code := h.ctlAs(u, "run", "--dir", "/", "lines-"+u.Name, "--", "sh", "-c", "seq 100000; exec sleep 1000"); code != 0 {
@@ -69,8 +70,8 @@ func TestRedTeamCPUSharePerUser(t *testing.T) {
 	if _, errOut, code := h.ctlAs(carol, "submit", "--dir", "/", "--", "true"); code != 0 {
 		t.Fatalf("carol's submit while alice waits: %s", errOut)
 	}
-	if _, errOut, code := h.ctlAs(carol, "run", "--dir", "/", "c-run", "--", "sleep", "1000"); code != 0 {
-		t.Fatalf("carol's run while alice waits: %s", errOut)
+	if _, errOut, code := h.ctlAs(dave, "run", "--dir", "/", "d-run", "--", "sleep", "1000"); code != 0 {
+		t.Fatalf("dave's run while alice waits: %s", errOut)
 	}
 	if r := h.rawAsUser(bob).call(api.MethodLogs, logsOf(bob)); r["ok"] != true {
 		t.Fatalf("bob's logs while alice waits: %v", r)
