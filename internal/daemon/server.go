@@ -255,7 +255,8 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 // answerUnary answers a unary call; a quick one, handler and reply both,
 // in one of its user's turns; bulk work's handler in a turn and a slot of
 // the bulk gate, given back before the reply, which a long listing writes
-// in slots of its own.
+// in slots of its own; a metered one's handler charged to its user's
+// share.
 func (d *Daemon) answerUnary(w *lineWriter, c *call, id json.RawMessage, m method) error {
 	defer traceCall(c.ctx, c.method)()
 	switch {
@@ -265,25 +266,29 @@ func (d *Daemon) answerUnary(w *lineWriter, c *call, id json.RawMessage, m metho
 			return err // shutting down
 		}
 		defer release()
-	case m.bulk:
-		_, leave, err := d.enterBulk(c)
+	case m.bulk, m.metered:
+		leave, err := d.charged(c, m.bulk)
 		if err != nil {
 			return d.answer(w, c, id, nil, err)
 		}
 		res, err := m.unary(c)
 		leave()
 		return d.answer(w, c, id, res, err)
-	case m.metered:
-		charge, err := d.bulk.Meter(c.ctx, c.actor.UID)
-		if err != nil {
-			return d.answer(w, c, id, nil, err)
-		}
-		res, err := m.unary(c)
-		charge()
-		return d.answer(w, c, id, res, err)
 	}
 	res, err := m.unary(c)
 	return d.answer(w, c, id, res, err)
+}
+
+// charged holds c to its user's share of the daemon's CPU
+// (--max-cpu-per-user): bulk work in a turn and a slot of the bulk gate
+// (enterBulk), a metered call on its thread, outside the gate (Meter).
+// leave ends it, charging what it took.
+func (d *Daemon) charged(c *call, bulk bool) (leave func(), err error) {
+	if bulk {
+		_, leave, err = d.enterBulk(c)
+		return leave, err
+	}
+	return d.bulk.Meter(c.ctx, c.actor.UID)
 }
 
 // turnsPerUser is --max-busy-per-user in effect: 0 is half the daemon's
