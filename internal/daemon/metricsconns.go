@@ -36,7 +36,15 @@ func (l *ownerListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		if l.conns.add(c, l.peerUID(c), noUserName) != nil {
-			c.Close()
+			// Closed on a goroutine of its own, as the socket's refusals
+			// are: starting one wakes an idle thread of the runtime's,
+			// which then waits on the network. A loop that refused
+			// inline never blocked while a flood kept the backlog full,
+			// and the thread running it was the one that had been
+			// waiting: no thread watched the network, and other users'
+			// requests waited for this loop to drain the backlog, or
+			// for the runtime's monitor to poll, up to 10 ms later.
+			go c.Close()
 			continue
 		}
 		return &ownedConn{Conn: c, conns: l.conns}, nil
