@@ -38,6 +38,17 @@ type region struct {
 	name string
 }
 
+// wokenAt is g's wake at t (within a microsecond), if there is one.
+func (m *model) wokenAt(g trace.GoID, t int64) (wake, bool) {
+	i, _ := slices.BinarySearchFunc(m.wakes, t-1000, func(w wake, t int64) int { return int(w.at - t) })
+	for ; i < len(m.wakes) && m.wakes[i].at <= t+1000; i++ {
+		if m.wakes[i].g == g {
+			return m.wakes[i], true
+		}
+	}
+	return wake{}, false
+}
+
 // onP is a stretch a goroutine ran on a P, with what it was (category).
 type onP struct {
 	span
@@ -80,6 +91,10 @@ func (g *gor) what() string {
 	return g.name
 }
 
+// justStarted is how soon after a P starts running a wake counts as that
+// thread's: the runtime takes the P, then readies what the network had.
+const justStarted = 50_000 // ns
+
 // model is a trace, digested.
 type model struct {
 	start, end int64
@@ -88,6 +103,18 @@ type model struct {
 	stw, mark  []span
 	ran        []onP // sorted by start
 	samples    []sample
+	procs      int     // the daemon's Ps (GOMAXPROCS), as many as the trace names
+	procStarts []int64 // when a P began running, sorted
+	wakes      []wake  // connections' goroutines made runnable, in time order
+}
+
+// wake is a connection's goroutine made runnable after a wait: when, and
+// by a thread that had just taken a P (one that had been waiting, on the
+// network or for work) or by one already running.
+type wake struct {
+	at       int64
+	g        trace.GoID
+	fromIdle bool
 }
 
 // frames is the innermost frame of stk, and the innermost of ours
@@ -176,6 +203,13 @@ func load(r io.Reader, op string) (*model, error) {
 			}
 		case trace.EventStateTransition:
 			st := ev.StateTransition()
+			if st.Resource.Kind == trace.ResourceProc {
+				m.procs = max(m.procs, int(st.Resource.Proc())+1)
+				if _, to := st.Proc(); to == trace.ProcRunning {
+					m.procStarts = append(m.procStarts, now)
+				}
+				continue
+			}
 			if st.Resource.Kind != trace.ResourceGoroutine {
 				continue
 			}
@@ -194,6 +228,10 @@ func load(r io.Reader, op string) (*model, error) {
 			if to == trace.GoRunning {
 				g.runAt = now
 			}
+			if g.uid != "" && from == trace.GoWaiting && to == trace.GoRunnable {
+				n := len(m.procStarts)
+				m.wakes = append(m.wakes, wake{now, g.id, n > 0 && now-m.procStarts[n-1] < justStarted})
+			}
 			g.st, g.since, g.why = to, now, ""
 			if to != trace.GoRunning {
 				leaf, ours := frames(st.Stack)
@@ -202,6 +240,7 @@ func load(r io.Reader, op string) (*model, error) {
 		}
 	}
 	slices.SortFunc(m.ran, func(a, b onP) int { return int(a.start - b.start) })
+	m.procs = max(m.procs, 1)
 	return m, nil
 }
 
@@ -247,8 +286,8 @@ func (m *model) calls(g *gor, op string) []call {
 }
 
 // ranDuring sums, by what ran, the Ps' time over w, and the Ps' time
-// running no goroutine (of procs Ps).
-func (m *model) ranDuring(w span, procs int, into map[string]int64) {
+// running no goroutine.
+func (m *model) ranDuring(w span, into map[string]int64) {
 	i, _ := slices.BinarySearchFunc(m.ran, w.end, func(r onP, t int64) int { return int(r.start - t) })
 	var busy int64
 	for j := i - 1; j >= 0 && j > i-50000; j-- {
@@ -257,5 +296,5 @@ func (m *model) ranDuring(w span, procs int, into map[string]int64) {
 			busy += o
 		}
 	}
-	into["(no goroutine on the P)"] += max(int64(procs)*w.len()-busy, 0)
+	into["(no goroutine on the P)"] += max(int64(m.procs)*w.len()-busy, 0)
 }

@@ -10,9 +10,6 @@ import (
 	"golang.org/x/exp/trace"
 )
 
-// procs is the daemon's GOMAXPROCS on the benchmark's machine.
-const procs = 2
-
 func ms(ns int64) float64 { return float64(ns) / 1e6 }
 
 // slowest is the slowest frac of calls (at least one), slowest first.
@@ -55,7 +52,7 @@ func (m *model) splitDaemon(g *gor, calls []call, frac float64) {
 				}
 				by[k] += o
 				if s.st == trace.GoRunnable {
-					m.ranDuring(span{max(s.start, c.start), min(s.end, c.end)}, procs, ran)
+					m.ranDuring(span{max(s.start, c.start), min(s.end, c.end)}, ran)
 				}
 			}
 		}
@@ -113,18 +110,29 @@ func (m *model) splitClient(g *gor, calls []call, file string, frac float64) err
 		c    []both
 	}{{"slowest", slowest(matched, frac, d)}, {"all", matched}} {
 		var sum, sent, daemon, done int64
+		var fromIdle, fromRunning int
+		var idleWait, runningWait int64
 		ran := map[string]int64{}
 		for _, x := range set.c {
 			wake, written := max(x.daemon.start, x.client.start), min(x.daemon.end, x.client.end)
+			if w, ok := m.wokenAt(g.id, x.daemon.start); ok && w.fromIdle {
+				fromIdle++
+				idleWait += wake - x.client.start
+			} else if ok {
+				fromRunning++
+				runningWait += wake - x.client.start
+			}
 			sum += x.client.len()
 			sent += wake - x.client.start
 			daemon += written - wake
 			done += x.client.end - written
-			m.ranDuring(span{x.client.start, wake}, procs, ran)
+			m.ranDuring(span{x.client.start, wake}, ran)
 		}
 		n := float64(len(set.c))
 		fmt.Printf("  %s %d, ms each: %.3f = sent to woken %.3f + woken to written %.3f + written to client done %.3f\n",
 			set.name, len(set.c), ms(sum)/n, ms(sent)/n, ms(daemon)/n, ms(done)/n)
+		fmt.Printf("    woken by a thread that had been waiting (for the network or for work): %d, sent to woken %.3f ms each\n", fromIdle, ms(idleWait)/float64(max(fromIdle, 1)))
+		fmt.Printf("    by one already running, none having waited on the network: %d, %.3f ms each\n", fromRunning, ms(runningWait)/float64(max(fromRunning, 1)))
 		fmt.Println("    between sent and woken, the Ps ran:")
 		top(ran, 0, 4, "      ")
 	}
@@ -136,7 +144,7 @@ func (m *model) splitClient(g *gor, calls []call, file string, frac float64) err
 func (m *model) cpuOf(g *gor, start, end int64) {
 	w := span{start, end}
 	ran := map[string]int64{}
-	m.ranDuring(w, procs, ran)
+	m.ranDuring(w, ran)
 	fmt.Printf("  the daemon's Ps over these calls (%.2f s):\n", float64(w.len())/1e9)
 	top(ran, 0, 8, "    ")
 	all, own := map[string]int64{}, map[string]int64{}
