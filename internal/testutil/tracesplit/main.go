@@ -9,7 +9,10 @@
 // client's own start and end of each call (-victim: fairload victim
 // -times, as the benchmark writes them beside the trace, on the clock the
 // trace uses), it also splits each call into sent to the daemon's
-// goroutine woken, woken to reply written, and written to the client done.
+// goroutine woken, woken to reply written, and written to the client done,
+// and says who woke the goroutine: a thread that had been waiting (on the
+// network, or for work), or one already running while no thread waited on
+// the network, which the runtime polls only between goroutines then.
 //
 // It is a debugging tool, a module of its own so that the daemon's build
 // does not depend on golang.org/x/exp.
