@@ -43,7 +43,9 @@ func (l *ownerListener) Accept() (net.Conn, error) {
 			// and the thread running it was the one that had been
 			// waiting: no thread watched the network, and other users'
 			// requests waited for this loop to drain the backlog, or
-			// for the runtime's monitor to poll, up to 10 ms later.
+			// for the runtime's monitor to poll, up to 10 ms later
+			// (the runtime polls the network only between goroutines
+			// and from its monitor: golang/go#51651).
 			go c.Close()
 			continue
 		}
