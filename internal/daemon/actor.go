@@ -6,6 +6,7 @@ import (
 	"os/user"
 	"strconv"
 	"sync"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -21,9 +22,15 @@ type actor struct {
 	Groups []uint32
 	PID    int
 	User   string
-	// PIDStart is PID's start time when the connection was accepted (0 when
-	// it could not be read): with PID, the identity of the connecting
-	// process, which a reused pid does not share.
+	// peerPIDFD opens a pidfd of the connecting process (SO_PEERPIDFD,
+	// Linux 6.5+): the socket keeps that process's struct pid, so the
+	// pidfd names it, not a later process given its pid. nil on older
+	// kernels, where PIDStart stands in.
+	peerPIDFD func() (int, error)
+	// PIDStart is PID's start time when the connection was accepted, on a
+	// kernel without SO_PEERPIDFD (0 when it could not be read): with PID,
+	// the identity of the connecting process, which a reused pid does not
+	// share.
 	PIDStart uint64
 }
 
@@ -60,11 +67,77 @@ func peerActor(c *net.UnixConn, names *userNames) (actor, error) {
 		return actor{}, err
 	}
 	a.User = names.name(a.UID)
-	if a.PID > 0 {
+	switch {
+	case a.PID <= 0:
+	case peerPIDFDs():
+		a.peerPIDFD = func() (int, error) { return peerPIDFD(rc) }
+	default:
 		a.PIDStart, _ = procfs.StartTime(a.PID)
 	}
 	return a, nil
 }
+
+// openPeer is a pidfd of the process that connected, or procfs.ErrGone
+// where it has exited or, on a kernel without SO_PEERPIDFD, its pid names
+// another process now.
+func (a actor) openPeer() (int, error) {
+	gone := fmt.Errorf("pid %d: %w", a.PID, procfs.ErrGone)
+	if a.PID <= 0 {
+		return -1, gone
+	}
+	if a.peerPIDFD != nil {
+		pidfd, err := a.peerPIDFD()
+		if err != nil {
+			return -1, gone
+		}
+		return pidfd, nil
+	}
+	if a.PIDStart == 0 {
+		return -1, gone
+	}
+	pidfd, err := unix.PidfdOpen(a.PID, 0)
+	if err != nil {
+		return -1, gone
+	}
+	if start, err := procfs.StartTime(a.PID); err != nil || start != a.PIDStart {
+		unix.Close(pidfd)
+		return -1, gone
+	}
+	return pidfd, nil
+}
+
+// soPeerPIDFD is SO_PEERPIDFD (include/uapi/asm-generic/socket.h, Linux
+// 6.5), which golang.org/x/sys does not name yet.
+const soPeerPIDFD = 77
+
+// peerPIDFD is a pidfd (close-on-exec) of the process that connected the
+// socket behind rc.
+func peerPIDFD(rc syscall.RawConn) (int, error) {
+	pidfd, opErr := -1, error(nil)
+	if err := rc.Control(func(fd uintptr) {
+		pidfd, opErr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, soPeerPIDFD)
+	}); err != nil {
+		return -1, err
+	}
+	return pidfd, opErr
+}
+
+// peerPIDFDs reports whether the kernel gives a Unix socket's peer as a
+// pidfd (SO_PEERPIDFD).
+var peerPIDFDs = sync.OnceValue(func() bool {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fds[0])
+	defer unix.Close(fds[1])
+	pidfd, err := unix.GetsockoptInt(fds[0], unix.SOL_SOCKET, soPeerPIDFD)
+	if err != nil {
+		return false
+	}
+	unix.Close(pidfd)
+	return true
+})
 
 // peerUID reads the uid of a Unix connection's peer (SO_PEERCRED).
 func peerUID(c *net.UnixConn) (uint32, error) {

@@ -31,21 +31,15 @@ func callerLimits(a actor, what string) (rlimit.Set, error) {
 }
 
 // readPeerLimits reads the limits of a's process, checking its identity
-// around the read: the pidfd taken first names the process that had the
-// connection's start time, and it still running at the end means the pid
-// named it throughout.
+// around the read: the pidfd taken first names the process that connected
+// (actor.openPeer), and it still running at the end means the pid named it
+// throughout.
 func readPeerLimits(a actor) (rlimit.Set, error) {
-	if a.PID <= 0 || a.PIDStart == 0 {
-		return nil, fmt.Errorf("pid %d: %w", a.PID, procfs.ErrGone)
-	}
-	pidfd, err := unix.PidfdOpen(a.PID, 0)
+	pidfd, err := a.openPeer()
 	if err != nil {
-		return nil, fmt.Errorf("pid %d: %w", a.PID, procfs.ErrGone)
+		return nil, err
 	}
 	defer unix.Close(pidfd)
-	if start, err := procfs.StartTime(a.PID); err != nil || start != a.PIDStart {
-		return nil, fmt.Errorf("pid %d: %w", a.PID, procfs.ErrGone)
-	}
 	s, err := rlimit.Of(a.PID)
 	if err != nil {
 		return nil, err
