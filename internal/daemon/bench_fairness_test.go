@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -88,6 +89,8 @@ func BenchmarkFairness(b *testing.B) {
 		}
 		b.Logf("daemon alone: RSS %d MiB, %d fds, %v CPU, %v waiting for a CPU; flooded: RSS %d MiB, %d fds, %v CPU, %v waiting for a CPU; the hostile's own load used %v CPU",
 			calmPeak.rss>>20, calmPeak.fds, calmPeak.cpu, calmPeak.delay, floodPeak.rss>>20, floodPeak.fds, floodPeak.cpu, floodPeak.delay, hostileCPU)
+		b.Logf("the machine's %d CPUs: %.1f busy on average alone (%.2f stolen by the hypervisor), %.1f flooded (%.2f stolen)",
+			runtime.NumCPU(), calmPeak.busy, calmPeak.steal, floodPeak.busy, floodPeak.steal)
 		b.ReportMetric(calm["status"].P99, "status-p99-alone-ms")
 		b.ReportMetric(busy["status"].P99, "status-p99-burn-ms")
 		b.ReportMetric(stormy["status"].P99, "status-p99-hostile-ms")
@@ -233,11 +236,15 @@ type peak struct {
 	fds   int
 	cpu   time.Duration
 	delay time.Duration // its threads' time runnable but waiting for a CPU (schedstat)
+	// the machine's CPUs busy on average over the phase, and of that the
+	// time a hypervisor ran something else (steal)
+	busy, steal float64
 }
 
 // daemonWatch samples a daemon's RSS and descriptors until stopped.
 type daemonWatch struct {
 	pid   int
+	host0 hostTicks
 	cpu0  time.Duration
 	wait0 map[string]time.Duration
 	stopc chan struct{}
@@ -246,7 +253,7 @@ type daemonWatch struct {
 }
 
 func watchDaemon(pid int) *daemonWatch {
-	w := &daemonWatch{stopc: make(chan struct{}), pid: pid, cpu0: cpuTime(pid), wait0: runDelays(pid)}
+	w := &daemonWatch{stopc: make(chan struct{}), pid: pid, host0: readHostTicks(), cpu0: cpuTime(pid), wait0: runDelays(pid)}
 	w.done.Add(1)
 	go func() {
 		defer w.done.Done()
@@ -286,7 +293,46 @@ func (w *daemonWatch) stop() peak {
 	w.done.Wait()
 	w.max.cpu = cpuTime(w.pid) - w.cpu0
 	w.max.delay = runDelaySince(w.pid, w.wait0)
+	w.max.busy, w.max.steal = readHostTicks().since(w.host0)
 	return w.max
+}
+
+// hostTicks is the machine's CPU time so far, in clock ticks, from the
+// first line of /proc/stat (proc_stat(5): user, nice, system, idle,
+// iowait, irq, softirq, steal; guest time is within user's).
+type hostTicks struct{ busy, steal, all uint64 }
+
+func readHostTicks() hostTicks {
+	var t hostTicks
+	b, err := procfs.ReadFile("/proc/stat", procfs.MaxStatus)
+	if err != nil {
+		return t
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	for i := 1; i < len(f) && i <= 8; i++ {
+		n, _ := strconv.ParseUint(f[i], 10, 64)
+		t.all += n
+		switch i {
+		case 4, 5: // idle, iowait
+		case 8:
+			t.steal += n
+		default:
+			t.busy += n
+		}
+	}
+	return t
+}
+
+// since is how many of the machine's CPUs were busy on average since t0,
+// and how many a hypervisor had taken (steal).
+func (t hostTicks) since(t0 hostTicks) (busy, steal float64) {
+	all := t.all - t0.all
+	if all == 0 {
+		return 0, 0
+	}
+	cpus := float64(runtime.NumCPU())
+	return cpus * float64(t.busy-t0.busy) / float64(all), cpus * float64(t.steal-t0.steal) / float64(all)
 }
 
 // runDelays is how long each live thread of process pid has waited on a
