@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"crypto/rand"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +20,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/testutil"
 )
 
 // Packages are the Debian packages the cluster needs.
@@ -171,8 +172,8 @@ func (c *Cluster) conf(cfg Config) string {
 	lines := []string{
 		"ClusterName=gpuschedtest",
 		fmt.Sprintf("SlurmctldHost=%s(127.0.0.1)", c.Node),
-		fmt.Sprintf("SlurmctldPort=%d", freePort(c.t)),
-		fmt.Sprintf("SlurmdPort=%d", freePort(c.t)),
+		fmt.Sprintf("SlurmctldPort=%d", testutil.FreePort(c.t)),
+		fmt.Sprintf("SlurmdPort=%d", testutil.FreePort(c.t)),
 		"SlurmUser=root",
 		"SlurmdUser=root",
 		"AuthType=auth/munge",
@@ -214,16 +215,6 @@ func (c *Cluster) conf(cfg Config) string {
 		lines = append(lines, strings.ReplaceAll(l, "NODE", c.Node))
 	}
 	return strings.Join(lines, "\n") + "\n"
-}
-
-// freePort is a TCP port free on loopback now.
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 func (c *Cluster) start(name, path string, args ...string) {
