@@ -21,7 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpusched/gpusched/internal/testutil"
+	"github.com/gpusched/gpusched/internal/freeport"
 )
 
 // Packages are the Debian packages the cluster needs.
@@ -172,8 +172,8 @@ func (c *Cluster) conf(cfg Config) string {
 	lines := []string{
 		"ClusterName=gpuschedtest",
 		fmt.Sprintf("SlurmctldHost=%s(127.0.0.1)", c.Node),
-		fmt.Sprintf("SlurmctldPort=%d", testutil.FreePort(c.t)),
-		fmt.Sprintf("SlurmdPort=%d", testutil.FreePort(c.t)),
+		fmt.Sprintf("SlurmctldPort=%d", c.freePort()),
+		fmt.Sprintf("SlurmdPort=%d", c.freePort()),
 		"SlurmUser=root",
 		"SlurmdUser=root",
 		"AuthType=auth/munge",
@@ -215,6 +215,15 @@ func (c *Cluster) conf(cfg Config) string {
 		lines = append(lines, strings.ReplaceAll(l, "NODE", c.Node))
 	}
 	return strings.Join(lines, "\n") + "\n"
+}
+
+// freePort is a port for one of the cluster's daemons (freeport.Pick).
+func (c *Cluster) freePort() int {
+	port, err := freeport.Pick()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return port
 }
 
 func (c *Cluster) start(name, path string, args ...string) {
