@@ -71,7 +71,7 @@ demo:
 # loaded machine, golang/go#75804, fixed in Go 1.27); `make fuzz` runs them
 # for FUZZTIME=2m each (any FUZZTIME works: make fuzz FUZZTIME=10m).
 FUZZTIME ?= 2m
-FUZZ_TARGETS := internal/daemon:FuzzReadRequest internal/daemon:FuzzParams internal/daemon:FuzzAppendJSONString \
+FUZZ_TARGETS := internal/daemon:FuzzReadRequest internal/daemon:FuzzParams internal/logreply:FuzzAppendString \
 	internal/cli:FuzzParseJobsFile internal/cli:FuzzParseJobsCSV internal/config:FuzzFile \
 	internal/jobqueue:FuzzIsOOM internal/router:FuzzModelOf
 fuzz:

@@ -4,7 +4,9 @@
 // tree; as "gpusched-exec", the stage that becomes a tree's command;
 // as "gpusched-cudahelper", the process that holds the CUDA driver library;
 // as "gpusched-filler", the process that holds a GPU's reserved memory;
-// as "gpusched-lazypages", the page source of a lazy thaw from disk.
+// as "gpusched-lazypages", the page source of a lazy thaw from disk; as
+// "gpusched-logreader", the reader of a large logs reply in the caller's
+// cgroups.
 package main
 
 import (
@@ -20,6 +22,7 @@ import (
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/daemon"
 	"github.com/gpusched/gpusched/internal/lazypages"
+	"github.com/gpusched/gpusched/internal/logreader"
 	"github.com/gpusched/gpusched/internal/memfill"
 	"github.com/gpusched/gpusched/internal/sandbox"
 )
@@ -27,6 +30,9 @@ import (
 func main() {
 	if sandbox.IsSupervisor() {
 		os.Exit(sandbox.Main())
+	}
+	if logreader.IsReader() {
+		os.Exit(logreader.Main())
 	}
 	if sandbox.IsExecStage() {
 		os.Exit(sandbox.ExecMain())

@@ -72,7 +72,9 @@ func BenchmarkFairness(b *testing.B) {
 		calmPeak := alone.stop()
 
 		stopBurn := startLoad(b, hostileSlice, load, hostile, "burning", append([]string{"burn"}, strings.Fields(*fairnessBurn)...)...)
+		burning := watchDaemon(pid)
 		busy := runVictim(b, load, victim, victimSlice, h)
+		burnPeak := burning.stop()
 		stopBurn()
 
 		stopFlood := startLoad(b, hostileSlice, load, hostile, "flooding",
@@ -89,8 +91,8 @@ func BenchmarkFairness(b *testing.B) {
 		}
 		b.Logf("daemon alone: RSS %d MiB, %d fds, %v CPU, %v waiting for a CPU; flooded: RSS %d MiB, %d fds, %v CPU, %v waiting for a CPU; the hostile's own load used %v CPU",
 			calmPeak.rss>>20, calmPeak.fds, calmPeak.cpu, calmPeak.delay, floodPeak.rss>>20, floodPeak.fds, floodPeak.cpu, floodPeak.delay, hostileCPU)
-		b.Logf("the machine's %d CPUs: %.1f busy on average alone (%.2f stolen by the hypervisor), %.1f flooded (%.2f stolen)",
-			runtime.NumCPU(), calmPeak.busy, calmPeak.steal, floodPeak.busy, floodPeak.steal)
+		b.Logf("the machine's %d CPUs: %.1f busy on average alone (%.2f stolen by the hypervisor), %.1f burning (%.2f), %.1f flooded (%.2f)",
+			runtime.NumCPU(), calmPeak.busy, calmPeak.steal, burnPeak.busy, burnPeak.steal, floodPeak.busy, floodPeak.steal)
 		b.ReportMetric(calm["status"].P99, "status-p99-alone-ms")
 		b.ReportMetric(busy["status"].P99, "status-p99-burn-ms")
 		b.ReportMetric(stormy["status"].P99, "status-p99-hostile-ms")

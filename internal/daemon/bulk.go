@@ -6,6 +6,7 @@ import (
 	"github.com/gpusched/gpusched/internal/bulkgate"
 	"github.com/gpusched/gpusched/internal/limits"
 	"github.com/gpusched/gpusched/internal/logfile"
+	"github.com/gpusched/gpusched/internal/logreply"
 )
 
 // bulkGate admits bulk work, leaving quick calls a P, and holds each user
@@ -21,42 +22,9 @@ type bulkGate interface {
 // daemon's, a uid no user has, never held to a CPU share.
 const passUID = limits.Daemon
 
-// logChunk is how many lines of a logs reply are encoded between yields:
-// a fraction of a millisecond of work.
-const logChunk = 4096
-
-// encodeLogs encodes a logs reply of name's lines as encodeResult encodes
-// an api.LogsResult, from the bytes the tail read: into one allocation of
-// about the reply's size (gathered by doublings it allocated twice the
-// reply), with no string made of a line (their headers alone were a MiB
-// for a log of empty lines). It yields slot every logChunk lines.
+// encodeLogs encodes a logs reply of name's lines in t (logreply.Encode),
+// yielding slot between chunks of lines.
 func encodeLogs(ctx context.Context, slot *bulkgate.Slot, name string, t *logfile.Tailed) (encoded, error) {
-	b := make([]byte, 0, len(name)+32+t.Bytes()+3*t.Len())
-	b = append(appendJSONString(append(b, `{"name":`...), name), `,"lines":[`...)
-	n := 0
-	err := t.Each(func(line []byte, cut bool) error {
-		if n > 0 {
-			if n%logChunk == 0 {
-				if err := slot.Yield(ctx); err != nil {
-					return err
-				}
-			}
-			b = append(b, ',')
-		}
-		n++
-		b = appendJSONEscaped(append(b, '"'), line)
-		if cut {
-			b = appendJSONEscaped(b, logfile.CutMarker)
-		}
-		b = append(b, '"')
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	b = append(b, ']')
-	if t.Truncated() {
-		b = append(b, `,"truncated":true`...)
-	}
-	return encoded(append(b, '}')), nil
+	b, err := logreply.Encode(ctx, name, t, slot.Yield)
+	return encoded(b), err
 }

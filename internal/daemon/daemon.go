@@ -22,6 +22,7 @@ import (
 	"github.com/gpusched/gpusched/internal/jobqueue"
 	"github.com/gpusched/gpusched/internal/limits"
 	"github.com/gpusched/gpusched/internal/logfile"
+	"github.com/gpusched/gpusched/internal/logreader"
 	"github.com/gpusched/gpusched/internal/memlimit"
 	"github.com/gpusched/gpusched/internal/mps"
 	"github.com/gpusched/gpusched/internal/procfs"
@@ -84,6 +85,7 @@ type Daemon struct {
 	streamCap  *limits.Slots    // streaming calls in progress per user
 	turns      *limits.Turns    // quick calls being answered per user
 	bulk       bulkGate         // bulk work (long replies, placement passes) in progress
+	logReader  logReader        // nil: the daemon encodes every logs reply itself
 
 	conns    *connSet
 	wg       sync.WaitGroup // connection goroutines
@@ -134,6 +136,9 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	}
 	var passed string
 	d.initPath, passed = sandbox.SupervisorBeside(d.helperPath)
+	if d.logReader == nil {
+		d.logReader = logreader.Reader{Exe: d.helperPath}
+	}
 	if passed != "" {
 		d.log.Warn("supervisor binary passed over; the daemon's own binary supervises instead", zap.String("why", passed))
 	}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"github.com/gpusched/gpusched/internal/bulkgate"
 	"github.com/gpusched/gpusched/internal/logfile"
+	"github.com/gpusched/gpusched/internal/logreader"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -62,6 +63,12 @@ func (d *Daemon) logs(c *call, emit func(*api.Event) error) (any, error) {
 // reply, the costly part, in one of the caller's turns (limits.Turns), as
 // bulk work (bulkgate) that yields between chunks of lines.
 func (d *Daemon) tailLogs(c *call, name, path string, n int) (any, error) {
+	if d.logReader != nil && readsApart(n) {
+		reply, ok, err := d.readLogsApart(c, logreader.Request{Name: name, Path: path, Lines: n, Keep: d.cfg.LogKeep})
+		if err != nil || ok {
+			return reply, err
+		}
+	}
 	slot, leave, err := d.enterBulk(c)
 	if err != nil {
 		return nil, err

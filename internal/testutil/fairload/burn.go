@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"runtime"
 	"syscall"
+	"time"
 )
 
 // burn keeps every CPU it may use busy without calling the daemon, until
@@ -21,6 +22,8 @@ import (
 func burn(args []string) {
 	fs := flag.NewFlagSet("burn", flag.ExitOnError)
 	decode := fs.Bool("decode", false, "decode 65,536-line log replies instead of spinning in registers")
+	workers := fs.Int("workers", runtime.GOMAXPROCS(0), "goroutines burning")
+	pause := fs.Duration("pause", 0, "sleep after each decode or round of spinning, as a caller waiting on replies does")
 	fs.Parse(args)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -28,16 +31,19 @@ func burn(args []string) {
 	if err != nil {
 		panic(err)
 	}
-	for range runtime.GOMAXPROCS(0) {
+	for range *workers {
 		go func() {
 			for n := uint64(0); ctx.Err() == nil; n++ {
 				if *decode {
 					var r struct{ Lines []string }
 					_ = json.Unmarshal(reply, &r)
-					continue
+				} else {
+					for range 1 << 16 {
+						n = n*6364136223846793005 + 1
+					}
 				}
-				for range 1 << 16 {
-					n = n*6364136223846793005 + 1
+				if *pause > 0 {
+					time.Sleep(*pause)
 				}
 			}
 		}()

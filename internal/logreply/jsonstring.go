@@ -1,22 +1,22 @@
-package daemon
+package logreply
 
 import "unicode/utf8"
 
-// appendJSONString appends s to dst as encoding/json encodes a string with
+// appendString appends s to dst as encoding/json encodes a string with
 // HTML escaping off (the line writer's setting), byte for byte: quotes,
 // backslashes and control bytes escaped, each invalid UTF-8 byte as
 // \ufffd, U+2028 and U+2029 escaped (encoding/json's appendString, Go
 // 1.26). A logs reply encodes its lines from the log's bytes with it,
 // without a string for each.
-func appendJSONString[S []byte | string](dst []byte, s S) []byte {
-	return append(appendJSONEscaped(append(dst, '"'), s), '"')
+func appendString[S []byte | string](dst []byte, s S) []byte {
+	return append(appendEscaped(append(dst, '"'), s), '"')
 }
 
-// appendJSONEscaped appends what appendJSONString puts between the quotes.
+// appendEscaped appends what appendString puts between the quotes.
 // Escaping goes byte by byte and rune by rune, so two pieces escaped one
 // after the other are the whole escaped, provided the second does not
 // continue a rune the first left unfinished (it starts with ASCII).
-func appendJSONEscaped[S []byte | string](dst []byte, s S) []byte {
+func appendEscaped[S []byte | string](dst []byte, s S) []byte {
 	const hex = "0123456789abcdef"
 	start := 0
 	for i := 0; i < len(s); {

@@ -1,0 +1,148 @@
+package logreader
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/logfile"
+)
+
+// MaxReply bounds what is read of a reader's reply: more than any reply
+// holds (logfile.MaxTail bytes of lines, each byte escaped to at most six,
+// three more per line, the name and the rest).
+const MaxReply = 6*logfile.MaxTail + 3*logfile.MaxTailLines + 1<<20
+
+// maxStderr bounds what is kept of a reader's stderr.
+const maxStderr = 4 << 10
+
+// Reader starts log readers from Exe.
+type Reader struct {
+	Exe string // the daemon's binary
+	// started, when set, is called with each reader's pid once it is
+	// placed, before it has its request; tests look at it then.
+	started func(pid int)
+}
+
+// ErrNotApart is Read's answer for a caller in this process's own cgroups,
+// where a reader would be charged as this process is.
+var ErrNotApart = errors.New("the caller's CPU cgroups are the daemon's")
+
+// Read has a reader placed in caller's cgroups answer req, and returns the
+// encoded reply (logreply.Encode's bytes). The reader is killed when ctx
+// ends first. A caller apart from this process (the daemon, which may
+// have moved itself since it started) in no hierarchy gets ErrNotApart,
+// and nothing is started.
+func (r Reader) Read(ctx context.Context, caller Cgroups, req Request) ([]byte, error) {
+	self, err := Of(os.Getpid())
+	if err != nil {
+		return nil, fmt.Errorf("the daemon's own cgroups: %w", err)
+	}
+	if !caller.Apart(self) {
+		return nil, ErrNotApart
+	}
+	in, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, r.Exe)
+	cmd.Args, cmd.Env, cmd.Dir = []string{Argv0}, []string{}, "/"
+	if caller.Unified != "" && caller.Unified != self.Unified {
+		fd, err := unix.Open(caller.Unified, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("caller's cgroup: %w", err)
+		}
+		defer unix.Close(fd)
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd} // clone3 CLONE_INTO_CGROUP: placed from its first instruction
+	}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &limitedWriter{w: &stderr, n: maxStderr}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start log reader: %w", err)
+	}
+	reply, err := func() ([]byte, error) {
+		defer stdin.Close()
+		if err := placeV1(cmd.Process.Pid, caller, self); err != nil {
+			return nil, err
+		}
+		if r.started != nil {
+			r.started(cmd.Process.Pid)
+		}
+		if _, err := stdin.Write(in); err != nil {
+			return nil, fmt.Errorf("log reader's request: %w", err)
+		}
+		stdin.Close()
+		reply, err := io.ReadAll(io.LimitReader(stdout, MaxReply+1))
+		if err != nil {
+			return nil, fmt.Errorf("log reader's reply: %w", err)
+		}
+		if len(reply) > MaxReply {
+			return nil, fmt.Errorf("log reader's reply over %d bytes", MaxReply)
+		}
+		return reply, nil
+	}()
+	if err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	if err := cmd.Wait(); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("log reader: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return reply, nil
+}
+
+// placeV1 moves pid into caller's cgroups in the v1 hierarchies where they
+// are not self's: the reader waits for its request meanwhile, having done
+// nothing but start.
+func placeV1(pid int, caller, self Cgroups) error {
+	for _, dir := range caller.V1 {
+		if slices.Contains(self.V1, dir) {
+			continue
+		}
+		procs := filepath.Join(dir, "cgroup.procs")
+		if err := os.WriteFile(procs, []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("place log reader: %w", err)
+		}
+	}
+	return nil
+}
+
+// limitedWriter keeps the first n bytes written to it and drops the rest.
+type limitedWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if keep := min(len(p), l.n); keep > 0 {
+		l.w.Write(p[:keep])
+		l.n -= keep
+	}
+	return len(p), nil
+}

@@ -1,0 +1,184 @@
+package logreader
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/logfile"
+	"github.com/gpusched/gpusched/internal/logreply"
+	"github.com/gpusched/gpusched/internal/testutil"
+)
+
+// TestMain lets the test binary be its own log reader, as the daemon's
+// binary is.
+func TestMain(m *testing.M) {
+	if IsReader() {
+		os.Exit(Main())
+	}
+	os.Exit(m.Run())
+}
+
+// callerIn starts a real unprivileged user's process in cgroups of its
+// own, made in every hierarchy this package places readers in, and
+// returns where it is.
+func callerIn(t *testing.T) Cgroups {
+	t.Helper()
+	u := testutil.NewUser(t, "gslogrd", "gslogread")
+	m, err := hostMounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "gslogreader-" + strconv.Itoa(os.Getpid())
+	var dirs []string
+	for _, at := range []string{m.unified, m.cpu, m.cpuacc} {
+		if at == "" || slices.Contains(dirs, filepath.Join(at, name)) {
+			continue
+		}
+		dir := filepath.Join(at, name)
+		if err := os.Mkdir(dir, 0o755); err != nil && !os.IsExist(err) {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, dir)
+		t.Cleanup(func() { os.Remove(dir) }) // after the process is gone (cleanups run last first)
+	}
+	if len(dirs) == 0 {
+		t.Skip("no CPU cgroup hierarchy mounted")
+	}
+	cmd := exec.Command("sleep", "1000")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID}}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for _, dir := range dirs {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(cmd.Process.Pid)), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := Of(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range dirs {
+		if dir != c.Unified && !slices.Contains(c.V1, dir) {
+			t.Fatalf("the caller is in %+v, not in %s", c, dir)
+		}
+	}
+	return c
+}
+
+func self(t *testing.T) Cgroups {
+	t.Helper()
+	c, err := Of(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// logOf writes a log of lines and returns its path.
+func logOf(t *testing.T, lines int) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "log")
+	var b bytes.Buffer
+	for i := range lines {
+		b.WriteString("line \"" + strconv.Itoa(i) + "\"\t\xff\n")
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestReadPlacesTheReaderInTheCallersCgroups: a reader is in the caller's
+// cgroups, in every hierarchy, before it has its request, and its reply is
+// the one the daemon would encode itself.
+func TestReadPlacesTheReaderInTheCallersCgroups(t *testing.T) {
+	caller := callerIn(t)
+	var placed Cgroups
+	r := Reader{Exe: os.Args[0], started: func(pid int) {
+		c, err := Of(pid)
+		if err != nil {
+			t.Error(err)
+		}
+		placed = c
+	}}
+	path := logOf(t, 3*logreply.Chunk+5)
+	got, err := r.Read(context.Background(), caller, Request{Name: "job", Path: path, Lines: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if placed.Unified != caller.Unified || !slices.Equal(placed.V1, caller.V1) {
+		t.Fatalf("the reader was in %+v, the caller in %+v", placed, caller)
+	}
+	tl, err := logfile.Tail(context.Background(), path, -1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := logreply.Encode(context.Background(), "job", tl, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("reply of %d bytes differs from the daemon's own encoding (%d bytes)", len(got), len(want))
+	}
+}
+
+// TestReadLeavesTheDaemonsOwnCgroupsToIt: a caller where the daemon is
+// gets ErrNotApart, and no reader is started.
+func TestReadLeavesTheDaemonsOwnCgroupsToIt(t *testing.T) {
+	started := false
+	r := Reader{Exe: os.Args[0], started: func(int) { started = true }}
+	if _, err := r.Read(context.Background(), self(t), Request{Name: "job", Path: logOf(t, 1), Lines: -1}); !errors.Is(err, ErrNotApart) || started {
+		t.Fatalf("err %v, started %v; want ErrNotApart and none started", err, started)
+	}
+}
+
+// TestReadBoundsTheReply: a reader that writes without end is cut off at
+// MaxReply and killed.
+func TestReadBoundsTheReply(t *testing.T) {
+	caller := callerIn(t)
+	yes, err := exec.LookPath("yes")
+	if err != nil {
+		t.Skip(err)
+	}
+	var pid int
+	r := Reader{Exe: yes, started: func(p int) { pid = p }}
+	if _, err := r.Read(context.Background(), caller, Request{}); err == nil || !strings.Contains(err.Error(), "over") {
+		t.Fatalf("err %v, want the reply refused as over the bound", err)
+	}
+	if err := unix.Kill(pid, 0); !errors.Is(err, unix.ESRCH) {
+		t.Fatalf("reader %d after Read: %v, want it gone", pid, err)
+	}
+}
+
+// TestReadEndsWithTheCall: a reader still at work when the call ends (it
+// would open a FIFO nobody writes, for ever) is killed, and Read returns
+// the call's error.
+func TestReadEndsWithTheCall(t *testing.T) {
+	caller := callerIn(t)
+	fifo := filepath.Join(t.TempDir(), "log")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var pid int
+	r := Reader{Exe: os.Args[0], started: func(p int) { pid = p; cancel() }}
+	if _, err := r.Read(ctx, caller, Request{Name: "job", Path: fifo, Lines: -1}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled", err)
+	}
+	if err := unix.Kill(pid, 0); !errors.Is(err, unix.ESRCH) {
+		t.Fatalf("reader %d after Read: %v, want it gone", pid, err)
+	}
+}
