@@ -51,7 +51,7 @@ type Daemon struct {
 	log        *zap.Logger
 	gpus       gpuBackend
 	simDir     string // set when the backend is simulated
-	initPath   string // the supervisor binary (gpusched-init, else helperPath)
+	initPath   string // the supervisor and log reader binary (gpusched-init, else helperPath)
 	helperPath string // this daemon's binary, re-executed as its helpers
 	bootID     string
 	startedAt  time.Time
@@ -137,7 +137,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	var passed string
 	d.initPath, passed = sandbox.SupervisorBeside(d.helperPath)
 	if d.logReader == nil {
-		d.logReader = logreader.Reader{Exe: d.helperPath}
+		d.logReader = logreader.Reader{Exe: d.initPath}
 	}
 	if passed != "" {
 		d.log.Warn("supervisor binary passed over; the daemon's own binary supervises instead", zap.String("why", passed))
