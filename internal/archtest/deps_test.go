@@ -90,15 +90,17 @@ var allowed = map[string][]string{
 	"internal/checkpoint/checkpointtest": {},
 	"internal/memfill":                   {"internal/procfs", "internal/simgpu"},
 	"internal/lazypages":                 {"internal/criuimg"},
+	"internal/logreply":                  {"internal/logfile"},
+	"internal/logreader":                 {"internal/logfile", "internal/logreply", "internal/procfs"},
 	"internal/criuimg":                   {},
 	"internal/checkpoint/checkpointtest/cuda-checkpoint": {"internal/simgpu", "internal/procfs", "internal/checkpoint", "internal/checkpoint/checkpointtest"},
 	"internal/cli":        {"pkg/api"},
 	"internal/router":     {"pkg/api", "internal/tomlline"},
 	"cmd/gpusched-router": {"internal/router"},
 	"cmd/gpuschedctl":     {"internal/cli"},
-	"cmd/gpuschedd":       {"internal/checkpoint", "internal/config", "internal/daemon", "internal/lazypages", "internal/memfill", "internal/sandbox"},
+	"cmd/gpuschedd":       {"internal/checkpoint", "internal/config", "internal/daemon", "internal/lazypages", "internal/logreader", "internal/memfill", "internal/sandbox"},
 	"cmd/gpusched-simjob": {"internal/procfs", "internal/simgpu"},
-	"cmd/gpusched-init":   {"internal/sandbox"},
+	"cmd/gpusched-init":   {"internal/logreader", "internal/sandbox"},
 }
 
 func TestImportRules(t *testing.T) {
