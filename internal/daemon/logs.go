@@ -59,9 +59,11 @@ func (d *Daemon) logs(c *call, emit func(*api.Event) error) (any, error) {
 	return api.LogsResult{Name: p.Name, Lines: []string{}}, nil
 }
 
-// tailLogs answers logs without follow: reading the log and encoding the
-// reply, the costly part, in one of the caller's turns (limits.Turns), as
-// bulk work (bulkgate) that yields between chunks of lines.
+// tailLogs answers logs without follow: a large call from a process in
+// cgroups apart from the daemon's by a log reader there (readLogsApart);
+// any other, reading the log and encoding the reply, the costly part, in
+// one of the caller's turns (limits.Turns), as bulk work (bulkgate) that
+// yields between chunks of lines.
 func (d *Daemon) tailLogs(c *call, name, path string, n int) (any, error) {
 	if d.logReader != nil && readsApart(n) {
 		reply, ok, err := d.readLogsApart(c, logreader.Request{Name: name, Path: path, Lines: n, Keep: d.cfg.LogKeep})

@@ -29,7 +29,7 @@ const maxStderr = 4 << 10
 
 // Reader starts log readers from Exe.
 type Reader struct {
-	Exe string // the daemon's binary
+	Exe string // started as Argv0: gpusched-init, or the daemon's own binary
 	// started, when set, is called with each reader's pid once it is
 	// placed, before it has its request; tests look at it then.
 	started func(pid int)
