@@ -390,7 +390,7 @@ var fairnessHostile = flag.String("fairness.hostile", "", "BenchmarkFairness: mo
 
 var fairnessVictim = flag.String("fairness.victim", "", "BenchmarkFairness: more flags for fairload victim, space-separated (\"-status 500 -status-every 0\": the status calls back to back, as before 2026-11-26)")
 
-var fairnessBurn = flag.String("fairness.burn", "", "BenchmarkFairness: more flags for the control, fairload burn (\"-decode\": the hostile readers' own decoding, without the daemon)")
+var fairnessBurn = flag.String("fairness.burn", "", "BenchmarkFairness: more flags for the control, fairload burn (\"-decode\": the hostile readers' own decoding, without the daemon; \"-decode -workers 4 -pause 2ms\": in bursts with sleeps between, as the readers waiting on replies)")
 
 var fairnessTrace = flag.String("fairness.trace", "", "BenchmarkFairness: write the daemon's execution trace to this file ("+TraceEnv+"), and the victim's status calls' times to FILE.victimN")
 
