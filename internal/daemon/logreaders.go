@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"go.uber.org/zap"
@@ -14,7 +13,7 @@ import (
 )
 
 // logReader answers a large logs call in a process placed in the caller's
-// CPU cgroups (logreader.Reader), or says logreader.ErrNotApart.
+// CPU cgroups (logreader.Reader).
 type logReader interface {
 	Read(ctx context.Context, caller logreader.Cgroups, req logreader.Request) ([]byte, error)
 }
@@ -28,11 +27,11 @@ func readsApart(n int) bool { return n < 0 || n > logreply.Chunk }
 // cgroups, in one of the caller's turns and charged to their share of the
 // daemon's CPU for what starting it and relaying its reply cost. ok is
 // false where the daemon is to answer itself: the caller is in the
-// daemon's cgroups, their process is gone or cannot be read, or the reader
-// failed (a user may kill their own).
+// daemon's cgroups (known before the turn is taken), their process is gone
+// or cannot be read, or the reader failed (a user may kill their own).
 func (d *Daemon) readLogsApart(c *call, req logreader.Request) (reply encoded, ok bool, err error) {
 	cg, err := peerCgroups(c.actor)
-	if err != nil {
+	if err != nil || logreader.Apart(cg) != nil {
 		return nil, false, nil
 	}
 	release, err := d.bulkTurn(c)
@@ -51,9 +50,8 @@ func (d *Daemon) readLogsApart(c *call, req logreader.Request) (reply encoded, o
 		return encoded(b), true, nil
 	case c.ctx.Err() != nil:
 		return nil, false, c.ctx.Err()
-	case !errors.Is(err, logreader.ErrNotApart):
-		d.log.Debug("log reader failed; the daemon answers", zap.String("name", req.Name), zap.Error(err))
 	}
+	d.log.Debug("log reader failed; the daemon answers", zap.String("name", req.Name), zap.Error(err))
 	return nil, false, nil
 }
 

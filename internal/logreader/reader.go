@@ -45,12 +45,9 @@ var ErrNotApart = errors.New("the caller's CPU cgroups are the daemon's")
 // have moved itself since it started) in no hierarchy gets ErrNotApart,
 // and nothing is started.
 func (r Reader) Read(ctx context.Context, caller Cgroups, req Request) ([]byte, error) {
-	self, err := Of(os.Getpid())
+	self, err := apartFromSelf(caller)
 	if err != nil {
-		return nil, fmt.Errorf("the daemon's own cgroups: %w", err)
-	}
-	if !caller.Apart(self) {
-		return nil, ErrNotApart
+		return nil, err
 	}
 	in, err := json.Marshal(req)
 	if err != nil {
@@ -115,6 +112,27 @@ func (r Reader) Read(ctx context.Context, caller Cgroups, req Request) ([]byte, 
 		return nil, fmt.Errorf("log reader: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	return reply, nil
+}
+
+// Apart is nil where caller is apart from this process (the daemon, which
+// may have moved itself since it started) in some hierarchy, else
+// ErrNotApart or why this process's own cgroups are unknown: a reader
+// would be started for caller.
+func Apart(caller Cgroups) error {
+	_, err := apartFromSelf(caller)
+	return err
+}
+
+// apartFromSelf is Apart, returning this process's cgroups.
+func apartFromSelf(caller Cgroups) (Cgroups, error) {
+	self, err := Of(os.Getpid())
+	if err != nil {
+		return Cgroups{}, fmt.Errorf("the daemon's own cgroups: %w", err)
+	}
+	if !caller.Apart(self) {
+		return Cgroups{}, ErrNotApart
+	}
+	return self, nil
 }
 
 // placeV1 moves pid into caller's cgroups in the v1 hierarchies where they

@@ -106,6 +106,9 @@ func logOf(t *testing.T, lines int) string {
 // the one the daemon would encode itself.
 func TestReadPlacesTheReaderInTheCallersCgroups(t *testing.T) {
 	caller := callerIn(t)
+	if err := Apart(caller); err != nil {
+		t.Fatalf("Apart of the caller's cgroups: %v", err)
+	}
 	var placed Cgroups
 	r := Reader{Exe: os.Args[0], started: func(pid int) {
 		c, err := Of(pid)
@@ -135,9 +138,12 @@ func TestReadPlacesTheReaderInTheCallersCgroups(t *testing.T) {
 	}
 }
 
-// TestReadLeavesTheDaemonsOwnCgroupsToIt: a caller where the daemon is
-// gets ErrNotApart, and no reader is started.
+// TestReadLeavesTheDaemonsOwnCgroupsToIt: a caller where the daemon is is
+// not apart, and Read gives ErrNotApart without starting a reader.
 func TestReadLeavesTheDaemonsOwnCgroupsToIt(t *testing.T) {
+	if err := Apart(self(t)); !errors.Is(err, ErrNotApart) {
+		t.Fatalf("Apart of this process's own cgroups: %v, want ErrNotApart", err)
+	}
 	started := false
 	r := Reader{Exe: os.Args[0], started: func(int) { started = true }}
 	if _, err := r.Read(context.Background(), self(t), Request{Name: "job", Path: logOf(t, 1), Lines: -1}); !errors.Is(err, ErrNotApart) || started {
