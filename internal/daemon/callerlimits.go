@@ -30,27 +30,37 @@ func callerLimits(a actor, what string) (rlimit.Set, error) {
 	return nil, deniedf("%s: the resource limits of the connecting process cannot be read (%v); send the request from a process that stays connected and keeps its uid", what, err)
 }
 
-// readPeerLimits reads the limits of a's process, checking its identity
-// around the read: the pidfd taken first names the process that connected
-// (actor.openPeer), and it still running at the end means the pid named it
-// throughout.
+// readPeerLimits reads the limits of a's process, which must hold a's uid
+// throughout (readPeer).
 func readPeerLimits(a actor) (rlimit.Set, error) {
+	return readPeer(a, func(pid int) (rlimit.Set, error) {
+		s, err := rlimit.Of(pid)
+		if err != nil {
+			return nil, err
+		}
+		return s, sameUID(pid, a.UID)
+	})
+}
+
+// readPeer reads something of a's process with read, checking its
+// identity around the read: the pidfd taken first names the process that
+// connected (actor.openPeer), and it still running at the end means the
+// pid named it throughout.
+func readPeer[T any](a actor, read func(pid int) (T, error)) (T, error) {
+	var zero T
 	pidfd, err := a.openPeer()
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
 	defer unix.Close(pidfd)
-	s, err := rlimit.Of(a.PID)
+	v, err := read(a.PID)
 	if err != nil {
-		return nil, err
-	}
-	if err := sameUID(a.PID, a.UID); err != nil {
-		return nil, err
+		return zero, err
 	}
 	if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
-		return nil, fmt.Errorf("pid %d: %w", a.PID, procfs.ErrGone)
+		return zero, fmt.Errorf("pid %d: %w", a.PID, procfs.ErrGone)
 	}
-	return s, nil
+	return v, nil
 }
 
 // sameUID checks that every uid of pid (real, effective, saved, file

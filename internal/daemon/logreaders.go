@@ -2,14 +2,11 @@ package daemon
 
 import (
 	"context"
-	"fmt"
 
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/logreader"
 	"github.com/gpusched/gpusched/internal/logreply"
-	"github.com/gpusched/gpusched/internal/procfs"
 )
 
 // logReader answers a large logs call in a process placed in the caller's
@@ -55,20 +52,5 @@ func (d *Daemon) readLogsApart(c *call, req logreader.Request) (reply encoded, o
 	return nil, false, nil
 }
 
-// peerCgroups is where a's process is, checking its identity around the
-// read as readPeerLimits does.
-func peerCgroups(a actor) (logreader.Cgroups, error) {
-	pidfd, err := a.openPeer()
-	if err != nil {
-		return logreader.Cgroups{}, err
-	}
-	defer unix.Close(pidfd)
-	cg, err := logreader.Of(a.PID)
-	if err != nil {
-		return logreader.Cgroups{}, err
-	}
-	if err := unix.PidfdSendSignal(pidfd, 0, nil, 0); err != nil {
-		return logreader.Cgroups{}, fmt.Errorf("pid %d: %w", a.PID, procfs.ErrGone)
-	}
-	return cg, nil
-}
+// peerCgroups is where a's process is (readPeer).
+func peerCgroups(a actor) (logreader.Cgroups, error) { return readPeer(a, logreader.Of) }
