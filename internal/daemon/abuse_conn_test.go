@@ -118,6 +118,25 @@ func TestAbuseOversizeLines(t *testing.T) {
 	}
 }
 
+// TestAbuseLongIDRefused: an id over api.MaxIDBytes is refused, answered
+// without it, and the connection stays usable; one at the bound is echoed.
+// The daemon echoes an id in every line of its answer: a follow of 65,536
+// lines with an id of 100 KB had it write 6.5 GB, 11 s of its CPU.
+func TestAbuseLongIDRefused(t *testing.T) {
+	h := newHarness(t)
+	rc := h.raw()
+	id := func(n int) string { return `"` + strings.Repeat("i", n-2) + `"` }
+	rc.send(`{"id":` + id(api.MaxIDBytes+1) + `,"method":"hello"}`)
+	r := rc.recv()
+	if _, echoed := r["id"]; echoed || r["code"] != string(api.CodeBadRequest) || !strings.Contains(r["error"].(string), "id of") {
+		t.Fatalf("an id of %d bytes: %.200v", api.MaxIDBytes+1, r)
+	}
+	rc.send(`{"id":` + id(api.MaxIDBytes) + `,"method":"hello"}`)
+	if r := rc.recv(); r["ok"] != true || `"`+r["id"].(string)+`"` != id(api.MaxIDBytes) {
+		t.Fatalf("an id of %d bytes: %.200v", api.MaxIDBytes, r)
+	}
+}
+
 type repeatReader byte
 
 func (b repeatReader) Read(p []byte) (int, error) {

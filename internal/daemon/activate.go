@@ -15,7 +15,7 @@ import (
 // the connection ends, with no final line; or until the caller shuts down
 // its writing side, when the final line, the same Activation, says the hold
 // has ended (so that a client can release it before its next call).
-func (d *Daemon) activate(c *call, emit func(*api.Event) error) (any, error) {
+func (d *Daemon) activate(c *call, stream *eventStream) (any, error) {
 	var p api.ActivateParams
 	if err := c.decode(&p); err != nil {
 		return nil, err
@@ -32,7 +32,7 @@ func (d *Daemon) activate(c *call, emit func(*api.Event) error) (any, error) {
 		return out, nil
 	}
 	defer release()
-	if err := emit(&api.Event{Type: api.EventActivated, Time: time.Now(), Name: out.Name, Activation: &out}); err != nil {
+	if err := stream.emit(&api.Event{Type: api.EventActivated, Time: time.Now(), Name: out.Name, Activation: &out}); err != nil {
 		return nil, err
 	}
 	select {

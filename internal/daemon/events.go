@@ -37,7 +37,7 @@ func visibleTo(a actor, e *api.Event) bool {
 }
 
 // subscribe streams events the caller may see until the caller leaves.
-func (d *Daemon) subscribe(c *call, emit func(*api.Event) error) (any, error) {
+func (d *Daemon) subscribe(c *call, stream *eventStream) (any, error) {
 	var p api.EventsParams
 	if err := c.decode(&p); err != nil {
 		return nil, err
@@ -54,7 +54,7 @@ func (d *Daemon) subscribe(c *call, emit func(*api.Event) error) (any, error) {
 		return visibleTo(c.actor, e)
 	})
 	defer cancel()
-	if err := emit(&api.Event{Type: api.EventSubscribed, Time: time.Now(), Name: p.Name}); err != nil {
+	if err := stream.emit(&api.Event{Type: api.EventSubscribed, Time: time.Now(), Name: p.Name}); err != nil {
 		return nil, err
 	}
 	for {
@@ -68,7 +68,7 @@ func (d *Daemon) subscribe(c *call, emit func(*api.Event) error) (any, error) {
 				}
 				return nil, api.Errorf(api.CodeUnavailable, "event stream closed")
 			}
-			if err := emit(&e); err != nil {
+			if err := stream.emit(&e); err != nil {
 				return nil, err
 			}
 		}

@@ -62,7 +62,7 @@ func (d *Daemon) cancel(c *call) (any, error) {
 
 // jobWait streams a job's events until it is finished and answers with the
 // finished job.
-func (d *Daemon) jobWait(c *call, emit func(*api.Event) error) (any, error) {
+func (d *Daemon) jobWait(c *call, stream *eventStream) (any, error) {
 	var p api.JobWaitParams
 	if err := c.decode(&p); err != nil {
 		return nil, err
@@ -94,7 +94,7 @@ func (d *Daemon) jobWait(c *call, emit func(*api.Event) error) (any, error) {
 			if !ok {
 				return nil, api.Errorf(api.CodeUnavailable, "job_wait %q: event stream closed; wait again", j.Name)
 			}
-			if err := emit(&e); err != nil {
+			if err := stream.emit(&e); err != nil {
 				return nil, err
 			}
 			if e.JobState.Terminal() && e.Warning == "" {

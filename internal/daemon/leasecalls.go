@@ -13,7 +13,7 @@ import (
 // to the caller's connection: placement counts them as occupied until
 // release, or until that connection closes. It is a streaming call only so
 // that a caller who hangs up while waiting is noticed; it sends no events.
-func (d *Daemon) acquire(c *call, _ func(*api.Event) error) (any, error) {
+func (d *Daemon) acquire(c *call, _ *eventStream) (any, error) {
 	var p api.AcquireParams
 	if err := c.decode(&p); err != nil {
 		return nil, err

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+
+	"github.com/gpusched/gpusched/pkg/api"
 )
 
 // bigRequest is the size of request line past which a capped method's
@@ -16,7 +18,7 @@ const bigRequest = 64 << 10
 
 // peekHead reads the id and method of a request line that gives both
 // before anything else, without reading further; ok is false for any other
-// line, which the full decode judges. It only ever leads to an early
+// line, and for an id over api.MaxIDBytes: the full decode judges them. It only ever leads to an early
 // refusal: what it reads is not trusted to admit anything.
 func peekHead(line []byte) (id json.RawMessage, method string, ok bool) {
 	dec := json.NewDecoder(bytes.NewReader(line))
@@ -31,7 +33,7 @@ func peekHead(line []byte) (id json.RawMessage, method string, ok bool) {
 		}
 		switch t {
 		case "id":
-			if haveID || dec.Decode(&id) != nil {
+			if haveID || dec.Decode(&id) != nil || len(id) > api.MaxIDBytes {
 				return nil, "", false
 			}
 			haveID = true

@@ -1,9 +1,15 @@
 package daemon
 
-import "testing"
+import (
+	"strings"
+	"testing"
+
+	"github.com/gpusched/gpusched/pkg/api"
+)
 
 // TestPeekHead: the head is read only where the id and the method come
-// first; any other line is left to the full decode.
+// first, with an id within api.MaxIDBytes; any other line is left to the
+// full decode.
 func TestPeekHead(t *testing.T) {
 	for _, c := range []struct {
 		line   string
@@ -20,6 +26,8 @@ func TestPeekHead(t *testing.T) {
 		{`{"id":1,"method":7}`, "", "", false},
 		{`["id",1,"method","run"]`, "", "", false},
 		{`{"id":1,"method":"ru`, "", "", false},
+		{`{"id":"` + strings.Repeat("i", api.MaxIDBytes-2) + `","method":"run"}`, `"` + strings.Repeat("i", api.MaxIDBytes-2) + `"`, "run", true},
+		{`{"id":"` + strings.Repeat("i", api.MaxIDBytes-1) + `","method":"run"}`, "", "", false},
 	} {
 		id, method, ok := peekHead([]byte(c.line))
 		if ok != c.ok || (ok && (string(id) != c.id || method != c.method)) {

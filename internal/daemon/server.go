@@ -64,7 +64,7 @@ func (c *call) decode(v any) error {
 type handler func(c *call) (any, error)
 
 // streamHandler answers a call with events and then one result.
-type streamHandler func(c *call, emit func(*api.Event) error) (any, error)
+type streamHandler func(c *call, stream *eventStream) (any, error)
 
 type method struct {
 	unary  handler
@@ -234,7 +234,7 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 				defer d.streams.Done()
 				defer close(st.done)
 				defer st.cancel()
-				res, err := m.stream(cl, func(e *api.Event) error { return w.event(req.ID, e) })
+				res, err := m.stream(cl, &eventStream{w: w, id: req.ID})
 				release() // before the final line, after which the caller may start another
 				if d.answer(w, cl, req.ID, res, err) != nil {
 					// Gone, or not reading (the write timed out, maybe
@@ -383,6 +383,9 @@ func (d *Daemon) parseRequest(line []byte) (api.Request, method, *api.Error) {
 	var req api.Request
 	if err := json.Unmarshal(line, &req); err != nil {
 		return api.Request{}, method{}, api.Errorf(api.CodeBadRequest, "malformed request: %v", err)
+	}
+	if len(req.ID) > api.MaxIDBytes {
+		return api.Request{}, method{}, api.Errorf(api.CodeBadRequest, "request id of %d bytes: at most %d", len(req.ID), api.MaxIDBytes)
 	}
 	name, m, ok := d.methodNamed(req.Method)
 	switch {

@@ -10,7 +10,7 @@ import (
 
 // wait streams a process's state changes until it exits and answers with
 // its final state.
-func (d *Daemon) wait(c *call, emit func(*api.Event) error) (any, error) {
+func (d *Daemon) wait(c *call, stream *eventStream) (any, error) {
 	var p api.WaitParams
 	if err := c.decode(&p); err != nil {
 		return nil, err
@@ -50,7 +50,7 @@ func (d *Daemon) wait(c *call, emit func(*api.Event) error) (any, error) {
 			if !ok {
 				return nil, api.Errorf(api.CodeUnavailable, "wait %q: event stream closed; wait again", p.Name)
 			}
-			if err := emit(&e); err != nil {
+			if err := stream.emit(&e); err != nil {
 				return nil, err
 			}
 			if e.Type == api.EventRemoved || e.State == api.StateExited {

@@ -99,20 +99,6 @@ func (w *lineWriter) response(id json.RawMessage, result any, e *api.Error) erro
 	return w.flush()
 }
 
-// event writes {"id":..,"event":..}.
-func (w *lineWriter) event(id json.RawMessage, e *api.Event) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.begin(id)
-	w.buf.WriteString(`"event":`)
-	if err := w.enc.Encode(e); err != nil {
-		return err
-	}
-	w.trimNewline()
-	w.buf.WriteString("}\n")
-	return w.flush()
-}
-
 func (w *lineWriter) trimNewline() { w.buf.Truncate(w.buf.Len() - 1) }
 
 // maxKeptLine is the largest line buffer a connection keeps between lines:

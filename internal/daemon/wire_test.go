@@ -23,7 +23,7 @@ func TestAnswerToAGonePeerLogsNothing(t *testing.T) {
 	w := newLineWriter(conn, 4096)
 	c := &call{ctx: context.Background(), method: "logs"}
 
-	err := w.event(nil, &api.Event{Type: api.EventLog, Name: "job", Line: "a line"})
+	err := (&eventStream{w: w}).emit(&api.Event{Type: api.EventLog, Name: "job", Line: "a line"})
 	if err == nil {
 		t.Fatal("an event to a closed peer was written")
 	}

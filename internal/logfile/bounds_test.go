@@ -75,7 +75,7 @@ func TestTailHugeLineWithoutNewline(t *testing.T) {
 	var got []string
 	var offset int64
 	var err error
-	checkCost(t, "TailForFollow", 0, func() { got, offset, err = TailForFollow(context.Background(), path, 10, 1) })
+	checkCost(t, "TailForFollow", 0, func() { got, offset, err = followStrings(context.Background(), path, 10, 1) })
 	if err != nil || len(got) != 0 || offset != 1<<30-MaxTail {
 		t.Errorf("TailForFollow = %q, %d, %v; want no line and offset %d", short(got), offset, err, 1<<30-MaxTail)
 	}
@@ -99,7 +99,7 @@ func TestTailHugeLine(t *testing.T) {
 	}
 
 	var offset int64
-	checkCost(t, "TailForFollow", 0, func() { got, offset, err = TailForFollow(context.Background(), path, 3, 0) })
+	checkCost(t, "TailForFollow", 0, func() { got, offset, err = followStrings(context.Background(), path, 3, 0) })
 	if want := []string{holeLine, "last"}; err != nil || !slices.Equal(got, want) || offset != 6+long+6 {
 		t.Errorf("TailForFollow = %q, %d, %v; want %q, %d", short(got), offset, err, short(want), 6+long+6)
 	}
@@ -185,15 +185,14 @@ func TestTailLineCap(t *testing.T) {
 		}
 	}
 
-	// A follow starts with as many lines, at the end of the file, as
-	// strings: their headers besides.
+	// A follow starts with as many lines, at the end of the file, within
+	// the same bound.
 	writeFiles(t, path, map[string]string{".1": "", "": string(newlines)})
-	var got []string
-	var offset int64
+	var tl *Tailed
 	var err error
-	_, alloc := testutil.Cost(t, func() { got, offset, err = TailForFollow(context.Background(), path, -1, 1) })
-	if followBound := uint64(allocBound + MaxTailLines*16); err != nil || len(got) != MaxTailLines || offset != MaxTail || alloc > followBound {
-		t.Errorf("TailForFollow(-1) = %d lines, offset %d, %v, allocating %d; want %d, %d, at most %d", len(got), offset, err, alloc, MaxTailLines, MaxTail, followBound)
+	_, alloc := testutil.Cost(t, func() { tl, err = TailForFollow(context.Background(), path, -1, 1) })
+	if err != nil || tl.Len() != MaxTailLines || tl.Offset() != MaxTail || alloc > allocBound {
+		t.Fatalf("TailForFollow(-1) = %v, allocating %d; want %d lines, offset %d, at most %d allocated", err, alloc, MaxTailLines, MaxTail, allocBound)
 	}
 }
 
@@ -205,7 +204,7 @@ func TestTailCanceled(t *testing.T) {
 	if _, _, err := tailStrings(ctx, path, -1, 0); !errors.Is(err, context.Canceled) {
 		t.Errorf("Tail = %v, want context.Canceled", err)
 	}
-	if _, _, err := TailForFollow(ctx, path, -1, 0); !errors.Is(err, context.Canceled) {
+	if _, err := TailForFollow(ctx, path, -1, 0); !errors.Is(err, context.Canceled) {
 		t.Errorf("TailForFollow = %v, want context.Canceled", err)
 	}
 	err := Follow(ctx, testWatcher(t), path, 0, nil, func(string) error { return nil })

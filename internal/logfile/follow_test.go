@@ -126,7 +126,7 @@ func openLog(t *testing.T) (string, *os.File) {
 func TestFollowProcess(t *testing.T) {
 	path, w := openLog(t)
 	appendTo(t, w, "old 1\nold 2\nunfin")
-	tail, offset, err := TailForFollow(context.Background(), path, 1, 0)
+	tail, offset, err := followStrings(context.Background(), path, 1, 0)
 	if err != nil || !slices.Equal(tail, []string{"old 2"}) {
 		t.Fatalf("TailForFollow = %q, %v", tail, err)
 	}
@@ -152,7 +152,7 @@ func TestFollowHandOffUnderLoad(t *testing.T) {
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
-	got, offset, err := TailForFollow(context.Background(), path, -1, 0)
+	got, offset, err := followStrings(context.Background(), path, -1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

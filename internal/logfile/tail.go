@@ -45,18 +45,14 @@ func Tail(ctx context.Context, path string, n, keep int) (*Tailed, error) {
 }
 
 // TailForFollow is Tail for a caller that goes on with Follow: it returns
-// only complete lines, leaving an unterminated last line to Follow, and the
-// offset just past the last complete line of path, from which Follow goes on
-// with no line missed or repeated. It returns at most MaxTailLines lines,
-// as Tail does. When the last MaxTail bytes of path hold
-// no newline, the offset is where they start, and Follow cuts the line it
-// finds there.
-func TailForFollow(ctx context.Context, path string, n, keep int) (lines []string, offset int64, err error) {
-	t, err := tail(ctx, path, n, keep, true)
-	if err != nil {
-		return nil, 0, err
-	}
-	return t.strings(), t.offset, nil
+// only complete lines, leaving an unterminated last line to Follow, and
+// (Tailed.Offset) the offset just past the last complete line of path,
+// from which Follow goes on with no line missed or repeated. It returns at
+// most MaxTailLines lines, as Tail does. When the last MaxTail bytes of
+// path hold no newline, the offset is where they start, and Follow cuts
+// the line it finds there.
+func TailForFollow(ctx context.Context, path string, n, keep int) (*Tailed, error) {
+	return tail(ctx, path, n, keep, true)
 }
 
 // tail implements Tail and TailForFollow, retrying when a rotation truncated

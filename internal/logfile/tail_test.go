@@ -112,7 +112,7 @@ func TestTailForFollow(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "log")
 			writeFiles(t, path, tt.files)
-			got, offset, err := TailForFollow(context.Background(), path, tt.n, 1)
+			got, offset, err := followStrings(context.Background(), path, tt.n, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -255,6 +255,15 @@ func tailStrings(ctx context.Context, path string, n, keep int) ([]string, bool,
 		return nil, false, err
 	}
 	return t.strings(), t.Truncated(), nil
+}
+
+// followStrings is TailForFollow's lines as strings, and its offset.
+func followStrings(ctx context.Context, path string, n, keep int) ([]string, int64, error) {
+	t, err := TailForFollow(ctx, path, n, keep)
+	if err != nil {
+		return nil, 0, err
+	}
+	return t.strings(), t.Offset(), nil
 }
 
 // spanLines reads s as a tail does and returns its lines as strings,

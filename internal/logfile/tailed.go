@@ -31,6 +31,9 @@ func (t *Tailed) Len() int { return t.count - t.skip }
 // Truncated reports whether lines asked for were left out.
 func (t *Tailed) Truncated() bool { return t.truncated }
 
+// Offset is where Follow goes on after a TailForFollow.
+func (t *Tailed) Offset() int64 { return t.offset }
+
 // Bytes is about what the lines hold: the bytes read.
 func (t *Tailed) Bytes() int { return len(t.data) }
 

@@ -9,6 +9,12 @@ const ProtocolVersion = 1
 // CodeTooLarge and skipped up to the next newline.
 const MaxLineBytes = 1 << 20
 
+// MaxIDBytes bounds a request's id, as it is on the line: the daemon echoes
+// it in every line it answers, so an id of a MiB made each line of a
+// stream a MiB. A request with a longer id is refused with CodeBadRequest,
+// answered without its id.
+const MaxIDBytes = 256
+
 // DefaultSocket is where the daemon listens unless told otherwise.
 const DefaultSocket = "/run/gpusched/gpusched.sock"
 

@@ -29,6 +29,7 @@ func hostile(args []string) {
 		procs       = fs.Int("procs", 400, "managed processes to start")
 		jobs        = fs.Int("jobs", 20000, "jobs to queue")
 		readers     = fs.Int("readers", 4, "callers asking for every line of a 60 MiB log of newlines, in a loop")
+		refollowers = fs.Int("refollowers", 0, "callers following every line of an exited process's log of 100,000 short lines (logs -f -n -1), in a loop")
 		pollers     = fs.Int("pollers", 0, "callers asking for status, a quick call, in a loop")
 		churners    = fs.Int("churners", 0, "callers opening a connection, saying hello and closing it, in a loop, never pausing")
 		respawners  = fs.Int("respawners", 0, "callers starting a process (with -cmd-bytes of command line), killing and removing it, in a loop")
@@ -51,6 +52,7 @@ func hostile(args []string) {
 		{"leases", func(ctx context.Context, s func()) { f.leaseFlood(ctx, s) }},
 		{"fill", func(ctx context.Context, s func()) { f.fillFlood(ctx, s) }},
 		{"reads", func(ctx context.Context, s func()) { f.readFlood(ctx, *readers, s) }},
+		{"refollows", func(ctx context.Context, s func()) { f.refollowFlood(ctx, *refollowers, s) }},
 		{"polls", func(ctx context.Context, s func()) { f.pollFlood(ctx, *pollers, s) }},
 		{"churns", func(ctx context.Context, s func()) { f.churnFlood(ctx, *churners, s) }},
 		{"respawns", func(ctx context.Context, s func()) { f.respawnFlood(ctx, *respawners, *cmdBytes, s) }},
@@ -79,7 +81,7 @@ func hostile(args []string) {
 	first.Wait()
 	fmt.Println("flooding")
 	all.Wait()
-	for _, name := range []string{"metrics", "procs", "follows", "jobs", "leases", "fill", "reads", "polls", "churns", "respawns", "conns"} {
+	for _, name := range []string{"metrics", "procs", "follows", "jobs", "leases", "fill", "reads", "refollows", "polls", "churns", "respawns", "conns"} {
 		t := f.tally(name)
 		fmt.Printf("%s: %d granted, %d refused\n", name, t.granted.Load(), t.refused.Load())
 	}
@@ -365,6 +367,36 @@ func (f *flooder) readFlood(ctx context.Context, n int, started func()) {
 	f.eachConn(ctx, n, t, func(_ int, c *api.Client) {
 		for ctx.Err() == nil {
 			_, err := c.Logs(ctx, "hostile-newlines", -1)
+			started()
+			if !t.count(err) && !errors.Is(err, context.Canceled) {
+				pause(ctx)
+			}
+		}
+	})
+}
+
+// refollowFlood follows every line of an exited process's log of short
+// lines from n connections, each in a loop: a follow that starts with the
+// most lines a follow sends, and ends once they are sent.
+func (f *flooder) refollowFlood(ctx context.Context, n int, started func()) {
+	t := f.tally("refollows")
+	if n == 0 {
+		return
+	}
+	c, err := f.dial(ctx)
+	if err == nil {
+		_, err = c.Run(ctx, api.RunParams{Name: "hostile-counted", Dir: "/", Cmd: []string{"seq", "100000"}})
+		if err == nil {
+			_, err = c.Wait(ctx, api.WaitParams{Name: "hostile-counted"}, nil)
+		}
+		c.Close()
+	}
+	if !t.count(err) {
+		return
+	}
+	f.eachConn(ctx, n, t, func(_ int, c *api.Client) {
+		for ctx.Err() == nil {
+			err := c.FollowLogs(ctx, "hostile-counted", -1, func(string) error { return nil })
 			started()
 			if !t.count(err) && !errors.Is(err, context.Canceled) {
 				pause(ctx)
