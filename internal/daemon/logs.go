@@ -43,8 +43,10 @@ func (d *Daemon) logs(c *call, stream *eventStream) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	send := func(line string) error { return stream.emit(&api.Event{Type: api.EventLog, Name: p.Name, Line: line}) }
-	if err := logfile.Follow(c.ctx, d.logWatch, rec.LogPath, offset, done, send); err != nil {
+	sink := newFollowSink(c, d.bulk, stream, p.Name)
+	err = logfile.Follow(c.ctx, d.logWatch, rec.LogPath, offset, done, sink)
+	sink.end()
+	if err != nil {
 		return nil, err
 	}
 	return api.LogsResult{Name: p.Name, Lines: []string{}}, nil

@@ -207,7 +207,7 @@ func TestTailCanceled(t *testing.T) {
 	if _, err := TailForFollow(ctx, path, -1, 0); !errors.Is(err, context.Canceled) {
 		t.Errorf("TailForFollow = %v, want context.Canceled", err)
 	}
-	err := Follow(ctx, testWatcher(t), path, 0, nil, func(string) error { return nil })
+	err := Follow(ctx, testWatcher(t), path, 0, nil, lineFunc(func(string) error { return nil }))
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("Follow = %v, want context.Canceled", err)
 	}
@@ -223,10 +223,10 @@ func followToEnd(t *testing.T, path string, offset int64) []string {
 	var lines []string
 	var err error
 	checkCost(t, "Follow", MaxLag, func() {
-		err = Follow(context.Background(), testWatcher(t), path, offset, done, func(l string) error {
+		err = Follow(context.Background(), testWatcher(t), path, offset, done, lineFunc(func(l string) error {
 			lines = append(lines, l)
 			return nil
-		})
+		}))
 	})
 	if err != nil {
 		t.Fatalf("Follow: %v", err)

@@ -23,15 +23,25 @@ const (
 // SkipFormat is the line Follow emits, with the count, for bytes it skipped.
 const SkipFormat = "[%d bytes skipped]"
 
-// Follow emits every line appended to path after byte offset (from
+// Lines takes what Follow reads: each line, in order, and then a Flush
+// once the lines of one read of the file (up to 64 KiB of it) are given,
+// before Follow reads on, waits for the file to change or returns. A Lines
+// may hold what it is given until its Flush: a follower of a chatty log
+// writes a read's worth of lines to its client at once.
+type Lines interface {
+	Line(line string) error
+	Flush() error
+}
+
+// Follow gives out every line appended to path after byte offset (from
 // TailForFollow), in order, each once it is complete. It sleeps between
 // writes until w reports a change to the file. When the file turns out to
 // have been truncated (by Rotate), it carries on from offset 0; the line in
 // progress carries over, since the writer continues it in the new file.
 //
-// When done is closed (the process exited), Follow reads what remains, emits
-// a final unterminated line if any, and returns nil. It returns ctx.Err()
-// when ctx ends, and the error of emit if emit fails.
+// When done is closed (the process exited), Follow reads what remains, gives
+// out a final unterminated line if any, and returns nil. It returns
+// ctx.Err() when ctx ends, and the error of out if out fails.
 //
 // Follow reads through its own descriptor and watches the inode open
 // there: the file is never replaced (Rotate truncates in place), and an
@@ -43,11 +53,11 @@ const SkipFormat = "[%d bytes skipped]"
 //
 // Follow holds at most MaxLine bytes of a line and reads at most MaxLag
 // bytes behind the end of the file: when it falls further behind (a client
-// slower than the writer, or a file extended by a hole), it emits the line
-// in progress cut, then a SkipFormat line, and goes on MaxLag bytes before
+// slower than the writer, or a file extended by a hole), it gives out the
+// line in progress cut, then a SkipFormat line, and goes on MaxLag bytes before
 // the end. A line it starts inside (at such a point, or at an offset that
 // is not a line start) is cut.
-func Follow(ctx context.Context, w *Watcher, path string, offset int64, done <-chan struct{}, emit func(line string) error) error {
+func Follow(ctx context.Context, w *Watcher, path string, offset int64, done <-chan struct{}, out Lines) error {
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return fmt.Errorf("log %s: %w", path, err)
@@ -59,7 +69,7 @@ func Follow(ctx context.Context, w *Watcher, path string, offset int64, done <-c
 		return fmt.Errorf("log %s: %w", path, err)
 	}
 	defer sub.close()
-	fl := &follower{f: f, path: path, buf: make([]byte, chunkSize), emit: emit}
+	fl := &follower{f: f, path: path, buf: make([]byte, chunkSize), emit: out.Line, flush: out.Flush}
 	if err := fl.startAt(offset); err != nil {
 		return err
 	}
@@ -74,7 +84,10 @@ func Follow(ctx context.Context, w *Watcher, path string, offset int64, done <-c
 			if err := fl.drain(ctx); err != nil {
 				return err
 			}
-			return fl.lines.flush(emit)
+			if err := fl.lines.flush(out.Line); err != nil {
+				return err
+			}
+			return out.Flush()
 		case <-sub.changed:
 		case <-sub.ended:
 			return fmt.Errorf("log %s: %w", path, errWatchEnded)
@@ -91,7 +104,8 @@ type follower struct {
 	check  [seenLen]byte
 	buf    []byte
 	lines  lineBuf
-	emit   func(string) error
+	emit   func(string) error // Lines.Line
+	flush  func() error       // Lines.Flush
 }
 
 // drain reads and emits up to the current end of the file.
@@ -119,6 +133,9 @@ func (fl *follower) drain(ctx context.Context) error {
 		}
 		fl.advance(fl.buf[:n])
 		if err := fl.lines.feed(fl.buf[:n], fl.emit); err != nil {
+			return err
+		}
+		if err := fl.flush(); err != nil {
 			return err
 		}
 		if rerr != nil {

@@ -30,6 +30,13 @@ func startFollow(t *testing.T, path string, offset int64) *following {
 	return startFollowWith(t, testWatcher(t), path, offset)
 }
 
+// lineFunc is a Lines that gives each line to a function, and has nothing
+// to flush.
+type lineFunc func(string) error
+
+func (f lineFunc) Line(line string) error { return f(line) }
+func (lineFunc) Flush() error             { return nil }
+
 // startFollowWith is startFollow through w.
 func startFollowWith(t *testing.T, w *Watcher, path string, offset int64) *following {
 	t.Helper()
@@ -37,14 +44,14 @@ func startFollowWith(t *testing.T, w *Watcher, path string, offset int64) *follo
 	fw := &following{lines: make(chan string), ended: make(chan struct{}), done: make(chan struct{}), cancel: cancel}
 	go func() {
 		defer close(fw.ended)
-		fw.err = Follow(ctx, w, path, offset, fw.done, func(line string) error {
+		fw.err = Follow(ctx, w, path, offset, fw.done, lineFunc(func(line string) error {
 			select {
 			case fw.lines <- line:
 				return nil
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-		})
+		}))
 	}()
 	t.Cleanup(func() {
 		cancel()
@@ -250,18 +257,73 @@ func TestFollowEmitError(t *testing.T) {
 	appendTo(t, w, "x\ny\n")
 	boom := errors.New("boom")
 	var got []string
-	err := Follow(context.Background(), testWatcher(t), path, 0, nil, func(line string) error {
+	err := Follow(context.Background(), testWatcher(t), path, 0, nil, lineFunc(func(line string) error {
 		got = append(got, line)
 		return boom
-	})
+	}))
 	if !errors.Is(err, boom) || !slices.Equal(got, []string{"x"}) {
 		t.Fatalf("Follow = %v after %q, want boom after [x]", err, got)
 	}
 }
 
 func TestFollowMissing(t *testing.T) {
-	err := Follow(context.Background(), testWatcher(t), filepath.Join(t.TempDir(), "log"), 0, nil, func(string) error { return nil })
+	err := Follow(context.Background(), testWatcher(t), filepath.Join(t.TempDir(), "log"), 0, nil, lineFunc(func(string) error { return nil }))
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("Follow = %v, want fs.ErrNotExist", err)
 	}
+}
+
+// TestFollowFlushesEachRead: the lines of each read are followed by a
+// Flush before Follow waits for more, and the final line by one before it
+// returns: a Lines that holds lines until its Flush never holds one while
+// Follow waits.
+func TestFollowFlushesEachRead(t *testing.T) {
+	path, w := openLog(t)
+	got := make(chan string)
+	done := make(chan struct{})
+	ended := make(chan error, 1)
+	go func() { ended <- Follow(t.Context(), testWatcher(t), path, 0, done, &recordLines{out: got}) }()
+	expect := func(want ...string) {
+		t.Helper()
+		for _, s := range want {
+			select {
+			case g := <-got:
+				if g != s {
+					t.Fatalf("got %q, want %q", g, s)
+				}
+			case <-time.After(guard):
+				t.Fatalf("nothing after %s, want %q", guard, s)
+			}
+		}
+	}
+	appendTo(t, w, "a\nb\n")
+	expect("a", "b", "<flush>")
+	appendTo(t, w, "c\nunfinished")
+	expect("c", "<flush>")
+	close(done)
+	expect("unfinished", "<flush>")
+	if err := <-ended; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// recordLines is a Lines that sends each line, and "<flush>" for each
+// Flush after lines, on a channel.
+type recordLines struct {
+	out     chan<- string
+	pending bool
+}
+
+func (r *recordLines) Line(line string) error {
+	r.out <- line
+	r.pending = true
+	return nil
+}
+
+func (r *recordLines) Flush() error {
+	if r.pending {
+		r.out <- "<flush>"
+		r.pending = false
+	}
+	return nil
 }

@@ -81,7 +81,7 @@ func TestWatcherClosed(t *testing.T) {
 	if err := fw.end(t); !errors.Is(err, errWatchEnded) {
 		t.Errorf("Follow = %v, want errWatchEnded", err)
 	}
-	if err := Follow(t.Context(), w, path, 0, nil, func(string) error { return nil }); !errors.Is(err, errWatchEnded) {
+	if err := Follow(t.Context(), w, path, 0, nil, lineFunc(func(string) error { return nil })); !errors.Is(err, errWatchEnded) {
 		t.Errorf("Follow after Close = %v, want errWatchEnded", err)
 	}
 }

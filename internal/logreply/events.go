@@ -6,14 +6,34 @@ import "github.com/gpusched/gpusched/internal/logfile"
 // (TestEventsAsEncodingJSON holds the two equal).
 const eventLog = "log"
 
+// EventHead is how each log event line of a follow of name begins: prefix
+// (the stream's line up to and with `"event":`), then the event's type and
+// name, as encoding/json gives them with HTML escaping off.
+func EventHead(prefix []byte, name string) []byte {
+	return appendString(append(append([]byte(nil), prefix...), `{"type":"`+eventLog+`","name":`...), name)
+}
+
+// AppendEvent appends to dst the log event line of line (with
+// logfile.CutMarker after it where cut), begun with head (EventHead) and
+// ended with "}\n".
+func AppendEvent[S []byte | string](dst, head []byte, line S, cut bool) []byte {
+	dst = append(dst, head...)
+	if len(line) > 0 || cut { // the event's line is omitempty
+		dst = appendEscaped(append(dst, `,"line":"`...), line)
+		if cut {
+			dst = appendEscaped(dst, logfile.CutMarker)
+		}
+		dst = append(dst, '"')
+	}
+	return append(dst, "}}\n"...)
+}
+
 // Events encodes t's lines as the log events of a follow of name, a line
-// each, as the daemon writes a stream's events: prefix (the line's start,
-// up to and with `"event":`), the event as encoding/json gives it with
-// HTML escaping off, and "}\n". It hands send the lines a chunk of up to
-// Chunk at a time, in a buffer valid only during the call, and stops with
-// send's first error.
+// each (AppendEvent), each line begun with prefix. It hands send the lines
+// a chunk of up to Chunk at a time, in a buffer valid only during the
+// call, and stops with send's first error.
 func Events(prefix []byte, name string, t *logfile.Tailed, send func([]byte) error) error {
-	head := appendString(append(append([]byte(nil), prefix...), `{"type":"`+eventLog+`","name":`...), name)
+	head := EventHead(prefix, name)
 	var b []byte
 	n := 0
 	err := t.Each(func(line []byte, cut bool) error {
@@ -24,15 +44,7 @@ func Events(prefix []byte, name string, t *logfile.Tailed, send func([]byte) err
 			b = b[:0]
 		}
 		n++
-		b = append(b, head...)
-		if len(line) > 0 || cut { // the event's line is omitempty
-			b = appendEscaped(append(b, `,"line":"`...), line)
-			if cut {
-				b = appendEscaped(b, logfile.CutMarker)
-			}
-			b = append(b, '"')
-		}
-		b = append(b, "}}\n"...)
+		b = AppendEvent(b, head, line, cut)
 		return nil
 	})
 	if err != nil || len(b) == 0 {

@@ -69,3 +69,15 @@ func TestEventsStopsAtSendsError(t *testing.T) {
 		t.Fatalf("Events = %v after %d sends, want %v after 1", err, sends, gone)
 	}
 }
+
+// TestAppendEventOfAString: a line given as a string (a follow's, with any
+// CutMarker in it) is encoded as encoding/json encodes its event.
+func TestAppendEventOfAString(t *testing.T) {
+	head := EventHead([]byte(`{"id":1,"event":`), "job")
+	for _, l := range []string{"", "plain", "tab\tnul\x00", "bad \xff", "sep \u2028", "<&>", "cut" + logfile.CutMarker} {
+		want := append(append([]byte(`{"id":1,"event":`), jsonOf(t, api.Event{Type: api.EventLog, Name: "job", Line: l})...), "}\n"...)
+		if got := AppendEvent(nil, head, l, false); !bytes.Equal(got, want) {
+			t.Errorf("AppendEvent(%q) = %s, want %s", l, got, want)
+		}
+	}
+}

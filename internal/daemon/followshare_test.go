@@ -53,6 +53,53 @@ func TestFollowBacklogHeldToTheCallersShare(t *testing.T) {
 	}
 }
 
+// TestFollowHeldToTheCallersShare: what a follow relays as the process
+// writes is charged to the caller's share too: a caller over it waits
+// before the next piece, and then gets the lines on, in order. A follower
+// of `yes` kept half a CPU of the daemon busy, held to no share.
+func TestFollowHeldToTheCallersShare(t *testing.T) {
+	budget := &holdingBudget{uid: 0, let: make(chan struct{})}
+	h := prepareHarness(t)
+	h.opts = append(h.opts, func(d *Daemon) { d.bulk = bulkgate.New(1).Metered(budget) })
+	h.start()
+	h.run("counter", "sh", "-c", "i=0; while :; do i=$((i+1)); echo $i; sleep 0.01; done")
+
+	budget.arm()
+	held := make(chan bool, 1)
+	go func() {
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			if budget.waiters() > 0 {
+				held <- true
+				close(budget.let)
+				return
+			}
+		}
+		held <- false
+		close(budget.let)
+	}()
+	var got []int
+	stop := errors.New("enough")
+	err := h.client().FollowLogs(ctxT(t), "counter", 0, func(l string) error {
+		n, err := strconv.Atoi(l)
+		if err != nil {
+			return err
+		}
+		if len(got) > 0 && n != got[len(got)-1]+1 {
+			return errors.New("line " + l + " after " + strconv.Itoa(got[len(got)-1]))
+		}
+		if got = append(got, n); len(got) == 20 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) {
+		t.Fatalf("follow: %v after %v", err, got)
+	}
+	if !<-held {
+		t.Fatal("the daemon relayed the follow over the caller's share and never waited for it")
+	}
+}
+
 // waitLogged waits until name's last logged line is last.
 func waitLogged(t *testing.T, h *harness, name, last string) {
 	t.Helper()
