@@ -3,7 +3,6 @@ package logreply
 import (
 	"bytes"
 	"errors"
-	"strings"
 	"testing"
 
 	"github.com/gpusched/gpusched/internal/logfile"
@@ -15,45 +14,33 @@ import (
 // of at most Chunk lines a call; empty lines, cut lines and odd bytes
 // included.
 func TestEventsAsEncodingJSON(t *testing.T) {
-	odd := []string{"", `"quoted" \ back`, "tab\tnul\x00\x1f", "bad \xff utf-8 \xe2\x80", "sep \u2028\u2029", "<a href='x'>&</a>", "ünïcödé"}
 	const name = "job \"1\" <b>"
 	prefix := []byte(`{"id":"a\"b","event":`)
-	for _, n := range []int{0, 1, Chunk - 1, Chunk, Chunk + 1, 2*Chunk + 7} {
-		for _, cut := range []bool{false, true} {
-			lines := make([]string, n)
-			for i := range lines {
-				lines[i] = odd[i%len(odd)] + strings.Repeat("x", i%3)
-			}
-			var head string
-			if cut { // a line longer than the MiB read comes first
-				head = strings.Repeat("y", logfile.MaxTail) + "\n"
-				lines = append([]string{strings.Repeat("y", logfile.MaxLine) + logfile.CutMarker}, lines...)
-			}
-			var want []byte
-			for _, l := range lines {
-				want = append(append(append(want, prefix...), jsonOf(t, api.Event{Type: api.EventLog, Name: name, Line: l})...), "}\n"...)
-			}
-			var got []byte
-			sends := 0
-			err := Events(prefix, name, tailOf(t, head, lines[len(lines)-n:]), func(b []byte) error {
-				sends++
-				if c := bytes.Count(b, []byte("\n")); c > Chunk || c == 0 {
-					t.Fatalf("%d lines: a chunk of %d", len(lines), c)
-				}
-				got = append(got, b...)
-				return nil
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Fatalf("%d lines, cut %v: Events differs from encoding/json\n got %.300s\nwant %.300s", len(lines), cut, got, want)
-			}
-			if want := (len(lines) + Chunk - 1) / Chunk; sends != want {
-				t.Fatalf("%d lines: sent %d times, want %d", len(lines), sends, want)
-			}
+	forOddTails(t, func(lines []string, cut bool, tl *logfile.Tailed) {
+		var want []byte
+		for _, l := range lines {
+			want = append(append(append(want, prefix...), jsonOf(t, api.Event{Type: api.EventLog, Name: name, Line: l})...), "}\n"...)
 		}
-	}
+		var got []byte
+		sends := 0
+		err := Events(prefix, name, tl, func(b []byte) error {
+			sends++
+			if c := bytes.Count(b, []byte("\n")); c > Chunk || c == 0 {
+				t.Fatalf("%d lines: a chunk of %d", len(lines), c)
+			}
+			got = append(got, b...)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%d lines, cut %v: Events differs from encoding/json\n got %.300s\nwant %.300s", len(lines), cut, got, want)
+		}
+		if want := (len(lines) + Chunk - 1) / Chunk; sends != want {
+			t.Fatalf("%d lines: sent %d times, want %d", len(lines), sends, want)
+		}
+	})
 }
 
 // TestEventsStopsAtSendsError: the first failed send ends Events.
