@@ -41,9 +41,10 @@ func (b *broker) subscribe(filter func(*api.Event) bool) (*subscription, func())
 	}
 }
 
-// publish delivers e to every interested subscriber; one that is full is
-// dropped and its channel closed.
+// publish delivers e, its command cut (listedEvent), to every interested
+// subscriber; one that is full is dropped and its channel closed.
 func (b *broker) publish(e api.Event) {
+	e = listedEvent(e)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for s := range b.subs {

@@ -98,6 +98,9 @@ func (d *Daemon) jobWait(c *call, stream *eventStream) (any, error) {
 				return nil, err
 			}
 			if e.JobState.Terminal() && e.Warning == "" {
+				if cur, ok := d.jobs.Get(j.ID); ok {
+					return d.jobToAPI(cur), nil // the command whole, as job has it
+				}
 				return e.Job, nil
 			}
 		}

@@ -54,6 +54,9 @@ func (d *Daemon) wait(c *call, stream *eventStream) (any, error) {
 				return nil, err
 			}
 			if e.Type == api.EventRemoved || e.State == api.StateExited {
+				if cur, ok := d.table.Get(p.Name); ok && cur.ID == id {
+					return toAPI(cur, d.gpuView()), nil // the command whole, as status has it
+				}
 				return e.Process, nil
 			}
 		}
