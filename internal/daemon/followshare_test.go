@@ -132,6 +132,13 @@ func (b *holdingBudget) arm() {
 	b.armed = true
 }
 
+// hold puts uid over its share now.
+func (b *holdingBudget) hold() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.armed, b.charged = true, true
+}
+
 func (b *holdingBudget) waiters() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
