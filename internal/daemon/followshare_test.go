@@ -3,14 +3,22 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"os"
+	"os/exec"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpusched/gpusched/internal/bulkgate"
+	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/logreply"
+	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -98,6 +106,65 @@ func TestFollowHeldToTheCallersShare(t *testing.T) {
 	if !<-held {
 		t.Fatal("the daemon relayed the follow over the caller's share and never waited for it")
 	}
+}
+
+// TestFollowToAPagerHoldsNoTurn: a follow whose client has stopped reading
+// (a pager showing its first screen) holds none of its user's turns while
+// its first lines wait to be written: the user's other calls are answered.
+// Each chunk of lines is written once its turn is given back.
+func TestFollowToAPagerHoldsNoTurn(t *testing.T) {
+	u := testutil.NewUser(t, "gspager", "gspagerg")
+	setConnTimeouts(t, 30*time.Second, 5*time.Minute)
+	h := newHarness(t, func(c *config.Config) { c.Group = u.Group; c.Limits.TurnsPerUser = 1; c.Limits.CPUPerUser = 0 })
+	if _, errOut, code := h.ctlAs(u, "run", "--dir", "/", "counted", "--", "seq", "200000"); code != 0 {
+		t.Fatalf("run: %s", errOut)
+	}
+	if _, errOut, code := h.ctlAs(u, "wait", "counted"); code != 0 {
+		t.Fatalf("wait: %s", errOut)
+	}
+
+	pager, paged, err := os.Pipe() // never read past what the kernel holds
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pager.Close()
+	follow := exec.Command(h.bins.Ctl, "--socket", h.cfg.Socket, "logs", "-f", "-n", "-1", "counted")
+	follow.Dir, follow.Env, follow.Stdout = "/", []string{"PATH=/usr/bin:/bin"}, paged
+	follow.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups()}}
+	if err := follow.Start(); err != nil {
+		t.Fatal(err)
+	}
+	paged.Close()
+	t.Cleanup(func() { follow.Process.Kill(); follow.Wait() })
+	for deadline := time.Now().Add(time.Minute); pipeHolds(t, pager) < 60<<10; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the follow wrote %d bytes to its pager in a minute", pipeHolds(t, pager))
+		}
+	}
+
+	answered := make(chan string, 1)
+	go func() {
+		_, errOut, code := h.ctlAs(u, "status")
+		answered <- fmt.Sprintf("exit %d %s", code, errOut)
+	}()
+	select {
+	case got := <-answered:
+		if got != "exit 0 " {
+			t.Fatalf("status: %s", got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the user's status waited behind their follow's writes to a client that stopped reading")
+	}
+}
+
+// pipeHolds is how many bytes wait in the pipe read from r.
+func pipeHolds(t *testing.T, r *os.File) int {
+	t.Helper()
+	n, err := unix.IoctlGetInt(int(r.Fd()), unix.TIOCINQ) // FIONREAD
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // waitLogged waits until name's last logged line is last.

@@ -53,25 +53,21 @@ func (d *Daemon) logs(c *call, stream *eventStream) (any, error) {
 }
 
 // followBacklog sends a follow's first n lines as log events, and returns
-// the offset at which Follow goes on. Reading the log and encoding the
-// events is done in one of the caller's turns, in slots of the bulk gate,
-// as tailLogs does; the events are written a chunk of lines at a time
-// (logreply.Events), each once its slot is left, so that a caller slow to
-// read holds none. An event a line, each encoded by reflection and
-// written through, was 280 ms of the daemon's CPU for 65,536 lines.
+// the offset at which Follow goes on. Reading the log and encoding each
+// chunk of events (logreply.Events) is bulk work, as tailLogs's is: in one
+// of the caller's turns and a slot of the bulk gate, charged to their
+// share. Each chunk is written once both are given back, so that a client
+// slow to read (a pager) holds neither: the user's other calls go on. An
+// event a line, each encoded by reflection and written through, was 280
+// ms of the daemon's CPU for 65,536 lines.
 func (d *Daemon) followBacklog(c *call, stream *eventStream, name, path string, n int) (offset int64, err error) {
-	release, err := d.bulkTurn(c)
-	if err != nil {
-		return 0, err
-	}
-	defer release()
-	slot, err := d.bulk.Enter(c.ctx, c.actor.UID)
+	_, leave, err := d.enterBulk(c)
 	if err != nil {
 		return 0, err
 	}
 	defer func() {
-		if slot != nil {
-			slot.Leave()
+		if leave != nil {
+			leave()
 		}
 	}()
 	t, err := logfile.TailForFollow(c.ctx, path, n, d.cfg.LogKeep)
@@ -79,11 +75,13 @@ func (d *Daemon) followBacklog(c *call, stream *eventStream, name, path string, 
 		return 0, err
 	}
 	err = logreply.Events(stream.prefix(), name, t, func(lines []byte) error {
-		slot.Leave()
+		leave()
+		leave = nil
 		if err := stream.emitEncoded(lines); err != nil {
 			return err
 		}
-		slot, err = d.bulk.Enter(c.ctx, c.actor.UID)
+		var err error
+		_, leave, err = d.enterBulk(c)
 		return err
 	})
 	return t.Offset(), err
