@@ -21,10 +21,17 @@ import (
 // then settles the attempts that ended. Placement reads what processes
 // hold from the process table, not from the jobs, so an exit frees its
 // memory for this very pass; settling (which may queue a retry, and kicks
-// the next pass) comes after the starts so as not to delay them.
-func (d *Daemon) schedulePass(ctx context.Context) {
-	defer d.reconcileJobs()
-	plan, room, ok := d.plan(ctx)
+// the next pass) comes after the starts so as not to delay them. It
+// returns how long it took from the bulk gate's grant, which paces the
+// next pass (passPace).
+func (d *Daemon) schedulePass(ctx context.Context) (took time.Duration) {
+	plan, room, granted, ok := d.plan(ctx)
+	defer func() {
+		d.reconcileJobs()
+		if !granted.IsZero() {
+			took = time.Since(granted)
+		}
+	}()
 	if !ok {
 		return
 	}
@@ -53,25 +60,28 @@ func (d *Daemon) schedulePass(ctx context.Context) {
 			d.launch(ctx, s)
 		}
 	}
+	return
 }
 
 // plan places the queue, the costly part of a pass (its time grows with
-// the queue), as bulk work. When the last GPU sample failed it records why
-// everything waits instead, and ok is false.
-func (d *Daemon) plan(ctx context.Context) (plan placement.Plan, room *procRoom, ok bool) {
+// the queue), as bulk work, once the bulk gate granted it a slot (at
+// granted; zero when the pass ended first). When the last GPU sample
+// failed it records why everything waits instead, and ok is false.
+func (d *Daemon) plan(ctx context.Context) (plan placement.Plan, room *procRoom, granted time.Time, ok bool) {
 	slot, err := d.bulk.Enter(ctx, passUID)
 	if err != nil {
-		return plan, nil, false
+		return plan, nil, granted, false
 	}
 	defer slot.Leave()
+	granted = time.Now()
 	snap, queue, room := d.placementInput(time.Now(), d.sched.queue)
 	d.sched.queue = queue
 	if waits, stale := staleWaits(d.gpuView(), queue); stale {
 		d.sched.reasons.Store(&waitReasons{byID: waits})
 		d.leases.setReasons(waits)
-		return plan, nil, false
+		return plan, nil, granted, false
 	}
-	return placement.Place(snap, queue), room, true
+	return placement.Place(snap, queue), room, granted, true
 }
 
 // infeasible ends a request that can never fit.

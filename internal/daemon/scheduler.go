@@ -114,21 +114,30 @@ func (s *scheduler) busy(m map[string]bool, key string) bool {
 
 // runScheduler runs a placement pass whenever something that can change
 // placement happens (exit, freeze, thaw, submit, cancel, lease release, a
-// GPU sample that differs), until ctx ends.
+// GPU sample that differs), paced to a share of a CPU (passPace), until
+// ctx ends.
 func (d *Daemon) runScheduler(ctx context.Context) {
+	defer d.stopJobTimers()
 	var idle idleState
+	var pace passPace
 	for {
 		select {
 		case <-ctx.Done():
-			d.stopJobTimers()
 			return
 		case <-d.sched.kicks:
+		}
+		if rest := pace.wait(time.Now()); rest > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(rest):
+			}
 		}
 		if !d.needPass(&idle, time.Now()) {
 			continue
 		}
 		start := time.Now()
-		d.schedulePass(ctx)
+		pace.placed(d.schedulePass(ctx), time.Now())
 		d.sched.passes.Add(1)
 		if el := time.Since(start); el > 100*time.Millisecond {
 			d.log.Warn("slow placement pass", zap.Duration("took", el))
