@@ -22,14 +22,16 @@ const anyPeer = ^uint32(0)
 // it that users other than root may hold.
 var errConnsFull = &codedError{code: api.CodeUnavailable, msg: "too many connections to gpuschedd; retry later", base: ErrUnavailable}
 
-// connSet tracks open connections, so that shutdown can close them, and
-// admits new ones: max in all, of which users other than root hold at most
-// max less the root reserve, and each of them at most perUser (0: no
-// share).
+// connSet admits new connections and tracks the open ones, so that
+// shutdown can close them: max in all, of which users other than root
+// hold at most max less the root reserve, and each of them at most
+// perUser (0: no share). A connection is admitted by its peer's uid
+// before it is a net.Conn (netguard.Acceptor), then tracked.
 type connSet struct {
 	mu      sync.Mutex
-	m       map[net.Conn]uint32 // open connection → its peer's uid
-	byUID   map[uint32]int      // open connections of each uid
+	m       map[net.Conn]uint32 // tracked connection → its peer's uid
+	open    int                 // admitted and not yet removed or released
+	byUID   map[uint32]int      // of open, each uid's
 	max     int
 	reserve int
 	perUser int
@@ -39,17 +41,17 @@ func newConnSet(max, perUser int) *connSet {
 	return &connSet{m: map[net.Conn]uint32{}, byUID: map[uint32]int{}, max: max, reserve: min(rootReserve, max/2), perUser: perUser}
 }
 
-// add tracks c, made by uid, or refuses it: an *limits.Exceeded naming
-// --max-conns-per-user when uid holds its share (user gives its name for
-// the message), else errConnsFull when the daemon or its users hold all
-// they may.
-func (s *connSet) add(c net.Conn, uid uint32, user func() string) error {
+// admit counts a new connection of uid, or refuses it: an
+// *limits.Exceeded naming --max-conns-per-user when uid holds its share
+// (user gives its name for the message), else errConnsFull when the
+// daemon or its users hold all they may.
+func (s *connSet) admit(uid uint32, user func() string) error {
 	s.mu.Lock()
 	held := s.byUID[uid]
 	overShare := uid != limits.Root && uid != anyPeer && s.perUser > 0 && held >= s.perUser
-	full := len(s.m) >= s.max || uid != limits.Root && len(s.m)-s.byUID[limits.Root] >= s.max-s.reserve
+	full := s.open >= s.max || uid != limits.Root && s.open-s.byUID[limits.Root] >= s.max-s.reserve
 	if !overShare && !full {
-		s.m[c] = uid
+		s.open++
 		s.byUID[uid]++
 	}
 	s.mu.Unlock()
@@ -62,6 +64,28 @@ func (s *connSet) add(c net.Conn, uid uint32, user func() string) error {
 	return nil
 }
 
+// track records c, admitted for uid, until remove.
+func (s *connSet) track(c net.Conn, uid uint32) {
+	s.mu.Lock()
+	s.m[c] = uid
+	s.mu.Unlock()
+}
+
+// release gives back an admission of uid's that was never tracked.
+func (s *connSet) release(uid uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.releaseLocked(uid)
+}
+
+func (s *connSet) releaseLocked(uid uint32) {
+	s.open--
+	if s.byUID[uid]--; s.byUID[uid] == 0 {
+		delete(s.byUID, uid)
+	}
+}
+
+// remove forgets c and gives back its admission.
 func (s *connSet) remove(c net.Conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -70,9 +94,7 @@ func (s *connSet) remove(c net.Conn) {
 		return
 	}
 	delete(s.m, c)
-	if s.byUID[uid]--; s.byUID[uid] == 0 {
-		delete(s.byUID, uid)
-	}
+	s.releaseLocked(uid)
 }
 
 func (s *connSet) closeAll() {

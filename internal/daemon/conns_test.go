@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"net"
 	"testing"
 )
 
@@ -11,11 +10,7 @@ import (
 func TestConnSetUnknownPeers(t *testing.T) {
 	const max, perUser = 12, 2 // root's reserve: 6
 	s := newConnSet(max, perUser)
-	add := func(uid uint32) error {
-		c, _ := net.Pipe()
-		t.Cleanup(func() { c.Close() })
-		return s.add(c, uid, noUserName)
-	}
+	add := func(uid uint32) error { return s.admit(uid, noUserName) }
 	for i := range max - min(rootReserve, max/2) {
 		if err := add(anyPeer); err != nil {
 			t.Fatalf("unknown peer %d, past a share of %d: %v", i+1, perUser, err)

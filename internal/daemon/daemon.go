@@ -25,6 +25,7 @@ import (
 	"github.com/gpusched/gpusched/internal/logreader"
 	"github.com/gpusched/gpusched/internal/memlimit"
 	"github.com/gpusched/gpusched/internal/mps"
+	"github.com/gpusched/gpusched/internal/netguard"
 	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/internal/sandbox"
@@ -202,6 +203,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	defer ln.Close()
+	acceptor, err := netguard.Take(ln.UnixListener, d.admitConn, d.conns.release)
+	if err != nil {
+		return err
+	}
+	defer acceptor.Close()
 
 	startCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	err = d.boot(startCtx)
@@ -233,7 +239,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.sched.kick()
 
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- d.serve(serving, ln) }()
+	go func() { serveErr <- d.serve(serving, acceptor) }()
 	d.log.Info("serving", zap.String("socket", d.cfg.Socket), zap.String("state_dir", d.cfg.StateDir), zap.String("log_dir", d.cfg.LogDir), zap.String("backend", d.gpus.Name()),
 		zap.Int("processes", len(d.table.View().Records)), zap.String("version", Version))
 	sdNotify(sdnotify.SdNotifyReady + "\nSTATUS=" + d.statusLine())
@@ -248,7 +254,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	sdNotify(sdnotify.SdNotifyStopping)
 	d.stopping.Store(true)
 	stop()
-	ln.Close()
+	acceptor.Close()
 	d.streams.Wait() // each ends with a final "shutting down" line
 	d.conns.closeAll()
 	d.wg.Wait()

@@ -1,86 +1,101 @@
 package daemon
 
 import (
+	"errors"
+	"io"
 	"net"
 	"net/netip"
+	"sync"
 	"testing"
-	"time"
+
+	"github.com/gpusched/gpusched/internal/netguard"
 )
 
-// fakeOwners says which uid owns each peer, by its port.
-type fakeOwners map[uint16]uint32
-
-func (o fakeOwners) Owner(peer, _ netip.AddrPort) (uint32, error) { return o[peer.Port()], nil }
-
-// tcpStub is an accepted connection from peer port port; its Close waits
-// for release.
-type tcpStub struct {
-	net.Conn
-	port    int
-	release chan struct{}
-	closed  chan struct{}
+// portOwners says which uid owns each peer, by its port, and fails for a
+// lookup whose second end is not the listener's: the kernel is asked for
+// the socket of the peer, whose own end comes first.
+type portOwners struct {
+	listener netip.AddrPort
+	mu       sync.Mutex
+	uids     map[uint16]uint32
 }
 
-func (c *tcpStub) LocalAddr() net.Addr {
-	return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9400}
-}
-func (c *tcpStub) RemoteAddr() net.Addr {
-	return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: c.port}
-}
-func (c *tcpStub) Close() error {
-	<-c.release
-	close(c.closed)
-	return nil
+func (o *portOwners) set(c net.Conn, uid uint32) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.uids[uint16(c.LocalAddr().(*net.TCPAddr).Port)] = uid
 }
 
-// stubListener hands out conns in order.
-type stubListener struct {
-	net.Listener
-	conns chan net.Conn
+func (o *portOwners) Owner(peer, local netip.AddrPort) (uint32, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	uid, ok := o.uids[peer.Port()]
+	if !ok || local != o.listener {
+		return 0, errors.New("no such socket")
+	}
+	return uid, nil
 }
 
-func (l *stubListener) Accept() (net.Conn, error) { return <-l.conns, nil }
-
-// A refused metrics connection is closed off the accept loop, as the
-// socket's refusals are: the loop goes on to the next connection while the
-// refused one's close has not returned. A loop that refused inline never
-// blocked while a flood kept the backlog full, and no thread of the
-// runtime's watched the network meanwhile (metricsconns.go).
-func TestMetricsRefusalIsClosedOffTheAcceptLoop(t *testing.T) {
-	held := &tcpStub{port: 1}
-	refused := &tcpStub{port: 2, release: make(chan struct{}), closed: make(chan struct{})}
-	admitted := &tcpStub{port: 3}
-	conns := newConnSet(4, 1)
-	if err := conns.add(held, 1000, noUserName); err != nil {
+// TestMetricsAdmissionByPeerOwner: on a real TCP listener, a local user's
+// connection past their share is closed unanswered while another user's is
+// admitted, and an admitted connection's Close gives its place back.
+func TestMetricsAdmissionByPeerOwner(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
 		t.Fatal(err)
 	}
-	ln := &ownerListener{
-		Listener: &stubListener{conns: make(chan net.Conn, 2)},
-		owners:   fakeOwners{1: 1000, 2: 1000, 3: 1001},
-		conns:    conns,
+	owners := &portOwners{listener: ln.Addr().(*net.TCPAddr).AddrPort(), uids: map[uint16]uint32{}}
+	admission := &metricsAdmission{owners: owners, conns: newConnSet(8, 1)}
+	acceptor, err := netguard.Take(ln.(*net.TCPListener), admission.verdict, admission.conns.release)
+	if err != nil {
+		t.Fatal(err)
 	}
-	ln.Listener.(*stubListener).conns <- refused
-	ln.Listener.(*stubListener).conns <- admitted
-
-	got := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
+	l := &ownedListener{acceptor: acceptor, conns: admission.conns}
+	defer l.Close()
+	dial := func(uid uint32) net.Conn {
+		c, err := net.Dial("tcp", l.Addr().String())
 		if err != nil {
-			t.Error(err)
+			t.Fatal(err)
 		}
-		got <- c
-	}()
-	select {
-	case c := <-got:
-		if oc, ok := c.(*ownedConn); !ok || oc.Conn != admitted {
-			t.Fatalf("Accept returned %#v; want user 1001's connection", c)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Accept did not return user 1001's connection while user 1000's refused one was being closed")
+		t.Cleanup(func() { c.Close() })
+		owners.set(c, uid)
+		return c
 	}
-	close(refused.release)
-	<-refused.closed
-	if n := conns.byUID[1000]; n != 1 {
-		t.Errorf("user 1000 holds %d connections; want the 1 held before", n)
+	held := func(uid uint32) int {
+		admission.conns.mu.Lock()
+		defer admission.conns.mu.Unlock()
+		return admission.conns.byUID[uid]
+	}
+
+	dial(1000)
+	first, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := dial(1000)
+	other := dial(1001)
+	second, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := second.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if b := make([]byte, 1); func() error { _, err := io.ReadFull(other, b); return err }() != nil {
+		t.Fatal("user 1001's connection was not the one admitted")
+	}
+	if n, err := refused.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Fatalf("user 1000's second connection, past a share of 1: read %d bytes, %v; want it closed", n, err)
+	}
+	if n := held(1000); n != 1 {
+		t.Fatalf("user 1000 holds %d connections after a refusal; want 1", n)
+	}
+	first.Close()
+	first.Close()
+	if n := held(1000); n != 0 {
+		t.Fatalf("user 1000 holds %d connections after closing theirs; want 0", n)
+	}
+	if n := held(1001); n != 1 {
+		t.Fatalf("user 1001 holds %d connections; want 1", n)
 	}
 }

@@ -67,15 +67,23 @@ func (d *Daemon) serveMetrics() (stop func(), err error) {
 	}))
 	srv := &http.Server{Handler: mux, ErrorLog: errLog, MaxHeaderBytes: metricsMaxHeaderBytes,
 		ReadTimeout: metricsReadTimeout, WriteTimeout: metricsWriteTimeout, IdleTimeout: metricsIdleTimeout}
-	limited := &ownerListener{Listener: netguard.Limit(ln, metricsMaxConns, netguard.NewRetry(func(err error) {
-		d.log.Error("metrics: accept failing; retrying with backoff", zap.String("addr", addr), zap.Error(err))
-	})), conns: newConnSet(metricsMaxConns, d.cfg.Limits.MetricsConns)}
+	admission := &metricsAdmission{conns: newConnSet(metricsMaxConns, d.cfg.Limits.MetricsConns)}
 	diag, err := sockdiag.Open(metricsOwnerTimeout)
 	if err != nil {
 		d.log.Warn("metrics: cannot tell local users apart; no user has a share of its own", zap.Error(err))
 	} else {
-		limited.owners = diag
+		admission.owners = diag
 	}
+	acceptor, err := netguard.Take(ln.(*net.TCPListener), admission.verdict, admission.conns.release)
+	if err != nil {
+		if diag != nil {
+			diag.Close()
+		}
+		return nil, fmt.Errorf("--metrics-addr: cannot serve metrics on %s: %w", addr, err)
+	}
+	limited := netguard.Limit(&ownedListener{acceptor: acceptor, conns: admission.conns}, metricsMaxConns, netguard.NewRetry(func(err error) {
+		d.log.Error("metrics: accept failing; retrying with backoff", zap.String("addr", addr), zap.Error(err))
+	}))
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -83,7 +91,7 @@ func (d *Daemon) serveMetrics() (stop func(), err error) {
 			d.log.Error("metrics server stopped", zap.String("addr", addr), zap.Error(err))
 		}
 	}()
-	d.log.Info("serving metrics", zap.String("url", "http://"+ln.Addr().String()+"/metrics"))
+	d.log.Info("serving metrics", zap.String("url", "http://"+acceptor.Addr().String()+"/metrics"))
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), metricsShutdownTimeout)
 		defer cancel()

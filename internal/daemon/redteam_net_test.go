@@ -364,13 +364,13 @@ type failingAcceptor struct {
 	failed chan struct{}
 }
 
-func (a *failingAcceptor) AcceptUnix() (*net.UnixConn, error) {
+func (a *failingAcceptor) Accept() (net.Conn, uint32, error) {
 	if a.calls++; a.calls <= a.fails {
-		return nil, &net.OpError{Op: "accept", Net: "unix", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+		return nil, 0, os.NewSyscallError("accept4", syscall.EMFILE)
 	}
 	close(a.failed)
 	<-a.ctx.Done()
-	return nil, net.ErrClosed
+	return nil, 0, net.ErrClosed
 }
 
 // TestServeBacksOffOnAcceptErrors: out of descriptors, the socket's accept

@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strconv"
 	"time"
 
 	"go.uber.org/zap"
@@ -85,20 +86,22 @@ type method struct {
 	admit func(a actor) error
 }
 
-// unixAcceptor is what serve needs of its listener.
-type unixAcceptor interface {
-	AcceptUnix() (*net.UnixConn, error)
+// connAcceptor is what serve needs of its listener: the next connection
+// admitted to the connection caps, with its peer's uid (a
+// netguard.Acceptor with admitConn for its verdict).
+type connAcceptor interface {
+	Accept() (net.Conn, uint32, error)
 }
 
 // serve accepts connections until the listener closes. Accept errors (such
 // as running out of descriptors) are retried with a backoff and logged once
 // per run of them.
-func (d *Daemon) serve(ctx context.Context, ln unixAcceptor) error {
+func (d *Daemon) serve(ctx context.Context, ln connAcceptor) error {
 	retry := netguard.NewRetry(func(err error) {
 		d.log.Error("accept failing; retrying with backoff", zap.String("socket", d.cfg.Socket), zap.Error(err))
 	})
 	for {
-		c, err := ln.AcceptUnix()
+		c, uid, err := ln.Accept()
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) || !retry.Failed(err, ctx.Done()) {
 				return nil
@@ -106,38 +109,41 @@ func (d *Daemon) serve(ctx context.Context, ln unixAcceptor) error {
 			continue
 		}
 		retry.Succeeded()
-		if err := d.admitConn(c); err != nil {
-			go refuse(c, err)
-			continue
-		}
+		d.conns.track(c, uid)
 		d.wg.Add(1)
 		go func() {
 			defer d.wg.Done()
 			defer d.conns.remove(c)
-			d.serveConn(ctx, c)
+			d.serveConn(ctx, c.(*net.UnixConn))
 		}()
 	}
 }
 
-// admitConn counts c against the connection caps (conns.go), as a connection
-// of the uid the kernel gives for its peer.
-func (d *Daemon) admitConn(c *net.UnixConn) error {
-	uid, err := peerUID(c)
+// admitConn is the socket's verdict on a connection just accepted, by its
+// descriptor: admitted as a connection of the uid the kernel gives for its
+// peer (conns.go), or refused with one line that says why. A flood of
+// connections is refused at the rate it comes, each for a few system
+// calls (netguard.Acceptor).
+func (d *Daemon) admitConn(fd int) (uint32, []byte, bool) {
+	cred, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
 	if err != nil {
-		return fmt.Errorf("cannot identify peer: %w", err)
+		return 0, refusalLine(fmt.Errorf("cannot identify peer: SO_PEERCRED: %w", err)), false
 	}
-	return d.conns.add(c, uid, func() string { return d.names.name(uid) })
+	if err := d.conns.admit(cred.Uid, func() string { return d.names.name(cred.Uid) }); err != nil {
+		return 0, refusalLine(err), false
+	}
+	return cred.Uid, nil, true
 }
 
-// refuse answers c with err, in one line, and closes it. A flood of
-// connections is refused at the rate it comes: the line goes out of a
-// small buffer, not a served connection's.
-func refuse(c net.Conn, err error) {
+// refusalLine is the line a refused connection is sent: err's answer, as
+// lineWriter.response writes it.
+func refusalLine(err error) []byte {
 	code, msg := toWire(err)
-	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
-	w := newLineWriter(c, 512)
-	_ = w.response(nil, nil, &api.Error{Code: code, Message: msg})
-	c.Close()
+	quoted, _ := encodeResult(msg) // a string always encodes
+	line := append([]byte(`{"ok":false,"error":`), quoted...)
+	line = append(line, `,"code":`...)
+	line = strconv.AppendQuote(line, string(code))
+	return append(line, "}\n"...)
 }
 
 // serveConn reads requests one per line and answers them in order. While a

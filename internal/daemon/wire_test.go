@@ -2,7 +2,10 @@ package daemon
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net"
+	"syscall"
 	"testing"
 
 	"go.uber.org/zap"
@@ -32,5 +35,27 @@ func TestAnswerToAGonePeerLogsNothing(t *testing.T) {
 	}
 	if n := logs.FilterMessage("request failed").Len(); n != 0 {
 		t.Errorf("a client that hung up was logged as a failed request: %v", logs.All())
+	}
+}
+
+// TestRefusalLineAsAnswered: the line a refused connection is sent is the
+// answer lineWriter gives the same error, byte for byte, quotes and
+// non-ASCII in the message included.
+func TestRefusalLineAsAnswered(t *testing.T) {
+	for _, err := range []error{
+		errConnsFull,
+		fmt.Errorf("cannot identify peer: SO_PEERCRED: %w", syscall.EBADF),
+		&codedError{code: api.CodeResourceExhausted, msg: `user "ünï<x>" holds 64 connections`, base: ErrUnavailable},
+	} {
+		conn, peer := net.Pipe()
+		go func() {
+			defer conn.Close()
+			code, msg := toWire(err)
+			_ = newLineWriter(conn, 512).response(nil, nil, &api.Error{Code: code, Message: msg})
+		}()
+		answered, _ := io.ReadAll(peer)
+		if got := refusalLine(err); string(got) != string(answered) {
+			t.Errorf("refusalLine(%v) = %s; lineWriter wrote %s", err, got, answered)
+		}
 	}
 }

@@ -17,6 +17,11 @@
 //
 // keeps the CPUs it may use busy without calling the daemon, until SIGTERM;
 // it prints "burning" once it has started.
+//
+//	fairload refused -addr unix:PATH|tcp:ADDR -n N
+//
+// holds one connection, a user's share of one, then has N more refused
+// (BenchmarkRefusedConnection).
 package main
 
 import (
@@ -26,7 +31,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: fairload hostile|victim|burn [flags]")
+		fmt.Fprintln(os.Stderr, "usage: fairload hostile|victim|burn|refused [flags]")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -36,6 +41,8 @@ func main() {
 		victim(os.Args[2:])
 	case "burn":
 		burn(os.Args[2:])
+	case "refused":
+		refused(os.Args[2:])
 	default:
 		fmt.Fprintf(os.Stderr, "fairload: unknown role %q\n", os.Args[1])
 		os.Exit(2)
