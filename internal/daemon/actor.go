@@ -139,25 +139,6 @@ var peerPIDFDs = sync.OnceValue(func() bool {
 	return true
 })
 
-// peerUID reads the uid of a Unix connection's peer (SO_PEERCRED).
-func peerUID(c *net.UnixConn) (uint32, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var cred *unix.Ucred
-	var opErr error
-	if err := rc.Control(func(fd uintptr) {
-		cred, opErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return 0, err
-	}
-	if opErr != nil {
-		return 0, fmt.Errorf("SO_PEERCRED: %w", opErr)
-	}
-	return cred.Uid, nil
-}
-
 // peerGroups reads the peer's supplementary groups (SO_PEERGROUPS).
 func peerGroups(fd int) ([]uint32, error) {
 	buf := make([]uint32, 64)
