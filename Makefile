@@ -4,7 +4,7 @@ LDFLAGS := -X github.com/gpusched/gpusched/internal/daemon.Version=$(VERSION) \
            -X github.com/gpusched/gpusched/internal/cli.Version=$(VERSION)
 PY      := /usr/bin/python3
 
-.PHONY: all build install uninstall test test-deps test-go test-python test-fuzz test-gpu-check lint bench bench-sdk demo fuzz crash load reliability gpu-check-bundle clean
+.PHONY: all build install uninstall test test-deps test-go test-python test-fuzz test-gpu-check lint bench bench-sdk demo fuzz crash load reliability gpu-check-bundle fairness-bundle clean
 
 all: build
 
@@ -49,6 +49,13 @@ test-gpu-check:
 GPU_CHECK_BUNDLE ?= .gpu-check
 gpu-check-bundle:
 	LDFLAGS='$(LDFLAGS)' CUDA_CHECKPOINT='$(CUDA_CHECKPOINT)' scripts/gpu-check/bundle.sh $(GPU_CHECK_BUNDLE)
+
+# The fairness benchmarks (BenchmarkFairness, BenchmarkRefusedConnection), built to run as
+# root on a machine without Go, such as a lent GPU host, in one ignored directory a device
+# call carries: $(FAIRNESS_BUNDLE)/run.sh there (docs/guarantees.md, "Measured").
+FAIRNESS_BUNDLE ?= .fairness
+fairness-bundle:
+	scripts/fairness-bundle.sh $(FAIRNESS_BUNDLE)
 
 test-python: build
 	GPUSCHED_BIN_DIR=$(CURDIR)/bin $(PY) -m pytest -q sdk/python/tests
