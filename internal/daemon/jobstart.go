@@ -35,15 +35,17 @@ func (d *Daemon) schedulePass(ctx context.Context) (took time.Duration) {
 	if !ok {
 		return
 	}
-	reasons := &waitReasons{byID: make(map[string]placement.Wait, len(plan.Waits)), byOwner: room.waiting}
-	for _, w := range plan.Waits {
-		reasons.byID[w.JobID] = w
+	if lost := lostWhy(d.gpuView()); lost != "" {
+		for i := range plan.Waits {
+			plan.Waits[i].Detail += lost
+		}
+		for uid, w := range room.waiting {
+			w.Detail += lost
+			room.waiting[uid] = w
+		}
 	}
-	gv := d.gpuView()
-	explainLost(gv, reasons.byID)
-	explainLost(gv, reasons.byOwner)
-	d.sched.reasons.Store(reasons)
-	d.leases.setReasons(reasons.byID)
+	d.sched.reasons.Store(&waitReasons{waits: plan.Waits, byOwner: room.waiting})
+	d.leases.setReasons(plan.Waits)
 	for _, w := range plan.Infeasible {
 		d.infeasible(w)
 	}
@@ -77,7 +79,7 @@ func (d *Daemon) plan(ctx context.Context) (plan placement.Plan, room *procRoom,
 	snap, queue, room := d.placementInput(time.Now(), d.sched.queue)
 	d.sched.queue = queue
 	if waits, stale := staleWaits(d.gpuView(), queue); stale {
-		d.sched.reasons.Store(&waitReasons{byID: waits})
+		d.sched.reasons.Store(&waitReasons{waits: waits})
 		d.leases.setReasons(waits)
 		return plan, nil, granted, false
 	}

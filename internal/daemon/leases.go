@@ -135,12 +135,16 @@ func (s *leaseSet) refuse(id, why string) {
 	}
 }
 
-// setReasons records why each pending lease waits, from a pass.
-func (s *leaseSet) setReasons(reasons map[string]placement.Wait) {
+// setReasons records why each pending lease waits, from a pass's waits.
+func (s *leaseSet) setReasons(waits []placement.Wait) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for id, l := range s.pending {
-		if w, ok := reasons[leasePrefix+id]; ok {
+	if len(s.pending) == 0 {
+		return
+	}
+	for _, w := range waits {
+		id, ok := strings.CutPrefix(w.JobID, leasePrefix)
+		if l := s.pending[id]; ok && l != nil {
 			l.reason = waitWords(w)
 			notify(l.wake)
 		}

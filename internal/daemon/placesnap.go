@@ -211,33 +211,31 @@ const reasonStaleGPUs placement.Reason = "stale_gpu_data"
 // staleWaits is why every queued request waits when the last GPU sample
 // failed: placing on stale data could oversubscribe a GPU. ok is false when
 // the data is fresh.
-func staleWaits(gv *gpuView, queue []placement.Job) (map[string]placement.Wait, bool) {
+func staleWaits(gv *gpuView, queue []placement.Job) ([]placement.Wait, bool) {
 	if gv.stale == "" {
 		return nil, false
 	}
-	out := make(map[string]placement.Wait, len(queue))
-	for _, j := range queue {
-		out[j.ID] = placement.Wait{JobID: j.ID, Reason: reasonStaleGPUs,
-			Detail: fmt.Sprintf("GPU sampling fails since %s (%s); nothing is placed until a sample succeeds", gv.staleSince.Format(time.RFC3339), gv.stale)}
+	detail := fmt.Sprintf("GPU sampling fails since %s (%s); nothing is placed until a sample succeeds", gv.staleSince.Format(time.RFC3339), gv.stale)
+	out := make([]placement.Wait, len(queue))
+	for i, j := range queue {
+		out[i] = placement.Wait{JobID: j.ID, Reason: reasonStaleGPUs, Detail: detail}
 	}
 	return out, true
 }
 
-// explainLost adds to every wait why the lost GPUs are full.
-func explainLost[K comparable](gv *gpuView, waits map[K]placement.Wait) {
-	if len(gv.lost) == 0 {
-		return
-	}
+// lostWhy is what every wait adds while GPUs are lost: why they count as
+// full ("" when none is lost).
+func lostWhy(gv *gpuView) string {
 	var why []string
 	for _, dv := range gv.devices {
 		if w := gv.lost[dv.UUID]; w != "" {
 			why = append(why, w)
 		}
 	}
-	for id, w := range waits {
-		w.Detail += "; lost, counted as full: " + strings.Join(why, "; ")
-		waits[id] = w
+	if len(why) == 0 {
+		return ""
 	}
+	return "; lost, counted as full: " + strings.Join(why, "; ")
 }
 
 // onGPU reports whether a live process in state s may hold GPU memory.

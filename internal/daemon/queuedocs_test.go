@@ -51,7 +51,7 @@ func TestQueueDocsShowTheReasons(t *testing.T) {
 		"unhealthy":      waits([]placement.GPU{gpu(0, 91), gpu(1, 40, 22000)}, job("j1", 4096, 0))["j1"],
 		"reserved":       waits([]placement.GPU{gpu(0, 40, 12000), gpu(1, 40, 22000)}, job("j1", 20480, time.Hour), job("j2", 4096, 0))["j2"],
 		"infeasible":     waits([]placement.GPU{gpu(0, 40), gpu(1, 40)}, job("j1", 30720, 0))["j1"],
-		"stale_gpu_data": waitWords(stale["j1"]),
+		"stale_gpu_data": waitWords(stale[0]),
 	}
 	for reason, words := range examples {
 		if words == "" {

@@ -61,14 +61,31 @@ func (s *scheduler) wake() {
 
 // waitReasons is why the queued requests waited in a pass.
 type waitReasons struct {
-	byID    map[string]placement.Wait // a job's or a lease's own (by placement's job id)
+	waits   []placement.Wait          // a job's or a lease's own, as the pass gave them
 	byOwner map[uint32]placement.Wait // all the queued jobs of a user at their process cap
+
+	// byID indexes waits, built at the first lookup: a pass over 10,000
+	// queued jobs spent a fifth of its time building it for every pass.
+	once sync.Once
+	byID map[string]placement.Wait
+}
+
+// of is the wait of a job or a lease, by placement's job id.
+func (r *waitReasons) of(id string) (placement.Wait, bool) {
+	r.once.Do(func() {
+		r.byID = make(map[string]placement.Wait, len(r.waits))
+		for _, w := range r.waits {
+			r.byID[w.JobID] = w
+		}
+	})
+	w, ok := r.byID[id]
+	return w, ok
 }
 
 // reason is why queued job j waited in the last pass.
 func (s *scheduler) reason(j *jobqueue.Job) string {
 	r := s.reasons.Load()
-	w, ok := r.byID[j.ID]
+	w, ok := r.of(j.ID)
 	if !ok {
 		w, ok = r.byOwner[j.Owner.UID]
 	}
