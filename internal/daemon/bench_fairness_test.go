@@ -119,6 +119,22 @@ func startLoad(b *testing.B, slice, load string, u testutil.User, ready string, 
 	b.Helper()
 	c := inSlice(b, slice, load, args...)
 	asUser(c, u)
+	lines := startReady(b, c, "fairload "+args[0], ready)
+	return func() ([]string, time.Duration) {
+		c.Process.Signal(syscall.SIGTERM)
+		var rest []string
+		for lines.Scan() {
+			rest = append(rest, lines.Text())
+		}
+		c.Wait()
+		return rest, c.ProcessState.UserTime() + c.ProcessState.SystemTime()
+	}
+}
+
+// startReady starts c (name, in messages) and waits for its first line,
+// ready; it returns the rest of what c prints.
+func startReady(b *testing.B, c *exec.Cmd, name, ready string) *bufio.Scanner {
+	b.Helper()
 	out, err := c.StdoutPipe()
 	if err != nil {
 		b.Fatal(err)
@@ -131,17 +147,9 @@ func startLoad(b *testing.B, slice, load string, u testutil.User, ready string, 
 	if !lines.Scan() || lines.Text() != ready {
 		c.Process.Kill()
 		c.Wait()
-		b.Fatalf("fairload %s: %q", args[0], lines.Text())
+		b.Fatalf("%s: %q", name, lines.Text())
 	}
-	return func() ([]string, time.Duration) {
-		c.Process.Signal(syscall.SIGTERM)
-		var rest []string
-		for lines.Scan() {
-			rest = append(rest, lines.Text())
-		}
-		c.Wait()
-		return rest, c.ProcessState.UserTime() + c.ProcessState.SystemTime()
-	}
+	return lines
 }
 
 // victimOp is one operation's latencies from fairload victim.

@@ -1,8 +1,6 @@
 package daemon
 
 import (
-	"bufio"
-	"os"
 	"os/exec"
 	"strconv"
 	"testing"
@@ -32,22 +30,10 @@ func BenchmarkRefusedConnection(b *testing.B) {
 		b.Run(port.name, func(b *testing.B) {
 			c := exec.Command(load, "refused", "-addr", port.addr, "-n", strconv.Itoa(b.N))
 			asUser(c, u)
-			c.Stderr = os.Stderr
-			out, err := c.StdoutPipe()
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := c.Start(); err != nil {
-				b.Fatal(err)
-			}
-			if lines := bufio.NewScanner(out); !lines.Scan() || lines.Text() != "holding" {
-				c.Process.Kill()
-				c.Wait()
-				b.Fatalf("fairload refused: %q", lines.Text())
-			}
+			startReady(b, c, "fairload refused", "holding")
 			before := cpuTime(pid)
 			b.ResetTimer()
-			err = c.Wait()
+			err := c.Wait()
 			b.StopTimer()
 			if err != nil {
 				b.Fatalf("fairload refused: %v", err)
