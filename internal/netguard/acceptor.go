@@ -58,9 +58,8 @@ type listenerFile interface {
 // Take has an Acceptor accept ln's connections from now on: it takes a
 // descriptor of ln's socket of its own and closes ln, whether or not it
 // fails (a Unix listener's file is left in place: ln must not unlink it on
-// Close). undo gives back
-// what the verdict took for an admitted connection that could not then be
-// made a net.Conn (out of descriptors).
+// Close). undo gives back what the verdict took for an admitted connection
+// that could not then be made a net.Conn (out of descriptors).
 func Take[T any](ln listenerFile, verdict Verdict[T], undo func(T)) (*Acceptor[T], error) {
 	f, err := ln.File()
 	cerr := ln.Close()
