@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/checkpoint/checkpointtest"
 	"github.com/gpusched/gpusched/internal/config"
@@ -173,7 +176,11 @@ func (h *ckptHarness) cudaStates(name string) []string {
 	return out
 }
 
-// stopped reports whether every process of name's tree is stopped (T).
+// stopped reports whether every process of name's tree is stopped (T) or
+// about to stop: CRIU leaves a tree stopped by sending SIGSTOP just before
+// PTRACE_DETACH (finalize_restore in criu/cr-restore.c,
+// compel_resume_task_sig in compel/src/lib/infect.c), so a process may run
+// in the kernel for a moment with the signal pending, but not in user code.
 func (h *ckptHarness) stopped(name string) bool {
 	h.t.Helper()
 	init := h.proc(name).InitPID
@@ -182,11 +189,30 @@ func (h *ckptHarness) stopped(name string) bool {
 		h.t.Fatal(err)
 	}
 	for _, pid := range append(tree.Descendants(init), init) {
-		if st, err := procfs.ReadStat(pid); err == nil && st.State != 'T' && st.State != 't' {
+		if st, err := procfs.ReadStat(pid); err == nil && st.State != 'T' && st.State != 't' && !stopPending(pid) {
 			return false
 		}
 	}
 	return true
+}
+
+// stopPending reports whether SIGSTOP is pending for pid, to it or to its
+// thread group (SigPnd, ShdPnd in /proc/PID/status, proc(5)).
+func stopPending(pid int) bool {
+	b, err := os.ReadFile(procfs.Path(pid, "/status"))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || (k != "SigPnd" && k != "ShdPnd") {
+			continue
+		}
+		if mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); err == nil && mask&(1<<(unix.SIGSTOP-1)) != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // waitStopped waits until name's tree is stopped (or not) as want says;

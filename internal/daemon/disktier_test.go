@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -322,6 +323,12 @@ func TestRestartAfterDumpKeepsImage(t *testing.T) {
 	ticks := h.lastTick("job")
 	img, err := h.d.dumpImage(ctxT(t), rec, hibernateOpts{})
 	if err != nil {
+		t.Fatal(err)
+	}
+	// CRIU's --leave-stopped sends SIGSTOP just before PTRACE_DETACH
+	// (compel_resume_task_sig, compel/src/lib/infect.c): the tree is
+	// stopped moments after criu exits, not necessarily when it does.
+	if err := waitStopped([]proctable.ProcRef{{PID: rec.InitPID, Start: rec.InitStart}}, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	h.stop()
