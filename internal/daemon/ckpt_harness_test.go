@@ -199,7 +199,7 @@ func (h *ckptHarness) stopped(name string) bool {
 // stopPending reports whether SIGSTOP is pending for pid, to it or to its
 // thread group (SigPnd, ShdPnd in /proc/PID/status, proc(5)).
 func stopPending(pid int) bool {
-	b, err := os.ReadFile(procfs.Path(pid, "/status"))
+	b, err := procfs.ReadFile(procfs.Path(pid, "/status"), procfs.MaxStatus)
 	if err != nil {
 		return false
 	}
