@@ -71,15 +71,24 @@ func (g *Gate) Meter(ctx context.Context, uid uint32) (charge func(), err error)
 	if err := g.Await(ctx, uid); err != nil {
 		return nil, err
 	}
+	return g.Charge(uid), nil
+}
+
+// Charge returns the function that charges uid the CPU the calling
+// goroutine uses until it calls it, as Meter's does, without waiting for
+// uid's budget: for the daemon's work that follows from what uid's
+// processes did and may not wait (their exits recorded), paid for by uid's
+// next work held to the budget.
+func (g *Gate) Charge(uid uint32) (charge func()) {
 	if g.budget == nil {
-		return func() {}, nil
+		return func() {}
 	}
 	runtime.LockOSThread()
 	c := startChunk()
 	return func() {
 		g.budget.Charge(uid, c.took())
 		runtime.UnlockOSThread()
-	}, nil
+	}
 }
 
 // Enter waits for a slot for uid's work, or returns ctx's error when ctx

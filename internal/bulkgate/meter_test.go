@@ -129,3 +129,26 @@ func TestMeterChargesCPUWithoutASlot(t *testing.T) {
 		t.Fatalf("waited for uid %d's budget", uid)
 	}
 }
+
+// TestChargeDoesNotWaitForTheBudget: work done because of a user's
+// process (its exit recorded) is charged to the user even while they are
+// over their budget, and never waits for it.
+func TestChargeDoesNotWaitForTheBudget(t *testing.T) {
+	l := &ledger{charged: map[uint32][]time.Duration{}, hold: make(chan struct{}), held: make(chan uint32, 1)}
+	g := New(1).Metered(l)
+	done := make(chan struct{})
+	go func() {
+		charge := g.Charge(1000)
+		spin(25 * time.Millisecond)
+		charge()
+		close(done)
+	}()
+	select {
+	case uid := <-l.held:
+		t.Fatalf("Charge waited for uid %d's budget", uid)
+	case <-done:
+	}
+	if got := l.charged[1000]; len(got) != 1 || got[0] < 25*time.Millisecond {
+		t.Fatalf("charged %v; want one charge of the 25 ms computed", got)
+	}
+}

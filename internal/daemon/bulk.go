@@ -16,6 +16,7 @@ type bulkGate interface {
 	Within(uid uint32) bool
 	Enter(ctx context.Context, uid uint32) (*bulkgate.Slot, error)
 	Meter(ctx context.Context, uid uint32) (charge func(), err error)
+	Charge(uid uint32) (charge func())
 }
 
 // passUID is whose turn a placement pass takes at the bulk gate: the

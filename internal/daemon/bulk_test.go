@@ -127,6 +127,8 @@ func (u usersGate) Meter(ctx context.Context, uid uint32) (func(), error) {
 	return u.users.Meter(ctx, uid)
 }
 
+func (u usersGate) Charge(uid uint32) func() { return u.users.Charge(uid) }
+
 func (u usersGate) Enter(ctx context.Context, uid uint32) (*bulkgate.Slot, error) {
 	if uid == passUID {
 		return u.passes.Enter(ctx, uid)

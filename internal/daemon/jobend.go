@@ -88,6 +88,8 @@ func (d *Daemon) setJobState(j *jobqueue.Job, state api.JobState, fn func(*jobqu
 // is gone). An attempt that ran out of memory is retried with a raised
 // declaration while retries remain; nothing else uses a retry.
 func (d *Daemon) finishAttempt(j *jobqueue.Job, rec *proctable.Record) {
+	charge := d.bulk.Charge(j.Owner.UID)
+	defer charge()
 	d.stopTimer(j.ID)
 	d.sched.mu.Lock()
 	live := d.sched.peaks[j.Proc]

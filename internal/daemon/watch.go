@@ -22,6 +22,8 @@ func (d *Daemon) watch(rec proctable.Record, rt *procRuntime) {
 		if !waitExit(rt) {
 			return
 		}
+		charge := d.bulk.Charge(rec.Owner.UID)
+		defer charge()
 		rt.exit = d.exitOf(rec, rt)
 		if rt.dumping.Swap(false) { // claimed: see thawFromPageSource
 			d.removeDumpedCPU(rec, rt)
