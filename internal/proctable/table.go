@@ -78,7 +78,7 @@ type Table struct {
 // every change in order; it runs under the table lock and must not block.
 func New(st *store.Records, onChange func(Change)) *Table {
 	t := &Table{store: st, onChange: onChange, byName: map[string]*entry{}}
-	t.view.Store(&View{Records: []Record{}})
+	t.view.Store(viewOf([]Record{}, 0))
 	return t
 }
 
@@ -307,9 +307,11 @@ func (t *Table) entry(name string) (*entry, error) {
 	return nil, fmt.Errorf("process %q: %w", name, ErrNotFound)
 }
 
-// publishLocked rebuilds the snapshot and reports the change.
+// publishLocked stores the snapshot after c, under the next sequence
+// number, and reports c.
 func (t *Table) publishLocked(c Change) {
-	t.rebuildLocked()
+	t.seq++
+	t.view.Store(t.View().with(c, t.seq))
 	c.Seq = t.seq
 	if t.onChange != nil {
 		t.onChange(c)
@@ -328,20 +330,5 @@ func (t *Table) snapshotLocked() {
 	for _, e := range t.byName {
 		recs = append(recs, e.rec)
 	}
-	slices.SortFunc(recs, func(a, b Record) int { return strings.Compare(a.Name, b.Name) })
-	states := map[uint32]map[api.State]int{}
-	var host uint64
-	for i := range recs {
-		r := &recs[i]
-		m := states[r.Owner.UID]
-		if m == nil {
-			m = map[api.State]int{}
-			states[r.Owner.UID] = m
-		}
-		m[r.State]++
-		if r.InHostRAM() {
-			host += r.Checkpoint.MiB()
-		}
-	}
-	t.view.Store(&View{Seq: t.seq, Records: recs, states: states, hostMiB: host})
+	t.view.Store(viewOf(recs, t.seq))
 }

@@ -1,0 +1,88 @@
+package proctable
+
+import (
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// viewOf is the snapshot of recs, given in any order (sorted in place),
+// under seq.
+func viewOf(recs []Record, seq uint64) *View {
+	slices.SortFunc(recs, func(a, b Record) int { return strings.Compare(a.Name, b.Name) })
+	v := &View{Seq: seq, Records: recs, states: map[uint32]map[api.State]int{}}
+	for i := range recs {
+		v.count(&recs[i], 1)
+	}
+	return v
+}
+
+// with is the snapshot after c, under seq: its record replaced, added or
+// removed in a copy of v's, and the counts moved by it alone. Sorting and
+// counting the whole table again made a change cost 1.5 to 1.9 ms among
+// 1,000 records and 16 to 17 ms among 10,000 (BenchmarkUpdate).
+func (v *View) with(c Change, seq uint64) *View {
+	name := c.Old
+	if c.New != nil {
+		name = c.New
+	}
+	i, found := slices.BinarySearchFunc(v.Records, name.Name, func(r Record, n string) int { return strings.Compare(r.Name, n) })
+	var recs []Record
+	switch {
+	case c.New != nil && found:
+		recs = slices.Clone(v.Records)
+		recs[i] = *c.New
+	case c.New != nil:
+		recs = make([]Record, len(v.Records)+1)
+		copy(recs, v.Records[:i])
+		recs[i] = *c.New
+		copy(recs[i+1:], v.Records[i:])
+	case found:
+		recs = make([]Record, len(v.Records)-1)
+		copy(recs, v.Records[:i])
+		copy(recs[i:], v.Records[i+1:])
+	default:
+		recs = v.Records
+	}
+	// The counts are shared with v: the owners' that change are copied.
+	next := &View{Seq: seq, Records: recs, states: maps.Clone(v.states), hostMiB: v.hostMiB}
+	for _, r := range []*Record{c.Old, c.New} {
+		if r == nil {
+			continue
+		}
+		if m := next.states[r.Owner.UID]; m != nil {
+			next.states[r.Owner.UID] = maps.Clone(m)
+		}
+	}
+	if c.Old != nil && found {
+		next.count(c.Old, -1)
+	}
+	if c.New != nil {
+		next.count(c.New, 1)
+	}
+	return next
+}
+
+// count adds d of r to v's counts, which must be v's own.
+func (v *View) count(r *Record, d int) {
+	m := v.states[r.Owner.UID]
+	if m == nil {
+		m = map[api.State]int{}
+		v.states[r.Owner.UID] = m
+	}
+	if m[r.State] += d; m[r.State] == 0 {
+		delete(m, r.State)
+	}
+	if len(m) == 0 {
+		delete(v.states, r.Owner.UID)
+	}
+	if r.InHostRAM() {
+		if d > 0 {
+			v.hostMiB += r.Checkpoint.MiB()
+		} else {
+			v.hostMiB -= r.Checkpoint.MiB()
+		}
+	}
+}
