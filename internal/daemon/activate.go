@@ -73,7 +73,7 @@ func (o activateOps) Procs(uid uint32) []activate.Proc {
 	var out []activate.Proc
 	for _, r := range o.d.table.View().Records {
 		if r.Owner.UID == uid {
-			out = append(out, activeProc(r))
+			out = append(out, activeProc(*r))
 		}
 	}
 	return out

@@ -23,7 +23,7 @@ func (d *Daemon) adoptAll(ctx context.Context) {
 			return
 		}
 		if rec.Live() {
-			d.adopt(rec)
+			d.adopt(*rec)
 		}
 	}
 }

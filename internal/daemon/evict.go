@@ -60,7 +60,7 @@ func (d *Daemon) victims(skip map[string]bool) (out []proctable.Record, pinned [
 			pinned = append(pinned, r.Name)
 			continue
 		}
-		out = append(out, r)
+		out = append(out, *r)
 	}
 	sort.SliceStable(out, func(i, j int) bool {
 		a, b := out[i], out[j]

@@ -36,8 +36,8 @@ func (d *Daemon) placementInput(now time.Time, buf []placement.Job) (placement.S
 		}
 	}
 	byID := make(map[string]*proctable.Record, len(tv.Records))
-	for i := range tv.Records {
-		byID[tv.Records[i].ID] = &tv.Records[i]
+	for _, r := range tv.Records {
+		byID[r.ID] = r
 	}
 	gpus := make([]placement.GPU, len(gv.devices))
 	at := map[string]int{}

@@ -85,7 +85,8 @@ func (d *Daemon) runPolicies(ctx context.Context) {
 func (d *Daemon) applyPolicies(ctx context.Context, now time.Time, st *policyState) {
 	view := d.gpuView()
 	subjects := map[string]policySubject{}
-	for _, r := range d.table.View().Records {
+	for _, p := range d.table.View().Records {
+		r := *p
 		subjects[r.ID] = subjectOf(r)
 		switch {
 		case r.State == api.StateFrozen && r.Policy.TTL > 0 && d.criu != nil && !r.Policy.Pin &&

@@ -88,8 +88,7 @@ func (d *Daemon) ps(c *call) (any, error) {
 	}
 	gv, view := d.gpuView(), d.table.View()
 	return d.listing(c, listField{"processes", func(yield func(any) bool) { // api.PSResult
-		for i := range view.Records { // by index: a record is copied only when listed
-			r := &view.Records[i]
+		for _, r := range view.Records {
 			if !c.actor.owns(r.Owner.UID) || p.User != "" && r.Owner.User != p.User || states != nil && !states[r.State] {
 				continue
 			}
@@ -113,7 +112,7 @@ func (d *Daemon) listGPUs(c *call) (any, error) {
 	names := map[string]proctable.Record{}
 	frozen := map[string]uint64{} // uuid -> MiB parked in host RAM
 	for _, r := range view.Records {
-		names[r.ID] = r
+		names[r.ID] = *r
 		if r.InHostRAM() {
 			for uuid, mib := range r.Checkpoint.VRAM() {
 				frozen[uuid] += mib

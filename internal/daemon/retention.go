@@ -107,7 +107,7 @@ func (d *Daemon) finishedProcs() []proctable.Record {
 	var out []proctable.Record
 	for _, r := range d.table.View().Records {
 		if !r.Live() && !pending[r.ID] {
-			out = append(out, r)
+			out = append(out, *r)
 		}
 	}
 	return out

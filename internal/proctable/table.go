@@ -23,7 +23,7 @@ type Change struct {
 // View is an immutable snapshot of the table, sorted by name.
 type View struct {
 	Seq     uint64
-	Records []Record
+	Records []*Record // shared by every snapshot that holds them: read only
 	states  map[uint32]map[api.State]int // each owner's records by state
 	hostMiB uint64                       // GPU memory parked in host RAM, all records
 }
@@ -39,18 +39,18 @@ func (v *View) HostMiB() uint64 { return v.hostMiB }
 
 // Get finds a record by name in the snapshot.
 func (v *View) Get(name string) (Record, bool) {
-	i, ok := slices.BinarySearchFunc(v.Records, name, func(r Record, n string) int { return strings.Compare(r.Name, n) })
+	i, ok := slices.BinarySearchFunc(v.Records, name, func(r *Record, n string) int { return strings.Compare(r.Name, n) })
 	if !ok {
 		return Record{}, false
 	}
-	return v.Records[i], true
+	return *v.Records[i], true
 }
 
 // LiveOf counts uid's live records in the snapshot.
 func (v *View) LiveOf(uid uint32) int {
 	n := 0
-	for i := range v.Records {
-		if r := &v.Records[i]; r.Owner.UID == uid && r.Live() {
+	for _, r := range v.Records {
+		if r.Owner.UID == uid && r.Live() {
 			n++
 		}
 	}
@@ -78,7 +78,7 @@ type Table struct {
 // every change in order; it runs under the table lock and must not block.
 func New(st *store.Records, onChange func(Change)) *Table {
 	t := &Table{store: st, onChange: onChange, byName: map[string]*entry{}}
-	t.view.Store(viewOf([]Record{}, 0))
+	t.view.Store(viewOf([]*Record{}, 0))
 	return t
 }
 
@@ -326,9 +326,10 @@ func (t *Table) rebuildLocked() {
 
 // snapshotLocked stores a fresh snapshot under the current sequence number.
 func (t *Table) snapshotLocked() {
-	recs := make([]Record, 0, len(t.byName))
+	recs := make([]*Record, 0, len(t.byName))
 	for _, e := range t.byName {
-		recs = append(recs, e.rec)
+		r := e.rec // e.rec is replaced, not shared, by the next change
+		recs = append(recs, &r)
 	}
 	t.view.Store(viewOf(recs, t.seq))
 }

@@ -73,9 +73,10 @@ func TestViewAfterChangesAsRebuilt(t *testing.T) {
 func rebuilt(tb *Table) *View {
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
-	recs := make([]Record, 0, len(tb.byName))
+	recs := make([]*Record, 0, len(tb.byName))
 	for _, e := range tb.byName {
-		recs = append(recs, e.rec)
+		r := e.rec
+		recs = append(recs, &r)
 	}
 	return viewOf(recs, tb.seq)
 }
