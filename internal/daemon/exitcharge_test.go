@@ -66,4 +66,3 @@ func (b *countingBudget) Charge(uid uint32, _ time.Duration) {
 		b.n.Add(1)
 	}
 }
-

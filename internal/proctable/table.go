@@ -23,7 +23,7 @@ type Change struct {
 // View is an immutable snapshot of the table, sorted by name.
 type View struct {
 	Seq     uint64
-	Records []*Record // shared by every snapshot that holds them: read only
+	Records []*Record                    // shared by every snapshot that holds them: read only
 	states  map[uint32]map[api.State]int // each owner's records by state
 	hostMiB uint64                       // GPU memory parked in host RAM, all records
 }
