@@ -3,7 +3,6 @@ package proctable
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -39,7 +38,7 @@ func (v *View) HostMiB() uint64 { return v.hostMiB }
 
 // Get finds a record by name in the snapshot.
 func (v *View) Get(name string) (Record, bool) {
-	i, ok := slices.BinarySearchFunc(v.Records, name, func(r *Record, n string) int { return strings.Compare(r.Name, n) })
+	i, ok := slices.BinarySearchFunc(v.Records, name, byName)
 	if !ok {
 		return Record{}, false
 	}
