@@ -3,29 +3,45 @@
 # (BenchmarkFairness, BenchmarkRefusedConnection) need on a machine
 # without Go, such as a lent GPU host: the daemon's binaries, the fake
 # cuda-checkpoint, fairload and the daemon package's compiled tests, all
-# stripped, and run.sh, which runs them there as root:
+# stripped and packed in bundle.tar.gz (25 MiB: with the working tree it
+# fits what a device call carries, 64 MiB), and run.sh, which runs them
+# there as root:
 #
 #	DIR/run.sh [-test.bench NAME] [more d.test flags]
 #
-# (default: BenchmarkFairness once, verbose). Checked on the development VM
-# from a directory outside the checkout.
+# (default: BenchmarkFairness once, verbose). run.sh unpacks the bundle
+# into a fresh directory under /tmp that the benchmark's users can reach,
+# runs there (give paths in flags absolute) and removes it;
+# $GPUSCHED_TEST_BINARIES set names other binaries (another build's
+# daemon). Checked on the development VM from a directory outside the
+# checkout.
 set -euo pipefail
 out=$(realpath -m "${1:-fairness-bundle}")
 cd "$(dirname "$0")/.."
-rm -rf "$out"
-mkdir -p "$out/bin/fake"
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin/fake"
 flags=(-trimpath -ldflags '-s -w')
-go build "${flags[@]}" -o "$out/bin/" ./cmd/gpuschedd ./cmd/gpusched-init ./cmd/gpuschedctl ./cmd/gpusched-simjob ./cmd/gpusched-router
-go build "${flags[@]}" -o "$out/bin/fake/cuda-checkpoint" ./internal/checkpoint/checkpointtest/cuda-checkpoint
-go build "${flags[@]}" -o "$out/bin/fairload" ./internal/testutil/fairload
-go test -c "${flags[@]}" -o "$out/d.test" ./internal/daemon
+go build "${flags[@]}" -o "$stage/bin/" ./cmd/gpuschedd ./cmd/gpusched-init ./cmd/gpuschedctl ./cmd/gpusched-simjob ./cmd/gpusched-router
+go build "${flags[@]}" -o "$stage/bin/fake/cuda-checkpoint" ./internal/checkpoint/checkpointtest/cuda-checkpoint
+go build "${flags[@]}" -o "$stage/bin/fairload" ./internal/testutil/fairload
+go test -c "${flags[@]}" -o "$stage/d.test" ./internal/daemon
+rm -rf "$out"
+mkdir -p "$out"
+tar -czf "$out/bundle.tar.gz" -C "$stage" bin d.test
 cat > "$out/run.sh" <<'RUN'
 #!/bin/sh
-# Runs a fairness benchmark from this bundle, as root (it creates its users).
-dir=$(cd "$(dirname "$0")" && pwd)
+# Runs a fairness benchmark from this bundle, as root (it creates its users),
+# in a fresh directory under /tmp that those users can reach.
+set -e
+here=$(cd "$(dirname "$0")" && pwd)
+dir=$(mktemp -d /tmp/gpusched-fairness.XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+chmod 755 "$dir"
+tar -xzf "$here/bundle.tar.gz" -C "$dir"
 case " $* " in *" -test.bench "*) ;; *) set -- -test.bench BenchmarkFairness "$@" ;; esac
-chmod 755 "$dir" "$dir/bin"
-cd "$dir" && GPUSCHED_TEST_BINARIES="$dir/bin" exec ./d.test -test.run '^$' -test.benchtime 1x -test.v "$@"
+cd "$dir"
+GPUSCHED_TEST_BINARIES="${GPUSCHED_TEST_BINARIES:-$dir/bin}" ./d.test -test.run '^$' -test.benchtime 1x -test.v "$@"
 RUN
 chmod 755 "$out" "$out/run.sh"
 du -sh "$out"
