@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpusched/gpusched/internal/cpuslice"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -31,6 +32,7 @@ type Config struct {
 	LogMaxBytes int64         // per-process log cap before rotation
 	LogKeep     int           // rotated log files kept
 	GPUPoll     time.Duration // GPU sampling interval
+	CPUSlice    time.Duration // scheduler slice asked for the daemon's own threads (Linux 6.12+); 0 = the kernel's default
 	InitPath    string        // binary re-executed as each PID namespace's init; default: this executable
 	LogLevel    string        // debug, info, warn, error
 	LogFormat   string        // json or console
@@ -165,6 +167,7 @@ func Default() Config {
 		LogMaxBytes: 64 << 20,
 		LogKeep:     1,
 		GPUPoll:     time.Second,
+		CPUSlice:    100 * time.Microsecond,
 		LogLevel:    "info",
 		LogFormat:   "json",
 
@@ -236,6 +239,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Int64Var(&c.LogMaxBytes, "log-max-bytes", c.LogMaxBytes, "rotate a process log past this size (its supervisor does; a change applies to processes started after it)")
 	fs.IntVar(&c.LogKeep, "log-keep", c.LogKeep, "rotated log files kept per process")
 	fs.DurationVar(&c.GPUPoll, "gpu-poll", c.GPUPoll, "GPU sampling interval")
+	fs.DurationVar(&c.CPUSlice, "cpu-slice", c.CPUSlice, "scheduler slice the daemon asks for its own threads (Linux 6.12+), so that a request's wake-up preempts a CPU-bound task; processes it starts keep the kernel's default (0: the kernel's default for the daemon too)")
 	fs.StringVar(&c.InitPath, "init-path", c.InitPath, "the gpuschedd binary, re-executed as its helpers and, unless gpusched-init is installed beside it, as each process's supervisor (default: this executable)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "json or console")
@@ -359,6 +363,7 @@ func (c Config) Validate() error {
 	check(c.LogMaxBytes >= 4096, "--log-max-bytes %d: must be at least 4096", c.LogMaxBytes)
 	check(c.LogKeep >= 0 && c.LogKeep <= 100, "--log-keep %d: must be 0..100", c.LogKeep)
 	check(c.GPUPoll >= 10*time.Millisecond, "--gpu-poll %v: must be at least 10ms", c.GPUPoll)
+	check(c.CPUSlice == 0 || c.CPUSlice >= cpuslice.Min && c.CPUSlice <= cpuslice.Max, "--cpu-slice %v: must be 0 (the kernel's default) or %v..%v", c.CPUSlice, cpuslice.Min, cpuslice.Max)
 	check(c.LogFormat == "json" || c.LogFormat == "console", "--log-format %q: must be json or console", c.LogFormat)
 	check(c.CudaCheckpoint == "" || filepath.IsAbs(c.CudaCheckpoint), "--cuda-checkpoint %q: must be an absolute path", c.CudaCheckpoint)
 	check(c.LockTimeout > 0, "--lock-timeout %v: must be positive", c.LockTimeout)

@@ -1,0 +1,124 @@
+package cpuslice
+
+import (
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// needSlices skips where the kernel keeps no per-thread slice, and puts
+// every thread back at the default when t ends.
+func needSlices(t *testing.T) (def time.Duration) {
+	t.Helper()
+	def, err := Of(unix.Gettid())
+	if err != nil || def == 0 {
+		t.Skipf("no per-thread slice here (Linux 6.12+): %v", err)
+	}
+	t.Cleanup(func() {
+		tids, _ := threads()
+		for _, tid := range tids {
+			a, err := unix.SchedGetAttr(tid, 0)
+			if err == nil {
+				unix.SchedSetAttr(tid, &unix.SchedAttr{Policy: a.Policy, Nice: a.Nice}, 0)
+			}
+		}
+	})
+	return def
+}
+
+// holdThreads keeps n goroutines on threads of their own until t ends.
+func holdThreads(t *testing.T, n int) {
+	var started sync.WaitGroup
+	done := make(chan struct{})
+	for range n {
+		started.Add(1)
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			started.Done()
+			<-done
+		}()
+	}
+	started.Wait()
+	t.Cleanup(func() { close(done) })
+}
+
+func TestSetGivesEveryThreadTheSliceAndKeepsNice(t *testing.T) {
+	def := needSlices(t)
+	holdThreads(t, 4)
+	want := 250 * time.Microsecond
+	if want == def {
+		want = 300 * time.Microsecond
+	}
+	nice, err := processNice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := Set(want, nice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tids, err := threads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 5 || n > len(tids) {
+		t.Errorf("Set changed %d threads of %d; want every one (at least the 5 held)", n, len(tids))
+	}
+	for _, tid := range tids {
+		a, err := unix.SchedGetAttr(tid, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Duration(a.Runtime) != want || a.Flags&unix.SCHED_FLAG_RESET_ON_FORK == 0 || int(a.Nice) != nice {
+			t.Errorf("thread %d: slice %v, flags %#x, nice %d; want %v, reset on fork, nice %d", tid, time.Duration(a.Runtime), a.Flags, a.Nice, want, nice)
+		}
+	}
+	if n, err := Set(want, nice); err != nil || n != 0 {
+		t.Errorf("Set again changed %d threads (%v); want none", n, err)
+	}
+}
+
+// A process the daemon starts (a user's tree's supervisor, CRIU) begins
+// at the kernel's default slice and nice, not the daemon's.
+func TestChildrenStartAtTheDefault(t *testing.T) {
+	def := needSlices(t)
+	runtime.LockOSThread() // the fork below is from this thread
+	defer runtime.UnlockOSThread()
+	if _, err := Set(Min, 0); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("grep", "se.slice", "/proc/self/sched").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(out))
+	got, err := strconv.ParseInt(f[len(f)-1], 10, 64)
+	if err != nil {
+		t.Fatalf("%q: %v", out, err)
+	}
+	if time.Duration(got) != def {
+		t.Errorf("child's slice %v; want the default %v", time.Duration(got), def)
+	}
+}
+
+func TestKeepSetsTheSlice(t *testing.T) {
+	if _, err := os.Stat("/proc/self/sched"); err != nil {
+		t.Skip(err)
+	}
+	needSlices(t)
+	ctx := t.Context()
+	if err := Keep(ctx, Min, time.Hour); err != nil {
+		t.Fatalf("Keep(%v): %v", Min, err)
+	}
+	if got, _ := Of(unix.Gettid()); got != Min {
+		t.Errorf("slice %v after Keep; want %v", got, Min)
+	}
+}
