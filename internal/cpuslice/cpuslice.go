@@ -29,7 +29,7 @@ const (
 	Max = 100 * time.Millisecond
 )
 
-// ErrUnsupported is Apply's answer where the kernel keeps no slice per
+// ErrUnsupported is Keep's answer where the kernel keeps no slice per
 // thread (before 6.12) or the policy is not a fair one.
 var ErrUnsupported = errors.New("the kernel keeps no per-thread slice (EEVDF custom slices need Linux 6.12 or later)")
 
