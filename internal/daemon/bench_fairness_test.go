@@ -68,19 +68,19 @@ func BenchmarkFairness(b *testing.B) {
 	victimSlice, hostileSlice := userSlice(b, users, victim), userSlice(b, users, hostile)
 	for range b.N {
 		alone := watchDaemon(pid)
-		calm := runVictim(b, load, victim, victimSlice, h)
+		calm := runVictim(b, load, victim, victimSlice, h, "alone", map[int]string{pid: "gpuschedd"})
 		calmPeak := alone.stop()
 
-		stopBurn := startLoad(b, hostileSlice, load, hostile, "burning", append([]string{"burn"}, strings.Fields(*fairnessBurn)...)...)
+		stopBurn, burner := startLoad(b, hostileSlice, load, hostile, "burning", append([]string{"burn"}, strings.Fields(*fairnessBurn)...)...)
 		burning := watchDaemon(pid)
-		busy := runVictim(b, load, victim, victimSlice, h)
+		busy := runVictim(b, load, victim, victimSlice, h, "burning", map[int]string{pid: "gpuschedd", burner: "burner"})
 		burnPeak := burning.stop()
 		stopBurn()
 
-		stopFlood := startLoad(b, hostileSlice, load, hostile, "flooding",
+		stopFlood, flooder := startLoad(b, hostileSlice, load, hostile, "flooding",
 			append([]string{"hostile", "-socket", h.cfg.Socket, "-metrics", metrics}, strings.Fields(*fairnessHostile)...)...)
 		flooded := watchDaemon(pid)
-		stormy := runVictim(b, load, victim, victimSlice, h)
+		stormy := runVictim(b, load, victim, victimSlice, h, "flooded", map[int]string{pid: "gpuschedd", flooder: "hostile"})
 		floodPeak := flooded.stop()
 		tally, hostileCPU := stopFlood()
 		b.Logf("hostile: %s", strings.Join(tally, "; "))
@@ -114,8 +114,8 @@ func BenchmarkFairness(b *testing.B) {
 
 // startLoad starts fairload args as u in slice and waits for its ready
 // line; the function it returns stops it with SIGTERM and gives what it
-// printed after that line and the CPU it used.
-func startLoad(b *testing.B, slice, load string, u testutil.User, ready string, args ...string) func() ([]string, time.Duration) {
+// printed after that line and the CPU it used. pid is the load's process.
+func startLoad(b *testing.B, slice, load string, u testutil.User, ready string, args ...string) (stop func() ([]string, time.Duration), pid int) {
 	b.Helper()
 	c := inSlice(b, slice, load, args...)
 	asUser(c, u)
@@ -128,7 +128,7 @@ func startLoad(b *testing.B, slice, load string, u testutil.User, ready string, 
 		}
 		c.Wait()
 		return rest, c.ProcessState.UserTime() + c.ProcessState.SystemTime()
-	}
+	}, c.Process.Pid
 }
 
 // startReady starts c (name, in messages) and waits for its first line,
@@ -158,20 +158,23 @@ type victimOp struct {
 	N   int     `json:"n"`
 	P50 float64 `json:"p50_ms"`
 	P99 float64 `json:"p99_ms"`
+	// Times are the status calls' (-times).
+	Times [][2]int64 `json:"times"`
 }
 
 // victimRuns counts the victim's runs, to name their files beside the trace.
 var victimRuns int
 
-func runVictim(b *testing.B, load string, u testutil.User, slice string, h *harness) map[string]victimOp {
+func runVictim(b *testing.B, load string, u testutil.User, slice string, h *harness, phase string, roles map[int]string) map[string]victimOp {
 	b.Helper()
 	args := append([]string{"victim", "-socket", h.cfg.Socket, "-simjob", h.bins.SimJob}, strings.Fields(*fairnessVictim)...)
-	if *fairnessTrace != "" {
+	if *fairnessTrace != "" || *fairnessSched {
 		args = append(args, "-times")
 	}
 	c := inSlice(b, slice, load, args...)
 	asUser(c, u)
 	c.Stderr = os.Stderr
+	rec := startSchedRecording(b)
 	out, err := c.Output()
 	if err != nil {
 		b.Fatalf("victim: %v", err)
@@ -189,6 +192,10 @@ func runVictim(b *testing.B, load string, u testutil.User, slice string, h *harn
 	m := map[string]victimOp{}
 	for _, op := range ops {
 		m[op.Op] = op
+	}
+	if rec != nil {
+		roles[c.Process.Pid] = "victim"
+		logSchedWaits(b, rec, phase, roles, m["status"].Times)
 	}
 	return m
 }

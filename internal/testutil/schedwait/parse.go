@@ -1,0 +1,296 @@
+package schedwait
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// Wait is one stretch a thread spent runnable without a CPU: from its
+// wake-up (or from being preempted) to the switch that ran it.
+type Wait struct {
+	Tid      int
+	Woken    bool  // false: preempted, put back in its queue
+	From, To int64 // CLOCK_MONOTONIC, ns
+	Queued   int   // the CPU it was woken onto or preempted on
+	Ran      int   // the CPU that ran it
+	Behind   int   // the thread on Queued when it began (0: idle)
+	IdleCPUs int   // CPUs idle when it began
+	// Unrecorded: the trace lacks the switch that ran it; To is the last
+	// event on Ran before the thread was seen running there.
+	Unrecorded bool
+}
+
+// Trace is what Parse took from a recording.
+type Trace struct {
+	Waits      []Wait
+	Tgid       map[int]int    // thread to process, for threads seen running
+	Comm       map[int]string // thread to name
+	CPUs       int            // CPUs seen
+	Start, End int64          // first and last event
+	Lost       int            // events the buffers dropped or the text says were lost
+}
+
+// Parse reads the text of a tracefs instance's trace (record-tgid on,
+// trace_clock mono, the events Start enables; its lines are in time order
+// across CPUs) and keeps the waits of threads whose name keep accepts.
+// A wake-up of a thread already running or waiting is no wait; a wait
+// whose end the trace does not hold is left out.
+func Parse(r io.Reader, keep func(comm string) bool) (*Trace, error) {
+	t := &Trace{Tgid: map[int]int{}, Comm: map[int]string{}}
+	p := parser{t: t, keep: keep, cur: map[int]int{}, on: map[int]int{}, last: map[int]int64{}, pending: map[int]Wait{}}
+	s := lines(r)
+	events := 0
+	for s.Scan() {
+		l := s.Text()
+		if strings.HasPrefix(l, "#") || strings.TrimSpace(l) == "" {
+			continue
+		}
+		if strings.Contains(l, "LOST") && strings.Contains(l, "EVENTS]") {
+			t.Lost += lostIn(l)
+			continue
+		}
+		e, ok, err := parseLine(l)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		events++
+		p.apply(e)
+	}
+	if err := s.Err(); err != nil {
+		return nil, fmt.Errorf("schedwait: %w", err)
+	}
+	if events == 0 {
+		return nil, errNoEvents
+	}
+	t.CPUs = len(p.cur)
+	return t, nil
+}
+
+// event is one line of the trace.
+type event struct {
+	pid, tgid, cpu int // the thread current on cpu when it happened (tgid 0: unknown)
+	ts             int64
+	name           string // sched_switch or sched_wakeup
+	// sched_switch: prev is pid; next runs now. sched_wakeup: the thread
+	// woken is target, onto CPU to.
+	prevComm, prevState string
+	next                int
+	nextComm            string
+	target              int
+	targetComm          string
+	to                  int
+}
+
+// parser follows each CPU's current thread through the trace.
+type parser struct {
+	t       *Trace
+	keep    func(string) bool
+	cur     map[int]int // CPU to its current thread, for CPUs seen switching
+	on      map[int]int // thread to the CPU it runs on, for threads running
+	idle    int         // CPUs whose current thread is the idle one
+	last    map[int]int64
+	pending map[int]Wait
+}
+
+// current takes the thread of e's line for its CPU's current one. Where
+// it is not the one the CPU last switched to, the switch is missing from
+// the trace (on some kernels a CPU leaving idle records none): a wait of
+// that thread ended at the CPU's last event, at the latest.
+func (p *parser) current(e event) {
+	old, seen := p.cur[e.cpu]
+	if seen && old == e.pid {
+		return
+	}
+	if !seen {
+		p.cur[e.cpu] = -1 // not idle, not a thread: counts nowhere
+	}
+	p.run(e.cpu, e.pid)
+	if w, ok := p.pending[e.pid]; ok && seen {
+		delete(p.pending, e.pid)
+		w.To, w.Ran, w.Unrecorded = max(w.From, p.last[e.cpu]), e.cpu, true
+		p.t.Waits = append(p.t.Waits, w)
+	}
+}
+
+// run makes tid (0: idle) the current thread of cpu.
+func (p *parser) run(cpu, tid int) {
+	if old := p.cur[cpu]; old == 0 {
+		p.idle--
+	} else if p.on[old] == cpu {
+		delete(p.on, old)
+	}
+	p.cur[cpu] = tid
+	if tid == 0 {
+		p.idle++
+	} else {
+		p.on[tid] = cpu
+	}
+}
+
+func (p *parser) apply(e event) {
+	t := p.t
+	if t.Start == 0 {
+		t.Start = e.ts
+	}
+	t.End = e.ts
+	if e.pid != 0 && e.tgid != 0 {
+		t.Tgid[e.pid] = e.tgid
+	}
+	p.current(e)
+	p.last[e.cpu] = e.ts
+	switch e.name {
+	case "sched_wakeup":
+		t.Comm[e.target] = e.targetComm
+		if _, running := p.on[e.target]; running || !p.keep(e.targetComm) {
+			return
+		}
+		if _, waiting := p.pending[e.target]; waiting {
+			return
+		}
+		p.pending[e.target] = Wait{Tid: e.target, Woken: true, From: e.ts, Queued: e.to, Behind: p.cur[e.to], IdleCPUs: p.idle}
+	case "sched_switch":
+		t.Comm[e.pid], t.Comm[e.next] = e.prevComm, e.nextComm
+		p.run(e.cpu, e.next)
+		if e.pid != 0 && strings.HasPrefix(e.prevState, "R") && p.keep(e.prevComm) {
+			p.pending[e.pid] = Wait{Tid: e.pid, From: e.ts, Queued: e.cpu, Behind: e.next, IdleCPUs: p.idle}
+		}
+		if w, ok := p.pending[e.next]; ok {
+			delete(p.pending, e.next)
+			w.To, w.Ran = e.ts, e.cpu
+			t.Waits = append(t.Waits, w)
+		}
+	}
+}
+
+// parseLine reads one event line:
+//
+//	TASK-PID (TGID) [CPU] FLAGS SECONDS.MICROS: EVENT: FIELDS
+//
+// ok is false for other events.
+func parseLine(l string) (e event, ok bool, err error) {
+	bad := func() (event, bool, error) { return event{}, false, fmt.Errorf("schedwait: unreadable line %q", l) }
+	i := strings.Index(l, ": sched_")
+	if i < 0 {
+		return event{}, false, nil
+	}
+	head, rest := l[:i], l[i+2:]
+	name, fields, found := strings.Cut(rest, ": ")
+	if !found {
+		return bad()
+	}
+	e.name = name
+	cpuAt := strings.LastIndex(head, " [")
+	closeAt := strings.LastIndex(head, "] ")
+	if cpuAt < 0 || closeAt < cpuAt {
+		return bad()
+	}
+	if e.cpu, err = strconv.Atoi(head[cpuAt+2 : closeAt]); err != nil {
+		return bad()
+	}
+	after := strings.Fields(head[closeAt+2:])
+	if len(after) == 0 {
+		return bad()
+	}
+	if e.ts, err = parseSeconds(after[len(after)-1]); err != nil {
+		return bad()
+	}
+	task := strings.TrimSpace(head[:cpuAt])
+	if strings.HasSuffix(task, ")") {
+		open := strings.LastIndex(task, "(")
+		if open < 0 {
+			return bad()
+		}
+		e.tgid, _ = strconv.Atoi(strings.TrimSpace(task[open+1 : len(task)-1])) // "-------": unknown
+		task = strings.TrimSpace(task[:open])
+	}
+	dash := strings.LastIndex(task, "-")
+	if dash < 0 {
+		return bad()
+	}
+	if e.pid, err = strconv.Atoi(task[dash+1:]); err != nil {
+		return bad()
+	}
+	switch name {
+	case "sched_switch":
+		prev, next, found := strings.Cut(fields, " ==> ")
+		if !found {
+			return bad()
+		}
+		var pf, nf map[string]string
+		if pf, ok = keyed(prev, "prev_comm", "prev_pid", "prev_prio", "prev_state"); !ok {
+			return bad()
+		}
+		if nf, ok = keyed(next, "next_comm", "next_pid", "next_prio"); !ok {
+			return bad()
+		}
+		e.prevComm, e.prevState, e.nextComm = pf["prev_comm"], pf["prev_state"], nf["next_comm"]
+		if e.next, err = strconv.Atoi(nf["next_pid"]); err != nil {
+			return bad()
+		}
+	case "sched_wakeup":
+		f, found := keyed(fields, "comm", "pid", "prio", "target_cpu")
+		if !found {
+			return bad()
+		}
+		e.targetComm = f["comm"]
+		if e.target, err = strconv.Atoi(f["pid"]); err != nil {
+			return bad()
+		}
+		if e.to, err = strconv.Atoi(f["target_cpu"]); err != nil {
+			return bad()
+		}
+	default:
+		return event{}, false, nil
+	}
+	return e, true, nil
+}
+
+// keyed splits "k1=v1 k2=v2 ..." with the keys in that order; the first
+// value (a thread's name) may hold spaces.
+func keyed(s string, keys ...string) (map[string]string, bool) {
+	m := map[string]string{}
+	for i := len(keys) - 1; i > 0; i-- {
+		at := strings.LastIndex(s, " "+keys[i]+"=")
+		if at < 0 {
+			return nil, false
+		}
+		m[keys[i]] = strings.TrimSpace(s[at+len(keys[i])+2:])
+		s = s[:at]
+	}
+	v, ok := strings.CutPrefix(s, keys[0]+"=")
+	m[keys[0]] = v
+	return m, ok
+}
+
+// parseSeconds reads "SECONDS.FRACTION:" as ns.
+func parseSeconds(s string) (int64, error) {
+	s = strings.TrimSuffix(s, ":")
+	whole, frac, _ := strings.Cut(s, ".")
+	sec, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	if len(frac) > 9 {
+		frac = frac[:9]
+	}
+	ns, err := strconv.ParseInt(frac+strings.Repeat("0", 9-len(frac)), 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	return sec*1e9 + ns, nil
+}
+
+// lostIn reads the count of a "CPU:N [LOST COUNT EVENTS]" line.
+func lostIn(l string) int {
+	f := strings.Fields(l[strings.Index(l, "LOST"):])
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.Atoi(f[1])
+	return n
+}
