@@ -9,9 +9,10 @@
 #
 #	DIR/run.sh [-test.bench NAME] [more d.test flags]
 #
-# (default: BenchmarkFairness once, verbose). run.sh unpacks the bundle
-# into a fresh directory under /tmp that the benchmark's users can reach,
-# runs there (give paths in flags absolute) and removes it;
+# (default: BenchmarkFairness once, verbose), and runs.sh, which runs it
+# in turns within a time budget (for a device call). run.sh unpacks the
+# bundle into a fresh directory under /tmp that the benchmark's users can
+# reach, runs there (give paths in flags absolute) and removes it;
 # $GPUSCHED_TEST_BINARIES set names other binaries (another build's
 # daemon). Checked on the development VM from a directory outside the
 # checkout.
@@ -43,5 +44,29 @@ case " $* " in *" -test.bench "*) ;; *) set -- -test.bench BenchmarkFairness "$@
 cd "$dir"
 GPUSCHED_TEST_BINARIES="${GPUSCHED_TEST_BINARIES:-$dir/bin}" ./d.test -test.run '^$' -test.benchtime 1x -test.v "$@"
 RUN
-chmod 755 "$out" "$out/run.sh"
+cat > "$out/runs.sh" <<'RUNS'
+#!/bin/sh
+# Runs BenchmarkFairness again and again for at most SECONDS, taking the
+# variants in turn (each a string of run.sh arguments, shell-quoted; ""
+# for the defaults), each run under 200 s; writes each run's output to
+# DIR/rN.log and its start and end to DIR/progress.txt. On a device call:
+#
+#	.fairness/runs.sh "$OUT" 540 "-fairness.sched" "-fairness.sched -fairness.daemon='--cpu-slice 0'"
+here=$(cd "$(dirname "$0")" && pwd)
+out=$1 budget=$2
+shift 2
+[ $# -gt 0 ] || set -- ""
+start=$(date +%s)
+n=0
+while :; do
+	for v in "$@"; do
+		[ $(($(date +%s) - start + 200)) -le "$budget" ] || exit 0
+		n=$((n + 1))
+		echo "r$n $(date -u +%T) $v" >> "$out/progress.txt"
+		eval "timeout 200 \"\$here/run.sh\" $v" > "$out/r$n.log" 2>&1
+		echo "r$n rc=$? $(date -u +%T)" >> "$out/progress.txt"
+	done
+done
+RUNS
+chmod 755 "$out" "$out/run.sh" "$out/runs.sh"
 du -sh "$out"
