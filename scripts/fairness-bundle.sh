@@ -49,13 +49,20 @@ cat > "$out/runs.sh" <<'RUNS'
 # Runs BenchmarkFairness again and again for at most SECONDS, taking the
 # variants in turn (each a string of run.sh arguments, shell-quoted; ""
 # for the defaults), each run under 200 s; writes each run's output to
-# DIR/rN.log and its start and end to DIR/progress.txt. On a device call:
+# DIR/rN.log and its start and end to DIR/progress.txt, after what the
+# kernel's scheduler is there. On a device call:
 #
 #	.fairness/runs.sh "$OUT" 540 "-fairness.sched" "-fairness.sched -fairness.daemon='--cpu-slice 0'"
 here=$(cd "$(dirname "$0")" && pwd)
 out=$1 budget=$2
 shift 2
 [ $# -gt 0 ] || set -- ""
+{ # what the kernel's scheduler is: preemption model, tick, CPUs, cgroups
+	uname -r
+	dmesg 2>/dev/null | grep -m1 'Dynamic Preempt' || :
+	zcat /proc/config.gz 2>/dev/null | grep -E '^CONFIG_(HZ|PREEMPT[A-Z_]*)=' | tr '\n' ' ' || :
+	echo "$(nproc) CPUs; $(stat -fc %T /sys/fs/cgroup)"
+} >> "$out/progress.txt"
 start=$(date +%s)
 n=0
 while :; do
