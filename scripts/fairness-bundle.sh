@@ -61,6 +61,7 @@ shift 2
 	uname -r
 	dmesg 2>/dev/null | grep -m1 'Dynamic Preempt' || :
 	zcat /proc/config.gz 2>/dev/null | grep -E '^CONFIG_(HZ|PREEMPT[A-Z_]*)=' | tr '\n' ' ' || :
+	echo
 	echo "$(nproc) CPUs; $(stat -fc %T /sys/fs/cgroup)"
 } >> "$out/progress.txt"
 start=$(date +%s)
