@@ -36,7 +36,10 @@ func startSchedRecording(b *testing.B) *schedwait.Recording {
 // logSchedWaits stops rec and logs, for the daemon's and the victim's
 // threads (roles: process id to role), their waits for a CPU in the
 // victim's run (phase), and how much of the slowest 1% of its status
-// calls (times, CLOCK_MONOTONIC ns) each spent waiting.
+// calls (times, CLOCK_MONOTONIC ns) was spent waiting: by the daemon's
+// thread the victim's request woke, by the victim's thread the daemon's
+// reply woke, by a thread either runtime woke for itself (handing work
+// on), by any thread of either.
 func logSchedWaits(b *testing.B, rec *schedwait.Recording, phase string, roles map[int]string, times [][2]int64) {
 	b.Helper()
 	tr, err := rec.Stop(func(comm string) bool { return comm == "gpuschedd" || comm == "fairload" })
@@ -58,13 +61,17 @@ func logSchedWaits(b *testing.B, rec *schedwait.Recording, phase string, roles m
 	if len(slow) == 0 {
 		return
 	}
-	var took, daemon, victim time.Duration
+	d, v := ids["gpuschedd"], ids["victim"]
+	which := []func(schedwait.Wait) bool{tr.WokenBy(d, v), tr.WokenBy(v, d), tr.WokenBy(d, d), tr.WokenBy(v, v), tr.Of(d), tr.Of(v)}
+	var took time.Duration
+	waited := make([]time.Duration, len(which))
 	for _, c := range slow {
 		took += time.Duration(c[1] - c[0])
-		daemon += tr.Waiting(ids["gpuschedd"], c[0], c[1])
-		victim += tr.Waiting(ids["victim"], c[0], c[1])
+		for i, w := range which {
+			waited[i] += tr.Waiting(c[0], c[1], w)
+		}
 	}
-	n := time.Duration(len(slow))
-	b.Logf("  the slowest 1%% of the victim's status calls (%d): %v each; of it, a thread of the daemon waiting for a CPU %v, one of the victim's %v",
-		len(slow), (took / n).Round(time.Microsecond), (daemon / n).Round(time.Microsecond), (victim / n).Round(time.Microsecond))
+	each := func(d time.Duration) time.Duration { return (d / time.Duration(len(slow))).Round(time.Microsecond) }
+	b.Logf("  the slowest 1%% of the victim's status calls (%d): %v each; of it, waiting for a CPU: a daemon thread the victim woke (the request) %v, a victim thread the daemon woke (the reply) %v, a daemon thread the daemon woke %v, a victim thread the victim woke %v; any daemon thread %v, any victim thread %v",
+		len(slow), each(took), each(waited[0]), each(waited[1]), each(waited[2]), each(waited[3]), each(waited[4]), each(waited[5]))
 }

@@ -12,6 +12,7 @@ import (
 type Wait struct {
 	Tid      int
 	Woken    bool  // false: preempted, put back in its queue
+	Waker    int   // the thread that woke it (0: unknown, or preempted)
 	From, To int64 // CLOCK_MONOTONIC, ns
 	Queued   int   // the CPU it was woken onto or preempted on
 	Ran      int   // the CPU that ran it
@@ -39,7 +40,7 @@ type Trace struct {
 // whose end the trace does not hold is left out.
 func Parse(r io.Reader, keep func(comm string) bool) (*Trace, error) {
 	t := &Trace{Tgid: map[int]int{}, Comm: map[int]string{}}
-	p := parser{t: t, keep: keep, cur: map[int]int{}, on: map[int]int{}, last: map[int]int64{}, pending: map[int]Wait{}}
+	p := parser{t: t, keep: keep, cur: map[int]int{}, on: map[int]int{}, last: map[int]int64{}, waker: map[int]int{}, pending: map[int]Wait{}}
 	s := lines(r)
 	events := 0
 	for s.Scan() {
@@ -75,9 +76,10 @@ func Parse(r io.Reader, keep func(comm string) bool) (*Trace, error) {
 type event struct {
 	pid, tgid, cpu int // the thread current on cpu when it happened (tgid 0: unknown)
 	ts             int64
-	name           string // sched_switch or sched_wakeup
-	// sched_switch: prev is pid; next runs now. sched_wakeup: the thread
-	// woken is target, onto CPU to.
+	name           string // sched_switch, sched_waking or sched_wakeup
+	// sched_switch: prev is pid; next runs now. sched_waking: pid (the
+	// waker) wakes target. sched_wakeup: the thread woken is target, onto
+	// CPU to.
 	prevComm, prevState string
 	next                int
 	nextComm            string
@@ -94,6 +96,7 @@ type parser struct {
 	on      map[int]int // thread to the CPU it runs on, for threads running
 	idle    int         // CPUs whose current thread is the idle one
 	last    map[int]int64
+	waker   map[int]int // thread being woken to the thread waking it
 	pending map[int]Wait
 }
 
@@ -144,15 +147,19 @@ func (p *parser) apply(e event) {
 	p.current(e)
 	p.last[e.cpu] = e.ts
 	switch e.name {
+	case "sched_waking": // in the waker's context, unlike sched_wakeup
+		p.waker[e.target] = e.pid
 	case "sched_wakeup":
 		t.Comm[e.target] = e.targetComm
+		waker := p.waker[e.target]
+		delete(p.waker, e.target)
 		if _, running := p.on[e.target]; running || !p.keep(e.targetComm) {
 			return
 		}
 		if _, waiting := p.pending[e.target]; waiting {
 			return
 		}
-		p.pending[e.target] = Wait{Tid: e.target, Woken: true, From: e.ts, Queued: e.to, Behind: p.cur[e.to], IdleCPUs: p.idle}
+		p.pending[e.target] = Wait{Tid: e.target, Woken: true, Waker: waker, From: e.ts, Queued: e.to, Behind: p.cur[e.to], IdleCPUs: p.idle}
 	case "sched_switch":
 		t.Comm[e.pid], t.Comm[e.next] = e.prevComm, e.nextComm
 		p.run(e.cpu, e.next)
@@ -232,7 +239,7 @@ func parseLine(l string) (e event, ok bool, err error) {
 		if e.next, err = strconv.Atoi(nf["next_pid"]); err != nil {
 			return bad()
 		}
-	case "sched_wakeup":
+	case "sched_waking", "sched_wakeup":
 		f, found := keyed(fields, "comm", "pid", "prio", "target_cpu")
 		if !found {
 			return bad()

@@ -10,8 +10,8 @@ import (
 
 // excerpt is a trace as a tracefs instance writes it (record-tgid on,
 // trace_clock mono; the header as on Linux 6.18): a gpuschedd thread (200
-// of process 199) woken onto a CPU a hostile thread (100, named with a
-// space) holds, preempted and moved to a CPU that went idle, woken again
+// of process 199) woken by a hostile thread (100, named with a space) onto
+// the CPU that thread holds, preempted and moved to a CPU that went idle, woken again
 // while running (no wait); a second thread (201) woken onto an idle CPU;
 // a third (203) woken onto an idle CPU whose switch to it is missing, as
 // this VM's kernel (6.18) records none when its second CPU leaves idle; a
@@ -24,6 +24,7 @@ const excerpt = `# tracer: nop
 #              | |           |       |   |||||     |         |
           <idle>-0       (-------) [000] d..2. 1.000000: sched_switch: prev_comm=swapper/0 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=fair load next_pid=100 next_prio=120
           <idle>-0       (-------) [001] d..2. 1.000010: sched_switch: prev_comm=swapper/1 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=other next_pid=300 next_prio=120
+  fair load-100     (    100) [000] d.h2. 1.000099: sched_waking: comm=gpuschedd pid=200 prio=120 target_cpu=000
   fair load-100     (    100) [000] d.h2. 1.000100: sched_wakeup: comm=gpuschedd pid=200 prio=120 target_cpu=000
   fair load-100     (    100) [000] d..2. 1.002900: sched_switch: prev_comm=fair load prev_pid=100 prev_prio=120 prev_state=R ==> next_comm=gpuschedd next_pid=200 next_prio=120
        gpuschedd-200     (    199) [000] d..2. 1.003000: sched_switch: prev_comm=gpuschedd prev_pid=200 prev_prio=120 prev_state=R+ ==> next_comm=fair load next_pid=100 next_prio=120
@@ -50,7 +51,7 @@ func TestParseFollowsTheWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Wait{
-		{Tid: 200, Woken: true, From: at(1.000100), To: at(1.002900), Queued: 0, Ran: 0, Behind: 100, IdleCPUs: 0},
+		{Tid: 200, Woken: true, Waker: 100, From: at(1.000100), To: at(1.002900), Queued: 0, Ran: 0, Behind: 100, IdleCPUs: 0},
 		{Tid: 200, From: at(1.003000), To: at(1.003150), Queued: 0, Ran: 1, Behind: 100, IdleCPUs: 0},
 		{Tid: 201, Woken: true, From: at(1.004100), To: at(1.004130), Queued: 1, Ran: 1, Behind: 0, IdleCPUs: 1},
 		{Tid: 203, Woken: true, From: at(1.004250), To: at(1.004260), Queued: 1, Ran: 1, Behind: 0, IdleCPUs: 1, Unrecorded: true},
@@ -82,8 +83,11 @@ func TestSummarizeSaysWhatTheLongWaitsWereBehind(t *testing.T) {
 	if !reflect.DeepEqual(s, want) {
 		t.Fatalf("summary\n got %+v\nwant %+v", s, want)
 	}
-	if got := tr.Waiting(199, at(1.0), at(1.003100)); got != 2900*time.Microsecond {
+	if got := tr.Waiting(at(1.0), at(1.003100), tr.Of(199)); got != 2900*time.Microsecond {
 		t.Errorf("waiting in the first 3.1 ms: %v, want 2.9ms", got)
+	}
+	if got := tr.Waiting(at(1.0), at(1.005), tr.WokenBy(199, 100)); got != 2800*time.Microsecond {
+		t.Errorf("woken by the hostile and waiting: %v, want 2.8ms", got)
 	}
 	if got := tr.Name(300, roles); got != "other" {
 		t.Errorf("thread 300 is %q", got)

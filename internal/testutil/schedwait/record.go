@@ -1,7 +1,8 @@
 // Package schedwait records the kernel's scheduler events (tracefs:
-// sched_switch, sched_wakeup) and says how long chosen threads waited for
-// a CPU once runnable, and behind what: whether a CPU was idle when they
-// were woken, what ran on the CPU they were queued on. It tells what
+// sched_switch, sched_waking, sched_wakeup) and says how long chosen
+// threads waited for a CPU once runnable, who woke them, and behind what:
+// whether a CPU was idle when they were woken, what ran on the CPU they
+// were queued on. It tells what
 // `perf sched` would, without perf, on machines that lack it, such as a
 // lent GPU host (BenchmarkFairness -fairness.sched).
 package schedwait
@@ -21,7 +22,7 @@ import (
 const Tracefs = "/sys/kernel/tracing"
 
 // events are the scheduler events a Recording enables.
-var events = []string{"sched:sched_switch", "sched:sched_wakeup"}
+var events = []string{"sched:sched_switch", "sched:sched_waking", "sched:sched_wakeup"}
 
 // Recording is a tracefs instance of its own recording the scheduler's
 // events on every CPU, timestamped on CLOCK_MONOTONIC.

@@ -104,12 +104,23 @@ func (t *Trace) Name(tid int, roles map[int]string) string {
 	return c
 }
 
+// Of selects the waits of process tgid's threads.
+func (t *Trace) Of(tgid int) func(Wait) bool {
+	return func(w Wait) bool { return t.Tgid[w.Tid] == tgid }
+}
+
+// WokenBy selects the waits of process tgid's threads that a thread of
+// process waker woke: a request's or a reply's wake-up.
+func (t *Trace) WokenBy(tgid, waker int) func(Wait) bool {
+	return func(w Wait) bool { return t.Tgid[w.Tid] == tgid && w.Waker != 0 && t.Tgid[w.Waker] == waker }
+}
+
 // Waiting is how much of [from, to] (CLOCK_MONOTONIC ns) at least one of
-// process tgid's threads spent waiting for a CPU.
-func (t *Trace) Waiting(tgid int, from, to int64) time.Duration {
+// the waits which selects covered.
+func (t *Trace) Waiting(from, to int64, which func(Wait) bool) time.Duration {
 	var spans [][2]int64
 	for _, w := range t.Waits {
-		if t.Tgid[w.Tid] == tgid && w.To > from && w.From < to {
+		if w.To > from && w.From < to && which(w) {
 			spans = append(spans, [2]int64{max(w.From, from), min(w.To, to)})
 		}
 	}
