@@ -30,6 +30,7 @@ type Trace struct {
 	Comm       map[int]string // thread to name
 	CPUs       int            // CPUs seen
 	Start, End int64          // first and last event
+	Events     int            // events read
 	Lost       int            // events the buffers dropped or the text says were lost
 }
 
@@ -42,7 +43,6 @@ func Parse(r io.Reader, keep func(comm string) bool) (*Trace, error) {
 	t := &Trace{Tgid: map[int]int{}, Comm: map[int]string{}}
 	p := parser{t: t, keep: keep, cur: map[int]int{}, on: map[int]int{}, last: map[int]int64{}, waker: map[int]int{}, pending: map[int]Wait{}}
 	s := lines(r)
-	events := 0
 	for s.Scan() {
 		l := s.Text()
 		if strings.HasPrefix(l, "#") || strings.TrimSpace(l) == "" {
@@ -59,13 +59,13 @@ func Parse(r io.Reader, keep func(comm string) bool) (*Trace, error) {
 		if !ok {
 			continue
 		}
-		events++
+		t.Events++
 		p.apply(e)
 	}
 	if err := s.Err(); err != nil {
 		return nil, fmt.Errorf("schedwait: %w", err)
 	}
-	if events == 0 {
+	if t.Events == 0 {
 		return nil, errNoEvents
 	}
 	t.CPUs = len(p.cur)
@@ -228,27 +228,25 @@ func parseLine(l string) (e event, ok bool, err error) {
 		if !found {
 			return bad()
 		}
-		var pf, nf map[string]string
-		if pf, ok = keyed(prev, "prev_comm", "prev_pid", "prev_prio", "prev_state"); !ok {
+		var pf [4]string
+		var nf [3]string
+		if !keyed(prev, pf[:], "prev_comm", "prev_pid", "prev_prio", "prev_state") || !keyed(next, nf[:], "next_comm", "next_pid", "next_prio") {
 			return bad()
 		}
-		if nf, ok = keyed(next, "next_comm", "next_pid", "next_prio"); !ok {
-			return bad()
-		}
-		e.prevComm, e.prevState, e.nextComm = pf["prev_comm"], pf["prev_state"], nf["next_comm"]
-		if e.next, err = strconv.Atoi(nf["next_pid"]); err != nil {
+		e.prevComm, e.prevState, e.nextComm = pf[0], pf[3], nf[0]
+		if e.next, err = strconv.Atoi(nf[1]); err != nil {
 			return bad()
 		}
 	case "sched_waking", "sched_wakeup":
-		f, found := keyed(fields, "comm", "pid", "prio", "target_cpu")
-		if !found {
+		var f [4]string
+		if !keyed(fields, f[:], "comm", "pid", "prio", "target_cpu") {
 			return bad()
 		}
-		e.targetComm = f["comm"]
-		if e.target, err = strconv.Atoi(f["pid"]); err != nil {
+		e.targetComm = f[0]
+		if e.target, err = strconv.Atoi(f[1]); err != nil {
 			return bad()
 		}
-		if e.to, err = strconv.Atoi(f["target_cpu"]); err != nil {
+		if e.to, err = strconv.Atoi(f[3]); err != nil {
 			return bad()
 		}
 	default:
@@ -257,21 +255,21 @@ func parseLine(l string) (e event, ok bool, err error) {
 	return e, true, nil
 }
 
-// keyed splits "k1=v1 k2=v2 ..." with the keys in that order; the first
-// value (a thread's name) may hold spaces.
-func keyed(s string, keys ...string) (map[string]string, bool) {
-	m := map[string]string{}
+// keyed splits "k1=v1 k2=v2 ..." with the keys in that order into
+// values, one for each key; the first value (a thread's name) may hold
+// spaces.
+func keyed(s string, values []string, keys ...string) bool {
 	for i := len(keys) - 1; i > 0; i-- {
-		at := strings.LastIndex(s, " "+keys[i]+"=")
-		if at < 0 {
-			return nil, false
+		at := strings.LastIndex(s, keys[i])
+		if at < 1 || s[at-1] != ' ' || at+len(keys[i]) >= len(s) || s[at+len(keys[i])] != '=' {
+			return false
 		}
-		m[keys[i]] = strings.TrimSpace(s[at+len(keys[i])+2:])
-		s = s[:at]
+		values[i] = strings.TrimSpace(s[at+len(keys[i])+1:])
+		s = s[:at-1]
 	}
 	v, ok := strings.CutPrefix(s, keys[0]+"=")
-	m[keys[0]] = v
-	return m, ok
+	values[0] = v
+	return ok
 }
 
 // parseSeconds reads "SECONDS.FRACTION:" as ns.
@@ -285,9 +283,12 @@ func parseSeconds(s string) (int64, error) {
 	if len(frac) > 9 {
 		frac = frac[:9]
 	}
-	ns, err := strconv.ParseInt(frac+strings.Repeat("0", 9-len(frac)), 10, 64)
+	ns, err := strconv.ParseInt(frac, 10, 64)
 	if err != nil {
 		return 0, err
+	}
+	for range 9 - len(frac) {
+		ns *= 10
 	}
 	return sec*1e9 + ns, nil
 }

@@ -65,6 +65,9 @@ func TestParseFollowsTheWaits(t *testing.T) {
 	if tr.Comm[100] != "fair load" {
 		t.Errorf("thread 100 named %q, want %q", tr.Comm[100], "fair load")
 	}
+	if tr.Events != strings.Count(excerpt, ": sched_") {
+		t.Errorf("%d events read, want %d", tr.Events, strings.Count(excerpt, ": sched_"))
+	}
 	if tr.CPUs != 2 || tr.Lost != 7 || tr.Start != at(1.0) || tr.End != at(1.004300) {
 		t.Errorf("CPUs %d, lost %d, from %d to %d", tr.CPUs, tr.Lost, tr.Start, tr.End)
 	}
