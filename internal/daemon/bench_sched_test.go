@@ -46,7 +46,7 @@ func logSchedWaits(b *testing.B, rec *schedwait.Recording, phase string, roles m
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("kernel, %s: %.1f s on %d CPUs, %d events lost", phase, float64(tr.End-tr.Start)/1e9, tr.CPUs, tr.Lost)
+	b.Logf("kernel, %s: %.1f s on %d CPUs, %d events, %d lost", phase, float64(tr.End-tr.Start)/1e9, tr.CPUs, tr.Events, tr.Lost)
 	name := func(tid int) string { return tr.Name(tid, roles) }
 	ids := map[string]int{}
 	for pid, role := range roles {
