@@ -1,6 +1,8 @@
 package schedwait
 
 import (
+	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -19,7 +21,8 @@ type Wait struct {
 	Behind   int   // the thread on Queued when it began (0: idle)
 	IdleCPUs int   // CPUs idle when it began
 	// Unrecorded: the trace lacks the switch that ran it; To is the last
-	// event on Ran before the thread was seen running there.
+	// event on Ran before the thread was seen running there, the earliest
+	// it can have ended.
 	Unrecorded bool
 }
 
@@ -92,18 +95,19 @@ type event struct {
 type parser struct {
 	t       *Trace
 	keep    func(string) bool
-	cur     map[int]int // CPU to its current thread, for CPUs seen switching
-	on      map[int]int // thread to the CPU it runs on, for threads running
-	idle    int         // CPUs whose current thread is the idle one
-	last    map[int]int64
-	waker   map[int]int // thread being woken to the thread waking it
+	cur     map[int]int   // CPU to its current thread, for CPUs seen switching
+	on      map[int]int   // thread to the CPU it runs on, for threads running
+	idle    int           // CPUs whose current thread is the idle one
+	last    map[int]int64 // CPU to the time of its last event
+	waker   map[int]int   // thread being woken to the thread waking it
 	pending map[int]Wait
 }
 
 // current takes the thread of e's line for its CPU's current one. Where
 // it is not the one the CPU last switched to, the switch is missing from
 // the trace (on some kernels a CPU leaving idle records none): a wait of
-// that thread ended at the CPU's last event, at the latest.
+// that thread is taken to end at the CPU's event before, the earliest it
+// can have ended.
 func (p *parser) current(e event) {
 	old, seen := p.cur[e.cpu]
 	if seen && old == e.pid {
@@ -301,4 +305,14 @@ func lostIn(l string) int {
 	}
 	n, _ := strconv.Atoi(f[1])
 	return n
+}
+
+// errNoEvents is Parse's answer to a text without one event line.
+var errNoEvents = errors.New("schedwait: no scheduler events in the trace")
+
+// lines scans r line by line, lines of any length.
+func lines(r io.Reader) *bufio.Scanner {
+	s := bufio.NewScanner(r)
+	s.Buffer(make([]byte, 64<<10), 1<<20)
+	return s
 }

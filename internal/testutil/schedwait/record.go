@@ -8,10 +8,7 @@
 package schedwait
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -99,14 +96,4 @@ func (r *Recording) dropped() int {
 func (r *Recording) Close() {
 	os.WriteFile(filepath.Join(r.dir, "tracing_on"), []byte("0\n"), 0)
 	os.Remove(r.dir)
-}
-
-// errNoEvents is Parse's answer to a text without one event line.
-var errNoEvents = errors.New("schedwait: no scheduler events in the trace")
-
-// lines scans r line by line, lines of any length.
-func lines(r io.Reader) *bufio.Scanner {
-	s := bufio.NewScanner(r)
-	s.Buffer(make([]byte, 64<<10), 1<<20)
-	return s
 }
