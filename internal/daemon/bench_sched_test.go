@@ -71,7 +71,7 @@ func logSchedWaits(b *testing.B, rec *schedwait.Recording, phase string, roles m
 			waited[i] += tr.Waiting(c[0], c[1], w)
 		}
 	}
-	each := func(d time.Duration) time.Duration { return (d / time.Duration(len(slow))).Round(time.Microsecond) }
+	each := func(sum time.Duration) time.Duration { return (sum / time.Duration(len(slow))).Round(time.Microsecond) }
 	b.Logf("  the slowest 1%% of the victim's status calls (%d): %v each; of it, waiting for a CPU: a daemon thread the victim woke (the request) %v, a victim thread the daemon woke (the reply) %v, a daemon thread the daemon woke %v, a victim thread the victim woke %v; any daemon thread %v, any victim thread %v",
 		len(slow), each(took), each(waited[0]), each(waited[1]), each(waited[2]), each(waited[3]), each(waited[4]), each(waited[5]))
 }
