@@ -20,6 +20,13 @@ type Wait struct {
 	Ran      int   // the CPU that ran it
 	Behind   int   // the thread on Queued when it began (0: idle)
 	IdleCPUs int   // CPUs idle when it began
+	// Before is the thread Ran switched from to run it (0: idle), and
+	// BeforeBlocked whether that thread blocked (asleep, or in an
+	// uninterruptible wait) rather than being preempted: a wait that
+	// ended as the thread before it blocked was not cut short by the
+	// scheduler.
+	Before        int
+	BeforeBlocked bool
 	// Unrecorded: the trace lacks the switch that ran it; To is the last
 	// event on Ran before the thread was seen running there, the earliest
 	// it can have ended.
@@ -172,7 +179,7 @@ func (p *parser) apply(e event) {
 		}
 		if w, ok := p.pending[e.next]; ok {
 			delete(p.pending, e.next)
-			w.To, w.Ran = e.ts, e.cpu
+			w.To, w.Ran, w.Before, w.BeforeBlocked = e.ts, e.cpu, e.pid, !strings.HasPrefix(e.prevState, "R")
 			t.Waits = append(t.Waits, w)
 		}
 	}

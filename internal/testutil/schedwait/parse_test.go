@@ -11,11 +11,12 @@ import (
 // excerpt is a trace as a tracefs instance writes it (record-tgid on,
 // trace_clock mono; the header as on Linux 6.18): a gpuschedd thread (200
 // of process 199) woken by a hostile thread (100, named with a space) onto
-// the CPU that thread holds, preempted and moved to a CPU that went idle, woken again
-// while running (no wait); a second thread (201) woken onto an idle CPU;
-// a third (203) woken onto an idle CPU whose switch to it is missing, as
-// this VM's kernel (6.18) records none when its second CPU leaves idle; a
-// fourth woken at the end, never run.
+// the CPU that thread holds, run once that thread blocks, preempted and
+// moved to a CPU that went idle, woken again while running (no wait); a
+// second thread (201) woken onto an idle CPU; a third (203) woken onto an
+// idle CPU whose switch to it is missing, as this VM's kernel (6.18)
+// records none when its second CPU leaves idle; a fourth woken at the
+// end, never run.
 const excerpt = `# tracer: nop
 #
 # entries-in-buffer/entries-written: 14/21   #P:2
@@ -26,7 +27,7 @@ const excerpt = `# tracer: nop
           <idle>-0       (-------) [001] d..2. 1.000010: sched_switch: prev_comm=swapper/1 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=other next_pid=300 next_prio=120
   fair load-100     (    100) [000] d.h2. 1.000099: sched_waking: comm=gpuschedd pid=200 prio=120 target_cpu=000
   fair load-100     (    100) [000] d.h2. 1.000100: sched_wakeup: comm=gpuschedd pid=200 prio=120 target_cpu=000
-  fair load-100     (    100) [000] d..2. 1.002900: sched_switch: prev_comm=fair load prev_pid=100 prev_prio=120 prev_state=R ==> next_comm=gpuschedd next_pid=200 next_prio=120
+  fair load-100     (    100) [000] d..2. 1.002900: sched_switch: prev_comm=fair load prev_pid=100 prev_prio=120 prev_state=D ==> next_comm=gpuschedd next_pid=200 next_prio=120
        gpuschedd-200     (    199) [000] d..2. 1.003000: sched_switch: prev_comm=gpuschedd prev_pid=200 prev_prio=120 prev_state=R+ ==> next_comm=fair load next_pid=100 next_prio=120
            other-300     (    300) [001] d..2. 1.003100: sched_switch: prev_comm=other prev_pid=300 prev_prio=120 prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120
           <idle>-0       (-------) [001] d..2. 1.003150: sched_switch: prev_comm=swapper/1 prev_pid=0 prev_prio=120 prev_state=R ==> next_comm=gpuschedd next_pid=200 next_prio=120
@@ -51,7 +52,7 @@ func TestParseFollowsTheWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []Wait{
-		{Tid: 200, Woken: true, Waker: 100, From: at(1.000100), To: at(1.002900), Queued: 0, Ran: 0, Behind: 100, IdleCPUs: 0},
+		{Tid: 200, Woken: true, Waker: 100, From: at(1.000100), To: at(1.002900), Queued: 0, Ran: 0, Behind: 100, IdleCPUs: 0, Before: 100, BeforeBlocked: true},
 		{Tid: 200, From: at(1.003000), To: at(1.003150), Queued: 0, Ran: 1, Behind: 100, IdleCPUs: 0},
 		{Tid: 201, Woken: true, From: at(1.004100), To: at(1.004130), Queued: 1, Ran: 1, Behind: 0, IdleCPUs: 1},
 		{Tid: 203, Woken: true, From: at(1.004250), To: at(1.004260), Queued: 1, Ran: 1, Behind: 0, IdleCPUs: 1, Unrecorded: true},
@@ -81,7 +82,7 @@ func TestSummarizeSaysWhatTheLongWaitsWereBehind(t *testing.T) {
 	roles := map[int]string{100: "hostile"}
 	s := tr.Summarize(199, 100*time.Microsecond, func(tid int) string { return tr.Name(tid, roles) })
 	want := Summary{Waits: 4, Woken: 3, Unrecorded: 1, P50: 150 * time.Microsecond, P99: 2800 * time.Microsecond, Max: 2800 * time.Microsecond,
-		Total: 2990 * time.Microsecond, Long: 2, LongTotal: 2950 * time.Microsecond, LongPreempted: 1, LongMoved: 1,
+		Total: 2990 * time.Microsecond, Long: 2, LongTotal: 2950 * time.Microsecond, LongPreempted: 1, LongMoved: 1, LongUntilBlocked: 1,
 		Behind: map[string]int{"hostile": 2}}
 	if !reflect.DeepEqual(s, want) {
 		t.Fatalf("summary\n got %+v\nwant %+v", s, want)

@@ -19,6 +19,7 @@ type Summary struct {
 	LongPreempted        int            // long waits that began at a preemption
 	LongIdle             int            // long waits that began while a CPU was idle
 	LongMoved            int            // long waits that ran on a CPU other than the one they were queued on
+	LongUntilBlocked     int            // long waits that ended as the thread before them on their CPU blocked
 	Behind               map[string]int // long waits by what ran on their CPU when they began
 }
 
@@ -54,6 +55,9 @@ func (t *Trace) Summarize(tgid int, long time.Duration, name func(tid int) strin
 		if w.Ran != w.Queued {
 			s.LongMoved++
 		}
+		if w.BeforeBlocked && w.Before != 0 {
+			s.LongUntilBlocked++
+		}
 		s.Behind[name(w.Behind)]++
 	}
 	s.Waits = len(all)
@@ -79,9 +83,9 @@ func (s Summary) String() string {
 		}
 		top = append(top, fmt.Sprintf("%s %d", n, s.Behind[n]))
 	}
-	return fmt.Sprintf("%d waits (%d woken, %d preempted; %d ended unrecorded), p50 %v p99 %v max %v, %v in all; %d long (%v): %d preempted, %d began while a CPU was idle, %d ran elsewhere than queued, queued behind %s",
+	return fmt.Sprintf("%d waits (%d woken, %d preempted; %d ended unrecorded), p50 %v p99 %v max %v, %v in all; %d long (%v): %d preempted, %d began while a CPU was idle, %d ran elsewhere than queued, %d ran once the thread before them blocked, queued behind %s",
 		s.Waits, s.Woken, s.Waits-s.Woken, s.Unrecorded, s.P50, s.P99, s.Max, s.Total.Round(time.Microsecond),
-		s.Long, s.LongTotal.Round(time.Microsecond), s.LongPreempted, s.LongIdle, s.LongMoved, strings.Join(top, ", "))
+		s.Long, s.LongTotal.Round(time.Microsecond), s.LongPreempted, s.LongIdle, s.LongMoved, s.LongUntilBlocked, strings.Join(top, ", "))
 }
 
 // Name says what thread tid is: the role its process has in roles
