@@ -48,13 +48,14 @@ cat > "$out/runs.sh" <<'RUNS'
 #!/bin/sh
 # Runs BenchmarkFairness again and again for at most SECONDS, taking the
 # variants in turn (each a string of run.sh arguments, shell-quoted; ""
-# for the defaults), each run under 200 s; writes each run's output to
-# DIR/rN.log and its start and end to DIR/progress.txt, after what the
-# kernel's scheduler is there. On a device call:
+# for the defaults), each run under $RUN_LIMIT s (default 200); writes
+# each run's output to DIR/rN.log and its start and end to
+# DIR/progress.txt, after what the kernel's scheduler is there. A failed
+# run ends the turns. On a device call:
 #
 #	.fairness/runs.sh "$OUT" 540 "-fairness.sched" "-fairness.sched -fairness.daemon='--cpu-slice 0'"
 here=$(cd "$(dirname "$0")" && pwd)
-out=$1 budget=$2
+out=$1 budget=$2 limit=${RUN_LIMIT:-200}
 shift 2
 [ $# -gt 0 ] || set -- ""
 { # what the kernel's scheduler is: preemption model, tick, CPUs, cgroups
@@ -68,11 +69,13 @@ start=$(date +%s)
 n=0
 while :; do
 	for v in "$@"; do
-		[ $(($(date +%s) - start + 200)) -le "$budget" ] || exit 0
+		[ $(($(date +%s) - start + limit)) -le "$budget" ] || exit 0
 		n=$((n + 1))
 		echo "r$n $(date -u +%T) $v" >> "$out/progress.txt"
-		eval "timeout 200 \"\$here/run.sh\" $v" > "$out/r$n.log" 2>&1
-		echo "r$n rc=$? $(date -u +%T)" >> "$out/progress.txt"
+		eval "timeout $limit \"\$here/run.sh\" $v" > "$out/r$n.log" 2>&1
+		rc=$?
+		echo "r$n rc=$rc $(date -u +%T)" >> "$out/progress.txt"
+		[ $rc -eq 0 ] || exit $rc
 	done
 done
 RUNS

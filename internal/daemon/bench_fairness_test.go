@@ -65,27 +65,29 @@ func BenchmarkFairness(b *testing.B) {
 		}()
 	}
 
+	echo := startEcho(b, system, load, filepath.Join(filepath.Dir(h.cfg.Socket), "echo.sock"))
+
 	victimSlice, hostileSlice := userSlice(b, users, victim), userSlice(b, users, hostile)
 	for range b.N {
 		alone := watchDaemon(pid)
-		calm := runVictim(b, load, victim, victimSlice, h, "alone", map[int]string{pid: "gpuschedd"})
+		calm := runVictim(b, load, victim, victimSlice, h, echo, "alone", map[int]string{pid: "gpuschedd"})
 		calmPeak := alone.stop()
 
 		stopBurn, burner := startLoad(b, hostileSlice, load, hostile, "burning", append([]string{"burn"}, strings.Fields(*fairnessBurn)...)...)
 		burning := watchDaemon(pid)
-		busy := runVictim(b, load, victim, victimSlice, h, "burning", map[int]string{pid: "gpuschedd", burner: "burner"})
+		busy := runVictim(b, load, victim, victimSlice, h, echo, "burning", map[int]string{pid: "gpuschedd", burner: "burner"})
 		burnPeak := burning.stop()
 		stopBurn()
 
 		stopFlood, flooder := startLoad(b, hostileSlice, load, hostile, "flooding",
 			append([]string{"hostile", "-socket", h.cfg.Socket, "-metrics", metrics}, strings.Fields(*fairnessHostile)...)...)
 		flooded := watchDaemon(pid)
-		stormy := runVictim(b, load, victim, victimSlice, h, "flooded", map[int]string{pid: "gpuschedd", flooder: "hostile"})
+		stormy := runVictim(b, load, victim, victimSlice, h, echo, "flooded", map[int]string{pid: "gpuschedd", flooder: "hostile"})
 		floodPeak := flooded.stop()
 		tally, hostileCPU := stopFlood()
 		b.Logf("hostile: %s", strings.Join(tally, "; "))
 		b.Logf("%-12s %-24s | %-24s | %s", "", "alone", "the hostile user burning CPU", "the hostile user flooding the daemon")
-		for _, op := range []string{"status", "connect", "run", "freeze+thaw", "logs-f"} {
+		for _, op := range []string{"status", "echo", "connect", "run", "freeze+thaw", "logs-f"} {
 			b.Logf("%-12s p50 %7.2f p99 %7.2f ms | p50 %7.2f p99 %7.2f ms | p50 %7.2f p99 %7.2f ms", op,
 				calm[op].P50, calm[op].P99, busy[op].P50, busy[op].P99, stormy[op].P50, stormy[op].P99)
 		}
@@ -98,6 +100,7 @@ func BenchmarkFairness(b *testing.B) {
 		b.ReportMetric(stormy["status"].P99, "status-p99-hostile-ms")
 		b.ReportMetric(stormy["status"].P99/calm["status"].P99, "status-p99-x")
 		b.ReportMetric(stormy["status"].P99/busy["status"].P99, "status-p99-x-burn")
+		b.ReportMetric(stormy["echo"].P99/calm["echo"].P99, "echo-p99-x")
 		b.ReportMetric(stormy["connect"].P99/calm["connect"].P99, "connect-p99-x")
 		b.ReportMetric(calm["run"].P50, "run-p50-alone-ms")
 		b.ReportMetric(busy["run"].P50, "run-p50-burn-ms")
@@ -129,6 +132,19 @@ func startLoad(b *testing.B, slice, load string, u testutil.User, ready string, 
 		c.Wait()
 		return rest, c.ProcessState.UserTime() + c.ProcessState.SystemTime()
 	}, c.Process.Pid
+}
+
+// startEcho starts fairload echo on path, as root in the daemon's slice,
+// for the test's life; it returns path.
+func startEcho(b *testing.B, slice, load, path string) string {
+	b.Helper()
+	c := inSlice(b, slice, load, "echo", "-socket", path)
+	startReady(b, c, "fairload echo", "serving")
+	b.Cleanup(func() {
+		c.Process.Signal(syscall.SIGTERM)
+		c.Wait()
+	})
+	return path
 }
 
 // startReady starts c (name, in messages) and waits for its first line,
@@ -165,9 +181,9 @@ type victimOp struct {
 // victimRuns counts the victim's runs, to name their files beside the trace.
 var victimRuns int
 
-func runVictim(b *testing.B, load string, u testutil.User, slice string, h *harness, phase string, roles map[int]string) map[string]victimOp {
+func runVictim(b *testing.B, load string, u testutil.User, slice string, h *harness, echo, phase string, roles map[int]string) map[string]victimOp {
 	b.Helper()
-	args := append([]string{"victim", "-socket", h.cfg.Socket, "-simjob", h.bins.SimJob}, strings.Fields(*fairnessVictim)...)
+	args := append([]string{"victim", "-socket", h.cfg.Socket, "-simjob", h.bins.SimJob, "-echo", echo}, strings.Fields(*fairnessVictim)...)
 	if *fairnessTrace != "" || *fairnessSched {
 		args = append(args, "-times")
 	}

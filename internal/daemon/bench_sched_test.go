@@ -25,6 +25,9 @@ func startSchedRecording(b *testing.B) *schedwait.Recording {
 	if !*fairnessSched {
 		return nil
 	}
+	if err := schedwait.Mount(schedwait.Tracefs); err != nil {
+		b.Fatal(err)
+	}
 	r, err := schedwait.Start(schedwait.Tracefs, schedBufferKiB)
 	if err != nil {
 		b.Fatal(err)

@@ -18,6 +18,11 @@
 // keeps the CPUs it may use busy without calling the daemon, until SIGTERM;
 // it prints "burning" once it has started.
 //
+//	fairload echo -socket PATH
+//
+// answers each line on PATH with itself until SIGTERM (the victim's
+// control, -echo); it prints "serving" once it listens.
+//
 //	fairload refused -addr unix:PATH|tcp:ADDR -n N
 //
 // holds one connection, a user's share of one, then has N more refused
@@ -31,7 +36,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: fairload hostile|victim|burn|refused [flags]")
+		fmt.Fprintln(os.Stderr, "usage: fairload hostile|victim|burn|echo|refused [flags]")
 		os.Exit(2)
 	}
 	switch os.Args[1] {
@@ -43,6 +48,8 @@ func main() {
 		burn(os.Args[2:])
 	case "refused":
 		refused(os.Args[2:])
+	case "echo":
+		echo(os.Args[2:])
 	default:
 		fmt.Fprintf(os.Stderr, "fairload: unknown role %q\n", os.Args[1])
 		os.Exit(2)

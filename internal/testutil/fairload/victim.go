@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -31,7 +33,9 @@ type Op struct {
 // victim runs the fixed workload of a well-behaved user and prints its
 // latencies: status on one connection, hello on a connection of its own,
 // run of a sleeping process, a freeze and thaw of a simulated GPU job, and
-// logs -f until the first line.
+// logs -f until the first line. With -echo, each status call is followed
+// by a round trip of a line of the same length to fairload echo (op
+// "echo"), the control sampled over the same seconds.
 func victim(args []string) {
 	fs := flag.NewFlagSet("victim", flag.ExitOnError)
 	var (
@@ -44,6 +48,7 @@ func victim(args []string) {
 		swaps    = fs.Int("swaps", 10, "freeze and thaw round trips")
 		follows  = fs.Int("follows", 20, "logs -f calls")
 		times    = fs.Bool("times", false, "report each status call's start and end (CLOCK_MONOTONIC ns), to match with a trace of the daemon")
+		echoPath = fs.String("echo", "", "fairload echo's socket: a round trip there after each status call")
 	)
 	fs.Parse(args)
 	ctx := context.Background()
@@ -52,15 +57,41 @@ func victim(args []string) {
 	defer c.Close()
 	var ops []Op
 	var spans [][2]int64
-	ops = append(ops, timed("status", *statuses, *every, func(int) error {
-		t0 := monotonic()
-		_, err := c.Status(ctx)
-		if *times {
-			spans = append(spans, [2]int64{t0, monotonic()})
+	status := &latencies{name: "status"}
+	echo := &latencies{name: "echo"}
+	var echoConn *bufio.ReadWriter
+	if *echoPath != "" {
+		conn, err := net.Dial("unix", *echoPath)
+		must(err)
+		defer conn.Close()
+		echoConn = bufio.NewReadWriter(bufio.NewReader(conn), bufio.NewWriter(conn))
+	}
+	var line []byte
+	for i := range *statuses {
+		if i > 0 && *every > 0 {
+			time.Sleep(*every)
 		}
-		return err
-	}))
+		status.time(func() error {
+			t0 := monotonic()
+			st, err := c.Status(ctx)
+			if *times {
+				spans = append(spans, [2]int64{t0, monotonic()})
+			}
+			if line == nil && err == nil {
+				line, err = json.Marshal(st)
+				line = append(line, '\n')
+			}
+			return err
+		})
+		if echoConn != nil {
+			echo.time(func() error { return roundTrip(echoConn, line) })
+		}
+	}
+	ops = append(ops, status.op())
 	ops[0].Times = spans
+	if echoConn != nil {
+		ops = append(ops, echo.op())
+	}
 	ops = append(ops, timed("connect", *connects, *every, func(int) error {
 		c, err := api.Dial(ctx, *socket)
 		if err != nil {
@@ -130,24 +161,55 @@ func followOnce(ctx context.Context, socket, name, want string) error {
 	return err
 }
 
+// roundTrip writes line (ending in a newline) and reads it back.
+func roundTrip(rw *bufio.ReadWriter, line []byte) error {
+	if _, err := rw.Write(line); err != nil {
+		return err
+	}
+	if err := rw.Flush(); err != nil {
+		return err
+	}
+	back, err := rw.ReadSlice('\n')
+	if err == nil && len(back) != len(line) {
+		err = fmt.Errorf("echo: %d bytes back for %d", len(back), len(line))
+	}
+	return err
+}
+
 // timed runs op n times, pause apart, and summarises its latencies; a
 // follow ended by errStop counts as done.
 func timed(name string, n int, pause time.Duration, op func(i int) error) Op {
-	lat := make([]float64, 0, n)
+	l := &latencies{name: name}
 	for i := range n {
 		if i > 0 && pause > 0 {
 			time.Sleep(pause)
 		}
-		t0 := time.Now()
-		if err := op(i); err != nil {
-			fmt.Fprintf(os.Stderr, "fairload victim: %s: %v\n", name, err)
-			os.Exit(1)
-		}
-		lat = append(lat, float64(time.Since(t0).Microseconds())/1000)
+		l.time(func() error { return op(i) })
 	}
-	slices.Sort(lat)
+	return l.op()
+}
+
+// latencies gathers one operation's latencies, in milliseconds.
+type latencies struct {
+	name string
+	ms   []float64
+}
+
+// time runs op and records how long it took; an error ends the victim.
+func (l *latencies) time(op func() error) {
+	t0 := time.Now()
+	if err := op(); err != nil {
+		fmt.Fprintf(os.Stderr, "fairload victim: %s: %v\n", l.name, err)
+		os.Exit(1)
+	}
+	l.ms = append(l.ms, float64(time.Since(t0).Microseconds())/1000)
+}
+
+// op summarises the latencies gathered.
+func (l *latencies) op() Op {
+	lat := slices.Sorted(slices.Values(l.ms))
 	at := func(q float64) float64 { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
-	return Op{Op: name, N: n, P50: at(0.5), P99: at(0.99), Max: lat[len(lat)-1]}
+	return Op{Op: l.name, N: len(lat), P50: at(0.5), P99: at(0.99), Max: lat[len(lat)-1]}
 }
 
 // monotonic is CLOCK_MONOTONIC in ns.

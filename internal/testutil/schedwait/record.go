@@ -13,10 +13,25 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Tracefs is where the kernel's tracing filesystem is mounted.
 const Tracefs = "/sys/kernel/tracing"
+
+// Mount mounts the kernel's tracing filesystem at root unless it is
+// mounted there already: a machine may boot without it, as the lent GPU
+// hosts do (found 2026-11-27: no /sys/kernel/tracing/instances).
+func Mount(root string) error {
+	if _, err := os.Stat(filepath.Join(root, "instances")); err == nil {
+		return nil
+	}
+	if err := unix.Mount("tracefs", root, "tracefs", 0, ""); err != nil {
+		return fmt.Errorf("schedwait: mount tracefs on %s: %w", root, err)
+	}
+	return nil
+}
 
 // events are the scheduler events a Recording enables.
 var events = []string{"sched:sched_switch", "sched:sched_waking", "sched:sched_wakeup"}

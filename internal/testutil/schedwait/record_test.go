@@ -3,8 +3,36 @@ package schedwait
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
+
+// TestMountMountsTracefsWhereAbsent mounts tracefs on an empty directory,
+// and only once.
+func TestMountMountsTracefsWhereAbsent(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting needs root")
+	}
+	root := t.TempDir()
+	if err := Mount(root); err != nil {
+		t.Skip(err) // a kernel without tracefs
+	}
+	t.Cleanup(func() { unix.Unmount(root, 0) })
+	if _, err := os.Stat(filepath.Join(root, "instances")); err != nil {
+		t.Fatalf("no tracefs on %s after Mount: %v", root, err)
+	}
+	if err := Mount(root); err != nil {
+		t.Fatalf("Mount where mounted: %v", err)
+	}
+	if err := unix.Unmount(root, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Unmount(root, 0); err == nil {
+		t.Error("Mount where mounted mounted it again")
+	}
+}
 
 // TestRecordingSeesAChildsWakeups records the kernel while children sleep
 // and wake: their wake-ups are waits of their threads, and the instance is
