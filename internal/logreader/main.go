@@ -15,6 +15,11 @@ import (
 // Argv0 is the name the daemon's binary is started under as a log reader.
 const Argv0 = "gpusched-logreader"
 
+// Comm is a reader's thread name (/proc/PID/comm, at most 15 bytes), which
+// top, ps -o comm and the kernel's traces show: started from gpusched-init
+// it would otherwise show as a supervisor.
+const Comm = "gpusched-reader"
+
 // IsReader reports whether this process was started as a log reader.
 func IsReader() bool { return len(os.Args) > 0 && filepath.Base(os.Args[0]) == Argv0 }
 
@@ -34,6 +39,7 @@ const maxRequest = 64 << 10
 // Main is a reader: it answers the request on stdin on stdout, or says
 // why not on stderr and exits 1.
 func Main() int {
+	nameThreads(Comm)
 	if err := answer(os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", Argv0, err)
 		return 1
@@ -63,4 +69,27 @@ func answer(in io.Reader, out io.Writer) error {
 	}
 	_, err = out.Write(reply)
 	return err
+}
+
+// nameThreads names every thread of this process name, over again while
+// the runtime starts threads from ones not yet named (a thread takes its
+// starter's name). A name not set changes nothing but what tools show.
+func nameThreads(name string) {
+	named := map[string]bool{}
+	for range 4 {
+		tasks, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			return
+		}
+		fresh := false
+		for _, t := range tasks {
+			if !named[t.Name()] {
+				_ = os.WriteFile("/proc/self/task/"+t.Name()+"/comm", []byte(name), 0)
+				named[t.Name()], fresh = true, true
+			}
+		}
+		if !fresh {
+			return
+		}
+	}
 }

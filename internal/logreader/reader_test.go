@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -186,5 +187,46 @@ func TestReadEndsWithTheCall(t *testing.T) {
 	}
 	if err := unix.Kill(pid, 0); !errors.Is(err, unix.ESRCH) {
 		t.Fatalf("reader %d after Read: %v, want it gone", pid, err)
+	}
+}
+
+// TestReaderNamesItsThreads: a reader's threads, waiting for their
+// request, show as gpusched-reader, not as the binary they were started
+// from.
+func TestReaderNamesItsThreads(t *testing.T) {
+	caller := callerIn(t)
+	var names []string
+	r := Reader{Exe: os.Args[0], started: func(pid int) {
+		names = threadNames(t, pid)
+	}}
+	if _, err := r.Read(context.Background(), caller, Request{Name: "job", Path: logOf(t, 3), Lines: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if len(names) == 0 || slices.ContainsFunc(names, func(n string) bool { return n != Comm }) {
+		t.Fatalf("the reader's threads were named %q, want all %q", names, Comm)
+	}
+}
+
+// threadNames gives the names of pid's threads once they all have the
+// reader's name (it names them first thing), or as they are after 10 s.
+func threadNames(t *testing.T, pid int) []string {
+	t.Helper()
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		tasks, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, task := range tasks {
+			b, err := os.ReadFile(dir + task.Name() + "/comm")
+			if err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, strings.TrimSpace(string(b)))
+		}
+		if !slices.ContainsFunc(names, func(n string) bool { return n != Comm }) || time.Now().After(deadline) {
+			return names
+		}
 	}
 }
