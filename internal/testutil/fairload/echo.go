@@ -47,10 +47,13 @@ func echo(args []string) {
 	}
 }
 
+// echoBuffer holds the longest line echoed: a status reply is a few KiB.
+const echoBuffer = 1 << 20
+
 // echoLines writes each line read from c back to it.
 func echoLines(c net.Conn) {
 	defer c.Close()
-	r := bufio.NewReader(c)
+	r := bufio.NewReaderSize(c, echoBuffer)
 	for {
 		line, err := r.ReadSlice('\n')
 		if err != nil {

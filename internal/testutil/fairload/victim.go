@@ -64,28 +64,32 @@ func victim(args []string) {
 		conn, err := net.Dial("unix", *echoPath)
 		must(err)
 		defer conn.Close()
-		echoConn = bufio.NewReadWriter(bufio.NewReader(conn), bufio.NewWriter(conn))
+		echoConn = bufio.NewReadWriter(bufio.NewReaderSize(conn, echoBuffer), bufio.NewWriterSize(conn, echoBuffer))
 	}
 	var line []byte
 	for i := range *statuses {
 		if i > 0 && *every > 0 {
 			time.Sleep(*every)
 		}
+		var st *api.Status
 		status.time(func() error {
 			t0 := monotonic()
-			st, err := c.Status(ctx)
+			var err error
+			st, err = c.Status(ctx)
 			if *times {
 				spans = append(spans, [2]int64{t0, monotonic()})
 			}
-			if line == nil && err == nil {
-				line, err = json.Marshal(st)
-				line = append(line, '\n')
-			}
 			return err
 		})
-		if echoConn != nil {
-			echo.time(func() error { return roundTrip(echoConn, line) })
+		if echoConn == nil {
+			continue
 		}
+		if line == nil {
+			line, err = json.Marshal(st)
+			must(err)
+			line = append(line, '\n')
+		}
+		echo.time(func() error { return roundTrip(echoConn, line) })
 	}
 	ops = append(ops, status.op())
 	ops[0].Times = spans
