@@ -101,6 +101,7 @@ func BenchmarkFairness(b *testing.B) {
 		b.ReportMetric(stormy["status"].P99/calm["status"].P99, "status-p99-x")
 		b.ReportMetric(stormy["status"].P99/busy["status"].P99, "status-p99-x-burn")
 		b.ReportMetric(stormy["echo"].P99/calm["echo"].P99, "echo-p99-x")
+		b.ReportMetric((stormy["status"].P99/calm["status"].P99)/(stormy["echo"].P99/calm["echo"].P99), "status-p99-x-echo")
 		b.ReportMetric(stormy["connect"].P99/calm["connect"].P99, "connect-p99-x")
 		b.ReportMetric(calm["run"].P50, "run-p50-alone-ms")
 		b.ReportMetric(busy["run"].P50, "run-p50-burn-ms")
