@@ -40,7 +40,7 @@ import (
 // logind lay it out (machineSlices): the daemon in a group of the
 // system's, each user's load in a group of its own among the users'.
 func BenchmarkFairness(b *testing.B) {
-	b.Logf("each user's CPU quota: %d%% of a CPU (0: none; -fairness.cpu-quota)", *fairnessQuota)
+	b.Logf("each user's CPU quota: %d%% of a CPU (0: none; -fairness.cpu-quota); the victim's CPUs %q, the hostile's %q (empty: all; -fairness.victim-cpus, -fairness.hostile-cpus)", *fairnessQuota, *fairnessVictimCPUs, *fairnessHostileCPUs)
 	victim := testutil.NewUser(b, "gsfairv", "gsfair")
 	hostile := testutil.NewUser(b, "gsfairh", "gsfair")
 	h := prepareHarness(b, func(c *config.Config) {
@@ -121,7 +121,8 @@ func BenchmarkFairness(b *testing.B) {
 // printed after that line and the CPU it used. pid is the load's process.
 func startLoad(b *testing.B, slice, load string, u testutil.User, ready string, args ...string) (stop func() ([]string, time.Duration), pid int) {
 	b.Helper()
-	c := inSlice(b, slice, load, args...)
+	prog, argv := onCPUs(*fairnessHostileCPUs, load, args)
+	c := inSlice(b, slice, prog, argv...)
 	asUser(c, u)
 	lines := startReady(b, c, "fairload "+args[0], ready)
 	return func() ([]string, time.Duration) {
@@ -188,7 +189,8 @@ func runVictim(b *testing.B, load string, u testutil.User, slice string, h *harn
 	if *fairnessTrace != "" || *fairnessSched {
 		args = append(args, "-times")
 	}
-	c := inSlice(b, slice, load, args...)
+	prog, argv := onCPUs(*fairnessVictimCPUs, load, args)
+	c := inSlice(b, slice, prog, argv...)
 	asUser(c, u)
 	c.Stderr = os.Stderr
 	rec := startSchedRecording(b)
@@ -425,6 +427,20 @@ var fairnessVictim = flag.String("fairness.victim", "", "BenchmarkFairness: more
 var fairnessBurn = flag.String("fairness.burn", "", "BenchmarkFairness: more flags for the control, fairload burn (\"-decode\": the hostile readers' own decoding, without the daemon; \"-decode -workers 4 -pause 2ms\": in bursts with sleeps between, as the readers waiting on replies)")
 
 var fairnessTrace = flag.String("fairness.trace", "", "BenchmarkFairness: write the daemon's execution trace to this file ("+TraceEnv+"), and the victim's status calls' times to FILE.victimN")
+
+var (
+	fairnessVictimCPUs  = flag.String("fairness.victim-cpus", "", "BenchmarkFairness: the CPUs the victim runs on, a taskset list (\"0-3\"; empty: all), as an operator gives a user's slice CPUs of its own (systemd's AllowedCPUs=)")
+	fairnessHostileCPUs = flag.String("fairness.hostile-cpus", "", "BenchmarkFairness: the CPUs the hostile user's load (burner and flood) runs on, as -fairness.victim-cpus")
+)
+
+// onCPUs is the program and arguments that run load's args on cpus (a
+// taskset list; empty: load's args as they are).
+func onCPUs(cpus, load string, args []string) (string, []string) {
+	if cpus == "" {
+		return load, args
+	}
+	return "taskset", append([]string{"-c", cpus, load}, args...)
+}
 
 var fairnessDaemon = flag.String("fairness.daemon", "", "BenchmarkFairness: more flags for the daemon, space-separated (e.g. \"--cpu-slice 0\")")
 
