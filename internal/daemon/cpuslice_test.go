@@ -43,9 +43,8 @@ func TestDaemonThreadsAtTheSliceTreesAtTheDefault(t *testing.T) {
 	}
 }
 
-// kernelDefaultSlice is the slice of a process started afresh (this test
-// binary's own threads may have a daemon's, from the in-process daemons of
-// other tests); it skips where the kernel keeps no per-thread slice.
+// kernelDefaultSlice is the slice of a process started afresh; it skips
+// where the kernel keeps no per-thread slice.
 func kernelDefaultSlice(t *testing.T) time.Duration {
 	t.Helper()
 	cmd := exec.Command("sleep", "1000")

@@ -62,6 +62,7 @@ func prepareHarness(t testing.TB, mods ...func(*config.Config)) *harness {
 	c.KillGrace = 5 * time.Second
 	c.GPUPoll = 50 * time.Millisecond
 	c.CgroupRoot = config.CgroupNone // never reorganise the test runner's own cgroup
+	c.CPUSlice = 0                   // nor reslice its threads (the built daemon's: TestDaemonThreadsAtTheSliceTreesAtTheDefault)
 	for _, m := range mods {
 		m(&c)
 	}
