@@ -17,10 +17,11 @@ import (
 	"context"
 	"errors"
 	"os"
-	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/procfs"
 )
 
 // Min and Max are the slices the kernel takes (__setparam_fair's clamp).
@@ -39,7 +40,7 @@ var ErrUnsupported = errors.New("the kernel keeps no per-thread slice (EEVDF cus
 // Set first ran. Threads already at d are left alone. It returns how many
 // threads it changed.
 func Set(d time.Duration, nice int) (int, error) {
-	tids, err := threads()
+	tids, err := procfs.SelfThreads()
 	if err != nil {
 		return 0, err
 	}
@@ -129,24 +130,4 @@ func processNice() (int, error) {
 		return 0, err
 	}
 	return int(a.Nice), nil
-}
-
-// threads is this process's thread ids.
-func threads() ([]int, error) {
-	f, err := os.Open("/proc/self/task")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return nil, err
-	}
-	tids := make([]int, 0, len(names))
-	for _, n := range names {
-		if tid, err := strconv.Atoi(n); err == nil {
-			tids = append(tids, tid)
-		}
-	}
-	return tids, nil
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/procfs"
 )
 
 // needSlices skips where the kernel keeps no per-thread slice, and puts
@@ -23,7 +25,7 @@ func needSlices(t *testing.T) (def time.Duration) {
 		t.Skipf("no per-thread slice here (Linux 6.12+): %v", err)
 	}
 	t.Cleanup(func() {
-		tids, _ := threads()
+		tids, _ := procfs.SelfThreads()
 		for _, tid := range tids {
 			a, err := unix.SchedGetAttr(tid, 0)
 			if err == nil {
@@ -66,7 +68,7 @@ func TestSetGivesEveryThreadTheSliceAndKeepsNice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before, err := threads()
+	before, err := procfs.SelfThreads()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +91,7 @@ func TestSetGivesEveryThreadTheSliceAndKeepsNice(t *testing.T) {
 			t.Errorf("thread %d: slice %v, flags %#x, nice %d; want %v, reset on fork, nice %d", tid, time.Duration(a.Runtime), a.Flags, a.Nice, want, nice)
 		}
 	}
-	after, err := threads()
+	after, err := procfs.SelfThreads()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,9 +7,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"github.com/gpusched/gpusched/internal/logfile"
 	"github.com/gpusched/gpusched/internal/logreply"
+	"github.com/gpusched/gpusched/internal/procfs"
 )
 
 // Argv0 is the name the daemon's binary is started under as a log reader.
@@ -75,17 +77,17 @@ func answer(in io.Reader, out io.Writer) error {
 // the runtime starts threads from ones not yet named (a thread takes its
 // starter's name). A name not set changes nothing but what tools show.
 func nameThreads(name string) {
-	named := map[string]bool{}
+	named := map[int]bool{}
 	for range 4 {
-		tasks, err := os.ReadDir("/proc/self/task")
+		tids, err := procfs.SelfThreads()
 		if err != nil {
 			return
 		}
 		fresh := false
-		for _, t := range tasks {
-			if !named[t.Name()] {
-				_ = os.WriteFile("/proc/self/task/"+t.Name()+"/comm", []byte(name), 0)
-				named[t.Name()], fresh = true, true
+		for _, tid := range tids {
+			if !named[tid] {
+				_ = os.WriteFile("/proc/self/task/"+strconv.Itoa(tid)+"/comm", []byte(name), 0)
+				named[tid], fresh = true, true
 			}
 		}
 		if !fresh {
