@@ -83,7 +83,7 @@ var allowed = map[string][]string{
 	"internal/netguard":                  {},
 	"internal/sockdiag":                  {},
 	"internal/backoff":                   {},
-	"internal/cpuslice":                  {},
+	"internal/cpuslice":                  {"internal/procfs"},
 	"internal/bulkgate":                  {},
 	"internal/memlimit":                  {},
 	"internal/listing":                   {},
