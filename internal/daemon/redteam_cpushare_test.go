@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"strconv"
@@ -109,3 +110,91 @@ func awaitLogSize(t *testing.T, path string, size int64) {
 		}
 	}
 }
+
+// TestRedTeamFollowHeldToTheShare: what a real user's `logs -f` relays as
+// their process writes is charged to their share of the daemon's CPU
+// (--max-cpu-per-user): once over it, their follow waits between pieces,
+// while root's follow of the same log, held to no share, gets every line.
+// The share is a ten-thousandth of a CPU, a burst of 0.2 ms: relaying
+// 200,000 lines costs some hundred times that, and the wait after a piece
+// seconds. TestFollowHeldToTheCallersShare tests the same with a stand-in
+// budget.
+func TestRedTeamFollowHeldToTheShare(t *testing.T) {
+	const total = 200_000
+	alice := testutil.NewUser(t, "gsfol-a", "gsfol")
+	h := newHarness(t, func(c *config.Config) { c.Group = "gsfol" })
+	if _, errOut, code := h.ctlAs(alice, "run", "--dir", "/", "writer", "--", "sh", "-c", "echo up; exec sleep 1000"); code != 0 {
+		t.Fatalf("run as %s: %s", alice.Name, errOut)
+	}
+	waitLogged(t, h, "writer", "up")
+	h.stop() // the share, once the process has started (a start is charged too)
+	h.cfg.Limits.CPUPerUser = 0.0001
+	h.start()
+
+	theirs := h.rawAsUser(alice)
+	theirs.send(`{"id":1,"method":"logs","params":{"name":"writer","lines":1,"follow":true}}`)
+	expectFirst(t, theirs, "up")
+	rootUp, rootDone := make(chan struct{}), make(chan error, 1)
+	go func() {
+		n := -1
+		rootDone <- h.client().FollowLogs(ctxT(t), "writer", 1, func(l string) error {
+			if n++; n == 0 {
+				close(rootUp)
+				return nil
+			}
+			if want := strconv.Itoa(n); l != want {
+				return errors.New("root's line " + want + " is " + strconv.Quote(l))
+			}
+			if n == total {
+				return errFollowDone
+			}
+			return nil
+		})
+	}()
+	<-rootUp
+
+	p, err := h.client().Process(ctxT(t), "writer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, err := os.OpenFile(p.Log, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	if _, err := log.WriteString(seqOutput(total)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-rootDone; !errors.Is(err, errFollowDone) {
+		t.Fatalf("root's follow: %v", err)
+	}
+
+	// Root has every line; the user, over their share, has a piece or so.
+	got := 0
+	theirs.c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	for {
+		line, err := theirs.r.ReadBytes('\n')
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the user's follow after %d lines: %v", got, err)
+		}
+		var m struct {
+			Event *struct{ Line string } `json:"event"`
+		}
+		if err := json.Unmarshal(line, &m); err != nil || m.Event == nil {
+			t.Fatalf("the user's follow after %d lines: %q", got, line)
+		}
+		if got++; m.Event.Line != strconv.Itoa(got) {
+			t.Fatalf("the user's line %d is %q", got, m.Event.Line)
+		}
+	}
+	if got == 0 || got == total {
+		t.Fatalf("the user's follow relayed %d of %d lines in the 2 s after root's had them all; want some, held to their share", got, total)
+	}
+	t.Logf("the user's follow relayed %d of %d lines", got, total)
+}
+
+// errFollowDone ends a follow that has every line it waited for.
+var errFollowDone = errors.New("every line")

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpusched/gpusched/internal/cpuslice"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -49,9 +50,13 @@ func victim(args []string) {
 		follows  = fs.Int("follows", 20, "logs -f calls")
 		times    = fs.Bool("times", false, "report each status call's start and end (CLOCK_MONOTONIC ns), to match with a trace of the daemon")
 		echoPath = fs.String("echo", "", "fairload echo's socket: a round trip there after each status call")
+		slice    = fs.Duration("slice", 0, "ask the kernel for this scheduler slice on every thread (0: the kernel's default), as a latency-sensitive client may")
 	)
 	fs.Parse(args)
 	ctx := context.Background()
+	if *slice > 0 {
+		must(cpuslice.Keep(ctx, *slice, 100*time.Millisecond))
+	}
 	c, err := api.Dial(ctx, *socket)
 	must(err)
 	defer c.Close()
