@@ -65,7 +65,11 @@ func BenchmarkFairness(b *testing.B) {
 		}()
 	}
 
-	echo := startEcho(b, system, load, filepath.Join(filepath.Dir(h.cfg.Socket), "echo.sock"))
+	echoSlice := system
+	if *fairnessEchoApart && system != "" {
+		echoSlice = mkSlice(b, cpuRoot(), "gsfair-echo")
+	}
+	echo := startEcho(b, echoSlice, load, filepath.Join(filepath.Dir(h.cfg.Socket), "echo.sock"))
 
 	victimSlice, hostileSlice := userSlice(b, users, victim), userSlice(b, users, hostile)
 	for range b.N {
@@ -441,6 +445,8 @@ func onCPUs(cpus, load string, args []string) (string, []string) {
 	}
 	return "taskset", append([]string{"-c", cpus, load}, args...)
 }
+
+var fairnessEchoApart = flag.Bool("fairness.echo-apart", false, "BenchmarkFairness: run the echo control in a top-level CPU group of its own, beside the daemon's and the users' (default: in the daemon's)")
 
 var fairnessDaemon = flag.String("fairness.daemon", "", "BenchmarkFairness: more flags for the daemon, space-separated (e.g. \"--cpu-slice 0\")")
 
