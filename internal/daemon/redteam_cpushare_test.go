@@ -153,16 +153,7 @@ func TestRedTeamFollowHeldToTheShare(t *testing.T) {
 	}()
 	<-rootUp
 
-	p, err := h.client().Process(ctxT(t), "writer")
-	if err != nil {
-		t.Fatal(err)
-	}
-	log, err := os.OpenFile(p.Log, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
-	if _, err := log.WriteString(seqOutput(total)); err != nil {
+	if _, err := h.appendLog(t, "writer").WriteString(seqOutput(total)); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-rootDone; !errors.Is(err, errFollowDone) {

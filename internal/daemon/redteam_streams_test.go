@@ -166,6 +166,22 @@ func TestRedTeamStreamsPerUser(t *testing.T) {
 	waitFor(t, func() bool { return probe.call(api.MethodLogs, map[string]any{"name": "napper"})["ok"] == true })
 }
 
+// appendLog opens process name's log for appending, as its process
+// writes it, until t ends.
+func (h *harness) appendLog(t *testing.T, name string) *os.File {
+	t.Helper()
+	p, err := h.client().Process(ctxT(t), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, err := os.OpenFile(p.Log, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { log.Close() })
+	return log
+}
+
 // rawAsUser is a raw connection made by the test user u.
 func (h *harness) rawAsUser(u testutil.User) *rawConn {
 	h.t.Helper()
@@ -193,15 +209,7 @@ func (h *harness) rawsAsUser(u testutil.User, n int) []*rawConn {
 // follows ended instead, reporting the first.
 func (h *harness) followAll(t *testing.T, name string, follows []*rawConn) int {
 	t.Helper()
-	p, err := h.client().Process(ctxT(t), name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	log, err := os.OpenFile(p.Log, os.O_WRONLY|os.O_APPEND, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer log.Close()
+	log := h.appendLog(t, name)
 	failed := 0
 	ok := make([]bool, len(follows))
 	for i := range ok {
