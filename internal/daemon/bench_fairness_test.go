@@ -40,7 +40,7 @@ import (
 // logind lay it out (machineSlices): the daemon in a group of the
 // system's, each user's load in a group of its own among the users'.
 func BenchmarkFairness(b *testing.B) {
-	b.Logf("each user's CPU quota: %d%% of a CPU (0: none; -fairness.cpu-quota); the victim's CPUs %q, the hostile's %q (empty: all; -fairness.victim-cpus, -fairness.hostile-cpus)", *fairnessQuota, *fairnessVictimCPUs, *fairnessHostileCPUs)
+	b.Logf("each user's CPU quota: %d%% of a CPU (0: none; -fairness.cpu-quota); the hostile's CPU weight %d (0: 100; -fairness.hostile-weight); the victim's CPUs %q, the hostile's %q (empty: all; -fairness.victim-cpus, -fairness.hostile-cpus)", *fairnessQuota, *fairnessHostileWeight, *fairnessVictimCPUs, *fairnessHostileCPUs)
 	victim := testutil.NewUser(b, "gsfairv", "gsfair")
 	hostile := testutil.NewUser(b, "gsfairh", "gsfair")
 	h := prepareHarness(b, func(c *config.Config) {
@@ -72,6 +72,9 @@ func BenchmarkFairness(b *testing.B) {
 	echo := startEcho(b, echoSlice, load, filepath.Join(filepath.Dir(h.cfg.Socket), "echo.sock"))
 
 	victimSlice, hostileSlice := userSlice(b, users, victim), userSlice(b, users, hostile)
+	if w := *fairnessHostileWeight; w > 0 && hostileSlice != "" {
+		setWeight(b, hostileSlice, w)
+	}
 	for range b.N {
 		alone := watchDaemon(pid)
 		calm := runVictim(b, load, victim, victimSlice, h, echo, "alone", map[int]string{pid: "gpuschedd"})
@@ -534,6 +537,22 @@ func inSlice(b *testing.B, slice, load string, args ...string) *exec.Cmd {
 		return c
 	}
 	return exec.Command("/bin/sh", append([]string{"-c", `echo $$ > "$0/cgroup.procs" && exec "$@"`, slice, load}, args...)...)
+}
+
+// fairnessHostileWeight gives the hostile user's CPU group a weight of its
+// own, as an operator may lower an untrusted user's (systemd's CPUWeight=
+// on user-UID.slice); 0 leaves it at the default, 100.
+var fairnessHostileWeight = flag.Int("fairness.hostile-weight", 0, "BenchmarkFairness: the hostile user's CPU weight, 1 to 10000 as systemd's CPUWeight= (0: the default, 100)")
+
+// setWeight sets cgroup dir's CPU weight (cgroup v2 cpu.weight, else v1
+// cpu.shares at 1024 for 100, as systemd maps it).
+func setWeight(b *testing.B, dir string, weight int) {
+	if err := os.WriteFile(filepath.Join(dir, "cpu.weight"), []byte(strconv.Itoa(weight)), 0); err == nil {
+		return
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cpu.shares"), []byte(strconv.Itoa(max(2, weight*1024/100))), 0); err != nil {
+		b.Fatalf("cpu weight of %s: %v", dir, err)
+	}
 }
 
 // setQuota caps cgroup dir at pct percent of one CPU (cgroup v2 cpu.max,
