@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusched/gpusched/internal/testutil/rank"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -43,7 +44,7 @@ func BenchmarkFillerHandover(b *testing.B) {
 	b.StopTimer()
 	slices.Sort(ms)
 	b.ReportMetric(mean(ms), "handover-ms")
-	b.ReportMetric(ms[len(ms)*99/100], "p99-ms")
+	b.ReportMetric(rank.Percentile(ms, 99), "p99-ms")
 	b.ReportMetric(ms[len(ms)-1], "max-ms")
 }
 
@@ -106,11 +107,12 @@ func BenchmarkFillerTracking(b *testing.B) {
 		}
 		slices.Sort(abs)
 		b.ReportMetric(mean(abs), "mean-err-MiB")
-		b.ReportMetric(abs[len(abs)*99/100], "p99-err-MiB")
+		p99 := rank.Percentile(abs, 99)
+		b.ReportMetric(p99, "p99-err-MiB")
 		b.ReportMetric(100*float64(within)/float64(len(under)), "%-within-chunk")
 		b.ReportMetric(100*float64(over)/float64(len(under)), "%-above-target")
 		b.Logf("%d samples: mean |target-total| %.0f MiB, p99 %.0f MiB, within one chunk below %.1f%%, above the target %.1f%%",
-			len(under), mean(abs), abs[len(abs)*99/100], 100*float64(within)/float64(len(under)), 100*float64(over)/float64(len(under)))
+			len(under), mean(abs), p99, 100*float64(within)/float64(len(under)), 100*float64(over)/float64(len(under)))
 	}
 }
 

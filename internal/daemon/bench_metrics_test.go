@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/testutil"
+	"github.com/gpusched/gpusched/internal/testutil/rank"
 )
 
 // BenchmarkMetricsScrapeUnderFlood: root's scrapes of /metrics, each on a
@@ -32,7 +33,7 @@ func BenchmarkMetricsScrapeUnderFlood(b *testing.B) {
 			took[i] = time.Since(start)
 		}
 		slices.Sort(took)
-		p50, p99 := took[len(took)/2], took[len(took)*99/100]
+		p50, p99 := rank.Percentile(took, 50), rank.Percentile(took, 99)
 		b.Logf("%s: root's scrape p50 %.2f ms, p99 %.2f ms (%d scrapes)", phase, ms(p50), ms(p99), scrapes)
 		b.ReportMetric(ms(p50), phase+"-p50-ms")
 		b.ReportMetric(ms(p99), phase+"-p99-ms")

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusched/gpusched/internal/testutil/rank"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -78,6 +79,6 @@ func measure(b *testing.B, op func() error) {
 	b.StopTimer()
 	slices.Sort(lat)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "req/s")
-	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
-	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+	b.ReportMetric(float64(rank.Percentile(lat, 50).Microseconds()), "p50-µs")
+	b.ReportMetric(float64(rank.Percentile(lat, 99).Microseconds()), "p99-µs")
 }

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/testutil/rank"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -132,14 +133,9 @@ func TestLoad64Clients(t *testing.T) {
 	mon.finish(marker.ID)
 
 	sort.Slice(st.statusLat, func(i, j int) bool { return st.statusLat[i] < st.statusLat[j] })
-	pct := func(p float64) float64 {
-		if len(st.statusLat) == 0 {
-			return 0
-		}
-		return float64(st.statusLat[int(p*float64(len(st.statusLat)-1))].Microseconds()) / 1000
-	}
+	pct := func(p int) float64 { return float64(rank.Percentile(st.statusLat, p).Microseconds()) / 1000 }
 	t.Logf("load: %d clients, %d ops (%d status), %d protocol errors; status p50 %.2f ms p99 %.2f ms max %.2f ms; %.0f ops/s in %.1f s",
-		loadClients, st.ops, len(st.statusLat), st.protoErrs, pct(0.5), pct(0.99), pct(1), float64(st.ops)/elapsed.Seconds(), elapsed.Seconds())
+		loadClients, st.ops, len(st.statusLat), st.protoErrs, pct(50), pct(99), pct(100), float64(st.ops)/elapsed.Seconds(), elapsed.Seconds())
 	t.Logf("load: %d processes run, %d jobs, %d leases, %d fills, %d streams ended with their final line, %d closed early by the client, %d documented refusals, %d events seen",
 		st.runs, st.jobs, st.leases, st.fills, st.streams, st.cut, st.refused, mon.count)
 	if st.protoErrs > 0 {

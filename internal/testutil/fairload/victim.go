@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/cpuslice"
+	"github.com/gpusched/gpusched/internal/testutil/rank"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -214,11 +215,10 @@ func (l *latencies) time(op func() error) {
 	l.ms = append(l.ms, float64(time.Since(t0).Microseconds())/1000)
 }
 
-// op summarises the latencies gathered.
+// op summarises the latencies gathered (none gathered: all zero).
 func (l *latencies) op() Op {
 	lat := slices.Sorted(slices.Values(l.ms))
-	at := func(q float64) float64 { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
-	return Op{Op: l.name, N: len(lat), P50: at(0.5), P99: at(0.99), Max: lat[len(lat)-1]}
+	return Op{Op: l.name, N: len(lat), P50: rank.Percentile(lat, 50), P99: rank.Percentile(lat, 99), Max: rank.Percentile(lat, 100)}
 }
 
 // monotonic is CLOCK_MONOTONIC in ns.

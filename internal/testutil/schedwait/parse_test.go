@@ -81,7 +81,7 @@ func TestSummarizeSaysWhatTheLongWaitsWereBehind(t *testing.T) {
 	}
 	roles := map[int]string{100: "hostile"}
 	s := tr.Summarize(199, 100*time.Microsecond, func(tid int) string { return tr.Name(tid, roles) })
-	want := Summary{Waits: 4, Woken: 3, Unrecorded: 1, P50: 150 * time.Microsecond, P99: 2800 * time.Microsecond, Max: 2800 * time.Microsecond,
+	want := Summary{Waits: 4, Woken: 3, Unrecorded: 1, P50: 30 * time.Microsecond, P99: 2800 * time.Microsecond, Max: 2800 * time.Microsecond,
 		Total: 2990 * time.Microsecond, Long: 2, LongTotal: 2950 * time.Microsecond, LongPreempted: 1, LongMoved: 1, LongUntilBlocked: 1,
 		Behind: map[string]int{"hostile": 2}}
 	if !reflect.DeepEqual(s, want) {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gpusched/gpusched/internal/testutil/rank"
 )
 
 // Summary sums up the waits of one process's threads.
@@ -65,7 +67,7 @@ func (t *Trace) Summarize(tgid int, long time.Duration, name func(tid int) strin
 		return s
 	}
 	slices.Sort(all)
-	s.P50, s.P99, s.Max = all[len(all)/2], all[len(all)*99/100], all[len(all)-1]
+	s.P50, s.P99, s.Max = rank.Percentile(all, 50), rank.Percentile(all, 99), rank.Percentile(all, 100)
 	return s
 }
 
