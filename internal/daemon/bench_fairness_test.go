@@ -51,7 +51,7 @@ func BenchmarkFairness(b *testing.B) {
 	load := buildFairload(b, h.dir)
 	metrics := testutil.FreeLoopback(b)
 	system, users := machineSlices(b)
-	var env []string
+	env := strings.Fields(*fairnessDaemonEnv)
 	if *fairnessTrace != "" {
 		env = append(env, TraceEnv+"="+*fairnessTrace)
 	}
@@ -71,7 +71,11 @@ func BenchmarkFairness(b *testing.B) {
 	}
 	echo := startEcho(b, echoSlice, load, filepath.Join(filepath.Dir(h.cfg.Socket), "echo.sock"))
 
-	victimSlice, hostileSlice := userSlice(b, users, victim), userSlice(b, users, hostile)
+	victimParent := users
+	if *fairnessVictimApart && users != "" {
+		victimParent = cpuRoot()
+	}
+	victimSlice, hostileSlice := userSlice(b, victimParent, victim), userSlice(b, users, hostile)
 	if w := *fairnessHostileWeight; w > 0 && hostileSlice != "" {
 		setWeight(b, hostileSlice, w)
 	}
@@ -451,6 +455,10 @@ func onCPUs(cpus, load string, args []string) (string, []string) {
 
 var fairnessEchoApart = flag.Bool("fairness.echo-apart", false, "BenchmarkFairness: run the echo control in a top-level CPU group of its own, beside the daemon's and the users' (default: in the daemon's)")
 
+var fairnessDaemonEnv = flag.String("fairness.daemon-env", "", "BenchmarkFairness: more environment for the daemon, space-separated NAME=VALUE (e.g. \"GOMAXPROCS=1\")")
+
+var fairnessVictimApart = flag.Bool("fairness.victim-apart", false, "BenchmarkFairness: run the victim in a top-level CPU group of its own, beside the daemon's and the users' (default: among the users', beside the hostile's)")
+
 var fairnessDaemon = flag.String("fairness.daemon", "", "BenchmarkFairness: more flags for the daemon, space-separated (e.g. \"--cpu-slice 0\")")
 
 // fairnessQuota caps each user's CPU cgroup in BenchmarkFairness, in
@@ -501,13 +509,14 @@ func mkSlice(b *testing.B, parent, name string) string {
 	return dir
 }
 
-// userSlice makes u's CPU group under users (from machineSlices), that u
-// may move itself into; "" where users is.
-func userSlice(b *testing.B, users string, u testutil.User) string {
-	if users == "" {
+// userSlice makes u's CPU group under parent (the users' group from
+// machineSlices, or the top), that u may move itself into; "" where
+// parent is.
+func userSlice(b *testing.B, parent string, u testutil.User) string {
+	if parent == "" {
 		return ""
 	}
-	dir := mkSlice(b, users, "gsfair-"+u.Name)
+	dir := mkSlice(b, parent, "gsfair-"+u.Name)
 	if err := os.Chown(filepath.Join(dir, "cgroup.procs"), int(u.UID), int(u.GID)); err != nil {
 		b.Fatal(err)
 	}
