@@ -12,6 +12,7 @@ import (
 	"github.com/gpusched/gpusched/internal/checkpoint/checkpointtest"
 	"github.com/gpusched/gpusched/internal/execx"
 	"github.com/gpusched/gpusched/internal/testutil"
+	"github.com/gpusched/gpusched/internal/testutil/rank"
 )
 
 // BenchmarkCLIOverhead measures what the CLI driver adds to one run of the
@@ -85,5 +86,5 @@ func BenchmarkCLIOverhead(b *testing.B) {
 // benchP50 is the median of xs (sorted in place).
 func benchP50(xs []time.Duration) time.Duration {
 	slices.Sort(xs)
-	return xs[len(xs)/2]
+	return rank.Percentile(xs, 50)
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/lazypages"
+	"github.com/gpusched/gpusched/internal/testutil/rank"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -281,10 +282,7 @@ func dropCaches(b *testing.B) {
 }
 
 func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
 	s := slices.Clone(xs)
 	slices.Sort(s)
-	return s[len(s)/2]
+	return rank.Percentile(s, 50)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpusched/gpusched/internal/testutil"
+	"github.com/gpusched/gpusched/internal/testutil/rank"
 )
 
 // baselineEnv names another gpusched-router binary (an earlier commit's,
@@ -63,5 +64,5 @@ func medianOf(ls []load, f func(load) time.Duration) time.Duration {
 		ds[i] = f(l)
 	}
 	slices.Sort(ds)
-	return ds[len(ds)/2]
+	return rank.Percentile(ds, 50)
 }

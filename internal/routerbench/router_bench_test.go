@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpusched/gpusched/internal/router"
 	"github.com/gpusched/gpusched/internal/testutil"
+	"github.com/gpusched/gpusched/internal/testutil/rank"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -421,7 +422,7 @@ func (e *env) throughput(base, body string, workers, n int) float64 {
 func median(ds []time.Duration) time.Duration {
 	s := slices.Clone(ds)
 	slices.Sort(s)
-	return s[len(s)/2]
+	return rank.Percentile(s, 50)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
