@@ -117,8 +117,9 @@ func awaitLogSize(t *testing.T, path string, size int64) {
 // while root's follow of the same log, held to no share, gets every line.
 // The share is a ten-thousandth of a CPU, a burst of 0.2 ms: relaying
 // 200,000 lines costs some hundred times that, and the wait after a piece
-// seconds. TestFollowHeldToTheCallersShare tests the same with a stand-in
-// budget.
+// seconds, so in the 2 s looked at the user gets a piece or nothing (both
+// seen), in order. TestFollowHeldToTheCallersShare tests the same with a
+// stand-in budget, and that a held follow goes on.
 func TestRedTeamFollowHeldToTheShare(t *testing.T) {
 	const total = 200_000
 	alice := testutil.NewUser(t, "gsfol-a", "gsfol")
@@ -160,7 +161,7 @@ func TestRedTeamFollowHeldToTheShare(t *testing.T) {
 		t.Fatalf("root's follow: %v", err)
 	}
 
-	// Root has every line; the user, over their share, has a piece or so.
+	// Root has every line; the user, over their share, a piece at most.
 	got := 0
 	theirs.c.SetReadDeadline(time.Now().Add(2 * time.Second))
 	for {
@@ -181,8 +182,8 @@ func TestRedTeamFollowHeldToTheShare(t *testing.T) {
 			t.Fatalf("the user's line %d is %q", got, m.Event.Line)
 		}
 	}
-	if got == 0 || got == total {
-		t.Fatalf("the user's follow relayed %d of %d lines in the 2 s after root's had them all; want some, held to their share", got, total)
+	if got == total {
+		t.Fatalf("the user's follow relayed all %d lines by the time root's had them and 2 s more; want it held to their share", total)
 	}
 	t.Logf("the user's follow relayed %d of %d lines", got, total)
 }
