@@ -64,6 +64,14 @@ shift 2
 	zcat /proc/config.gz 2>/dev/null | grep -E '^CONFIG_(HZ|PREEMPT[A-Z_]*)=' | tr '\n' ' ' || :
 	echo
 	echo "$(nproc) CPUs; $(stat -fc %T /sys/fs/cgroup)"
+	# which CPUs share a last-level cache: a woken thread is looked for an
+	# idle CPU only among those (select_idle_sibling)
+	for c in /sys/devices/system/cpu/cpu[0-9]*; do
+		l=$(ls -d "$c"/cache/index* 2>/dev/null | tail -n 1)
+		[ -n "$l" ] && cat "$l/shared_cpu_list"
+	done | sort -u | tr '\n' ' ' | sed 's/^/last-level caches: /'
+	echo
+	echo "autogroup $(cat /proc/sys/kernel/sched_autogroup_enabled 2>/dev/null)"
 } >> "$out/progress.txt"
 start=$(date +%s)
 n=0
