@@ -69,7 +69,7 @@ var allowed = map[string][]string{
 	"internal/tomlline":                  {},
 	"internal/logfile":                   {},
 	"internal/simgpu":                    {"internal/procfs", "internal/store"},
-	"internal/proctable":                 {"internal/store", "pkg/api", "internal/rlimit"},
+	"internal/proctable":                 {"internal/store", "pkg/api", "internal/rlimit", "internal/listing"},
 	"internal/gpu":                       {"internal/simgpu", "pkg/api"},
 	"internal/sandbox":                   {"internal/procfs", "internal/logfile", "internal/rlimit"},
 	"internal/rlimit":                    {"internal/procfs"},

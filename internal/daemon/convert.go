@@ -3,16 +3,36 @@ package daemon
 import (
 	"slices"
 
+	"go.uber.org/zap"
+
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
-// toAPI renders a record with the GPU memory its tree holds in view gv.
+// wholeCmd is p with r's whole command where r keeps it cut: what status
+// of one process and wait answer. A command that cannot be read stays cut
+// (cmd_truncated says so), with a log line.
+func (d *Daemon) wholeCmd(p api.Process, r proctable.Record) api.Process {
+	if !r.CmdTruncated {
+		return p
+	}
+	cmd, err := d.table.Command(r)
+	if err != nil {
+		d.log.Warn("cannot read a process's whole command; answering it cut", zap.String("name", r.Name), zap.Error(err))
+		return p
+	}
+	p.Cmd, p.CmdTruncated = cmd, false
+	return p
+}
+
+// toAPI renders a record with the GPU memory its tree holds in view gv,
+// its command as the record keeps it (cut past proctable.KeptCmdBytes:
+// wholeCmd).
 func toAPI(r proctable.Record, gv *gpuView) api.Process {
 	p := api.Process{
 		Name: r.Name, ID: r.ID, State: r.State, PID: r.PID, InitPID: r.InitPID,
 		UID: r.Owner.UID, GID: r.Owner.GID, User: r.Owner.User,
-		Cmd: r.Cmd, Dir: r.Dir, Nice: r.Nice, Log: r.LogPath,
+		Cmd: r.Cmd, CmdTruncated: r.CmdTruncated, Dir: r.Dir, Nice: r.Nice, Log: r.LogPath,
 		CreatedAt: r.CreatedAt, StartedAt: r.StartedAt, ExitedAt: r.ExitedAt, Exit: r.Exit,
 		GPUs: make([]api.ProcessGPU, 0, len(r.GPUs)), Error: r.Error, Note: r.Note, Policy: r.Policy, Snapshot: r.Snapshot,
 		Job: r.Job, PreemptedBy: r.PreemptedBy, Filled: r.Filled,

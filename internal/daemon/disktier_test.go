@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -206,7 +207,15 @@ func TestDeleteSnapshot(t *testing.T) {
 func TestForkCopiesRunIndependently(t *testing.T) {
 	h := newDiskHarness(t, config.DriverCLI)
 	c := h.client()
-	h.memJob("src", 256, 16)
+	// A command longer than a record keeps (the rest a shell comment):
+	// each copy's record has it whole.
+	cmd := []string{"sh", "-c", "exec " + h.bins.SimJob + " --vram 256 --host-mem 16 --tick 0.02 # " + strings.Repeat("x", 2*proctable.KeptCmdBytes)}
+	if _, err := c.Run(ctxT(t), api.RunParams{Name: "src", Dir: "/", GPU: &api.GPURef{Index: 0}, Cmd: cmd}); err != nil {
+		t.Fatal(err)
+	}
+	h.followCount("src", "simjob: host memory", 1)
+	h.followCount("src", "tick 3", 1)
+	h.refresh()
 	res, err := c.Fork(ctxT(t), api.ForkParams{Name: "src", Copies: 3, GPUs: []api.GPURef{{Index: 1}, {Index: 1}, {Index: 0}}})
 	if err != nil {
 		t.Fatal(err)
@@ -218,6 +227,9 @@ func TestForkCopiesRunIndependently(t *testing.T) {
 		want := fmt.Sprintf("src-%d", i+1)
 		if cp.Name != want || cp.State != api.StateRunning || cp.Log == h.proc("src").Log {
 			t.Fatalf("copy %d: %+v", i, cp)
+		}
+		if whole := h.proc(want); !slices.Equal(whole.Cmd, cmd) {
+			t.Fatalf("copy %d's command: %d arguments, truncated %v; want the source's whole", i, len(whole.Cmd), whole.CmdTruncated)
 		}
 	}
 	if p := h.proc("src"); p.State != api.StateRunning {

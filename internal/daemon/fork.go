@@ -205,8 +205,12 @@ func (d *Daemon) dumpForFork(ctx context.Context, src proctable.Record) (forkSou
 // restoreCopy restores copy n of the fork image as a new process name,
 // then thaws it onto target (or the source's GPUs).
 func (d *Daemon) restoreCopy(ctx context.Context, c *call, src proctable.Record, img forkSource, name string, n int, target string, wait time.Duration) (api.Process, error) {
+	cmd, err := d.table.Command(src)
+	if err != nil {
+		return api.Process{}, fmt.Errorf("copy %q: %w", name, err)
+	}
 	rec := proctable.Record{
-		ID: uuid.NewString(), Name: name, Owner: src.Owner, Cmd: src.Cmd, Dir: src.Dir, GPUs: src.GPUs,
+		ID: uuid.NewString(), Name: name, Owner: src.Owner, Cmd: cmd, Dir: src.Dir, GPUs: src.GPUs,
 		Nice: src.Nice, Rlimits: src.Rlimits, Policy: src.Policy, State: api.StateHibernated, BootID: d.bootID, CreatedAt: time.Now(),
 		LogPath:    filepath.Join(d.cfg.LogDir, name+".log"),
 		Checkpoint: &proctable.Checkpoint{Procs: img.procs, FrozenAt: time.Now()},

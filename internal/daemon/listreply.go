@@ -90,7 +90,8 @@ func (l *listReply) encode(enc *json.Encoder, out *bytes.Buffer, send func() err
 
 // listedProcess is p as listings show it: its command cut.
 func listedProcess(p api.Process) api.Process {
-	p.Cmd, p.CmdTruncated = listing.Cut(p.Cmd, api.ListCmdBytes)
+	cmd, cut := listing.Cut(p.Cmd, api.ListCmdBytes)
+	p.Cmd, p.CmdTruncated = cmd, p.CmdTruncated || cut
 	return p
 }
 

@@ -54,8 +54,37 @@ func (t *Table) Load() ([]Problem, error) {
 		}
 		t.byName[r.Name] = &entry{rec: r}
 	}
+	ids := make(map[string]bool, len(t.byName))
+	for _, e := range t.byName {
+		ids[e.rec.ID] = true
+		t.keepCmdCutLocked(e)
+	}
+	if err := t.cmds.prune(ids); err != nil {
+		return nil, err
+	}
 	t.rebuildLocked()
 	return problems, nil
+}
+
+// keepCmdCutLocked moves the whole command of a record written before
+// records kept theirs cut into the table's commands, and rewrites the
+// record with it cut. It changes nothing where either write fails: the
+// record then keeps its command whole.
+func (t *Table) keepCmdCutLocked(e *entry) {
+	if e.rec.CmdTruncated {
+		return
+	}
+	kept, cut := keptCmd(e.rec.Cmd)
+	if !cut || t.cmds.put(e.rec.ID, e.rec.Cmd) != nil {
+		return
+	}
+	next := e.rec
+	next.Cmd, next.CmdTruncated = kept, true
+	if err := t.store.Put(next.ID, next); err != nil {
+		t.cmds.remove(next.ID)
+		return
+	}
+	e.rec = next
 }
 
 func validate(key string, r Record) error {

@@ -20,25 +20,28 @@ type Owner struct {
 // Record is one managed process as persisted. Published records are never
 // modified; Update hands its callback a deep copy.
 type Record struct {
-	ID         string    `json:"id"`
-	Name       string    `json:"name"`
-	Owner      Owner     `json:"owner"`
-	Cmd        []string  `json:"cmd"`
-	Dir        string    `json:"dir"`
-	GPUs       []string  `json:"gpus"` // UUIDs, in CUDA_VISIBLE_DEVICES order
-	Nice       int       `json:"nice"`
-	State      api.State `json:"state"`
-	InitPID    int       `json:"init_pid"`
-	InitStart  uint64    `json:"init_start"`
-	PID        int       `json:"pid"`
-	PIDStart   uint64    `json:"pid_start"`
-	BootID     string    `json:"boot_id"`
-	LogPath    string    `json:"log_path"`
-	StatusPath string    `json:"status_path"`
-	CreatedAt  time.Time `json:"created_at"`
-	StartedAt  time.Time `json:"started_at,omitzero"`
-	ExitedAt   time.Time `json:"exited_at,omitzero"`
-	Exit       *api.Exit `json:"exit,omitempty"`
+	ID    string   `json:"id"`
+	Name  string   `json:"name"`
+	Owner Owner    `json:"owner"`
+	Cmd   []string `json:"cmd"`
+	// CmdTruncated says Cmd is cut at KeptCmdBytes; the table keeps the
+	// whole command apart (Table.Command).
+	CmdTruncated bool      `json:"cmd_truncated,omitempty"`
+	Dir          string    `json:"dir"`
+	GPUs         []string  `json:"gpus"` // UUIDs, in CUDA_VISIBLE_DEVICES order
+	Nice         int       `json:"nice"`
+	State        api.State `json:"state"`
+	InitPID      int       `json:"init_pid"`
+	InitStart    uint64    `json:"init_start"`
+	PID          int       `json:"pid"`
+	PIDStart     uint64    `json:"pid_start"`
+	BootID       string    `json:"boot_id"`
+	LogPath      string    `json:"log_path"`
+	StatusPath   string    `json:"status_path"`
+	CreatedAt    time.Time `json:"created_at"`
+	StartedAt    time.Time `json:"started_at,omitzero"`
+	ExitedAt     time.Time `json:"exited_at,omitzero"`
+	Exit         *api.Exit `json:"exit,omitempty"`
 	// Checkpoint is set from the start of a freeze until a thaw completes.
 	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
 	// Restored is set once the checkpoint driver restored the tree's CUDA

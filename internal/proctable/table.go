@@ -2,6 +2,7 @@ package proctable
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -65,6 +66,7 @@ type entry struct {
 // Table holds the managed processes.
 type Table struct {
 	store    *store.Records
+	cmds     commands     // whole commands of the records that keep theirs cut
 	onChange func(Change) // called in Seq order, must not block
 
 	mu     sync.Mutex
@@ -76,7 +78,7 @@ type Table struct {
 // New creates an empty table writing through st. onChange (may be nil) sees
 // every change in order; it runs under the table lock and must not block.
 func New(st *store.Records, onChange func(Change)) *Table {
-	t := &Table{store: st, onChange: onChange, byName: map[string]*entry{}}
+	t := &Table{store: st, cmds: commands{dir: filepath.Join(st.Dir(), commandsDir)}, onChange: onChange, byName: map[string]*entry{}}
 	t.view.Store(viewOf([]*Record{}, 0))
 	return t
 }
@@ -87,8 +89,9 @@ func (t *Table) View() *View { return t.view.Load() }
 // Get returns the current record of name.
 func (t *Table) Get(name string) (Record, bool) { return t.View().Get(name) }
 
-// Create adds rec. A name held by an exited process is taken over (that
-// record is removed); a name held by a live one gives ErrExists.
+// Create adds rec, whose Cmd is the whole command (the record keeps it cut
+// past KeptCmdBytes: Command). A name held by an exited process is taken
+// over (that record is removed); a name held by a live one gives ErrExists.
 func (t *Table) Create(rec Record) (Record, error) { return t.CreateWithin(rec, nil) }
 
 // CreateWithin is Create, once admit (nil: always) accepts the number of
@@ -109,13 +112,21 @@ func (t *Table) CreateWithin(rec Record, admit func(live int) error) (Record, er
 	}
 	rec = rec.Clone()
 	rec.Rev = 1
+	if kept, cut := keptCmd(rec.Cmd); cut {
+		if err := t.cmds.put(rec.ID, rec.Cmd); err != nil {
+			return Record{}, fmt.Errorf("process %q: %w", rec.Name, err)
+		}
+		rec.Cmd, rec.CmdTruncated = kept, true
+	}
 	if err := t.store.Put(rec.ID, rec); err != nil {
+		t.cmds.remove(rec.ID)
 		return Record{}, fmt.Errorf("process %q: %w", rec.Name, err)
 	}
 	if old != nil {
 		if err := t.store.Delete(old.rec.ID); err != nil {
 			return Record{}, fmt.Errorf("process %q: forget replaced record: %w", rec.Name, err)
 		}
+		t.cmds.remove(old.rec.ID)
 		old.removed = true
 		delete(t.byName, rec.Name)
 		prev := old.rec
@@ -124,6 +135,15 @@ func (t *Table) CreateWithin(rec Record, admit func(live int) error) (Record, er
 	t.byName[rec.Name] = &entry{rec: rec}
 	t.publishLocked(Change{New: &rec})
 	return rec, nil
+}
+
+// Command is r's whole command: r.Cmd, or where the record keeps that cut
+// (CmdTruncated), the whole one the table keeps on disk.
+func (t *Table) Command(r Record) ([]string, error) {
+	if !r.CmdTruncated {
+		return r.Cmd, nil
+	}
+	return t.cmds.get(r.ID)
 }
 
 // Update applies fn to a copy of name's record, checks the state
@@ -188,6 +208,7 @@ func (t *Table) Remove(name string, check func(Record) error) (Record, error) {
 	if err := t.store.Delete(e.rec.ID); err != nil {
 		return Record{}, fmt.Errorf("process %q: %w", name, err)
 	}
+	t.cmds.remove(e.rec.ID)
 	e.removed = true
 	delete(t.byName, name)
 	rec := e.rec
@@ -256,6 +277,7 @@ func (t *Table) RemoveAll(names []string, how Removal) (removed []Record, failed
 			failed[h.name] = fmt.Errorf("process %q: %w", h.name, err)
 			continue
 		}
+		t.cmds.remove(h.e.rec.ID)
 		gone = append(gone, h.e)
 	}
 	if len(gone) == 0 {

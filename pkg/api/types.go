@@ -97,8 +97,9 @@ type Process struct {
 	Filled      float64 `json:"filled,omitempty"`
 	MPSThreads  int     `json:"mps_threads,omitempty"`
 	MPSMemLimit uint64  `json:"mps_mem_limit_mib,omitempty"`
-	// CmdTruncated says Cmd is cut, as listings cut it (ListCmdBytes);
-	// status of the name returns it whole.
+	// CmdTruncated says Cmd is cut, as listings cut it (ListCmdBytes):
+	// everywhere but in status of the name and wait's result, which
+	// return it whole.
 	CmdTruncated bool `json:"cmd_truncated,omitempty"`
 }
 

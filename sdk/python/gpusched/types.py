@@ -222,9 +222,10 @@ class Process:
     ``filled`` is the ratio its attached :class:`Filler` holds its GPU at
     (``run(..., filled=...)``; 0.0 without one). ``mps_threads`` and
     ``mps_mem_limit_mib`` are its MPS limits (0: not an MPS client, or no cap).
-    ``cmd_truncated`` says ``cmd`` is cut, as listings (``processes``, ``remove``)
-    cut every command to :data:`LIST_CMD_BYTES` as encoded; ``status(name)``
-    returns it whole.
+    ``cmd_truncated`` says ``cmd`` is cut to :data:`LIST_CMD_BYTES` as encoded,
+    as listings (``processes``, ``remove``), events and the other replies that
+    carry a process (``run``, ``kill``, ...) cut it; ``status(name)`` and
+    ``wait`` return it whole.
     """
 
     name: str = ""
