@@ -152,7 +152,7 @@ func (d *Daemon) finishAttempt(j *jobqueue.Job, rec *proctable.Record) {
 		return
 	}
 	if learn > 0 {
-		if err := d.learned.Put(next.Owner.UID, next.Cmd, learn); err != nil {
+		if err := d.learned.Put(j.Owner.UID, j.Cmd, learn); err != nil { // j ran: its command is whole
 			d.log.Warn("remember peak VRAM", zap.String("job", next.Name), zap.Error(err))
 		}
 	}

@@ -72,28 +72,15 @@ func (d *Daemon) checkJobBytes(a actor, jobs []*jobqueue.Job) error {
 	var have, adding uint64
 	for _, j := range d.jobs.View() {
 		if j.Owner.UID == a.UID && !j.State.Terminal() {
-			have += jobBytes(j)
+			have += j.Bytes()
 		}
 	}
 	for _, j := range jobs {
-		adding += jobBytes(j)
+		adding += j.Bytes()
 	}
 	if have+adding <= limit {
 		return nil
 	}
 	return &limits.Exceeded{Flag: flagJobBytes, Msg: fmt.Sprintf("user %s has unfinished jobs keeping %d KiB of commands and environments; %d KiB more would go past the %d MiB --%s allows: nothing queued",
 		a.User, have>>10, adding>>10, limit>>20, flagJobBytes)}
-}
-
-// jobBytes is what a job keeps of its command and environment, counted as
-// execve counts them.
-func jobBytes(j *jobqueue.Job) uint64 {
-	var n uint64
-	for _, s := range j.Cmd {
-		n += uint64(len(s)) + 1
-	}
-	for k, v := range j.Env {
-		n += uint64(len(k)+len(v)) + 2
-	}
-	return n
 }

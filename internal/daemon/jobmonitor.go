@@ -59,7 +59,7 @@ func (d *Daemon) onJobChange(c jobqueue.Change) {
 func jobEvent(j *jobqueue.Job) api.Job {
 	out := api.Job{
 		ID: j.ID, Name: j.Name, State: j.State, Reason: j.Reason, User: j.Owner.User, UID: j.Owner.UID,
-		Cmd: j.Cmd, Dir: j.Dir, VRAM: j.VRAM, VRAMMiB: j.VRAMMiB, GPUs: j.GPUs, Priority: j.Priority,
+		Cmd: j.Cmd, CmdTruncated: j.CmdTruncated, Dir: j.Dir, VRAM: j.VRAM, VRAMMiB: j.VRAMMiB, GPUs: j.GPUs, Priority: j.Priority,
 		Timeout: api.Duration(j.Timeout), Retries: j.Retries, RetriesLeft: j.RetriesLeft, Preemptible: j.Preemptible,
 		SubmittedAt: j.SubmittedAt, EndedAt: j.EndedAt, Attempts: j.Attempts, PeakMiB: j.Peak(), Verdict: j.Verdict,
 	}

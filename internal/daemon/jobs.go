@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/gpusched/gpusched/internal/jobqueue"
 	"github.com/gpusched/gpusched/internal/limits"
 	"github.com/gpusched/gpusched/pkg/api"
@@ -256,9 +258,18 @@ func (d *Daemon) job(c *call) (any, error) {
 }
 
 // jobToAPI renders a job with what the scheduler knows beyond its record:
-// why it waits, and the peaks of its running attempt.
+// why it waits, the peaks of its running attempt, and its whole command
+// where a finished job keeps it cut (with a log line, cut, where that
+// cannot be read).
 func (d *Daemon) jobToAPI(j *jobqueue.Job) api.Job {
 	out := jobEvent(j)
+	if j.CmdTruncated {
+		if cmd, err := d.jobs.Command(j); err != nil {
+			d.log.Warn("cannot read a job's whole command; answering it cut", zap.String("job", j.Name), zap.Error(err))
+		} else {
+			out.Cmd, out.CmdTruncated = cmd, false
+		}
+	}
 	if j.State == api.JobQueued {
 		if why := d.sched.reason(j); why != "" {
 			out.Reason = why

@@ -113,6 +113,7 @@ func listedEvent(e api.Event) api.Event {
 
 // listedJob is j as listings show it: its command cut.
 func listedJob(j api.Job) api.Job {
-	j.Cmd, j.CmdTruncated = listing.Cut(j.Cmd, api.ListCmdBytes)
+	cmd, cut := listing.Cut(j.Cmd, api.ListCmdBytes)
+	j.Cmd, j.CmdTruncated = cmd, j.CmdTruncated || cut
 	return j
 }

@@ -15,23 +15,25 @@ import (
 )
 
 // Issue 20: the records a user keeps (--max-procs-per-user live and
-// --keep-finished exited, 756 by default) cost the daemon's memory a few
-// KiB each, whatever their commands: each record keeps its command cut as
-// listings cut it, and the whole one on disk. Before, records of 256 KiB
-// commands held all of it: 200 of them took a daemon from 18 to 90 MiB
-// of RSS, and one user's 756 would have held 189 MiB.
+// --keep-finished exited, 756 by default; --keep-finished finished jobs,
+// 500) cost the daemon's memory a few KiB each, whatever their commands:
+// each keeps its command cut as listings cut it, and the whole one on
+// disk. Before, records of 256 KiB commands held all of it: 200 of them
+// took a daemon from 18 to 90 MiB of RSS, and one user's processes and
+// finished jobs would have held 314 MiB.
 
-// TestRedTeamLongCommandsKeptOnDisk: a real user runs processes of 200 KiB
-// commands; the daemon's live heap grows by little more than the cut
-// commands, status and wait answer the whole command (after a restart
-// too), a listing the cut one, and rm takes the whole one off the disk.
+// TestRedTeamLongCommandsKeptOnDisk: a real user runs processes, then
+// jobs, of 200 KiB commands; the daemon's live heap grows by little more
+// than the cut commands, status, wait and job answer the whole command
+// (after a restart too), a listing the cut one, and rm and jobs prune take
+// the whole one off the disk.
 func TestRedTeamLongCommandsKeptOnDisk(t *testing.T) {
 	u := testutil.NewUser(t, "gscmdmem", "gscmd")
 	h := newHarness(t, func(c *config.Config) { c.Group = u.Group })
 	const procs = 48
 	cmd := []string{"true", strings.Repeat("a", 100<<10), strings.Repeat("b", 100<<10)}
 	names := make([]string, procs)
-	before := liveHeap()
+	before := int64(liveHeap())
 	for i := range names {
 		names[i] = "long-" + string(rune('a'+i/26)) + string(rune('a'+i%26))
 		if _, errOut, code := h.ctlAs(u, append([]string{"run", "--dir", "/", names[i], "--"}, cmd...)...); code != 0 {
@@ -48,7 +50,7 @@ func TestRedTeamLongCommandsKeptOnDisk(t *testing.T) {
 	// events' share: far below the 200 KiB of a command kept whole
 	// (9.6 MiB for the 48).
 	const perProc = 32 << 10
-	grown := int64(liveHeap()) - int64(before)
+	grown := int64(liveHeap()) - before
 	t.Logf("%d records of %d KiB commands: the daemon's live heap grew by %d bytes", procs, 200, grown)
 	if grown > procs*perProc {
 		t.Errorf("%d records of 200 KiB commands grew the live heap by %d bytes, want at most %d", procs, grown, procs*perProc)
@@ -65,6 +67,37 @@ func TestRedTeamLongCommandsKeptOnDisk(t *testing.T) {
 		}
 	}
 	whole("as run")
+	jobs := make([]string, procs/2)
+	for i := range jobs {
+		jobs[i] = "job-" + names[i]
+		if _, errOut, code := h.ctlAs(u, append([]string{"submit", "--name", jobs[i], "--dir", "/", "--"}, cmd...)...); code != 0 {
+			t.Fatalf("submit %s: %s", jobs[i], errOut)
+		}
+	}
+	for _, name := range jobs {
+		if j, err := waiter.WaitJob(ctxT(t), api.JobWaitParams{Name: name}, nil); err != nil || j.State != api.JobDone {
+			t.Fatalf("job %s: %v, %v", name, j.State, err)
+		}
+	}
+	// Each finished job and its attempt's record: far below the 400 KiB
+	// of a job and a record keeping the command whole (9.6 MiB for 24).
+	grown = int64(liveHeap()) - before
+	t.Logf("and %d finished jobs of them: the live heap grew by %d bytes", len(jobs), grown)
+	if grown > 2*procs*perProc {
+		t.Errorf("and %d finished jobs of 200 KiB commands: the live heap grew by %d bytes, want at most %d", len(jobs), grown, 2*procs*perProc)
+	}
+	if j, err := h.client().Job(ctxT(t), jobs[0]); err != nil || !slices.Equal(j.Cmd, cmd) || j.CmdTruncated {
+		t.Errorf("job of one finished job: %d arguments, truncated %v (%v); want the whole command", len(j.Cmd), j.CmdTruncated, err)
+	}
+	listed, err := h.client().Jobs(ctxT(t), api.JobsParams{All: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range listed {
+		if b, _ := json.Marshal(j.Cmd); !j.CmdTruncated || len(b) > api.ListCmdBytes {
+			t.Fatalf("jobs lists %s with a command of %d bytes, truncated %v", j.Name, len(b), j.CmdTruncated)
+		}
+	}
 	r := h.rawAsUser(u).call(api.MethodWait, api.WaitParams{Name: names[1]})
 	var waited api.Process
 	b, _ := json.Marshal(r["result"])
@@ -84,14 +117,26 @@ func TestRedTeamLongCommandsKeptOnDisk(t *testing.T) {
 	h.start()
 	whole("after a restart")
 
-	kept := filepath.Join(h.cfg.StateDir, "procs", "cmds")
-	if ents, _ := os.ReadDir(kept); len(ents) != procs {
-		t.Fatalf("%d whole commands kept on disk, want %d", len(ents), procs)
+	if j, err := h.client().Job(ctxT(t), jobs[0]); err != nil || !slices.Equal(j.Cmd, cmd) {
+		t.Errorf("job of one finished job after a restart: %d arguments (%v); want the whole command", len(j.Cmd), err)
+	}
+
+	procsKept, jobsKept := filepath.Join(h.cfg.StateDir, "procs", "cmds"), filepath.Join(h.cfg.StateDir, "jobs", "cmds")
+	if ents, _ := os.ReadDir(procsKept); len(ents) != procs+len(jobs) {
+		t.Fatalf("%d processes' whole commands kept on disk, want %d", len(ents), procs+len(jobs))
+	}
+	if ents, _ := os.ReadDir(jobsKept); len(ents) != len(jobs) {
+		t.Fatalf("%d jobs' whole commands kept on disk, want %d", len(ents), len(jobs))
 	}
 	if _, err := h.client().Remove(ctxT(t), api.RmParams{Exited: true}); err != nil {
 		t.Fatal(err)
 	}
-	if ents, _ := os.ReadDir(kept); len(ents) != 0 {
-		t.Errorf("%d whole commands left on disk after rm --exited", len(ents))
+	if _, err := h.client().PruneJobs(ctxT(t), api.PruneJobsParams{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{procsKept, jobsKept} {
+		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+			t.Errorf("%d whole commands left in %s after rm --exited and jobs prune", len(ents), dir)
+		}
 	}
 }

@@ -61,6 +61,13 @@ type Job struct {
 	// Rlimits are the resource limits of the process that submitted the
 	// job, which every attempt runs under; nil: the daemon's own.
 	Rlimits rlimit.Set `json:"rlimits,omitempty"`
+
+	// Apart says the job finished with more than keptBytes of command and
+	// environment: it keeps its command cut (CmdTruncated says whether
+	// anything was) and no environment; the queue keeps both whole
+	// (Command).
+	Apart        bool `json:"apart,omitempty"`
+	CmdTruncated bool `json:"cmd_truncated,omitempty"`
 }
 
 // Active reports whether the job has a current attempt (a process that is

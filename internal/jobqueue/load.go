@@ -54,14 +54,38 @@ func (q *Queue) Load() ([]Problem, error) {
 		all = append(all, j)
 	}
 	slices.SortFunc(all, func(a, b *Job) int { return cmpSeq(a.Seq, b.Seq) })
-	for _, j := range all {
+	for i, j := range all {
+		all[i] = q.movedApartLocked(j)
+		j = all[i]
 		q.byID[j.ID] = j
 		q.byName[j.Name] = j.ID
 		q.seq = max(q.seq, j.Seq)
 	}
 	q.seq = max(q.seq, q.seqMark)
+	if err := q.whole.Prune(func(id string) bool { return q.byID[id] != nil }); err != nil {
+		return nil, err
+	}
 	q.storeLocked(all, nil, all)
 	return problems, nil
+}
+
+// movedApartLocked is j with its whole command and environment moved
+// apart, where it finished before finished jobs kept theirs cut, and its
+// record rewritten so; j as it is where nothing is to move or a write
+// fails.
+func (q *Queue) movedApartLocked(j *Job) *Job {
+	if j.Apart {
+		return j
+	}
+	next := j.clone()
+	if q.putApartLocked(next) != nil || !next.Apart {
+		return j
+	}
+	if err := q.store.Put(next.ID, next); err != nil {
+		q.whole.Remove(next.ID)
+		return j
+	}
+	return next
 }
 
 func validate(key string, j *Job) error {

@@ -21,6 +21,7 @@ type Change struct {
 // Queue holds every job, unfinished and finished, persisted one file each.
 type Queue struct {
 	store    *store.Records
+	whole    *store.Apart // whole commands and environments of finished jobs (Apart)
 	onChange func(Change) // called in order under the queue lock; must not block
 
 	mu     sync.Mutex
@@ -97,7 +98,7 @@ func activeAfter(last, gone, added []*Job) []*Job {
 
 // New creates an empty queue writing through st; onChange may be nil.
 func New(st *store.Records, onChange func(Change)) *Queue {
-	q := &Queue{store: st, onChange: onChange, byID: map[string]*Job{}, byName: map[string]string{}}
+	q := &Queue{store: st, whole: st.Apart(wholeDir, maxWholeFile), onChange: onChange, byID: map[string]*Job{}, byName: map[string]string{}}
 	q.view.Store(&view{jobs: []*Job{}})
 	return q
 }
@@ -203,7 +204,13 @@ func (q *Queue) Update(id string, fn func(*Job) error) (*Job, error) {
 		return nil, fmt.Errorf("job %s: update may not change identity", id)
 	}
 	next.Rev = cur.Rev + 1
+	if err := q.putApartLocked(next); err != nil {
+		return nil, fmt.Errorf("job %q: %w", next.Name, err)
+	}
 	if err := q.store.Put(next.ID, next); err != nil {
+		if next.Apart && !cur.Apart {
+			q.whole.Remove(next.ID)
+		}
 		return nil, fmt.Errorf("job %q: %w", next.Name, err)
 	}
 	q.byID[id] = next

@@ -71,6 +71,7 @@ func (q *Queue) RemoveAll(ids []string, why string, check func(*Job) error) (rem
 			failed[j.ID] = fmt.Errorf("job %q: %w", j.Name, err)
 			continue
 		}
+		q.whole.Remove(j.ID)
 		drop[j.ID] = true
 		removed = append(removed, j)
 	}

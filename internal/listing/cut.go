@@ -1,6 +1,9 @@
 package listing
 
-import "unicode/utf8"
+import (
+	"strings"
+	"unicode/utf8"
+)
 
 // Cut returns argv cut so that its JSON array, as encoding/json writes it
 // (with or without HTML escaping), takes at most limit bytes: its first
@@ -60,4 +63,19 @@ func encodedLen(r rune, size int) int {
 		return 6
 	}
 	return size
+}
+
+// Keep is Cut, with what it keeps copied: for a command held long after
+// the call that brought it (a record), whose cut argument would otherwise
+// keep the whole string alive.
+func Keep(argv []string, limit int) ([]string, bool) {
+	cut, truncated := Cut(argv, limit)
+	if !truncated {
+		return argv, false
+	}
+	kept := make([]string, len(cut))
+	for i, a := range cut {
+		kept[i] = strings.Clone(a)
+	}
+	return kept, true
 }

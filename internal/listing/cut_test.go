@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // encodedSize is the bytes encoding/json writes for argv, the larger of
@@ -85,5 +86,21 @@ func TestCutBoundsAnyCommand(t *testing.T) {
 		if !slices.Equal(got[:max(last, 0)], argv[:max(last, 0)]) || last >= 0 && !strings.HasPrefix(argv[last], got[last]) {
 			t.Fatalf("argv %d: the cut is not a prefix of the command", i)
 		}
+	}
+}
+
+func TestKeepHoldsNothingOfTheWhole(t *testing.T) {
+	long := strings.Repeat("y", 10000)
+	argv := []string{"sh", long}
+	kept, cut := Keep(argv, 100)
+	want, _ := Cut(argv, 100)
+	if !cut || !slices.Equal(kept, want) {
+		t.Fatalf("Keep = %q, %v; want Cut's %q", kept, cut, want)
+	}
+	if unsafe.StringData(kept[0]) == unsafe.StringData(argv[0]) || unsafe.StringData(kept[1]) == unsafe.StringData(long) {
+		t.Fatal("Keep's arguments share memory with the whole command")
+	}
+	if same, cut := Keep([]string{"true"}, 100); cut || !slices.Equal(same, []string{"true"}) {
+		t.Fatalf("a command that fits: %q, cut %v", same, cut)
 	}
 }

@@ -59,7 +59,7 @@ func (t *Table) Load() ([]Problem, error) {
 		ids[e.rec.ID] = true
 		t.keepCmdCutLocked(e)
 	}
-	if err := t.cmds.prune(ids); err != nil {
+	if err := t.cmds.Prune(func(id string) bool { return ids[id] }); err != nil {
 		return nil, err
 	}
 	t.rebuildLocked()
@@ -75,13 +75,13 @@ func (t *Table) keepCmdCutLocked(e *entry) {
 		return
 	}
 	kept, cut := keptCmd(e.rec.Cmd)
-	if !cut || t.cmds.put(e.rec.ID, e.rec.Cmd) != nil {
+	if !cut || t.cmds.Put(e.rec.ID, e.rec.Cmd) != nil {
 		return
 	}
 	next := e.rec
 	next.Cmd, next.CmdTruncated = kept, true
 	if err := t.store.Put(next.ID, next); err != nil {
-		t.cmds.remove(next.ID)
+		t.cmds.Remove(next.ID)
 		return
 	}
 	e.rec = next

@@ -2,7 +2,6 @@ package proctable
 
 import (
 	"fmt"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -66,7 +65,7 @@ type entry struct {
 // Table holds the managed processes.
 type Table struct {
 	store    *store.Records
-	cmds     commands     // whole commands of the records that keep theirs cut
+	cmds     *store.Apart // whole commands of the records that keep theirs cut
 	onChange func(Change) // called in Seq order, must not block
 
 	mu     sync.Mutex
@@ -78,7 +77,7 @@ type Table struct {
 // New creates an empty table writing through st. onChange (may be nil) sees
 // every change in order; it runs under the table lock and must not block.
 func New(st *store.Records, onChange func(Change)) *Table {
-	t := &Table{store: st, cmds: commands{dir: filepath.Join(st.Dir(), commandsDir)}, onChange: onChange, byName: map[string]*entry{}}
+	t := &Table{store: st, cmds: st.Apart(commandsDir, maxCommandFile), onChange: onChange, byName: map[string]*entry{}}
 	t.view.Store(viewOf([]*Record{}, 0))
 	return t
 }
@@ -113,20 +112,20 @@ func (t *Table) CreateWithin(rec Record, admit func(live int) error) (Record, er
 	rec = rec.Clone()
 	rec.Rev = 1
 	if kept, cut := keptCmd(rec.Cmd); cut {
-		if err := t.cmds.put(rec.ID, rec.Cmd); err != nil {
+		if err := t.cmds.Put(rec.ID, rec.Cmd); err != nil {
 			return Record{}, fmt.Errorf("process %q: %w", rec.Name, err)
 		}
 		rec.Cmd, rec.CmdTruncated = kept, true
 	}
 	if err := t.store.Put(rec.ID, rec); err != nil {
-		t.cmds.remove(rec.ID)
+		t.cmds.Remove(rec.ID)
 		return Record{}, fmt.Errorf("process %q: %w", rec.Name, err)
 	}
 	if old != nil {
 		if err := t.store.Delete(old.rec.ID); err != nil {
 			return Record{}, fmt.Errorf("process %q: forget replaced record: %w", rec.Name, err)
 		}
-		t.cmds.remove(old.rec.ID)
+		t.cmds.Remove(old.rec.ID)
 		old.removed = true
 		delete(t.byName, rec.Name)
 		prev := old.rec
@@ -143,7 +142,14 @@ func (t *Table) Command(r Record) ([]string, error) {
 	if !r.CmdTruncated {
 		return r.Cmd, nil
 	}
-	return t.cmds.get(r.ID)
+	var cmd []string
+	if err := t.cmds.Get(r.ID, &cmd); err != nil {
+		return nil, fmt.Errorf("process %q: its command: %w", r.Name, err)
+	}
+	if len(cmd) == 0 {
+		return nil, fmt.Errorf("process %q: its command kept apart is empty", r.Name)
+	}
+	return cmd, nil
 }
 
 // Update applies fn to a copy of name's record, checks the state
@@ -208,7 +214,7 @@ func (t *Table) Remove(name string, check func(Record) error) (Record, error) {
 	if err := t.store.Delete(e.rec.ID); err != nil {
 		return Record{}, fmt.Errorf("process %q: %w", name, err)
 	}
-	t.cmds.remove(e.rec.ID)
+	t.cmds.Remove(e.rec.ID)
 	e.removed = true
 	delete(t.byName, name)
 	rec := e.rec
@@ -277,7 +283,7 @@ func (t *Table) RemoveAll(names []string, how Removal) (removed []Record, failed
 			failed[h.name] = fmt.Errorf("process %q: %w", h.name, err)
 			continue
 		}
-		t.cmds.remove(h.e.rec.ID)
+		t.cmds.Remove(h.e.rec.ID)
 		gone = append(gone, h.e)
 	}
 	if len(gone) == 0 {

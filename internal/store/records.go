@@ -42,10 +42,15 @@ func OpenRecords(dir string) (*Records, error) {
 func (r *Records) Dir() string { return r.dir }
 
 func (r *Records) path(key string) (string, error) {
-	if key == "" || strings.ContainsAny(key, "/\x00") || key == "." || key == ".." || strings.HasPrefix(key, ".") {
+	if !validKey(key) {
 		return "", fmt.Errorf("record key %q: invalid", key)
 	}
 	return filepath.Join(r.dir, key+ext), nil
+}
+
+// validKey reports whether key names a file of its own in a directory.
+func validKey(key string) bool {
+	return key != "" && !strings.ContainsAny(key, "/\x00") && !strings.HasPrefix(key, ".")
 }
 
 // Put stores v under key, atomically and durably (WriteFile).
