@@ -73,6 +73,9 @@ func TestFinishedJobKeepsItsCommandApart(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(st.Dir(), big.ID+".json")); err != nil || fi.Size() > 3*api.ListCmdBytes {
 		t.Fatalf("the finished job's record: %v bytes (%v)", fi.Size(), err)
 	}
+	if _, err := q.Update(big.ID, func(j *jobqueue.Job) error { j.State = api.JobQueued; return nil }); err == nil {
+		t.Fatal("a finished job whose command is kept apart was queued again")
+	}
 	if j := finish(t, q, small.ID); j.Apart || j.CmdTruncated || len(j.Env) != 1 {
 		t.Fatalf("a small finished job was moved apart: %+v", j)
 	}

@@ -3,6 +3,8 @@ package jobqueue_test
 import (
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/gpusched/gpusched/internal/jobqueue"
@@ -128,4 +130,63 @@ func TestOpenLearnedErrors(t *testing.T) {
 			t.Error("Put with nowhere to write gave no error")
 		}
 	})
+}
+
+func TestLearnedRemembersTheLastCommandsOfEachUser(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "learned.json")
+	l, err := jobqueue.OpenLearned(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each command 100 KiB: the file holds a digest of each, not the command.
+	long := func(i int) []string { return []string{"python", strings.Repeat("x", 100<<10), strconv.Itoa(i)} }
+	if err := l.Put(2000, long(0), 7); err != nil {
+		t.Fatal(err)
+	}
+	for i := range jobqueue.LearnedPerUser + 10 {
+		if err := l.Put(1000, long(i), uint64(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Put(1000, long(10), 11); err != nil { // learned again: the newest
+		t.Fatal(err)
+	}
+	if err := l.Put(1000, long(jobqueue.LearnedPerUser+10), 99); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	t.Logf("%d commands of 100 KiB learned, %d remembered: a file of %d bytes", jobqueue.LearnedPerUser+12, jobqueue.LearnedPerUser+1, fi.Size())
+	if err != nil || fi.Size() > 200*(jobqueue.LearnedPerUser+1) {
+		t.Fatalf("the learned file is %d bytes (%v) for %d commands", fi.Size(), err, jobqueue.LearnedPerUser+1)
+	}
+	again, err := jobqueue.OpenLearned(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, l := range map[string]*jobqueue.Learned{"live": l, "reopened": again} {
+		for i := range jobqueue.LearnedPerUser + 11 {
+			_, ok := l.Get(1000, long(i))
+			if want := i == 10 || i > 11; ok != want {
+				t.Errorf("%s: command %d remembered %v, want %v (0 to 9 and 11, learned longest ago, forgotten)", name, i, ok, want)
+			}
+		}
+		if v, ok := l.Get(2000, long(0)); !ok || v != 7 {
+			t.Errorf("%s: another user's command forgotten (%d, %v)", name, v, ok)
+		}
+	}
+}
+
+func TestLearnedReadsAnEarlierDaemonsFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "learned.json")
+	writeFile(t, path, `{"1000\u0000python\u0000train.py":5000,"0\u0000nvidia-smi":3}`)
+	l, err := jobqueue.OpenLearned(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := l.Get(1000, []string{"python", "train.py"}); !ok || v != 5000 {
+		t.Errorf("user's command: %d, %v", v, ok)
+	}
+	if v, ok := l.Get(0, []string{"nvidia-smi"}); !ok || v != 3 {
+		t.Errorf("root's command: %d, %v", v, ok)
+	}
 }

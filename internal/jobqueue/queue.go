@@ -203,6 +203,9 @@ func (q *Queue) Update(id string, fn func(*Job) error) (*Job, error) {
 	if next.ID != cur.ID || next.Seq != cur.Seq || next.Name != cur.Name {
 		return nil, fmt.Errorf("job %s: update may not change identity", id)
 	}
+	if cur.Apart && !next.State.Terminal() {
+		return nil, fmt.Errorf("job %q: finished, its command kept apart: it cannot be %s again", next.Name, next.State)
+	}
 	next.Rev = cur.Rev + 1
 	if err := q.putApartLocked(next); err != nil {
 		return nil, fmt.Errorf("job %q: %w", next.Name, err)
