@@ -101,6 +101,9 @@ type Limits struct {
 	FillFraction    float64       // share of each GPU's memory a user's fillers may hold, 0..1
 	KeepFinished    int           // exited processes and finished jobs kept per user (root included)
 	KeepFinishedFor time.Duration // and for how long after they ended (root included)
+	// KeepFinishedLogMiB is what the logs of a user's exited processes
+	// kept hold on disk together, newest first (root included).
+	KeepFinishedLogMiB uint64
 }
 
 // MetricsListenAddr is the host:port /metrics is served on: MetricsAddr,
@@ -203,19 +206,20 @@ func Default() Config {
 // real work, far below what takes the daemon or a GPU from everyone else.
 func DefaultLimits() Limits {
 	return Limits{
-		ConnsPerUser:    256,
-		MetricsConns:    4,
-		CPUPerUser:      0.1,
-		StreamsPerUser:  64,
-		ProcsPerUser:    256,
-		JobsPerUser:     10000,
-		JobMiBPerUser:   64,
-		LeasesPerUser:   16,
-		MaxPriority:     100,
-		LeaseMaxHold:    24 * time.Hour,
-		FillFraction:    0.5,
-		KeepFinished:    500,
-		KeepFinishedFor: 7 * 24 * time.Hour,
+		ConnsPerUser:       256,
+		MetricsConns:       4,
+		CPUPerUser:         0.1,
+		StreamsPerUser:     64,
+		ProcsPerUser:       256,
+		JobsPerUser:        10000,
+		JobMiBPerUser:      64,
+		LeasesPerUser:      16,
+		MaxPriority:        100,
+		LeaseMaxHold:       24 * time.Hour,
+		FillFraction:       0.5,
+		KeepFinished:       500,
+		KeepFinishedFor:    7 * 24 * time.Hour,
+		KeepFinishedLogMiB: 4 << 10,
 	}
 }
 
@@ -289,6 +293,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Float64Var(&l.FillFraction, "user-fill-fraction", l.FillFraction, "share of each GPU's memory one non-root user's filler may hold, 0..1 (0: no cap)")
 	fs.IntVar(&l.KeepFinished, "keep-finished", l.KeepFinished, "exited processes and finished jobs kept per user, newest first; older ones are removed (0: no count cap)")
 	fs.DurationVar(&l.KeepFinishedFor, "keep-finished-for", l.KeepFinishedFor, "exited processes and finished jobs are removed this long after they ended (0: no age cap)")
+	fs.Var(mibFlag{&l.KeepFinishedLogMiB}, "keep-finished-log-bytes", "what the logs of one user's exited processes kept may hold on disk together, e.g. 4G; past it the oldest are removed with their logs (0: no cap)")
 	fs.StringVar(&c.CgroupRoot, "cgroup-root", c.CgroupRoot, "cgroup v2 directory under which each managed tree gets a cgroup whose cpu.weight follows its nice (default: the daemon's own cgroup, delegated by systemd; none: off)")
 	fs.StringVar(&c.UserCgroups, "user-cgroups", c.UserCgroups, "a user's own delegated cgroup v2 directory (%U: the uid), where a non-root user's trees go when it exists, the user owns it and (for user@UID.service) the user lingers, under their systemd limits (none: off)")
 	fs.Var(&listFlag{&c.BannedGPUs, func(s string) error {

@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpusched/gpusched/internal/jobqueue"
+	"github.com/gpusched/gpusched/internal/logfile"
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/internal/retention"
 	"github.com/gpusched/gpusched/pkg/api"
@@ -16,12 +17,13 @@ import (
 // records come due even when the wall clock steps.
 const retentionMaxWait = time.Hour
 
-// runRetention forgets finished history past --keep-finished and
-// --keep-finished-for, each user's counted apart, until ctx ends: at start,
+// runRetention forgets finished history past --keep-finished,
+// --keep-finished-for and --keep-finished-log-bytes, each user's counted
+// apart, until ctx ends: at start,
 // after every kick (a process exited, a job finished) and when the next
 // record comes due for its age.
 func (d *Daemon) runRetention(ctx context.Context) {
-	p := retention.Policy{Keep: d.cfg.Limits.KeepFinished, For: d.cfg.Limits.KeepFinishedFor}
+	p := retention.Policy{Keep: d.cfg.Limits.KeepFinished, For: d.cfg.Limits.KeepFinishedFor, Bytes: int64(d.cfg.Limits.KeepFinishedLogMiB) << 20}
 	if p.Off() {
 		return
 	}
@@ -72,6 +74,9 @@ func (d *Daemon) retainProcs(ctx context.Context, p retention.Policy, now time.T
 			ended = r.CreatedAt
 		}
 		items[i] = retention.Item{UID: r.Owner.UID, Ended: ended}
+		if p.Bytes > 0 {
+			items[i].Bytes = logfile.Bytes(r.LogPath, d.cfg.LogKeep)
+		}
 	}
 	drop, next := retention.Select(now, p, items)
 	if len(drop) == 0 {

@@ -8,12 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/jobqueue"
+	"github.com/gpusched/gpusched/internal/logfile"
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/internal/store"
 	"github.com/gpusched/gpusched/internal/testutil"
@@ -130,6 +132,41 @@ func TestRetentionKeepsNewestPerUser(t *testing.T) {
 		}
 	}
 	if names, want := h.psNames(api.PSParams{}), []string{"a3", "a4", "b1", "r2", "r3"}; !slices.Equal(names, want) {
+		t.Errorf("left %v, want %v", names, want)
+	}
+}
+
+// TestRetentionByLogBytesPerUser: with --keep-finished-log-bytes 1M, each
+// user keeps the newest exited processes whose logs hold 1 MiB together:
+// alice's three of 600 KiB keep only the newest, bob's one of 900 KiB
+// stays; what goes goes with its log.
+func TestRetentionByLogBytesPerUser(t *testing.T) {
+	alice, bob := testutil.NewUser(t, retAlice, retGroup), testutil.NewUser(t, retBob, retGroup)
+	h := newHarness(t, func(c *config.Config) {
+		c.Group = retGroup
+		c.Limits.KeepFinished, c.Limits.KeepFinishedFor, c.Limits.KeepFinishedLogMiB = 0, 0, 1
+	})
+	removed := h.watchRemovals()
+	write := func(u testutil.User, name string, bytes int) {
+		t.Helper()
+		h.mustCtl(u, "run", "--dir", "/", name, "--", "sh", "-c", "yes | head -c "+strconv.Itoa(bytes))
+		if p := h.waitExit(name); logfile.Bytes(p.Log, h.cfg.LogKeep) != int64(bytes) {
+			t.Fatalf("%s's log holds %d bytes, want %d", name, logfile.Bytes(p.Log, h.cfg.LogKeep), bytes)
+		}
+	}
+	write(bob, "b1", 900<<10)
+	for _, n := range []string{"a1", "a2", "a3"} {
+		write(alice, n, 600<<10)
+	}
+	for n, e := range awaitRemoved(t, removed, api.EventRemoved, "a1", "a2") {
+		if e.Reason != api.RemovedByRetention || e.Process == nil {
+			t.Fatalf("removal of %s: reason %q, process %v; want reason %q with the process", n, e.Reason, e.Process, api.RemovedByRetention)
+		}
+		if _, err := os.Stat(e.Process.Log); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s's log %s is still there (%v)", n, e.Process.Log, err)
+		}
+	}
+	if names, want := h.psNames(api.PSParams{}), []string{"a3", "b1"}; !slices.Equal(names, want) {
 		t.Errorf("left %v, want %v", names, want)
 	}
 }

@@ -222,12 +222,7 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, 
 const logCmdBytes = 1024
 
 // removeLogs deletes a log and its rotated copies.
-func (d *Daemon) removeLogs(path string) {
-	os.Remove(path)
-	for i := 1; i <= d.cfg.LogKeep; i++ {
-		os.Remove(fmt.Sprintf("%s.%d", path, i))
-	}
-}
+func (d *Daemon) removeLogs(path string) { logfile.Remove(path, d.cfg.LogKeep) }
 
 // runAs resolves who the process runs as: the caller, or a user root names.
 func (d *Daemon) runAs(a actor, name string) (proctable.Owner, error) {

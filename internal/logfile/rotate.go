@@ -121,3 +121,23 @@ func checkKeep(path string, keep int) error {
 	}
 	return nil
 }
+
+// Bytes is what path and its keep rotated copies hold on disk together;
+// a copy that is missing or not a regular file counts nothing.
+func Bytes(path string, keep int) int64 {
+	var n int64
+	for i := 0; i <= keep; i++ {
+		if fi, err := os.Lstat(rotatedPath(path, i)); err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
+// Remove deletes path and its keep rotated copies; missing ones are no
+// error, nor is anything else: what is left a later Remove takes.
+func Remove(path string, keep int) {
+	for i := 0; i <= keep; i++ {
+		os.Remove(rotatedPath(path, i))
+	}
+}

@@ -167,3 +167,27 @@ func TestRotateNegativeKeep(t *testing.T) {
 		t.Errorf("Enforce: err = %v, want ErrInvalidArgument", err)
 	}
 }
+
+func TestBytesAndRemoveTakeTheRotatedCopies(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "p.log")
+	for suffix, body := range map[string]string{"": "abc", ".1": "de", ".2": "f", ".3": "not kept"} {
+		if err := os.WriteFile(path+suffix, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("/etc/passwd", path+".4"); err != nil {
+		t.Fatal(err)
+	}
+	if n := Bytes(path, 2); n != 6 {
+		t.Errorf("Bytes with 2 kept = %d, want 6 (the log and .1, .2)", n)
+	}
+	if n := Bytes(path, 4); n != 14 {
+		t.Errorf("Bytes with 4 kept = %d, want 14 (a link counts nothing)", n)
+	}
+	Remove(path, 2)
+	for suffix, want := range map[string]bool{"": false, ".1": false, ".2": false, ".3": true} {
+		if _, err := os.Lstat(path + suffix); (err == nil) != want {
+			t.Errorf("after Remove with 2 kept, %s exists: %v, want %v", suffix, err == nil, want)
+		}
+	}
+}

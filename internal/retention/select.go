@@ -9,24 +9,27 @@ import (
 // Policy is how much finished history to keep. A zero field turns its
 // limit off.
 type Policy struct {
-	Keep int           // records kept per user, the newest
-	For  time.Duration // how long after its end a record is kept
+	Keep  int           // records kept per user, the newest
+	For   time.Duration // how long after its end a record is kept
+	Bytes int64         // what the records kept per user hold on disk together, the newest first
 }
 
 // Off reports whether the policy removes nothing.
-func (p Policy) Off() bool { return p.Keep <= 0 && p.For <= 0 }
+func (p Policy) Off() bool { return p.Keep <= 0 && p.For <= 0 && p.Bytes <= 0 }
 
 // Item is one finished record.
 type Item struct {
 	UID   uint32    // its owner: the count is per user
 	Ended time.Time // when it finished
+	Bytes int64     // what it holds on disk (a process's logs)
 }
 
 // Select returns the indexes into items, ascending, of the records to drop
-// at now: each user's beyond its Keep newest, and any that ended more than
-// For ago. Records that ended at the same time are ordered as given, a
-// later one newer. next is when the earliest kept record comes due for its
-// age; zero when none will.
+// at now: each user's beyond its Keep newest, or beyond the newest that
+// hold Bytes together, and any that ended more than For ago. Records that
+// ended at the same time are ordered as given, a later one newer. next is
+// when the earliest kept record comes due for its age; zero when none
+// will.
 func Select(now time.Time, p Policy, items []Item) (drop []int, next time.Time) {
 	if p.Off() {
 		return nil, time.Time{}
@@ -36,11 +39,8 @@ func Select(now time.Time, p Policy, items []Item) (drop []int, next time.Time) 
 		byUser[it.UID] = append(byUser[it.UID], i)
 	}
 	gone := make([]bool, len(items))
-	if p.Keep > 0 {
+	if p.Keep > 0 || p.Bytes > 0 {
 		for _, idx := range byUser {
-			if len(idx) <= p.Keep {
-				continue
-			}
 			// Newest first; of equal ends, the later given.
 			slices.SortFunc(idx, func(a, b int) int {
 				if c := items[b].Ended.Compare(items[a].Ended); c != 0 {
@@ -48,8 +48,10 @@ func Select(now time.Time, p Policy, items []Item) (drop []int, next time.Time) 
 				}
 				return cmp.Compare(b, a)
 			})
-			for _, i := range idx[p.Keep:] {
-				gone[i] = true
+			var held int64
+			for n, i := range idx {
+				held += items[i].Bytes
+				gone[i] = p.Keep > 0 && n >= p.Keep || p.Bytes > 0 && held > p.Bytes
 			}
 		}
 	}

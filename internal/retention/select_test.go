@@ -18,31 +18,40 @@ func TestSelect(t *testing.T) {
 		next  time.Time
 	}{
 		{name: "off keeps everything", p: Policy{},
-			items: []Item{{alice, ago(1000 * time.Hour)}, {alice, ago(time.Hour)}}},
+			items: []Item{{alice, ago(1000 * time.Hour), 0}, {alice, ago(time.Hour), 0}}},
 		{name: "nothing finished", p: Policy{Keep: 1, For: time.Hour}},
 		{name: "count keeps the newest per user", p: Policy{Keep: 2},
-			items: []Item{{alice, ago(3 * time.Hour)}, {alice, ago(1 * time.Hour)}, {alice, ago(4 * time.Hour)}, {alice, ago(2 * time.Hour)}},
+			items: []Item{{alice, ago(3 * time.Hour), 0}, {alice, ago(1 * time.Hour), 0}, {alice, ago(4 * time.Hour), 0}, {alice, ago(2 * time.Hour), 0}},
 			drop:  []int{0, 2}},
 		{name: "one user's pile never prunes another's", p: Policy{Keep: 2},
-			items: []Item{{bob, ago(9 * time.Hour)}, {alice, ago(1 * time.Hour)}, {alice, ago(2 * time.Hour)}, {alice, ago(3 * time.Hour)}, {alice, ago(4 * time.Hour)}, {bob, ago(8 * time.Hour)}},
+			items: []Item{{bob, ago(9 * time.Hour), 0}, {alice, ago(1 * time.Hour), 0}, {alice, ago(2 * time.Hour), 0}, {alice, ago(3 * time.Hour), 0}, {alice, ago(4 * time.Hour), 0}, {bob, ago(8 * time.Hour), 0}},
 			drop:  []int{3, 4}},
 		{name: "root is held to the count too", p: Policy{Keep: 1},
-			items: []Item{{root, ago(2 * time.Hour)}, {root, ago(time.Hour)}},
+			items: []Item{{root, ago(2 * time.Hour), 0}, {root, ago(time.Hour), 0}},
 			drop:  []int{0}},
 		{name: "equal ends: the later given is newer", p: Policy{Keep: 1},
-			items: []Item{{alice, ago(time.Hour)}, {alice, ago(time.Hour)}, {alice, ago(time.Hour)}},
+			items: []Item{{alice, ago(time.Hour), 0}, {alice, ago(time.Hour), 0}, {alice, ago(time.Hour), 0}},
 			drop:  []int{0, 1}},
 		{name: "age drops what ended For ago or more", p: Policy{For: time.Hour},
-			items: []Item{{alice, ago(time.Hour)}, {bob, ago(59 * time.Minute)}, {alice, ago(2 * time.Hour)}, {bob, ago(10 * time.Minute)}},
+			items: []Item{{alice, ago(time.Hour), 0}, {bob, ago(59 * time.Minute), 0}, {alice, ago(2 * time.Hour), 0}, {bob, ago(10 * time.Minute), 0}},
 			drop:  []int{0, 2}, next: now.Add(time.Minute)},
 		{name: "age and count together", p: Policy{Keep: 2, For: time.Hour},
-			items: []Item{{alice, ago(30 * time.Minute)}, {alice, ago(20 * time.Minute)}, {alice, ago(10 * time.Minute)}, {bob, ago(90 * time.Minute)}},
+			items: []Item{{alice, ago(30 * time.Minute), 0}, {alice, ago(20 * time.Minute), 0}, {alice, ago(10 * time.Minute), 0}, {bob, ago(90 * time.Minute), 0}},
 			drop:  []int{0, 3}, next: now.Add(40 * time.Minute)},
 		{name: "a record ending in the future (clock stepped back) is kept", p: Policy{For: time.Hour},
-			items: []Item{{alice, now.Add(time.Hour)}},
+			items: []Item{{alice, now.Add(time.Hour), 0}},
 			next:  now.Add(2 * time.Hour)},
 		{name: "negative keep is off", p: Policy{Keep: -1},
-			items: []Item{{alice, ago(time.Hour)}, {alice, ago(time.Hour)}}},
+			items: []Item{{alice, ago(time.Hour), 0}, {alice, ago(time.Hour), 0}}},
+		{name: "bytes keep the newest that fit, per user", p: Policy{Bytes: 100},
+			items: []Item{{alice, ago(4 * time.Hour), 10}, {alice, ago(1 * time.Hour), 60}, {bob, ago(9 * time.Hour), 90}, {alice, ago(2 * time.Hour), 40}, {alice, ago(3 * time.Hour), 1}},
+			drop:  []int{0, 4}},
+		{name: "bytes: one record over them all is dropped", p: Policy{Bytes: 100},
+			items: []Item{{alice, ago(time.Hour), 101}, {alice, ago(2 * time.Hour), 0}},
+			drop:  []int{0, 1}},
+		{name: "bytes and count together", p: Policy{Keep: 1, Bytes: 100},
+			items: []Item{{alice, ago(time.Hour), 0}, {alice, ago(2 * time.Hour), 0}, {bob, ago(time.Hour), 70}, {bob, ago(2 * time.Hour), 70}},
+			drop:  []int{1, 3}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -58,7 +67,7 @@ func TestSelect(t *testing.T) {
 // index lists.
 func TestSelectKeepsInputIntact(t *testing.T) {
 	now := time.Unix(1e9, 0)
-	items := []Item{{1, now.Add(-3 * time.Second)}, {1, now.Add(-time.Second)}, {1, now.Add(-2 * time.Second)}}
+	items := []Item{{1, now.Add(-3 * time.Second), 0}, {1, now.Add(-time.Second), 0}, {1, now.Add(-2 * time.Second), 0}}
 	before := slices.Clone(items)
 	Select(now, Policy{Keep: 1}, items)
 	if !slices.Equal(items, before) {
