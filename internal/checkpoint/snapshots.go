@@ -231,6 +231,19 @@ func (s *Snapshots) Chain(id string) []string {
 	return out
 }
 
+// BytesOf is the disk space uid's complete snapshots take.
+func (s *Snapshots) BytesOf(uid uint32) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var sum uint64
+	for _, m := range s.m {
+		if m.UID == uid {
+			sum += m.Bytes
+		}
+	}
+	return sum
+}
+
 // Bytes is the disk space all complete snapshots take, with the retired
 // ones not yet removed.
 func (s *Snapshots) Bytes() uint64 {

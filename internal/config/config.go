@@ -87,18 +87,21 @@ type Config struct {
 // can take the daemon or the GPUs away from the others. Root (the operator)
 // is held only to the retention limits. A cap of 0 turns it off.
 type Limits struct {
-	ConnsPerUser    int           // client connections open at once
-	MetricsConns    int           // connections to --metrics-addr one local user holds open
-	StreamsPerUser  int           // streaming calls (logs -f, events, wait, job wait, acquire) at once
-	TurnsPerUser    int           // quick calls (lists, logs) answered at once; 0 = half the daemon's CPUs
-	CPUPerUser      float64       // share of one CPU a user's bulk work (logs, listings) and process starts take on average
-	ProcsPerUser    int           // managed processes not yet exited
-	JobsPerUser     int           // jobs submitted and not finished
-	JobMiBPerUser   uint64        // MiB of command and environment a user's unfinished jobs keep
-	LeasesPerUser   int           // leases pending or held
-	MaxPriority     int           // highest job, lease and process priority a user may set
-	LeaseMaxHold    time.Duration // a user's granted lease is released after this long
-	FillFraction    float64       // share of each GPU's memory a user's fillers may hold, 0..1
+	ConnsPerUser   int           // client connections open at once
+	MetricsConns   int           // connections to --metrics-addr one local user holds open
+	StreamsPerUser int           // streaming calls (logs -f, events, wait, job wait, acquire) at once
+	TurnsPerUser   int           // quick calls (lists, logs) answered at once; 0 = half the daemon's CPUs
+	CPUPerUser     float64       // share of one CPU a user's bulk work (logs, listings) and process starts take on average
+	ProcsPerUser   int           // managed processes not yet exited
+	JobsPerUser    int           // jobs submitted and not finished
+	JobMiBPerUser  uint64        // MiB of command and environment a user's unfinished jobs keep
+	LeasesPerUser  int           // leases pending or held
+	MaxPriority    int           // highest job, lease and process priority a user may set
+	LeaseMaxHold   time.Duration // a user's granted lease is released after this long
+	FillFraction   float64       // share of each GPU's memory a user's fillers may hold, 0..1
+	// DiskFraction is the share of the snapshot disk (--disk-budget, or
+	// the snapshot directory's filesystem) a user's snapshots may take, 0..1.
+	DiskFraction    float64
 	KeepFinished    int           // exited processes and finished jobs kept per user (root included)
 	KeepFinishedFor time.Duration // and for how long after they ended (root included)
 	// KeepFinishedLogMiB is what the logs of a user's exited processes
@@ -217,6 +220,7 @@ func DefaultLimits() Limits {
 		MaxPriority:        100,
 		LeaseMaxHold:       24 * time.Hour,
 		FillFraction:       0.5,
+		DiskFraction:       0.25,
 		KeepFinished:       500,
 		KeepFinishedFor:    7 * 24 * time.Hour,
 		KeepFinishedLogMiB: 4 << 10,
@@ -291,6 +295,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.IntVar(&l.MaxPriority, "user-max-priority", l.MaxPriority, "highest job, lease and process priority a non-root user may set (root: up to 1000)")
 	fs.DurationVar(&l.LeaseMaxHold, "user-lease-max-hold", l.LeaseMaxHold, "a non-root user's granted lease is released after this long (0: held until released)")
 	fs.Float64Var(&l.FillFraction, "user-fill-fraction", l.FillFraction, "share of each GPU's memory one non-root user's filler may hold, 0..1 (0: no cap)")
+	fs.Float64Var(&l.DiskFraction, "user-disk-fraction", l.DiskFraction, "share of the snapshot disk (--disk-budget, or where there is none the snapshot directory's filesystem) one non-root user's snapshots may take, 0..1 (0: no cap)")
 	fs.IntVar(&l.KeepFinished, "keep-finished", l.KeepFinished, "exited processes and finished jobs kept per user, newest first; older ones are removed (0: no count cap)")
 	fs.DurationVar(&l.KeepFinishedFor, "keep-finished-for", l.KeepFinishedFor, "exited processes and finished jobs are removed this long after they ended (0: no age cap)")
 	fs.Var(mibFlag{&l.KeepFinishedLogMiB}, "keep-finished-log-bytes", "what the logs of one user's exited processes kept may hold on disk together, e.g. 4G; past it the oldest are removed with their logs (0: no cap)")
@@ -435,6 +440,9 @@ func (l Limits) validate() []error {
 	}
 	if !(l.FillFraction >= 0 && l.FillFraction <= 1) {
 		errs = append(errs, fmt.Errorf("--user-fill-fraction %v: must be 0..1", l.FillFraction))
+	}
+	if !(l.DiskFraction >= 0 && l.DiskFraction <= 1) {
+		errs = append(errs, fmt.Errorf("--user-disk-fraction %v: must be 0..1", l.DiskFraction))
 	}
 	return errs
 }

@@ -3,16 +3,20 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/limits"
 	"github.com/gpusched/gpusched/internal/procfs"
+	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -134,9 +138,16 @@ func treeBytes(initPID int) uint64 {
 // retired snapshots to be removed.
 const reclaimTimeout = 30 * time.Second
 
-// diskRoom checks that a dump of about est bytes fits the disk budget,
-// once retired snapshots that count in it are removed.
-func (d *Daemon) diskRoom(what string, est uint64) error {
+// diskRoom checks that a dump of about est bytes of owner's tree fits
+// owner's share of the snapshot disk and the disk budget, once retired
+// snapshots that count in it are removed.
+func (d *Daemon) diskRoom(what string, owner proctable.Owner, est uint64) error {
+	if share := d.userDiskShare(owner.UID); share > 0 {
+		if used := d.snaps.BytesOf(owner.UID); used+est > share {
+			return &limits.Exceeded{Flag: flagDiskFraction, Msg: fmt.Sprintf("%s needs about %d MiB of disk; user %s's snapshots take %d MiB of the %d MiB they may (--%s %g of %s): delete snapshots or kill hibernated processes",
+				what, est>>20, owner.User, used>>20, share>>20, flagDiskFraction, d.cfg.Limits.DiskFraction, d.diskShareOf())}
+		}
+	}
 	budget := d.cfg.DiskBudgetMiB << 20
 	if budget == 0 {
 		return nil
@@ -153,4 +164,51 @@ func (d *Daemon) diskRoom(what string, est uint64) error {
 			what, est>>20, used>>20, budget>>20)
 	}
 	return nil
+}
+
+// --user-disk-fraction: the share of the snapshot disk one non-root user's
+// snapshots may take, so that one user's hibernated processes cannot fill
+// the disk (root's, by default unbudgeted) or the whole budget.
+const flagDiskFraction = "user-disk-fraction"
+
+// userDiskShare is the bytes uid's snapshots may take: 0 (no cap) for root
+// or with --user-disk-fraction 0.
+func (d *Daemon) userDiskShare(uid uint32) uint64 {
+	f := d.cfg.Limits.DiskFraction
+	if uid == 0 || f <= 0 {
+		return 0
+	}
+	base := d.cfg.DiskBudgetMiB << 20
+	if base == 0 {
+		var st unix.Statfs_t
+		if err := unix.Statfs(d.cfg.Snapshots(), &st); err != nil {
+			return 0
+		}
+		base = st.Blocks * uint64(st.Bsize)
+	}
+	return max(1, uint64(f*float64(base)))
+}
+
+// diskShareOf names what a user's share of the snapshot disk is of.
+func (d *Daemon) diskShareOf() string {
+	if d.cfg.DiskBudgetMiB > 0 {
+		return "--disk-budget"
+	}
+	return "the filesystem of " + d.cfg.Snapshots()
+}
+
+// dumpRoom is what a dump of uid's tree may write: what is left of the
+// disk budget and of uid's share, the smaller; ok false where neither
+// bounds it.
+func (d *Daemon) dumpRoom(uid uint32) (room uint64, ok bool) {
+	left := func(cap, used uint64) uint64 { return cap - min(cap, used) }
+	if budget := d.cfg.DiskBudgetMiB << 20; budget > 0 {
+		room, ok = left(budget, d.snaps.Bytes()), true
+	}
+	if share := d.userDiskShare(uid); share > 0 {
+		if mine := left(share, d.snaps.BytesOf(uid)); !ok || mine < room {
+			room, ok = mine, true
+		}
+	}
+	return room, ok
 }

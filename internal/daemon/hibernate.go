@@ -65,12 +65,18 @@ func (d *Daemon) hibernate(c *call) (any, error) {
 
 // hibernateLocked freezes rec if it runs, then dumps its stopped tree to a
 // new snapshot; the caller holds rec's lifecycle lock. A failed dump leaves
-// the process frozen in RAM and no partial image.
+// the process frozen in RAM and no partial image; a tree whose memory is
+// over the disk's room already is refused before it is frozen.
 func (d *Daemon) hibernateLocked(ctx context.Context, rec proctable.Record, o hibernateOpts) (api.HibernateResult, error) {
 	start := time.Now()
 	ms := map[string]float64{}
 	switch rec.State {
 	case api.StateRunning:
+		// A tree that does not fit even before its GPU memory joins it is
+		// refused as it runs, not frozen first.
+		if err := d.diskRoom(fmt.Sprintf("hibernate %q", rec.Name), rec.Owner, treeBytes(rec.InitPID)); err != nil {
+			return api.HibernateResult{}, err
+		}
 		t := time.Now()
 		if _, err := d.freezeLocked(ctx, rec, freezeOpts{lockTimeout: o.lockTimeout, stop: true, toDisk: true}); err != nil {
 			return api.HibernateResult{}, fmt.Errorf("hibernate %q: %w", rec.Name, err)
@@ -150,7 +156,7 @@ func (d *Daemon) dumpImage(ctx context.Context, rec proctable.Record, o hibernat
 	if err != nil {
 		return dumpedTree{}, fmt.Errorf("%s: %w", what, err)
 	}
-	if err := d.diskRoom(what, treeBytes(rec.InitPID)); err != nil {
+	if err := d.diskRoom(what, rec.Owner, treeBytes(rec.InitPID)); err != nil {
 		return dumpedTree{}, err
 	}
 	parent := d.parentFor(rec, o.full)
@@ -254,13 +260,8 @@ func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent
 		return checkpoint.PageStats{}, err
 	}
 	defer ps.Close()
-	if budget := d.cfg.DiskBudgetMiB << 20; budget > 0 {
-		used := d.snaps.Bytes()
-		if used < budget {
-			ps.SetLimit(budget - used)
-		} else {
-			ps.SetLimit(1)
-		}
+	if room, ok := d.dumpRoom(rec.Owner.UID); ok {
+		ps.SetLimit(max(1, room))
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
 	defer cancel()
