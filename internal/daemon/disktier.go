@@ -175,7 +175,7 @@ const flagDiskFraction = "user-disk-fraction"
 // or with --user-disk-fraction 0.
 func (d *Daemon) userDiskShare(uid uint32) uint64 {
 	f := d.cfg.Limits.DiskFraction
-	if uid == 0 || f <= 0 {
+	if uid == limits.Root || f <= 0 {
 		return 0
 	}
 	base := d.cfg.DiskBudgetMiB << 20
