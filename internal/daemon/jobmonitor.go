@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -26,9 +27,26 @@ func (d *Daemon) openJobs() error {
 	for _, p := range problems {
 		d.log.Warn("quarantined a bad job record", zap.String("key", p.Key), zap.String("moved_to", p.Quarantine), zap.Error(p.Err))
 	}
-	if d.learned, err = jobqueue.OpenLearned(filepath.Join(d.cfg.StateDir, "learned.json")); err != nil {
-		return err
+	return d.openLearned(filepath.Join(d.cfg.StateDir, "learned.json"))
+}
+
+// openLearned loads the peaks learned for vram=auto. A file that cannot be
+// read is moved aside, with a warning, and the daemon starts with nothing
+// learned: advice lost never blocks a boot.
+func (d *Daemon) openLearned(path string) error {
+	l, err := jobqueue.OpenLearned(path)
+	if err != nil {
+		aside := fmt.Sprintf("%s.bad-%d", path, time.Now().UnixNano())
+		if rerr := os.Rename(path, aside); rerr != nil {
+			return fmt.Errorf("%w (and cannot move it aside: %v)", err, rerr)
+		}
+		d.log.Warn("moved aside an unreadable file of learned declarations; vram=auto starts with nothing learned",
+			zap.String("moved_to", aside), zap.Error(err))
+		if l, err = jobqueue.OpenLearned(path); err != nil {
+			return err
+		}
 	}
+	d.learned = l
 	return nil
 }
 

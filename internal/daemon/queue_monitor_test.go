@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -113,4 +115,27 @@ func mustAtoi(t *testing.T, s string) uint32 {
 		t.Fatal(err)
 	}
 	return uint32(n)
+}
+
+// TestBootMovesABadLearnedFileAside: a file of learned declarations that
+// does not decode is moved aside and the daemon starts with nothing
+// learned. Before, it refused to start.
+func TestBootMovesABadLearnedFileAside(t *testing.T) {
+	h := newQueueHarness(t, "1x24G")
+	h.stop()
+	path := filepath.Join(h.cfg.StateDir, "learned.json")
+	if err := os.WriteFile(path, []byte(`{"1000`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	aside, _ := filepath.Glob(path + ".bad-*")
+	if len(aside) != 1 {
+		t.Fatalf("moved aside: %v, want the one bad file", aside)
+	}
+	if b, err := os.ReadFile(aside[0]); err != nil || string(b) != `{"1000` {
+		t.Fatalf("what was moved aside: %q (%v)", b, err)
+	}
+	if n := h.submit(api.JobSpec{Name: "auto", Cmd: h.simjob("--vram", "64", "--hold", "0.01"), VRAM: api.VRAM{Auto: true}}); n.VRAMMiB != 0 {
+		t.Fatalf("auto with nothing learned: %d MiB, want undeclared", n.VRAMMiB)
+	}
 }
