@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"maps"
 	"time"
 
 	"go.uber.org/zap"
@@ -27,6 +28,7 @@ func (d *Daemon) runRetention(ctx context.Context) {
 	if p.Off() {
 		return
 	}
+	sizes := logSizes{}
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -37,7 +39,7 @@ func (d *Daemon) runRetention(ctx context.Context) {
 		case <-t.C:
 		}
 		now := time.Now()
-		next := earliest(d.retainProcs(ctx, p, now), d.retainJobs(p, now))
+		next := earliest(d.retainProcs(ctx, p, sizes, now), d.retainJobs(p, now))
 		wait := retentionMaxWait
 		if !next.IsZero() {
 			wait = min(wait, next.Sub(now))
@@ -63,11 +65,17 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
+// logSizes remembers what each exited process's logs hold (record id to
+// bytes): they no longer grow, so a pass reads the sizes of the processes
+// that exited since the last one only, not of every one kept.
+type logSizes map[string]int64
+
 // retainProcs forgets the exited processes p says to drop at now, and
 // returns when the next comes due.
-func (d *Daemon) retainProcs(ctx context.Context, p retention.Policy, now time.Time) time.Time {
+func (d *Daemon) retainProcs(ctx context.Context, p retention.Policy, sizes logSizes, now time.Time) time.Time {
 	recs := d.finishedProcs()
 	items := make([]retention.Item, len(recs))
+	seen := make(map[string]bool, len(recs))
 	for i, r := range recs {
 		ended := r.ExitedAt
 		if ended.IsZero() {
@@ -75,9 +83,15 @@ func (d *Daemon) retainProcs(ctx context.Context, p retention.Policy, now time.T
 		}
 		items[i] = retention.Item{UID: r.Owner.UID, Ended: ended}
 		if p.Bytes > 0 {
-			items[i].Bytes = logfile.Bytes(r.LogPath, d.cfg.LogKeep)
+			n, ok := sizes[r.ID]
+			if !ok {
+				n = logfile.Bytes(r.LogPath, d.cfg.LogKeep)
+				sizes[r.ID] = n
+			}
+			items[i].Bytes, seen[r.ID] = n, true
 		}
 	}
+	maps.DeleteFunc(sizes, func(id string, _ int64) bool { return !seen[id] })
 	drop, next := retention.Select(now, p, items)
 	if len(drop) == 0 {
 		return next

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"github.com/gpusched/gpusched/internal/jobqueue"
 	"github.com/gpusched/gpusched/internal/logfile"
 	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/internal/retention"
 	"github.com/gpusched/gpusched/internal/store"
 	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
@@ -393,5 +395,46 @@ func TestFinishedProcsLeavesLiveAndUnsettled(t *testing.T) {
 	}
 	if want := []string{"done", "settled"}; !slices.Equal(names, want) {
 		t.Fatalf("finished %v, want %v", names, want)
+	}
+}
+
+// TestRetentionReadsEachExitedLogOnce: a retention pass reads the size of
+// an exited process's logs once (they no longer grow), and forgets it with
+// the record: a pass costs the newly exited processes' reads, not a read
+// of every process each user keeps.
+func TestRetentionReadsEachExitedLogOnce(t *testing.T) {
+	dir := t.TempDir()
+	pst, err := store.OpenRecords(filepath.Join(dir, "procs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	jst, err := store.OpenRecords(filepath.Join(dir, "jobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &Daemon{table: proctable.New(pst, nil), jobs: jobqueue.New(jst, nil)}
+	for _, name := range []string{"a", "b"} {
+		log := filepath.Join(dir, name+".log")
+		if err := os.WriteFile(log, []byte("ten bytes\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.table.Create(proctable.Record{ID: "p-" + name, Name: name, Cmd: []string{"true"}, State: api.StateExited, LogPath: log}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, sizes := retention.Policy{Bytes: 1 << 30}, logSizes{}
+	d.retainProcs(context.Background(), p, sizes, time.Now())
+	if want := (logSizes{"p-a": 10, "p-b": 10}); !maps.Equal(sizes, want) {
+		t.Fatalf("after the first pass: %v, want %v", sizes, want)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "a.log"), make([]byte, 100), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.table.Remove("b", nil); err != nil {
+		t.Fatal(err)
+	}
+	d.retainProcs(context.Background(), p, sizes, time.Now())
+	if want := (logSizes{"p-a": 10}); !maps.Equal(sizes, want) {
+		t.Fatalf("after the second pass: %v, want %v (a's read once, b's forgotten)", sizes, want)
 	}
 }
