@@ -356,11 +356,10 @@ func TestRetentionBadInput(t *testing.T) {
 	}
 }
 
-// TestFinishedProcsLeavesLiveAndUnsettled: what retention and rm --exited
-// may take is only exited records: never a hibernated process (it can
-// still be thawed) nor the process of a job attempt the queue has not
-// settled from it yet.
-func TestFinishedProcsLeavesLiveAndUnsettled(t *testing.T) {
+// tableAndQueue is a daemon of a process table and a job queue alone, their
+// stores in a fresh directory, which it returns too.
+func tableAndQueue(t *testing.T) (*Daemon, string) {
+	t.Helper()
 	dir := t.TempDir()
 	pst, err := store.OpenRecords(filepath.Join(dir, "procs"))
 	if err != nil {
@@ -370,7 +369,15 @@ func TestFinishedProcsLeavesLiveAndUnsettled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &Daemon{table: proctable.New(pst, nil), jobs: jobqueue.New(jst, nil)}
+	return &Daemon{table: proctable.New(pst, nil), jobs: jobqueue.New(jst, nil)}, dir
+}
+
+// TestFinishedProcsLeavesLiveAndUnsettled: what retention and rm --exited
+// may take is only exited records: never a hibernated process (it can
+// still be thawed) nor the process of a job attempt the queue has not
+// settled from it yet.
+func TestFinishedProcsLeavesLiveAndUnsettled(t *testing.T) {
+	d, _ := tableAndQueue(t)
 	for _, r := range []proctable.Record{
 		{ID: "p-done", Name: "done", State: api.StateExited},
 		{ID: "p-hib", Name: "hib", State: api.StateHibernated, Snapshot: "s"},
@@ -403,16 +410,7 @@ func TestFinishedProcsLeavesLiveAndUnsettled(t *testing.T) {
 // the record: a pass costs the newly exited processes' reads, not a read
 // of every process each user keeps.
 func TestRetentionReadsEachExitedLogOnce(t *testing.T) {
-	dir := t.TempDir()
-	pst, err := store.OpenRecords(filepath.Join(dir, "procs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	jst, err := store.OpenRecords(filepath.Join(dir, "jobs"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &Daemon{table: proctable.New(pst, nil), jobs: jobqueue.New(jst, nil)}
+	d, dir := tableAndQueue(t)
 	for _, name := range []string{"a", "b"} {
 		log := filepath.Join(dir, name+".log")
 		if err := os.WriteFile(log, []byte("ten bytes\n"), 0o600); err != nil {
