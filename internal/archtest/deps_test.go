@@ -80,6 +80,7 @@ var allowed = map[string][]string{
 	"internal/cgroup":                    {},
 	"internal/limits":                    {},
 	"internal/retention":                 {},
+	"internal/logbudget":                 {"internal/logfile"},
 	"internal/netguard":                  {},
 	"internal/sockdiag":                  {},
 	"internal/backoff":                   {},

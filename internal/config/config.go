@@ -107,6 +107,9 @@ type Limits struct {
 	// KeepFinishedLogMiB is what the logs of a user's exited processes
 	// kept hold on disk together, newest first (root included).
 	KeepFinishedLogMiB uint64
+	// LogMiBPerUser is what the logs of a user's live processes hold on
+	// disk together, with their rotated copies.
+	LogMiBPerUser uint64
 }
 
 // MetricsListenAddr is the host:port /metrics is served on: MetricsAddr,
@@ -224,6 +227,7 @@ func DefaultLimits() Limits {
 		KeepFinished:       500,
 		KeepFinishedFor:    7 * 24 * time.Hour,
 		KeepFinishedLogMiB: 4 << 10,
+		LogMiBPerUser:      8 << 10,
 	}
 }
 
@@ -298,6 +302,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Float64Var(&l.DiskFraction, "user-disk-fraction", l.DiskFraction, "share of the snapshot disk (--disk-budget, or where there is none the snapshot directory's filesystem) one non-root user's snapshots may take, 0..1 (0: no cap)")
 	fs.IntVar(&l.KeepFinished, "keep-finished", l.KeepFinished, "exited processes and finished jobs kept per user, newest first; older ones are removed (0: no count cap)")
 	fs.DurationVar(&l.KeepFinishedFor, "keep-finished-for", l.KeepFinishedFor, "exited processes and finished jobs are removed this long after they ended (0: no age cap)")
+	fs.Var(mibFlag{&l.LogMiBPerUser}, "max-log-bytes-per-user", "what the logs of one non-root user's live processes may hold on disk together, e.g. 8G, checked each second; past it their rotated copies are removed, the oldest first, then their largest logs emptied (0: no cap)")
 	fs.Var(mibFlag{&l.KeepFinishedLogMiB}, "keep-finished-log-bytes", "what the logs of one user's exited processes kept may hold on disk together, e.g. 4G; past it the oldest are removed with their logs (0: no cap)")
 	fs.StringVar(&c.CgroupRoot, "cgroup-root", c.CgroupRoot, "cgroup v2 directory under which each managed tree gets a cgroup whose cpu.weight follows its nice (default: the daemon's own cgroup, delegated by systemd; none: off)")
 	fs.StringVar(&c.UserCgroups, "user-cgroups", c.UserCgroups, "a user's own delegated cgroup v2 directory (%U: the uid), where a non-root user's trees go when it exists, the user owns it and (for user@UID.service) the user lingers, under their systemd limits (none: off)")
@@ -372,6 +377,9 @@ func (c Config) Validate() error {
 	check(c.MaxConns >= 1 && c.MaxConns <= 1<<20, "--max-conns %d: must be 1..1048576", c.MaxConns)
 	check(c.LogMaxBytes >= 4096, "--log-max-bytes %d: must be at least 4096", c.LogMaxBytes)
 	check(c.LogKeep >= 0 && c.LogKeep <= 100, "--log-keep %d: must be 0..100", c.LogKeep)
+	perProc := float64(c.LogMaxBytes) * float64(c.LogKeep+1) // no overflow
+	check(c.Limits.LogMiBPerUser == 0 || float64(c.Limits.LogMiBPerUser)*(1<<20) >= perProc,
+		"--max-log-bytes-per-user %dM: must be 0 (no cap) or at least what one process's logs hold, --log-max-bytes times --log-keep plus one (%.0f bytes)", c.Limits.LogMiBPerUser, perProc)
 	check(c.GPUPoll >= 10*time.Millisecond, "--gpu-poll %v: must be at least 10ms", c.GPUPoll)
 	check(c.CPUSlice == 0 || c.CPUSlice >= cpuslice.Min && c.CPUSlice <= cpuslice.Max, "--cpu-slice %v: must be 0 (the kernel's default) or %v..%v", c.CPUSlice, cpuslice.Min, cpuslice.Max)
 	check(c.LogFormat == "json" || c.LogFormat == "console", "--log-format %q: must be json or console", c.LogFormat)

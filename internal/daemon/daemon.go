@@ -231,9 +231,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	serving, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
 	var bg sync.WaitGroup
-	bg.Add(5)
+	bg.Add(6)
 	go func() { defer bg.Done(); d.sampler.run(serving) }()
 	go func() { defer bg.Done(); d.runRetention(serving) }()
+	go func() { defer bg.Done(); d.runLogBudget(serving) }()
 	go func() { defer bg.Done(); d.runPolicies(serving) }()
 	go func() { defer bg.Done(); d.runScheduler(serving) }()
 	go func() { defer bg.Done(); d.runFillers(serving) }()

@@ -10,6 +10,7 @@
 // the file to zero; the process keeps its descriptor, and because of O_APPEND
 // its next write lands at offset 0, with no sparse hole. Bytes the process
 // writes between the copy and the truncation are lost, as with copytruncate.
+// [Empty] truncates a log the same way, to hold many logs to one budget.
 //
 // [Tail] reads the last lines backwards from the end, continuing into the
 // rotated copies; [TailForFollow] and [Follow] hand over at a byte offset so

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 )
@@ -112,7 +113,7 @@ func rotatedPath(path string, i int) string {
 	if i == 0 {
 		return path
 	}
-	return fmt.Sprintf("%s.%d", path, i)
+	return path + "." + strconv.Itoa(i)
 }
 
 func checkKeep(path string, keep int) error {
@@ -120,18 +121,6 @@ func checkKeep(path string, keep int) error {
 		return fmt.Errorf("log %s: keep %d: %w", path, keep, ErrInvalidArgument)
 	}
 	return nil
-}
-
-// Bytes is what path and its keep rotated copies hold on disk together;
-// a copy that is missing or not a regular file counts nothing.
-func Bytes(path string, keep int) int64 {
-	var n int64
-	for i := 0; i <= keep; i++ {
-		if fi, err := os.Lstat(rotatedPath(path, i)); err == nil && fi.Mode().IsRegular() {
-			n += fi.Size()
-		}
-	}
-	return n
 }
 
 // Remove deletes path and its keep rotated copies; missing ones are no

@@ -1,0 +1,7 @@
+// Package logbudget holds what the logs of each user's live processes hold
+// on disk together to a budget. Each log is capped on its own (its
+// supervisor rotates it), but a user with many processes holds many caps:
+// past the budget, the user's rotated copies go first, the oldest first,
+// then the user's largest logs are emptied in place with a line saying why.
+// [Select] decides, pure; a [Keeper] reads the sizes and cuts, once a tick.
+package logbudget
