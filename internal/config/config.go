@@ -377,9 +377,6 @@ func (c Config) Validate() error {
 	check(c.MaxConns >= 1 && c.MaxConns <= 1<<20, "--max-conns %d: must be 1..1048576", c.MaxConns)
 	check(c.LogMaxBytes >= 4096, "--log-max-bytes %d: must be at least 4096", c.LogMaxBytes)
 	check(c.LogKeep >= 0 && c.LogKeep <= 100, "--log-keep %d: must be 0..100", c.LogKeep)
-	perProc := float64(c.LogMaxBytes) * float64(c.LogKeep+1) // no overflow
-	check(c.Limits.LogMiBPerUser == 0 || float64(c.Limits.LogMiBPerUser)*(1<<20) >= perProc,
-		"--max-log-bytes-per-user %dM: must be 0 (no cap) or at least what one process's logs hold, --log-max-bytes times --log-keep plus one (%.0f bytes)", c.Limits.LogMiBPerUser, perProc)
 	check(c.GPUPoll >= 10*time.Millisecond, "--gpu-poll %v: must be at least 10ms", c.GPUPoll)
 	check(c.CPUSlice == 0 || c.CPUSlice >= cpuslice.Min && c.CPUSlice <= cpuslice.Max, "--cpu-slice %v: must be 0 (the kernel's default) or %v..%v", c.CPUSlice, cpuslice.Min, cpuslice.Max)
 	check(c.LogFormat == "json" || c.LogFormat == "console", "--log-format %q: must be json or console", c.LogFormat)

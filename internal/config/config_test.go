@@ -64,8 +64,6 @@ func TestValidate(t *testing.T) {
 		{[]string{"--max-cpu-per-user", "-0.1"}, "--max-cpu-per-user -0.1: must be 0 (no cap) or 0.0001..1024"},
 		{[]string{"--max-cpu-per-user", "1e-300"}, "--max-cpu-per-user 1e-300: must be 0 (no cap)"},
 		{[]string{"--max-cpu-per-user", "NaN"}, "--max-cpu-per-user NaN: must be 0 (no cap)"},
-		{[]string{"--max-log-bytes-per-user", "100M"}, "--max-log-bytes-per-user 100M: must be 0 (no cap) or at least what one process's logs hold, --log-max-bytes times --log-keep plus one (134217728 bytes)"},
-		{[]string{"--max-log-bytes-per-user", "1M", "--log-max-bytes", "262144", "--log-keep", "4"}, "(1310720 bytes)"},
 		{[]string{"--max-temp", "hot"}, "invalid value"},
 		{[]string{"extra"}, "unexpected argument"},
 		{[]string{"--no-such-flag"}, "not defined"},
