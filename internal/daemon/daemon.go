@@ -231,10 +231,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	serving, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
 	var bg sync.WaitGroup
-	bg.Add(6)
+	bg.Add(7)
 	go func() { defer bg.Done(); d.sampler.run(serving) }()
 	go func() { defer bg.Done(); d.runRetention(serving) }()
 	go func() { defer bg.Done(); d.runLogBudget(serving) }()
+	go func() { defer bg.Done(); d.keepLearned(serving) }()
 	go func() { defer bg.Done(); d.runPolicies(serving) }()
 	go func() { defer bg.Done(); d.runScheduler(serving) }()
 	go func() { defer bg.Done(); d.runFillers(serving) }()
@@ -262,6 +263,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	d.wg.Wait()
 	bg.Wait()
 	d.bg.Wait()
+	d.flushLearned() // what the last period learned, and jobs settled since
 	if d.snaps != nil {
 		d.snaps.Stop() // the next start removes what is left of the trash
 	}

@@ -152,9 +152,7 @@ func (d *Daemon) finishAttempt(j *jobqueue.Job, rec *proctable.Record) {
 		return
 	}
 	if learn > 0 {
-		if err := d.learned.Put(j.Owner.UID, j.Cmd, learn); err != nil { // j ran: its command is whole
-			d.log.Warn("remember peak VRAM", zap.String("job", next.Name), zap.Error(err))
-		}
+		d.learned.Put(j.Owner.UID, j.Cmd, learn) // j ran: its command is whole
 	}
 	d.log.Info("job attempt ended", zap.String("job", next.Name), zap.String("id", next.ID),
 		zap.String("state", string(next.State)), zap.String("reason", next.Reason), zap.String("verdict", next.Verdict))

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -48,6 +49,24 @@ func (d *Daemon) openLearned(path string) error {
 	}
 	d.learned = l
 	return nil
+}
+
+// learnedPeriod is how often at most the peaks learned for vram=auto are
+// written: a stream of jobs costs the disk one write a period. A crash
+// loses at most the last period's; a clean stop loses none.
+const learnedPeriod = time.Second
+
+// keepLearned writes what vram=auto learned, at most once per
+// learnedPeriod, until ctx ends.
+func (d *Daemon) keepLearned(ctx context.Context) {
+	d.learned.Keep(ctx, learnedPeriod, func(err error) { d.log.Warn("remember peak VRAM", zap.Error(err)) })
+}
+
+// flushLearned writes what vram=auto learned since the last write.
+func (d *Daemon) flushLearned() {
+	if err := d.learned.Flush(); err != nil {
+		d.log.Warn("remember peak VRAM", zap.Error(err))
+	}
 }
 
 // onJobChange publishes a job's state changes; it runs under the queue

@@ -17,7 +17,7 @@ import (
 // TestQueueWarnsPastDeclarationAndLearns: a job that goes past its
 // declaration is warned about at once (an event with a warning), gets an
 // under-declared verdict, and what it used becomes the declaration of the
-// next vram=auto run of the same command.
+// next vram=auto run of the same command, before and after a restart.
 func TestQueueWarnsPastDeclarationAndLearns(t *testing.T) {
 	h := newQueueHarness(t, "1x24G")
 	cmd := h.simjob("--vram", "2048", "--hold", "0.2")
@@ -59,6 +59,11 @@ func TestQueueWarnsPastDeclarationAndLearns(t *testing.T) {
 
 	if a := h.submit(api.JobSpec{Name: "again", Cmd: cmd, VRAM: api.VRAM{Auto: true}}); a.VRAMMiB != 2048 || !a.VRAM.Auto {
 		t.Fatalf("auto after a run: vram %v = %d MiB", a.VRAM, a.VRAMMiB)
+	}
+	h.stop() // what was learned is written by a clean stop at the latest
+	h.start()
+	if a := h.submit(api.JobSpec{Name: "after-restart", Cmd: cmd, VRAM: api.VRAM{Auto: true}}); a.VRAMMiB != 2048 {
+		t.Fatalf("auto after a restart: %d MiB, want the 2048 learned before it", a.VRAMMiB)
 	}
 	if n := h.submit(api.JobSpec{Name: "new", Cmd: h.simjob("--vram", "64", "--hold", "0.01"), VRAM: api.VRAM{Auto: true}}); n.VRAMMiB != 0 {
 		t.Fatalf("auto for a new command: %d MiB, want undeclared", n.VRAMMiB)

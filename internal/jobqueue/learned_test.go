@@ -1,11 +1,14 @@
 package jobqueue_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/gpusched/gpusched/internal/jobqueue"
 )
@@ -34,9 +37,13 @@ func TestLearned(t *testing.T) {
 		{0, []string{"nvidia-smi"}, 3},
 	}
 	for _, p := range puts {
-		if err := l.Put(p.uid, p.cmd, p.peak); err != nil {
-			t.Fatalf("Put: %v", err)
-		}
+		l.Put(p.uid, p.cmd, p.peak)
+	}
+	if _, err := os.Stat(path); err == nil {
+		t.Error("Put wrote the file: only Flush writes")
+	}
+	if err := l.Flush(); err != nil {
+		t.Fatalf("Flush: %v", err)
 	}
 	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("learned file: %v, %v; want mode 0600", fi, err)
@@ -107,7 +114,8 @@ func TestOpenLearnedErrors(t *testing.T) {
 		if _, ok := l.Get(1000, []string{"x"}); ok {
 			t.Error("null remembers something")
 		}
-		if err := l.Put(1000, []string{"x"}, 1); err != nil {
+		l.Put(1000, []string{"x"}, 1)
+		if err := l.Flush(); err != nil {
 			t.Fatal(err)
 		}
 		if l2, err := jobqueue.OpenLearned(path); err != nil {
@@ -126,8 +134,9 @@ func TestOpenLearnedErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := l.Put(1000, []string{"x"}, 1); err == nil {
-			t.Error("Put with nowhere to write gave no error")
+		l.Put(1000, []string{"x"}, 1)
+		if err := l.Flush(); err == nil {
+			t.Error("Flush with nowhere to write gave no error")
 		}
 	})
 }
@@ -140,18 +149,13 @@ func TestLearnedRemembersTheLastCommandsOfEachUser(t *testing.T) {
 	}
 	// Each command 100 KiB: the file holds a digest of each, not the command.
 	long := func(i int) []string { return []string{"python", strings.Repeat("x", 100<<10), strconv.Itoa(i)} }
-	if err := l.Put(2000, long(0), 7); err != nil {
-		t.Fatal(err)
-	}
+	l.Put(2000, long(0), 7)
 	for i := range jobqueue.LearnedPerUser + 10 {
-		if err := l.Put(1000, long(i), uint64(i+1)); err != nil {
-			t.Fatal(err)
-		}
+		l.Put(1000, long(i), uint64(i+1))
 	}
-	if err := l.Put(1000, long(10), 11); err != nil { // learned again: the newest
-		t.Fatal(err)
-	}
-	if err := l.Put(1000, long(jobqueue.LearnedPerUser+10), 99); err != nil {
+	l.Put(1000, long(10), 11) // learned again: the newest
+	l.Put(1000, long(jobqueue.LearnedPerUser+10), 99)
+	if err := l.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	fi, err := os.Stat(path)
@@ -189,4 +193,100 @@ func TestLearnedReadsAnEarlierDaemonsFile(t *testing.T) {
 	if v, ok := l.Get(0, []string{"nvidia-smi"}); !ok || v != 3 {
 		t.Errorf("root's command: %d, %v", v, ok)
 	}
+}
+
+// TestLearnedFlushWritesOnlyChanges: a command learned again with the
+// same peak is no change to write; a new peak is.
+func TestLearnedFlushWritesOnlyChanges(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "learned.json")
+	l, err := jobqueue.OpenLearned(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	train := []string{"python", "train.py"}
+	l.Put(1000, train, 5000)
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	removeFile(t, path) // a write brings it back
+	l.Put(1000, train, 5000)
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if exists(path) {
+		t.Error("the same peak learned again rewrote the file")
+	}
+	l.Put(1000, train, 6000)
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if !exists(path) {
+		t.Error("a new peak was not written")
+	}
+}
+
+// TestLearnedKeepWritesOncePerPeriod: Keep writes a period after the
+// first change, everything learned meanwhile at once, and not again until
+// something changes; on synctest's clock.
+func TestLearnedKeepWritesOncePerPeriod(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "learned.json")
+		l, err := jobqueue.OpenLearned(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			l.Keep(ctx, time.Second, func(err error) { t.Errorf("Keep: %v", err) })
+		}()
+		cmd := func(i int) []string { return []string{"job", strconv.Itoa(i)} }
+		for i := range 100 {
+			l.Put(1000, cmd(i), uint64(i+1))
+		}
+		time.Sleep(999 * time.Millisecond)
+		synctest.Wait()
+		if _, err := os.Stat(path); err == nil {
+			t.Fatal("written before the period was out")
+		}
+		for i := 100; i < 200; i++ {
+			l.Put(1000, cmd(i), uint64(i+1))
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		again, err := jobqueue.OpenLearned(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, ok := again.Get(1000, cmd(199)); !ok || v != 200 {
+			t.Fatalf("the one write lacks the last put: %d, %v", v, ok)
+		}
+		removeFile(t, path) // a write brings it back
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if exists(path) {
+			t.Error("written again with nothing changed")
+		}
+		l.Put(1000, cmd(0), 7)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if !exists(path) {
+			t.Error("a change was not written a period later")
+		}
+		cancel()
+		<-done
+	})
+}
+
+func removeFile(t *testing.T, path string) {
+	t.Helper()
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
