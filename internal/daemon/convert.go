@@ -10,19 +10,31 @@ import (
 )
 
 // wholeCmd is p with r's whole command where r keeps it cut: what status
-// of one process and wait answer. A command that cannot be read stays cut
-// (cmd_truncated says so), with a log line.
-func (d *Daemon) wholeCmd(p api.Process, r proctable.Record) api.Process {
-	if !r.CmdTruncated {
-		return p
+// of one process and wait answer (readApart).
+func (d *Daemon) wholeCmd(c *call, p api.Process, r proctable.Record) api.Process {
+	if r.CmdTruncated {
+		if cmd := d.readApart(c, "process", r.Name, func() ([]string, error) { return d.table.Command(r) }); cmd != nil {
+			p.Cmd, p.CmdTruncated = cmd, false
+		}
 	}
-	cmd, err := d.table.Command(r)
-	if err != nil {
-		d.log.Warn("cannot read a process's whole command; answering it cut", zap.String("name", r.Name), zap.Error(err))
-		return p
-	}
-	p.Cmd, p.CmdTruncated = cmd, false
 	return p
+}
+
+// readApart reads a whole command a record keeps apart (up to 256 KiB,
+// decoded) and charges it to the caller's share of the daemon's CPU
+// (--max-cpu-per-user) without waiting: the call is a quick one, and the
+// caller's next work held to the share pays for it, so that a loop of
+// status calls on such a record is not free. A command that cannot be
+// read is nil, with a log line: the answer keeps it cut (cmd_truncated).
+func (d *Daemon) readApart(c *call, kind, name string, read func() ([]string, error)) []string {
+	charge := d.bulk.Charge(c.actor.UID)
+	cmd, err := read()
+	charge()
+	if err != nil {
+		d.log.Warn("cannot read a "+kind+"'s whole command; answering it cut", zap.String("name", name), zap.Error(err))
+		return nil
+	}
+	return cmd
 }
 
 // toAPI renders a record with the GPU memory its tree holds in view gv,

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"go.uber.org/zap"
-
 	"github.com/gpusched/gpusched/internal/jobqueue"
 	"github.com/gpusched/gpusched/internal/limits"
 	"github.com/gpusched/gpusched/pkg/api"
@@ -254,22 +252,27 @@ func (d *Daemon) job(c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return d.jobToAPI(j), nil
+	return d.wholeJob(c, j), nil
 }
 
-// jobToAPI renders a job with what the scheduler knows beyond its record:
-// why it waits, the peaks of its running attempt, and its whole command
-// where a finished job keeps it cut (with a log line, cut, where that
-// cannot be read).
-func (d *Daemon) jobToAPI(j *jobqueue.Job) api.Job {
-	out := jobEvent(j)
+// wholeJob is j as jobToAPI renders it, with its whole command where a
+// finished job keeps it cut: what job, job_wait and cancel answer
+// (readApart).
+func (d *Daemon) wholeJob(c *call, j *jobqueue.Job) api.Job {
+	out := d.jobToAPI(j)
 	if j.CmdTruncated {
-		if cmd, err := d.jobs.Command(j); err != nil {
-			d.log.Warn("cannot read a job's whole command; answering it cut", zap.String("job", j.Name), zap.Error(err))
-		} else {
+		if cmd := d.readApart(c, "job", j.Name, func() ([]string, error) { return d.jobs.Command(j) }); cmd != nil {
 			out.Cmd, out.CmdTruncated = cmd, false
 		}
 	}
+	return out
+}
+
+// jobToAPI renders a job with what the scheduler knows beyond its record:
+// why it waits and the peaks of its running attempt. Its command is as the
+// record keeps it: cut, once finished, past 4 KiB (wholeJob).
+func (d *Daemon) jobToAPI(j *jobqueue.Job) api.Job {
+	out := jobEvent(j)
 	if j.State == api.JobQueued {
 		if why := d.sched.reason(j); why != "" {
 			out.Reason = why

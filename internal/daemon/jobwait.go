@@ -41,14 +41,14 @@ func (d *Daemon) cancel(c *call) (any, error) {
 	}
 	d.sched.kick()
 	if queued.State == api.JobCancelled {
-		return d.jobToAPI(queued), nil
+		return d.wholeJob(c, queued), nil
 	}
 	d.endJob(queued, api.JobCancelled, "cancelled by "+c.actor.User)
 	timeout := time.NewTimer(d.cfg.JobKillGrace + cancelWait)
 	defer timeout.Stop()
 	for {
 		if cur, ok := d.jobs.Get(j.ID); ok && cur.State.Terminal() {
-			return d.jobToAPI(cur), nil
+			return d.wholeJob(c, cur), nil
 		}
 		select {
 		case <-sub.ch:
@@ -74,7 +74,7 @@ func (d *Daemon) jobWait(c *call, stream *eventStream) (any, error) {
 	sub, stop := d.events.subscribe(func(e *api.Event) bool { return e.Job != nil && e.Job.ID == j.ID })
 	defer stop()
 	if cur, ok := d.jobs.Get(j.ID); ok && cur.State.Terminal() {
-		return d.jobToAPI(cur), nil
+		return d.wholeJob(c, cur), nil
 	}
 	ctx := c.ctx
 	if p.Timeout > 0 {
@@ -99,7 +99,7 @@ func (d *Daemon) jobWait(c *call, stream *eventStream) (any, error) {
 			}
 			if e.JobState.Terminal() && e.Warning == "" {
 				if cur, ok := d.jobs.Get(j.ID); ok {
-					return d.jobToAPI(cur), nil // the command whole, as job has it
+					return d.wholeJob(c, cur), nil // the command whole, as job has it
 				}
 				return e.Job, nil
 			}

@@ -34,7 +34,7 @@ func (d *Daemon) status(c *call) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return d.wholeCmd(toAPI(r, gv), r), nil
+		return d.wholeCmd(c, toAPI(r, gv), r), nil
 	}
 	st := api.Status{
 		Version: Version, Protocol: api.ProtocolVersion, Backend: d.gpus.Name(),

@@ -2,11 +2,14 @@ package daemon
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/proctable"
@@ -89,9 +92,17 @@ func TestRedTeamLongCommandsKeptOnDisk(t *testing.T) {
 	if j, err := h.client().Job(ctxT(t), jobs[0]); err != nil || !slices.Equal(j.Cmd, cmd) || j.CmdTruncated {
 		t.Errorf("job of one finished job: %d arguments, truncated %v (%v); want the whole command", len(j.Cmd), j.CmdTruncated, err)
 	}
+	allocated := totalAlloc()
 	listed, err := h.client().Jobs(ctxT(t), api.JobsParams{All: true})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Listed from what the records keep: reading the 24 whole commands
+	// (4.8 MiB of files) only to cut them again allocated 17 MB.
+	allocated = totalAlloc() - allocated
+	t.Logf("jobs --all of %d finished jobs allocated %d bytes", len(jobs), allocated)
+	if allocated > 2<<20 {
+		t.Errorf("jobs --all of %d finished jobs allocated %d bytes, want at most 2 MiB: read their whole commands?", len(jobs), allocated)
 	}
 	for _, j := range listed {
 		if b, _ := json.Marshal(j.Cmd); !j.CmdTruncated || len(b) > api.ListCmdBytes {
@@ -138,5 +149,61 @@ func TestRedTeamLongCommandsKeptOnDisk(t *testing.T) {
 		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 			t.Errorf("%d whole commands left in %s after rm --exited and jobs prune", len(ents), dir)
 		}
+	}
+}
+
+// totalAlloc is what the test binary (the daemon and its clients) has
+// allocated so far.
+func totalAlloc() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.TotalAlloc
+}
+
+// TestRedTeamWholeCommandsChargedToTheShare: status of one process and
+// job of one job read a whole command kept apart (200 KiB here) and charge
+// it to the caller's share of the daemon's CPU (--max-cpu-per-user), as
+// quick calls, without waiting: a real user's ten such calls are answered
+// at once and whole, and then their next bulk work (a logs) waits for the
+// share, while another user's is answered. Before, such reads were free.
+// The share is a ten-thousandth of a CPU, a burst of 0.2 ms; decoding
+// ten commands of 200 KiB takes some times that.
+func TestRedTeamWholeCommandsChargedToTheShare(t *testing.T) {
+	alice, bob := testutil.NewUser(t, "gsapart-a", "gsapart"), testutil.NewUser(t, "gsapart-b", "gsapart")
+	h := newHarness(t, func(c *config.Config) { c.Group = "gsapart" })
+	cmd := []string{"true", strings.Repeat("a", 100<<10), strings.Repeat("b", 100<<10)}
+	for _, u := range []testutil.User{alice, bob} {
+		h.mustCtl(u, append([]string{"run", "--dir", "/", "long-" + u.Name, "--"}, cmd...)...)
+		h.mustCtl(u, "run", "--dir", "/", "short-"+u.Name, "--", "echo", "up")
+		h.mustCtl(u, append([]string{"submit", "--name", "job-" + u.Name, "--dir", "/", "--"}, cmd...)...)
+		h.waitExit("long-" + u.Name)
+		h.waitExit("short-" + u.Name)
+		if j, err := h.client().WaitJob(ctxT(t), api.JobWaitParams{Name: "job-" + u.Name}, nil); err != nil || j.State != api.JobDone {
+			t.Fatalf("job-%s: %v, %v", u.Name, j.State, err)
+		}
+	}
+	h.stop() // the share, once the processes have run (a start is charged too)
+	h.cfg.Limits.CPUPerUser = 0.0001
+	h.start()
+
+	a := h.rawsAsUser(alice, 2)
+	for i := range 10 {
+		method, params := api.MethodStatus, any(api.StatusParams{Name: "long-" + alice.Name})
+		if i%2 == 1 {
+			method, params = api.MethodJob, api.JobParams{Name: "job-" + alice.Name}
+		}
+		r := a[0].call(method, params)
+		res, _ := r["result"].(map[string]any)
+		if got, _ := res["cmd"].([]any); r["ok"] != true || len(got) != len(cmd) || res["cmd_truncated"] == true {
+			t.Fatalf("alice's %s %d: ok %v, %d arguments; want the whole command", method, i, r["ok"], len(got))
+		}
+	}
+	a[1].send(`{"id":1,"method":"logs","params":{"name":"short-gsapart-a","lines":-1}}`)
+	a[1].c.SetReadDeadline(time.Now().Add(time.Second))
+	if _, err := a[1].r.ReadByte(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("alice's logs after reading ten whole commands was answered over her CPU share (err %v)", err)
+	}
+	if r := h.rawAsUser(bob).call(api.MethodLogs, api.LogsParams{Name: "short-" + bob.Name}); r["ok"] != true {
+		t.Fatalf("bob's logs while alice waits: %v", r)
 	}
 }

@@ -27,7 +27,7 @@ func (d *Daemon) wait(c *call, stream *eventStream) (any, error) {
 		rec = cur
 	}
 	if !rec.Live() {
-		return d.wholeCmd(toAPI(rec, d.gpuView()), rec), nil
+		return d.wholeCmd(c, toAPI(rec, d.gpuView()), rec), nil
 	}
 	ctx := c.ctx
 	if p.Timeout > 0 {
@@ -55,7 +55,7 @@ func (d *Daemon) wait(c *call, stream *eventStream) (any, error) {
 			}
 			if e.Type == api.EventRemoved || e.State == api.StateExited {
 				if cur, ok := d.table.Get(p.Name); ok && cur.ID == id {
-					return d.wholeCmd(toAPI(cur, d.gpuView()), cur), nil // as status has it
+					return d.wholeCmd(c, toAPI(cur, d.gpuView()), cur), nil // as status has it
 				}
 				return e.Process, nil
 			}
