@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/gpusched/gpusched/internal/logfile"
@@ -59,7 +60,9 @@ func (k Keeper) Pass() {
 	logs := k.Live()
 	byUser := map[uint32][]int{}
 	for i, l := range logs {
-		byUser[l.UID] = append(byUser[l.UID], i)
+		if filepath.IsAbs(l.Path) { // never a path relative to the daemon's directory
+			byUser[l.UID] = append(byUser[l.UID], i)
+		}
 	}
 	var copies []logfile.Copy
 	var files []File

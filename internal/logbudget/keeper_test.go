@@ -34,10 +34,13 @@ func TestPassCutsEachUserApart(t *testing.T) {
 	write("b.log.1", 1000, 2*time.Hour)
 	write("c.log", 3000, 0)
 	write("c.log.1", 1000, time.Hour)
+	write(".1", 1000, 3*time.Hour) // what a log with no path would name in the daemon's directory
+	t.Chdir(dir)
 	logs := []Log{
 		{UID: 1000, User: "alice", Name: "a", Path: filepath.Join(dir, "a.log")},
 		{UID: 1001, User: "bob", Name: "b", Path: filepath.Join(dir, "b.log")},
 		{UID: 1001, User: "bob", Name: "c", Path: filepath.Join(dir, "c.log")},
+		{UID: 1001, User: "bob", Name: "no-log"}, // nothing relative to the daemon's directory
 	}
 	var reports []Report
 	k := Keeper{Budget: 4000, Keep: 1, Setting: "--max-log-bytes-per-user",
@@ -52,7 +55,7 @@ func TestPassCutsEachUserApart(t *testing.T) {
 	if r.User != "bob" || r.Held != 9000 || !slices.Equal(r.Removed, wantRemoved) || !slices.Equal(r.Emptied, []string{"b"}) || r.Err != nil {
 		t.Errorf("report %+v, want bob's 9000 bytes, %v removed, b emptied", r, wantRemoved)
 	}
-	for path, want := range map[string]int64{"a.log": 900, "a.log.1": 900, "c.log": 3000} {
+	for path, want := range map[string]int64{"a.log": 900, "a.log.1": 900, "c.log": 3000, ".1": 1000} {
 		if n := logfile.Bytes(filepath.Join(dir, path), 0); n != want {
 			t.Errorf("%s holds %d bytes, want %d (untouched)", path, n, want)
 		}
