@@ -88,7 +88,6 @@ func OpenLearned(path string) (*Learned, error) {
 		l.seq++
 		l.putLocked(uint32(n), strings.Split(cmd, "\x00"), peak)
 	}
-	l.dirty = false // the next Flush writes it in the new form only if something changes
 	return l, nil
 }
 
