@@ -60,3 +60,19 @@ func TestAppendCopies(t *testing.T) {
 		t.Errorf("Copies = %+v, want the log (3 bytes) and .2 (2 bytes), .1 missing", got)
 	}
 }
+
+// TestFollowAcrossEmpty: a follower of a log emptied under it goes on with
+// the line saying so, then what is written after, even where that line is
+// longer than what the follower had read.
+func TestFollowAcrossEmpty(t *testing.T) {
+	path, w := openLog(t)
+	fw := startFollow(t, path, 0)
+	appendTo(t, w, "a\nb\n")
+	fw.expect(t, "a", "b")
+	if err := Empty(path, "gpusched: this log was emptied\n"); err != nil {
+		t.Fatal(err)
+	}
+	appendTo(t, w, "c\n")
+	fw.expect(t, "gpusched: this log was emptied", "c")
+	fw.finish(t)
+}
