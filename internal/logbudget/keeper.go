@@ -20,7 +20,6 @@ type Log struct {
 
 // Report is what one pass did to one user's logs.
 type Report struct {
-	UID     uint32
 	User    string
 	Held    int64    // what the user's logs held before the cuts
 	Removed []string // rotated copies removed, by path
@@ -66,7 +65,7 @@ func (k Keeper) Pass() {
 	}
 	var copies []logfile.Copy
 	var files []File
-	for uid, mine := range byUser {
+	for _, mine := range byUser {
 		files = files[:0]
 		var held int64
 		for _, i := range mine {
@@ -77,14 +76,14 @@ func (k Keeper) Pass() {
 			}
 		}
 		if held > k.Budget {
-			k.cut(logs[mine[0]].User, uid, held, logs, Select(k.Budget, files))
+			k.cut(logs[mine[0]].User, held, logs, Select(k.Budget, files))
 		}
 	}
 }
 
 // cut removes or empties each of files, one user's, and reports it.
-func (k Keeper) cut(user string, uid uint32, held int64, logs []Log, files []File) {
-	r := Report{UID: uid, User: user, Held: held}
+func (k Keeper) cut(user string, held int64, logs []Log, files []File) {
+	r := Report{User: user, Held: held}
 	note := fmt.Sprintf("gpusched: this log was emptied: the logs of %s's live processes held %d bytes, over the daemon's %s (%d)\n",
 		user, held, k.Setting, k.Budget)
 	for _, f := range files {
