@@ -85,6 +85,7 @@ type Daemon struct {
 	logWatch   *logfile.Watcher // wakes every log follower; closed when Run ends
 	streamCap  *limits.Slots    // streaming calls in progress per user
 	turns      *limits.Turns    // quick calls being answered per user
+	criuTurns  *limits.Turns    // CRIU dumps and restores of one user's trees: one at a time
 	bulk       bulkGate         // bulk work (long replies, placement passes) in progress
 	logReader  logReader        // nil: the daemon encodes every logs reply itself
 
@@ -114,7 +115,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		sched: newScheduler(), leases: newLeaseSet(), fillers: newFillerSet(), activator: activate.New(), startedAt: time.Now(), ready: make(chan struct{}), retain: make(chan struct{}, 1),
 		conns:    newConnSet(cfg.MaxConns, cfg.Limits.ConnsPerUser),
 		logWatch: logfile.NewWatcher(), streamCap: limits.NewSlots(cfg.Limits.StreamsPerUser, "max-streams-per-user", "streaming calls in progress"),
-		turns: limits.NewTurns(turnsPerUser(cfg.Limits.TurnsPerUser)), bulk: bulkgate.ForProcs().Metered(limits.NewCPUShare(cfg.Limits.CPUPerUser))}
+		turns: limits.NewTurns(turnsPerUser(cfg.Limits.TurnsPerUser)), criuTurns: limits.NewTurns(1), bulk: bulkgate.ForProcs().Metered(limits.NewCPUShare(cfg.Limits.CPUPerUser))}
 	for _, o := range opts {
 		o(d)
 	}

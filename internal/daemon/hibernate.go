@@ -248,8 +248,15 @@ func (d *Daemon) finishDump(img dumpedTree, o hibernateOpts) (api.HibernateResul
 
 // criuDump runs one CRIU dump of rec's tree into dir, as the tree's owner,
 // with the pages through a page server that leaves pages unchanged since
-// parent in it.
+// parent in it. A user's dumps and restores run one at a time (criuTurns):
+// CRIU's CPU is spent in the daemon's cgroup, held to no share, and one
+// user's loops on many processes would take every CPU.
 func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent string, leave checkpoint.Leave) (checkpoint.PageStats, error) {
+	release, err := d.criuTurns.Take(ctx, rec.Owner.UID)
+	if err != nil {
+		return checkpoint.PageStats{}, err
+	}
+	defer release()
 	parentDir := ""
 	if parent != "" {
 		parentDir = d.snaps.Path(parent)

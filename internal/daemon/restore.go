@@ -83,8 +83,14 @@ func (d *Daemon) thawFromDisk(ctx context.Context, rec proctable.Record, opts th
 // re-adopts it: new host pids, the same namespace pids, frozen and stopped.
 // With lazy set, the restore is lazy: a lazy-pages server listening in dir
 // serves its memory (see thawFromPageSource).
+// It waits for the owner's CRIU turn (criuDump) as a hibernated process.
 func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir string, lazy bool) (proctable.Record, error) {
-	rec, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+	release, err := d.criuTurns.Take(ctx, rec.Owner.UID)
+	if err != nil {
+		return rec, fmt.Errorf("restore: %w", err)
+	}
+	defer release()
+	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
 		}
