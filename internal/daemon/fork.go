@@ -191,7 +191,7 @@ func (d *Daemon) dumpForFork(ctx context.Context, src proctable.Record) (forkSou
 	t := time.Now()
 	err = writeCarry(img.dir, carry)
 	if err == nil {
-		_, err = d.criuDump(ctx, src, img.dir, "", checkpoint.LeaveRunning)
+		_, err = d.criuDump(ctx, src, img.dir, "", checkpoint.LeaveRunning, true)
 	}
 	img.dumpMS = msSince(t)
 	if err != nil {

@@ -30,7 +30,7 @@ type hibernateOpts struct {
 	full        bool   // no parent image
 	why         string // "" when asked for; else the policy that evicted it
 	quiet       bool   // a policy's try: the policy logs its failure
-	freed       bool   // answer once the dumped tree's memory is freed (room for a freeze)
+	freed       bool   // an eviction making room for a freeze: answer once the tree's memory is freed; wait for no CRIU turn
 }
 
 // hibernate moves a running or frozen process to disk.
@@ -189,7 +189,7 @@ func (d *Daemon) dumpImage(ctx context.Context, rec proctable.Record, o hibernat
 
 	t := time.Now()
 	rt.dumping.Store(true)
-	stats, err := d.criuDump(ctx, rec, dir, parent, checkpoint.LeaveStopped)
+	stats, err := d.criuDump(ctx, rec, dir, parent, checkpoint.LeaveStopped, !o.freed)
 	dumpMS := msSince(t)
 	if err != nil {
 		rt.dumping.Store(false)
@@ -248,15 +248,20 @@ func (d *Daemon) finishDump(img dumpedTree, o hibernateOpts) (api.HibernateResul
 
 // criuDump runs one CRIU dump of rec's tree into dir, as the tree's owner,
 // with the pages through a page server that leaves pages unchanged since
-// parent in it. A user's dumps and restores run one at a time (criuTurns):
-// CRIU's CPU is spent in the daemon's cgroup, held to no share, and one
-// user's loops on many processes would take every CPU.
-func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent string, leave checkpoint.Leave) (checkpoint.PageStats, error) {
-	release, err := d.criuTurns.Take(ctx, rec.Owner.UID)
-	if err != nil {
-		return checkpoint.PageStats{}, err
+// parent in it. With turn, it waits for the owner's CRIU turn first: a
+// user's dumps and restores run one at a time (criuTurns), since CRIU's
+// CPU is spent in the daemon's cgroup, held to no share, and one user's
+// loops on many processes would run as many at once. An eviction goes
+// without: it makes room for another's freeze, which must not wait behind
+// the owner's own.
+func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent string, leave checkpoint.Leave, turn bool) (checkpoint.PageStats, error) {
+	if turn {
+		release, err := d.criuTurns.Take(ctx, rec.Owner.UID)
+		if err != nil {
+			return checkpoint.PageStats{}, err
+		}
+		defer release()
 	}
-	defer release()
 	parentDir := ""
 	if parent != "" {
 		parentDir = d.snaps.Path(parent)

@@ -1,8 +1,10 @@
 package daemon
 
 import (
+	"context"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/testutil"
@@ -80,4 +82,36 @@ func TestRedTeamOneCRIUAtATimePerUser(t *testing.T) {
 		t.Fatalf("the user's thaw once the turn was given back: %q", got)
 	}
 	h.verifyContinued("theirs", ticks) // its memory whole, its counter going on
+}
+
+// TestEvictionWaitsForNoOnesCRIUTurn: an eviction to make room for
+// another's freeze dumps the owner's process without waiting for the
+// owner's CRIU turn: root's freeze, which evicts the user's frozen process
+// while the test holds that user's turn, is done, and the user's process is
+// hibernated. Waiting, it would wait for as long as the user kept their
+// own dumps going.
+func TestEvictionWaitsForNoOnesCRIUTurn(t *testing.T) {
+	u := testutil.NewUser(t, "gscriu2", "gscriu")
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group = "gscriu"; c.RAMBudgetMiB = 300 })
+	if _, errOut, code := h.ctlAs(u, "run", "theirs", "--gpu", "0", "--", h.bins.SimJob, "--vram", "256", "--host-mem", "1", "--tick", "0.02"); code != 0 {
+		t.Fatalf("run theirs: %s", errOut)
+	}
+	h.followCount("theirs", "tick 3", 1)
+	if _, errOut, code := h.ctlAs(u, "freeze", "theirs"); code != 0 {
+		t.Fatalf("freeze theirs: %s", errOut)
+	}
+	h.memJob("roots", 256, 1)
+	release, err := h.d.criuTurns.Take(ctxT(t), u.UID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := h.client().Freeze(ctx, api.FreezeParams{Name: "roots"}); err != nil {
+		t.Fatalf("root's freeze, which evicts the user's process while the user's CRIU turn is held: %v", err)
+	}
+	if p := h.proc("theirs"); p.State != api.StateHibernated {
+		t.Fatalf("the user's process: %s, want hibernated (evicted)", p.State)
+	}
 }
