@@ -28,9 +28,9 @@ const carryFile = "gpusched-carry.json"
 type hibernateOpts struct {
 	lockTimeout time.Duration
 	full        bool   // no parent image
-	why         string // "" when asked for; else the policy that evicted it
+	why         string // "" when asked for; else the policy that evicted it, which waits for no CRIU turn
 	quiet       bool   // a policy's try: the policy logs its failure
-	freed       bool   // an eviction making room for a freeze: answer once the tree's memory is freed; wait for no CRIU turn
+	freed       bool   // answer once the dumped tree's memory is freed (room for a freeze)
 }
 
 // hibernate moves a running or frozen process to disk.
@@ -189,7 +189,7 @@ func (d *Daemon) dumpImage(ctx context.Context, rec proctable.Record, o hibernat
 
 	t := time.Now()
 	rt.dumping.Store(true)
-	stats, err := d.criuDump(ctx, rec, dir, parent, checkpoint.LeaveStopped, !o.freed)
+	stats, err := d.criuDump(ctx, rec, dir, parent, checkpoint.LeaveStopped, o.why == "")
 	dumpMS := msSince(t)
 	if err != nil {
 		rt.dumping.Store(false)
@@ -251,9 +251,10 @@ func (d *Daemon) finishDump(img dumpedTree, o hibernateOpts) (api.HibernateResul
 // parent in it. With turn, it waits for the owner's CRIU turn first: a
 // user's dumps and restores run one at a time (criuTurns), since CRIU's
 // CPU is spent in the daemon's cgroup, held to no share, and one user's
-// loops on many processes would run as many at once. An eviction goes
-// without: it makes room for another's freeze, which must not wait behind
-// the owner's own.
+// loops on many processes would run as many at once. The daemon's own
+// dumps go without (an eviction makes room for another's freeze, a ttl
+// policy runs in the loop that serves every user's): they must not wait
+// behind the owner's own.
 func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent string, leave checkpoint.Leave, turn bool) (checkpoint.PageStats, error) {
 	if turn {
 		release, err := d.criuTurns.Take(ctx, rec.Owner.UID)
