@@ -430,3 +430,26 @@ func unreadBytes(t *testing.T, pid int) int {
 	}
 	return total
 }
+
+// TestFillerLogHeldToTheCap: a GPU's filler helpers append to one log,
+// every fill in turn; a new helper first rotates it past --log-max-bytes,
+// as a process's log is, or one user's loop of fill and unfill would grow
+// it for ever on the log directory's filesystem (16 KB a second on the
+// 2-core VM).
+func TestFillerLogHeldToTheCap(t *testing.T) {
+	h := newQueueHarness(t, fillGPU, func(c *config.Config) { c.LogMaxBytes, c.LogKeep = 4096, 1 })
+	path := filepath.Join(h.d.fillerLogDir(), "filler-0.log")
+	old := strings.Repeat("an earlier helper's line\n", 400) // 10,000 bytes
+	if err := os.WriteFile(path, []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.client().Fill(ctxT(t), api.FillParams{GPU: &api.GPURef{Index: 0}, MiB: api.VRAM{MiB: 8192}}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(path + ".1"); err != nil || string(b) != old {
+		t.Fatalf("the rotated copy holds %d bytes (%v), want the 10,000 before the helper started", len(b), err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() > 4096 {
+		t.Fatalf("the filler's log: %v (%v), want it started over below the cap", fi.Size(), err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/gpusched/gpusched/internal/logfile"
 	"github.com/gpusched/gpusched/internal/memfill"
 	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/pkg/api"
@@ -50,6 +51,12 @@ func (d *Daemon) spawnFiller(ctx context.Context, f *filler) error {
 	stopStrayFiller(f.rec)
 	opts := d.fillerOptions(f.rec.UUID, index)
 	f.rec.Socket = opts.Socket
+	// A GPU's helpers append to one log, every user's fills in turn:
+	// held to a process log's cap, or a loop of fill and unfill grows it
+	// for ever (16 KB a second).
+	if _, err := logfile.Enforce(opts.LogPath, d.cfg.LogMaxBytes, d.cfg.LogKeep); err != nil {
+		d.log.Warn("rotate a filler's log", zap.String("log", opts.LogPath), zap.Error(err))
+	}
 	h, err := memfill.Start(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("start the filler on GPU %d: %w", index, err)
