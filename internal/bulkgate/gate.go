@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"time"
 )
 
 // Gate admits bulk work to a fixed number of slots, taking waiting users
@@ -93,6 +94,15 @@ func (g *Gate) Charge(uid uint32) (charge func()) {
 
 // Enter waits for a slot for uid's work, or returns ctx's error when ctx
 // ends first. A free slot goes to the caller only while nobody waits. On a
+// ChargeCPU charges uid cpu measured elsewhere, without waiting: what a
+// process the daemon started for uid spent, which the thread's CPU time
+// does not see.
+func (g *Gate) ChargeCPU(uid uint32, cpu time.Duration) {
+	if g.budget != nil {
+		g.budget.Charge(uid, cpu)
+	}
+}
+
 // metered gate the caller first awaits its user's budget.
 func (g *Gate) Enter(ctx context.Context, uid uint32) (*Slot, error) {
 	if err := g.Await(ctx, uid); err != nil {

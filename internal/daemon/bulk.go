@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"time"
 
 	"github.com/gpusched/gpusched/internal/bulkgate"
 	"github.com/gpusched/gpusched/internal/limits"
@@ -17,6 +18,7 @@ type bulkGate interface {
 	Enter(ctx context.Context, uid uint32) (*bulkgate.Slot, error)
 	Meter(ctx context.Context, uid uint32) (charge func(), err error)
 	Charge(uid uint32) (charge func())
+	ChargeCPU(uid uint32, cpu time.Duration)
 }
 
 // passUID is whose turn a placement pass takes at the bulk gate: the

@@ -129,6 +129,8 @@ func (u usersGate) Meter(ctx context.Context, uid uint32) (func(), error) {
 
 func (u usersGate) Charge(uid uint32) func() { return u.users.Charge(uid) }
 
+func (u usersGate) ChargeCPU(uid uint32, cpu time.Duration) { u.users.ChargeCPU(uid, cpu) }
+
 func (u usersGate) Enter(ctx context.Context, uid uint32) (*bulkgate.Slot, error) {
 	if uid == passUID {
 		return u.passes.Enter(ctx, uid)

@@ -407,7 +407,7 @@ func (d *Daemon) methodTable() map[string]method {
 		api.MethodAcquire:        {stream: d.acquire},
 		api.MethodRelease:        {unary: d.release},
 		api.MethodLeases:         {unary: d.listLeases, turn: true},
-		api.MethodFill:           {unary: d.fill},
+		api.MethodFill:           {unary: d.fill, metered: true},
 		api.MethodUnfill:         {unary: d.unfill},
 		api.MethodFillers:        {unary: d.listFillers, turn: true},
 	}

@@ -66,3 +66,16 @@ func (b *countingBudget) Charge(uid uint32, _ time.Duration) {
 		b.n.Add(1)
 	}
 }
+
+// TestFillChargesTheHelpersStart: a user's fill is charged twice to their
+// share: the call's thread, as any metered call's, and what the helper it
+// started spent, which that thread does not see.
+func TestFillChargesTheHelpersStart(t *testing.T) {
+	alice := testutil.NewUser(t, "gsfillc-a", "gsfillc")
+	budget := &countingBudget{uid: alice.UID}
+	h := prepareHarness(t, func(c *config.Config) { c.Group = alice.Group; c.Sim = fillGPU })
+	h.opts = append(h.opts, func(d *Daemon) { d.bulk = bulkgate.New(1).Metered(budget) })
+	h.start()
+	h.mustCtl(alice, "fill", "0", "--mib", "2G", "--detach")
+	awaitCharges(t, budget, 2)
+}

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -43,6 +44,7 @@ func (d *Daemon) fill(c *call) (any, error) {
 	f.mu.Lock()
 	err = d.spawnFiller(ctx, f)
 	if err == nil {
+		d.chargeHelperStart(owner.UID, f.rec.PID)
 		err = d.fillers.store.Put(f.rec.UUID, f.rec)
 	}
 	f.unlock()
@@ -191,4 +193,15 @@ func (d *Daemon) fillerToAPI(f *filler, gv *gpuView) api.Filler {
 		}
 	}
 	return out
+}
+
+// chargeHelperStart charges uid what the helper their fill started has
+// spent so far (its start and first allocation), as a process start is
+// charged: the call's own thread (metered) does not see it, and a loop of
+// fill and unfill cost the daemon's cgroup 0.64 of a CPU in helper starts.
+// Later, a helper's ticks are the daemon's.
+func (d *Daemon) chargeHelperStart(uid uint32, pid int) {
+	if cpu, err := procfs.CPUTime(pid); err == nil {
+		d.bulk.ChargeCPU(uid, cpu)
+	}
 }
