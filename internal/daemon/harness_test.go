@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -182,6 +184,22 @@ func (rc *rawConn) send(line string) {
 	if _, err := rc.c.Write([]byte(line + "\n")); err != nil {
 		rc.t.Fatal(err)
 	}
+}
+
+// silentFor reports whether nothing came on rc for d, as while a call
+// sent on it waits: nil, or what came instead.
+func (rc *rawConn) silentFor(d time.Duration) error {
+	rc.c.SetReadDeadline(time.Now().Add(d))
+	defer rc.c.SetReadDeadline(time.Time{})
+	b, err := rc.r.ReadByte()
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil
+	case err != nil:
+		return err
+	}
+	rc.r.UnreadByte()
+	return fmt.Errorf("answered (%q...)", b)
 }
 
 // recv reads one line as a generic JSON object.
