@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // userPrefix begins the name of a tree's cgroup in its owner's delegated
@@ -98,6 +100,31 @@ func (u *Users) Place(dir string, pid, nice int) error {
 		return fmt.Errorf("cgroup %s: move pid %d: %w", dir, pid, err)
 	}
 	return nil
+}
+
+// Open opens dir (from Dir), created when missing, for a process the
+// daemon starts on the user's behalf to be born in (clone3
+// CLONE_INTO_CGROUP). The user may have made dir first (it is in their
+// cgroup): it is opened without following a link and checked to be a
+// cgroup2 directory through the open descriptor. Started in a cgroup the
+// user owns, the process is theirs to freeze, move or kill.
+func (u *Users) Open(dir string) (*os.File, error) {
+	if err := checkUserDir(dir); err != nil {
+		return nil, err
+	}
+	if err := mkdir(dir); err != nil {
+		return nil, fmt.Errorf("cgroup %s: %w", dir, err)
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("cgroup %s: %w", dir, err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(fd, &st); err != nil || st.Type != unix.CGROUP2_SUPER_MAGIC {
+		unix.Close(fd)
+		return nil, fmt.Errorf("cgroup %s: not a cgroup2 directory: %w", dir, fs.ErrInvalid)
+	}
+	return os.NewFile(uintptr(fd), dir), nil
 }
 
 // Remove deletes dir (from Dir) once its processes are gone, waiting a

@@ -2,6 +2,7 @@ package cgroup
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -77,6 +78,9 @@ func TestUsersRefuseForeignPaths(t *testing.T) {
 		if err := u.Place(dir, 1, 0); !errors.Is(err, ErrInvalidID) {
 			t.Errorf("Place(%q) = %v, want ErrInvalidID", dir, err)
 		}
+		if f, err := u.Open(dir); !errors.Is(err, ErrInvalidID) {
+			t.Errorf("Open(%q) = %v, %v, want ErrInvalidID", dir, f, err)
+		}
 		if err := u.Remove(dir); !errors.Is(err, ErrInvalidID) {
 			t.Errorf("Remove(%q) = %v, want ErrInvalidID", dir, err)
 		}
@@ -127,5 +131,41 @@ func TestUsersDirNeedsLingerForUserManager(t *testing.T) {
 	}
 	if d := u.Dir(4242, "../gslinger", "abc"); d != "" {
 		t.Errorf("a user name with a slash was looked up: %s", d)
+	}
+}
+
+// TestUsersOpenTakesOnlyACgroup: Open makes the cgroup, or opens the one
+// there, and refuses a directory that is not a cgroup.
+func TestUsersOpenTakesOnlyACgroup(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to make cgroups")
+	}
+	plain := t.TempDir()
+	if f, err := NewUsers(filepath.Join(plain, "user-%U")).Open(filepath.Join(plain, "gpusched-criu")); !errors.Is(err, fs.ErrInvalid) {
+		t.Errorf("Open of a plain directory = %v, %v, want fs.ErrInvalid", f, err)
+	}
+	mnt := Mount
+	if !isCgroup2(mnt) {
+		mnt = filepath.Join(Mount, "unified")
+	}
+	if !isCgroup2(mnt) {
+		t.Skip("no cgroup2 mount at " + Mount)
+	}
+	top, err := os.MkdirTemp(mnt, "gsrlim-open")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(top) })
+	u := NewUsers(filepath.Join(top, "user-%U"))
+	dir := filepath.Join(top, "gpusched-criu")
+	for range 2 { // made, then found
+		f, err := u.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	if err := u.Remove(dir); err != nil {
+		t.Fatal(err)
 	}
 }

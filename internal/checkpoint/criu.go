@@ -65,7 +65,7 @@ func NewCRIU(ctx context.Context, o CRIUOptions) (*CRIU, error) {
 	}
 	c := &CRIU{path: path}
 	var v *rpc.CriuVersion
-	err := c.do(ctx, nil, nil, func(w *swrk) error {
+	err := c.do(ctx, worker{}, nil, func(w *swrk) error {
 		resp, err := w.call(&rpc.CriuReq{Type: rpc.CriuReqType_VERSION.Enum()}, nil)
 		v = resp.GetVersion()
 		return err
@@ -127,6 +127,9 @@ type DumpOpts struct {
 	// (PageServer.TakeCRIUEnd): the memory pages go there instead of Dir.
 	// Dump closes it.
 	PageServer *os.File
+	// Cgroup, when set, is an open cgroup v2 directory the worker is
+	// started in, so that its CPU, memory and tasks count there.
+	Cgroup *os.File
 }
 
 // Leave is what a dump does with the tree it imaged.
@@ -162,6 +165,9 @@ type RestoreOpts struct {
 	// MountsLeftOut, when set, is told the mountpoints the restore leaves
 	// out because they are gone from the host (leaveOutVanishedMounts).
 	MountsLeftOut func(mountpoints []string)
+	// Cgroup, as DumpOpts.Cgroup: the worker starts there, and the tree
+	// it restores is born there (CRIU leaves cgroups alone, commonRPC).
+	Cgroup *os.File
 }
 
 // Dump images the tree rooted at o.PID into o.Dir.
@@ -172,7 +178,7 @@ func (c *CRIU) Dump(ctx context.Context, o DumpOpts) error {
 		extra = append(extra, o.PageServer)
 	}
 	err := withDir(o.Dir, func(fd int) error {
-		return c.do(ctx, o.As, extra, func(w *swrk) error {
+		return c.do(ctx, worker{as: o.As, cgroup: o.Cgroup}, extra, func(w *swrk) error {
 			_, err := w.call(&rpc.CriuReq{Type: rpc.CriuReqType_DUMP.Enum(), Opts: dumpRPC(o, fd)}, nil)
 			return err
 		})
@@ -205,7 +211,7 @@ func (c *CRIU) Restore(ctx context.Context, o RestoreOpts) (int, error) {
 	pid := 0
 	var hookErr error
 	err = withDir(o.Dir, func(fd int) error {
-		return c.do(ctx, nil, nil, func(w *swrk) error {
+		return c.do(ctx, worker{cgroup: o.Cgroup}, nil, func(w *swrk) error {
 			_, err := w.call(&rpc.CriuReq{Type: rpc.CriuReqType_RESTORE.Enum(), Opts: restoreRPC(fd, o.Lazy)}, func(n *rpc.CriuNotify) error {
 				if n.GetScript() != "post-restore" {
 					return nil
@@ -314,13 +320,13 @@ func withDir(dir string, fn func(fd int) error) error {
 	return fn(int(f.Fd()))
 }
 
-// do runs fn against a fresh swrk worker (run as as, with extra
-// descriptors), killing the worker when ctx ends first.
-func (c *CRIU) do(ctx context.Context, as *Owner, extra []*os.File, fn func(*swrk) error) error {
+// do runs fn against a fresh swrk worker (run as and where in says, with
+// extra descriptors), killing the worker when ctx ends first.
+func (c *CRIU) do(ctx context.Context, in worker, extra []*os.File, fn func(*swrk) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	w, err := startSwrk(c.path, c.env(as), as, extra)
+	w, err := startSwrk(c.path, c.env(in.as), in, extra)
 	if err != nil {
 		return err
 	}

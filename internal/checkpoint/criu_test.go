@@ -358,3 +358,46 @@ func TestCRIURestoresImageOfCUDAPlugin(t *testing.T) {
 	_ = j.cmd.Wait()
 	j.restore(t, c, dir)
 }
+
+// TestCRIUWorkerRunsInCgroup: given a cgroup, a dump's and a restore's
+// worker run in it (its CPU counted there), and the restored tree is born
+// there; this process stays where it was.
+func TestCRIUWorkerRunsInCgroup(t *testing.T) {
+	mnt, top := testutil.CgroupTop(t)
+	dir := filepath.Join(top, "criu")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cg, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Close()
+	ours := testutil.CgroupOf(t, os.Getpid())
+	c := newTestCRIU(t)
+	job := startNSJob(t, t.TempDir(), "--host-mem", "8", "--tick", "0.01")
+	waitLog(t, job.log, "tick 2\n")
+	images := imagesDir(t)
+	if err := c.Dump(context.Background(), DumpOpts{Dir: images, PID: job.cmd.Process.Pid, Cgroup: cg}); err != nil {
+		t.Fatal(err)
+	}
+	_ = job.cmd.Wait()
+	dumped := testutil.CgroupCPU(t, dir)
+	if dumped == 0 {
+		t.Fatalf("the dump's worker spent no CPU in cgroup %s", dir)
+	}
+	pid, err := c.Restore(context.Background(), RestoreOpts{Dir: images, Cgroup: cg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL); _, _ = unix.Wait4(pid, nil, 0, nil) })
+	if got, want := testutil.CgroupOf(t, pid), strings.TrimPrefix(dir, mnt); got != want {
+		t.Errorf("the restored tree is in cgroup %s, want %s", got, want)
+	}
+	if testutil.CgroupCPU(t, dir) <= dumped {
+		t.Errorf("the restore's worker spent no CPU in cgroup %s", dir)
+	}
+	if got := testutil.CgroupOf(t, os.Getpid()); got != ours {
+		t.Errorf("this process moved from cgroup %s to %s", ours, got)
+	}
+}

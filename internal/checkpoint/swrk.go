@@ -45,7 +45,13 @@ type swrk struct {
 // swrkFirstExtraFD is the fd number of the first extra file in the worker.
 const swrkFirstExtraFD = 4
 
-func startSwrk(path string, env []string, as *Owner, extra []*os.File) (*swrk, error) {
+// worker is where a CRIU worker runs: as whom, and in which cgroup.
+type worker struct {
+	as     *Owner   // nil: as this process (root)
+	cgroup *os.File // nil: in this process's cgroup
+}
+
+func startSwrk(path string, env []string, in worker, extra []*os.File) (*swrk, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("criu socketpair: %w", err)
@@ -56,7 +62,11 @@ func startSwrk(path string, env []string, as *Owner, extra []*os.File) (*swrk, e
 	cmd.ExtraFiles = append([]*os.File{theirs}, extra...)
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if as != nil {
+	if in.cgroup != nil {
+		// Born there (clone3 CLONE_INTO_CGROUP): no moment in ours.
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(in.cgroup.Fd())
+	}
+	if as := in.as; as != nil {
 		caps, err := ownCaps()
 		if err != nil {
 			ours.Close()
@@ -67,6 +77,9 @@ func startSwrk(path string, env []string, as *Owner, extra []*os.File) (*swrk, e
 	}
 	if err := cmd.Start(); err != nil {
 		ours.Close()
+		if in.cgroup != nil {
+			return nil, fmt.Errorf("start criu swrk in cgroup %s: %w", in.cgroup.Name(), err)
+		}
 		return nil, fmt.Errorf("start criu swrk: %w", err)
 	}
 	return &swrk{cmd: cmd, sk: ours}, nil

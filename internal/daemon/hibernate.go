@@ -248,20 +248,26 @@ func (d *Daemon) finishDump(img dumpedTree, o hibernateOpts) (api.HibernateResul
 
 // criuDump runs one CRIU dump of rec's tree into dir, as the tree's owner,
 // with the pages through a page server that leaves pages unchanged since
-// parent in it. With turn, it waits for the owner's CRIU turn first: a
-// user's dumps and restores run one at a time (criuTurns), since CRIU's
-// CPU is spent in the daemon's cgroup, held to no share, and one user's
-// loops on many processes would run as many at once. The daemon's own
-// dumps go without (an eviction makes room for another's freeze, a ttl
-// policy runs in the loop that serves every user's): they must not wait
-// behind the owner's own.
+// parent in it. With turn (the owner's own operation), it waits for the
+// owner's CRIU turn first: a user's dumps and restores run one at a time
+// (criuTurns), since CRIU's CPU is spent in the daemon's cgroup, held to
+// no share, unless the owner has a cgroup of their own (criuCgroup), and
+// one user's loops on many processes would run as many at once. The
+// daemon's own dumps go without either (an eviction makes room for
+// another's freeze, a ttl policy runs in the loop that serves every
+// user's): they must not wait behind or on the owner.
 func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent string, leave checkpoint.Leave, turn bool) (checkpoint.PageStats, error) {
+	var cg *os.File
 	if turn {
 		release, err := d.criuTurns.Take(ctx, rec.Owner.UID)
 		if err != nil {
 			return checkpoint.PageStats{}, err
 		}
 		defer release()
+		if cg, err = d.criuCgroup(rec.Owner); err != nil {
+			return checkpoint.PageStats{}, err
+		}
+		defer cg.Close()
 	}
 	parentDir := ""
 	if parent != "" {
@@ -284,7 +290,7 @@ func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent
 	}
 	clearProcMount(d.sandboxHome(rec.ID))
 	err = d.criu.Dump(ctx, checkpoint.DumpOpts{Dir: dir, PID: rec.InitPID, Leave: leave, As: as,
-		PageServer: ps.TakeCRIUEnd()})
+		PageServer: ps.TakeCRIUEnd(), Cgroup: cg})
 	if err != nil {
 		ps.Close() // CRIU may never have connected
 	}

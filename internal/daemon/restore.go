@@ -83,13 +83,19 @@ func (d *Daemon) thawFromDisk(ctx context.Context, rec proctable.Record, opts th
 // re-adopts it: new host pids, the same namespace pids, frozen and stopped.
 // With lazy set, the restore is lazy: a lazy-pages server listening in dir
 // serves its memory (see thawFromPageSource).
-// It waits for the owner's CRIU turn (criuDump) as a hibernated process.
+// It waits for the owner's CRIU turn (criuDump) as a hibernated process,
+// and CRIU runs in the owner's cgroup where they have one (criuCgroup).
 func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir string, lazy bool) (proctable.Record, error) {
 	release, err := d.criuTurns.Take(ctx, rec.Owner.UID)
 	if err != nil {
 		return rec, fmt.Errorf("restore: %w", err)
 	}
 	defer release()
+	cg, err := d.criuCgroup(rec.Owner)
+	if err != nil {
+		return rec, fmt.Errorf("restore: %w", err)
+	}
+	defer cg.Close()
 	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
@@ -103,7 +109,7 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 	defer d.snaps.Foreground()()
 	rctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
 	var note string
-	ro := checkpoint.RestoreOpts{Dir: dir, Lazy: lazy, Restored: func(pid int) error {
+	ro := checkpoint.RestoreOpts{Dir: dir, Lazy: lazy, Cgroup: cg, Restored: func(pid int) error {
 		return d.carryIn(rec, pid, dir)
 	}, MountsLeftOut: func(mountpoints []string) {
 		note = "restored without the mounts at " + strings.Join(mountpoints, ", ") + ": gone from the host"

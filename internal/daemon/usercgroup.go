@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/gpusched/gpusched/internal/cgroup"
 	"github.com/gpusched/gpusched/internal/config"
@@ -13,6 +14,7 @@ import (
 type userCgroups interface {
 	Dir(uid uint32, user, id string) string
 	Place(dir string, pid, nice int) error
+	Open(dir string) (*os.File, error)
 	Remove(dir string) error
 }
 

@@ -1,8 +1,6 @@
 package daemon
 
 import (
-	"bufio"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,52 +14,6 @@ import (
 	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
-
-// cgroupTop makes a cgroup of the test's own on this machine's cgroup2
-// mount (skipping where there is none) and returns the mount and the
-// cgroup; both are removed when t ends, after the daemon's trees.
-func cgroupTop(t *testing.T) (mnt, top string) {
-	t.Helper()
-	testutil.RequiresRoot(t)
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if i := slices.Index(fields, "-"); i > 4 && i+1 < len(fields) && fields[i+1] == "cgroup2" {
-			mnt = fields[4]
-			break
-		}
-	}
-	if mnt == "" {
-		t.Skip("no cgroup2 mount on this machine")
-	}
-	top = filepath.Join(mnt, fmt.Sprintf("gsrlim-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-")))
-	if err := os.Mkdir(top, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ents, _ := os.ReadDir(top)
-		for _, e := range ents {
-			if e.IsDir() {
-				sub, _ := os.ReadDir(filepath.Join(top, e.Name()))
-				for _, s := range sub {
-					if s.IsDir() {
-						_ = unix.Rmdir(filepath.Join(top, e.Name(), s.Name()))
-					}
-				}
-				_ = unix.Rmdir(filepath.Join(top, e.Name()))
-			}
-		}
-		if err := unix.Rmdir(top); err != nil {
-			t.Errorf("remove test cgroup: %v", err)
-		}
-	})
-	return mnt, top
-}
 
 // userCgroup makes top/user-UID, given to u as systemd's Delegate= gives
 // user@UID.service to its user when delegate is set, else left root's.
@@ -81,28 +33,12 @@ func userCgroup(t *testing.T, top string, u testutil.User, delegate bool) string
 	return dir
 }
 
-// cgroupOf is pid's cgroup v2 path (the "0::" line of /proc/PID/cgroup).
-func cgroupOf(t *testing.T, pid int) string {
-	t.Helper()
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if rel, ok := strings.CutPrefix(l, "0::"); ok {
-			return rel
-		}
-	}
-	t.Fatalf("pid %d has no cgroup v2 line: %q", pid, b)
-	return ""
-}
-
 // TestUserCgroupHoldsTree: a user's process runs, supervisor and all, in a
 // cgroup of its own inside the cgroup delegated to that user, which is
 // removed when it ends; a user whose cgroup at the same place is not
 // theirs keeps today's placement.
 func TestUserCgroupHoldsTree(t *testing.T) {
-	mnt, top := cgroupTop(t)
+	mnt, top := testutil.CgroupTop(t)
 	u := testutil.NewUser(t, "gsrlimcg1", "gsrlim")
 	other := testutil.NewUser(t, "gsrlimcg2", "gsrlim")
 	own := userCgroup(t, top, u, true)
@@ -121,7 +57,7 @@ func TestUserCgroupHoldsTree(t *testing.T) {
 	tree := filepath.Join(own, "gpusched-"+p.ID)
 	want := strings.TrimPrefix(tree, mnt)
 	for what, pid := range map[string]int{"command": p.PID, "supervisor": p.InitPID} {
-		if got := cgroupOf(t, pid); got != want {
+		if got := testutil.CgroupOf(t, pid); got != want {
 			t.Errorf("%s of %s's tree is in cgroup %s, want %s", what, u.Name, got, want)
 		}
 	}
@@ -129,7 +65,7 @@ func TestUserCgroupHoldsTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := cgroupOf(t, q.PID); strings.HasPrefix(got, strings.TrimPrefix(top, mnt)+"/") {
+	if got := testutil.CgroupOf(t, q.PID); strings.HasPrefix(got, strings.TrimPrefix(top, mnt)+"/") {
 		t.Errorf("%s's tree went into cgroup %s, under %s which is not theirs", other.Name, got, notOwn)
 	}
 	if _, err := h.client().Kill(ctxT(t), api.KillParams{Name: u.Name}); err != nil {
@@ -145,7 +81,7 @@ func TestUserCgroupHoldsTree(t *testing.T) {
 // managed process (its forks past it fail), as the user's systemd
 // TasksMax does. It needs the pids controller in cgroup v2.
 func TestUserCgroupLimitsBindTree(t *testing.T) {
-	_, top := cgroupTop(t)
+	_, top := testutil.CgroupTop(t)
 	if b, _ := os.ReadFile(filepath.Join(top, "cgroup.controllers")); !slices.Contains(strings.Fields(string(b)), "pids") {
 		t.Skip("the pids controller is not available in cgroup v2 here (a cgroup v1 or hybrid host)")
 	}
