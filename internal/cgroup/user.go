@@ -3,6 +3,7 @@ package cgroup
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -125,6 +126,27 @@ func (u *Users) Open(dir string) (*os.File, error) {
 		return nil, fmt.Errorf("cgroup %s: not a cgroup2 directory: %w", dir, fs.ErrInvalid)
 	}
 	return os.NewFile(uintptr(fd), dir), nil
+}
+
+// maxEvents bounds what is read of a cgroup.events file (two short lines).
+const maxEvents = 4 << 10
+
+// Frozen reports whether cgroup dir is frozen: by its own cgroup.freeze or
+// one above it, which in a user's delegated cgroup the user may write
+// ("frozen 1" in cgroup.events). A cgroup that is gone is not frozen.
+func Frozen(dir string) bool {
+	f, err := os.Open(filepath.Join(dir, "cgroup.events"))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, maxEvents))
+	for _, l := range strings.Split(string(b), "\n") {
+		if l == "frozen 1" {
+			return true
+		}
+	}
+	return false
 }
 
 // Remove deletes dir (from Dir) once its processes are gone, waiting a

@@ -321,10 +321,11 @@ func withDir(dir string, fn func(fd int) error) error {
 }
 
 // do runs fn against a fresh swrk worker (run as and where in says, with
-// extra descriptors), killing the worker when ctx ends first.
+// extra descriptors), killing the worker when ctx ends first: past its
+// deadline an ErrTimeout, else ctx's cause.
 func (c *CRIU) do(ctx context.Context, in worker, extra []*os.File, fn func(*swrk) error) error {
-	if err := ctx.Err(); err != nil {
-		return err
+	if ctx.Err() != nil {
+		return ended(ctx)
 	}
 	w, err := startSwrk(c.path, c.env(in.as), in, extra)
 	if err != nil {
@@ -340,12 +341,20 @@ func (c *CRIU) do(ctx context.Context, in worker, extra []*os.File, fn func(*swr
 	case <-ctx.Done():
 		w.kill()
 		<-done
-		err = fmt.Errorf("%w: criu did not finish in time (%v)", ErrTimeout, context.Cause(ctx))
+		err = ended(ctx)
 	}
 	if cerr := w.close(); cerr != nil && err == nil {
 		err = cerr
 	}
 	return err
+}
+
+// ended is why ctx ended: past its deadline an ErrTimeout, else its cause.
+func ended(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%w: criu did not finish in time (%v)", ErrTimeout, context.Cause(ctx))
+	}
+	return fmt.Errorf("criu stopped: %w", context.Cause(ctx))
 }
 
 // sealImages makes the files CRIU wrote into an images directory root's

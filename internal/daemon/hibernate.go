@@ -284,6 +284,11 @@ func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
 	defer cancel()
+	if rec.Cgroup != "" { // the owner may move the tree into a cgroup they freeze
+		var stop context.CancelFunc
+		ctx, stop = unlessFrozen(ctx, treeFrozen(rec.InitPID))
+		defer stop()
+	}
 	var as *checkpoint.Owner
 	if rec.Owner.UID != 0 {
 		as = &checkpoint.Owner{UID: rec.Owner.UID, GID: rec.Owner.GID}

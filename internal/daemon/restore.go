@@ -108,6 +108,11 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 	}
 	defer d.snaps.Foreground()()
 	rctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
+	if cg != nil { // the owner may have made it, and freeze it
+		var stop context.CancelFunc
+		rctx, stop = unlessFrozen(rctx, dirFrozen(cg.Name()))
+		defer stop()
+	}
 	var note string
 	ro := checkpoint.RestoreOpts{Dir: dir, Lazy: lazy, Cgroup: cg, Restored: func(pid int) error {
 		return d.carryIn(rec, pid, dir)

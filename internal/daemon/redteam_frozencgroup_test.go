@@ -1,0 +1,96 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/procfs"
+	"github.com/gpusched/gpusched/internal/testutil"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// TestRedTeamFrozenCgroupHoldsUpNoOne: a user may make a cgroup in the
+// one delegated to them, move their tree's processes into it and freeze
+// it, and CRIU then waited on the frozen tree until --criu-timeout (ten
+// minutes): root's freeze, which had to evict that user's frozen process,
+// waited as long. Now a dump of a tree with a process in a frozen cgroup
+// stops at once: root's freeze is answered (no room), the user's own
+// hibernate fails saying why, and nothing is lost. The same for a restore
+// whose CRIU cgroup the user made and froze. Thawed, all goes through.
+func TestRedTeamFrozenCgroupHoldsUpNoOne(t *testing.T) {
+	_, top := testutil.CgroupTop(t)
+	u := testutil.NewUser(t, "gscriu4", "gscriu")
+	own := userCgroup(t, top, u, true)
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) {
+		c.Group, c.RAMBudgetMiB, c.UserCgroups = "gscriu", 300, filepath.Join(top, "user-%U")
+	})
+	as := func(script string) {
+		t.Helper()
+		cmd := exec.Command("sh", "-ec", script)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups()}}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %q: %v %s", u.Name, script, err, out)
+		}
+	}
+	mine, criu := filepath.Join(own, "mine"), filepath.Join(own, "gpusched-criu")
+	as("mkdir " + mine + " " + criu)
+	t.Cleanup(func() { as("echo 0 > " + mine + "/cgroup.freeze; echo 0 > " + criu + "/cgroup.freeze") })
+	if _, errOut, code := h.ctlAs(u, "run", "theirs", "--gpu", "0", "--", h.bins.SimJob, "--vram", "256", "--host-mem", "1", "--tick", "0.02"); code != 0 {
+		t.Fatalf("run theirs: %s", errOut)
+	}
+	h.followCount("theirs", "tick 3", 1)
+	if _, errOut, code := h.ctlAs(u, "freeze", "theirs"); code != 0 {
+		t.Fatalf("freeze theirs: %s", errOut)
+	}
+	ticks := h.lastTick("theirs")
+	h.memJob("roots", 256, 1)
+	pids, err := procfs.TreeOf(h.proc("theirs").InitPID)
+	if err != nil || len(pids) < 2 {
+		t.Fatalf("the user's tree: %v, %v", pids, err)
+	}
+	for _, pid := range pids {
+		as("echo " + strconv.Itoa(pid) + " > " + mine + "/cgroup.procs")
+	}
+	as("echo 1 > " + mine + "/cgroup.freeze")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err = h.client().Freeze(ctx, api.FreezeParams{Name: "roots"})
+	if err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("root's freeze, with the only process it could evict in a frozen cgroup: %v; want an answer that there is no room", err)
+	}
+	if p := h.proc("theirs"); p.State != api.StateFrozen || !strings.Contains(p.Error, "cgroup.freeze") {
+		t.Fatalf("the user's process after a failed eviction: %s (%q), want frozen, saying a cgroup is", p.State, p.Error)
+	}
+	if _, errOut, code := h.ctlAs(u, "hibernate", "theirs"); code == 0 || !strings.Contains(errOut, "cgroup.freeze") {
+		t.Fatalf("the user's hibernate of a tree in a frozen cgroup: exit %d, %q; want a failure naming cgroup.freeze", code, errOut)
+	}
+	as("echo 0 > " + mine + "/cgroup.freeze")
+	if _, err := h.client().Freeze(ctxT(t), api.FreezeParams{Name: "roots"}); err != nil {
+		t.Fatalf("root's freeze once the user's cgroup is thawed: %v", err)
+	}
+	if p := h.proc("theirs"); p.State != api.StateHibernated {
+		t.Fatalf("the user's process: %s, want hibernated (evicted)", p.State)
+	}
+
+	as("echo 1 > " + criu + "/cgroup.freeze")
+	if _, errOut, code := h.ctlAs(u, "thaw", "theirs"); code == 0 || !strings.Contains(errOut, "cgroup.freeze") {
+		t.Fatalf("the user's thaw from disk with CRIU's cgroup frozen: exit %d, %q; want a failure naming cgroup.freeze", code, errOut)
+	}
+	if p := h.proc("theirs"); p.State != api.StateHibernated || p.Snapshot == "" {
+		t.Fatalf("the user's process after a failed restore: %s, snapshot %q; want hibernated with its snapshot", p.State, p.Snapshot)
+	}
+	as("echo 0 > " + criu + "/cgroup.freeze")
+	if _, errOut, code := h.ctlAs(u, "thaw", "theirs"); code != 0 {
+		t.Fatalf("the user's thaw once their cgroup is thawed: %s", errOut)
+	}
+	h.verifyContinued("theirs", ticks)
+}
