@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/gpusched/gpusched/internal/testutil"
 )
 
 // TestUsersDirNeedsDelegation: a user's cgroup is used only when it is a
@@ -34,18 +36,7 @@ func TestUsersDirNeedsDelegation(t *testing.T) {
 	if d := u.Dir(4343, "gsrlim-unit", "abc"); d != "" {
 		t.Errorf("a missing directory was taken: %s", d)
 	}
-	mnt := Mount
-	if !isCgroup2(mnt) {
-		mnt = filepath.Join(Mount, "unified")
-	}
-	if !isCgroup2(mnt) {
-		t.Skip("no cgroup2 mount at " + Mount)
-	}
-	top, err := os.MkdirTemp(mnt, "gsrlim-unit")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.Remove(top) })
+	_, top := testutil.CgroupTop(t)
 	dir := filepath.Join(top, "user-4242")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -94,18 +85,7 @@ func TestUsersDirNeedsLingerForUserManager(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root to give directories away")
 	}
-	mnt := Mount
-	if !isCgroup2(mnt) {
-		mnt = filepath.Join(Mount, "unified")
-	}
-	if !isCgroup2(mnt) {
-		t.Skip("no cgroup2 mount at " + Mount)
-	}
-	top, err := os.MkdirTemp(mnt, "gsrlim-linger")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.Remove(top) })
+	_, top := testutil.CgroupTop(t)
 	dir := filepath.Join(top, "user@4242.service")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -144,18 +124,7 @@ func TestUsersOpenTakesOnlyACgroup(t *testing.T) {
 	if f, err := NewUsers(filepath.Join(plain, "user-%U")).Open(filepath.Join(plain, "gpusched-criu")); !errors.Is(err, fs.ErrInvalid) {
 		t.Errorf("Open of a plain directory = %v, %v, want fs.ErrInvalid", f, err)
 	}
-	mnt := Mount
-	if !isCgroup2(mnt) {
-		mnt = filepath.Join(Mount, "unified")
-	}
-	if !isCgroup2(mnt) {
-		t.Skip("no cgroup2 mount at " + Mount)
-	}
-	top, err := os.MkdirTemp(mnt, "gsrlim-open")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.Remove(top) })
+	_, top := testutil.CgroupTop(t)
 	u := NewUsers(filepath.Join(top, "user-%U"))
 	dir := filepath.Join(top, "gpusched-criu")
 	for range 2 { // made, then found

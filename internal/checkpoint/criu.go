@@ -128,7 +128,8 @@ type DumpOpts struct {
 	// Dump closes it.
 	PageServer *os.File
 	// Cgroup, when set, is an open cgroup v2 directory the worker is
-	// started in, so that its CPU, memory and tasks count there.
+	// moved into once started, before it has its request, so that its
+	// CPU, memory and tasks count there.
 	Cgroup *os.File
 }
 
@@ -165,8 +166,8 @@ type RestoreOpts struct {
 	// MountsLeftOut, when set, is told the mountpoints the restore leaves
 	// out because they are gone from the host (leaveOutVanishedMounts).
 	MountsLeftOut func(mountpoints []string)
-	// Cgroup, as DumpOpts.Cgroup: the worker starts there, and the tree
-	// it restores is born there (CRIU leaves cgroups alone, commonRPC).
+	// Cgroup, as DumpOpts.Cgroup: the worker runs there, and the tree it
+	// restores is born there (CRIU leaves cgroups alone, commonRPC).
 	Cgroup *os.File
 }
 

@@ -62,10 +62,6 @@ func startSwrk(path string, env []string, in worker, extra []*os.File) (*swrk, e
 	cmd.ExtraFiles = append([]*os.File{theirs}, extra...)
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if in.cgroup != nil {
-		// Born there (clone3 CLONE_INTO_CGROUP): no moment in ours.
-		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(in.cgroup.Fd())
-	}
 	if as := in.as; as != nil {
 		caps, err := ownCaps()
 		if err != nil {
@@ -77,12 +73,40 @@ func startSwrk(path string, env []string, in worker, extra []*os.File) (*swrk, e
 	}
 	if err := cmd.Start(); err != nil {
 		ours.Close()
-		if in.cgroup != nil {
-			return nil, fmt.Errorf("start criu swrk in cgroup %s: %w", in.cgroup.Name(), err)
-		}
 		return nil, fmt.Errorf("start criu swrk: %w", err)
 	}
-	return &swrk{cmd: cmd, sk: ours}, nil
+	w := &swrk{cmd: cmd, sk: ours}
+	if in.cgroup != nil {
+		if err := moveInto(in.cgroup, cmd.Process.Pid); err != nil {
+			w.kill()
+			w.close()
+			return nil, fmt.Errorf("criu swrk: %w", err)
+		}
+	}
+	return w, nil
+}
+
+// moveInto moves pid into the cgroup v2 directory cg, before it is given
+// any work. It is not started there (clone3 CLONE_INTO_CGROUP): Go starts
+// a child as vfork does, its parent thread waiting, holding its P, until
+// the child execs, and a child born in a frozen cgroup never does, so a
+// user who froze the cgroup would stop this whole process at its next
+// garbage collection. A process moved into a frozen cgroup is frozen, and
+// can be killed.
+func moveInto(cg *os.File, pid int) error {
+	fd, err := unix.Openat(int(cg.Fd()), "cgroup.procs", unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("cgroup %s: %w", cg.Name(), err)
+	}
+	f := os.NewFile(uintptr(fd), "cgroup.procs")
+	_, err = f.WriteString(strconv.Itoa(pid))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("cgroup %s: move pid %d: %w", cg.Name(), pid, err)
+	}
+	return nil
 }
 
 // env is the whole environment of a CRIU worker run as as (nil: root):

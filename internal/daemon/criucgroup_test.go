@@ -23,18 +23,7 @@ func TestUserCgroupHoldsCRIU(t *testing.T) {
 	u := testutil.NewUser(t, "gscriu3", "gscriu")
 	own := userCgroup(t, top, u, true)
 	criu := filepath.Join(own, "gpusched-criu")
-	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) {
-		c.Group, c.RAMBudgetMiB, c.UserCgroups = "gscriu", 300, filepath.Join(top, "user-%U")
-	})
-	if _, errOut, code := h.ctlAs(u, "run", "theirs", "--gpu", "0", "--", h.bins.SimJob, "--vram", "256", "--host-mem", "1", "--tick", "0.02"); code != 0 {
-		t.Fatalf("run theirs: %s", errOut)
-	}
-	h.followCount("theirs", "tick 3", 1)
-	if _, errOut, code := h.ctlAs(u, "freeze", "theirs"); code != 0 {
-		t.Fatalf("freeze theirs: %s", errOut)
-	}
-	ticks := h.lastTick("theirs")
-	h.memJob("roots", 256, 1)
+	h, ticks := evictableHarness(t, u, func(c *config.Config) { c.UserCgroups = filepath.Join(top, "user-%U") })
 	if _, err := h.client().Freeze(ctxT(t), api.FreezeParams{Name: "roots"}); err != nil {
 		t.Fatalf("root's freeze, which evicts the user's process: %v", err)
 	}

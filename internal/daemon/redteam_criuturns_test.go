@@ -92,15 +92,7 @@ func TestRedTeamOneCRIUAtATimePerUser(t *testing.T) {
 // own dumps going.
 func TestEvictionWaitsForNoOnesCRIUTurn(t *testing.T) {
 	u := testutil.NewUser(t, "gscriu2", "gscriu")
-	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group = "gscriu"; c.RAMBudgetMiB = 300 })
-	if _, errOut, code := h.ctlAs(u, "run", "theirs", "--gpu", "0", "--", h.bins.SimJob, "--vram", "256", "--host-mem", "1", "--tick", "0.02"); code != 0 {
-		t.Fatalf("run theirs: %s", errOut)
-	}
-	h.followCount("theirs", "tick 3", 1)
-	if _, errOut, code := h.ctlAs(u, "freeze", "theirs"); code != 0 {
-		t.Fatalf("freeze theirs: %s", errOut)
-	}
-	h.memJob("roots", 256, 1)
+	h, _ := evictableHarness(t, u)
 	release, err := h.d.criuTurns.Take(ctxT(t), u.UID)
 	if err != nil {
 		t.Fatal(err)
@@ -114,4 +106,24 @@ func TestEvictionWaitsForNoOnesCRIUTurn(t *testing.T) {
 	if p := h.proc("theirs"); p.State != api.StateHibernated {
 		t.Fatalf("the user's process: %s, want hibernated (evicted)", p.State)
 	}
+}
+
+// evictableHarness is a disk-tier daemon (mods applied) with a 300 MiB
+// --ram-budget, where u, in group gscriu, has run "theirs" (256 MiB of GPU
+// memory) and frozen it in RAM, and root runs "roots" as large: root's
+// freeze of it must evict the user's process. It returns the last tick of
+// the user's process.
+func evictableHarness(t *testing.T, u testutil.User, mods ...func(*config.Config)) (*ckptHarness, int) {
+	t.Helper()
+	h := newDiskHarness(t, config.DriverSim, append([]func(*config.Config){func(c *config.Config) { c.Group, c.RAMBudgetMiB = "gscriu", 300 }}, mods...)...)
+	if _, errOut, code := h.ctlAs(u, "run", "theirs", "--gpu", "0", "--", h.bins.SimJob, "--vram", "256", "--host-mem", "1", "--tick", "0.02"); code != 0 {
+		t.Fatalf("run theirs: %s", errOut)
+	}
+	h.followCount("theirs", "tick 3", 1)
+	if _, errOut, code := h.ctlAs(u, "freeze", "theirs"); code != 0 {
+		t.Fatalf("freeze theirs: %s", errOut)
+	}
+	ticks := h.lastTick("theirs")
+	h.memJob("roots", 256, 1)
+	return h, ticks
 }

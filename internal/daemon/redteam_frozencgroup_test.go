@@ -29,9 +29,6 @@ func TestRedTeamFrozenCgroupHoldsUpNoOne(t *testing.T) {
 	_, top := testutil.CgroupTop(t)
 	u := testutil.NewUser(t, "gscriu4", "gscriu")
 	own := userCgroup(t, top, u, true)
-	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) {
-		c.Group, c.RAMBudgetMiB, c.UserCgroups = "gscriu", 300, filepath.Join(top, "user-%U")
-	})
 	as := func(script string) {
 		t.Helper()
 		cmd := exec.Command("sh", "-ec", script)
@@ -40,18 +37,10 @@ func TestRedTeamFrozenCgroupHoldsUpNoOne(t *testing.T) {
 			t.Fatalf("%s: %q: %v %s", u.Name, script, err, out)
 		}
 	}
+	h, ticks := evictableHarness(t, u, func(c *config.Config) { c.UserCgroups = filepath.Join(top, "user-%U") })
 	mine, criu := filepath.Join(own, "mine"), filepath.Join(own, "gpusched-criu")
 	as("mkdir " + mine + " " + criu)
 	t.Cleanup(func() { as("echo 0 > " + mine + "/cgroup.freeze; echo 0 > " + criu + "/cgroup.freeze") })
-	if _, errOut, code := h.ctlAs(u, "run", "theirs", "--gpu", "0", "--", h.bins.SimJob, "--vram", "256", "--host-mem", "1", "--tick", "0.02"); code != 0 {
-		t.Fatalf("run theirs: %s", errOut)
-	}
-	h.followCount("theirs", "tick 3", 1)
-	if _, errOut, code := h.ctlAs(u, "freeze", "theirs"); code != 0 {
-		t.Fatalf("freeze theirs: %s", errOut)
-	}
-	ticks := h.lastTick("theirs")
-	h.memJob("roots", 256, 1)
 	pids, err := procfs.TreeOf(h.proc("theirs").InitPID)
 	if err != nil || len(pids) < 2 {
 		t.Fatalf("the user's tree: %v, %v", pids, err)
