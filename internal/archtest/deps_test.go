@@ -93,7 +93,7 @@ var allowed = map[string][]string{
 	"internal/memfill":                   {"internal/procfs", "internal/simgpu"},
 	"internal/lazypages":                 {"internal/criuimg"},
 	"internal/logreply":                  {"internal/logfile"},
-	"internal/logreader":                 {"internal/logfile", "internal/logreply", "internal/procfs"},
+	"internal/logreader":                 {"internal/logfile", "internal/logreply", "internal/procfs", "internal/cgroup"},
 	"internal/criuimg":                   {},
 	"internal/checkpoint/checkpointtest/cuda-checkpoint": {"internal/simgpu", "internal/procfs", "internal/checkpoint", "internal/checkpoint/checkpointtest"},
 	"internal/cli":        {"pkg/api"},

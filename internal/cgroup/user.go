@@ -104,11 +104,11 @@ func (u *Users) Place(dir string, pid, nice int) error {
 }
 
 // Open opens dir (from Dir), created when missing, for a process the
-// daemon starts on the user's behalf to be born in (clone3
-// CLONE_INTO_CGROUP). The user may have made dir first (it is in their
-// cgroup): it is opened without following a link and checked to be a
-// cgroup2 directory through the open descriptor. Started in a cgroup the
-// user owns, the process is theirs to freeze, move or kill.
+// daemon starts on the user's behalf to be moved into. The user may have
+// made dir first (it is in their cgroup): it is opened without following
+// a link and checked to be a cgroup2 directory through the open
+// descriptor. In a cgroup the user may have made, the process is theirs
+// to freeze, move or kill.
 func (u *Users) Open(dir string) (*os.File, error) {
 	if err := checkUserDir(dir); err != nil {
 		return nil, err

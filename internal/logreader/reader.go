@@ -12,10 +12,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"syscall"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/gpusched/gpusched/internal/cgroup"
 	"github.com/gpusched/gpusched/internal/logfile"
 )
 
@@ -35,6 +33,11 @@ type Reader struct {
 	started func(pid int)
 }
 
+// ErrFrozen is Read's answer for a caller whose unified cgroup is frozen
+// (cgroup.freeze, which a user may write in a cgroup they made): a reader
+// there would not run.
+var ErrFrozen = errors.New("the caller's cgroup is frozen")
+
 // ErrNotApart is Read's answer for a caller in this process's own cgroups,
 // where a reader would be charged as this process is.
 var ErrNotApart = errors.New("the caller's CPU cgroups are the daemon's")
@@ -53,16 +56,11 @@ func (r Reader) Read(ctx context.Context, caller Cgroups, req Request) ([]byte, 
 	if err != nil {
 		return nil, err
 	}
+	if caller.Unified != "" && caller.Unified != self.Unified && cgroup.Frozen(caller.Unified) {
+		return nil, fmt.Errorf("%w: %s", ErrFrozen, caller.Unified)
+	}
 	cmd := exec.CommandContext(ctx, r.Exe)
 	cmd.Args, cmd.Env, cmd.Dir = []string{Argv0}, []string{}, "/"
-	if caller.Unified != "" && caller.Unified != self.Unified {
-		fd, err := unix.Open(caller.Unified, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return nil, fmt.Errorf("caller's cgroup: %w", err)
-		}
-		defer unix.Close(fd)
-		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd} // clone3 CLONE_INTO_CGROUP: placed from its first instruction
-	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -78,7 +76,7 @@ func (r Reader) Read(ctx context.Context, caller Cgroups, req Request) ([]byte, 
 	}
 	reply, err := func() ([]byte, error) {
 		defer stdin.Close()
-		if err := placeV1(cmd.Process.Pid, caller, self); err != nil {
+		if err := place(cmd.Process.Pid, caller, self); err != nil {
 			return nil, err
 		}
 		if r.started != nil {
@@ -135,11 +133,19 @@ func apartFromSelf(caller Cgroups) (Cgroups, error) {
 	return self, nil
 }
 
-// placeV1 moves pid into caller's cgroups in the v1 hierarchies where they
-// are not self's: the reader waits for its request meanwhile, having done
-// nothing but start.
-func placeV1(pid int, caller, self Cgroups) error {
-	for _, dir := range caller.V1 {
+// place moves pid into caller's cgroups where they are not self's: the
+// reader waits for its request meanwhile, having done nothing but start.
+// It is not started there (clone3 CLONE_INTO_CGROUP): Go starts a child as
+// vfork does, its parent thread waiting, holding its P, until the child
+// execs, and a child born in a cgroup its user froze meanwhile never does,
+// which would stop the daemon at its next garbage collection. Moved into
+// a frozen cgroup, the reader is frozen, and killed when the call ends.
+func place(pid int, caller, self Cgroups) error {
+	dirs := slices.Clone(caller.V1)
+	if caller.Unified != "" && caller.Unified != self.Unified {
+		dirs = append(dirs, caller.Unified)
+	}
+	for _, dir := range dirs {
 		if slices.Contains(self.V1, dir) {
 			continue
 		}
