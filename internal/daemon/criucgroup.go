@@ -1,14 +1,9 @@
 package daemon
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"time"
 
-	"github.com/gpusched/gpusched/internal/cgroup"
-	"github.com/gpusched/gpusched/internal/logreader"
-	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/proctable"
 )
 
@@ -19,7 +14,7 @@ import (
 const criuCgroupName = "criu"
 
 // criuCgroup opens the cgroup a CRIU worker asked for by owner, or by the
-// daemon restoring one of owner's trees, is born in: in owner's own
+// daemon restoring one of owner's trees, is moved into: in owner's own
 // delegated cgroup, so that CRIU's CPU, memory and tasks weigh against
 // owner's limits and accounting as their trees' do, and not against the
 // daemon's, shared by every user. It is nil (the daemon's cgroup) for
@@ -36,65 +31,4 @@ func (d *Daemon) criuCgroup(owner proctable.Owner) (*os.File, error) {
 		return nil, fmt.Errorf("the cgroup of user %s for CRIU: %w", owner.User, err)
 	}
 	return cg, nil
-}
-
-// frozenPoll is how often a CRIU operation on a tree in its owner's
-// cgroup looks whether the owner has frozen any of it.
-const frozenPoll = 250 * time.Millisecond
-
-// unlessFrozen is ctx, ended once frozen names a frozen cgroup. A user
-// may freeze a cgroup they made in the one delegated to them
-// (cgroup.freeze), having moved their tree's processes into it, or have
-// CRIU's cgroup be one they made; CRIU then waits on the frozen tree, or
-// is frozen itself, until --criu-timeout: an eviction of that user's
-// process would hold another user's freeze for as long, and a ttl
-// policy's hibernate every user's policies.
-func unlessFrozen(ctx context.Context, frozen func() string) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	go func() {
-		tick := time.NewTicker(frozenPoll)
-		defer tick.Stop()
-		for {
-			if dir := frozen(); dir != "" {
-				cancel(fmt.Errorf("cgroup %s is frozen (cgroup.freeze): thaw it first", dir))
-				return
-			}
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	return ctx, func() { cancel(nil) }
-}
-
-// treeFrozen names a frozen cgroup one of the processes of the tree
-// rooted at initPID is in, or "".
-func treeFrozen(initPID int) func() string {
-	return func() string {
-		pids, _ := procfs.TreeOf(initPID)
-		seen := map[string]bool{}
-		for _, pid := range pids {
-			in, err := logreader.Of(pid)
-			if err != nil || in.Unified == "" || seen[in.Unified] {
-				continue
-			}
-			seen[in.Unified] = true
-			if cgroup.Frozen(in.Unified) {
-				return in.Unified
-			}
-		}
-		return ""
-	}
-}
-
-// dirFrozen names cgroup dir while it is frozen.
-func dirFrozen(dir string) func() string {
-	return func() string {
-		if cgroup.Frozen(dir) {
-			return dir
-		}
-		return ""
-	}
 }

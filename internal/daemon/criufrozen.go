@@ -1,0 +1,72 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gpusched/gpusched/internal/cgroup"
+	"github.com/gpusched/gpusched/internal/logreader"
+	"github.com/gpusched/gpusched/internal/procfs"
+)
+
+// frozenPoll is how often a CRIU operation on a tree in its owner's
+// cgroup looks whether the owner has frozen any of it.
+const frozenPoll = 250 * time.Millisecond
+
+// unlessFrozen is ctx, ended once frozen names a frozen cgroup. A user
+// may freeze a cgroup they made in the one delegated to them
+// (cgroup.freeze), having moved their tree's processes into it, or have
+// CRIU's cgroup be one they made; CRIU then waits on the frozen tree, or
+// is frozen itself, until --criu-timeout: an eviction of that user's
+// process would hold another user's freeze for as long, and a ttl
+// policy's hibernate every user's policies.
+func unlessFrozen(ctx context.Context, frozen func() string) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		tick := time.NewTicker(frozenPoll)
+		defer tick.Stop()
+		for {
+			if dir := frozen(); dir != "" {
+				cancel(fmt.Errorf("cgroup %s is frozen (cgroup.freeze): thaw it first", dir))
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return ctx, func() { cancel(nil) }
+}
+
+// treeFrozen names a frozen cgroup one of the processes of the tree
+// rooted at initPID is in, or "".
+func treeFrozen(initPID int) func() string {
+	return func() string {
+		pids, _ := procfs.TreeOf(initPID)
+		seen := map[string]bool{}
+		for _, pid := range pids {
+			in, err := logreader.Of(pid)
+			if err != nil || in.Unified == "" || seen[in.Unified] {
+				continue
+			}
+			seen[in.Unified] = true
+			if cgroup.Frozen(in.Unified) {
+				return in.Unified
+			}
+		}
+		return ""
+	}
+}
+
+// dirFrozen names cgroup dir while it is frozen.
+func dirFrozen(dir string) func() string {
+	return func() string {
+		if cgroup.Frozen(dir) {
+			return dir
+		}
+		return ""
+	}
+}
