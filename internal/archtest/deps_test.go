@@ -73,7 +73,7 @@ var allowed = map[string][]string{
 	"internal/gpu":                       {"internal/simgpu", "pkg/api"},
 	"internal/sandbox":                   {"internal/procfs", "internal/logfile", "internal/rlimit"},
 	"internal/rlimit":                    {"internal/procfs"},
-	"internal/checkpoint":                {"internal/procfs", "internal/store", "pkg/api", "internal/simgpu", "internal/execx", "internal/criuimg"},
+	"internal/checkpoint":                {"internal/procfs", "internal/store", "pkg/api", "internal/simgpu", "internal/execx", "internal/criuimg", "internal/cgroup"},
 	"internal/execx":                     {},
 	"internal/mps":                       {"internal/execx"},
 	"internal/mps/mpstest":               {},

@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // userPrefix begins the name of a tree's cgroup in its owner's delegated
@@ -103,29 +101,22 @@ func (u *Users) Place(dir string, pid, nice int) error {
 	return nil
 }
 
-// Open opens dir (from Dir), created when missing, for a process the
-// daemon starts on the user's behalf to be moved into. The user may have
-// made dir first (it is in their cgroup): it is opened without following
-// a link and checked to be a cgroup2 directory through the open
-// descriptor. In a cgroup the user may have made, the process is theirs
-// to freeze, move or kill.
-func (u *Users) Open(dir string) (*os.File, error) {
+// Make makes dir (from Dir) unless it is there, for a process the daemon
+// starts on the user's behalf to be moved into (Move). The user may have
+// made dir first (it is in their cgroup): it must be a cgroup2 directory,
+// not a link. In a cgroup the user made, the process is theirs to freeze,
+// move or kill.
+func (u *Users) Make(dir string) error {
 	if err := checkUserDir(dir); err != nil {
-		return nil, err
+		return err
 	}
 	if err := mkdir(dir); err != nil {
-		return nil, fmt.Errorf("cgroup %s: %w", dir, err)
+		return fmt.Errorf("cgroup %s: %w", dir, err)
 	}
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("cgroup %s: %w", dir, err)
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() || !isCgroup2(dir) {
+		return fmt.Errorf("cgroup %s: not a cgroup2 directory: %w", dir, fs.ErrInvalid)
 	}
-	var st unix.Statfs_t
-	if err := unix.Fstatfs(fd, &st); err != nil || st.Type != unix.CGROUP2_SUPER_MAGIC {
-		unix.Close(fd)
-		return nil, fmt.Errorf("cgroup %s: not a cgroup2 directory: %w", dir, fs.ErrInvalid)
-	}
-	return os.NewFile(uintptr(fd), dir), nil
+	return nil
 }
 
 // maxEvents bounds what is read of a cgroup.events file (two short lines).

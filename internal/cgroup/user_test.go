@@ -69,8 +69,8 @@ func TestUsersRefuseForeignPaths(t *testing.T) {
 		if err := u.Place(dir, 1, 0); !errors.Is(err, ErrInvalidID) {
 			t.Errorf("Place(%q) = %v, want ErrInvalidID", dir, err)
 		}
-		if f, err := u.Open(dir); !errors.Is(err, ErrInvalidID) {
-			t.Errorf("Open(%q) = %v, %v, want ErrInvalidID", dir, f, err)
+		if err := u.Make(dir); !errors.Is(err, ErrInvalidID) {
+			t.Errorf("Make(%q) = %v, want ErrInvalidID", dir, err)
 		}
 		if err := u.Remove(dir); !errors.Is(err, ErrInvalidID) {
 			t.Errorf("Remove(%q) = %v, want ErrInvalidID", dir, err)
@@ -114,25 +114,23 @@ func TestUsersDirNeedsLingerForUserManager(t *testing.T) {
 	}
 }
 
-// TestUsersOpenTakesOnlyACgroup: Open makes the cgroup, or opens the one
+// TestUsersMakeTakesOnlyACgroup: Make makes the cgroup, or takes the one
 // there, and refuses a directory that is not a cgroup.
-func TestUsersOpenTakesOnlyACgroup(t *testing.T) {
+func TestUsersMakeTakesOnlyACgroup(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root to make cgroups")
 	}
 	plain := t.TempDir()
-	if f, err := NewUsers(filepath.Join(plain, "user-%U")).Open(filepath.Join(plain, "gpusched-criu")); !errors.Is(err, fs.ErrInvalid) {
-		t.Errorf("Open of a plain directory = %v, %v, want fs.ErrInvalid", f, err)
+	if err := NewUsers(filepath.Join(plain, "user-%U")).Make(filepath.Join(plain, "gpusched-criu")); !errors.Is(err, fs.ErrInvalid) {
+		t.Errorf("Make of a plain directory = %v, want fs.ErrInvalid", err)
 	}
 	_, top := testutil.CgroupTop(t)
 	u := NewUsers(filepath.Join(top, "user-%U"))
 	dir := filepath.Join(top, "gpusched-criu")
 	for range 2 { // made, then found
-		f, err := u.Open(dir)
-		if err != nil {
+		if err := u.Make(dir); err != nil {
 			t.Fatal(err)
 		}
-		f.Close()
 	}
 	if err := u.Remove(dir); err != nil {
 		t.Fatal(err)

@@ -127,10 +127,10 @@ type DumpOpts struct {
 	// (PageServer.TakeCRIUEnd): the memory pages go there instead of Dir.
 	// Dump closes it.
 	PageServer *os.File
-	// Cgroup, when set, is an open cgroup v2 directory the worker is
-	// moved into once started, before it has its request, so that its
-	// CPU, memory and tasks count there.
-	Cgroup *os.File
+	// Cgroups, when set, are cgroup directories (one per hierarchy) the
+	// worker is moved into once started, before it has its request
+	// (cgroup.Move), so that its CPU, memory and tasks count there.
+	Cgroups []string
 }
 
 // Leave is what a dump does with the tree it imaged.
@@ -166,9 +166,9 @@ type RestoreOpts struct {
 	// MountsLeftOut, when set, is told the mountpoints the restore leaves
 	// out because they are gone from the host (leaveOutVanishedMounts).
 	MountsLeftOut func(mountpoints []string)
-	// Cgroup, as DumpOpts.Cgroup: the worker runs there, and the tree it
-	// restores is born there (CRIU leaves cgroups alone, commonRPC).
-	Cgroup *os.File
+	// Cgroups, as DumpOpts.Cgroups: the worker runs there, and the tree
+	// it restores is born there (CRIU leaves cgroups alone, commonRPC).
+	Cgroups []string
 }
 
 // Dump images the tree rooted at o.PID into o.Dir.
@@ -179,7 +179,7 @@ func (c *CRIU) Dump(ctx context.Context, o DumpOpts) error {
 		extra = append(extra, o.PageServer)
 	}
 	err := withDir(o.Dir, func(fd int) error {
-		return c.do(ctx, worker{as: o.As, cgroup: o.Cgroup}, extra, func(w *swrk) error {
+		return c.do(ctx, worker{as: o.As, cgroups: o.Cgroups}, extra, func(w *swrk) error {
 			_, err := w.call(&rpc.CriuReq{Type: rpc.CriuReqType_DUMP.Enum(), Opts: dumpRPC(o, fd)}, nil)
 			return err
 		})
@@ -212,7 +212,7 @@ func (c *CRIU) Restore(ctx context.Context, o RestoreOpts) (int, error) {
 	pid := 0
 	var hookErr error
 	err = withDir(o.Dir, func(fd int) error {
-		return c.do(ctx, worker{cgroup: o.Cgroup}, nil, func(w *swrk) error {
+		return c.do(ctx, worker{cgroups: o.Cgroups}, nil, func(w *swrk) error {
 			_, err := w.call(&rpc.CriuReq{Type: rpc.CriuReqType_RESTORE.Enum(), Opts: restoreRPC(fd, o.Lazy)}, func(n *rpc.CriuNotify) error {
 				if n.GetScript() != "post-restore" {
 					return nil

@@ -360,25 +360,20 @@ func TestCRIURestoresImageOfCUDAPlugin(t *testing.T) {
 }
 
 // TestCRIUWorkerRunsInCgroup: given a cgroup, a dump's and a restore's
-// worker run in it (its CPU counted there), and the restored tree is born
-// there; this process stays where it was.
+// worker are moved into it (their CPU counted there), and the restored
+// tree is born there; this process stays where it was.
 func TestCRIUWorkerRunsInCgroup(t *testing.T) {
 	mnt, top := testutil.CgroupTop(t)
 	dir := filepath.Join(top, "criu")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cg, err := os.Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cg.Close()
 	ours := testutil.CgroupOf(t, os.Getpid())
 	c := newTestCRIU(t)
 	job := startNSJob(t, t.TempDir(), "--host-mem", "8", "--tick", "0.01")
 	waitLog(t, job.log, "tick 2\n")
 	images := imagesDir(t)
-	if err := c.Dump(context.Background(), DumpOpts{Dir: images, PID: job.cmd.Process.Pid, Cgroup: cg}); err != nil {
+	if err := c.Dump(context.Background(), DumpOpts{Dir: images, PID: job.cmd.Process.Pid, Cgroups: []string{dir}}); err != nil {
 		t.Fatal(err)
 	}
 	_ = job.cmd.Wait()
@@ -386,7 +381,7 @@ func TestCRIUWorkerRunsInCgroup(t *testing.T) {
 	if dumped == 0 {
 		t.Fatalf("the dump's worker spent no CPU in cgroup %s", dir)
 	}
-	pid, err := c.Restore(context.Background(), RestoreOpts{Dir: images, Cgroup: cg})
+	pid, err := c.Restore(context.Background(), RestoreOpts{Dir: images, Cgroups: []string{dir}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,8 @@ import (
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/gpusched/gpusched/internal/cgroup"
 )
 
 // Owner is whom a CRIU worker runs as when it dumps a tree that is not
@@ -47,8 +49,8 @@ const swrkFirstExtraFD = 4
 
 // worker is where a CRIU worker runs: as whom, and in which cgroup.
 type worker struct {
-	as     *Owner   // nil: as this process (root)
-	cgroup *os.File // nil: in this process's cgroup
+	as      *Owner   // nil: as this process (root)
+	cgroups []string // none: in this process's cgroups
 }
 
 func startSwrk(path string, env []string, in worker, extra []*os.File) (*swrk, error) {
@@ -76,37 +78,12 @@ func startSwrk(path string, env []string, in worker, extra []*os.File) (*swrk, e
 		return nil, fmt.Errorf("start criu swrk: %w", err)
 	}
 	w := &swrk{cmd: cmd, sk: ours}
-	if in.cgroup != nil {
-		if err := moveInto(in.cgroup, cmd.Process.Pid); err != nil {
-			w.kill()
-			w.close()
-			return nil, fmt.Errorf("criu swrk: %w", err)
-		}
+	if err := cgroup.Move(cmd.Process.Pid, in.cgroups...); err != nil {
+		w.kill()
+		w.close()
+		return nil, fmt.Errorf("criu swrk: %w", err)
 	}
 	return w, nil
-}
-
-// moveInto moves pid into the cgroup v2 directory cg, before it is given
-// any work. It is not started there (clone3 CLONE_INTO_CGROUP): Go starts
-// a child as vfork does, its parent thread waiting, holding its P, until
-// the child execs, and a child born in a frozen cgroup never does, so a
-// user who froze the cgroup would stop this whole process at its next
-// garbage collection. A process moved into a frozen cgroup is frozen, and
-// can be killed.
-func moveInto(cg *os.File, pid int) error {
-	fd, err := unix.Openat(int(cg.Fd()), "cgroup.procs", unix.O_WRONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("cgroup %s: %w", cg.Name(), err)
-	}
-	f := os.NewFile(uintptr(fd), "cgroup.procs")
-	_, err = f.WriteString(strconv.Itoa(pid))
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("cgroup %s: move pid %d: %w", cg.Name(), pid, err)
-	}
-	return nil
 }
 
 // env is the whole environment of a CRIU worker run as as (nil: root):

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/gpusched/gpusched/internal/cgroup"
+	"github.com/gpusched/gpusched/internal/logreader"
+	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/proctable"
 )
 
@@ -13,22 +16,78 @@ import (
 // UUIDs, so no tree's cgroup has that name.
 const criuCgroupName = "criu"
 
-// criuCgroup opens the cgroup a CRIU worker asked for by owner, or by the
-// daemon restoring one of owner's trees, is moved into: in owner's own
-// delegated cgroup, so that CRIU's CPU, memory and tasks weigh against
-// owner's limits and accounting as their trees' do, and not against the
-// daemon's, shared by every user. It is nil (the daemon's cgroup) for
-// root and for users with no such cgroup (userCgroupOf). The daemon's
-// own dumps (evictions, ttl policies) never run there: owner may freeze
-// or kill what is in their cgroup, and those must not wait on owner.
-func (d *Daemon) criuCgroup(owner proctable.Owner) (*os.File, error) {
-	dir := d.userCgroupOf(owner, criuCgroupName)
-	if dir == "" {
-		return nil, nil
+// criuPlace is where a CRIU worker runs for a user's own operation, and
+// where a tree it restores goes back to before it runs.
+type criuPlace struct {
+	dirs []string // the worker is moved there (cgroup.Move); none: it stays in the daemon's
+	home []string // a restored tree, born in dirs, is moved there: the daemon's own
+}
+
+// criuPlaceFor is where the CRIU of an operation on owner's tree runs,
+// asked for by owner from a process in cgroups caller (zero: the daemon
+// itself asked, or someone else), so that its CPU, memory and tasks weigh
+// against what holds owner, and not against the daemon's cgroup, shared
+// by every user. Root's stays in the daemon's. A user with a delegated
+// cgroup (userCgroupOf) has it run in gpusched-criu there, where their
+// trees are placed anyway. Otherwise it runs in the caller's cgroups
+// apart from the daemon's, as a log reader does, and a tree it restores
+// goes back to the daemon's before it runs. The daemon's own dumps
+// (evictions, ttl policies) never run in a user's: the user may freeze or
+// kill what is in cgroups they made, and those must not wait on them.
+func (d *Daemon) criuPlaceFor(owner proctable.Owner, caller logreader.Cgroups) (criuPlace, error) {
+	if owner.UID == 0 {
+		return criuPlace{}, nil
 	}
-	cg, err := d.users.Open(dir)
+	if dir := d.userCgroupOf(owner, criuCgroupName); dir != "" {
+		if err := d.users.Make(dir); err != nil {
+			return criuPlace{}, fmt.Errorf("the cgroup of user %s for CRIU: %w", owner.User, err)
+		}
+		return criuPlace{dirs: []string{dir}}, nil
+	}
+	self, err := logreader.Of(os.Getpid())
+	if err != nil || !caller.Apart(self) {
+		return criuPlace{}, nil
+	}
+	return criuPlace{dirs: caller.Except(self), home: self.Except(caller)}, nil
+}
+
+// callerCgroups are the cgroups of the process that sent c, where c is
+// owner's own call (not root's), else none.
+func callerCgroups(c *call, owner proctable.Owner) logreader.Cgroups {
+	if c.actor.UID != owner.UID || owner.UID == 0 {
+		return logreader.Cgroups{}
+	}
+	cg, err := peerCgroups(c.actor)
 	if err != nil {
-		return nil, fmt.Errorf("the cgroup of user %s for CRIU: %w", owner.User, err)
+		return logreader.Cgroups{}
 	}
-	return cg, nil
+	return cg
+}
+
+// goHome moves the tree CRIU restored at initPID, not yet running, out of
+// the caller's cgroups it was born in, back to the daemon's (p.home).
+func (p criuPlace) goHome(initPID int) error {
+	if len(p.home) == 0 {
+		return nil
+	}
+	pids, err := procfs.TreeOf(initPID)
+	if err != nil {
+		return err
+	}
+	for _, pid := range pids {
+		if err := cgroup.Move(pid, p.home...); err != nil {
+			return fmt.Errorf("move the restored tree back to the daemon's cgroups: %w", err)
+		}
+	}
+	return nil
+}
+
+// frozen names a cgroup of p.dirs while it is frozen (unlessFrozen).
+func (p criuPlace) frozen() string {
+	for _, dir := range p.dirs {
+		if cgroup.Frozen(dir) {
+			return dir
+		}
+	}
+	return ""
 }

@@ -60,13 +60,3 @@ func treeFrozen(initPID int) func() string {
 		return ""
 	}
 }
-
-// dirFrozen names cgroup dir while it is frozen.
-func dirFrozen(dir string) func() string {
-	return func() string {
-		if cgroup.Frozen(dir) {
-			return dir
-		}
-		return ""
-	}
-}

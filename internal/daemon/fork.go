@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/logfile"
+	"github.com/gpusched/gpusched/internal/logreader"
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -77,7 +78,7 @@ func (d *Daemon) fork(c *call) (any, error) {
 		return nil, err
 	}
 	start := time.Now()
-	img, err := d.forkImage(ctx, src)
+	img, err := d.forkImage(ctx, src, callerCgroups(c, src.Owner))
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +140,7 @@ type forkSource struct {
 // forkImage dumps src leaving it as it was: a running source is frozen for
 // the dump (its GPU memory must be in host memory to be imaged) and thawed
 // after.
-func (d *Daemon) forkImage(ctx context.Context, src proctable.Record) (forkSource, error) {
+func (d *Daemon) forkImage(ctx context.Context, src proctable.Record, caller logreader.Cgroups) (forkSource, error) {
 	what := fmt.Sprintf("fork %q", src.Name)
 	running := src.State == api.StateRunning
 	switch src.State {
@@ -152,7 +153,7 @@ func (d *Daemon) forkImage(ctx context.Context, src proctable.Record) (forkSourc
 	default:
 		return forkSource{}, conflictf("process %q is %s; only a running or frozen process can be forked", src.Name, src.State)
 	}
-	img, err := d.dumpForFork(ctx, src)
+	img, err := d.dumpForFork(ctx, src, caller)
 	if running {
 		cur, _ := d.table.Get(src.Name)
 		if _, terr := d.thawLocked(ctx, cur, thawOpts{op: "thaw", waitCtx: ctx}); terr != nil {
@@ -165,7 +166,7 @@ func (d *Daemon) forkImage(ctx context.Context, src proctable.Record) (forkSourc
 	return img, nil
 }
 
-func (d *Daemon) dumpForFork(ctx context.Context, src proctable.Record) (forkSource, error) {
+func (d *Daemon) dumpForFork(ctx context.Context, src proctable.Record, caller logreader.Cgroups) (forkSource, error) {
 	stopped := src.Checkpoint.Stopped
 	if len(stopped) == 0 {
 		var err error
@@ -191,7 +192,7 @@ func (d *Daemon) dumpForFork(ctx context.Context, src proctable.Record) (forkSou
 	t := time.Now()
 	err = writeCarry(img.dir, carry)
 	if err == nil {
-		_, err = d.criuDump(ctx, src, img.dir, "", checkpoint.LeaveRunning, true)
+		_, err = d.criuDump(ctx, src, img.dir, "", checkpoint.LeaveRunning, askedBy{owner: true, caller: caller})
 	}
 	img.dumpMS = msSince(t)
 	if err != nil {
@@ -238,7 +239,7 @@ func (d *Daemon) restoreCopy(ctx context.Context, c *call, src proctable.Record,
 		rec, err = d.table.CreateWithin(rec, d.admitProc(c.actor))
 	}
 	if err == nil {
-		rec, err = d.restoreTree(ctx, rec, dir, false)
+		rec, err = d.restoreTree(ctx, rec, dir, false, callerCgroups(c, src.Owner))
 	}
 	if err == nil {
 		_, err = d.thawLocked(ctx, rec, thawOpts{op: "fork", pairs: pairs, wait: wait, waitCtx: c.ctx})

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/checkpoint"
+	"github.com/gpusched/gpusched/internal/logreader"
 	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/pkg/api"
@@ -31,6 +32,14 @@ type hibernateOpts struct {
 	why         string // "" when asked for; else the policy that evicted it, which waits for no CRIU turn
 	quiet       bool   // a policy's try: the policy logs its failure
 	freed       bool   // answer once the dumped tree's memory is freed (room for a freeze)
+	// caller: the cgroups of the owner's process that asked (callerCgroups)
+	caller logreader.Cgroups
+}
+
+// askedBy is who asked for a CRIU dump of a tree.
+type askedBy struct {
+	owner  bool              // its owner (or root for them), not the daemon itself: the owner's CRIU turn is taken
+	caller logreader.Cgroups // the cgroups of the owner's calling process, where CRIU may run (criuPlaceFor)
 }
 
 // hibernate moves a running or frozen process to disk.
@@ -56,7 +65,7 @@ func (d *Daemon) hibernate(c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := hibernateOpts{lockTimeout: time.Duration(p.LockTimeout), full: p.Full}
+	o := hibernateOpts{lockTimeout: time.Duration(p.LockTimeout), full: p.Full, caller: callerCgroups(c, rec.Owner)}
 	if o.lockTimeout == 0 {
 		o.lockTimeout = d.cfg.LockTimeout
 	}
@@ -189,7 +198,7 @@ func (d *Daemon) dumpImage(ctx context.Context, rec proctable.Record, o hibernat
 
 	t := time.Now()
 	rt.dumping.Store(true)
-	stats, err := d.criuDump(ctx, rec, dir, parent, checkpoint.LeaveStopped, o.why == "")
+	stats, err := d.criuDump(ctx, rec, dir, parent, checkpoint.LeaveStopped, askedBy{owner: o.why == "", caller: o.caller})
 	dumpMS := msSince(t)
 	if err != nil {
 		rt.dumping.Store(false)
@@ -248,26 +257,24 @@ func (d *Daemon) finishDump(img dumpedTree, o hibernateOpts) (api.HibernateResul
 
 // criuDump runs one CRIU dump of rec's tree into dir, as the tree's owner,
 // with the pages through a page server that leaves pages unchanged since
-// parent in it. With turn (the owner's own operation), it waits for the
-// owner's CRIU turn first: a user's dumps and restores run one at a time
-// (criuTurns), since CRIU's CPU is spent in the daemon's cgroup, held to
-// no share, unless the owner has a cgroup of their own (criuCgroup), and
-// one user's loops on many processes would run as many at once. The
-// daemon's own dumps go without either (an eviction makes room for
-// another's freeze, a ttl policy runs in the loop that serves every
+// parent in it. Asked for by its owner, it waits for the owner's CRIU
+// turn first: a user's dumps and restores run one at a time (criuTurns),
+// so that one user's loops on many processes do not run as many at once;
+// and CRIU runs where criuPlaceFor says, its CPU weighing against the
+// user's. The daemon's own dumps go without either (an eviction makes room
+// for another's freeze, a ttl policy runs in the loop that serves every
 // user's): they must not wait behind or on the owner.
-func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent string, leave checkpoint.Leave, turn bool) (checkpoint.PageStats, error) {
-	var cg *os.File
-	if turn {
+func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent string, leave checkpoint.Leave, by askedBy) (checkpoint.PageStats, error) {
+	var place criuPlace
+	if by.owner {
 		release, err := d.criuTurns.Take(ctx, rec.Owner.UID)
 		if err != nil {
 			return checkpoint.PageStats{}, err
 		}
 		defer release()
-		if cg, err = d.criuCgroup(rec.Owner); err != nil {
+		if place, err = d.criuPlaceFor(rec.Owner, by.caller); err != nil {
 			return checkpoint.PageStats{}, err
 		}
-		defer cg.Close()
 	}
 	parentDir := ""
 	if parent != "" {
@@ -284,9 +291,14 @@ func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
 	defer cancel()
-	if rec.Cgroup != "" { // the owner may move the tree into a cgroup they freeze
+	if rec.Cgroup != "" || len(place.dirs) > 0 { // the owner may freeze a cgroup of theirs the tree or CRIU is in
 		var stop context.CancelFunc
-		ctx, stop = unlessFrozen(ctx, treeFrozen(rec.InitPID))
+		ctx, stop = unlessFrozen(ctx, func() string {
+			if dir := place.frozen(); dir != "" || rec.Cgroup == "" {
+				return dir
+			}
+			return treeFrozen(rec.InitPID)()
+		})
 		defer stop()
 	}
 	var as *checkpoint.Owner
@@ -295,7 +307,7 @@ func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent
 	}
 	clearProcMount(d.sandboxHome(rec.ID))
 	err = d.criu.Dump(ctx, checkpoint.DumpOpts{Dir: dir, PID: rec.InitPID, Leave: leave, As: as,
-		PageServer: ps.TakeCRIUEnd(), Cgroup: cg})
+		PageServer: ps.TakeCRIUEnd(), Cgroups: place.dirs})
 	if err != nil {
 		ps.Close() // CRIU may never have connected
 	}

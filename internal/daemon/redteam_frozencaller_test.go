@@ -82,12 +82,34 @@ func TestRedTeamFrozenCallerStopsNoReader(t *testing.T) {
 	}
 	as("mkdir " + mine + " " + other)
 	t.Cleanup(func() { as("echo 0 > " + mine + "/cgroup.freeze") })
-	fd, err := unix.Open(mine, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	cmd, out, send := frozenPeerAs(t, u, h.cfg.Socket, mine, other, `{"id":1,"method":"logs","params":{"name":"talker","lines":-1}}`)
+	defer cmd.Process.Kill()
+	as("echo 1 > " + mine + "/cgroup.freeze")
+	awaitFrozen(t, mine)
+	send()
+	if l := out(); !strings.Contains(l, `"result"`) || !strings.Contains(l, `"`+strconv.Itoa(lines)+`"`) {
+		t.Fatalf("logs -n -1 from a frozen caller's cgroup: %.300q; want every line", l)
+	}
+	if calls, apart := spy.seen(); calls != 1 || apart != 0 {
+		t.Fatalf("%d reads, %d answered by a reader; want one asked for and refused", calls, apart)
+	}
+	runtime.GC() // the daemon runs in this process: no thread of it may hold a P
+	if _, err := h.client().Status(ctxT(t)); err != nil {
+		t.Fatalf("status after: %v", err)
+	}
+}
+
+// frozenPeerAs starts frozenPeer as u in cgroup dir, its sender moving
+// itself to cgroup away, and waits until it has. send has the sender send
+// request; out is the first line of the answer (60 s at most).
+func frozenPeerAs(t *testing.T, u testutil.User, socket, dir, away, request string) (cmd *exec.Cmd, out func() string, send func()) {
+	t.Helper()
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer unix.Close(fd)
-	cmd := exec.Command("/usr/bin/python3", "-c", frozenPeer, h.cfg.Socket, other, `{"id":1,"method":"logs","params":{"name":"talker","lines":-1}}`)
+	cmd = exec.Command("/usr/bin/python3", "-c", frozenPeer, socket, away, request)
 	cmd.Dir, cmd.Env = "/", []string{"PATH=/usr/bin:/bin"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups()},
 		UseCgroupFD: true, CgroupFD: fd}
@@ -103,32 +125,33 @@ func TestRedTeamFrozenCallerStopsNoReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	out := bufio.NewReader(stdout)
-	if l, err := out.ReadString('\n'); l != "out\n" {
+	r := bufio.NewReader(stdout)
+	if l, err := r.ReadString('\n'); l != "out\n" {
 		t.Fatalf("the user's sender: %q, %v", l, err)
 	}
-	as("echo 1 > " + mine + "/cgroup.freeze")
-	for deadline := time.Now().Add(10 * time.Second); !cgroup.Frozen(mine); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never froze", mine)
-		}
-	}
-	stdin.Write([]byte("go\n"))
 	answer := make(chan string, 1)
-	go func() { l, _ := out.ReadString('\n'); answer <- l }()
-	select {
-	case l := <-answer:
-		if !strings.Contains(l, `"result"`) || !strings.Contains(l, `"`+strconv.Itoa(lines)+`"`) {
-			t.Fatalf("logs -n -1 from a frozen caller's cgroup: %.300q; want every line", l)
+	send = func() {
+		stdin.Write([]byte("go\n"))
+		go func() { l, _ := r.ReadString('\n'); answer <- l }()
+	}
+	out = func() string {
+		select {
+		case l := <-answer:
+			return l
+		case <-time.After(60 * time.Second):
+			t.Fatal("no answer in 60 s")
+			return ""
 		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("logs -n -1 from a frozen caller's cgroup: no answer in 60 s")
 	}
-	if calls, apart := spy.seen(); calls != 1 || apart != 0 {
-		t.Fatalf("%d reads, %d answered by a reader; want one asked for and refused", calls, apart)
-	}
-	runtime.GC() // the daemon runs in this process: no thread of it may hold a P
-	if _, err := h.client().Status(ctxT(t)); err != nil {
-		t.Fatalf("status after: %v", err)
+	return cmd, out, send
+}
+
+// awaitFrozen waits until cgroup dir is frozen.
+func awaitFrozen(t *testing.T, dir string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cgroup.Frozen(dir); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never froze", dir)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/checkpoint"
+	"github.com/gpusched/gpusched/internal/logreader"
 	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/internal/sandbox"
@@ -60,7 +61,7 @@ func (d *Daemon) thawFromDisk(ctx context.Context, rec proctable.Record, opts th
 	}
 	if !done {
 		t = time.Now()
-		rec, err = d.restoreTree(ctx, rec, dir, false)
+		rec, err = d.restoreTree(ctx, rec, dir, false, opts.caller)
 		if err != nil {
 			return api.CheckpointResult{}, fmt.Errorf("%s: %w", what, err)
 		}
@@ -84,18 +85,18 @@ func (d *Daemon) thawFromDisk(ctx context.Context, rec proctable.Record, opts th
 // With lazy set, the restore is lazy: a lazy-pages server listening in dir
 // serves its memory (see thawFromPageSource).
 // It waits for the owner's CRIU turn (criuDump) as a hibernated process,
-// and CRIU runs in the owner's cgroup where they have one (criuCgroup).
-func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir string, lazy bool) (proctable.Record, error) {
+// and CRIU runs where criuPlaceFor says for caller (the cgroups of the
+// owner's calling process).
+func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir string, lazy bool, caller logreader.Cgroups) (proctable.Record, error) {
 	release, err := d.criuTurns.Take(ctx, rec.Owner.UID)
 	if err != nil {
 		return rec, fmt.Errorf("restore: %w", err)
 	}
 	defer release()
-	cg, err := d.criuCgroup(rec.Owner)
+	place, err := d.criuPlaceFor(rec.Owner, caller)
 	if err != nil {
 		return rec, fmt.Errorf("restore: %w", err)
 	}
-	defer cg.Close()
 	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
@@ -108,13 +109,16 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 	}
 	defer d.snaps.Foreground()()
 	rctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
-	if cg != nil { // the owner may have made it, and freeze it
+	if len(place.dirs) > 0 { // the owner may have made them, and freeze them
 		var stop context.CancelFunc
-		rctx, stop = unlessFrozen(rctx, dirFrozen(cg.Name()))
+		rctx, stop = unlessFrozen(rctx, place.frozen)
 		defer stop()
 	}
 	var note string
-	ro := checkpoint.RestoreOpts{Dir: dir, Lazy: lazy, Cgroup: cg, Restored: func(pid int) error {
+	ro := checkpoint.RestoreOpts{Dir: dir, Lazy: lazy, Cgroups: place.dirs, Restored: func(pid int) error {
+		if err := place.goHome(pid); err != nil {
+			return err
+		}
 		return d.carryIn(rec, pid, dir)
 	}, MountsLeftOut: func(mountpoints []string) {
 		note = "restored without the mounts at " + strings.Join(mountpoints, ", ") + ": gone from the host"

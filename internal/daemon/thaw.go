@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gpusched/gpusched/internal/checkpoint"
+	"github.com/gpusched/gpusched/internal/logreader"
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -23,6 +24,8 @@ type thawOpts struct {
 	waitCtx context.Context
 	// admitted: the caller already holds the admission (a thaw from disk).
 	admitted bool
+	// caller: the cgroups of the owner's process that asked (callerCgroups)
+	caller logreader.Cgroups
 }
 
 // thaw brings a frozen process back onto its GPUs once they have room.
@@ -36,7 +39,8 @@ func (d *Daemon) thaw(c *call) (any, error) {
 		return nil, err
 	}
 	defer unlock()
-	return d.thawLocked(context.WithoutCancel(c.ctx), rec, thawOpts{op: "thaw", wait: time.Duration(p.Timeout), waitCtx: c.ctx})
+	return d.thawLocked(context.WithoutCancel(c.ctx), rec, thawOpts{op: "thaw", wait: time.Duration(p.Timeout), waitCtx: c.ctx,
+		caller: callerCgroups(c, rec.Owner)})
 }
 
 // thawLocked thaws rec; the caller holds its lifecycle lock. The GPUs'

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/gpusched/gpusched/internal/cgroup"
 	"github.com/gpusched/gpusched/internal/config"
@@ -14,7 +13,7 @@ import (
 type userCgroups interface {
 	Dir(uid uint32, user, id string) string
 	Place(dir string, pid, nice int) error
-	Open(dir string) (*os.File, error)
+	Make(dir string) error
 	Remove(dir string) error
 }
 

@@ -23,16 +23,21 @@ type Cgroups struct {
 
 // Apart reports whether c is elsewhere than o in some hierarchy where c is
 // somewhere.
-func (c Cgroups) Apart(o Cgroups) bool {
+func (c Cgroups) Apart(o Cgroups) bool { return len(c.Except(o)) > 0 }
+
+// Except lists c's directories in the hierarchies where o is elsewhere:
+// where a process in o's cgroups is to be moved to be in c's.
+func (c Cgroups) Except(o Cgroups) []string {
+	var dirs []string
 	if c.Unified != "" && c.Unified != o.Unified {
-		return true
+		dirs = append(dirs, c.Unified)
 	}
 	for _, d := range c.V1 {
 		if !slices.Contains(o.V1, d) {
-			return true
+			dirs = append(dirs, d)
 		}
 	}
-	return false
+	return dirs
 }
 
 // mounts is where the hierarchies are mounted: the cgroup2 one, and the v1

@@ -9,9 +9,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"slices"
-	"strconv"
 
 	"github.com/gpusched/gpusched/internal/cgroup"
 	"github.com/gpusched/gpusched/internal/logfile"
@@ -133,26 +130,14 @@ func apartFromSelf(caller Cgroups) (Cgroups, error) {
 	return self, nil
 }
 
-// place moves pid into caller's cgroups where they are not self's: the
-// reader waits for its request meanwhile, having done nothing but start.
-// It is not started there (clone3 CLONE_INTO_CGROUP): Go starts a child as
-// vfork does, its parent thread waiting, holding its P, until the child
-// execs, and a child born in a cgroup its user froze meanwhile never does,
-// which would stop the daemon at its next garbage collection. Moved into
-// a frozen cgroup, the reader is frozen, and killed when the call ends.
+// place moves pid into caller's cgroups where they are not self's
+// (cgroup.Move, which says why it is not started there): the reader
+// waits for its request meanwhile, having done nothing but start. Moved
+// into a frozen cgroup, the reader is frozen, and killed when the call
+// ends.
 func place(pid int, caller, self Cgroups) error {
-	dirs := slices.Clone(caller.V1)
-	if caller.Unified != "" && caller.Unified != self.Unified {
-		dirs = append(dirs, caller.Unified)
-	}
-	for _, dir := range dirs {
-		if slices.Contains(self.V1, dir) {
-			continue
-		}
-		procs := filepath.Join(dir, "cgroup.procs")
-		if err := os.WriteFile(procs, []byte(strconv.Itoa(pid)), 0); err != nil {
-			return fmt.Errorf("place log reader: %w", err)
-		}
+	if err := cgroup.Move(pid, caller.Except(self)...); err != nil {
+		return fmt.Errorf("place log reader: %w", err)
 	}
 	return nil
 }
