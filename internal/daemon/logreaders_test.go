@@ -53,10 +53,8 @@ func (s *spyReader) seen() (calls, apart int) {
 // daemon's own cgroups, which never reaches a reader.
 func TestLogsReadInTheCallersCgroups(t *testing.T) {
 	u := testutil.NewUser(t, "gslogsap", "gslogsapg")
-	h := prepareHarness(t, func(c *config.Config) { c.Group = u.Group })
-	spy := &spyReader{real: logreader.Reader{Exe: h.bins.Daemon}}
-	h.opts = append(h.opts, func(d *Daemon) { d.logReader = spy })
-	h.start()
+	const lines = 10000
+	h, spy := talkerWithSpy(t, u, lines)
 	own, err := logreader.Of(os.Getpid())
 	if err != nil || own.Unified == "" {
 		t.Skipf("no unified cgroup hierarchy to put the caller in (%+v, %v)", own, err)
@@ -66,16 +64,6 @@ func TestLogsReadInTheCallersCgroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.Remove(dir) })
-	const lines = 10000
-	if _, errOut, code := h.ctlAs(u, "run", "--dir", "/", "talker", "--", "sh", "-c", "seq "+strconv.Itoa(lines)+"; exec sleep 1000"); code != 0 {
-		t.Fatalf("run: %s", errOut)
-	}
-	p, err := h.client().Process(ctxT(t), "talker")
-	if err != nil {
-		t.Fatal(err)
-	}
-	awaitLogSize(t, p.Log, int64(len(seqOutput(lines))))
-
 	out := h.ctlInCgroup(u, dir, "logs", "-n", "-1", "talker")
 	if out != seqOutput(lines) {
 		t.Fatalf("logs -n -1 from the user's cgroup: %d bytes, want seq's %d", len(out), len(seqOutput(lines)))
@@ -120,4 +108,24 @@ func (h *harness) ctlInCgroup(u testutil.User, dir string, args ...string) strin
 		h.t.Fatal(err)
 	}
 	return out.String()
+}
+
+// talkerWithSpy starts a daemon whose log reads go through a spyReader,
+// where u runs "talker", which writes seq's lines lines and sleeps, and
+// waits until they are all in its log.
+func talkerWithSpy(t *testing.T, u testutil.User, lines int) (*harness, *spyReader) {
+	t.Helper()
+	h := prepareHarness(t, func(c *config.Config) { c.Group = u.Group })
+	spy := &spyReader{real: logreader.Reader{Exe: h.bins.Daemon}}
+	h.opts = append(h.opts, func(d *Daemon) { d.logReader = spy })
+	h.start()
+	if _, errOut, code := h.ctlAs(u, "run", "--dir", "/", "talker", "--", "sh", "-c", "seq "+strconv.Itoa(lines)+"; exec sleep 1000"); code != 0 {
+		t.Fatalf("run: %s", errOut)
+	}
+	p, err := h.client().Process(ctxT(t), "talker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitLogSize(t, p.Log, int64(len(seqOutput(lines))))
+	return h, spy
 }

@@ -14,8 +14,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/cgroup"
-	"github.com/gpusched/gpusched/internal/config"
-	"github.com/gpusched/gpusched/internal/logreader"
 	"github.com/gpusched/gpusched/internal/testutil"
 )
 
@@ -57,19 +55,8 @@ func TestRedTeamFrozenCallerStopsNoReader(t *testing.T) {
 	_, top := testutil.CgroupTop(t)
 	u := testutil.NewUser(t, "gslogsfz", "gslogsapg")
 	own := userCgroup(t, top, u, true)
-	h := prepareHarness(t, func(c *config.Config) { c.Group = u.Group })
-	spy := &spyReader{real: logreader.Reader{Exe: h.bins.Daemon}}
-	h.opts = append(h.opts, func(d *Daemon) { d.logReader = spy })
-	h.start()
 	const lines = 10000
-	if _, errOut, code := h.ctlAs(u, "run", "--dir", "/", "talker", "--", "sh", "-c", "seq "+strconv.Itoa(lines)+"; exec sleep 1000"); code != 0 {
-		t.Fatalf("run: %s", errOut)
-	}
-	p, err := h.client().Process(ctxT(t), "talker")
-	if err != nil {
-		t.Fatal(err)
-	}
-	awaitLogSize(t, p.Log, int64(len(seqOutput(lines))))
+	h, spy := talkerWithSpy(t, u, lines)
 
 	mine, other := filepath.Join(own, "mine"), filepath.Join(own, "other")
 	as := func(script string) {
