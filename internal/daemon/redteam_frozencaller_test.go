@@ -59,19 +59,11 @@ func TestRedTeamFrozenCallerStopsNoReader(t *testing.T) {
 	h, spy := talkerWithSpy(t, u, lines)
 
 	mine, other := filepath.Join(own, "mine"), filepath.Join(own, "other")
-	as := func(script string) {
-		t.Helper()
-		cmd := exec.Command("sh", "-ec", script)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups()}}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%s: %q: %v %s", u.Name, script, err, out)
-		}
-	}
-	as("mkdir " + mine + " " + other)
-	t.Cleanup(func() { as("echo 0 > " + mine + "/cgroup.freeze") })
+	shAs(t, u, "mkdir "+mine+" "+other)
+	t.Cleanup(func() { shAs(t, u, "echo 0 > "+mine+"/cgroup.freeze") })
 	cmd, out, send := frozenPeerAs(t, u, h.cfg.Socket, mine, other, `{"id":1,"method":"logs","params":{"name":"talker","lines":-1}}`)
 	defer cmd.Process.Kill()
-	as("echo 1 > " + mine + "/cgroup.freeze")
+	shAs(t, u, "echo 1 > "+mine+"/cgroup.freeze")
 	awaitFrozen(t, mine)
 	send()
 	if l := out(); !strings.Contains(l, `"result"`) || !strings.Contains(l, `"`+strconv.Itoa(lines)+`"`) {

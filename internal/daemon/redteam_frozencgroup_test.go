@@ -29,26 +29,18 @@ func TestRedTeamFrozenCgroupHoldsUpNoOne(t *testing.T) {
 	_, top := testutil.CgroupTop(t)
 	u := testutil.NewUser(t, "gscriu4", "gscriu")
 	own := userCgroup(t, top, u, true)
-	as := func(script string) {
-		t.Helper()
-		cmd := exec.Command("sh", "-ec", script)
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups()}}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%s: %q: %v %s", u.Name, script, err, out)
-		}
-	}
 	h, ticks := evictableHarness(t, u, func(c *config.Config) { c.UserCgroups = filepath.Join(top, "user-%U") })
 	mine, criu := filepath.Join(own, "mine"), filepath.Join(own, "gpusched-criu")
-	as("mkdir " + mine + " " + criu)
-	t.Cleanup(func() { as("echo 0 > " + mine + "/cgroup.freeze; echo 0 > " + criu + "/cgroup.freeze") })
+	shAs(t, u, "mkdir "+mine+" "+criu)
+	t.Cleanup(func() { shAs(t, u, "echo 0 > "+mine+"/cgroup.freeze; echo 0 > "+criu+"/cgroup.freeze") })
 	pids, err := procfs.TreeOf(h.proc("theirs").InitPID)
 	if err != nil || len(pids) < 2 {
 		t.Fatalf("the user's tree: %v, %v", pids, err)
 	}
 	for _, pid := range pids {
-		as("echo " + strconv.Itoa(pid) + " > " + mine + "/cgroup.procs")
+		shAs(t, u, "echo "+strconv.Itoa(pid)+" > "+mine+"/cgroup.procs")
 	}
-	as("echo 1 > " + mine + "/cgroup.freeze")
+	shAs(t, u, "echo 1 > "+mine+"/cgroup.freeze")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -62,7 +54,7 @@ func TestRedTeamFrozenCgroupHoldsUpNoOne(t *testing.T) {
 	if _, errOut, code := h.ctlAs(u, "hibernate", "theirs"); code == 0 || !strings.Contains(errOut, "cgroup.freeze") {
 		t.Fatalf("the user's hibernate of a tree in a frozen cgroup: exit %d, %q; want a failure naming cgroup.freeze", code, errOut)
 	}
-	as("echo 0 > " + mine + "/cgroup.freeze")
+	shAs(t, u, "echo 0 > "+mine+"/cgroup.freeze")
 	if _, err := h.client().Freeze(ctxT(t), api.FreezeParams{Name: "roots"}); err != nil {
 		t.Fatalf("root's freeze once the user's cgroup is thawed: %v", err)
 	}
@@ -70,16 +62,26 @@ func TestRedTeamFrozenCgroupHoldsUpNoOne(t *testing.T) {
 		t.Fatalf("the user's process: %s, want hibernated (evicted)", p.State)
 	}
 
-	as("echo 1 > " + criu + "/cgroup.freeze")
+	shAs(t, u, "echo 1 > "+criu+"/cgroup.freeze")
 	if _, errOut, code := h.ctlAs(u, "thaw", "theirs"); code == 0 || !strings.Contains(errOut, "cgroup.freeze") {
 		t.Fatalf("the user's thaw from disk with CRIU's cgroup frozen: exit %d, %q; want a failure naming cgroup.freeze", code, errOut)
 	}
 	if p := h.proc("theirs"); p.State != api.StateHibernated || p.Snapshot == "" {
 		t.Fatalf("the user's process after a failed restore: %s, snapshot %q; want hibernated with its snapshot", p.State, p.Snapshot)
 	}
-	as("echo 0 > " + criu + "/cgroup.freeze")
+	shAs(t, u, "echo 0 > "+criu+"/cgroup.freeze")
 	if _, errOut, code := h.ctlAs(u, "thaw", "theirs"); code != 0 {
 		t.Fatalf("the user's thaw once their cgroup is thawed: %s", errOut)
 	}
 	h.verifyContinued("theirs", ticks)
+}
+
+// shAs runs a shell script as u; it must succeed.
+func shAs(t *testing.T, u testutil.User, script string) {
+	t.Helper()
+	cmd := exec.Command("sh", "-ec", script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups()}}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %q: %v %s", u.Name, script, err, out)
+	}
 }
