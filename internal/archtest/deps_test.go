@@ -68,7 +68,7 @@ var allowed = map[string][]string{
 	"internal/config":                    {"pkg/api", "internal/tomlline", "internal/cpuslice"},
 	"internal/tomlline":                  {},
 	"internal/logfile":                   {},
-	"internal/simgpu":                    {"internal/procfs", "internal/store"},
+	"internal/simgpu":                    {"internal/procfs", "internal/store", "internal/cgroup"},
 	"internal/proctable":                 {"internal/store", "pkg/api", "internal/rlimit", "internal/listing"},
 	"internal/gpu":                       {"internal/simgpu", "pkg/api"},
 	"internal/sandbox":                   {"internal/procfs", "internal/logfile", "internal/rlimit"},

@@ -184,3 +184,34 @@ func writeFile(path, value string) error {
 	_, err = f.WriteString(value + "\n")
 	return errors.Join(err, f.Close())
 }
+
+// maxProcCgroup bounds what is read of /proc/PID/cgroup.
+const maxProcCgroup = 64 << 10
+
+// FrozenOf is the cgroup v2 directory process pid is in while that cgroup
+// is frozen (Frozen), else "": also for a process that is gone, and on a
+// host without a cgroup2 hierarchy at Mount or Mount/unified.
+func FrozenOf(pid int) string {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, maxProcCgroup))
+	for _, l := range strings.Split(string(b), "\n") {
+		rel, ok := strings.CutPrefix(l, "0::")
+		if !ok {
+			continue
+		}
+		for _, mnt := range []string{Mount, filepath.Join(Mount, "unified")} {
+			if !isCgroup2(mnt) {
+				continue
+			}
+			if dir := filepath.Join(mnt, rel); Frozen(dir) {
+				return dir
+			}
+			return ""
+		}
+	}
+	return ""
+}

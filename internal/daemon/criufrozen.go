@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/gpusched/gpusched/internal/cgroup"
-	"github.com/gpusched/gpusched/internal/logreader"
 	"github.com/gpusched/gpusched/internal/procfs"
 )
 
@@ -46,15 +45,9 @@ func unlessFrozen(ctx context.Context, frozen func() string) (context.Context, c
 func treeFrozen(initPID int) func() string {
 	return func() string {
 		pids, _ := procfs.TreeOf(initPID)
-		seen := map[string]bool{}
 		for _, pid := range pids {
-			in, err := logreader.Of(pid)
-			if err != nil || in.Unified == "" || seen[in.Unified] {
-				continue
-			}
-			seen[in.Unified] = true
-			if cgroup.Frozen(in.Unified) {
-				return in.Unified
+			if dir := cgroup.FrozenOf(pid); dir != "" {
+				return dir
 			}
 		}
 		return ""

@@ -124,9 +124,18 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 		op.query(ctx)
 	}
 	var stopped []proctable.ProcRef
-	err = op.freeze(ctx, opts.lockTimeout)
+	fctx := ctx
+	if rec.Cgroup != "" { // the owner may move the tree into a cgroup they freeze, where the driver waits on it
+		var stop context.CancelFunc
+		fctx, stop = unlessFrozen(ctx, treeFrozen(rec.InitPID))
+		defer stop()
+	}
+	err = op.freeze(fctx, opts.lockTimeout)
 	if err == nil {
-		rec, stopped, err = d.quiesce(ctx, rec, op, opts)
+		rec, stopped, err = d.quiesce(fctx, rec, op, opts)
+	}
+	if err != nil && fctx.Err() != nil && ctx.Err() == nil {
+		err = fmt.Errorf("%w (%v)", context.Cause(fctx), err)
 	}
 	if err != nil {
 		op.rollback(ctx)

@@ -85,3 +85,46 @@ func shAs(t *testing.T, u testutil.User, script string) {
 		t.Fatalf("%s: %q: %v %s", u.Name, script, err, out)
 	}
 }
+
+// TestRedTeamFrozenTreeFailsAFreezeAtOnce: the checkpoint driver's lock
+// waits on a process whose cgroup is frozen (the real cuda-checkpoint
+// hangs on it, criu#2458; the simulated driver waits so too), for up to
+// --lock-timeout; a freeze of a user's tree that they moved into a
+// cgroup of theirs and froze now fails at once, saying so, and the tree
+// runs on once the cgroup is thawed.
+func TestRedTeamFrozenTreeFailsAFreezeAtOnce(t *testing.T) {
+	_, top := testutil.CgroupTop(t)
+	u := testutil.NewUser(t, "gscriu6", "gscriu")
+	own := userCgroup(t, top, u, true)
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) {
+		c.Group, c.UserCgroups, c.LockTimeout = "gscriu", filepath.Join(top, "user-%U"), 10*time.Minute
+	})
+	if _, errOut, code := h.ctlAs(u, "run", "theirs", "--gpu", "0", "--", h.bins.SimJob, "--vram", "64", "--host-mem", "1", "--tick", "0.02"); code != 0 {
+		t.Fatalf("run theirs: %s", errOut)
+	}
+	h.followCount("theirs", "tick 3", 1)
+	mine := filepath.Join(own, "mine")
+	shAs(t, u, "mkdir "+mine)
+	t.Cleanup(func() { shAs(t, u, "echo 0 > "+mine+"/cgroup.freeze") })
+	pids, err := procfs.TreeOf(h.proc("theirs").InitPID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		shAs(t, u, "echo "+strconv.Itoa(pid)+" > "+mine+"/cgroup.procs")
+	}
+	shAs(t, u, "echo 1 > "+mine+"/cgroup.freeze")
+	awaitFrozen(t, mine)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, err = h.client().Freeze(ctx, api.FreezeParams{Name: "theirs"})
+	if err == nil || !strings.Contains(err.Error(), "cgroup.freeze") {
+		t.Fatalf("root's freeze of a tree in a frozen cgroup: %v; want a failure naming cgroup.freeze", err)
+	}
+	shAs(t, u, "echo 0 > "+mine+"/cgroup.freeze")
+	if p := h.proc("theirs"); p.State != api.StateRunning {
+		t.Fatalf("the process after the failed freeze: %s (%s), want running", p.State, p.Error)
+	}
+	ticks := h.lastTick("theirs")
+	h.followCount("theirs", "tick "+strconv.Itoa(ticks+2), 1)
+}

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gpusched/gpusched/internal/cgroup"
 	"github.com/gpusched/gpusched/internal/procfs"
 )
 
@@ -41,8 +42,21 @@ func (r *Registry) LockProcess(pid int) error {
 // LockProcessContext is LockProcess bounded by ctx. A member of an NCCL
 // group waits while another member is locked or checkpointed (see
 // SetNCCL), and fails with ErrTimeout once ctx ends, as the real lock
-// given --timeout fails with CUDA_ERROR_TIMEOUT.
+// given --timeout fails with CUDA_ERROR_TIMEOUT. So does a process in a
+// frozen cgroup (cgroup.freeze): the real tool hangs on it until the
+// cgroup is thawed, the lock being done by the process's own driver
+// threads, which do not run (CRIU's CUDA plugin ran cuda-checkpoint after
+// freezing a container's cgroup, and it "hangs indefinitely",
+// checkpoint-restore/criu#2458; CRIU now locks every CUDA process before
+// it freezes, criu#2470).
 func (r *Registry) LockProcessContext(ctx context.Context, pid int) error {
+	for frozen := cgroup.FrozenOf(pid); frozen != ""; frozen = cgroup.FrozenOf(pid) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("process %d: lock: its cgroup %s is frozen, and its driver threads with it (checkpoint-restore/criu#2458): %w", pid, frozen, ErrTimeout)
+		case <-time.After(ncclPoll):
+		}
+	}
 	for {
 		peer, group := 0, ""
 		err := r.lockedCUDA(pid, func(uid uint32) error {

@@ -3,11 +3,16 @@ package simgpu
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpusched/gpusched/internal/cgroup"
 	"github.com/gpusched/gpusched/internal/procfs"
+	"github.com/gpusched/gpusched/internal/testutil"
 )
 
 // ncclMember starts a helper process that joins NCCL group (none when "")
@@ -100,4 +105,48 @@ func TestNCCLGroupKeepsRecord(t *testing.T) {
 	if recordExists(t, reg, pid) {
 		t.Error("empty record kept after leaving the group")
 	}
+}
+
+// TestLockWaitsOnAFrozenCgroup: the lock of a process whose cgroup is
+// frozen waits, as the real cuda-checkpoint hangs on it
+// (checkpoint-restore/criu#2458): it fails with ErrTimeout when its
+// timeout passes first, and goes through once the cgroup is thawed.
+func TestLockWaitsOnAFrozenCgroup(t *testing.T) {
+	_, top := testutil.CgroupTop(t)
+	reg := newTestRegistry(t, 1, 4096)
+	pid := ncclMember(t, reg, "")
+	dir := filepath.Join(top, "frozen")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	freeze := func(v string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte(v), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+	freeze("1")
+	t.Cleanup(func() { freeze("0") })
+	for deadline := time.Now().Add(10 * time.Second); !cgroup.Frozen(dir); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never froze", dir)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	err := reg.LockProcessContext(ctx, pid)
+	cancel()
+	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "criu#2458") {
+		t.Fatalf("lock of a process in a frozen cgroup: %v, want ErrTimeout citing criu#2458", err)
+	}
+	mustState(t, reg, pid, StateRunning)
+	done := make(chan error, 1)
+	go func() { done <- reg.LockProcess(pid) }()
+	freeze("0")
+	if err := <-done; err != nil {
+		t.Fatalf("lock once the cgroup is thawed: %v", err)
+	}
+	mustState(t, reg, pid, StateLocked)
 }
