@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpusched/gpusched/internal/cgroup"
 	"github.com/gpusched/gpusched/internal/procfs"
+	"github.com/gpusched/gpusched/internal/proctable"
 )
 
 // frozenPoll is how often a CRIU operation on a tree in its owner's
@@ -52,4 +53,22 @@ func treeFrozen(initPID int) func() string {
 		}
 		return ""
 	}
+}
+
+// underWatch runs fn with ctx, ended once a process of rec's tree is in a
+// frozen cgroup, where the tree is in its owner's cgroup: the owner may
+// move it into a cgroup they made and freeze it, and the checkpoint driver
+// waits on a frozen process (checkpoint-restore/criu#2458) for as long as
+// its deadline lets it. A failure the watch caused says so.
+func underWatch(ctx context.Context, rec proctable.Record, fn func(ctx context.Context) error) error {
+	if rec.Cgroup == "" {
+		return fn(ctx)
+	}
+	wctx, stop := unlessFrozen(ctx, treeFrozen(rec.InitPID))
+	defer stop()
+	err := fn(wctx)
+	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
+		err = fmt.Errorf("%w (%v)", context.Cause(wctx), err)
+	}
+	return err
 }

@@ -124,19 +124,13 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 		op.query(ctx)
 	}
 	var stopped []proctable.ProcRef
-	fctx := ctx
-	if rec.Cgroup != "" { // the owner may move the tree into a cgroup they freeze, where the driver waits on it
-		var stop context.CancelFunc
-		fctx, stop = unlessFrozen(ctx, treeFrozen(rec.InitPID))
-		defer stop()
-	}
-	err = op.freeze(fctx, opts.lockTimeout)
-	if err == nil {
-		rec, stopped, err = d.quiesce(fctx, rec, op, opts)
-	}
-	if err != nil && fctx.Err() != nil && ctx.Err() == nil {
-		err = fmt.Errorf("%w (%v)", context.Cause(fctx), err)
-	}
+	err = underWatch(ctx, rec, func(ctx context.Context) error {
+		err := op.freeze(ctx, opts.lockTimeout)
+		if err == nil {
+			rec, stopped, err = d.quiesce(ctx, rec, op, opts)
+		}
+		return err
+	})
 	if err != nil {
 		op.rollback(ctx)
 		return d.failed(rec, op, "freeze", kindHint(err, kinds), nil, opts.quiet)

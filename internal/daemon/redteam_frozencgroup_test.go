@@ -86,23 +86,28 @@ func shAs(t *testing.T, u testutil.User, script string) {
 	}
 }
 
-// TestRedTeamFrozenTreeFailsAFreezeAtOnce: the checkpoint driver's lock
+// TestRedTeamFrozenTreeFailsFreezeAndThawAtOnce: the checkpoint driver
 // waits on a process whose cgroup is frozen (the real cuda-checkpoint
-// hangs on it, criu#2458; the simulated driver waits so too), for up to
-// --lock-timeout; a freeze of a user's tree that they moved into a
-// cgroup of theirs and froze now fails at once, saying so, and the tree
-// runs on once the cgroup is thawed.
-func TestRedTeamFrozenTreeFailsAFreezeAtOnce(t *testing.T) {
+// hangs on it, criu#2458 and #2470; the simulated driver's lock and
+// restore wait so too), for up to --lock-timeout or --checkpoint-timeout.
+// A thaw, then a freeze, of a user's tree that they moved into a cgroup of
+// theirs and froze now fail at once, saying so, and the process is kept:
+// thawed, everything goes through and the tree runs on.
+func TestRedTeamFrozenTreeFailsFreezeAndThawAtOnce(t *testing.T) {
 	_, top := testutil.CgroupTop(t)
 	u := testutil.NewUser(t, "gscriu6", "gscriu")
 	own := userCgroup(t, top, u, true)
 	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) {
-		c.Group, c.UserCgroups, c.LockTimeout = "gscriu", filepath.Join(top, "user-%U"), 10*time.Minute
+		c.Group, c.UserCgroups = "gscriu", filepath.Join(top, "user-%U")
+		c.LockTimeout, c.CheckpointTimeout = 10*time.Minute, 10*time.Minute
 	})
 	if _, errOut, code := h.ctlAs(u, "run", "theirs", "--gpu", "0", "--", h.bins.SimJob, "--vram", "64", "--host-mem", "1", "--tick", "0.02"); code != 0 {
 		t.Fatalf("run theirs: %s", errOut)
 	}
 	h.followCount("theirs", "tick 3", 1)
+	if _, errOut, code := h.ctlAs(u, "freeze", "theirs"); code != 0 {
+		t.Fatalf("freeze theirs: %s", errOut)
+	}
 	mine := filepath.Join(own, "mine")
 	shAs(t, u, "mkdir "+mine)
 	t.Cleanup(func() { shAs(t, u, "echo 0 > "+mine+"/cgroup.freeze") })
@@ -113,18 +118,31 @@ func TestRedTeamFrozenTreeFailsAFreezeAtOnce(t *testing.T) {
 	for _, pid := range pids {
 		shAs(t, u, "echo "+strconv.Itoa(pid)+" > "+mine+"/cgroup.procs")
 	}
-	shAs(t, u, "echo 1 > "+mine+"/cgroup.freeze")
-	awaitFrozen(t, mine)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	_, err = h.client().Freeze(ctx, api.FreezeParams{Name: "theirs"})
-	if err == nil || !strings.Contains(err.Error(), "cgroup.freeze") {
-		t.Fatalf("root's freeze of a tree in a frozen cgroup: %v; want a failure naming cgroup.freeze", err)
+	attempt := func(what string, call func(ctx context.Context) error, keep api.State) {
+		t.Helper()
+		shAs(t, u, "echo 1 > "+mine+"/cgroup.freeze")
+		awaitFrozen(t, mine)
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if err := call(ctx); err == nil || !strings.Contains(err.Error(), "cgroup.freeze") {
+			t.Fatalf("root's %s of a tree in a frozen cgroup: %v; want a failure naming cgroup.freeze", what, err)
+		}
+		shAs(t, u, "echo 0 > "+mine+"/cgroup.freeze")
+		if p := h.proc("theirs"); p.State != keep {
+			t.Fatalf("the process after the failed %s: %s (%s), want %s", what, p.State, p.Error, keep)
+		}
 	}
-	shAs(t, u, "echo 0 > "+mine+"/cgroup.freeze")
-	if p := h.proc("theirs"); p.State != api.StateRunning {
-		t.Fatalf("the process after the failed freeze: %s (%s), want running", p.State, p.Error)
+	attempt("thaw", func(ctx context.Context) error {
+		_, err := h.client().Thaw(ctx, api.ThawParams{Name: "theirs"})
+		return err
+	}, api.StateFrozen)
+	if _, err := h.client().Thaw(ctxT(t), api.ThawParams{Name: "theirs"}); err != nil {
+		t.Fatalf("root's thaw once the cgroup is thawed: %v", err)
 	}
+	attempt("freeze", func(ctx context.Context) error {
+		_, err := h.client().Freeze(ctx, api.FreezeParams{Name: "theirs"})
+		return err
+	}, api.StateRunning)
 	ticks := h.lastTick("theirs")
 	h.followCount("theirs", "tick "+strconv.Itoa(ticks+2), 1)
 }

@@ -114,7 +114,9 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 		}
 		op.ms["continue"] = msSince(t)
 	}
-	if err := op.restore(ctx, deviceMap(rec.GPUs, op.procs, opts.pairs)); err != nil {
+	if err := underWatch(ctx, rec, func(ctx context.Context) error {
+		return op.restore(ctx, deviceMap(rec.GPUs, op.procs, opts.pairs))
+	}); err != nil {
 		op.refreeze(ctx)
 		if errors.Is(err, checkpoint.ErrOutOfMemory) || unrestorable(rec) != "" {
 			return d.restoreLost(rec, op, opts.op, err)

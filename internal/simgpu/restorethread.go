@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpusched/gpusched/internal/cgroup"
 	"github.com/gpusched/gpusched/internal/procfs"
 )
 
@@ -38,7 +39,8 @@ import (
 // Here a process gets its restore thread on its first allocation, as cuInit
 // starts it (Allocate records it), and RestoreProcess waits while the
 // thread is stopped (state T or t in /proc/PID/task/TID/stat: SIGSTOP or a
-// ptrace stop), then goes on once it runs.
+// ptrace stop) or in a frozen cgroup (cgroup.freeze: criu#2470's frozen
+// processes), then goes on once it runs.
 
 // threadPoll is how often a waiting restore looks at the restore thread
 // again: nothing reports another process's thread being continued as an
@@ -153,7 +155,7 @@ func checkRestoreThread(pid, tid int) error {
 	if err != nil {
 		return fmt.Errorf("process %d: restore: %w", pid, err)
 	}
-	if stopped(state) {
+	if stopped(state) || cgroup.FrozenOf(tid) != "" {
 		return &threadStoppedError{pid: pid, tid: tid}
 	}
 	return nil
@@ -165,7 +167,7 @@ func awaitRestoreThread(ctx context.Context, pid, tid int) error {
 	t := time.NewTicker(threadPoll)
 	defer t.Stop()
 	for {
-		if state, err := threadState(pid, tid); err != nil || !stopped(state) {
+		if state, err := threadState(pid, tid); err != nil || !stopped(state) && cgroup.FrozenOf(tid) == "" {
 			return nil // the next attempt says what became of it
 		}
 		select {
