@@ -10,17 +10,17 @@ import (
 	"github.com/gpusched/gpusched/internal/proctable"
 )
 
-// frozenPoll is how often a CRIU operation on a tree in its owner's
-// cgroup looks whether the owner has frozen any of it.
+// frozenPoll is how often CRIU's or the checkpoint driver's work on a
+// tree in its owner's cgroup looks whether the owner has frozen any of it.
 const frozenPoll = 250 * time.Millisecond
 
 // unlessFrozen is ctx, ended once frozen names a frozen cgroup. A user
 // may freeze a cgroup they made in the one delegated to them
-// (cgroup.freeze), having moved their tree's processes into it, or have
-// CRIU's cgroup be one they made; CRIU then waits on the frozen tree, or
-// is frozen itself, until --criu-timeout: an eviction of that user's
-// process would hold another user's freeze for as long, and a ttl
-// policy's hibernate every user's policies.
+// (cgroup.freeze), having moved their tree's processes into it, or one
+// CRIU runs in; CRIU and the checkpoint driver then wait on the frozen
+// tree, or CRIU is frozen itself, until their deadline (ten minutes for
+// CRIU): an eviction of that user's process would hold another user's
+// freeze for as long, and a ttl policy's hibernate every user's policies.
 func unlessFrozen(ctx context.Context, frozen func() string) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	go func() {
