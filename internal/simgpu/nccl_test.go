@@ -112,29 +112,9 @@ func TestNCCLGroupKeepsRecord(t *testing.T) {
 // (checkpoint-restore/criu#2458): it fails with ErrTimeout when its
 // timeout passes first, and goes through once the cgroup is thawed.
 func TestLockWaitsOnAFrozenCgroup(t *testing.T) {
-	_, top := testutil.CgroupTop(t)
 	reg := newTestRegistry(t, 1, 4096)
 	pid := ncclMember(t, reg, "")
-	dir := filepath.Join(top, "frozen")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	freeze := func(v string) {
-		t.Helper()
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte(v), 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
-		t.Fatal(err)
-	}
-	freeze("1")
-	t.Cleanup(func() { freeze("0") })
-	for deadline := time.Now().Add(10 * time.Second); !cgroup.Frozen(dir); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never froze", dir)
-		}
-	}
+	thaw := freezeAlone(t, pid)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	err := reg.LockProcessContext(ctx, pid)
 	cancel()
@@ -144,9 +124,40 @@ func TestLockWaitsOnAFrozenCgroup(t *testing.T) {
 	mustState(t, reg, pid, StateRunning)
 	done := make(chan error, 1)
 	go func() { done <- reg.LockProcess(pid) }()
-	freeze("0")
+	thaw()
 	if err := <-done; err != nil {
 		t.Fatalf("lock once the cgroup is thawed: %v", err)
 	}
 	mustState(t, reg, pid, StateLocked)
+}
+
+// freezeAlone moves process pid into a cgroup of its own and freezes it,
+// waiting until it is frozen; thaw thaws it. When t ends it is thawed and
+// moved back to the root cgroup, so that the cgroup can go.
+func freezeAlone(t *testing.T, pid int) (thaw func()) {
+	t.Helper()
+	mnt, top := testutil.CgroupTop(t)
+	dir := filepath.Join(top, "frozen")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	freeze := func(v string) {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte(v), 0); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+		t.Fatal(err)
+	}
+	freeze("1")
+	t.Cleanup(func() {
+		freeze("0")
+		os.WriteFile(filepath.Join(mnt, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
+	})
+	for deadline := time.Now().Add(10 * time.Second); !cgroup.Frozen(dir); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never froze", dir)
+		}
+	}
+	return func() { freeze("0") }
 }

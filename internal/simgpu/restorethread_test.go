@@ -4,18 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"runtime"
-	"strconv"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpusched/gpusched/internal/cgroup"
 	"github.com/gpusched/gpusched/internal/procfs"
-	"github.com/gpusched/gpusched/internal/testutil"
 )
 
 // checkpointedHelper starts a helper process holding 100 MiB on GPU 0 and
@@ -149,36 +144,16 @@ func TestRestoreWaitsWhileProcessStopped(t *testing.T) {
 // cgroup is frozen (cgroup.freeze), whose restore thread does not run
 // either (criu#2470).
 func TestRestoreWaitsWhileCgroupFrozen(t *testing.T) {
-	_, top := testutil.CgroupTop(t)
 	reg := newTestRegistry(t, 1, 1024)
 	pid, _ := checkpointedHelper(t, reg)
-	dir := filepath.Join(top, "frozen")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	freeze := func(v string) {
-		t.Helper()
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte(v), 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
-		t.Fatal(err)
-	}
-	freeze("1")
-	defer freeze("0") // should the test fail while it is frozen
-	for deadline := time.Now().Add(10 * time.Second); !cgroup.Frozen(dir); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never froze", dir)
-		}
-	}
+	thaw := freezeAlone(t, pid)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	if _, err := reg.RestoreProcess(ctx, pid, nil); !errors.Is(err, ErrRestoreThreadStopped) {
 		t.Fatalf("restore of a process in a frozen cgroup: %v, want ErrRestoreThreadStopped", err)
 	}
 	mustState(t, reg, pid, StateCheckpointed)
-	freeze("0")
+	thaw()
 	if _, err := reg.RestoreProcess(context.Background(), pid, nil); err != nil {
 		t.Fatalf("restore once thawed: %v", err)
 	}
