@@ -22,11 +22,16 @@ Checks gpusched on a real NVIDIA GPU, phase by phase:
   cli        the same through cuda-checkpoint
   filler     hold 0.9 of the GPU, run a 4 GiB job beside it, settle back
   hibernate  freeze, dump to disk with CRIU and thaw back the smallest size
+  frozen     the smallest size, run by a user in a delegated cgroup that is
+             then frozen (cgroup.freeze): the daemon's freeze and thaw fail
+             at once, then pass once thawed; what cuda-checkpoint's
+             get-state, lock, checkpoint, restore and unlock do meanwhile
 Every run ends by writing the report (report.md) from what is done so far.
 
   --out DIR      results directory (default gpu-check-results): state.tsv,
-                 preflight.txt, moves.tsv, filler.tsv, hibernate.tsv,
-                 progress.log, logs.tar.gz, report.md; written as they come
+                 moves.tsv, filler.tsv, hibernate.tsv, frozen.tsv,
+                 progress.log, logs.tar.gz (the preflight's findings too),
+                 report.md; written as they come
   --from DIR     continue the results in DIR (an earlier call's --out, brought
                  back): copied into an --out that holds none yet; a DIR
                  without results (state.tsv) starts afresh
@@ -56,8 +61,9 @@ die() { say "$*"; exit 1; }
 bad() { printf 'gpu-check: %s\n' "$*" >&2; exit 2; } # usage errors: before anything is written
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PHASES=(preflight api cli filler hibernate)
-RESULT_FILES=(state.tsv preflight.txt moves.tsv filler.tsv hibernate.tsv progress.log logs.tar.gz report.md)
+PHASES=(preflight api cli filler hibernate frozen)
+# At most 8: what a device call brings back from $OUT.
+RESULT_FILES=(state.tsv moves.tsv filler.tsv hibernate.tsv frozen.tsv progress.log logs.tar.gz report.md)
 OUTDIR=gpu-check-results FROM="" PHASE_ARG=all BUDGET=540 BUNDLE=$ROOT/.gpu-check
 declare -A OPT=() # settings given on the command line
 while (($#)); do
@@ -117,8 +123,8 @@ for s in "${SIZE_LIST[@]}"; do
 done
 [[ ${SET[gpu]} =~ ^[0-9]+$ ]] || bad "--gpu '${SET[gpu]}': want a GPU index"
 [[ ${SET[rounds]} =~ ^[1-9][0-9]*$ ]] || bad "--rounds '${SET[rounds]}': want a count >= 1"
-GPU=${SET[gpu]} ROUNDS=${SET[rounds]} DRY=0
-[[ ${SET[mode]} == dry-run ]] && DRY=1
+GPU=${SET[gpu]} ROUNDS=${SET[rounds]} DRY=0 HOLD=6 # HOLD: seconds the frozen phase keeps a tool call frozen
+[[ ${SET[mode]} == dry-run ]] && DRY=1 HOLD=2
 PY=$(command -v "${SET[python]}" 2>/dev/null) || bad "python '${SET[python]}' not found (use --python PATH)"
 BUNDLE=$(cd "$BUNDLE" 2>/dev/null && pwd -P) || bad "no bundle at $BUNDLE: run make gpu-check-bundle (docs/hardware.md)"
 BIN=$BUNDLE/bin
@@ -135,12 +141,12 @@ fi
 mkdir -p "$OUTDIR"
 OUTDIR=$(cd "$OUTDIR" && pwd)
 STATE=$OUTDIR/state.tsv LOG=$OUTDIR/progress.log MOVES=$OUTDIR/moves.tsv
-FRES=$OUTDIR/filler.tsv HRES=$OUTDIR/hibernate.tsv PRE=$OUTDIR/preflight.txt
+FRES=$OUTDIR/filler.tsv HRES=$OUTDIR/hibernate.tsv ZRES=$OUTDIR/frozen.tsv
 if [[ -n $FROM && ! -f $STATE ]]; then
 	for f in "${RESULT_FILES[@]}"; do [[ ! -f $FROM/$f ]] || cp "$FROM/$f" "$OUTDIR/$f"; done
 	say "continuing the results of $FROM"
 fi
-touch "$STATE" "$MOVES" "$FRES" "$HRES"
+touch "$STATE" "$MOVES" "$FRES" "$HRES" "$ZRES"
 declare -A FACT=()
 while IFS=$'\t' read -r kind k v _; do [[ $kind != fact ]] || FACT[$k]=$v; done <"$STATE"
 set_fact() { FACT[$1]=$2; printf 'fact\t%s\t%s\n' "$1" "$2" >>"$STATE"; }
@@ -157,6 +163,7 @@ WORK=$(mktemp -d /tmp/gpu-check.XXXXXX)
 chmod 755 "$WORK"
 [[ ! -f $OUTDIR/logs.tar.gz ]] || tar -xzf "$OUTDIR/logs.tar.gz" -C "$WORK" 2>/dev/null || true
 mkdir -p "$WORK/logs"
+PRE=$WORK/logs/preflight.txt # comes back in logs.tar.gz
 ctl() { "$BIN/gpuschedctl" --socket "$SOCK" "$@"; }
 jq_py() { "$PY" -c "import json,sys; r=json.load(sys.stdin); $1"; } # python on one JSON object from stdin
 DAEMON="" SOCK="" LASTNOTE=""
@@ -208,8 +215,10 @@ save_logs() {
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
+	frozen_thaw
 	stop_daemon
 	reap_leftovers
+	frozen_remove
 	save_logs
 	rm -rf "$WORK"
 	exit "$rc"
@@ -217,14 +226,15 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# start_daemon PHASE DRIVER [CRIU]: a private gpuschedd (NVML, or --sim 2x80G
-# on a dry run) with checkpoint driver DRIVER, logging under the phase.
+# start_daemon PHASE DRIVER [CRIU [FLAGS...]]: a private gpuschedd (NVML, or
+# --sim 2x80G on a dry run) with checkpoint driver DRIVER, logging under the
+# phase; FLAGS come last (and win).
 start_daemon() {
 	local w=$WORK/logs/$1 drv=$2 end got
 	mkdir -p "$w"
 	SOCK=$WORK/$1.sock
 	local args=(--socket "$SOCK" --state-dir "$WORK/state-$1" --log-dir "$w" --log-format console
-		--checkpoint-driver "$drv" --criu "${3:-none}" --cgroup-root none --user-cgroups none)
+		--checkpoint-driver "$drv" --criu "${3:-none}" --cgroup-root none --user-cgroups none "${@:4}")
 	local env=()
 	if ((DRY)); then
 		args+=(--sim 2x80G)
@@ -283,14 +293,18 @@ verify() {
 # until READY; prints its host pid as the daemon knows it (the CUDA
 # process: the tree's /proc is its own PID namespace's, so the workload
 # cannot know it).
+# RUNAS, with copies of the CLI and the workload the user can reach, runs
+# it as another user (the frozen phase); as_root undoes that.
+as_root() { RUNAS=() RUNCTL=$BIN/gpuschedctl SIMJOB=$BIN/gpusched-simjob WORKLOAD=$ROOT/scripts/gpu-check/workload.py; }
+as_root
 start_workload() {
 	local cmd line pid
 	if ((DRY)); then
-		cmd=("$BIN/gpusched-simjob" --gpu-check --vram "$(awk -v g="$2" 'BEGIN {printf "%d", g * 1024}')" --host-mem 16)
+		cmd=("$SIMJOB" --gpu-check --vram "$(awk -v g="$2" 'BEGIN {printf "%d", g * 1024}')" --host-mem 16)
 	else
-		cmd=("$PY" "$ROOT/scripts/gpu-check/workload.py" --gb "$2")
+		cmd=("$PY" "$WORKLOAD" --gb "$2")
 	fi
-	ctl run "$1" --gpu "$GPU" -- "${cmd[@]}" >/dev/null || return 1
+	"${RUNAS[@]}" "$RUNCTL" --socket "$SOCK" run "$1" --gpu "$GPU" -- "${cmd[@]}" >/dev/null || return 1
 	line=$(wait_line "$1" '^READY ' 1 $((90 + 5 * ${2%.*}))) || return 1
 	pid=$(ctl --json status "$1" | jq_py 'print(r["pid"])') || return 1
 	[[ $pid =~ ^[1-9][0-9]*$ ]] || return 1
@@ -548,7 +562,7 @@ phase_filler() {
 # (hibernate), restored from disk (thaw) and verified.
 phase_hibernate() {
 	local drv gb name out hib=ERR written=0 thaw=ERR ok=FAIL
-	[[ ${FACT[criu]} != none ]] || { note "hibernate: skipped, no working CRIU (see preflight.txt)"; return 3; }
+	[[ ${FACT[criu]} != none ]] || { note "hibernate: skipped, no working CRIU (see logs/preflight.txt in logs.tar.gz)"; return 3; }
 	drv=${FACT[drivers]%% *}
 	[[ -n $drv ]] || { note "hibernate: skipped, no checkpoint driver"; return 3; }
 	gb=$(printf '%s\n' "${SIZE_LIST[@]}" | sort -g | head -n 1)
@@ -572,6 +586,222 @@ phase_hibernate() {
 	printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$drv" "$gb" "$hib" "$written" "$thaw" "$ok" >>"$HRES"
 	stop_daemon
 	[[ $ok == ok ]]
+}
+
+# ---- the frozen phase: a user's tree in a cgroup they froze
+#
+# A user may make a cgroup in the one delegated to them, move their tree
+# into it and freeze it (cgroup.freeze). The real cuda-checkpoint hangs
+# on a frozen process, its driver threads not running
+# (checkpoint-restore/criu#2458, #2470); the daemon watches such a tree
+# and fails a freeze or thaw of it at once (docs/hardware.md, "Supported
+# process kinds"). This phase checks that on the GPU, then records what
+# the tool itself does on the frozen process, action by action.
+
+FZ_TOP="" FZ="" FZ_USER="" ZPID="" ZMS="" ZOUT=""
+
+# cg_freeze DIR 0|1: writes DIR's cgroup.freeze and waits until its
+# cgroup.events says so.
+cg_freeze() {
+	echo "$2" >"$1/cgroup.freeze" || return 1
+	local end=$((SECONDS + 10))
+	until grep -qx "frozen $2" "$1/cgroup.events"; do
+		((SECONDS < end)) || { note "frozen: $1 did not reach 'frozen $2' within 10 s"; return 1; }
+		sleep 0.05
+	done
+}
+
+# frozen_thaw, frozen_remove: undo the phase's cgroups and user, also when
+# a call ends early (thawed before the daemon stops, removed after).
+frozen_thaw() { [[ -z $FZ || ! -e $FZ/cgroup.freeze ]] || echo 0 >"$FZ/cgroup.freeze" 2>/dev/null || true; }
+frozen_remove() {
+	local end=$((SECONDS + 10))
+	if [[ -n $FZ_TOP && -d $FZ_TOP ]]; then # the tree's processes may still be exiting
+		until find "$FZ_TOP" -depth -type d -exec rmdir {} + 2>/dev/null; [[ ! -d $FZ_TOP ]]; do
+			((SECONDS < end)) || { say "frozen: could not remove $FZ_TOP"; break; }
+			sleep 0.1
+		done
+	fi
+	[[ -z $FZ_USER ]] || userdel "$FZ_USER" 2>/dev/null || true
+	FZ_TOP="" FZ="" FZ_USER=""
+}
+
+# tree_pids PID: PID and its descendants.
+tree_pids() {
+	local c
+	echo "$1"
+	for c in $(cat /proc/"$1"/task/*/children 2>/dev/null); do tree_pids "$c"; done
+}
+
+# zrow WHO STEP MS RESULT DETAIL: one row of frozen.tsv.
+zrow() { printf '%s\t%s\t%s\t%s\t%s\n' "$@" >>"$ZRES"; }
+
+# fz_ctl OP NAME: root's OP of NAME through the daemon; sets ZMS (its ms)
+# and ZOUT (its last line); fails as the call does.
+fz_ctl() {
+	local t0=${EPOCHREALTIME/./} rc=0
+	ZOUT=$(timeout "$(cap 60)" "$BIN/gpuschedctl" --socket "$SOCK" "$@" 2>&1) || rc=$?
+	ZMS=$(((${EPOCHREALTIME/./} - t0) / 1000))
+	ZOUT=$(echo "$ZOUT" | tail -n 1)
+	return "$rc"
+}
+state_of() { ctl --json status "$1" 2>/dev/null | jq_py 'print(r["state"])' || echo "?"; }
+
+# fz_refused OP NAME WANT: OP while the cgroup is frozen must fail, naming
+# cgroup.freeze, and leave the process WANT.
+fz_refused() {
+	local st
+	cg_freeze "$FZ" 1 || return 1
+	if fz_ctl "$1" "$2"; then
+		zrow daemon "$1, its cgroup frozen" "$ZMS" FAIL "went through: $ZOUT"
+		cg_freeze "$FZ" 0
+		return 1
+	fi
+	st=$(state_of "$2")
+	cg_freeze "$FZ" 0 || return 1
+	if [[ $ZOUT != *cgroup.freeze* || $st != "$3" ]]; then
+		zrow daemon "$1, its cgroup frozen" "$ZMS" FAIL "$ZOUT; then $st"
+		return 1
+	fi
+	zrow daemon "$1, its cgroup frozen" "$ZMS" ok "refused: $ZOUT; then $st"
+}
+
+# fz_passes OP NAME: OP once the cgroup is thawed goes through.
+fz_passes() {
+	local cs=""
+	[[ -z $cc ]] || cs="; cuda-checkpoint --get-state before: $(timeout 10 "$cc" --get-state --pid "$ZPID" 2>&1 | tail -n 1)"
+	if fz_ctl "$1" "$2"; then zrow daemon "$1, thawed" "$ZMS" ok "then $(state_of "$2")$cs"
+	else zrow daemon "$1, thawed" "$ZMS" FAIL "$ZOUT$cs"; return 1; fi
+}
+
+# fz_tool ACTION [ARGS]: cuda-checkpoint --action ACTION on the CUDA
+# process while its cgroup is frozen: whether it ends within $HOLD s, how
+# long after the thaw it ends, its exit status and last line, the state
+# after. Puts the process in WANT (the action's own result) when the
+# action left it elsewhere, so that the next action starts where it should.
+fz_tool() {
+	local act=$1 want=$2 t0 t1 tp end rc=0 ended out st
+	shift 2
+	cg_freeze "$FZ" 1 || return 1
+	t0=${EPOCHREALTIME/./}
+	timeout 120 "$cc" --action "$act" --pid "$ZPID" "$@" >"$WORK/fz-tool.out" 2>&1 &
+	tp=$!
+	end=$((t0 + HOLD * 1000000))
+	while kill -0 "$tp" 2>/dev/null && ((${EPOCHREALTIME/./} < end)); do sleep 0.05; done
+	t1=${EPOCHREALTIME/./}
+	kill -0 "$tp" 2>/dev/null && ended="still waiting after $HOLD s frozen" || ended="ended while frozen"
+	cg_freeze "$FZ" 0 || return 1
+	wait "$tp" || rc=$?
+	[[ $ended == ended* ]] || ended="$ended, ended $(((${EPOCHREALTIME/./} - t1) / 1000)) ms after the thaw"
+	out=$(tail -n 1 "$WORK/fz-tool.out")
+	st=$(timeout 10 "$cc" --get-state --pid "$ZPID" 2>&1 | tail -n 1)
+	zrow cuda-checkpoint "--action $act $*" "$(((${EPOCHREALTIME/./} - t0) / 1000))" "$ended; exit $rc" "${out:+$out; }then $st"
+	[[ $st == "$want" ]] || timeout 60 "$cc" --action "$act" --pid "$ZPID" >/dev/null 2>&1 ||
+		{ note "frozen: cuda-checkpoint --action $act, the cgroup thawed, failed on $ZPID"; return 1; }
+}
+
+# fz_abandoned ACTION UNDO: cuda-checkpoint --action ACTION killed after
+# $HOLD s with the process's cgroup frozen, as the daemon ends a call its
+# watch gave up on; then thawed: whether the action lands all the same
+# (the state within 3 s of the thaw). Where it did, UNDO puts it back.
+fz_abandoned() {
+	local act=$1 undo=$2 before t0 tp end ended st
+	before=$(timeout 10 "$cc" --get-state --pid "$ZPID" 2>&1 | tail -n 1)
+	cg_freeze "$FZ" 1 || return 1
+	t0=${EPOCHREALTIME/./}
+	"$cc" --action "$act" --pid "$ZPID" >"$WORK/fz-tool.out" 2>&1 &
+	tp=$!
+	end=$((t0 + HOLD * 1000000))
+	while kill -0 "$tp" 2>/dev/null && ((${EPOCHREALTIME/./} < end)); do sleep 0.05; done
+	if kill -KILL "$tp" 2>/dev/null; then ended="killed after $HOLD s frozen"; else ended="ended while frozen"; fi
+	wait "$tp" 2>/dev/null || true
+	cg_freeze "$FZ" 0 || return 1
+	end=$((${EPOCHREALTIME/./} + 3000000))
+	while st=$(timeout 10 "$cc" --get-state --pid "$ZPID" 2>&1 | tail -n 1); [[ $st == "$before" ]] && ((${EPOCHREALTIME/./} < end)); do
+		sleep 0.2
+	done
+	zrow cuda-checkpoint "--action $act, killed" "$(((${EPOCHREALTIME/./} - t0) / 1000))" "$ended" "$before before; $st within 3 s of the thaw"
+	[[ $st == "$before" ]] || timeout 60 "$cc" --action "$undo" --pid "$ZPID" >/dev/null 2>&1 ||
+		{ note "frozen: cuda-checkpoint --action $undo, to undo a $act that landed, failed"; return 1; }
+}
+
+# phase_frozen: the smallest size, run by a user in a cgroup delegated to
+# them; its tree moved into a cgroup of theirs that is frozen: the daemon's
+# freeze and thaw fail at once and go through once it is thawed; then
+# cuda-checkpoint's actions on the frozen process, recorded.
+phase_frozen() {
+	local gb name=gc-frozen cg2 uid gid ok=0 drv cc="" init from p out
+	drv=${FACT[drivers]%% *}
+	[[ -n $drv ]] || { note "frozen: skipped, no checkpoint driver"; return 3; }
+	[[ ${FACT[cuda_checkpoint_version]} != Version* ]] || cc=${FACT[cuda_checkpoint]}
+	gb=$(printf '%s\n' "${SIZE_LIST[@]}" | sort -g | head -n 1)
+	(($(left) >= $(est_size "$gb") + 6 * HOLD + 40)) || return 4
+	: >"$ZRES"
+	cg2=$(awk '$3 == "cgroup2" {print $2; exit}' /proc/mounts)
+	[[ -n $cg2 && -e $cg2/cgroup.procs ]] || { note "frozen: skipped, no cgroup2 hierarchy"; return 3; }
+	if ! id -u gpucheck >/dev/null 2>&1; then
+		useradd --system --no-create-home --shell /usr/sbin/nologin gpucheck 2>/dev/null ||
+			{ note "frozen: skipped, could not add the user gpucheck"; return 3; }
+		FZ_USER=gpucheck
+	fi
+	uid=$(id -u gpucheck) gid=$(id -g gpucheck)
+	# The user's delegated cgroup, as systemd's Delegate= leaves one: theirs, with its cgroup.procs.
+	FZ_TOP=$cg2/gpu-check-frozen.$$
+	mkdir -p "$FZ_TOP/user-$uid" "$WORK/u"
+	chown "$uid:$gid" "$FZ_TOP/user-$uid" "$FZ_TOP/user-$uid"/cgroup.{procs,subtree_control,threads}
+	cp "$BIN/gpuschedctl" "$BIN/gpusched-simjob" "$ROOT/scripts/gpu-check/workload.py" "$WORK/u/"
+	chmod 755 "$WORK/u"
+	RUNAS=(setpriv --reuid="$uid" --regid="$gid" --clear-groups env -C "$WORK/u" HOME="$WORK/u")
+	RUNCTL=$WORK/u/gpuschedctl SIMJOB=$WORK/u/gpusched-simjob WORKLOAD=$WORK/u/workload.py
+	if ((!DRY)) && ! out=$("${RUNAS[@]}" "$PY" -c 'import torch; assert torch.cuda.is_available()' 2>&1); then
+		note "frozen: skipped, the user gpucheck cannot run $PY with CUDA: $(echo "$out" | tail -n 1)"
+		as_root
+		frozen_remove
+		return 3
+	fi
+	start_daemon frozen "$drv" none --user-cgroups "$FZ_TOP/user-%U" --group "$(id -gn gpucheck)" ||
+		{ as_root; frozen_remove; return 1; }
+	say "frozen: $drv driver, $gb GiB, run by gpucheck (uid $uid)"
+	if ZPID=$(start_workload "$name" "$gb") && verify "$name" "$gb"; then
+		init=$(ctl --json status "$name" | jq_py 'print(r["init_pid"])')
+		from=$(sed -n 's/^0:://p' "/proc/$ZPID/cgroup")
+		say "frozen: the tree ($(tree_pids "$init" | wc -l) processes) moves from $from into $FZ_TOP/user-$uid/mine"
+		FZ=$FZ_TOP/user-$uid/mine
+		mkdir "$FZ" && chown "$uid:$gid" "$FZ"
+		for p in $(tree_pids "$init"); do echo "$p" >"$FZ/cgroup.procs"; done
+		fz_refused freeze "$name" running || ok=1
+		fz_passes freeze "$name" || ok=1
+		fz_refused thaw "$name" frozen || ok=1
+		fz_passes thaw "$name" || ok=1
+		verify "$name" "$gb" || ok=1
+		if [[ -n $cc ]]; then
+			local st t0 rc=0
+			cg_freeze "$FZ" 1 || ok=1
+			t0=${EPOCHREALTIME/./}
+			st=$(timeout 5 "$cc" --get-state --pid "$ZPID" 2>&1 | tail -n 1) || rc=$?
+			cg_freeze "$FZ" 0 || ok=1
+			zrow cuda-checkpoint "--get-state" "$(((${EPOCHREALTIME/./} - t0) / 1000))" \
+				"$( ((rc == 124)) && echo "no answer: killed after 5 s" || echo "exit $rc")" "$st"
+			fz_abandoned lock unlock &&
+				fz_tool lock locked --timeout 5000 &&
+				fz_tool checkpoint checkpointed &&
+				fz_abandoned restore checkpoint &&
+				fz_tool restore locked &&
+				fz_tool unlock running || ok=1
+			verify "$name" "$gb" || ok=1
+		else
+			note "frozen: cuda-checkpoint's own actions not recorded: no working cuda-checkpoint"
+		fi
+	else
+		note "frozen: the workload did not start or verify (logs.tar.gz: logs/frozen/$name.log)"
+		ok=1
+	fi
+	frozen_thaw
+	ctl kill "$name" --grace 10s >/dev/null 2>&1 || true
+	stop_daemon
+	as_root
+	frozen_remove
+	return "$ok"
 }
 
 # report: report.md from the state and the result files, also on stdout.
@@ -640,6 +870,8 @@ print("\n".join(table(["step", "GPU used MiB", "settle ms", "result"], rows("fil
 print("\n## Hibernate (CRIU dump of the frozen process, thaw from disk)\n")
 hb = [[d, g, h, "%.2f" % (int(w) / 2**30), t, ok] for d, g, h, w, t, ok in rows("hibernate.tsv")]
 print("\n".join(table(["driver", "GiB", "hibernate ms", "written GiB", "thaw ms", "verify"], hb, {1, 2, 3, 4})))
+print("\n## A user's tree in a cgroup they froze (cgroup.freeze; each cuda-checkpoint action held frozen, then thawed)\n")
+print("\n".join(table(["who", "step", "ms", "result", "detail"], rows("frozen.tsv"), {2})))
 EOF
 	mv "$OUTDIR/report.md.tmp" "$OUTDIR/report.md"
 	cat "$OUTDIR/report.md"
@@ -678,6 +910,7 @@ for p in "${RUN[@]}"; do
 	api | cli) phase_driver "$p" || rc=$? ;;
 	filler) phase_filler || rc=$? ;;
 	hibernate) phase_hibernate || rc=$? ;;
+	frozen) phase_frozen || rc=$? ;;
 	esac
 	case $rc in
 	0) mark "$p" ok $((SECONDS - t)) ;;

@@ -55,7 +55,7 @@ func TestKinds(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if err := reg.LockProcessContext(ctx, plain.cmd.Process.Pid); !errors.Is(err, simgpu.ErrTimeout) {
+	if err := reg.LockProcessContext(ctx, plain.cmd.Process.Pid, 0); !errors.Is(err, simgpu.ErrTimeout) {
 		t.Errorf("lock of a peer of a locked rank: %v, want ErrTimeout", err)
 	}
 

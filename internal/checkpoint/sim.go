@@ -48,7 +48,7 @@ func (s *Sim) State(ctx context.Context, pid int) (State, error) {
 	if err := ctxError(ctx, "get-state", pid); err != nil {
 		return "", err
 	}
-	st, err := s.reg.CheckpointState(pid)
+	st, err := s.reg.CheckpointStateContext(ctx, pid)
 	if err != nil {
 		return "", simError("get-state", pid, err)
 	}
@@ -62,12 +62,7 @@ func (s *Sim) Lock(ctx context.Context, pid int, timeout time.Duration) error {
 	if err := ctxError(ctx, "lock", pid); err != nil {
 		return err
 	}
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
-	return simError("lock", pid, s.reg.LockProcessContext(ctx, pid))
+	return simError("lock", pid, s.reg.LockProcessContext(ctx, pid, timeout))
 }
 
 // Checkpoint parks the process's device memory.
@@ -75,7 +70,7 @@ func (s *Sim) Checkpoint(ctx context.Context, pid int) error {
 	if err := ctxError(ctx, "checkpoint", pid); err != nil {
 		return err
 	}
-	moved, err := s.reg.CheckpointProcess(pid)
+	moved, err := s.reg.CheckpointProcessContext(ctx, pid)
 	if err != nil {
 		return simError("checkpoint", pid, err)
 	}
@@ -107,7 +102,7 @@ func (s *Sim) Unlock(ctx context.Context, pid int) error {
 	if err := ctxError(ctx, "unlock", pid); err != nil {
 		return err
 	}
-	return simError("unlock", pid, s.reg.UnlockProcess(pid))
+	return simError("unlock", pid, s.reg.UnlockProcessContext(ctx, pid))
 }
 
 // RestoreThreadID returns the tid of the process's restore thread.

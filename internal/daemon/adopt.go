@@ -153,6 +153,13 @@ func (d *Daemon) settleInterrupted(rec proctable.Record, log *zap.Logger) procta
 	if rec.State == api.StateThawing {
 		empty = api.StateFrozen
 	}
+	// The crash may have come between stopping the tree and recording it,
+	// and the driver answers nothing for a stopped process (docs/hardware.md):
+	// the tree runs while the driver is asked, and is stopped again below
+	// where it stays frozen.
+	if err := continueTree(stoppedIn(rec.InitPID)); err != nil {
+		log.Warn("continue tree", zap.Error(err))
+	}
 	var procs []proctable.CheckpointProc
 	if d.driver != nil {
 		ctx := context.Background()
@@ -164,15 +171,12 @@ func (d *Daemon) settleInterrupted(rec proctable.Record, log *zap.Logger) procta
 		op.query(ctx)
 		state, procs = op.verdict(empty), op.procs
 	}
-	// The crash may have come between stopping the tree and recording it.
 	var stopped []proctable.ProcRef
 	if state == api.StateFrozen && d.cfg.FreezeStop {
 		var err error
 		if stopped, err = d.stopTree(rec.InitPID, rec.Owner.UID); err != nil {
 			log.Warn("stop frozen tree", zap.Error(err))
 		}
-	} else if err := continueTree(stoppedIn(rec.InitPID)); err != nil {
-		log.Warn("continue tree", zap.Error(err))
 	}
 	msg := fmt.Sprintf("the daemon restarted during a %s; the checkpoint driver reports it %s", opOf(rec.State), state)
 	out, err := d.table.Update(rec.Name, func(r *proctable.Record) error {

@@ -79,6 +79,9 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 	if err := refuseMPS(rec); err != nil {
 		return api.CheckpointResult{}, err
 	}
+	if err := refuseFrozen("freeze", rec); err != nil {
+		return api.CheckpointResult{}, err
+	}
 	start := time.Now()
 	var procs []proctable.CheckpointProc
 	var kinds map[int]cudakind.Kind
@@ -109,6 +112,9 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 	default:
 		return api.CheckpointResult{}, conflictf("process %q is %s; only a running process can be frozen", rec.Name, rec.State)
 	}
+	if err := refuseStopped("freeze", rec, procs); err != nil {
+		return api.CheckpointResult{}, err
+	}
 	if !opts.toDisk {
 		need := (&proctable.Checkpoint{Procs: procs}).MiB()
 		if err := d.makeRoom(ctx, fmt.Sprintf("freeze %q", rec.Name), need, rec.Name); err != nil {
@@ -119,21 +125,20 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 	if err != nil {
 		return api.CheckpointResult{}, err
 	}
+	dctx, unwatch, explain := watchTree(ctx, rec)
+	defer unwatch()
 	op := d.newCudaOp(procs, assumed)
 	if assumed == "" {
-		op.query(ctx)
+		op.query(dctx)
 	}
 	var stopped []proctable.ProcRef
-	err = underWatch(ctx, rec, func(ctx context.Context) error {
-		err := op.freeze(ctx, opts.lockTimeout)
-		if err == nil {
-			rec, stopped, err = d.quiesce(ctx, rec, op, opts)
-		}
-		return err
-	})
+	err = op.freeze(dctx, opts.lockTimeout)
+	if err == nil {
+		rec, stopped, err = d.quiesce(dctx, rec, op, opts)
+	}
 	if err != nil {
-		op.rollback(ctx)
-		return d.failed(rec, op, "freeze", kindHint(err, kinds), nil, opts.quiet)
+		op.rollback(dctx)
+		return d.failed(rec, op, "freeze", explain(kindHint(err, kinds)), nil, opts.quiet)
 	}
 	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
 		if r.ID != rec.ID {

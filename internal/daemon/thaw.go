@@ -60,9 +60,17 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 	default:
 		return api.CheckpointResult{}, conflictf("process %q is %s; only a frozen process can be thawed", rec.Name, rec.State)
 	}
+	if err := refuseFrozen(opts.op, rec); err != nil {
+		return api.CheckpointResult{}, err
+	}
+	dctx, unwatch, explain := watchTree(ctx, rec)
+	defer unwatch()
 	op := d.newCudaOp(liveProcs(checkpointed(rec)), checkpoint.StateCheckpointed)
 	if rec.State != api.StateFrozen {
-		op.query(ctx)
+		if err := refuseStopped(opts.op, rec, op.procs); err != nil {
+			return api.CheckpointResult{}, err
+		}
+		op.query(dctx)
 	}
 	gpus, remap := remapGPUs(rec.GPUs, opts.pairs)
 	need := map[string]uint64{}
@@ -114,10 +122,16 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 		}
 		op.ms["continue"] = msSince(t)
 	}
-	if err := underWatch(ctx, rec, func(ctx context.Context) error {
-		return op.restore(ctx, deviceMap(rec.GPUs, op.procs, opts.pairs))
-	}); err != nil {
-		op.refreeze(ctx)
+	if err := refuseStopped(opts.op, rec, op.procs); err != nil {
+		var restopped []proctable.ProcRef
+		if len(stopped) > 0 {
+			restopped, _ = d.stopTree(rec.InitPID, rec.Owner.UID)
+		}
+		return d.failed(rec, op, opts.op, err, restopped, false)
+	}
+	if err := op.restore(dctx, deviceMap(rec.GPUs, op.procs, opts.pairs)); err != nil {
+		op.refreeze(dctx)
+		err = explain(err)
 		if errors.Is(err, checkpoint.ErrOutOfMemory) || unrestorable(rec) != "" {
 			return d.restoreLost(rec, op, opts.op, err)
 		}
@@ -141,13 +155,13 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 			return api.CheckpointResult{}, fmt.Errorf("%s %q: %w", opts.op, rec.Name, err)
 		}
 	}
-	err = op.unlock(ctx)
+	err = op.unlock(dctx)
 	if err == nil {
 		err = op.expect(api.StateRunning)
 	}
 	if err != nil {
-		op.query(ctx)
-		return d.failed(rec, op, opts.op, err, nil, false)
+		op.query(dctx)
+		return d.failed(rec, op, opts.op, explain(err), nil, false)
 	}
 	mib := rec.Checkpoint.MiB()
 	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {

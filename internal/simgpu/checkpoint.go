@@ -32,30 +32,71 @@ func (r *Registry) CheckpointState(pid int) (string, error) {
 	return state, err
 }
 
-// LockProcess moves process pid from running to locked: its CUDA calls
-// (Allocate, Free) block until it is unlocked. It is LockProcessContext
-// without a timeout: a member of an NCCL group may wait for ever.
-func (r *Registry) LockProcess(pid int) error {
-	return r.LockProcessContext(context.Background(), pid)
+// CheckpointStateContext is CheckpointState as the driver answers another
+// process: like every driver action here it waits while pid is in a frozen
+// cgroup (see awaitRunnable).
+func (r *Registry) CheckpointStateContext(ctx context.Context, pid int) (string, error) {
+	if err := awaitRunnable(ctx, pid, "get-state"); err != nil {
+		return "", err
+	}
+	return r.CheckpointState(pid)
 }
 
-// LockProcessContext is LockProcess bounded by ctx. A member of an NCCL
-// group waits while another member is locked or checkpointed (see
-// SetNCCL), and fails with ErrTimeout once ctx ends, as the real lock
-// given --timeout fails with CUDA_ERROR_TIMEOUT. So does a process in a
-// frozen cgroup (cgroup.freeze): the real tool hangs on it until the
-// cgroup is thawed, the lock being done by the process's own driver
-// threads, which do not run (CRIU's CUDA plugin ran cuda-checkpoint after
-// freezing a container's cgroup, and it "hangs indefinitely",
-// checkpoint-restore/criu#2458; CRIU now locks every CUDA process before
-// it freezes, criu#2470).
-func (r *Registry) LockProcessContext(ctx context.Context, pid int) error {
-	for frozen := cgroup.FrozenOf(pid); frozen != ""; frozen = cgroup.FrozenOf(pid) {
+// awaitRunnable waits until pid is neither in a frozen cgroup
+// (cgroup.freeze) nor stopped (SIGSTOP, ptrace), or fails with ErrTimeout
+// once ctx ends. The driver's work on a process is done by the process's
+// own driver threads, which do not run meanwhile: CRIU's CUDA plugin ran
+// cuda-checkpoint after freezing a container's cgroup and it "hangs
+// indefinitely" (checkpoint-restore/criu#2458; CRIU now locks every CUDA
+// process before it freezes, criu#2470). On a lent H200 (driver
+// 580.159.04, 2026-11-28, docs/hardware.md): in a frozen cgroup get-state
+// gave no answer in 5 s, and lock (past its own --timeout), checkpoint,
+// restore and unlock each waited the 6 s the cgroup stayed frozen and went
+// through 3 to 1006 ms after the thaw, while a lock or restore whose tool
+// was killed meanwhile did not land; a stopped process had get-state,
+// lock (past a 2 s --timeout) and restore give no answer in 5 s, and all
+// went through once it was continued. So the wait is bounded by the
+// caller alone.
+func awaitRunnable(ctx context.Context, pid int, action string) error {
+	for {
+		why := ""
+		if frozen := cgroup.FrozenOf(pid); frozen != "" {
+			why = "its cgroup " + frozen + " is frozen"
+		} else if state, err := threadState(pid, pid); err == nil && stopped(state) {
+			why = "it is stopped"
+		}
+		if why == "" {
+			return nil
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("process %d: lock: its cgroup %s is frozen, and its driver threads with it (checkpoint-restore/criu#2458): %w", pid, frozen, ErrTimeout)
+			return fmt.Errorf("process %d: %s: %s, and its driver threads with it (checkpoint-restore/criu#2458): %w", pid, action, why, ErrTimeout)
 		case <-time.After(ncclPoll):
 		}
+	}
+}
+
+// LockProcess moves process pid from running to locked: its CUDA calls
+// (Allocate, Free) block until it is unlocked. It is LockProcessContext
+// without a deadline: a member of an NCCL group may wait for ever.
+func (r *Registry) LockProcess(pid int) error {
+	return r.LockProcessContext(context.Background(), pid, 0)
+}
+
+// LockProcessContext is LockProcess as the driver does it for a caller
+// that gives up when ctx ends. A member of an NCCL group waits while
+// another member is locked or checkpointed (see SetNCCL), and fails with
+// ErrTimeout after timeout (0: none) or once ctx ends, as the real lock
+// given --timeout fails with CUDA_ERROR_TIMEOUT. A process that is frozen
+// or stopped makes it wait past timeout, until ctx ends (awaitRunnable).
+func (r *Registry) LockProcessContext(ctx context.Context, pid int, timeout time.Duration) error {
+	if err := awaitRunnable(ctx, pid, "lock"); err != nil {
+		return err
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
 	}
 	for {
 		peer, group := 0, ""
@@ -85,9 +126,27 @@ func (r *Registry) LockProcessContext(ctx context.Context, pid int) error {
 	}
 }
 
+// UnlockProcessContext is UnlockProcess as the driver does it for a
+// caller that gives up when ctx ends (see awaitRunnable).
+func (r *Registry) UnlockProcessContext(ctx context.Context, pid int) error {
+	if err := awaitRunnable(ctx, pid, "unlock"); err != nil {
+		return err
+	}
+	return r.UnlockProcess(pid)
+}
+
 // UnlockProcess moves process pid from locked to running.
 func (r *Registry) UnlockProcess(pid int) error {
 	return r.transition(pid, "unlock", StateLocked, StateRunning)
+}
+
+// CheckpointProcessContext is CheckpointProcess as the driver does it for
+// a caller that gives up when ctx ends (see awaitRunnable).
+func (r *Registry) CheckpointProcessContext(ctx context.Context, pid int) (uint64, error) {
+	if err := awaitRunnable(ctx, pid, "checkpoint"); err != nil {
+		return 0, err
+	}
+	return r.CheckpointProcess(pid)
 }
 
 // CheckpointProcess moves process pid from locked to checkpointed, parking

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -47,7 +48,7 @@ func TestNCCLLockWaitsForPeer(t *testing.T) {
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	err := reg.LockProcessContext(ctx, b)
+	err := reg.LockProcessContext(ctx, b, 0)
 	cancel()
 	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "cuda-checkpoint#30") {
 		t.Fatalf("lock of a member while its peer is locked: %v, want ErrTimeout citing #30", err)
@@ -81,7 +82,7 @@ func TestNCCLLockWaitsForPeer(t *testing.T) {
 	}
 	ctx, cancel = context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if err := reg.LockProcessContext(ctx, a); !errors.Is(err, ErrTimeout) {
+	if err := reg.LockProcessContext(ctx, a, 0); !errors.Is(err, ErrTimeout) {
 		t.Errorf("lock while the peer is checkpointed: %v, want ErrTimeout", err)
 	}
 }
@@ -107,28 +108,79 @@ func TestNCCLGroupKeepsRecord(t *testing.T) {
 	}
 }
 
-// TestLockWaitsOnAFrozenCgroup: the lock of a process whose cgroup is
-// frozen waits, as the real cuda-checkpoint hangs on it
-// (checkpoint-restore/criu#2458): it fails with ErrTimeout when its
-// timeout passes first, and goes through once the cgroup is thawed.
-func TestLockWaitsOnAFrozenCgroup(t *testing.T) {
-	reg := newTestRegistry(t, 1, 4096)
-	pid := ncclMember(t, reg, "")
-	thaw := freezeAlone(t, pid)
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	err := reg.LockProcessContext(ctx, pid)
-	cancel()
-	if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "criu#2458") {
-		t.Fatalf("lock of a process in a frozen cgroup: %v, want ErrTimeout citing criu#2458", err)
+// TestActionsWaitOnAFrozenOrStoppedProcess: every driver action on a
+// process whose cgroup is frozen, or that is stopped, waits, as on a lent
+// H200 (see awaitRunnable): get-state, lock (past its own timeout),
+// checkpoint and unlock fail with ErrTimeout only when their caller gives
+// up, the state unchanged, and go through once the process runs again.
+// The process's own view of its state does not wait.
+func TestActionsWaitOnAFrozenOrStoppedProcess(t *testing.T) {
+	holds := map[string]func(t *testing.T, pid int) (release func()){"frozen": freezeAlone, "stopped": stopAlone}
+	for _, tc := range []struct {
+		action, from, to string
+		act              func(ctx context.Context, reg *Registry, pid int) error
+	}{
+		{"get-state", StateRunning, StateRunning, func(ctx context.Context, reg *Registry, pid int) error {
+			_, err := reg.CheckpointStateContext(ctx, pid)
+			return err
+		}},
+		{"lock", StateRunning, StateLocked, func(ctx context.Context, reg *Registry, pid int) error {
+			return reg.LockProcessContext(ctx, pid, time.Millisecond)
+		}},
+		{"checkpoint", StateLocked, StateCheckpointed, func(ctx context.Context, reg *Registry, pid int) error {
+			_, err := reg.CheckpointProcessContext(ctx, pid)
+			return err
+		}},
+		{"unlock", StateLocked, StateRunning, func(ctx context.Context, reg *Registry, pid int) error {
+			return reg.UnlockProcessContext(ctx, pid)
+		}},
+	} {
+		for name, hold := range holds {
+			t.Run(tc.action+"/"+name, func(t *testing.T) {
+				reg := newTestRegistry(t, 1, 4096)
+				pid := ncclMember(t, reg, "")
+				if tc.from == StateLocked {
+					if err := reg.LockProcess(pid); err != nil {
+						t.Fatal(err)
+					}
+				}
+				release := hold(t, pid)
+				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+				err := tc.act(ctx, reg, pid)
+				cancel()
+				if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), tc.action+": ") || !strings.Contains(err.Error(), name) {
+					t.Fatalf("%s of a %s process: %v, want ErrTimeout saying it is %s", tc.action, name, err, name)
+				}
+				mustState(t, reg, pid, tc.from)
+				done := make(chan error, 1)
+				go func() { done <- tc.act(context.Background(), reg, pid) }()
+				release()
+				if err := <-done; err != nil {
+					t.Fatalf("%s once the process runs again: %v", tc.action, err)
+				}
+				mustState(t, reg, pid, tc.to)
+			})
+		}
 	}
-	mustState(t, reg, pid, StateRunning)
-	done := make(chan error, 1)
-	go func() { done <- reg.LockProcess(pid) }()
-	thaw()
-	if err := <-done; err != nil {
-		t.Fatalf("lock once the cgroup is thawed: %v", err)
+}
+
+// stopAlone stops process pid (SIGSTOP), waiting until it is; release
+// continues it, as does the end of t.
+func stopAlone(t *testing.T, pid int) (release func()) {
+	t.Helper()
+	cont := func() { syscall.Kill(pid, syscall.SIGCONT) }
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
 	}
-	mustState(t, reg, pid, StateLocked)
+	t.Cleanup(cont)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if st, err := threadState(pid, pid); err == nil && stopped(st) {
+			return cont
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d never stopped", pid)
+		}
+	}
 }
 
 // freezeAlone moves process pid into a cgroup of its own and freezes it,

@@ -71,7 +71,7 @@ func (f *fake) run(inv invocation) error {
 		if err := f.inject("get-state", 0); err != nil {
 			return err
 		}
-		state, err := f.reg.CheckpointState(f.pid)
+		state, err := f.reg.CheckpointStateContext(context.Background(), f.pid)
 		if err != nil {
 			return f.simError("get-state", err)
 		}
@@ -143,33 +143,21 @@ func (f *fake) action(action string, timeoutMS int, remap map[string]string) err
 	}
 	var err error
 	switch action {
-	case "lock":
-		err = f.lock(timeoutMS)
+	case "lock": // waits at most --timeout where an NCCL peer is locked
+		err = f.reg.LockProcessContext(context.Background(), f.pid, time.Duration(timeoutMS)*time.Millisecond)
 	case "checkpoint":
-		_, err = f.reg.CheckpointProcess(f.pid)
+		_, err = f.reg.CheckpointProcessContext(context.Background(), f.pid)
 	case "restore":
 		// Like the real tool, it waits as long as the restore thread is
 		// stopped.
 		_, err = f.reg.RestoreProcess(context.Background(), f.pid, remap)
 	case "unlock":
-		err = f.reg.UnlockProcess(f.pid)
+		err = f.reg.UnlockProcessContext(context.Background(), f.pid)
 	}
 	if err != nil {
 		return f.simError(action, err)
 	}
 	return nil
-}
-
-// lock locks the target, waiting at most timeoutMS (0: no limit) where
-// the simulated driver makes it wait (an NCCL peer is locked).
-func (f *fake) lock(timeoutMS int) error {
-	ctx := context.Background()
-	if timeoutMS > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(timeoutMS)*time.Millisecond)
-		defer cancel()
-	}
-	return f.reg.LockProcessContext(ctx, f.pid)
 }
 
 // inject applies the fault configured for action, if it matches this call.
