@@ -753,6 +753,12 @@ phase_frozen() {
 	chmod 755 "$WORK/u"
 	RUNAS=(setpriv --reuid="$uid" --regid="$gid" --clear-groups env -C "$WORK/u" HOME="$WORK/u")
 	RUNCTL=$WORK/u/gpuschedctl SIMJOB=$WORK/u/gpusched-simjob WORKLOAD=$WORK/u/workload.py
+	if ! "${RUNAS[@]}" test -x "$BIN/gpusched-init"; then # the tree's supervisor runs as its owner
+		note "frozen: skipped, the user gpucheck cannot reach $BIN/gpusched-init (a parent directory closed to others)"
+		as_root
+		frozen_remove
+		return 3
+	fi
 	if ((!DRY)) && ! out=$("${RUNAS[@]}" "$PY" -c 'import torch; assert torch.cuda.is_available()' 2>&1); then
 		note "frozen: skipped, the user gpucheck cannot run $PY with CUDA: $(echo "$out" | tail -n 1)"
 		as_root

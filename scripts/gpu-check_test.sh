@@ -4,13 +4,15 @@
 # on simulated GPUs across two calls, as on a lent machine: phases resumed
 # from the first call's results, a phase cut short continued by size, a
 # budget too small leaving phases for the next call, an injected
-# cuda-checkpoint failure reported as FAIL, and bad usage changing nothing.
+# cuda-checkpoint failure reported as FAIL, bad usage changing nothing, and
+# the frozen phase's daemon and tool rows.
 # Needs root (the daemon runs processes as their callers) and CRIU for the
 # hibernate phase (make test-deps installs it).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 T=$(mktemp -d /tmp/gpu-check-test.XXXXXX)
 trap 'rm -rf "$T"' EXIT
+chmod 755 "$T" # the frozen phase's user runs the bundle's supervisor
 CHECK=$ROOT/scripts/gpu-check.sh
 B=$T/bundle
 t0=$SECONDS
@@ -41,10 +43,12 @@ run 0 --dry-run --from "$B/results" --out "$T/o1" --sizes "1 2" --rounds 2 --pha
 (($(rows "$T/o1/moves.tsv" $'^api\t(1|2)\t[0-9]+\t[^\t]+,[^\t]+\t[^\t]+,[^\t]+\tok\t[0-9.]+$') == 2)) ||
 	fail "call 1: want two api rows, each with 2 rounds, verified, migrated: $(cat "$T/o1/moves.tsv")"
 grep -q '^| api | 2 | 2.00 |' "$T/o1/report.md" || fail "call 1 report: $(cat "$T/o1/report.md")"
-for f in state.tsv preflight.txt moves.tsv progress.log logs.tar.gz report.md; do
+for f in state.tsv moves.tsv progress.log logs.tar.gz report.md; do
 	[[ -s $T/o1/$f ]] || fail "call 1 wrote no $f"
 done
 tar -tzf "$T/o1/logs.tar.gz" | grep -q '^logs/api/gc-api-2g.log$' || fail "logs.tar.gz lacks the workload's log"
+tar -tzf "$T/o1/logs.tar.gz" | grep -q '^logs/preflight.txt$' || fail "logs.tar.gz lacks the preflight's findings"
+(($(ls "$T/o1" | wc -l) <= 8)) || fail "more files than a device call brings back: $(ls "$T/o1")"
 
 # Bad usage writes nothing: a setting other than the one recorded, an unknown phase.
 before=$(cd "$T/o1" && sha256sum ./*)
@@ -56,12 +60,23 @@ run 2 --dry-run --out "$T/o9" --phase api,bogus
 # phases left, not the ones done.
 cp "$T/o1"/* "$B/results/"
 run 0 --from "$B/results" --out "$T/o2"
-for p in preflight api cli filler hibernate; do [[ $(st "$T/o2" "$p") == ok ]] || fail "call 2: $p is $(st "$T/o2" "$p")"; done
+for p in preflight api cli filler hibernate frozen; do [[ $(st "$T/o2" "$p") == ok ]] || fail "call 2: $p is $(st "$T/o2" "$p")"; done
 (($(rows "$T/o2/state.tsv" $'^phase\tapi\tstarted') == 1)) || fail "call 2 ran the api phase again"
 (($(rows "$T/o2/moves.tsv" $'^cli\t.*\tok\t') == 2)) || fail "call 2: cli rows $(cat "$T/o2/moves.tsv")"
 (($(rows "$T/o2/hibernate.tsv" $'^api\t1\t[0-9.]+\t[1-9][0-9]*\t[0-9.]+\tok$') == 1)) ||
 	fail "call 2: hibernate row $(cat "$T/o2/hibernate.tsv")"
 (($(rows "$T/o2/filler.tsv" $'\tok$') == 3)) || fail "call 2: filler rows $(cat "$T/o2/filler.tsv")"
+# The frozen phase: the daemon refuses a freeze and a thaw while a user's
+# cgroup is frozen and does both once it is thawed; the fake tool's actions
+# wait on the frozen process, and one killed meanwhile does not land.
+(($(rows "$T/o2/frozen.tsv" $'^daemon\t.*\tok\t') == 4)) || fail "call 2: frozen rows $(cat "$T/o2/frozen.tsv")"
+(($(rows "$T/o2/frozen.tsv" $'^daemon\t[a-z]+, its cgroup frozen\t.*\trefused: .*cgroup.freeze') == 2)) ||
+	fail "call 2: the daemon's refusals $(cat "$T/o2/frozen.tsv")"
+(($(rows "$T/o2/frozen.tsv" $'^cuda-checkpoint\t--action [a-z]+ .*still waiting after 2 s frozen, ended [0-9]+ ms after the thaw; exit 0') == 4)) ||
+	fail "call 2: the tool's actions on a frozen process $(cat "$T/o2/frozen.tsv")"
+(($(rows "$T/o2/frozen.tsv" $'^cuda-checkpoint\t--action [a-z]+, killed\t.*\t(running|checkpointed) before; \\1 within') == 2)) ||
+	fail "call 2: a killed action landed $(cat "$T/o2/frozen.tsv")"
+! id -u gpucheck >/dev/null 2>&1 || fail "the frozen phase left its user gpucheck"
 if ! grep -q '^| api | 1 |' "$T/o2/report.md" || ! grep -q '^| cli | 2 |' "$T/o2/report.md"; then
 	fail "call 2 report: $(cat "$T/o2/report.md")"
 fi
