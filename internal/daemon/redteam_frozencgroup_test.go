@@ -86,6 +86,24 @@ func shAs(t *testing.T, u testutil.User, script string) {
 	}
 }
 
+// treeInCgroupOfTheirs makes the cgroup "mine" in own, the cgroup
+// delegated to user u, and moves the processes of name's tree into it, as
+// u may; the end of t thaws it.
+func treeInCgroupOfTheirs(t *testing.T, h *ckptHarness, u testutil.User, own, name string) (mine string) {
+	t.Helper()
+	mine = filepath.Join(own, "mine")
+	shAs(t, u, "mkdir "+mine)
+	t.Cleanup(func() { shAs(t, u, "echo 0 > "+mine+"/cgroup.freeze") })
+	pids, err := procfs.TreeOf(h.proc(name).InitPID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		shAs(t, u, "echo "+strconv.Itoa(pid)+" > "+mine+"/cgroup.procs")
+	}
+	return mine
+}
+
 // TestRedTeamFrozenTreeFailsFreezeAndThawAtOnce: the checkpoint driver
 // waits on a process whose cgroup is frozen (the real cuda-checkpoint
 // hangs on it, criu#2458 and #2470; the simulated driver's lock and
@@ -108,16 +126,7 @@ func TestRedTeamFrozenTreeFailsFreezeAndThawAtOnce(t *testing.T) {
 	if _, errOut, code := h.ctlAs(u, "freeze", "theirs"); code != 0 {
 		t.Fatalf("freeze theirs: %s", errOut)
 	}
-	mine := filepath.Join(own, "mine")
-	shAs(t, u, "mkdir "+mine)
-	t.Cleanup(func() { shAs(t, u, "echo 0 > "+mine+"/cgroup.freeze") })
-	pids, err := procfs.TreeOf(h.proc("theirs").InitPID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, pid := range pids {
-		shAs(t, u, "echo "+strconv.Itoa(pid)+" > "+mine+"/cgroup.procs")
-	}
+	mine := treeInCgroupOfTheirs(t, h, u, own, "theirs")
 	attempt := func(what string, call func(ctx context.Context) error, keep api.State) {
 		t.Helper()
 		shAs(t, u, "echo 1 > "+mine+"/cgroup.freeze")

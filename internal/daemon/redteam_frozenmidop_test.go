@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/gpusched/gpusched/internal/config"
-	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -43,16 +42,7 @@ func TestRedTeamCgroupFrozenMidFreeze(t *testing.T) {
 	}
 	h.followCount("ranks", "simjob: allocated", 2)
 	h.refresh()
-	mine := filepath.Join(own, "mine")
-	shAs(t, u, "mkdir "+mine)
-	t.Cleanup(func() { shAs(t, u, "echo 0 > "+mine+"/cgroup.freeze") })
-	pids, err := procfs.TreeOf(h.proc("ranks").InitPID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, pid := range pids {
-		shAs(t, u, "echo "+strconv.Itoa(pid)+" > "+mine+"/cgroup.procs")
-	}
+	mine := treeInCgroupOfTheirs(t, h, u, own, "ranks")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -68,7 +58,7 @@ func TestRedTeamCgroupFrozenMidFreeze(t *testing.T) {
 	}
 	shAs(t, u, "echo 1 > "+mine+"/cgroup.freeze")
 	awaitFrozen(t, mine)
-	err = <-done
+	err := <-done
 	if err == nil || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "cgroup.freeze") {
 		t.Fatalf("root's freeze, the tree's cgroup frozen while it waits in the driver: %v; want a failure naming cgroup.freeze at once", err)
 	}
