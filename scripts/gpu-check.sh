@@ -628,9 +628,10 @@ frozen_remove() {
 
 # tree_pids PID: PID and its descendants.
 tree_pids() {
-	local c
+	local c kids=()
 	echo "$1"
-	for c in $(cat /proc/"$1"/task/*/children 2>/dev/null); do tree_pids "$c"; done
+	read -r -a kids < <(cat /proc/"$1"/task/*/children 2>/dev/null | tr '\n' ' ')
+	for c in "${kids[@]}"; do tree_pids "$c"; done
 }
 
 # zrow WHO STEP MS RESULT DETAIL: one row of frozen.tsv.
@@ -674,13 +675,13 @@ fz_passes() {
 	else zrow daemon "$1, thawed" "$ZMS" FAIL "$ZOUT$cs"; return 1; fi
 }
 
-# fz_tool ACTION [ARGS]: cuda-checkpoint --action ACTION on the CUDA
+# fz_tool ACTION GOAL [ARGS]: cuda-checkpoint --action ACTION on the CUDA
 # process while its cgroup is frozen: whether it ends within $HOLD s, how
 # long after the thaw it ends, its exit status and last line, the state
-# after. Puts the process in WANT (the action's own result) when the
+# after. Puts the process in GOAL (the action's own result) when the
 # action left it elsewhere, so that the next action starts where it should.
 fz_tool() {
-	local act=$1 want=$2 t0 t1 tp end rc=0 ended out st
+	local act=$1 goal=$2 t0 t1 tp end rc=0 ended out st
 	shift 2
 	cg_freeze "$FZ" 1 || return 1
 	t0=${EPOCHREALTIME/./}
@@ -696,7 +697,7 @@ fz_tool() {
 	out=$(tail -n 1 "$WORK/fz-tool.out")
 	st=$(timeout 10 "$cc" --get-state --pid "$ZPID" 2>&1 | tail -n 1)
 	zrow cuda-checkpoint "--action $act $*" "$(((${EPOCHREALTIME/./} - t0) / 1000))" "$ended; exit $rc" "${out:+$out; }then $st"
-	[[ $st == "$want" ]] || timeout 60 "$cc" --action "$act" --pid "$ZPID" >/dev/null 2>&1 ||
+	[[ $st == "$goal" ]] || timeout 60 "$cc" --action "$act" --pid "$ZPID" >/dev/null 2>&1 ||
 		{ note "frozen: cuda-checkpoint --action $act, the cgroup thawed, failed on $ZPID"; return 1; }
 }
 
