@@ -22,6 +22,7 @@ type cudaOp struct {
 	procs   []proctable.CheckpointProc
 	states  map[int]checkpoint.State
 	ms      map[string]float64
+	reach   driverReach // what the operation's watch reads
 }
 
 func (d *Daemon) newCudaOp(procs []proctable.CheckpointProc, assumed checkpoint.State) *cudaOp {
@@ -30,6 +31,7 @@ func (d *Daemon) newCudaOp(procs []proctable.CheckpointProc, assumed checkpoint.
 	for _, p := range procs {
 		op.states[p.PID] = assumed
 	}
+	op.reach.track(op.procs)
 	return op
 }
 
@@ -40,6 +42,7 @@ func (op *cudaOp) add(procs []proctable.CheckpointProc) {
 		op.procs = append(op.procs, p)
 		op.states[p.PID] = checkpoint.StateRunning
 	}
+	op.reach.track(op.procs)
 }
 
 // step runs act on every process in state from, in parallel, each under
@@ -109,6 +112,7 @@ func (op *cudaOp) unlock(ctx context.Context) error {
 // left empty (unknown).
 func (op *cudaOp) query(ctx context.Context) {
 	op.procs = liveProcs(op.procs)
+	op.reach.track(op.procs)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, p := range op.procs {

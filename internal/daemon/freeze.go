@@ -125,9 +125,9 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 	if err != nil {
 		return api.CheckpointResult{}, err
 	}
-	dctx, unwatch, explain := watchTree(ctx, rec)
-	defer unwatch()
 	op := d.newCudaOp(procs, assumed)
+	dctx, unwatch, explain := watchTree(ctx, rec, op)
+	defer unwatch()
 	if assumed == "" {
 		op.query(dctx)
 	}

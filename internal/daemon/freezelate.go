@@ -26,6 +26,7 @@ func (d *Daemon) quiesce(ctx context.Context, rec proctable.Record, op *cudaOp, 
 		var stopped []proctable.ProcRef
 		if opts.stop {
 			t := time.Now()
+			op.reach.daemonStops(true)
 			var err error
 			if stopped, err = d.stopTree(rec.InitPID, rec.Owner.UID); err != nil {
 				d.log.Warn("stop frozen tree", zap.String("name", rec.Name), zap.Error(err))
@@ -45,6 +46,7 @@ func (d *Daemon) quiesce(ctx context.Context, rec proctable.Record, op *cudaOp, 
 		if err := continueTree(stopped); err != nil {
 			d.log.Warn("continue tree", zap.String("name", rec.Name), zap.Error(err))
 		}
+		op.reach.daemonStops(false)
 		if round == lateRounds {
 			return rec, nil, conflictf("new CUDA processes (pids %v) kept appearing in the tree of %q while it was frozen; try again", pidsOf(late), rec.Name)
 		}

@@ -36,26 +36,9 @@ func TestRedTeamCgroupFrozenMidFreeze(t *testing.T) {
 		c.Group, c.UserCgroups = "gscriu", filepath.Join(top, "user-%U")
 		c.LockTimeout, c.CheckpointTimeout = 10*time.Minute, 10*time.Minute
 	})
-	rank := h.bins.SimJob + " --vram 100 --nccl job --nccl-shm=false"
-	if _, errOut, code := h.ctlAs(u, "run", "ranks", "--gpu", "0", "--", "/bin/sh", "-c", rank+" & "+rank+" & wait"); code != 0 {
-		t.Fatalf("run ranks: %s", errOut)
-	}
-	h.followCount("ranks", "simjob: allocated", 2)
-	h.refresh()
+	userRanks(t, h, u)
 	mine := treeInCgroupOfTheirs(t, h, u, own, "ranks")
-
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := h.client().Freeze(ctx, api.FreezeParams{Name: "ranks"})
-		done <- err
-	}()
-	for deadline := time.Now().Add(10 * time.Second); !slices.Contains(h.cudaStates("ranks"), "locked"); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("root's freeze locked no rank: %v", h.cudaStates("ranks"))
-		}
-	}
+	done := freezeHeldInLock(t, h)
 	shAs(t, u, "echo 1 > "+mine+"/cgroup.freeze")
 	awaitFrozen(t, mine)
 	err := <-done
@@ -70,6 +53,68 @@ func TestRedTeamCgroupFrozenMidFreeze(t *testing.T) {
 		t.Fatalf("root's thaw once the cgroup is thawed: %v", err)
 	}
 	h.wantUntouched("ranks", 200)
+}
+
+// TestRedTeamStoppedMidFreeze: a user stops one of their CUDA processes
+// (SIGSTOP) while root's freeze of their tree is in the driver, which then
+// answers nothing for it: the freeze fails at once naming the stop,
+// leaving the process locked; continued, root's thaw resumes it.
+func TestRedTeamStoppedMidFreeze(t *testing.T) {
+	u := testutil.NewUser(t, "gscriu9", "gscriu")
+	h := newCkptHarness(t, config.DriverSim, func(c *config.Config) {
+		c.Group = "gscriu"
+		c.LockTimeout, c.CheckpointTimeout = 10*time.Minute, 10*time.Minute
+	})
+	userRanks(t, h, u)
+	done := freezeHeldInLock(t, h)
+	pid := strconv.Itoa(h.cudaPIDs("ranks")[0])
+	shAs(t, u, "kill -STOP "+pid)
+	t.Cleanup(func() { shAs(t, u, "kill -CONT "+pid) })
+	err := <-done
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "is stopped") {
+		t.Fatalf("root's freeze, a CUDA process stopped while it waits in the driver: %v; want a failure naming the stop at once", err)
+	}
+	if p := h.proc("ranks"); p.State != api.StateLocked {
+		t.Fatalf("the process after the failed freeze: %s (%s), want locked", p.State, p.Error)
+	}
+	shAs(t, u, "kill -CONT "+pid)
+	if _, err := h.client().Thaw(ctxT(t), api.ThawParams{Name: "ranks"}); err != nil {
+		t.Fatalf("root's thaw once the process is continued: %v", err)
+	}
+	h.wantUntouched("ranks", 200)
+}
+
+// userRanks has user u run "ranks": two NCCL ranks that map no
+// shared-memory segment, so that a freeze's lock of the second waits while
+// the first is locked (NVIDIA/cuda-checkpoint#30).
+func userRanks(t *testing.T, h *ckptHarness, u testutil.User) {
+	t.Helper()
+	rank := h.bins.SimJob + " --vram 100 --nccl job --nccl-shm=false"
+	if _, errOut, code := h.ctlAs(u, "run", "ranks", "--gpu", "0", "--", "/bin/sh", "-c", rank+" & "+rank+" & wait"); code != 0 {
+		t.Fatalf("run ranks: %s", errOut)
+	}
+	h.followCount("ranks", "simjob: allocated", 2)
+	h.refresh()
+}
+
+// freezeHeldInLock starts root's freeze of "ranks" and returns once a rank
+// is locked, the other's lock waiting; done gets the freeze's error, or
+// context.DeadlineExceeded after 60 s.
+func freezeHeldInLock(t *testing.T, h *ckptHarness) (done <-chan error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	out := make(chan error, 1)
+	go func() {
+		_, err := h.client().Freeze(ctx, api.FreezeParams{Name: "ranks"})
+		out <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); !slices.Contains(h.cudaStates("ranks"), "locked"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("root's freeze locked no rank: %v", h.cudaStates("ranks"))
+		}
+	}
+	return out
 }
 
 // TestRedTeamStoppedProcessFailsFreezeAtOnce: the real driver answers no

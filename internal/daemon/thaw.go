@@ -63,9 +63,12 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 	if err := refuseFrozen(opts.op, rec); err != nil {
 		return api.CheckpointResult{}, err
 	}
-	dctx, unwatch, explain := watchTree(ctx, rec)
-	defer unwatch()
 	op := d.newCudaOp(liveProcs(checkpointed(rec)), checkpoint.StateCheckpointed)
+	if rec.Checkpoint != nil && len(rec.Checkpoint.Stopped) > 0 {
+		op.reach.daemonStops(true) // until continued below
+	}
+	dctx, unwatch, explain := watchTree(ctx, rec, op)
+	defer unwatch()
 	if rec.State != api.StateFrozen {
 		if err := refuseStopped(opts.op, rec, op.procs); err != nil {
 			return api.CheckpointResult{}, err
@@ -122,6 +125,7 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 		}
 		op.ms["continue"] = msSince(t)
 	}
+	op.reach.daemonStops(false)
 	if err := refuseStopped(opts.op, rec, op.procs); err != nil {
 		var restopped []proctable.ProcRef
 		if len(stopped) > 0 {
