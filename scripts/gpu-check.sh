@@ -670,7 +670,7 @@ fz_refused() {
 # fz_passes OP NAME: OP once the cgroup is thawed goes through.
 fz_passes() {
 	local cs=""
-	[[ -z $cc ]] || cs="; cuda-checkpoint --get-state before: $(timeout 10 "$cc" --get-state --pid "$ZPID" 2>&1 | tail -n 1)"
+	[[ -z $cc ]] || cs="; cuda-checkpoint --get-state before: $(timeout 3 "$cc" --get-state --pid "$ZPID" 2>&1 | tail -n 1 || echo "no answer in 3 s")"
 	if fz_ctl "$1" "$2"; then zrow daemon "$1, thawed" "$ZMS" ok "then $(state_of "$2")$cs"
 	else zrow daemon "$1, thawed" "$ZMS" FAIL "$ZOUT$cs"; return 1; fi
 }
