@@ -292,13 +292,20 @@ func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
 	defer cancel()
 	if rec.Cgroup != "" || len(place.dirs) > 0 { // the owner may freeze a cgroup of theirs the tree or CRIU is in
-		var stop context.CancelFunc
-		ctx, stop = unlessFrozen(ctx, func() string {
+		frozen := func() string {
 			if dir := place.frozen(); dir != "" || rec.Cgroup == "" {
 				return dir
 			}
 			return treeFrozen(rec.InitPID)()
-		})
+		}
+		// Not started on a frozen tree: a CRIU stopped while it holds the
+		// tree seized may leave its parasite's code and registers in it
+		// (the restored copy of such a tree died of SIGTRAP at 0x400003).
+		if err := frozenError(frozen()); err != nil {
+			return checkpoint.PageStats{}, fmt.Errorf("criu dump of pid %d: %w", rec.InitPID, err)
+		}
+		var stop context.CancelFunc
+		ctx, stop = unlessFrozen(ctx, frozen)
 		defer stop()
 	}
 	var as *checkpoint.Owner
