@@ -167,6 +167,11 @@ PRE=$WORK/logs/preflight.txt # comes back in logs.tar.gz
 ctl() { "$BIN/gpuschedctl" --socket "$SOCK" "$@"; }
 jq_py() { "$PY" -c "import json,sys; r=json.load(sys.stdin); $1"; } # python on one JSON object from stdin
 DAEMON="" SOCK="" LASTNOTE=""
+FZ_TOP="" FZ="" FZ_USER="" # the frozen phase's cgroups and the user it made, for cleanup
+# RUNAS, with copies of the CLI and the workload the user can reach, runs
+# it as another user (the frozen phase); as_root undoes that.
+as_root() { RUNAS=() RUNCTL=$BIN/gpuschedctl SIMJOB=$BIN/gpusched-simjob WORKLOAD=$ROOT/scripts/gpu-check/workload.py; }
+as_root
 # note TEXT: a note for the report (kept in state.tsv), and why a phase failed.
 note() { say "note: $*"; LASTNOTE=$*; printf 'note\t%s\n' "$*" >>"$STATE"; }
 
@@ -293,10 +298,6 @@ verify() {
 # until READY; prints its host pid as the daemon knows it (the CUDA
 # process: the tree's /proc is its own PID namespace's, so the workload
 # cannot know it).
-# RUNAS, with copies of the CLI and the workload the user can reach, runs
-# it as another user (the frozen phase); as_root undoes that.
-as_root() { RUNAS=() RUNCTL=$BIN/gpuschedctl SIMJOB=$BIN/gpusched-simjob WORKLOAD=$ROOT/scripts/gpu-check/workload.py; }
-as_root
 start_workload() {
 	local cmd line pid
 	if ((DRY)); then
@@ -598,7 +599,7 @@ phase_hibernate() {
 # process kinds"). This phase checks that on the GPU, then records what
 # the tool itself does on the frozen process, action by action.
 
-FZ_TOP="" FZ="" FZ_USER="" ZPID="" ZMS="" ZOUT=""
+ZPID="" ZMS="" ZOUT=""
 
 # cg_freeze DIR 0|1: writes DIR's cgroup.freeze and waits until its
 # cgroup.events says so.
@@ -612,7 +613,8 @@ cg_freeze() {
 }
 
 # frozen_thaw, frozen_remove: undo the phase's cgroups and user, also when
-# a call ends early (thawed before the daemon stops, removed after).
+# a call ends early (thawed before the daemon stops, removed after); the
+# workload runs as root again.
 frozen_thaw() { [[ -z $FZ || ! -e $FZ/cgroup.freeze ]] || echo 0 >"$FZ/cgroup.freeze" 2>/dev/null || true; }
 frozen_remove() {
 	local end=$((SECONDS + 10))
@@ -624,6 +626,7 @@ frozen_remove() {
 	fi
 	[[ -z $FZ_USER ]] || userdel "$FZ_USER" 2>/dev/null || true
 	FZ_TOP="" FZ="" FZ_USER=""
+	as_root
 }
 
 # tree_pids PID: PID and its descendants.
@@ -756,18 +759,16 @@ phase_frozen() {
 	RUNCTL=$WORK/u/gpuschedctl SIMJOB=$WORK/u/gpusched-simjob WORKLOAD=$WORK/u/workload.py
 	if ! "${RUNAS[@]}" test -x "$BIN/gpusched-init"; then # the tree's supervisor runs as its owner
 		note "frozen: skipped, the user gpucheck cannot reach $BIN/gpusched-init (a parent directory closed to others)"
-		as_root
 		frozen_remove
 		return 3
 	fi
 	if ((!DRY)) && ! out=$("${RUNAS[@]}" "$PY" -c 'import torch; assert torch.cuda.is_available()' 2>&1); then
 		note "frozen: skipped, the user gpucheck cannot run $PY with CUDA: $(echo "$out" | tail -n 1)"
-		as_root
 		frozen_remove
 		return 3
 	fi
 	start_daemon frozen "$drv" none --user-cgroups "$FZ_TOP/user-%U" --group "$(id -gn gpucheck)" ||
-		{ as_root; frozen_remove; return 1; }
+		{ frozen_remove; return 1; }
 	say "frozen: $drv driver, $gb GiB, run by gpucheck (uid $uid)"
 	if ZPID=$(start_workload "$name" "$gb") && verify "$name" "$gb"; then
 		init=$(ctl --json status "$name" | jq_py 'print(r["init_pid"])')
@@ -806,7 +807,6 @@ phase_frozen() {
 	frozen_thaw
 	ctl kill "$name" --grace 10s >/dev/null 2>&1 || true
 	stop_daemon
-	as_root
 	frozen_remove
 	return "$ok"
 }

@@ -115,10 +115,7 @@ func TestRedTeamFrozenTreeFailsFreezeAndThawAtOnce(t *testing.T) {
 	_, top := testutil.CgroupTop(t)
 	u := testutil.NewUser(t, "gscriu6", "gscriu")
 	own := userCgroup(t, top, u, true)
-	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) {
-		c.Group, c.UserCgroups = "gscriu", filepath.Join(top, "user-%U")
-		c.LockTimeout, c.CheckpointTimeout = 10*time.Minute, 10*time.Minute
-	})
+	h := newDiskHarness(t, config.DriverSim, longDriverDeadlines, func(c *config.Config) { c.Group, c.UserCgroups = "gscriu", filepath.Join(top, "user-%U") })
 	if _, errOut, code := h.ctlAs(u, "run", "theirs", "--gpu", "0", "--", h.bins.SimJob, "--vram", "64", "--host-mem", "1", "--tick", "0.02"); code != 0 {
 		t.Fatalf("run theirs: %s", errOut)
 	}

@@ -32,10 +32,7 @@ func TestRedTeamCgroupFrozenMidFreeze(t *testing.T) {
 	_, top := testutil.CgroupTop(t)
 	u := testutil.NewUser(t, "gscriu7", "gscriu")
 	own := userCgroup(t, top, u, true)
-	h := newCkptHarness(t, config.DriverSim, func(c *config.Config) {
-		c.Group, c.UserCgroups = "gscriu", filepath.Join(top, "user-%U")
-		c.LockTimeout, c.CheckpointTimeout = 10*time.Minute, 10*time.Minute
-	})
+	h := newCkptHarness(t, config.DriverSim, longDriverDeadlines, func(c *config.Config) { c.Group, c.UserCgroups = "gscriu", filepath.Join(top, "user-%U") })
 	userRanks(t, h, u)
 	mine := treeInCgroupOfTheirs(t, h, u, own, "ranks")
 	done := freezeHeldInLock(t, h)
@@ -61,10 +58,7 @@ func TestRedTeamCgroupFrozenMidFreeze(t *testing.T) {
 // leaving the process locked; continued, root's thaw resumes it.
 func TestRedTeamStoppedMidFreeze(t *testing.T) {
 	u := testutil.NewUser(t, "gscriu9", "gscriu")
-	h := newCkptHarness(t, config.DriverSim, func(c *config.Config) {
-		c.Group = "gscriu"
-		c.LockTimeout, c.CheckpointTimeout = 10*time.Minute, 10*time.Minute
-	})
+	h := newCkptHarness(t, config.DriverSim, longDriverDeadlines, func(c *config.Config) { c.Group = "gscriu" })
 	userRanks(t, h, u)
 	done := freezeHeldInLock(t, h)
 	pid := strconv.Itoa(h.cudaPIDs("ranks")[0])
@@ -126,10 +120,7 @@ func freezeHeldInLock(t *testing.T, h *ckptHarness) (done <-chan error) {
 // freezes and thaws as any other.
 func TestRedTeamStoppedProcessFailsFreezeAtOnce(t *testing.T) {
 	u := testutil.NewUser(t, "gscriu8", "gscriu")
-	h := newCkptHarness(t, config.DriverSim, func(c *config.Config) {
-		c.Group = "gscriu"
-		c.LockTimeout, c.CheckpointTimeout = 10*time.Minute, 10*time.Minute
-	})
+	h := newCkptHarness(t, config.DriverSim, longDriverDeadlines, func(c *config.Config) { c.Group = "gscriu" })
 	if _, errOut, code := h.ctlAs(u, "run", "theirs", "--gpu", "0", "--", h.bins.SimJob, "--vram", "100"); code != 0 {
 		t.Fatalf("run theirs: %s", errOut)
 	}
@@ -153,4 +144,10 @@ func TestRedTeamStoppedProcessFailsFreezeAtOnce(t *testing.T) {
 		t.Fatalf("root's thaw: %v", err)
 	}
 	h.wantUntouched("theirs", 100)
+}
+
+// longDriverDeadlines gives every checkpoint driver call ten minutes, so
+// that within a test only the daemon's watch can end one early.
+func longDriverDeadlines(c *config.Config) {
+	c.LockTimeout, c.CheckpointTimeout = 10*time.Minute, 10*time.Minute
 }
