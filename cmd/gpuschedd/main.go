@@ -5,6 +5,7 @@
 // as "gpusched-cudahelper", the process that holds the CUDA driver library;
 // as "gpusched-filler", the process that holds a GPU's reserved memory;
 // as "gpusched-lazypages", the page source of a lazy thaw from disk; as
+// "gpusched-pageserver", the page server of one dump to disk; as
 // "gpusched-logreader", the reader of a large logs reply in the caller's
 // cgroups.
 package main
@@ -42,6 +43,9 @@ func main() {
 	}
 	if memfill.IsHelper() {
 		os.Exit(memfill.HelperMain())
+	}
+	if checkpoint.IsPageServer() {
+		os.Exit(checkpoint.PageServerMain())
 	}
 	if lazypages.IsServer() {
 		os.Exit(lazypages.Main())

@@ -123,8 +123,8 @@ type DumpOpts struct {
 	// As, when set, is the tree's owner, whom the worker runs as (see
 	// Owner); nil runs it as this process (root).
 	As *Owner
-	// PageServer, when set, is CRIU's end of a PageServer's socket
-	// (PageServer.TakeCRIUEnd): the memory pages go there instead of Dir.
+	// PageServer, when set, is CRIU's end of a page server's socket
+	// (PageServerProcess.TakeCRIUEnd): the memory pages go there instead of Dir.
 	// Dump closes it.
 	PageServer *os.File
 	// Cgroups, when set, are cgroup directories (one per hierarchy) the

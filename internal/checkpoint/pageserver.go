@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// PageServer receives one CRIU dump's memory pages (CRIU's page-server
+// pageServer receives one CRIU dump's memory pages (CRIU's page-server
 // protocol, criu/page-xfer.c) and writes the pagemap and pages images into
 // its directory. Given a parent image, it compares every page with the
 // parent's page at the same address, by the hashes in the parent's index,
@@ -27,8 +27,9 @@ import (
 // directory. The index is written last: an image without one is never
 // used for dedup. CRIU reaches it through one end of a socketpair that the
 // daemon hands the CRIU worker: no address anyone else could connect to
-// (and feed a process's memory) ever exists.
-type PageServer struct {
+// (and feed a process's memory) ever exists. It serves in a process of its
+// own (PageServerProcess), or, for its tests, in this one.
+type pageServer struct {
 	dir    string
 	parent string        // "" or the parent images directory
 	link   string        // relative target of dir/parent
@@ -54,17 +55,17 @@ type PageStats struct {
 
 var errServerClosed = errors.New("page server closed")
 
-// StartPageServer serves one CRIU dump into dir over a socketpair whose
+// startPageServer serves one CRIU dump into dir over a socketpair whose
 // other end TakeCRIUEnd gives out. parent, when not "", is the images directory of the
 // previous dump of the same process tree (a snapshot restored from it is
 // what is being dumped now); at the end of the transfer the server links
 // dir/parent to it by a relative path, so that CRIU's restore finds it.
 // A parent without an index gets no dedup; a damaged index is an error
 // (a full dump, parent "", still works).
-func StartPageServer(dir, parent string) (*PageServer, error) {
-	p := &PageServer{dir: dir, parent: parent, done: make(chan struct{})}
-	if err := p.prepare(); err != nil {
-		return nil, fmt.Errorf("page server for %s: %w", dir, err)
+func startPageServer(dir, parent string) (*pageServer, error) {
+	p, err := newPageServer(dir, parent)
+	if err != nil {
+		return nil, err
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -82,9 +83,19 @@ func StartPageServer(dir, parent string) (*PageServer, error) {
 	return p, nil
 }
 
+// newPageServer is a page server of dir, its directories checked and its
+// parent's index read, with no connection yet.
+func newPageServer(dir, parent string) (*pageServer, error) {
+	p := &pageServer{dir: dir, parent: parent, done: make(chan struct{})}
+	if err := p.prepare(); err != nil {
+		return nil, fmt.Errorf("page server for %s: %w", dir, err)
+	}
+	return p, nil
+}
+
 // TakeCRIUEnd hands over CRIU's end of the connection (DumpOpts.PageServer),
 // once; the caller must close it, and does so by giving it to CRIU.Dump.
-func (p *PageServer) TakeCRIUEnd() *os.File {
+func (p *pageServer) TakeCRIUEnd() *os.File {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	f := p.criuEnd
@@ -93,7 +104,7 @@ func (p *PageServer) TakeCRIUEnd() *os.File {
 }
 
 // prepare checks the directories and reads the parent's index.
-func (p *PageServer) prepare() error {
+func (p *pageServer) prepare() error {
 	if err := isDir(p.dir); err != nil {
 		return err
 	}
@@ -134,15 +145,11 @@ func isDir(path string) error {
 	return nil
 }
 
-// SetLimit caps the bytes the server writes into its directory; past it
-// the transfer fails with ErrNoSpace, as on a full disk. 0 is no limit.
-func (p *PageServer) SetLimit(bytes uint64) { p.limit.Store(bytes) }
-
 // Wait returns once CRIU has closed the connection after a complete
 // transfer (or ctx ends, or the connection fails), with the stats. A complete transfer is not a successful dump: CRIU
 // closes the transfer even when the dump fails afterwards, so its own
 // result decides.
-func (p *PageServer) Wait(ctx context.Context) (PageStats, error) {
+func (p *pageServer) Wait(ctx context.Context) (PageStats, error) {
 	select {
 	case <-p.done:
 	case <-ctx.Done():
@@ -155,7 +162,7 @@ func (p *PageServer) Wait(ctx context.Context) (PageStats, error) {
 // Close stops the server (idempotent), e.g. when the dump failed before
 // CRIU connected. It returns once nothing writes into the directory any
 // more.
-func (p *PageServer) Close() error {
+func (p *pageServer) Close() error {
 	p.mu.Lock()
 	p.closed = true
 	if p.criuEnd != nil {
@@ -169,7 +176,7 @@ func (p *PageServer) Close() error {
 }
 
 // serve runs the session with CRIU.
-func (p *PageServer) serve() {
+func (p *pageServer) serve() {
 	defer close(p.done)
 	defer p.conn.Close()
 	s, err := newPageSession(p.dir, p.link, p.base, &p.limit, p.conn)

@@ -70,7 +70,7 @@ func BenchmarkPageServerFirstDump(b *testing.B) {
 		dir := psImagesDir(b, root, strconv.Itoa(i))
 		b.StartTimer()
 		start := time.Now()
-		ps, err := StartPageServer(dir, "")
+		ps, err := startPageServer(dir, "")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -100,10 +100,11 @@ func BenchmarkPageServerFirstDump(b *testing.B) {
 }
 
 // BenchmarkPageServerCRIUDump dumps a job holding 1 GiB of patterned host
-// memory with CRIU (leaving it running), through a page server without a
-// parent and, for comparison, straight into an images directory as CRIU
-// does by itself (then synced), and measures the disk's write bandwidth the
-// dd way in the same directory. It reports the throughputs (the job's
+// memory with CRIU (leaving it running), through a page server process
+// without a parent (the daemon's way, its start included) and, for
+// comparison, straight into an images directory as CRIU does by itself
+// (then synced), and measures the disk's write bandwidth the dd way in the
+// same directory. It reports the throughputs (the job's
 // pages over each dump's wall time) and their ratios; ns/op is one round
 // of all three.
 func BenchmarkPageServerCRIUDump(b *testing.B) {
@@ -118,7 +119,7 @@ func BenchmarkPageServerCRIUDump(b *testing.B) {
 
 		dir := psImagesDir(b, root, "ps"+strconv.Itoa(i))
 		start := time.Now()
-		ps, err := StartPageServer(dir, "")
+		ps, err := startPageServerProcess(b, dir, "", 0)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -70,8 +70,43 @@ type psClient struct {
 	lazy bool // pages go as lazy ones (PE_LAZY)
 }
 
+// pageServing is a page server as its tests drive it.
+type pageServing interface {
+	TakeCRIUEnd() *os.File
+	Wait(context.Context) (PageStats, error)
+	Close() error
+}
+
+// pageServers start a page server of dir over parent with a limit (0:
+// none) each way there is: in this process, and as a process of its own,
+// the daemon's.
+var pageServers = []struct {
+	name  string
+	start func(t testing.TB, dir, parent string, limit uint64) (pageServing, error)
+}{
+	{"in-process", func(_ testing.TB, dir, parent string, limit uint64) (pageServing, error) {
+		ps, err := startPageServer(dir, parent)
+		if err != nil {
+			return nil, err
+		}
+		ps.limit.Store(limit)
+		return ps, nil
+	}},
+	{"process", startPageServerProcess},
+}
+
+// startPageServerProcess starts the built daemon binary as dir's page server.
+func startPageServerProcess(t testing.TB, dir, parent string, limit uint64) (pageServing, error) {
+	ps, err := StartPageServerProcess(context.Background(), PageServerOptions{Path: testutil.Build(t).Daemon, Dir: dir, Parent: parent, Limit: limit})
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { ps.Close() })
+	return ps, nil
+}
+
 // dialPageServer takes CRIU's end of ps's connection.
-func dialPageServer(t testing.TB, ps *PageServer) *psClient {
+func dialPageServer(t testing.TB, ps pageServing) *psClient {
 	t.Helper()
 	f := ps.TakeCRIUEnd()
 	conn, err := net.FileConn(f)
@@ -190,7 +225,7 @@ func psDump(t testing.TB, dir, parent string, m psMemory) PageStats {
 // commands, or sending lazy pages.
 func psDumpAs(t testing.TB, dir, parent string, m psMemory, as psClient) PageStats {
 	t.Helper()
-	ps, err := StartPageServer(dir, parent)
+	ps, err := startPageServer(dir, parent)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -547,48 +582,59 @@ func TestPageServerParentWithoutIndexWritesEverything(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(a, indexName), []byte(indexMagic+"garbage-garbage-garbage-garbage-garbage"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := StartPageServer(psImagesDir(t, root, "C"), a); !errors.Is(err, errBadIndex) {
-		t.Errorf("StartPageServer over a damaged index = %v, want errBadIndex", err)
+	if _, err := startPageServer(psImagesDir(t, root, "C"), a); !errors.Is(err, errBadIndex) {
+		t.Errorf("startPageServer over a damaged index = %v, want errBadIndex", err)
 	}
 	if err := os.Remove(filepath.Join(b, task.fileName())); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := StartPageServer(psImagesDir(t, root, "D"), b); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("StartPageServer over an image without its pagemap = %v, want ErrNotExist", err)
+	if _, err := startPageServer(psImagesDir(t, root, "D"), b); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("startPageServer over an image without its pagemap = %v, want ErrNotExist", err)
 	}
 }
 
 func TestPageServerLimitIsNoSpace(t *testing.T) {
-	ps, err := StartPageServer(t.TempDir(), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps.SetLimit(10 * pageSize)
-	c := dialPageServer(t, ps)
-	key := pagemapKey{id: 1}
-	c.open(key)
-	// The server stops reading at the limit: the client may see its
-	// writes fail.
-	_ = c.send(psi{cmd: pePresent<<psCmdBits | psIovAddF, nrPages: 64, vaddr: 0x1000, dstID: key.dstID()}, make([]byte, 64*pageSize))
-	_ = c.send(psi{cmd: psIovClose}, nil)
-	st, err := ps.Wait(context.Background())
-	if !errors.Is(err, ErrNoSpace) {
-		t.Errorf("Wait past the limit = %+v, %v; want ErrNoSpace", st, err)
-	}
-	if st.Written > 10*pageSize {
-		t.Errorf("wrote %d bytes past a limit of %d", st.Written, 10*pageSize)
-	}
-	if _, err := os.Stat(filepath.Join(ps.dir, indexName)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("image past the limit has an index: %v", err)
+	for _, server := range pageServers {
+		t.Run(server.name, func(t *testing.T) {
+			dir := t.TempDir()
+			ps, err := server.start(t, dir, "", 10*pageSize)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := dialPageServer(t, ps)
+			key := pagemapKey{id: 1}
+			c.open(key)
+			// The server stops reading at the limit: the client may see its
+			// writes fail.
+			_ = c.send(psi{cmd: pePresent<<psCmdBits | psIovAddF, nrPages: 64, vaddr: 0x1000, dstID: key.dstID()}, make([]byte, 64*pageSize))
+			_ = c.send(psi{cmd: psIovClose}, nil)
+			st, err := ps.Wait(context.Background())
+			if !errors.Is(err, ErrNoSpace) {
+				t.Errorf("Wait past the limit = %+v, %v; want ErrNoSpace", st, err)
+			}
+			if st.Written > 10*pageSize {
+				t.Errorf("wrote %d bytes past a limit of %d", st.Written, 10*pageSize)
+			}
+			if _, err := os.Stat(filepath.Join(dir, indexName)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("image past the limit has an index: %v", err)
+			}
+		})
 	}
 }
 
 func TestPageServerProtocolEdges(t *testing.T) {
+	for _, server := range pageServers {
+		t.Run(server.name, func(t *testing.T) { pageServerProtocolEdges(t, server.start) })
+	}
+}
+
+func pageServerProtocolEdges(t *testing.T, start func(t testing.TB, dir, parent string, limit uint64) (pageServing, error)) {
 	dir := t.TempDir()
 	key := pagemapKey{id: 3}
 
 	t.Run("parent query and early hang-up", func(t *testing.T) {
-		ps, err := StartPageServer(psImagesDir(t, dir, "hangup"), "")
+		images := psImagesDir(t, dir, "hangup")
+		ps, err := start(t, images, "", 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -605,12 +651,12 @@ func TestPageServerProtocolEdges(t *testing.T) {
 		if _, err := ps.Wait(context.Background()); err == nil || !strings.Contains(err.Error(), "before the transfer was complete") {
 			t.Errorf("Wait after a hang-up = %v", err)
 		}
-		if _, err := os.Stat(filepath.Join(ps.dir, indexName)); !errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(images, indexName)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("incomplete image has an index: %v", err)
 		}
 	})
 	t.Run("entry without pages", func(t *testing.T) {
-		ps, err := StartPageServer(psImagesDir(t, dir, "hole"), "")
+		ps, err := start(t, psImagesDir(t, dir, "hole"), "", 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -624,7 +670,7 @@ func TestPageServerProtocolEdges(t *testing.T) {
 		}
 	})
 	t.Run("close before connect", func(t *testing.T) {
-		ps, err := StartPageServer(psImagesDir(t, dir, "unused"), "")
+		ps, err := start(t, psImagesDir(t, dir, "unused"), "", 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -639,7 +685,7 @@ func TestPageServerProtocolEdges(t *testing.T) {
 		}
 	})
 	t.Run("context ends", func(t *testing.T) {
-		ps, err := StartPageServer(psImagesDir(t, dir, "ctx"), "")
+		ps, err := start(t, psImagesDir(t, dir, "ctx"), "", 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -655,12 +701,12 @@ func TestPageServerProtocolEdges(t *testing.T) {
 		}
 	})
 	t.Run("bad arguments", func(t *testing.T) {
-		if _, err := StartPageServer(filepath.Join(dir, "missing"), ""); err == nil {
-			t.Error("StartPageServer(missing dir) succeeded")
+		if _, err := start(t, filepath.Join(dir, "missing"), "", 0); err == nil || !strings.Contains(err.Error(), "no such file") {
+			t.Errorf("a page server of a missing dir: %v; want it refused", err)
 		}
 		same := psImagesDir(t, dir, "self")
-		if _, err := StartPageServer(same, same); err == nil {
-			t.Error("StartPageServer(dir, dir) succeeded")
+		if _, err := start(t, same, same, 0); err == nil || !strings.Contains(err.Error(), "itself") {
+			t.Errorf("a page server whose parent is its own dir: %v; want it refused", err)
 		}
 	})
 }
@@ -761,7 +807,7 @@ func (j *criuJob) runCRIU(args ...string) {
 
 // dumpThrough dumps the job into dir with its pages through ps, as the
 // daemon does: a CRIU swrk worker with ps's socket.
-func (j *criuJob) dumpThrough(ps *PageServer, dir string, leave Leave) {
+func (j *criuJob) dumpThrough(ps pageServing, dir string, leave Leave) {
 	j.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -784,15 +830,14 @@ func psErrorLines(log string) string {
 	return b.String()
 }
 
-// dump checkpoints the job into dir through a page server with parent, and
-// reaps it.
+// dump checkpoints the job into dir through a page server process with
+// parent, as the daemon does, and reaps it.
 func (j *criuJob) dump(dir, parent string) PageStats {
 	j.t.Helper()
-	ps, err := StartPageServer(dir, parent)
+	ps, err := startPageServerProcess(j.t, dir, parent, 0)
 	if err != nil {
 		j.t.Fatal(err)
 	}
-	defer ps.Close()
 	j.dumpThrough(ps, dir, LeaveDead)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -256,12 +256,12 @@ func (d *Daemon) finishDump(img dumpedTree, o hibernateOpts) (api.HibernateResul
 }
 
 // criuDump runs one CRIU dump of rec's tree into dir, as the tree's owner,
-// with the pages through a page server that leaves pages unchanged since
-// parent in it. Asked for by its owner, it waits for the owner's CRIU
+// with the pages through a page server process that leaves pages
+// unchanged since parent in it. Asked for by its owner, it waits for the owner's CRIU
 // turn first: a user's dumps and restores run one at a time (criuTurns),
 // so that one user's loops on many processes do not run as many at once;
-// and CRIU runs where criuPlaceFor says, its CPU weighing against the
-// user's. The daemon's own dumps go without either (an eviction makes room
+// and CRIU and the page server run where criuPlaceFor says, their CPU
+// weighing against the user's. The daemon's own dumps go without either (an eviction makes room
 // for another's freeze, a ttl policy runs in the loop that serves every
 // user's): they must not wait behind or on the owner.
 func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent string, leave checkpoint.Leave, by askedBy) (checkpoint.PageStats, error) {
@@ -281,14 +281,6 @@ func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent
 		parentDir = d.snaps.Path(parent)
 	}
 	defer d.snaps.Foreground()()
-	ps, err := checkpoint.StartPageServer(dir, parentDir)
-	if err != nil {
-		return checkpoint.PageStats{}, err
-	}
-	defer ps.Close()
-	if room, ok := d.dumpRoom(rec.Owner.UID); ok {
-		ps.SetLimit(max(1, room))
-	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
 	defer cancel()
 	if rec.Cgroup != "" || len(place.dirs) > 0 { // the owner may freeze a cgroup of theirs the tree or CRIU is in
@@ -308,6 +300,15 @@ func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent
 		ctx, stop = unlessFrozen(ctx, frozen)
 		defer stop()
 	}
+	pso := checkpoint.PageServerOptions{Path: d.helperPath, Dir: dir, Parent: parentDir, Cgroups: place.dirs}
+	if room, ok := d.dumpRoom(rec.Owner.UID); ok {
+		pso.Limit = max(1, room)
+	}
+	ps, err := checkpoint.StartPageServerProcess(ctx, pso)
+	if err != nil {
+		return checkpoint.PageStats{}, err
+	}
+	defer ps.Close()
 	var as *checkpoint.Owner
 	if rec.Owner.UID != 0 {
 		as = &checkpoint.Owner{UID: rec.Owner.UID, GID: rec.Owner.GID}

@@ -38,14 +38,21 @@ func (d *Daemon) lazyThaw(rec proctable.Record) bool {
 // stopped while the server brings every page in, and is thawed after
 // that: the thaw is eager, its pages read with O_DIRECT straight into the
 // process instead of through the page cache by CRIU. The snapshot stays as
-// it is meanwhile, as always. When the restore cannot start, or the page
+// it is meanwhile, as always. The server runs where the restore's CRIU
+// does (criuPlaceFor), so that a user's cgroup holds what it spends; one
+// the user freezes fails the transfer at once. When the restore cannot
+// start, or the page
 // source fails before every page is in (the process may have read zeros
 // where its pages were missing), the tree is killed and rec is returned
 // hibernated as it was, with done false: the caller restores eagerly.
 func (d *Daemon) thawFromPageSource(ctx context.Context, rec proctable.Record, dir string, opts thawOpts, lazy bool) (res api.CheckpointResult, out proctable.Record, done bool, err error) {
 	saved := rec.Clone()
 	t := time.Now()
-	src, err := lazypages.Start(lazypages.Options{Path: d.helperPath, Dir: dir, ReadAhead: !lazy})
+	place, err := d.criuPlaceFor(rec.Owner, opts.caller)
+	if err != nil {
+		return res, rec, false, nil // restoreTree says why
+	}
+	src, err := lazypages.Start(lazypages.Options{Path: d.helperPath, Dir: dir, ReadAhead: !lazy, Cgroups: place.dirs})
 	if err != nil {
 		d.log.Warn("lazy-pages server did not start; restoring with CRIU's reads", zap.String("name", rec.Name), zap.Error(err))
 		return res, rec, false, nil
@@ -72,6 +79,11 @@ func (d *Daemon) thawFromPageSource(ctx context.Context, rec proctable.Record, d
 	}
 	src.Running() // the server's transfer starts
 	wctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
+	if len(place.dirs) > 0 { // the owner may freeze the server there
+		var stop context.CancelFunc
+		wctx, stop = unlessFrozen(wctx, place.frozen)
+		defer stop()
+	}
 	werr := src.Wait(wctx)
 	cancel()
 	if cerr := src.Close(); cerr != nil {

@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/cgroup"
+	"github.com/gpusched/gpusched/internal/procfs"
 )
 
 // ServerArgv0 is the argv[0] under which the gpuschedd binary runs as the
@@ -21,6 +24,10 @@ import (
 // socket as fd 3 and the read end of the starter's running pipe as fd 4;
 // AHEAD is Options.ReadAhead ("read-ahead" or none).
 const ServerArgv0 = "gpusched-lazypages"
+
+// Comm names the server's threads (/proc/PID/comm, at most 15 bytes):
+// started from gpuschedd it would otherwise show as a second daemon.
+const Comm = "gpusched-lazypg"
 
 // Files of a lazy restore in the images directory.
 const (
@@ -38,6 +45,7 @@ func IsServer() bool { return len(os.Args) > 0 && filepath.Base(os.Args[0]) == S
 // Main runs the server and returns its exit status: 0 once every lazy
 // page is in. It ignores termination signals: it must outlive the daemon.
 func Main() int {
+	procfs.NameThreads(Comm)
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
 	err := errors.New("usage: " + ServerArgv0 + " DIR [" + argReadAhead + "] (listening socket as fd 3, running pipe as fd 4)")
 	if n := len(os.Args); n == 2 || n == 3 && os.Args[2] == argReadAhead {
@@ -71,6 +79,10 @@ type Options struct {
 	// restore whose processes run only once every page is in, where no
 	// fault waits behind the reads.
 	ReadAhead bool
+	// Cgroups are cgroup directories (one per hierarchy) the server is
+	// moved into as it starts, before the restore connects: those of the
+	// restore's CRIU worker, a user's. None: it stays in its starter's.
+	Cgroups []string
 }
 
 // argReadAhead is the server's argument for Options.ReadAhead.
@@ -127,13 +139,18 @@ func Start(o Options) (*Server, error) {
 		os.Remove(filepath.Join(o.Dir, SocketName))
 		return nil, fmt.Errorf("start lazy-pages server: %w", err)
 	}
-	s := &Server{cmd: cmd, dir: o.Dir, running: runW, done: make(chan struct{}), Startup: time.Since(start)}
+	s := &Server{cmd: cmd, dir: o.Dir, running: runW, done: make(chan struct{})}
 	go func() {
 		if err := cmd.Wait(); err != nil {
 			s.err = fmt.Errorf("lazy-pages server: %w: %s", err, logTail(filepath.Join(o.Dir, LogName)))
 		}
 		close(s.done)
 	}()
+	if err := cgroup.Move(cmd.Process.Pid, o.Cgroups...); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("lazy-pages server: %w", err)
+	}
+	s.Startup = time.Since(start)
 	return s, nil
 }
 

@@ -183,16 +183,23 @@ func lazyImage(t *testing.T, pages int) (*region, []byte, string) {
 // reading ahead with ahead, and connects to it as CRIU's restore does.
 func startServer(t testing.TB, dir string, ahead ...bool) *restore {
 	t.Helper()
+	return startServerWith(t, Options{Dir: dir, ReadAhead: len(ahead) > 0 && ahead[0]})
+}
+
+// startServerWith is startServer with o (its Path and Env set here).
+func startServerWith(t testing.TB, o Options) *restore {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := Start(Options{Path: exe, Dir: dir, ReadAhead: len(ahead) > 0 && ahead[0], Env: []string{"GORACE=" + os.Getenv("GORACE") + " atexit_sleep_ms=0"}})
+	o.Path, o.Env = exe, []string{"GORACE=" + os.Getenv("GORACE") + " atexit_sleep_ms=0"}
+	srv, err := Start(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = srv.Close() })
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: filepath.Join(dir, SocketName), Net: "unix"})
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: filepath.Join(o.Dir, SocketName), Net: "unix"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 
 	"github.com/gpusched/gpusched/internal/logfile"
 	"github.com/gpusched/gpusched/internal/logreply"
@@ -41,7 +40,7 @@ const maxRequest = 64 << 10
 // Main is a reader: it answers the request on stdin on stdout, or says
 // why not on stderr and exits 1.
 func Main() int {
-	nameThreads(Comm)
+	procfs.NameThreads(Comm)
 	if err := answer(os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", Argv0, err)
 		return 1
@@ -71,27 +70,4 @@ func answer(in io.Reader, out io.Writer) error {
 	}
 	_, err = out.Write(reply)
 	return err
-}
-
-// nameThreads names every thread of this process name, over again while
-// the runtime starts threads from ones not yet named (a thread takes its
-// starter's name). A name not set changes nothing but what tools show.
-func nameThreads(name string) {
-	named := map[int]bool{}
-	for range 4 {
-		tids, err := procfs.SelfThreads()
-		if err != nil {
-			return
-		}
-		fresh := false
-		for _, tid := range tids {
-			if !named[tid] {
-				_ = os.WriteFile("/proc/self/task/"+strconv.Itoa(tid)+"/comm", []byte(name), 0)
-				named[tid], fresh = true, true
-			}
-		}
-		if !fresh {
-			return
-		}
-	}
 }
