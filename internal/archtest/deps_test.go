@@ -91,7 +91,7 @@ var allowed = map[string][]string{
 	"internal/cudakind":                  {},
 	"internal/checkpoint/checkpointtest": {},
 	"internal/memfill":                   {"internal/procfs", "internal/simgpu"},
-	"internal/lazypages":                 {"internal/criuimg"},
+	"internal/lazypages":                 {"internal/criuimg", "internal/cgroup", "internal/procfs"},
 	"internal/logreply":                  {"internal/logfile"},
 	"internal/logreader":                 {"internal/logfile", "internal/logreply", "internal/procfs", "internal/cgroup"},
 	"internal/criuimg":                   {},
