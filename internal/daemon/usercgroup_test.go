@@ -17,7 +17,7 @@ import (
 
 // userCgroup makes top/user-UID, given to u as systemd's Delegate= gives
 // user@UID.service to its user when delegate is set, else left root's.
-func userCgroup(t *testing.T, top string, u testutil.User, delegate bool) string {
+func userCgroup(t testing.TB, top string, u testutil.User, delegate bool) string {
 	t.Helper()
 	dir := filepath.Join(top, "user-"+strconv.FormatUint(uint64(u.UID), 10))
 	if err := os.Mkdir(dir, 0o755); err != nil {

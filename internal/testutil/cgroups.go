@@ -17,7 +17,7 @@ import (
 // mount (skipping where there is none) and returns the mount and the
 // cgroup; both are removed when t ends, with the cgroups two levels below
 // it, after the cleanups registered later (a daemon's trees).
-func CgroupTop(t *testing.T) (mnt, top string) {
+func CgroupTop(t testing.TB) (mnt, top string) {
 	t.Helper()
 	RequiresRoot(t)
 	f, err := os.Open("/proc/self/mountinfo")
