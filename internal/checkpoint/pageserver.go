@@ -30,20 +30,27 @@ import (
 // (and feed a process's memory) ever exists. It serves in a process of its
 // own (PageServerProcess), or, for its tests, in this one.
 type pageServer struct {
-	dir    string
+	serving
 	parent string        // "" or the parent images directory
 	link   string        // relative target of dir/parent
 	base   hashIndex     // the parent's index; nil: write every page
 	limit  atomic.Uint64 // bytes the server may write; 0: no limit
-	done   chan struct{} // closed when serving ends
+	conn   net.Conn      // the server's end
+}
+
+// serving is what a page server, in this process or in its own, shares
+// with its starter: CRIU's end of the connection until TakeCRIUEnd, and
+// the transfer's outcome once done closes.
+type serving struct {
+	dir   string
+	stop  func()        // ends the serving early (Close)
+	done  chan struct{} // closed when serving has ended
+	stats PageStats     // set before done closes
+	err   error         // likewise
 
 	mu      sync.Mutex
-	conn    net.Conn // the server's end
-	criuEnd *os.File // CRIU's end, until TakeCRIUEnd
-	closed  bool
-
-	stats PageStats // set before done closes
-	err   error
+	criuEnd *os.File
+	closed  bool // Close was called
 }
 
 // PageStats says what one dump sent and what reached the disk.
@@ -79,6 +86,7 @@ func startPageServer(dir, parent string) (*pageServer, error) {
 		p.criuEnd.Close()
 		return nil, fmt.Errorf("page server for %s: %w", dir, err)
 	}
+	p.stop = func() { p.conn.Close() }
 	go p.serve()
 	return p, nil
 }
@@ -86,21 +94,11 @@ func startPageServer(dir, parent string) (*pageServer, error) {
 // newPageServer is a page server of dir, its directories checked and its
 // parent's index read, with no connection yet.
 func newPageServer(dir, parent string) (*pageServer, error) {
-	p := &pageServer{dir: dir, parent: parent, done: make(chan struct{})}
+	p := &pageServer{serving: serving{dir: dir, done: make(chan struct{})}, parent: parent}
 	if err := p.prepare(); err != nil {
 		return nil, fmt.Errorf("page server for %s: %w", dir, err)
 	}
 	return p, nil
-}
-
-// TakeCRIUEnd hands over CRIU's end of the connection (DumpOpts.PageServer),
-// once; the caller must close it, and does so by giving it to CRIU.Dump.
-func (p *pageServer) TakeCRIUEnd() *os.File {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	f := p.criuEnd
-	p.criuEnd = nil
-	return f
 }
 
 // prepare checks the directories and reads the parent's index.
@@ -145,11 +143,22 @@ func isDir(path string) error {
 	return nil
 }
 
+// TakeCRIUEnd hands over CRIU's end of the connection (DumpOpts.PageServer),
+// once; the caller must close it, and does so by giving it to CRIU.Dump.
+func (p *serving) TakeCRIUEnd() *os.File {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f := p.criuEnd
+	p.criuEnd = nil
+	return f
+}
+
 // Wait returns once CRIU has closed the connection after a complete
-// transfer (or ctx ends, or the connection fails), with the stats. A complete transfer is not a successful dump: CRIU
-// closes the transfer even when the dump fails afterwards, so its own
+// transfer (or ctx ends: then the serving is stopped, or the connection
+// fails), with the stats. A complete transfer is not a successful dump:
+// CRIU closes the transfer even when the dump fails afterwards, so its own
 // result decides.
-func (p *pageServer) Wait(ctx context.Context) (PageStats, error) {
+func (p *serving) Wait(ctx context.Context) (PageStats, error) {
 	select {
 	case <-p.done:
 	case <-ctx.Done():
@@ -159,10 +168,10 @@ func (p *pageServer) Wait(ctx context.Context) (PageStats, error) {
 	return p.stats, p.err
 }
 
-// Close stops the server (idempotent), e.g. when the dump failed before
+// Close stops the serving (idempotent), e.g. when the dump failed before
 // CRIU connected. It returns once nothing writes into the directory any
 // more.
-func (p *pageServer) Close() error {
+func (p *serving) Close() error {
 	p.mu.Lock()
 	p.closed = true
 	if p.criuEnd != nil {
@@ -170,9 +179,20 @@ func (p *pageServer) Close() error {
 		p.criuEnd = nil
 	}
 	p.mu.Unlock()
-	p.conn.Close()
-	<-p.done
+	select {
+	case <-p.done:
+	default:
+		p.stop()
+		<-p.done
+	}
 	return nil
+}
+
+// stopped reports whether Close was called.
+func (p *serving) stopped() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.closed
 }
 
 // serve runs the session with CRIU.
@@ -184,11 +204,9 @@ func (p *pageServer) serve() {
 		p.stats, err = s.run()
 	}
 	if err != nil {
-		p.mu.Lock()
-		if p.closed {
+		if p.stopped() {
 			err = fmt.Errorf("%w (%w)", errServerClosed, err)
 		}
-		p.mu.Unlock()
 		p.err = fmt.Errorf("page server for %s: %w", p.dir, err)
 	}
 }

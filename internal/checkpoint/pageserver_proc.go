@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"time"
 
@@ -95,8 +94,8 @@ func PageServerMain() int {
 type PageServerOptions struct {
 	Path   string // the gpuschedd binary
 	Dir    string // the images directory
-	Parent string // the parent images directory, as StartPageServer's; "" for none
-	Limit  uint64 // as SetLimit; 0: none
+	Parent string // the previous dump's images directory, where unchanged pages stay; "" for none
+	Limit  uint64 // bytes the server may write, past which the transfer fails with ErrNoSpace; 0: none
 	// Cgroups are cgroup directories (one per hierarchy) the server is
 	// moved into before it has its request: those of the dump's CRIU
 	// worker (DumpOpts.Cgroups). None: it stays in its starter's.
@@ -110,23 +109,15 @@ type PageServerOptions struct {
 // directory), in a process group of its own; a user whose cgroup holds it
 // may freeze or kill it, which fails only that user's dump.
 type PageServerProcess struct {
+	serving
 	cmd    *exec.Cmd
-	dir    string
 	stderr *tailBuffer
 	ready  chan struct{} // closed at the ready line
-	done   chan struct{} // closed once it has exited and been waited for
-	stats  PageStats     // set before done closes
-	err    error         // likewise
-
-	mu      sync.Mutex
-	criuEnd *os.File
-	closed  bool
 }
 
 // StartPageServerProcess starts a page server process for one CRIU dump
 // into o.Dir, moves it into o.Cgroups and returns once it serves; ctx
-// bounds the start alone. As StartPageServer's, its CRIU end is
-// TakeCRIUEnd's.
+// bounds the start alone. CRIU's end of the connection is TakeCRIUEnd's.
 func StartPageServerProcess(ctx context.Context, o PageServerOptions) (*PageServerProcess, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -135,12 +126,11 @@ func StartPageServerProcess(ctx context.Context, o PageServerOptions) (*PageServ
 	theirs := os.NewFile(uintptr(fds[0]), "page-server")
 	defer theirs.Close()
 	p := &PageServerProcess{
-		dir:     o.Dir,
+		serving: serving{dir: o.Dir, done: make(chan struct{}), criuEnd: os.NewFile(uintptr(fds[1]), "page-server-criu")},
 		stderr:  newTailBuffer(stderrTail),
 		ready:   make(chan struct{}),
-		done:    make(chan struct{}),
-		criuEnd: os.NewFile(uintptr(fds[1]), "page-server-criu"),
 	}
+	p.stop = p.kill
 	p.cmd = &exec.Cmd{
 		Path:        o.Path,
 		Args:        []string{PageServerArgv0},
@@ -214,9 +204,6 @@ func (p *PageServerProcess) follow(stdout io.Reader) {
 		p.kill()
 	}
 	werr := p.cmd.Wait()
-	p.mu.Lock()
-	closed := p.closed
-	p.mu.Unlock()
 	if outcome != nil {
 		p.stats = outcome.Stats
 	}
@@ -232,7 +219,7 @@ func (p *PageServerProcess) follow(stdout io.Reader) {
 	default:
 		p.err = fmt.Errorf("page server for %s: ended with no outcome (%v): %s", p.dir, werr, p.stderr)
 	}
-	if closed {
+	if p.stopped() {
 		p.err = fmt.Errorf("%w (%w)", errServerClosed, p.err)
 	}
 }
@@ -248,45 +235,3 @@ func (e *reportedError) Error() string { return e.msg }
 func (e *reportedError) Unwrap() error { return e.class }
 
 func (p *PageServerProcess) kill() { _ = unix.Kill(-p.cmd.Process.Pid, unix.SIGKILL) }
-
-// TakeCRIUEnd hands over CRIU's end of the connection, as
-// pageServer.TakeCRIUEnd.
-func (p *PageServerProcess) TakeCRIUEnd() *os.File {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	f := p.criuEnd
-	p.criuEnd = nil
-	return f
-}
-
-// Wait returns once the server has exited after a complete transfer (or
-// failed, or ctx ended: then it is killed), with the stats, as
-// pageServer.Wait.
-func (p *PageServerProcess) Wait(ctx context.Context) (PageStats, error) {
-	select {
-	case <-p.done:
-	case <-ctx.Done():
-		p.Close()
-		return p.stats, fmt.Errorf("page server for %s: %w", p.dir, ctx.Err())
-	}
-	return p.stats, p.err
-}
-
-// Close stops the server (idempotent) and returns once it has exited:
-// nothing writes into the directory any more.
-func (p *PageServerProcess) Close() error {
-	p.mu.Lock()
-	p.closed = true
-	if p.criuEnd != nil {
-		p.criuEnd.Close()
-		p.criuEnd = nil
-	}
-	p.mu.Unlock()
-	select {
-	case <-p.done:
-	default:
-		p.kill()
-		<-p.done
-	}
-	return nil
-}
