@@ -16,7 +16,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpusched/gpusched/internal/cgroup"
 	"github.com/gpusched/gpusched/internal/procfs"
 )
 
@@ -157,7 +156,7 @@ func StartPageServerProcess(ctx context.Context, o PageServerOptions) (*PageServ
 		p.Close()
 		return nil, fmt.Errorf("page server for %s: %w", o.Dir, err)
 	}
-	if err := cgroup.Move(p.cmd.Process.Pid, o.Cgroups...); err != nil {
+	if err := releaseAndMove(p.cmd.Process.Pid, o.Cgroups); err != nil {
 		stdin.Close()
 		return fail(err)
 	}

@@ -14,8 +14,6 @@ import (
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/gpusched/gpusched/internal/cgroup"
 )
 
 // Owner is whom a CRIU worker runs as when it dumps a tree that is not
@@ -78,7 +76,7 @@ func startSwrk(path string, env []string, in worker, extra []*os.File) (*swrk, e
 		return nil, fmt.Errorf("start criu swrk: %w", err)
 	}
 	w := &swrk{cmd: cmd, sk: ours}
-	if err := cgroup.Move(cmd.Process.Pid, in.cgroups...); err != nil {
+	if err := releaseAndMove(cmd.Process.Pid, in.cgroups); err != nil {
 		w.kill()
 		w.close()
 		return nil, fmt.Errorf("criu swrk: %w", err)

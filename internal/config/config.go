@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpusched/gpusched/internal/cpuaffinity"
 	"github.com/gpusched/gpusched/internal/cpuslice"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -33,6 +34,7 @@ type Config struct {
 	LogKeep     int           // rotated log files kept
 	GPUPoll     time.Duration // GPU sampling interval
 	CPUSlice    time.Duration // scheduler slice asked for the daemon's own threads (Linux 6.12+); 0 = the kernel's default
+	DaemonCPUs  string        // CPU list the daemon's own threads run on ("0-1"); "" = wherever the kernel lets them
 	InitPath    string        // binary re-executed as each PID namespace's init; default: this executable
 	LogLevel    string        // debug, info, warn, error
 	LogFormat   string        // json or console
@@ -251,6 +253,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Int64Var(&c.LogMaxBytes, "log-max-bytes", c.LogMaxBytes, "rotate a process log past this size (its supervisor does; a change applies to processes started after it)")
 	fs.IntVar(&c.LogKeep, "log-keep", c.LogKeep, "rotated log files kept per process")
 	fs.DurationVar(&c.GPUPoll, "gpu-poll", c.GPUPoll, "GPU sampling interval")
+	fs.StringVar(&c.DaemonCPUs, "daemon-cpus", c.DaemonCPUs, "CPUs the daemon's own threads run on, a CPU list (\"0-1\"), so that no user's process is ever ahead of a request there; the processes it starts for users run on every CPU again (empty: every CPU for the daemon too)")
 	fs.DurationVar(&c.CPUSlice, "cpu-slice", c.CPUSlice, "scheduler slice the daemon asks for its own threads (Linux 6.12+), so that a request's wake-up preempts a CPU-bound task; processes it starts keep the kernel's default (0: the kernel's default for the daemon too)")
 	fs.StringVar(&c.InitPath, "init-path", c.InitPath, "the gpuschedd binary, re-executed as its helpers and, unless gpusched-init is installed beside it, as each process's supervisor (default: this executable)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
@@ -378,6 +381,10 @@ func (c Config) Validate() error {
 	check(c.LogMaxBytes >= 4096, "--log-max-bytes %d: must be at least 4096", c.LogMaxBytes)
 	check(c.LogKeep >= 0 && c.LogKeep <= 100, "--log-keep %d: must be 0..100", c.LogKeep)
 	check(c.GPUPoll >= 10*time.Millisecond, "--gpu-poll %v: must be at least 10ms", c.GPUPoll)
+	if c.DaemonCPUs != "" {
+		_, err := cpuaffinity.Parse(c.DaemonCPUs)
+		check(err == nil, "--daemon-cpus %q: %v", c.DaemonCPUs, err)
+	}
 	check(c.CPUSlice == 0 || c.CPUSlice >= cpuslice.Min && c.CPUSlice <= cpuslice.Max, "--cpu-slice %v: must be 0 (the kernel's default) or %v..%v", c.CPUSlice, cpuslice.Min, cpuslice.Max)
 	check(c.LogFormat == "json" || c.LogFormat == "console", "--log-format %q: must be json or console", c.LogFormat)
 	check(c.CudaCheckpoint == "" || filepath.IsAbs(c.CudaCheckpoint), "--cuda-checkpoint %q: must be an absolute path", c.CudaCheckpoint)

@@ -105,10 +105,14 @@ type Option func(*Daemon)
 // WithLogger replaces the logger New would build from the configuration.
 func WithLogger(l *zap.Logger) Option { return func(d *Daemon) { d.log = l } }
 
-// New validates cfg and builds the daemon's subsystems. It starts nothing:
-// Run does.
+// New validates cfg, puts the process's threads on --daemon-cpus, and
+// builds the daemon's subsystems. It starts nothing: Run does.
 func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cpus, err := confineToDaemonCPUs(cfg.DaemonCPUs)
+	if err != nil {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, events: newBroker(), procs: newRuntimes(), admission: newAdmission(),
@@ -126,6 +130,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		}
 		d.log = l
 	}
+	d.logDaemonCPUs(cpus)
 	d.detectCPU()
 	d.users = newUserCgroups(cfg)
 	d.helperPath = cfg.InitPath

@@ -48,6 +48,12 @@ func (h *harness) binaryArgs() []string {
 	if c.CRIU != "" {
 		args = append(args, "--criu", c.CRIU)
 	}
+	if c.Group != "" {
+		args = append(args, "--group", c.Group)
+	}
+	if c.DaemonCPUs != "" {
+		args = append(args, "--daemon-cpus", c.DaemonCPUs)
+	}
 	return args
 }
 

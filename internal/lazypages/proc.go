@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/cgroup"
+	"github.com/gpusched/gpusched/internal/cpuaffinity"
 	"github.com/gpusched/gpusched/internal/procfs"
 )
 
@@ -146,6 +147,10 @@ func Start(o Options) (*Server, error) {
 		}
 		close(s.done)
 	}()
+	if err := cpuaffinity.ReleaseProcess(cmd.Process.Pid); err != nil {
+		s.Close()
+		return nil, err
+	}
 	if err := cgroup.Move(cmd.Process.Pid, o.Cgroups...); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("lazy-pages server: %w", err)

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 
 	"github.com/gpusched/gpusched/internal/cgroup"
+	"github.com/gpusched/gpusched/internal/cpuaffinity"
 	"github.com/gpusched/gpusched/internal/logfile"
 )
 
@@ -73,6 +74,9 @@ func (r Reader) Read(ctx context.Context, caller Cgroups, req Request) ([]byte, 
 	}
 	reply, err := func() ([]byte, error) {
 		defer stdin.Close()
+		if err := cpuaffinity.ReleaseProcess(cmd.Process.Pid); err != nil {
+			return nil, err
+		}
 		if err := place(cmd.Process.Pid, caller, self); err != nil {
 			return nil, err
 		}

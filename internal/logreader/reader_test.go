@@ -103,9 +103,11 @@ func logOf(t *testing.T, lines int) string {
 }
 
 // TestReadPlacesTheReaderInTheCallersCgroups: a reader is in the caller's
-// cgroups, in every hierarchy, before it has its request, and its reply is
-// the one the daemon would encode itself.
+// cgroups, in every hierarchy, and off the daemon's own CPUs
+// (--daemon-cpus), before it has its request, and its reply is the one the
+// daemon would encode itself.
 func TestReadPlacesTheReaderInTheCallersCgroups(t *testing.T) {
+	_, everyCPU := testutil.ConfineSelf(t)
 	caller := callerIn(t)
 	if err := Apart(caller); err != nil {
 		t.Fatalf("Apart of the caller's cgroups: %v", err)
@@ -117,6 +119,7 @@ func TestReadPlacesTheReaderInTheCallersCgroups(t *testing.T) {
 			t.Error(err)
 		}
 		placed = c
+		testutil.WantThreadsOn(t, "the reader", pid, everyCPU)
 	}}
 	path := logOf(t, 3*logreply.Chunk+5)
 	got, err := r.Read(context.Background(), caller, Request{Name: "job", Path: path, Lines: -1})

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpusched/gpusched/internal/cpuaffinity"
 	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/rlimit"
 )
@@ -136,6 +137,9 @@ func handshake(ctx context.Context, s Spec, sync *os.File, pid int) (*Started, e
 			return nil, err
 		}
 	}
+	if err := cpuaffinity.ReleaseProcess(pid); err != nil { // off the daemon's own CPUs (--daemon-cpus)
+		return nil, err
+	}
 	if s.Recorded != nil {
 		if err := s.Recorded(pid, initStart); err != nil {
 			return nil, err
@@ -241,29 +245,12 @@ func FindCommand(initPID int) (int, error) {
 // thread, and a new thread or child takes its creator's), repeating until
 // no new thread appears.
 func SetNice(pid, nice int) error {
-	done := map[int]bool{}
-	for range 10 {
-		ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
-		if err != nil {
-			return fmt.Errorf("nice pid %d: %w", pid, procfs.ErrGone)
+	return procfs.EachThreadOf(pid, func(tid int) error {
+		if err := unix.Setpriority(unix.PRIO_PROCESS, tid, nice); err != nil {
+			return fmt.Errorf("nice %d on pid %d thread %d: %w", nice, pid, tid, err)
 		}
-		fresh := false
-		for _, e := range ents {
-			tid, err := strconv.Atoi(e.Name())
-			if err != nil || done[tid] {
-				continue
-			}
-			fresh = true
-			done[tid] = true
-			if err := unix.Setpriority(unix.PRIO_PROCESS, tid, nice); err != nil && !errors.Is(err, unix.ESRCH) {
-				return fmt.Errorf("nice %d on pid %d thread %d: %w", nice, pid, tid, err)
-			}
-		}
-		if !fresh {
-			return nil
-		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // killAndReap ends a child that failed to start properly.

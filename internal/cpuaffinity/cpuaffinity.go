@@ -1,0 +1,142 @@
+// Package cpuaffinity keeps the daemon's own threads on CPUs an operator
+// sets apart for it (--daemon-cpus), so that a request's wake-up never
+// waits behind a user's threads there, and lets the processes the daemon
+// starts for users off them again. A thread's affinity (sched_setaffinity,
+// sched(7)) is taken by the threads and processes it starts and kept
+// across execve: so the daemon confines every thread it has at start, and
+// gives each process it starts for a user the affinity it had itself
+// before, as it starts and before that process has work. Without
+// --daemon-cpus nothing changes: a daemon its operator started on some
+// CPUs (systemd's CPUAffinity=) still starts everything there.
+package cpuaffinity
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/procfs"
+)
+
+// maxCPU is one past the highest CPU a set can name (unix.CPUSet's size).
+const maxCPU = len(unix.CPUSet{}) * 64
+
+// Parse reads a CPU list as the kernel writes one (cpuset(7), "List
+// format"; /sys/devices/system/cpu/online): CPU numbers and inclusive
+// ranges, comma-separated, such as "0-3,8".
+func Parse(list string) (unix.CPUSet, error) {
+	var set unix.CPUSet
+	if strings.TrimSpace(list) == "" {
+		return set, errors.New("no CPU listed")
+	}
+	for _, part := range strings.Split(list, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		first, err := cpuNumber(lo)
+		if err != nil {
+			return set, err
+		}
+		last := first
+		if isRange {
+			if last, err = cpuNumber(hi); err != nil {
+				return set, err
+			}
+			if last < first {
+				return set, fmt.Errorf("range %q runs backwards", part)
+			}
+		}
+		for cpu := first; cpu <= last; cpu++ {
+			set.Set(cpu)
+		}
+	}
+	return set, nil
+}
+
+func cpuNumber(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%q is not a CPU number", s)
+	}
+	if n >= maxCPU {
+		return 0, fmt.Errorf("CPU %d: past the last one this build knows (%d)", n, maxCPU-1)
+	}
+	return n, nil
+}
+
+// Format writes set as a CPU list, ranges folded ("0-3,8").
+func Format(set unix.CPUSet) string {
+	var parts []string
+	for cpu := 0; cpu < maxCPU; cpu++ {
+		if !set.IsSet(cpu) {
+			continue
+		}
+		last := cpu
+		for last+1 < maxCPU && set.IsSet(last+1) {
+			last++
+		}
+		if last == cpu {
+			parts = append(parts, strconv.Itoa(cpu))
+		} else {
+			parts = append(parts, strconv.Itoa(cpu)+"-"+strconv.Itoa(last))
+		}
+		cpu = last
+	}
+	return strings.Join(parts, ",")
+}
+
+// before is the affinity this process had when Confine first changed it:
+// what ReleaseProcess gives back.
+var before struct {
+	sync.Mutex
+	set      unix.CPUSet
+	confined bool
+}
+
+// Confine puts every thread of this process on set, and returns the CPUs
+// they run on: set less those the kernel does not let this process use
+// (offline, or outside its cgroup's cpuset). A set with none it may use
+// is an error, and changes nothing.
+func Confine(set unix.CPUSet) (unix.CPUSet, error) {
+	var was, got unix.CPUSet
+	runtime.LockOSThread() // the same thread is asked, set, and asked again
+	defer runtime.UnlockOSThread()
+	if err := unix.SchedGetaffinity(0, &was); err != nil {
+		return got, err
+	}
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		if errors.Is(err, unix.EINVAL) {
+			return got, fmt.Errorf("none of these CPUs is one this process may run on (%s)", Format(was))
+		}
+		return got, err
+	}
+	before.Lock()
+	if !before.confined {
+		before.set, before.confined = was, true
+	}
+	before.Unlock()
+	if err := unix.SchedGetaffinity(0, &got); err != nil {
+		return got, err
+	}
+	return got, procfs.EachThread(func(tid int) error { return unix.SchedSetaffinity(tid, &set) })
+}
+
+// ReleaseProcess gives every thread of process pid, one this process just
+// started and has not yet given work (what it starts later takes their
+// affinity), the affinity this process had before Confine. Where Confine
+// never ran it does nothing.
+func ReleaseProcess(pid int) error {
+	before.Lock()
+	set, confined := before.set, before.confined
+	before.Unlock()
+	if !confined {
+		return nil
+	}
+	if err := procfs.EachThreadOf(pid, func(tid int) error { return unix.SchedSetaffinity(tid, &set) }); err != nil {
+		return fmt.Errorf("release pid %d from the daemon's CPUs: %w", pid, err)
+	}
+	return nil
+}

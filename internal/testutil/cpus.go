@@ -1,0 +1,75 @@
+package testutil
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/cpuaffinity"
+	"github.com/gpusched/gpusched/internal/procfs"
+)
+
+// CPUsApart is the first CPU this process may run on and all of them, as
+// CPU lists: a --daemon-cpus to set apart, and where what the daemon
+// starts should run. It skips t where there is only one.
+func CPUsApart(t testing.TB) (first, all string) {
+	t.Helper()
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		t.Fatal(err)
+	}
+	if set.Count() < 2 {
+		t.Skipf("this process may run on CPU %s only: nothing to set apart", cpuaffinity.Format(set))
+	}
+	var one unix.CPUSet
+	for cpu := 0; ; cpu++ {
+		if set.IsSet(cpu) {
+			one.Set(cpu)
+			return cpuaffinity.Format(one), cpuaffinity.Format(set)
+		}
+	}
+}
+
+// ConfineSelf confines this process as gpuschedd --daemon-cpus does, to
+// CPUsApart's first CPU, until t ends, and returns CPUsApart's lists.
+func ConfineSelf(t testing.TB) (first, all string) {
+	t.Helper()
+	first, all = CPUsApart(t)
+	var orig unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &orig); err != nil {
+		t.Fatal(err)
+	}
+	set, err := cpuaffinity.Parse(first)
+	if err == nil {
+		_, err = cpuaffinity.Confine(set)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { procfs.EachThread(func(tid int) error { return unix.SchedSetaffinity(tid, &orig) }) })
+	return first, all
+}
+
+// WantThreadsOn checks that every thread of pid may run on cpus (a CPU
+// list) and on no other CPU.
+func WantThreadsOn(t testing.TB, what string, pid int, cpus string) {
+	t.Helper()
+	err := procfs.EachThreadOf(pid, func(tid int) error {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(tid) + "/status")
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok && strings.TrimSpace(v) != cpus {
+				t.Errorf("%s (pid %d), thread %d: on CPUs %s, want %s", what, pid, tid, strings.TrimSpace(v), cpus)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
