@@ -16,7 +16,7 @@ import (
 // starter's own CPUs (--daemon-cpus) before it has its request, spends
 // its CPU there and names its threads; its starter stays where it was.
 func TestPageServerProcessRunsInCgroup(t *testing.T) {
-	daemonCPUs, everyCPU := testutil.ConfineSelf(t)
+	daemonCPUs, userCPUs := testutil.ConfineSelf(t)
 	mnt, top := testutil.CgroupTop(t)
 	cg := filepath.Join(top, "pages")
 	if err := os.Mkdir(cg, 0o755); err != nil {
@@ -33,7 +33,7 @@ func TestPageServerProcessRunsInCgroup(t *testing.T) {
 	if got, want := testutil.CgroupOf(t, pid), strings.TrimPrefix(cg, mnt); got != want {
 		t.Errorf("the page server is in cgroup %s, want %s", got, want)
 	}
-	testutil.WantThreadsOn(t, "the page server", pid, everyCPU)
+	testutil.WantThreadsOn(t, "the page server", pid, userCPUs)
 	testutil.WantThreadsOn(t, "its starter", os.Getpid(), daemonCPUs)
 	if comm, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm"); err != nil || strings.TrimSpace(string(comm)) != pageServerComm {
 		t.Errorf("the page server's name %q (%v), want %q", comm, err, pageServerComm)

@@ -253,7 +253,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Int64Var(&c.LogMaxBytes, "log-max-bytes", c.LogMaxBytes, "rotate a process log past this size (its supervisor does; a change applies to processes started after it)")
 	fs.IntVar(&c.LogKeep, "log-keep", c.LogKeep, "rotated log files kept per process")
 	fs.DurationVar(&c.GPUPoll, "gpu-poll", c.GPUPoll, "GPU sampling interval")
-	fs.StringVar(&c.DaemonCPUs, "daemon-cpus", c.DaemonCPUs, "CPUs the daemon's own threads run on, a CPU list (\"0-1\"), so that no user's process is ever ahead of a request there; the processes it starts for users run on every CPU again (empty: every CPU for the daemon too)")
+	fs.StringVar(&c.DaemonCPUs, "daemon-cpus", c.DaemonCPUs, "CPUs the daemon's own threads run on, a CPU list (\"0-1\"), so that no user's process is ever ahead of a request there; the processes it starts for users run on the other CPUs (empty: every CPU for the daemon too)")
 	fs.DurationVar(&c.CPUSlice, "cpu-slice", c.CPUSlice, "scheduler slice the daemon asks for its own threads (Linux 6.12+), so that a request's wake-up preempts a CPU-bound task; processes it starts keep the kernel's default (0: the kernel's default for the daemon too)")
 	fs.StringVar(&c.InitPath, "init-path", c.InitPath, "the gpuschedd binary, re-executed as its helpers and, unless gpusched-init is installed beside it, as each process's supervisor (default: this executable)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")

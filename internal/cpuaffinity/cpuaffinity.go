@@ -1,13 +1,13 @@
 // Package cpuaffinity keeps the daemon's own threads on CPUs an operator
 // sets apart for it (--daemon-cpus), so that a request's wake-up never
-// waits behind a user's threads there, and lets the processes the daemon
-// starts for users off them again. A thread's affinity (sched_setaffinity,
+// waits behind a user's threads there, and keeps the processes the daemon
+// starts for users off them. A thread's affinity (sched_setaffinity,
 // sched(7)) is taken by the threads and processes it starts and kept
 // across execve: so the daemon confines every thread it has at start, and
-// gives each process it starts for a user the affinity it had itself
-// before, as it starts and before that process has work. Without
-// --daemon-cpus nothing changes: a daemon its operator started on some
-// CPUs (systemd's CPUAffinity=) still starts everything there.
+// gives each process it starts for a user, as it starts and before it has
+// work, the CPUs the daemon had before less its own. Without --daemon-cpus
+// nothing changes: a daemon its operator started on some CPUs (systemd's
+// CPUAffinity=) still starts everything there.
 package cpuaffinity
 
 import (
@@ -88,9 +88,10 @@ func Format(set unix.CPUSet) string {
 	return strings.Join(parts, ",")
 }
 
-// before is the affinity this process had when Confine first changed it:
-// what ReleaseProcess gives back.
-var before struct {
+// released is what ReleaseProcess gives: the affinity this process had
+// when Confine first changed it, less the CPUs Confine set apart (all of
+// it where that leaves none).
+var released struct {
 	sync.Mutex
 	set      unix.CPUSet
 	confined bool
@@ -113,25 +114,39 @@ func Confine(set unix.CPUSet) (unix.CPUSet, error) {
 		}
 		return got, err
 	}
-	before.Lock()
-	if !before.confined {
-		before.set, before.confined = was, true
+	released.Lock()
+	if !released.confined {
+		released.set, released.confined = without(was, set), true
 	}
-	before.Unlock()
+	released.Unlock()
 	if err := unix.SchedGetaffinity(0, &got); err != nil {
 		return got, err
 	}
 	return got, procfs.EachThread(func(tid int) error { return unix.SchedSetaffinity(tid, &set) })
 }
 
-// ReleaseProcess gives every thread of process pid, one this process just
+// without is from less apart's CPUs, or from where that leaves none.
+func without(from, apart unix.CPUSet) unix.CPUSet {
+	rest := from
+	for cpu := range maxCPU {
+		if apart.IsSet(cpu) {
+			rest.Clear(cpu)
+		}
+	}
+	if rest.Count() == 0 {
+		return from
+	}
+	return rest
+}
+
+// ReleaseProcess puts every thread of process pid, one this process just
 // started and has not yet given work (what it starts later takes their
-// affinity), the affinity this process had before Confine. Where Confine
-// never ran it does nothing.
+// affinity), on the CPUs this process had before Confine less those it
+// set apart. Where Confine never ran it does nothing.
 func ReleaseProcess(pid int) error {
-	before.Lock()
-	set, confined := before.set, before.confined
-	before.Unlock()
+	released.Lock()
+	set, confined := released.set, released.confined
+	released.Unlock()
 	if !confined {
 		return nil
 	}

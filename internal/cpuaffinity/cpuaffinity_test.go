@@ -39,6 +39,22 @@ func TestParseAndFormat(t *testing.T) {
 	}
 }
 
+func TestWithout(t *testing.T) {
+	for _, tc := range []struct{ from, apart, want string }{
+		{"0-15", "0-1", "2-15"},
+		{"0-3", "2", "0-1,3"},
+		{"0-3", "8", "0-3"},
+		{"0-1", "0-1", "0-1"}, // nothing would be left: all of it
+		{"0", "0", "0"},
+	} {
+		from, _ := Parse(tc.from)
+		apart, _ := Parse(tc.apart)
+		if got := Format(without(from, apart)); got != tc.want {
+			t.Errorf("without(%s, %s) = %s, want %s", tc.from, tc.apart, got, tc.want)
+		}
+	}
+}
+
 // threadCPUs is each thread of process pid with its Cpus_allowed_list.
 func threadCPUs(t *testing.T, pid int) map[int]string {
 	t.Helper()
@@ -63,8 +79,8 @@ func threadCPUs(t *testing.T, pid int) map[int]string {
 
 // TestConfineAndRelease: Confine holds every thread of the process, and
 // the threads and processes started after it, on its CPUs; ReleaseProcess
-// gives a process started since, every thread of it, the affinity this
-// one had before.
+// puts a process started since, every thread of it, on the CPUs this one
+// had before less those set apart.
 func TestConfineAndRelease(t *testing.T) {
 	var orig unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &orig); err != nil {
@@ -75,12 +91,11 @@ func TestConfineAndRelease(t *testing.T) {
 	}
 	t.Cleanup(func() { procfs.EachThread(func(tid int) error { return unix.SchedSetaffinity(tid, &orig) }) })
 	var one unix.CPUSet
-	for cpu := range maxCPU {
-		if orig.IsSet(cpu) {
-			one.Set(cpu)
-			break
-		}
+	first := 0
+	for !orig.IsSet(first) {
+		first++
 	}
+	one.Set(first)
 	got, err := Confine(one)
 	if err != nil || got != one {
 		t.Fatalf("Confine(%s) = %s, %v", Format(one), Format(got), err)
@@ -129,9 +144,11 @@ func TestConfineAndRelease(t *testing.T) {
 	if err := ReleaseProcess(child.Process.Pid); err != nil {
 		t.Fatal(err)
 	}
+	rest := orig
+	rest.Clear(first)
 	for tid, cpus := range threadCPUs(t, child.Process.Pid) {
-		if cpus != Format(orig) {
-			t.Errorf("child, released: thread %d on CPUs %s, want %s", tid, cpus, Format(orig))
+		if cpus != Format(rest) {
+			t.Errorf("child, released: thread %d on CPUs %s, want %s", tid, cpus, Format(rest))
 		}
 	}
 }

@@ -17,11 +17,10 @@ import (
 
 // TestDaemonCPUsHoldTheDaemonNotWhatItStarts: with --daemon-cpus every
 // thread of the built daemon runs on those CPUs, and what it starts for a
-// user does not: a real user's managed tree (supervisor and command), and
-// the tree CRIU restores from disk, run on every CPU the daemon had
-// before, memory verified.
+// user runs on the others: a real user's managed tree (supervisor and
+// command), and the tree CRIU restores from disk, memory verified.
 func TestDaemonCPUsHoldTheDaemonNotWhatItStarts(t *testing.T) {
-	daemonCPUs, everyCPU := testutil.CPUsApart(t)
+	daemonCPUs, userCPUs := testutil.CPUsApart(t)
 	u := testutil.NewUser(t, "gsdcpuu", "gsdcpu")
 	criu := testutil.CRIU(t)
 	h := prepareHarness(t, func(c *config.Config) {
@@ -38,16 +37,16 @@ func TestDaemonCPUsHoldTheDaemonNotWhatItStarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testutil.WantThreadsOn(t, "the job's supervisor", p.InitPID, everyCPU)
-	testutil.WantThreadsOn(t, "the job's command", p.PID, everyCPU)
+	testutil.WantThreadsOn(t, "the job's supervisor", p.InitPID, userCPUs)
+	testutil.WantThreadsOn(t, "the job's command", p.PID, userCPUs)
 
 	h.mustCtl(u, "hibernate", "job")
 	h.mustCtl(u, "thaw", "job")
 	if p, err = h.client().Process(ctxT(t), "job"); err != nil {
 		t.Fatal(err)
 	}
-	testutil.WantThreadsOn(t, "the restored supervisor", p.InitPID, everyCPU)
-	testutil.WantThreadsOn(t, "the restored command", p.PID, everyCPU)
+	testutil.WantThreadsOn(t, "the restored supervisor", p.InitPID, userCPUs)
+	testutil.WantThreadsOn(t, "the restored command", p.PID, userCPUs)
 	if _, err := h.client().Kill(ctxT(t), api.KillParams{Name: "job", Signal: "SIGUSR1"}); err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 // CPUs (--daemon-cpus) before the restore connects, and spends its CPU
 // there; its starter stays where it was.
 func TestServerRunsInCgroups(t *testing.T) {
-	_, everyCPU := testutil.ConfineSelf(t)
+	_, userCPUs := testutil.ConfineSelf(t)
 	mnt, top := testutil.CgroupTop(t)
 	cg := filepath.Join(top, "lazypages")
 	if err := os.Mkdir(cg, 0o755); err != nil {
@@ -28,7 +28,7 @@ func TestServerRunsInCgroups(t *testing.T) {
 	if got, want := testutil.CgroupOf(t, pid), strings.TrimPrefix(cg, mnt); got != want {
 		t.Errorf("the server is in cgroup %s, want %s", got, want)
 	}
-	testutil.WantThreadsOn(t, "the server", pid, everyCPU)
+	testutil.WantThreadsOn(t, "the server", pid, userCPUs)
 	r.send(1, reg)
 	if err := r.finish(); err != nil {
 		t.Fatal(err)

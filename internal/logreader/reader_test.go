@@ -107,7 +107,7 @@ func logOf(t *testing.T, lines int) string {
 // (--daemon-cpus), before it has its request, and its reply is the one the
 // daemon would encode itself.
 func TestReadPlacesTheReaderInTheCallersCgroups(t *testing.T) {
-	_, everyCPU := testutil.ConfineSelf(t)
+	_, userCPUs := testutil.ConfineSelf(t)
 	caller := callerIn(t)
 	if err := Apart(caller); err != nil {
 		t.Fatalf("Apart of the caller's cgroups: %v", err)
@@ -119,7 +119,7 @@ func TestReadPlacesTheReaderInTheCallersCgroups(t *testing.T) {
 			t.Error(err)
 		}
 		placed = c
-		testutil.WantThreadsOn(t, "the reader", pid, everyCPU)
+		testutil.WantThreadsOn(t, "the reader", pid, userCPUs)
 	}}
 	path := logOf(t, 3*logreply.Chunk+5)
 	got, err := r.Read(context.Background(), caller, Request{Name: "job", Path: path, Lines: -1})

@@ -12,10 +12,10 @@ import (
 	"github.com/gpusched/gpusched/internal/procfs"
 )
 
-// CPUsApart is the first CPU this process may run on and all of them, as
+// CPUsApart is the first CPU this process may run on and the others, as
 // CPU lists: a --daemon-cpus to set apart, and where what the daemon
-// starts should run. It skips t where there is only one.
-func CPUsApart(t testing.TB) (first, all string) {
+// starts for users should run. It skips t where there is only one.
+func CPUsApart(t testing.TB) (first, rest string) {
 	t.Helper()
 	var set unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &set); err != nil {
@@ -28,6 +28,7 @@ func CPUsApart(t testing.TB) (first, all string) {
 	for cpu := 0; ; cpu++ {
 		if set.IsSet(cpu) {
 			one.Set(cpu)
+			set.Clear(cpu)
 			return cpuaffinity.Format(one), cpuaffinity.Format(set)
 		}
 	}
@@ -35,9 +36,9 @@ func CPUsApart(t testing.TB) (first, all string) {
 
 // ConfineSelf confines this process as gpuschedd --daemon-cpus does, to
 // CPUsApart's first CPU, until t ends, and returns CPUsApart's lists.
-func ConfineSelf(t testing.TB) (first, all string) {
+func ConfineSelf(t testing.TB) (first, rest string) {
 	t.Helper()
-	first, all = CPUsApart(t)
+	first, rest = CPUsApart(t)
 	var orig unix.CPUSet
 	if err := unix.SchedGetaffinity(0, &orig); err != nil {
 		t.Fatal(err)
@@ -50,7 +51,7 @@ func ConfineSelf(t testing.TB) (first, all string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { procfs.EachThread(func(tid int) error { return unix.SchedSetaffinity(tid, &orig) }) })
-	return first, all
+	return first, rest
 }
 
 // WantThreadsOn checks that every thread of pid may run on cpus (a CPU
