@@ -40,16 +40,7 @@ func TestPageServerProcessRunsInCgroup(t *testing.T) {
 	}
 	key := pagemapKey{id: 1}
 	mem := psRandomMemory(7, map[pagemapKey][][2]uint64{key: {{0x400000, 4096}}})
-	c := dialPageServer(t, ps)
-	c.sendMemory(mem)
-	if st := c.finish(); st != 0 {
-		t.Fatalf("CLOSE status %d", st)
-	}
-	st, err := ps.Wait(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Pages != 4096 || st.Written < 4096*pageSize {
+	if st := psTransfer(t, ps, mem, psClient{}); st.Pages != 4096 || st.Written < 4096*pageSize {
 		t.Errorf("stats %+v, want 4096 pages written", st)
 	}
 	psCheckImage(t, images, mem)

@@ -230,6 +230,13 @@ func psDumpAs(t testing.TB, dir, parent string, m psMemory, as psClient) PageSta
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ps.Close() })
+	return psTransfer(t, ps, m, as)
+}
+
+// psTransfer sends m to ps as a client like as, completely, and returns
+// what ps says it wrote.
+func psTransfer(t testing.TB, ps pageServing, m psMemory, as psClient) PageStats {
+	t.Helper()
 	c := dialPageServer(t, ps)
 	c.wide, c.lazy = as.wide, as.lazy
 	c.sendMemory(m)
