@@ -139,19 +139,23 @@ func StartPageServerProcess(ctx context.Context, o PageServerOptions) (*PageServ
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 		WaitDelay:   time.Second,
 	}
-	stdin, err := p.cmd.StdinPipe()
-	if err == nil {
-		var stdout io.ReadCloser
-		if stdout, err = p.cmd.StdoutPipe(); err == nil {
-			if err = p.cmd.Start(); err == nil {
-				go p.follow(stdout)
-			}
-		}
-	}
+	stdinR, stdin, err := os.Pipe()
 	if err != nil {
 		p.criuEnd.Close()
 		return nil, fmt.Errorf("start page server for %s: %w", o.Dir, err)
 	}
+	p.cmd.Stdin = stdinR
+	stdout, err := p.cmd.StdoutPipe() // closed by Start when it fails
+	if err == nil {
+		err = p.cmd.Start()
+	}
+	stdinR.Close()
+	if err != nil {
+		stdin.Close()
+		p.criuEnd.Close()
+		return nil, fmt.Errorf("start page server for %s: %w", o.Dir, err)
+	}
+	go p.follow(stdout)
 	fail := func(err error) (*PageServerProcess, error) {
 		p.Close()
 		return nil, fmt.Errorf("page server for %s: %w", o.Dir, err)
