@@ -76,6 +76,8 @@ func BenchmarkFairness(b *testing.B) {
 		victimParent = cpuRoot()
 	}
 	victimSlice, hostileSlice := userSlice(b, victimParent, victim), userSlice(b, users, hostile)
+	allowCPUs(b, victimSlice, *fairnessVictimCPUs)
+	allowCPUs(b, hostileSlice, *fairnessHostileCPUs)
 	if w := *fairnessHostileWeight; w > 0 && hostileSlice != "" {
 		setWeight(b, hostileSlice, w)
 	}
@@ -443,6 +445,40 @@ var (
 	fairnessVictimCPUs  = flag.String("fairness.victim-cpus", "", "BenchmarkFairness: the CPUs the victim runs on, a taskset list (\"0-3\"; empty: all), as an operator gives a user's slice CPUs of its own (systemd's AllowedCPUs=)")
 	fairnessHostileCPUs = flag.String("fairness.hostile-cpus", "", "BenchmarkFairness: the CPUs the hostile user's load (burner and flood) runs on, as -fairness.victim-cpus")
 )
+
+// allowCPUs gives a user's cgroup slice the CPUs cpus (a CPU list) as
+// systemd's AllowedCPUs= does, where cgroup v2 has a cpuset controller to
+// hand down: what the daemon starts for that user and moves into the
+// cgroups of their calling process (log readers, CRIU, page servers) is
+// then held there too, which the load's taskset cannot do. Where it
+// cannot, it says so, and taskset alone divides the users' CPUs.
+func allowCPUs(b *testing.B, slice, cpus string) {
+	if slice == "" || cpus == "" {
+		return
+	}
+	root := cpuRoot()
+	err := errors.New("no cgroup v2 CPU hierarchy")
+	if root == "/sys/fs/cgroup" {
+		var parents []string
+		for dir := filepath.Dir(slice); strings.HasPrefix(dir, root); dir = filepath.Dir(dir) {
+			parents = append([]string{dir}, parents...)
+		}
+		err = nil
+		for _, dir := range parents {
+			if err = os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+cpuset"), 0); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			err = os.WriteFile(filepath.Join(slice, "cpuset.cpus"), []byte(cpus), 0)
+		}
+	}
+	if err != nil {
+		b.Logf("%s: CPUs %s by taskset alone (no cpuset.cpus: %v): what the daemon starts for that user is not held to them", filepath.Base(slice), cpus, err)
+		return
+	}
+	b.Logf("%s: CPUs %s by cpuset.cpus (AllowedCPUs=) and taskset", filepath.Base(slice), cpus)
+}
 
 // onCPUs is the program and arguments that run load's args on cpus (a
 // taskset list; empty: load's args as they are).
