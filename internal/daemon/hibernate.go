@@ -257,13 +257,14 @@ func (d *Daemon) finishDump(img dumpedTree, o hibernateOpts) (api.HibernateResul
 
 // criuDump runs one CRIU dump of rec's tree into dir, as the tree's owner,
 // with the pages through a page server process that leaves pages
-// unchanged since parent in it. Asked for by its owner, it waits for the owner's CRIU
-// turn first: a user's dumps and restores run one at a time (criuTurns),
-// so that one user's loops on many processes do not run as many at once;
-// and CRIU and the page server run where criuPlaceFor says, their CPU
-// weighing against the user's. The daemon's own dumps go without either (an eviction makes room
-// for another's freeze, a ttl policy runs in the loop that serves every
-// user's): they must not wait behind or on the owner.
+// unchanged since parent in it. Asked for by its owner, it waits for the
+// owner's CRIU turn first: a user's dumps and restores run one at a time
+// (criuTurns), so that one user's loops on many processes do not run as
+// many at once; and CRIU and the page server run where criuPlaceFor says,
+// their CPU weighing against the user's. The daemon's own dumps go without
+// either (an eviction makes room for another's freeze, a ttl policy runs
+// in the loop that serves every user's): they must not wait behind or on
+// the owner.
 func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent string, leave checkpoint.Leave, by askedBy) (checkpoint.PageStats, error) {
 	var place criuPlace
 	if by.owner {

@@ -41,10 +41,10 @@ func (d *Daemon) lazyThaw(rec proctable.Record) bool {
 // it is meanwhile, as always. The server runs where the restore's CRIU
 // does (criuPlaceFor), so that a user's cgroup holds what it spends; one
 // the user freezes fails the transfer at once. When the restore cannot
-// start, or the page
-// source fails before every page is in (the process may have read zeros
-// where its pages were missing), the tree is killed and rec is returned
-// hibernated as it was, with done false: the caller restores eagerly.
+// start, or the page source fails before every page is in (the process may
+// have read zeros where its pages were missing), the tree is killed and
+// rec is returned hibernated as it was, with done false: the caller
+// restores eagerly.
 func (d *Daemon) thawFromPageSource(ctx context.Context, rec proctable.Record, dir string, opts thawOpts, lazy bool) (res api.CheckpointResult, out proctable.Record, done bool, err error) {
 	saved := rec.Clone()
 	t := time.Now()
