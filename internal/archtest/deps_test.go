@@ -69,7 +69,7 @@ var allowed = map[string][]string{
 	"internal/tomlline":                  {},
 	"internal/logfile":                   {},
 	"internal/simgpu":                    {"internal/procfs", "internal/store", "internal/cgroup"},
-	"internal/proctable":                 {"internal/store", "pkg/api", "internal/rlimit", "internal/listing"},
+	"internal/proctable":                 {"internal/store", "pkg/api", "internal/rlimit", "internal/listing", "internal/cpuaffinity"},
 	"internal/gpu":                       {"internal/simgpu", "pkg/api"},
 	"internal/sandbox":                   {"internal/procfs", "internal/logfile", "internal/rlimit", "internal/cpuaffinity"},
 	"internal/rlimit":                    {"internal/procfs"},

@@ -131,6 +131,9 @@ type DumpOpts struct {
 	// worker is moved into once started, before it has its request
 	// (cgroup.Move), so that its CPU, memory and tasks count there.
 	Cgroups []string
+	// CPUs are the tree's own (cpuaffinity.Caller's list), where the
+	// worker runs: "" for every CPU the daemon gives users.
+	CPUs string
 }
 
 // Leave is what a dump does with the tree it imaged.
@@ -169,6 +172,9 @@ type RestoreOpts struct {
 	// Cgroups, as DumpOpts.Cgroups: the worker runs there, and the tree
 	// it restores is born there (CRIU leaves cgroups alone, commonRPC).
 	Cgroups []string
+	// CPUs, as DumpOpts.CPUs: the tree CRIU restores runs where its
+	// worker does (CRIU restores no affinity).
+	CPUs string
 }
 
 // Dump images the tree rooted at o.PID into o.Dir.
@@ -179,7 +185,7 @@ func (c *CRIU) Dump(ctx context.Context, o DumpOpts) error {
 		extra = append(extra, o.PageServer)
 	}
 	err := withDir(o.Dir, func(fd int) error {
-		return c.do(ctx, worker{as: o.As, cgroups: o.Cgroups}, extra, func(w *swrk) error {
+		return c.do(ctx, worker{as: o.As, cgroups: o.Cgroups, cpus: o.CPUs}, extra, func(w *swrk) error {
 			_, err := w.call(&rpc.CriuReq{Type: rpc.CriuReqType_DUMP.Enum(), Opts: dumpRPC(o, fd)}, nil)
 			return err
 		})
@@ -212,7 +218,7 @@ func (c *CRIU) Restore(ctx context.Context, o RestoreOpts) (int, error) {
 	pid := 0
 	var hookErr error
 	err = withDir(o.Dir, func(fd int) error {
-		return c.do(ctx, worker{cgroups: o.Cgroups}, nil, func(w *swrk) error {
+		return c.do(ctx, worker{cgroups: o.Cgroups, cpus: o.CPUs}, nil, func(w *swrk) error {
 			_, err := w.call(&rpc.CriuReq{Type: rpc.CriuReqType_RESTORE.Enum(), Opts: restoreRPC(fd, o.Lazy)}, func(n *rpc.CriuNotify) error {
 				if n.GetScript() != "post-restore" {
 					return nil

@@ -99,6 +99,7 @@ type PageServerOptions struct {
 	// moved into before it has its request: those of the dump's CRIU
 	// worker (DumpOpts.Cgroups). None: it stays in its starter's.
 	Cgroups []string
+	CPUs    string // as DumpOpts.CPUs
 }
 
 // PageServerProcess is a pageServer run as a process of its own, so that
@@ -160,7 +161,7 @@ func StartPageServerProcess(ctx context.Context, o PageServerOptions) (*PageServ
 		p.Close()
 		return nil, fmt.Errorf("page server for %s: %w", o.Dir, err)
 	}
-	if err := releaseAndMove(p.cmd.Process.Pid, o.Cgroups); err != nil {
+	if err := placeWorker(p.cmd.Process.Pid, o.CPUs, o.Cgroups); err != nil {
 		stdin.Close()
 		return fail(err)
 	}

@@ -11,6 +11,20 @@ import (
 	"github.com/gpusched/gpusched/internal/testutil"
 )
 
+// TestPageServerProcessOnTreeCPUs: a page server runs on the CPUs of the
+// tree it dumps (PageServerOptions.CPUs, its caller's), not on all of its
+// starter's. Before TestPageServerProcessRunsInCgroup, which confines this
+// process for good (after it, these CPUs are all the users' anyway).
+func TestPageServerProcessOnTreeCPUs(t *testing.T) {
+	_, tree := testutil.CPUsApart(t)
+	ps, err := StartPageServerProcess(context.Background(), PageServerOptions{Path: testutil.Build(t).Daemon, Dir: t.TempDir(), CPUs: tree})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ps.Close() })
+	testutil.WantThreadsOn(t, "the page server", ps.cmd.Process.Pid, tree)
+}
+
 // TestPageServerProcessRunsInCgroup: a page server process is moved into
 // the cgroups it is given (a dump's CRIU worker's, a user's) and off its
 // starter's own CPUs (--daemon-cpus) before it has its request, spends

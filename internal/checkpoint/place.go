@@ -5,11 +5,12 @@ import (
 	"github.com/gpusched/gpusched/internal/cpuaffinity"
 )
 
-// releaseAndMove readies a process just started, before it has work: off
-// the daemon's own CPUs (--daemon-cpus), and into cgroups (one directory
-// per hierarchy; none: it stays in its starter's).
-func releaseAndMove(pid int, cgroups []string) error {
-	if err := cpuaffinity.ReleaseProcess(pid); err != nil {
+// placeWorker readies a process just started for a tree, before it has
+// work: on the CPUs the daemon gives users and, of those, on the tree's
+// own cpus (cpuaffinity.Place), and into cgroups (one directory per
+// hierarchy; none: it stays in its starter's).
+func placeWorker(pid int, cpus string, cgroups []string) error {
+	if err := cpuaffinity.Place(pid, cpus); err != nil {
 		return err
 	}
 	return cgroup.Move(pid, cgroups...)

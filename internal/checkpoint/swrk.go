@@ -45,10 +45,12 @@ type swrk struct {
 // swrkFirstExtraFD is the fd number of the first extra file in the worker.
 const swrkFirstExtraFD = 4
 
-// worker is where a CRIU worker runs: as whom, and in which cgroup.
+// worker is where a CRIU worker runs: as whom, in which cgroups, on which
+// CPUs.
 type worker struct {
 	as      *Owner   // nil: as this process (root)
 	cgroups []string // none: in this process's cgroups
+	cpus    string   // the tree's own CPUs (cpuaffinity.Place); "": those the daemon gives users
 }
 
 func startSwrk(path string, env []string, in worker, extra []*os.File) (*swrk, error) {
@@ -76,7 +78,7 @@ func startSwrk(path string, env []string, in worker, extra []*os.File) (*swrk, e
 		return nil, fmt.Errorf("start criu swrk: %w", err)
 	}
 	w := &swrk{cmd: cmd, sk: ours}
-	if err := releaseAndMove(cmd.Process.Pid, in.cgroups); err != nil {
+	if err := placeWorker(cmd.Process.Pid, in.cpus, in.cgroups); err != nil {
 		w.kill()
 		w.close()
 		return nil, fmt.Errorf("criu swrk: %w", err)

@@ -163,6 +163,9 @@ func writeJob(w io.Writer, j *api.Job, label gpuLabel) error {
 	fmt.Fprintf(t, "priority:\t%d\n", j.Priority)
 	fmt.Fprintf(t, "preemptible:\t%s\n", yesNo(j.Preemptible))
 	fmt.Fprintf(t, "nice:\t%d (%s priority)\n", j.Nice, priorityClass(j.Nice))
+	if j.CPUs != "" {
+		fmt.Fprintf(t, "cpus:\t%s (its submitter's)\n", j.CPUs)
+	}
 	if j.MPSThreads > 0 || j.MPSMemLimit > 0 {
 		fmt.Fprintf(t, "mps:\t%s\n", mpsText(j.MPSThreads, j.MPSMemLimit))
 	}

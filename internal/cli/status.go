@@ -180,6 +180,9 @@ func writeProcess(w io.Writer, p *api.Process) error {
 	fmt.Fprintf(t, "cmd:\t%s\n", cmdline(p.Cmd))
 	fmt.Fprintf(t, "dir:\t%s\n", p.Dir)
 	fmt.Fprintf(t, "nice:\t%d\n", p.Nice)
+	if p.CPUs != "" {
+		fmt.Fprintf(t, "cpus:\t%s (its caller's)\n", p.CPUs)
+	}
 	if p.MPSThreads > 0 || p.MPSMemLimit > 0 {
 		fmt.Fprintf(t, "mps:\t%s\n", mpsText(p.MPSThreads, p.MPSMemLimit))
 	}

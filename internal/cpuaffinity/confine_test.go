@@ -1,6 +1,7 @@
 package cpuaffinity_test
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"runtime"
@@ -14,12 +15,39 @@ import (
 	"github.com/gpusched/gpusched/internal/testutil"
 )
 
-// TestConfineAndRelease: Confine holds every thread of the process, and
-// the threads and processes started after it, on its CPUs; ReleaseProcess
-// puts a process started since, every thread of it, on the CPUs this one
-// had before less those set apart.
-func TestConfineAndRelease(t *testing.T) {
-	first, rest := testutil.ConfineSelf(t)
+// TestPlace: Place puts a process this one started, every thread of it,
+// on the CPUs the daemon gives users and, of those, on its tree's own;
+// Caller keeps of a process's CPUs only what narrows those, and refuses
+// one with none of them. First unconfined (the daemon's CPUs are the
+// users'), then after Confine, which holds every thread of this process,
+// and those started after it, on its CPUs. The two run in this order in
+// one test: Confine's effect lasts as long as the process.
+func TestPlace(t *testing.T) {
+	first, rest := testutil.CPUsApart(t)
+	all := first + "," + rest
+	if set, err := cpuaffinity.Parse(all); err == nil {
+		all = cpuaffinity.Format(set)
+	}
+	wantCaller := func(what string, pid int, want string) {
+		t.Helper()
+		if got, err := cpuaffinity.Caller(pid); err != nil || got != want {
+			t.Errorf("Caller(%s) = %q, %v; want %q", what, got, err, want)
+		}
+	}
+
+	child := startThreaded(t)
+	if err := cpuaffinity.Place(child, ""); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WantThreadsOn(t, "a child placed with no CPUs of its own, unconfined", child, all)
+	wantCaller("this process, on every CPU", os.Getpid(), "")
+	if err := cpuaffinity.Place(child, rest); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WantThreadsOn(t, "a child placed on its own CPUs, unconfined", child, rest)
+	wantCaller("that child", child, rest)
+
+	testutil.ConfineSelf(t)
 	started := make(chan struct{})
 	release := make(chan struct{})
 	for range 4 { // threads the runtime starts after Confine
@@ -32,8 +60,27 @@ func TestConfineAndRelease(t *testing.T) {
 	}
 	defer close(release)
 	testutil.WantThreadsOn(t, "this process, confined", os.Getpid(), first)
+	child = startThreaded(t)
+	testutil.WantThreadsOn(t, "a child, before it is placed (inherited)", child, first)
+	if err := cpuaffinity.Place(child, ""); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WantThreadsOn(t, "a child placed with no CPUs of its own", child, rest)
+	wantCaller("that child", child, "")
+	if err := cpuaffinity.Place(child, first); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WantThreadsOn(t, "a child placed on CPUs all set apart", child, rest)
+	if got, err := cpuaffinity.Caller(os.Getpid()); !errors.Is(err, cpuaffinity.ErrNoCPU) ||
+		!strings.Contains(err.Error(), "may run only on CPUs "+first+", and the daemon runs users' processes on "+rest+" only") {
+		t.Errorf("Caller(this process, on the CPUs set apart) = %q, %v; want ErrNoCPU naming both lists", got, err)
+	}
+}
 
-	// A child with threads of its own: python3's, started before the release.
+// startThreaded starts a child with four threads (python3's), all running
+// when it returns its pid; it ends with t.
+func startThreaded(t *testing.T) int {
+	t.Helper()
 	child := exec.Command("python3", "-c", "import threading,sys; [threading.Thread(target=sys.stdin.read).start() for _ in range(3)]; print(flush=True); sys.stdin.read()")
 	in, err := child.StdinPipe()
 	if err != nil {
@@ -54,11 +101,7 @@ func TestConfineAndRelease(t *testing.T) {
 	if tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task"); err != nil || len(tasks) != 4 {
 		t.Fatalf("the child has %d threads (%v), want 4", len(tasks), err)
 	}
-	testutil.WantThreadsOn(t, "the child, before its release (inherited)", pid, first)
-	if err := cpuaffinity.ReleaseProcess(pid); err != nil {
-		t.Fatal(err)
-	}
-	testutil.WantThreadsOn(t, "the child, released", pid, rest)
+	return pid
 }
 
 // TestConfineToNoUsableCPU: a set this process may not run on is refused

@@ -1,13 +1,16 @@
-// Package cpuaffinity keeps the daemon's own threads on CPUs an operator
-// sets apart for it (--daemon-cpus), so that a request's wake-up never
-// waits behind a user's threads there, and keeps the processes the daemon
-// starts for users off them. A thread's affinity (sched_setaffinity,
-// sched(7)) is taken by the threads and processes it starts and kept
-// across execve: so the daemon confines every thread it has at start, and
-// gives each process it starts for a user, as it starts and before it has
-// work, the CPUs the daemon had before less its own. Without --daemon-cpus
-// nothing changes: a daemon its operator started on some CPUs (systemd's
-// CPUAffinity=) still starts everything there.
+// Package cpuaffinity places the daemon's threads and what it starts for
+// users on CPUs. An operator may set CPUs apart for the daemon
+// (--daemon-cpus), so that a request's wake-up never waits behind a
+// user's threads there; and a tree keeps the CPUs of the process that
+// asked for it (a user's taskset, or a batch step's cpuset), as it keeps
+// its resource limits. A thread's affinity (sched_setaffinity, sched(7))
+// is taken by the threads and processes it starts and kept across execve,
+// and CRIU does not restore it (a restored process runs where CRIU did):
+// so the daemon confines every thread it has at start, and gives each
+// process it starts for a user, as it starts and before it has work, the
+// CPUs the daemon had before less its own, and of those the tree's.
+// Without either nothing changes: a daemon its operator started on some
+// CPUs (systemd's CPUAffinity=) still starts everything there.
 package cpuaffinity
 
 import (
@@ -139,19 +142,84 @@ func without(from, apart unix.CPUSet) unix.CPUSet {
 	return rest
 }
 
-// ReleaseProcess puts every thread of process pid, one this process just
-// started and has not yet given work (what it starts later takes their
-// affinity), on the CPUs this process had before Confine less those it
-// set apart. Where Confine never ran it does nothing.
-func ReleaseProcess(pid int) error {
+// forUsers is the CPUs the processes the daemon starts for users may run
+// on, and whether they differ from those a process it starts takes from
+// it: the CPUs this process had before Confine less those it set apart;
+// without Confine its own.
+func forUsers() (unix.CPUSet, bool, error) {
 	released.Lock()
 	set, confined := released.set, released.confined
 	released.Unlock()
-	if !confined {
+	if confined {
+		return set, true, nil
+	}
+	err := unix.SchedGetaffinity(0, &set)
+	return set, false, err
+}
+
+// ErrNoCPU is Caller's refusal of a process with none of the CPUs the
+// daemon gives users.
+var ErrNoCPU = errors.New("no CPU for the tree")
+
+// Caller is what a tree started for process pid keeps of its CPUs (its
+// affinity, which within a cpuset cgroup is at most the cpuset's), as a
+// CPU list for Place: "" where they take in every CPU the daemon gives
+// users, so that there is nothing to keep. A process with none of those
+// CPUs is an error: its tree would have nowhere to run.
+func Caller(pid int) (string, error) {
+	var caller unix.CPUSet
+	if err := unix.SchedGetaffinity(pid, &caller); err != nil {
+		return "", fmt.Errorf("the CPUs of pid %d: %w", pid, err)
+	}
+	users, _, err := forUsers()
+	if err != nil {
+		return "", err
+	}
+	both := within(caller, users)
+	switch {
+	case both == users:
+		return "", nil
+	case both.Count() == 0:
+		return "", fmt.Errorf("%w: the calling process may run only on CPUs %s, and the daemon runs users' processes on %s only", ErrNoCPU, Format(caller), Format(users))
+	}
+	return Format(caller), nil
+}
+
+// within is the CPUs of a that are in b.
+func within(a, b unix.CPUSet) unix.CPUSet {
+	var both unix.CPUSet
+	for i := range a {
+		both[i] = a[i] & b[i]
+	}
+	return both
+}
+
+// Place puts every thread of process pid, one this process just started
+// for a user and has not yet given work (what it starts later takes their
+// affinity), on the CPUs the daemon gives users (forUsers) and, of those,
+// on cpus: a tree's own (Caller's list), "" for all of them. Where cpus
+// has none of them left (the daemon's CPUs changed since they were read)
+// it is all of them. With no Confine and no cpus it does nothing: the
+// process keeps the daemon's own CPUs.
+func Place(pid int, cpus string) error {
+	set, changed, err := forUsers()
+	if err != nil {
+		return err
+	}
+	if cpus != "" {
+		own, err := Parse(cpus)
+		if err != nil {
+			return fmt.Errorf("place pid %d: %w", pid, err)
+		}
+		if both := within(own, set); both.Count() > 0 && both != set {
+			set, changed = both, true
+		}
+	}
+	if !changed {
 		return nil
 	}
 	if err := procfs.EachThreadOf(pid, func(tid int) error { return unix.SchedSetaffinity(tid, &set) }); err != nil {
-		return fmt.Errorf("release pid %d from the daemon's CPUs: %w", pid, err)
+		return fmt.Errorf("place pid %d on CPUs %s: %w", pid, Format(set), err)
 	}
 	return nil
 }

@@ -1,44 +1,60 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpusched/gpusched/internal/cpuaffinity"
 	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/rlimit"
 )
 
-// callerLimits are the resource limits of the process that made the
-// request, read now from /proc, which the managed process it asks for runs
-// under: a caller keeps its own ulimits, whatever the daemon's are. The
+// callerLimits are what the managed process a request asks for keeps of
+// the process that made it, read now: its resource limits (from /proc)
+// and its CPUs (cpuaffinity.Caller). A caller keeps its own ulimits, and
+// its taskset or batch step's cpuset, whatever the daemon's are. The
 // process must still be the one that connected (pid and start time) and
 // hold the connection's uid, so that neither a reused pid nor a setuid
 // program lends its limits. A non-root caller whose process is gone or
 // changed is refused; root's process then runs with the daemon's limits
-// (nil).
-func callerLimits(a actor, what string) (rlimit.Set, error) {
-	s, err := readPeerLimits(a)
+// and CPUs (none kept). A caller with none of the CPUs the daemon gives
+// users is refused.
+func callerLimits(a actor, what string) (kept, error) {
+	k, err := readPeerLimits(a)
 	switch {
 	case err == nil:
-		return s, nil
+		return k, nil
+	case errors.Is(err, cpuaffinity.ErrNoCPU):
+		return kept{}, invalidf("%s: %v; send the request from a process that may run on one of those", what, err)
 	case a.root():
-		return nil, nil
+		return kept{}, nil
 	}
-	return nil, deniedf("%s: the resource limits of the connecting process cannot be read (%v); send the request from a process that stays connected and keeps its uid", what, err)
+	return kept{}, deniedf("%s: the resource limits of the connecting process cannot be read (%v); send the request from a process that stays connected and keeps its uid", what, err)
 }
 
-// readPeerLimits reads the limits of a's process, which must hold a's uid
-// throughout (readPeer).
-func readPeerLimits(a actor) (rlimit.Set, error) {
-	return readPeer(a, func(pid int) (rlimit.Set, error) {
+// kept is what a tree keeps of the process that asked for it.
+type kept struct {
+	rlimits rlimit.Set // nil: the daemon's
+	cpus    string     // a CPU list; "": those the daemon gives users
+}
+
+// readPeerLimits reads the limits and CPUs of a's process, which must
+// hold a's uid throughout (readPeer).
+func readPeerLimits(a actor) (kept, error) {
+	return readPeer(a, func(pid int) (kept, error) {
 		s, err := rlimit.Of(pid)
 		if err != nil {
-			return nil, err
+			return kept{}, err
 		}
-		return s, sameUID(pid, a.UID)
+		cpus, err := cpuaffinity.Caller(pid)
+		if err != nil {
+			return kept{}, err
+		}
+		return kept{rlimits: s, cpus: cpus}, sameUID(pid, a.UID)
 	})
 }
 

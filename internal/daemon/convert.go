@@ -49,7 +49,7 @@ func toAPI(r proctable.Record, gv *gpuView) api.Process {
 		GPUs: make([]api.ProcessGPU, 0, len(r.GPUs)), Error: r.Error, Note: r.Note, Policy: r.Policy, Snapshot: r.Snapshot,
 		Job: r.Job, PreemptedBy: r.PreemptedBy, Filled: r.Filled,
 	}
-	p.MPSThreads, p.MPSMemLimit = r.MPSThreads, r.MPSMemLimitMiB
+	p.MPSThreads, p.MPSMemLimit, p.CPUs = r.MPSThreads, r.MPSMemLimitMiB, r.CPUs
 	switch {
 	case !r.Live():
 	case r.State == api.StateHibernated || r.State == api.StateRestoring:

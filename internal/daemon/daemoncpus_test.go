@@ -18,7 +18,8 @@ import (
 // TestDaemonCPUsHoldTheDaemonNotWhatItStarts: with --daemon-cpus every
 // thread of the built daemon runs on those CPUs, and what it starts for a
 // user runs on the others: a real user's managed tree (supervisor and
-// command), and the tree CRIU restores from disk, memory verified.
+// command), and the tree CRIU restores from disk, memory verified. A
+// client on the daemon's CPUs alone is refused a tree.
 func TestDaemonCPUsHoldTheDaemonNotWhatItStarts(t *testing.T) {
 	daemonCPUs, userCPUs := testutil.CPUsApart(t)
 	u := testutil.NewUser(t, "gsdcpuu", "gsdcpu")
@@ -52,6 +53,23 @@ func TestDaemonCPUsHoldTheDaemonNotWhatItStarts(t *testing.T) {
 	}
 	h.followCount("job", "simjob: host memory verified", 1)
 	testutil.WantThreadsOn(t, "the daemon, after", daemon, daemonCPUs)
+
+	// A client with none of the users' CPUs: refused, nothing started.
+	want := "no CPU for the tree: the calling process may run only on CPUs " + daemonCPUs + ", and the daemon runs users' processes on " + userCPUs + " only; send the request from a process that may run on one of those (invalid_argument)"
+	for _, args := range [][]string{
+		{"run", "--dir", "/", "apart", "--", "sleep", "1000"},
+		{"submit", "--dir", "/", "--name", "apart", "--", "sleep", "1000"},
+	} {
+		if _, stderr, code := h.ctlOn(u, daemonCPUs, args...); code == 0 || !strings.Contains(stderr, want) {
+			t.Errorf("%s from CPUs %s: exit %d, %q; want refused saying %q", args[0], daemonCPUs, code, stderr, want)
+		}
+	}
+	if out := h.mustCtl(u, "ps", "-a"); strings.Contains(out, "apart") {
+		t.Errorf("a refused run left a record:\n%s", out)
+	}
+	if out := h.mustCtl(u, "jobs", "--all"); strings.Contains(out, "apart") {
+		t.Errorf("a refused submit left a job:\n%s", out)
+	}
 }
 
 // TestDaemonCPUsItMayNotUse: a --daemon-cpus naming no CPU the daemon may

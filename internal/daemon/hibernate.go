@@ -301,7 +301,7 @@ func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent
 		ctx, stop = unlessFrozen(ctx, frozen)
 		defer stop()
 	}
-	pso := checkpoint.PageServerOptions{Path: d.helperPath, Dir: dir, Parent: parentDir, Cgroups: place.dirs}
+	pso := checkpoint.PageServerOptions{Path: d.helperPath, Dir: dir, Parent: parentDir, Cgroups: place.dirs, CPUs: rec.CPUs}
 	if room, ok := d.dumpRoom(rec.Owner.UID); ok {
 		pso.Limit = max(1, room)
 	}
@@ -316,7 +316,7 @@ func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent
 	}
 	clearProcMount(d.sandboxHome(rec.ID))
 	err = d.criu.Dump(ctx, checkpoint.DumpOpts{Dir: dir, PID: rec.InitPID, Leave: leave, As: as,
-		PageServer: ps.TakeCRIUEnd(), Cgroups: place.dirs})
+		PageServer: ps.TakeCRIUEnd(), Cgroups: place.dirs, CPUs: rec.CPUs})
 	if err != nil {
 		ps.Close() // CRIU may never have connected
 	}

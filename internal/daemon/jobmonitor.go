@@ -109,7 +109,7 @@ func jobEvent(j *jobqueue.Job) api.Job {
 			out.Process = j.Name
 		}
 	}
-	out.Nice, out.MPSThreads, out.MPSMemLimit = j.Nice, j.MPSThreads, j.MPSLimitMiB()
+	out.Nice, out.MPSThreads, out.MPSMemLimit, out.CPUs = j.Nice, j.MPSThreads, j.MPSLimitMiB(), j.CPUs
 	return out
 }
 

@@ -52,7 +52,7 @@ func (d *Daemon) thawFromPageSource(ctx context.Context, rec proctable.Record, d
 	if err != nil {
 		return res, rec, false, nil // restoreTree says why
 	}
-	src, err := lazypages.Start(lazypages.Options{Path: d.helperPath, Dir: dir, ReadAhead: !lazy, Cgroups: place.dirs})
+	src, err := lazypages.Start(lazypages.Options{Path: d.helperPath, Dir: dir, ReadAhead: !lazy, Cgroups: place.dirs, CPUs: rec.CPUs})
 	if err != nil {
 		d.log.Warn("lazy-pages server did not start; restoring with CRIU's reads", zap.String("name", rec.Name), zap.Error(err))
 		return res, rec, false, nil

@@ -22,10 +22,24 @@ func (h *harness) ctlAs(u testutil.User, args ...string) (string, string, int) {
 // when nil) and stdin as its input.
 func (h *harness) ctlWith(u testutil.User, groups []uint32, stdin string, args ...string) (string, string, int) {
 	h.t.Helper()
+	return h.ctlLaunched(u, groups, stdin, []string{h.bins.Ctl}, args...)
+}
+
+// ctlOn is ctlAs with the client confined to cpus (a CPU list) by
+// taskset(1), as a user's own would be.
+func (h *harness) ctlOn(u testutil.User, cpus string, args ...string) (string, string, int) {
+	h.t.Helper()
+	return h.ctlLaunched(u, nil, "", []string{"taskset", "-c", cpus, h.bins.Ctl}, args...)
+}
+
+// ctlLaunched is ctlWith with gpuschedctl run by the command line argv.
+func (h *harness) ctlLaunched(u testutil.User, groups []uint32, stdin string, argv []string, args ...string) (string, string, int) {
+	h.t.Helper()
 	if groups == nil {
 		groups = u.Groups()
 	}
-	cmd := exec.Command(h.bins.Ctl, append([]string{"--socket", h.cfg.Socket}, args...)...)
+	argv = append(append(argv[:len(argv):len(argv)], "--socket", h.cfg.Socket), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir = "/"
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	cmd.Stdin = strings.NewReader(stdin)

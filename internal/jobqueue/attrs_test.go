@@ -42,18 +42,19 @@ func TestJobMPS(t *testing.T) {
 	}
 }
 
-// TestAttributesPersist: nice and the MPS attributes survive a restart.
+// TestAttributesPersist: nice, the MPS attributes and the submitter's CPUs
+// survive a restart.
 func TestAttributesPersist(t *testing.T) {
 	h := newHarness(t)
 	j := spec("prio", api.JobQueued)
-	j.Nice, j.MPSThreads, j.MPSMemLimitMiB = 5, 50, 2048
+	j.Nice, j.MPSThreads, j.MPSMemLimitMiB, j.CPUs = 5, 50, 2048, "2-5,8"
 	h.add(t, j)
 	got, ok := h.reopen(t).Get("prio")
 	if !ok {
 		t.Fatal("job lost")
 	}
-	if got.Nice != 5 || got.MPSThreads != 50 || got.MPSMemLimitMiB != 2048 {
-		t.Errorf("after reload: nice %d, mps threads %d, limit %d", got.Nice, got.MPSThreads, got.MPSMemLimitMiB)
+	if got.Nice != 5 || got.MPSThreads != 50 || got.MPSMemLimitMiB != 2048 || got.CPUs != "2-5,8" {
+		t.Errorf("after reload: nice %d, mps threads %d, limit %d, cpus %q", got.Nice, got.MPSThreads, got.MPSMemLimitMiB, got.CPUs)
 	}
 }
 
@@ -63,6 +64,7 @@ func TestLoadValidatesAttributes(t *testing.T) {
 		"nice too high":      func(j *jobqueue.Job) { j.Nice = 20 },
 		"mps threads < 0":    func(j *jobqueue.Job) { j.MPSThreads = -1 },
 		"mps threads > 100%": func(j *jobqueue.Job) { j.MPSThreads = 101 },
+		"cpus malformed":     func(j *jobqueue.Job) { j.CPUs = "3-1" },
 	} {
 		t.Run(name, func(t *testing.T) {
 			st, err := store.OpenRecords(filepath.Join(t.TempDir(), "jobs"))

@@ -61,6 +61,10 @@ type Job struct {
 	// Rlimits are the resource limits of the process that submitted the
 	// job, which every attempt runs under; nil: the daemon's own.
 	Rlimits rlimit.Set `json:"rlimits,omitempty"`
+	// CPUs are those of the process that submitted the job, where they
+	// are fewer than the daemon gives users: every attempt runs on them;
+	// "": on all of those.
+	CPUs string `json:"cpus,omitempty"`
 
 	// Apart says the job finished with more than keptBytes of command and
 	// environment: it keeps its command cut (CmdTruncated says whether

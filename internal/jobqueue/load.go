@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/gpusched/gpusched/internal/cpuaffinity"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -113,6 +114,11 @@ func validate(key string, j *Job) error {
 	}
 	if err := j.Rlimits.Validate(); err != nil {
 		return fmt.Errorf("job %s: %w", key, err)
+	}
+	if j.CPUs != "" {
+		if _, err := cpuaffinity.Parse(j.CPUs); err != nil {
+			return fmt.Errorf("job %s: cpus %q: %w", key, j.CPUs, err)
+		}
 	}
 	return nil
 }

@@ -9,6 +9,16 @@ import (
 	"github.com/gpusched/gpusched/internal/testutil"
 )
 
+// TestServerOnTreeCPUs: the server runs on the CPUs of the tree it
+// restores (Options.CPUs, its caller's), not on all of its starter's.
+// Before TestServerRunsInCgroups, which confines this process for good
+// (after it, these CPUs are all the users' anyway).
+func TestServerOnTreeCPUs(t *testing.T) {
+	_, tree := testutil.CPUsApart(t)
+	r := startServerWith(t, Options{Dir: t.TempDir(), CPUs: tree})
+	testutil.WantThreadsOn(t, "the server", r.srv.cmd.Process.Pid, tree)
+}
+
 // TestServerRunsInCgroups: the server is moved into the cgroups it is
 // given (a restore's CRIU worker's, a user's) and off its starter's own
 // CPUs (--daemon-cpus) before the restore connects, and spends its CPU

@@ -84,6 +84,9 @@ type Options struct {
 	// moved into as it starts, before the restore connects: those of the
 	// restore's CRIU worker, a user's. None: it stays in its starter's.
 	Cgroups []string
+	// CPUs are the restored tree's own (cpuaffinity.Caller's list), where
+	// the server runs: "" for every CPU the daemon gives users.
+	CPUs string
 }
 
 // argReadAhead is the server's argument for Options.ReadAhead.
@@ -147,7 +150,7 @@ func Start(o Options) (*Server, error) {
 		}
 		close(s.done)
 	}()
-	if err := cpuaffinity.ReleaseProcess(cmd.Process.Pid); err != nil {
+	if err := cpuaffinity.Place(cmd.Process.Pid, o.CPUs); err != nil {
 		s.Close()
 		return nil, err
 	}

@@ -74,7 +74,7 @@ func (r Reader) Read(ctx context.Context, caller Cgroups, req Request) ([]byte, 
 	}
 	reply, err := func() ([]byte, error) {
 		defer stdin.Close()
-		if err := cpuaffinity.ReleaseProcess(cmd.Process.Pid); err != nil {
+		if err := cpuaffinity.Place(cmd.Process.Pid, ""); err != nil {
 			return nil, err
 		}
 		if err := place(cmd.Process.Pid, caller, self); err != nil {

@@ -3,6 +3,7 @@ package proctable
 import (
 	"fmt"
 
+	"github.com/gpusched/gpusched/internal/cpuaffinity"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -102,6 +103,11 @@ func validate(key string, r Record) error {
 	}
 	if err := r.Rlimits.Validate(); err != nil {
 		return fmt.Errorf("record %s: %w", key, err)
+	}
+	if r.CPUs != "" {
+		if _, err := cpuaffinity.Parse(r.CPUs); err != nil {
+			return fmt.Errorf("record %s: cpus %q: %w", key, r.CPUs, err)
+		}
 	}
 	return nil
 }

@@ -76,6 +76,11 @@ type Record struct {
 	// one (run, or a job's submission), in force on its command; nil: the
 	// daemon's own. A copy restored from disk has those its image holds.
 	Rlimits rlimit.Set `json:"rlimits,omitempty"`
+	// CPUs are those of the process that asked for this one, where they
+	// are fewer than the daemon gives users (cpuaffinity.Caller): the
+	// tree runs on them, and so do the CRIU workers and helpers that dump
+	// and restore it; "": every CPU the daemon gives users.
+	CPUs string `json:"cpus,omitempty"`
 	// Cgroup is the tree's cgroup in its owner's own delegated cgroup; ""
 	// when it runs in the daemon's.
 	Cgroup string `json:"cgroup,omitempty"`

@@ -163,6 +163,7 @@ func TestRemove(t *testing.T) {
 func TestLoadQuarantinesBadRecordsAndDuplicates(t *testing.T) {
 	tb, st, _ := newTable(t)
 	good := rec("good", api.StateRunning)
+	good.CPUs = "2-5,8"
 	tb.Create(good)
 	older := rec("dup", api.StateExited)
 	older.ID = "dup-old"
@@ -177,17 +178,20 @@ func TestLoadQuarantinesBadRecordsAndDuplicates(t *testing.T) {
 	st.Put(evil.ID, evil)
 	mismatch := rec("m", api.StateRunning)
 	st.Put("other-key", mismatch)
+	badCPUs := rec("cpus", api.StateRunning)
+	badCPUs.CPUs = "2-1"
+	st.Put(badCPUs.ID, badCPUs)
 
 	tb2 := New(st, nil)
 	problems, err := tb2.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(problems) != 4 {
-		t.Fatalf("problems %+v, want 4 (garbage, evil name, key mismatch, duplicate)", problems)
+	if len(problems) != 5 {
+		t.Fatalf("problems %+v, want 5 (garbage, evil name, key mismatch, CPUs, duplicate)", problems)
 	}
 	v := tb2.View()
-	if len(v.Records) != 2 || v.Records[0].ID != newer.ID || v.Records[1].ID != good.ID {
+	if len(v.Records) != 2 || v.Records[0].ID != newer.ID || v.Records[1].ID != good.ID || v.Records[1].CPUs != good.CPUs {
 		t.Fatalf("loaded %+v", v.Records)
 	}
 	keys, _ := st.Keys()
@@ -195,7 +199,7 @@ func TestLoadQuarantinesBadRecordsAndDuplicates(t *testing.T) {
 		t.Fatalf("keys after load %v", keys)
 	}
 	q, _ := os.ReadDir(filepath.Join(st.Dir(), "quarantine"))
-	if len(q) != 4 {
+	if len(q) != 5 {
 		t.Fatalf("quarantined %d files", len(q))
 	}
 }

@@ -34,6 +34,7 @@ type Spec struct {
 	Cred           Cred
 	Rlimits        rlimit.Set // the command's resource limits; nil: the supervisor's
 	Nice           int        // applied to the supervisor, hence to the command, before it runs
+	CPUs           string     // the tree's own CPUs (cpuaffinity.Caller's list), applied as Nice is; "": those the daemon gives users
 	Home           string     // the supervisor's private directory (exists; root only)
 	Log            *os.File   // the log (O_APPEND): the supervisor's stdout and stderr
 	LogMax         int64      // rotate past this many bytes; 0: never
@@ -137,7 +138,7 @@ func handshake(ctx context.Context, s Spec, sync *os.File, pid int) (*Started, e
 			return nil, err
 		}
 	}
-	if err := cpuaffinity.ReleaseProcess(pid); err != nil { // off the daemon's own CPUs (--daemon-cpus)
+	if err := cpuaffinity.Place(pid, s.CPUs); err != nil {
 		return nil, err
 	}
 	if s.Recorded != nil {

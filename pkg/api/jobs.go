@@ -221,6 +221,7 @@ type Job struct {
 	Verdict     string            `json:"verdict,omitempty"` // declared vs actual, at completion
 	Process     string            `json:"process,omitempty"` // its managed process's name (the job's name)
 	Nice        int               `json:"nice,omitempty"`
+	CPUs        string            `json:"cpus,omitempty"` // as Process.CPUs, of the process that submitted it
 	MPSThreads  int               `json:"mps_threads,omitempty"`
 	MPSMemLimit uint64            `json:"mps_mem_limit_mib,omitempty"`
 	// CmdTruncated says Cmd is cut, as listings cut it (ListCmdBytes);

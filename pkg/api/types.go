@@ -74,6 +74,7 @@ type Process struct {
 	Cmd       []string     `json:"cmd"`
 	Dir       string       `json:"dir"`
 	Nice      int          `json:"nice"`
+	CPUs      string       `json:"cpus,omitempty"` // the CPUs it keeps of the process that asked for it (a CPU list); omitted: every CPU the daemon gives users
 	GPUs      []ProcessGPU `json:"gpus"`
 	VRAMMiB   uint64       `json:"vram_mib"`           // sum over GPUs
 	Tier      Tier         `json:"tier,omitempty"`     // live processes only

@@ -222,6 +222,9 @@ class Process:
     ``filled`` is the ratio its attached :class:`Filler` holds its GPU at
     (``run(..., filled=...)``; 0.0 without one). ``mps_threads`` and
     ``mps_mem_limit_mib`` are its MPS limits (0: not an MPS client, or no cap).
+    ``cpus`` are the CPUs (a list such as "2-5,8") it keeps of the process that
+    asked for it, its affinity, where narrower than the daemon's users' CPUs
+    ("": all of those).
     ``cmd_truncated`` says ``cmd`` is cut to :data:`LIST_CMD_BYTES` as encoded,
     as listings (``processes``, ``remove``), events and the other replies that
     carry a process (``run``, ``kill``, ...) cut it; ``status(name)`` and
@@ -239,6 +242,7 @@ class Process:
     cmd: List[str] = field(default_factory=list)
     dir: str = ""
     nice: int = 0
+    cpus: str = ""
     gpus: List[ProcessGPU] = field(default_factory=list)
     vram_mib: int = 0
     tier: str = ""
@@ -720,7 +724,8 @@ class Job:
     seen per GPU UUID over all attempts; ``verdict`` compares the declaration
     with what it used, once finished; ``process`` names its managed process
     (the job's name), once it had an attempt. ``nice`` is its attempts' CPU nice;
-    ``mps_threads``/``mps_mem_limit_mib`` their MPS limits (0: none).
+    ``mps_threads``/``mps_mem_limit_mib`` their MPS limits (0: none); ``cpus``
+    the CPUs they keep of the process that submitted it (as a process's).
     ``cmd_truncated`` says ``cmd`` is cut, as listings (``jobs``, ``prune_jobs``) cut
     every command to :data:`LIST_CMD_BYTES` as encoded; ``job(name)`` returns it whole.
     """
@@ -750,6 +755,7 @@ class Job:
     verdict: str = ""
     process: str = ""
     nice: int = 0
+    cpus: str = ""
     mps_threads: int = 0
     mps_mem_limit_mib: int = 0
     cmd_truncated: bool = False
