@@ -448,10 +448,10 @@ var (
 
 // allowCPUs gives a user's cgroup slice the CPUs cpus (a CPU list) as
 // systemd's AllowedCPUs= does, where cgroup v2 has a cpuset controller to
-// hand down: what the daemon starts for that user and moves into the
-// cgroups of their calling process (log readers, CRIU, page servers) is
-// then held there too, which the load's taskset cannot do. Where it
-// cannot, it says so, and taskset alone divides the users' CPUs.
+// hand down, as a second bound beside the load's taskset, whose CPUs what
+// the daemon starts for the user keeps (trees, their CRIU, log readers:
+// their caller's). Where it cannot, it says so, and taskset alone divides
+// the users' CPUs.
 func allowCPUs(b *testing.B, slice, cpus string) {
 	if slice == "" || cpus == "" {
 		return
@@ -474,7 +474,7 @@ func allowCPUs(b *testing.B, slice, cpus string) {
 		}
 	}
 	if err != nil {
-		b.Logf("%s: CPUs %s by taskset alone (no cpuset.cpus: %v): what the daemon starts for that user is not held to them", filepath.Base(slice), cpus, err)
+		b.Logf("%s: CPUs %s by taskset alone (no cpuset.cpus: %v), which what the daemon starts for the user keeps", filepath.Base(slice), cpus, err)
 		return
 	}
 	b.Logf("%s: CPUs %s by cpuset.cpus (AllowedCPUs=) and taskset", filepath.Base(slice), cpus)

@@ -5,6 +5,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gpusched/gpusched/internal/cpuaffinity"
 	"github.com/gpusched/gpusched/internal/logreader"
 	"github.com/gpusched/gpusched/internal/logreply"
 )
@@ -12,7 +13,7 @@ import (
 // logReader answers a large logs call in a process placed in the caller's
 // CPU cgroups (logreader.Reader).
 type logReader interface {
-	Read(ctx context.Context, caller logreader.Cgroups, req logreader.Request) ([]byte, error)
+	Read(ctx context.Context, caller logreader.Cgroups, cpus string, req logreader.Request) ([]byte, error)
 }
 
 // readsApart reports whether a logs call for n lines (-1: all) is large
@@ -21,7 +22,7 @@ type logReader interface {
 func readsApart(n int) bool { return n < 0 || n > logreply.Chunk }
 
 // readLogsApart answers a large logs call by a reader in the caller's
-// cgroups, in one of the caller's turns and charged to their share of the
+// cgroups and on its CPUs, in one of the caller's turns and charged to their share of the
 // daemon's CPU for what starting it and relaying its reply cost. ok is
 // false where the daemon is to answer itself: the caller is in the
 // daemon's cgroups (known before the turn is taken), their process is gone
@@ -41,7 +42,8 @@ func (d *Daemon) readLogsApart(c *call, req logreader.Request) (reply encoded, o
 		return nil, false, err
 	}
 	defer charge()
-	b, err := d.logReader.Read(c.ctx, cg, req)
+	cpus, _ := readPeer(c.actor, cpuaffinity.Caller) // "": it keeps none, has none of the users', or is gone
+	b, err := d.logReader.Read(c.ctx, cg, cpus, req)
 	switch {
 	case err == nil:
 		return encoded(b), true, nil

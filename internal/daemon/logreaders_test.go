@@ -26,14 +26,15 @@ type spyReader struct {
 	real    logReader
 	mu      sync.Mutex
 	callers []logreader.Cgroups
+	cpus    []string
 	apart   int // reads a reader answered
 }
 
-func (s *spyReader) Read(ctx context.Context, caller logreader.Cgroups, req logreader.Request) ([]byte, error) {
-	b, err := s.real.Read(ctx, caller, req)
+func (s *spyReader) Read(ctx context.Context, caller logreader.Cgroups, cpus string, req logreader.Request) ([]byte, error) {
+	b, err := s.real.Read(ctx, caller, cpus, req)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.callers = append(s.callers, caller)
+	s.callers, s.cpus = append(s.callers, caller), append(s.cpus, cpus)
 	if err == nil {
 		s.apart++
 	}
@@ -48,7 +49,8 @@ func (s *spyReader) seen() (calls, apart int) {
 
 // TestLogsReadInTheCallersCgroups: a real user's `logs -n -1`, sent from a
 // process in a cgroup apart from the daemon's, is answered by a log reader
-// placed in that cgroup, with the lines the daemon would give; the default
+// placed in that cgroup and on that process's CPUs (taskset), with the
+// lines the daemon would give; the default
 // 100 lines are the daemon's own to read, and so is a large call from the
 // daemon's own cgroups, which never reaches a reader.
 func TestLogsReadInTheCallersCgroups(t *testing.T) {
@@ -64,12 +66,13 @@ func TestLogsReadInTheCallersCgroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.Remove(dir) })
-	out := h.ctlInCgroup(u, dir, "logs", "-n", "-1", "talker")
+	_, pinned := testutil.CPUsApart(t)
+	out := h.ctlInCgroupOn(u, dir, pinned, "logs", "-n", "-1", "talker")
 	if out != seqOutput(lines) {
 		t.Fatalf("logs -n -1 from the user's cgroup: %d bytes, want seq's %d", len(out), len(seqOutput(lines)))
 	}
-	if calls, apart := spy.seen(); calls != 1 || apart != 1 || spy.callers[0].Unified != dir {
-		t.Fatalf("%d reads, %d by a reader, callers %+v; want one, by a reader in %s", calls, apart, spy.callers, dir)
+	if calls, apart := spy.seen(); calls != 1 || apart != 1 || spy.callers[0].Unified != dir || spy.cpus[0] != pinned {
+		t.Fatalf("%d reads, %d by a reader, callers %+v on CPUs %q; want one, by a reader in %s on CPUs %s", calls, apart, spy.callers, spy.cpus, dir, pinned)
 	}
 	if out := h.ctlInCgroup(u, dir, "logs", "talker"); out != seqOutput(lines)[len(seqOutput(lines-100)):] {
 		t.Fatalf("logs from the user's cgroup: %q", out)
@@ -89,12 +92,23 @@ func TestLogsReadInTheCallersCgroups(t *testing.T) {
 // (CLONE_INTO_CGROUP), and returns its output; it must succeed.
 func (h *harness) ctlInCgroup(u testutil.User, dir string, args ...string) string {
 	h.t.Helper()
+	return h.ctlInCgroupOn(u, dir, "", args...)
+}
+
+// ctlInCgroupOn is ctlInCgroup with the client confined to cpus (a CPU
+// list) by taskset(1); "": not confined.
+func (h *harness) ctlInCgroupOn(u testutil.User, dir, cpus string, args ...string) string {
+	h.t.Helper()
+	argv := append([]string{h.bins.Ctl, "--socket", h.cfg.Socket}, args...)
+	if cpus != "" {
+		argv = append([]string{"taskset", "-c", cpus}, argv...)
+	}
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	defer unix.Close(fd)
-	cmd := exec.Command(h.bins.Ctl, append([]string{"--socket", h.cfg.Socket}, args...)...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = "/", []string{"PATH=/usr/bin:/bin"}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups()},
 		UseCgroupFD: true, CgroupFD: fd}

@@ -40,12 +40,13 @@ var ErrFrozen = errors.New("the caller's cgroup is frozen")
 // where a reader would be charged as this process is.
 var ErrNotApart = errors.New("the caller's CPU cgroups are the daemon's")
 
-// Read has a reader placed in caller's cgroups answer req, and returns the
-// encoded reply (logreply.Encode's bytes). The reader is killed when ctx
+// Read has a reader placed in caller's cgroups, and on its CPUs cpus
+// (cpuaffinity.Place; "": every CPU the daemon gives users), answer req,
+// and returns the encoded reply (logreply.Encode's bytes). The reader is killed when ctx
 // ends first. A caller apart from this process (the daemon, which may
 // have moved itself since it started) in no hierarchy gets ErrNotApart,
 // and nothing is started.
-func (r Reader) Read(ctx context.Context, caller Cgroups, req Request) ([]byte, error) {
+func (r Reader) Read(ctx context.Context, caller Cgroups, cpus string, req Request) ([]byte, error) {
 	self, err := apartFromSelf(caller)
 	if err != nil {
 		return nil, err
@@ -74,7 +75,7 @@ func (r Reader) Read(ctx context.Context, caller Cgroups, req Request) ([]byte, 
 	}
 	reply, err := func() ([]byte, error) {
 		defer stdin.Close()
-		if err := cpuaffinity.Place(cmd.Process.Pid, ""); err != nil {
+		if err := cpuaffinity.Place(cmd.Process.Pid, cpus); err != nil {
 			return nil, err
 		}
 		if err := place(cmd.Process.Pid, caller, self); err != nil {

@@ -102,6 +102,18 @@ func logOf(t *testing.T, lines int) string {
 	return path
 }
 
+// TestReadOnTheCallersCPUs: a reader runs on the CPUs it is given (its
+// caller's), not on all of its starter's. Before
+// TestReadPlacesTheReaderInTheCallersCgroups, which confines this process
+// for good (after it, these CPUs are all the users' anyway).
+func TestReadOnTheCallersCPUs(t *testing.T) {
+	_, cpus := testutil.CPUsApart(t)
+	r := Reader{Exe: os.Args[0], started: func(pid int) { testutil.WantThreadsOn(t, "the reader", pid, cpus) }}
+	if _, err := r.Read(context.Background(), callerIn(t), cpus, Request{Name: "job", Path: logOf(t, 3), Lines: -1}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestReadPlacesTheReaderInTheCallersCgroups: a reader is in the caller's
 // cgroups, in every hierarchy, and off the daemon's own CPUs
 // (--daemon-cpus), before it has its request, and its reply is the one the
@@ -122,7 +134,7 @@ func TestReadPlacesTheReaderInTheCallersCgroups(t *testing.T) {
 		testutil.WantThreadsOn(t, "the reader", pid, userCPUs)
 	}}
 	path := logOf(t, 3*logreply.Chunk+5)
-	got, err := r.Read(context.Background(), caller, Request{Name: "job", Path: path, Lines: -1})
+	got, err := r.Read(context.Background(), caller, "", Request{Name: "job", Path: path, Lines: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +162,7 @@ func TestReadLeavesTheDaemonsOwnCgroupsToIt(t *testing.T) {
 	}
 	started := false
 	r := Reader{Exe: os.Args[0], started: func(int) { started = true }}
-	if _, err := r.Read(context.Background(), self(t), Request{Name: "job", Path: logOf(t, 1), Lines: -1}); !errors.Is(err, ErrNotApart) || started {
+	if _, err := r.Read(context.Background(), self(t), "", Request{Name: "job", Path: logOf(t, 1), Lines: -1}); !errors.Is(err, ErrNotApart) || started {
 		t.Fatalf("err %v, started %v; want ErrNotApart and none started", err, started)
 	}
 }
@@ -165,7 +177,7 @@ func TestReadBoundsTheReply(t *testing.T) {
 	}
 	var pid int
 	r := Reader{Exe: yes, started: func(p int) { pid = p }}
-	if _, err := r.Read(context.Background(), caller, Request{}); err == nil || !strings.Contains(err.Error(), "over") {
+	if _, err := r.Read(context.Background(), caller, "", Request{}); err == nil || !strings.Contains(err.Error(), "over") {
 		t.Fatalf("err %v, want the reply refused as over the bound", err)
 	}
 	if err := unix.Kill(pid, 0); !errors.Is(err, unix.ESRCH) {
@@ -185,7 +197,7 @@ func TestReadEndsWithTheCall(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var pid int
 	r := Reader{Exe: os.Args[0], started: func(p int) { pid = p; cancel() }}
-	if _, err := r.Read(ctx, caller, Request{Name: "job", Path: fifo, Lines: -1}); !errors.Is(err, context.Canceled) {
+	if _, err := r.Read(ctx, caller, "", Request{Name: "job", Path: fifo, Lines: -1}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err %v, want context.Canceled", err)
 	}
 	if err := unix.Kill(pid, 0); !errors.Is(err, unix.ESRCH) {
@@ -202,7 +214,7 @@ func TestReaderNamesItsThreads(t *testing.T) {
 	r := Reader{Exe: os.Args[0], started: func(pid int) {
 		names = threadNames(t, pid)
 	}}
-	if _, err := r.Read(context.Background(), caller, Request{Name: "job", Path: logOf(t, 3), Lines: -1}); err != nil {
+	if _, err := r.Read(context.Background(), caller, "", Request{Name: "job", Path: logOf(t, 3), Lines: -1}); err != nil {
 		t.Fatal(err)
 	}
 	if len(names) == 0 || slices.ContainsFunc(names, func(n string) bool { return n != Comm }) {
