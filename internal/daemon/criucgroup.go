@@ -21,34 +21,44 @@ const criuCgroupName = "criu"
 type criuPlace struct {
 	dirs []string // the worker is moved there (cgroup.Move); none: it stays in the daemon's
 	home []string // a restored tree, born in dirs, is moved there: the daemon's own
+	// cpus are those the worker and its helpers run on, and so a tree it
+	// restores: the tree's own (proctable.Record.CPUs); "": every CPU the
+	// daemon gives users.
+	cpus string
 }
 
-// criuPlaceFor is where the CRIU of an operation on owner's tree runs,
-// asked for by owner from a process in cgroups caller (zero: the daemon
-// itself asked, or someone else), so that its CPU, memory and tasks weigh
-// against what holds owner, and not against the daemon's cgroup, shared
-// by every user. Root's stays in the daemon's. A user with a delegated
-// cgroup (userCgroupOf) has it run in gpusched-criu there, where their
-// trees are placed anyway. Otherwise it runs in the caller's cgroups
-// apart from the daemon's, as a log reader does, and a tree it restores
-// goes back to the daemon's before it runs. The daemon's own dumps
-// (evictions, ttl policies) never run in a user's: the user may freeze or
-// kill what is in cgroups they made, and those must not wait on them.
-func (d *Daemon) criuPlaceFor(owner proctable.Owner, caller logreader.Cgroups) (criuPlace, error) {
-	if owner.UID == 0 {
-		return criuPlace{}, nil
+// criuPlaceFor is where the CRIU of an operation on rec's tree runs,
+// asked for by its owner from a process in cgroups caller (zero: the
+// daemon itself asked, or someone else), so that its CPU, memory and
+// tasks weigh against what holds the owner, and not against the daemon's
+// cgroup, shared by every user. It runs on the tree's CPUs (so that a
+// tree it restores is born there). Root's stays in the daemon's cgroups.
+// A user with a delegated cgroup (userCgroupOf) has it run in
+// gpusched-criu there, where their trees are placed anyway. Otherwise it
+// runs in the caller's cgroups apart from the daemon's, as a log reader
+// does, and a tree it restores goes back to the daemon's before it runs.
+// The daemon's own dumps (evictions, ttl policies) never run in a user's
+// cgroups nor on their CPUs: the user may freeze or kill what is in
+// cgroups they made, and crowd CPUs they chose, and those must not wait
+// on them.
+func (d *Daemon) criuPlaceFor(rec proctable.Record, caller logreader.Cgroups) (criuPlace, error) {
+	place := criuPlace{cpus: rec.CPUs}
+	if rec.Owner.UID == 0 {
+		return place, nil
 	}
-	if dir := d.userCgroupOf(owner, criuCgroupName); dir != "" {
+	if dir := d.userCgroupOf(rec.Owner, criuCgroupName); dir != "" {
 		if err := d.users.Make(dir); err != nil {
-			return criuPlace{}, fmt.Errorf("the cgroup of user %s for CRIU: %w", owner.User, err)
+			return criuPlace{}, fmt.Errorf("the cgroup of user %s for CRIU: %w", rec.Owner.User, err)
 		}
-		return criuPlace{dirs: []string{dir}}, nil
+		place.dirs = []string{dir}
+		return place, nil
 	}
 	self, err := logreader.Of(os.Getpid())
 	if err != nil || !caller.Apart(self) {
-		return criuPlace{}, nil
+		return place, nil
 	}
-	return criuPlace{dirs: caller.Except(self), home: self.Except(caller)}, nil
+	place.dirs, place.home = caller.Except(self), self.Except(caller)
+	return place, nil
 }
 
 // callerCgroups are the cgroups of the process that sent c, where c is

@@ -273,7 +273,7 @@ func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent
 			return checkpoint.PageStats{}, err
 		}
 		defer release()
-		if place, err = d.criuPlaceFor(rec.Owner, by.caller); err != nil {
+		if place, err = d.criuPlaceFor(rec, by.caller); err != nil {
 			return checkpoint.PageStats{}, err
 		}
 	}
@@ -301,7 +301,7 @@ func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent
 		ctx, stop = unlessFrozen(ctx, frozen)
 		defer stop()
 	}
-	pso := checkpoint.PageServerOptions{Path: d.helperPath, Dir: dir, Parent: parentDir, Cgroups: place.dirs, CPUs: rec.CPUs}
+	pso := checkpoint.PageServerOptions{Path: d.helperPath, Dir: dir, Parent: parentDir, Cgroups: place.dirs, CPUs: place.cpus}
 	if room, ok := d.dumpRoom(rec.Owner.UID); ok {
 		pso.Limit = max(1, room)
 	}
@@ -316,7 +316,7 @@ func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent
 	}
 	clearProcMount(d.sandboxHome(rec.ID))
 	err = d.criu.Dump(ctx, checkpoint.DumpOpts{Dir: dir, PID: rec.InitPID, Leave: leave, As: as,
-		PageServer: ps.TakeCRIUEnd(), Cgroups: place.dirs, CPUs: rec.CPUs})
+		PageServer: ps.TakeCRIUEnd(), Cgroups: place.dirs, CPUs: place.cpus})
 	if err != nil {
 		ps.Close() // CRIU may never have connected
 	}

@@ -48,11 +48,11 @@ func (d *Daemon) lazyThaw(rec proctable.Record) bool {
 func (d *Daemon) thawFromPageSource(ctx context.Context, rec proctable.Record, dir string, opts thawOpts, lazy bool) (res api.CheckpointResult, out proctable.Record, done bool, err error) {
 	saved := rec.Clone()
 	t := time.Now()
-	place, err := d.criuPlaceFor(rec.Owner, opts.caller)
+	place, err := d.criuPlaceFor(rec, opts.caller)
 	if err != nil {
 		return res, rec, false, nil // restoreTree says why
 	}
-	src, err := lazypages.Start(lazypages.Options{Path: d.helperPath, Dir: dir, ReadAhead: !lazy, Cgroups: place.dirs, CPUs: rec.CPUs})
+	src, err := lazypages.Start(lazypages.Options{Path: d.helperPath, Dir: dir, ReadAhead: !lazy, Cgroups: place.dirs, CPUs: place.cpus})
 	if err != nil {
 		d.log.Warn("lazy-pages server did not start; restoring with CRIU's reads", zap.String("name", rec.Name), zap.Error(err))
 		return res, rec, false, nil

@@ -93,7 +93,7 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 		return rec, fmt.Errorf("restore: %w", err)
 	}
 	defer release()
-	place, err := d.criuPlaceFor(rec.Owner, caller)
+	place, err := d.criuPlaceFor(rec, caller)
 	if err != nil {
 		return rec, fmt.Errorf("restore: %w", err)
 	}
@@ -115,7 +115,7 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 		defer stop()
 	}
 	var note string
-	ro := checkpoint.RestoreOpts{Dir: dir, Lazy: lazy, Cgroups: place.dirs, CPUs: rec.CPUs, Restored: func(pid int) error {
+	ro := checkpoint.RestoreOpts{Dir: dir, Lazy: lazy, Cgroups: place.dirs, CPUs: place.cpus, Restored: func(pid int) error {
 		if err := place.goHome(pid); err != nil {
 			return err
 		}
