@@ -16,6 +16,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpusched/gpusched/internal/cgroup"
+	"github.com/gpusched/gpusched/internal/cpuaffinity"
 	"github.com/gpusched/gpusched/internal/procfs"
 )
 
@@ -148,7 +150,7 @@ func StartPageServerProcess(ctx context.Context, o PageServerOptions) (*PageServ
 	p.cmd.Stdin = stdinR
 	stdout, err := p.cmd.StdoutPipe() // closed by Start when it fails
 	if err == nil {
-		err = p.cmd.Start()
+		err = cpuaffinity.StartOn(o.CPUs, p.cmd.Start)
 	}
 	stdinR.Close()
 	if err != nil {
@@ -161,7 +163,7 @@ func StartPageServerProcess(ctx context.Context, o PageServerOptions) (*PageServ
 		p.Close()
 		return nil, fmt.Errorf("page server for %s: %w", o.Dir, err)
 	}
-	if err := placeWorker(p.cmd.Process.Pid, o.CPUs, o.Cgroups); err != nil {
+	if err := cgroup.Move(p.cmd.Process.Pid, o.Cgroups...); err != nil {
 		stdin.Close()
 		return fail(err)
 	}

@@ -14,6 +14,9 @@ import (
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/gpusched/gpusched/internal/cgroup"
+	"github.com/gpusched/gpusched/internal/cpuaffinity"
 )
 
 // Owner is whom a CRIU worker runs as when it dumps a tree that is not
@@ -50,7 +53,7 @@ const swrkFirstExtraFD = 4
 type worker struct {
 	as      *Owner   // nil: as this process (root)
 	cgroups []string // none: in this process's cgroups
-	cpus    string   // the tree's own CPUs (cpuaffinity.Place); "": those the daemon gives users
+	cpus    string   // the tree's own CPUs (cpuaffinity.StartOn); "": those the daemon gives users
 }
 
 func startSwrk(path string, env []string, in worker, extra []*os.File) (*swrk, error) {
@@ -73,12 +76,12 @@ func startSwrk(path string, env []string, in worker, extra []*os.File) (*swrk, e
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: as.UID, Gid: as.GID, Groups: []uint32{}}
 		cmd.SysProcAttr.AmbientCaps = caps
 	}
-	if err := cmd.Start(); err != nil {
+	if err := cpuaffinity.StartOn(in.cpus, cmd.Start); err != nil {
 		ours.Close()
 		return nil, fmt.Errorf("start criu swrk: %w", err)
 	}
 	w := &swrk{cmd: cmd, sk: ours}
-	if err := placeWorker(cmd.Process.Pid, in.cpus, in.cgroups); err != nil {
+	if err := cgroup.Move(cmd.Process.Pid, in.cgroups...); err != nil {
 		w.kill()
 		w.close()
 		return nil, fmt.Errorf("criu swrk: %w", err)

@@ -15,14 +15,15 @@ import (
 	"github.com/gpusched/gpusched/internal/testutil"
 )
 
-// TestPlace: Place puts a process this one started, every thread of it,
-// on the CPUs the daemon gives users and, of those, on its tree's own;
-// Caller keeps of a process's CPUs only what narrows those, and refuses
-// one with none of them. First unconfined (the daemon's CPUs are the
-// users'), then after Confine, which holds every thread of this process,
-// and those started after it, on its CPUs. The two run in this order in
-// one test: Confine's effect lasts as long as the process.
-func TestPlace(t *testing.T) {
+// TestStartOn: StartOn starts a process on the CPUs the daemon gives
+// users and, of those, on its tree's own, every thread of it, and leaves
+// this process's threads where they were; Caller keeps of a process's
+// CPUs only what narrows those, and refuses one with none of them. First
+// unconfined (the daemon's CPUs are the users'), then after Confine, which
+// holds every thread of this process, and those started after it, on its
+// CPUs. The two run in this order in one test: Confine's effect lasts as
+// long as the process.
+func TestStartOn(t *testing.T) {
 	first, rest := testutil.CPUsApart(t)
 	all := first + "," + rest
 	if set, err := cpuaffinity.Parse(all); err == nil {
@@ -35,16 +36,11 @@ func TestPlace(t *testing.T) {
 		}
 	}
 
-	child := startThreaded(t)
-	if err := cpuaffinity.Place(child, ""); err != nil {
-		t.Fatal(err)
-	}
-	testutil.WantThreadsOn(t, "a child placed with no CPUs of its own, unconfined", child, all)
+	testutil.WantThreadsOn(t, "a child started with no CPUs of its own, unconfined", startThreaded(t, ""), all)
 	wantCaller("this process, on every CPU", os.Getpid(), "")
-	if err := cpuaffinity.Place(child, rest); err != nil {
-		t.Fatal(err)
-	}
-	testutil.WantThreadsOn(t, "a child placed on its own CPUs, unconfined", child, rest)
+	child := startThreaded(t, rest)
+	testutil.WantThreadsOn(t, "a child started on its own CPUs, unconfined", child, rest)
+	testutil.WantThreadsOn(t, "this process, after", os.Getpid(), all)
 	wantCaller("that child", child, rest)
 
 	testutil.ConfineSelf(t)
@@ -60,26 +56,20 @@ func TestPlace(t *testing.T) {
 	}
 	defer close(release)
 	testutil.WantThreadsOn(t, "this process, confined", os.Getpid(), first)
-	child = startThreaded(t)
-	testutil.WantThreadsOn(t, "a child, before it is placed (inherited)", child, first)
-	if err := cpuaffinity.Place(child, ""); err != nil {
-		t.Fatal(err)
-	}
-	testutil.WantThreadsOn(t, "a child placed with no CPUs of its own", child, rest)
+	child = startThreaded(t, "")
+	testutil.WantThreadsOn(t, "a child started with no CPUs of its own", child, rest)
+	testutil.WantThreadsOn(t, "this process, after", os.Getpid(), first)
 	wantCaller("that child", child, "")
-	if err := cpuaffinity.Place(child, first); err != nil {
-		t.Fatal(err)
-	}
-	testutil.WantThreadsOn(t, "a child placed on CPUs all set apart", child, rest)
+	testutil.WantThreadsOn(t, "a child started on CPUs all set apart", startThreaded(t, first), rest)
 	if got, err := cpuaffinity.Caller(os.Getpid()); !errors.Is(err, cpuaffinity.ErrNoCPU) ||
 		!strings.Contains(err.Error(), "may run only on CPUs "+first+", and the daemon runs users' processes on "+rest+" only") {
 		t.Errorf("Caller(this process, on the CPUs set apart) = %q, %v; want ErrNoCPU naming both lists", got, err)
 	}
 }
 
-// startThreaded starts a child with four threads (python3's), all running
-// when it returns its pid; it ends with t.
-func startThreaded(t *testing.T) int {
+// startThreaded starts, by StartOn with cpus, a child with four threads
+// (python3's), all running when it returns its pid; it ends with t.
+func startThreaded(t *testing.T, cpus string) int {
 	t.Helper()
 	child := exec.Command("python3", "-c", "import threading,sys; [threading.Thread(target=sys.stdin.read).start() for _ in range(3)]; print(flush=True); sys.stdin.read()")
 	in, err := child.StdinPipe()
@@ -90,7 +80,7 @@ func startThreaded(t *testing.T) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := child.Start(); err != nil {
+	if err := cpuaffinity.StartOn(cpus, child.Start); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { in.Close(); child.Wait() })

@@ -6,9 +6,9 @@
 // its resource limits. A thread's affinity (sched_setaffinity, sched(7))
 // is taken by the threads and processes it starts and kept across execve,
 // and CRIU does not restore it (a restored process runs where CRIU did):
-// so the daemon confines every thread it has at start, and gives each
-// process it starts for a user, as it starts and before it has work, the
-// CPUs the daemon had before less its own, and of those the tree's.
+// so the daemon confines every thread it has at start, and starts each
+// process for a user from a thread of its own on the CPUs the daemon had
+// before less its own, and of those the tree's.
 // Without either nothing changes: a daemon its operator started on some
 // CPUs (systemd's CPUAffinity=) still starts everything there.
 package cpuaffinity
@@ -91,7 +91,7 @@ func Format(set unix.CPUSet) string {
 	return strings.Join(parts, ",")
 }
 
-// released is what ReleaseProcess gives: the affinity this process had
+// released is where StartOn starts processes: the affinity this process had
 // when Confine first changed it, less the CPUs Confine set apart (all of
 // it where that leaves none).
 var released struct {
@@ -163,7 +163,7 @@ var ErrNoCPU = errors.New("no CPU for the tree")
 
 // Caller is what a tree started for process pid keeps of its CPUs (its
 // affinity, which within a cpuset cgroup is at most the cpuset's), as a
-// CPU list for Place: "" where they take in every CPU the daemon gives
+// CPU list for StartOn: "" where they take in every CPU the daemon gives
 // users, so that there is nothing to keep. A process with none of those
 // CPUs is an error: its tree would have nowhere to run.
 func Caller(pid int) (string, error) {
@@ -194,14 +194,19 @@ func within(a, b unix.CPUSet) unix.CPUSet {
 	return both
 }
 
-// Place puts every thread of process pid, one this process just started
-// for a user and has not yet given work (what it starts later takes their
-// affinity), on the CPUs the daemon gives users (forUsers) and, of those,
-// on cpus: a tree's own (Caller's list), "" for all of them. Where cpus
-// has none of them left (the daemon's CPUs changed since they were read)
-// it is all of them. With no Confine and no cpus it does nothing: the
-// process keeps the daemon's own CPUs.
-func Place(pid int, cpus string) error {
+// StartOn runs start, which starts a process for a user (an exec.Cmd's
+// Start), so that the process is born on the CPUs the daemon gives users
+// (forUsers) and, of those, on cpus: a tree's own (Caller's list), "" for
+// all of them; where cpus has none of them left (the daemon's CPUs changed
+// since they were read), on all of them. A process takes the affinity of
+// the thread that forks it, so start runs on a thread of its own with
+// that affinity, never given back to the runtime: the thread ends with
+// it (LockOSThread without unlocking), and the threads the runtime starts
+// meanwhile are not cloned from it (a locked thread has its template
+// thread start them). Nothing of the process runs on the daemon's own
+// CPUs, not even its start. With no Confine and no cpus it is start. Not
+// for a process with a parent-death signal: its thread ends at once.
+func StartOn(cpus string, start func() error) error {
 	set, changed, err := forUsers()
 	if err != nil {
 		return err
@@ -209,17 +214,23 @@ func Place(pid int, cpus string) error {
 	if cpus != "" {
 		own, err := Parse(cpus)
 		if err != nil {
-			return fmt.Errorf("place pid %d: %w", pid, err)
+			return err
 		}
 		if both := within(own, set); both.Count() > 0 && both != set {
 			set, changed = both, true
 		}
 	}
 	if !changed {
-		return nil
+		return start()
 	}
-	if err := procfs.EachThreadOf(pid, func(tid int) error { return unix.SchedSetaffinity(tid, &set) }); err != nil {
-		return fmt.Errorf("place pid %d on CPUs %s: %w", pid, Format(set), err)
-	}
-	return nil
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // for good: the thread exits with this goroutine
+		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			done <- fmt.Errorf("CPUs %s for a process to start: %w", Format(set), err)
+			return
+		}
+		done <- start()
+	}()
+	return <-done
 }

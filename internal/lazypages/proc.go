@@ -138,7 +138,7 @@ func Start(o Options) (*Server, error) {
 		ExtraFiles:  []*os.File{ln, runR},
 		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
 	}
-	if err := cmd.Start(); err != nil {
+	if err := cpuaffinity.StartOn(o.CPUs, cmd.Start); err != nil {
 		runW.Close()
 		os.Remove(filepath.Join(o.Dir, SocketName))
 		return nil, fmt.Errorf("start lazy-pages server: %w", err)
@@ -150,10 +150,6 @@ func Start(o Options) (*Server, error) {
 		}
 		close(s.done)
 	}()
-	if err := cpuaffinity.Place(cmd.Process.Pid, o.CPUs); err != nil {
-		s.Close()
-		return nil, err
-	}
 	if err := cgroup.Move(cmd.Process.Pid, o.Cgroups...); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("lazy-pages server: %w", err)

@@ -70,14 +70,11 @@ func (r Reader) Read(ctx context.Context, caller Cgroups, cpus string, req Reque
 	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &limitedWriter{w: &stderr, n: maxStderr}
-	if err := cmd.Start(); err != nil {
+	if err := cpuaffinity.StartOn(cpus, cmd.Start); err != nil {
 		return nil, fmt.Errorf("start log reader: %w", err)
 	}
 	reply, err := func() ([]byte, error) {
 		defer stdin.Close()
-		if err := cpuaffinity.Place(cmd.Process.Pid, cpus); err != nil {
-			return nil, err
-		}
 		if err := place(cmd.Process.Pid, caller, self); err != nil {
 			return nil, err
 		}

@@ -34,7 +34,7 @@ type Spec struct {
 	Cred           Cred
 	Rlimits        rlimit.Set // the command's resource limits; nil: the supervisor's
 	Nice           int        // applied to the supervisor, hence to the command, before it runs
-	CPUs           string     // the tree's own CPUs (cpuaffinity.Caller's list), applied as Nice is; "": those the daemon gives users
+	CPUs           string     // the tree's own CPUs (cpuaffinity.Caller's list), the supervisor's from its birth; "": those the daemon gives users
 	Home           string     // the supervisor's private directory (exists; root only)
 	Log            *os.File   // the log (O_APPEND): the supervisor's stdout and stderr
 	LogMax         int64      // rotate past this many bytes; 0: never
@@ -83,16 +83,20 @@ func Start(ctx context.Context, s Spec) (*Started, error) {
 		theirs.Close()
 		return nil, err
 	}
-	proc, err := os.StartProcess(s.SupervisorPath, []string{Argv0}, &os.ProcAttr{
-		Dir:   "/", // the supervisor enters its private directory itself, once it holds its capabilities
-		Env:   []string{s.Mark},
-		Files: []*os.File{devnull, s.Log, s.Log, theirs, s.Status},
-		Sys: &syscall.SysProcAttr{
-			Setsid:      true,
-			Cloneflags:  syscall.CLONE_NEWPID | syscall.CLONE_NEWNS, // the tree's own /proc (ownProc)
-			Credential:  &syscall.Credential{Uid: s.Cred.UID, Gid: s.Cred.GID, Groups: s.Cred.Groups},
-			AmbientCaps: supervisorCaps,
-		},
+	var proc *os.Process
+	err = cpuaffinity.StartOn(s.CPUs, func() (err error) {
+		proc, err = os.StartProcess(s.SupervisorPath, []string{Argv0}, &os.ProcAttr{
+			Dir:   "/", // the supervisor enters its private directory itself, once it holds its capabilities
+			Env:   []string{s.Mark},
+			Files: []*os.File{devnull, s.Log, s.Log, theirs, s.Status},
+			Sys: &syscall.SysProcAttr{
+				Setsid:      true,
+				Cloneflags:  syscall.CLONE_NEWPID | syscall.CLONE_NEWNS, // the tree's own /proc (ownProc)
+				Credential:  &syscall.Credential{Uid: s.Cred.UID, Gid: s.Cred.GID, Groups: s.Cred.Groups},
+				AmbientCaps: supervisorCaps,
+			},
+		})
+		return err
 	})
 	devnull.Close()
 	theirs.Close()
@@ -137,9 +141,6 @@ func handshake(ctx context.Context, s Spec, sync *os.File, pid int) (*Started, e
 		if err := SetNice(pid, s.Nice); err != nil {
 			return nil, err
 		}
-	}
-	if err := cpuaffinity.Place(pid, s.CPUs); err != nil {
-		return nil, err
 	}
 	if s.Recorded != nil {
 		if err := s.Recorded(pid, initStart); err != nil {
