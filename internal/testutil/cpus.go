@@ -39,10 +39,7 @@ func CPUsApart(t testing.TB) (first, rest string) {
 func ConfineSelf(t testing.TB) (first, rest string) {
 	t.Helper()
 	first, rest = CPUsApart(t)
-	var orig unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &orig); err != nil {
-		t.Fatal(err)
-	}
+	restoreAffinity(t)
 	set, err := cpuaffinity.Parse(first)
 	if err == nil {
 		_, err = cpuaffinity.Confine(set)
@@ -50,8 +47,33 @@ func ConfineSelf(t testing.TB) (first, rest string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { procfs.EachThread(func(tid int) error { return unix.SchedSetaffinity(tid, &orig) }) })
 	return first, rest
+}
+
+// RunSelfOn puts every thread of this process on cpus (a CPU list) until t
+// ends, as a user's taskset would: what it starts meanwhile runs there
+// too. Unlike ConfineSelf it leaves the daemon's placement alone.
+func RunSelfOn(t testing.TB, cpus string) {
+	t.Helper()
+	restoreAffinity(t)
+	set, err := cpuaffinity.Parse(cpus)
+	if err == nil {
+		err = procfs.EachThread(func(tid int) error { return unix.SchedSetaffinity(tid, &set) })
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// restoreAffinity puts every thread of this process back on the CPUs it
+// has now when t ends.
+func restoreAffinity(t testing.TB) {
+	t.Helper()
+	var orig unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &orig); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { procfs.EachThread(func(tid int) error { return unix.SchedSetaffinity(tid, &orig) }) })
 }
 
 // WantThreadsOn checks that every thread of pid may run on cpus (a CPU
