@@ -130,11 +130,9 @@ func Confine(set unix.CPUSet) (unix.CPUSet, error) {
 
 // without is from less apart's CPUs, or from where that leaves none.
 func without(from, apart unix.CPUSet) unix.CPUSet {
-	rest := from
-	for cpu := range maxCPU {
-		if apart.IsSet(cpu) {
-			rest.Clear(cpu)
-		}
+	var rest unix.CPUSet
+	for i := range from {
+		rest[i] = from[i] &^ apart[i]
 	}
 	if rest.Count() == 0 {
 		return from
