@@ -68,6 +68,7 @@ func newCluster(t *testing.T) *cluster {
 	}
 	c.s = slurmtest.Start(t, slurmtest.Config{
 		GPUs: 1, Prolog: filepath.Join(n.dir, "prolog"), Epilog: filepath.Join(n.dir, "epilog"), Lines: slurmConf,
+		TaskPlugin: "task/affinity",
 	})
 	return c
 }
@@ -118,6 +119,7 @@ func (c *cluster) gpuUsed() uint64 {
 func TestRealSlurm(t *testing.T) {
 	c := newCluster(t)
 	t.Run("RunAndCancel", c.runAndCancel)
+	t.Run("StepCPUs", c.stepCPUs)
 	t.Run("RequeueProlog", c.requeueProlog)
 	t.Run("SuspendResume", c.suspendResume)
 	t.Run("GRESNotShared", c.gresNotShared)
@@ -152,6 +154,27 @@ func (c *cluster) runAndCancel(t *testing.T) {
 	if used := c.gpuUsed(); used != 0 {
 		t.Errorf("GPU 0 uses %d MiB after the job's end", used)
 	}
+}
+
+// stepCPUs: a job's process runs on the CPUs Slurm bound the job's batch
+// step to (task/affinity, one CPU of the node's two), those of the
+// process that asked for it; without that it ran on every CPU of the
+// node, outside the job's allocation.
+func (c *cluster) stepCPUs(t *testing.T) {
+	c = c.in(t)
+	script := "#!/bin/bash\nset -e\ngrep Cpus_allowed_list /proc/self/status\ngpusched-slurm run pinned -- sleep 1000\ngpusched-slurm wait\n"
+	id := c.sbatch(nil, "-p", "gpu", "-c", "1", "--wrap", script)
+	name := fmt.Sprintf("slurm-%d-pinned", id)
+	c.s.WaitJobState(id, 30*time.Second, "RUNNING")
+	p := c.waitState(name, api.StateRunning)
+	if p.CPUs == "" || strings.ContainsAny(p.CPUs, ",-") {
+		t.Errorf("%s: cpus %q, want the job's one CPU (job output: %q)", name, p.CPUs, c.jobOutput(id))
+	} else {
+		testutil.WantThreadsOn(t, name, p.PID, p.CPUs)
+	}
+	c.s.Run("scancel", strconv.Itoa(id))
+	c.s.WaitJobState(id, 30*time.Second, "CANCELLED")
+	c.waitState(name, api.StateExited)
 }
 
 // requeueProlog: a requeued job keeps its id; a process of its earlier run

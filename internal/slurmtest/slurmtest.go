@@ -7,6 +7,7 @@ package slurmtest
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/rand"
 	"fmt"
 	"os"
@@ -35,6 +36,9 @@ type Config struct {
 	// Prolog and Epilog are slurm.conf's Prolog= and Epilog= (none when
 	// empty).
 	Prolog, Epilog string
+	// TaskPlugin is slurm.conf's TaskPlugin= (task/none when empty):
+	// task/affinity binds each step to the CPUs Slurm gave it.
+	TaskPlugin string
 	// Lines are appended to slurm.conf: scheduling, preemption and the
 	// partitions (PartitionName=... Nodes=NODE; NODE is replaced by the
 	// node's name).
@@ -190,7 +194,7 @@ func (c *Cluster) conf(cfg Config) string {
 		"MailProg=/bin/true",
 		"MpiDefault=none",
 		"ProctrackType=proctrack/linuxproc",
-		"TaskPlugin=task/none",
+		"TaskPlugin=" + cmp.Or(cfg.TaskPlugin, "task/none"),
 		"JobAcctGatherType=jobacct_gather/none",
 		"AccountingStorageType=accounting_storage/none",
 		"JobCompType=jobcomp/none",
