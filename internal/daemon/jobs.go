@@ -86,12 +86,12 @@ func (d *Daemon) submit(c *call) (any, error) {
 	if err := d.checkJobBytes(c.actor, jobs); err != nil {
 		return nil, err
 	}
-	kept, err := callerLimits(c.actor, "submit")
+	own, err := keptOfCaller(c.actor, "submit")
 	if err != nil {
 		return nil, err
 	}
 	for _, j := range jobs {
-		j.Rlimits, j.CPUs = kept.rlimits, kept.cpus
+		j.Rlimits, j.CPUs = own.rlimits, own.cpus
 	}
 	added, err := d.jobs.AddWithin(jobs, admit)
 	if err != nil {

@@ -98,7 +98,7 @@ func (d *Daemon) run(c *call) (any, error) {
 	if err := d.claimName(p.Name, owner.UID); err != nil {
 		return nil, err
 	}
-	kept, err := callerLimits(c.actor, fmt.Sprintf("run %q", p.Name))
+	own, err := keptOfCaller(c.actor, fmt.Sprintf("run %q", p.Name))
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +108,7 @@ func (d *Daemon) run(c *call) (any, error) {
 		LogPath:    filepath.Join(d.cfg.LogDir, p.Name+".log"),
 		StatusPath: filepath.Join(d.statusDir(), id),
 	}
-	rec.MPSThreads, rec.MPSMemLimitMiB, rec.Rlimits, rec.CPUs = p.MPSThreads, p.MPSMemLimit.MiB, kept.rlimits, kept.cpus
+	rec.MPSThreads, rec.MPSMemLimitMiB, rec.Rlimits, rec.CPUs = p.MPSThreads, p.MPSMemLimit.MiB, own.rlimits, own.cpus
 	started, err := d.startProc(ctx, rec, env, false, d.admitProc(c.actor))
 	if err == nil && p.Filled != 0 {
 		started, err = d.attachFiller(ctx, started, p.Filled)

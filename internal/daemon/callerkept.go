@@ -13,7 +13,7 @@ import (
 	"github.com/gpusched/gpusched/internal/rlimit"
 )
 
-// callerLimits are what the managed process a request asks for keeps of
+// keptOfCaller is what the managed process a request asks for keeps of
 // the process that made it, read now: its resource limits (from /proc)
 // and its CPUs (cpuaffinity.Caller). A caller keeps its own ulimits, and
 // its taskset or batch step's cpuset, whatever the daemon's are. The
@@ -23,8 +23,8 @@ import (
 // changed is refused; root's process then runs with the daemon's limits
 // and CPUs (none kept). A caller with none of the CPUs the daemon gives
 // users is refused.
-func callerLimits(a actor, what string) (kept, error) {
-	k, err := readPeerLimits(a)
+func keptOfCaller(a actor, what string) (kept, error) {
+	k, err := readPeerKept(a)
 	switch {
 	case err == nil:
 		return k, nil
@@ -42,9 +42,9 @@ type kept struct {
 	cpus    string     // a CPU list; "": those the daemon gives users
 }
 
-// readPeerLimits reads the limits and CPUs of a's process, which must
+// readPeerKept reads the limits and CPUs of a's process, which must
 // hold a's uid throughout (readPeer).
-func readPeerLimits(a actor) (kept, error) {
+func readPeerKept(a actor) (kept, error) {
 	return readPeer(a, func(pid int) (kept, error) {
 		s, err := rlimit.Of(pid)
 		if err != nil {
