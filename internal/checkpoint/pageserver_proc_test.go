@@ -25,10 +25,11 @@ func TestPageServerProcessOnTreeCPUs(t *testing.T) {
 	testutil.WantThreadsOn(t, "the page server", ps.cmd.Process.Pid, tree)
 }
 
-// TestPageServerProcessRunsInCgroup: a page server process is moved into
-// the cgroups it is given (a dump's CRIU worker's, a user's) and off its
-// starter's own CPUs (--daemon-cpus) before it has its request, spends
-// its CPU there and names its threads; its starter stays where it was.
+// TestPageServerProcessRunsInCgroup: a page server process is born off
+// its starter's own CPUs (--daemon-cpus) and moved into the cgroups it is
+// given (a dump's CRIU worker's, a user's) before it has its request,
+// spends its CPU there and names its threads; its starter stays where it
+// was.
 func TestPageServerProcessRunsInCgroup(t *testing.T) {
 	daemonCPUs, userCPUs := testutil.ConfineSelf(t)
 	mnt, top := testutil.CgroupTop(t)

@@ -19,10 +19,10 @@ func TestServerOnTreeCPUs(t *testing.T) {
 	testutil.WantThreadsOn(t, "the server", r.srv.cmd.Process.Pid, tree)
 }
 
-// TestServerRunsInCgroups: the server is moved into the cgroups it is
-// given (a restore's CRIU worker's, a user's) and off its starter's own
-// CPUs (--daemon-cpus) before the restore connects, and spends its CPU
-// there; its starter stays where it was.
+// TestServerRunsInCgroups: the server is born off its starter's own CPUs
+// (--daemon-cpus) and moved into the cgroups it is given (a restore's
+// CRIU worker's, a user's) before the restore connects, and spends its
+// CPU there; its starter stays where it was.
 func TestServerRunsInCgroups(t *testing.T) {
 	_, userCPUs := testutil.ConfineSelf(t)
 	mnt, top := testutil.CgroupTop(t)

@@ -114,10 +114,10 @@ func TestReadOnTheCallersCPUs(t *testing.T) {
 	}
 }
 
-// TestReadPlacesTheReaderInTheCallersCgroups: a reader is in the caller's
-// cgroups, in every hierarchy, and off the daemon's own CPUs
-// (--daemon-cpus), before it has its request, and its reply is the one the
-// daemon would encode itself.
+// TestReadPlacesTheReaderInTheCallersCgroups: a reader is born off the
+// daemon's own CPUs (--daemon-cpus) and is in the caller's cgroups, in
+// every hierarchy, before it has its request, and its reply is the one
+// the daemon would encode itself.
 func TestReadPlacesTheReaderInTheCallersCgroups(t *testing.T) {
 	_, userCPUs := testutil.ConfineSelf(t)
 	caller := callerIn(t)
