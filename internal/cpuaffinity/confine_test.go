@@ -21,10 +21,11 @@ import (
 // CPUs only what narrows those, and refuses one with none of them. First
 // unconfined (the daemon's CPUs are the users'), then after Confine, which
 // holds every thread of this process, and those started after it, on its
-// CPUs. The two run in this order in one test: Confine's effect lasts as
-// long as the process.
+// CPUs. The two run in this order in one test: Confine's effect lasts
+// until Unconfine.
 func TestStartOn(t *testing.T) {
 	first, rest := testutil.CPUsApart(t)
+	t.Cleanup(cpuaffinity.Unconfine) // after ConfineSelf's own cleanup
 	all := first + "," + rest
 	if set, err := cpuaffinity.Parse(all); err == nil {
 		all = cpuaffinity.Format(set)

@@ -197,13 +197,14 @@ func within(a, b unix.CPUSet) unix.CPUSet {
 // (forUsers) and, of those, on cpus: a tree's own (Caller's list), "" for
 // all of them; where cpus has none of them left (the daemon's CPUs changed
 // since they were read), on all of them. A process takes the affinity of
-// the thread that forks it, so start runs on a thread of its own with
-// that affinity, never given back to the runtime: the thread ends with
-// it (LockOSThread without unlocking), and the threads the runtime starts
-// meanwhile are not cloned from it (a locked thread has its template
-// thread start them). Nothing of the process runs on the daemon's own
-// CPUs, not even its start. With no Confine and no cpus it is start. Not
-// for a process with a parent-death signal: its thread ends at once.
+// the thread that forks it, so start runs on a thread locked to it and
+// given that affinity, and the thread is given back to the runtime only
+// once its own affinity is restored (else it ends with its goroutine, or
+// is parked for good where it is the main thread). The threads the
+// runtime starts meanwhile are not cloned from it (a locked thread has
+// its template thread start them). Nothing of the process runs on the
+// daemon's own CPUs, not even its start. With no Confine and no cpus it
+// is start.
 func StartOn(cpus string, start func() error) error {
 	set, changed, err := forUsers()
 	if err != nil {
@@ -223,12 +224,20 @@ func StartOn(cpus string, start func() error) error {
 	}
 	done := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // for good: the thread exits with this goroutine
+		runtime.LockOSThread() // unlocked only as it was
+		var was unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &was); err != nil {
+			done <- err
+			return
+		}
 		if err := unix.SchedSetaffinity(0, &set); err != nil {
 			done <- fmt.Errorf("CPUs %s for a process to start: %w", Format(set), err)
 			return
 		}
 		done <- start()
+		if unix.SchedSetaffinity(0, &was) == nil {
+			runtime.UnlockOSThread()
+		}
 	}()
 	return <-done
 }
