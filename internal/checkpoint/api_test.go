@@ -413,6 +413,22 @@ func TestAPIClose(t *testing.T) {
 	apiMust(t, "second close", a.Close())
 }
 
+// TestAPIHelperOnTheUsersCPUs: under --daemon-cpus the CUDA helper, which
+// works for users' freezes and thaws, is born on the CPUs the daemon gives
+// users; the thread that started it, which it is bound to for its
+// parent-death signal, keeps the daemon's own through its life and after.
+func TestAPIHelperOnTheUsersCPUs(t *testing.T) {
+	daemonCPUs, userCPUs := testutil.ConfineSelf(t)
+	f := newAPIFixture(t)
+	a := f.api(t)
+	pid := f.job(t)
+	apiWantState(t, a, pid, StateRunning)
+	testutil.WantThreadsOn(t, "the CUDA helper", a.h.cmd.Process.Pid, userCPUs)
+	testutil.WantThreadsOn(t, "this process", os.Getpid(), daemonCPUs)
+	apiMust(t, "close", a.Close())
+	testutil.WantThreadsOn(t, "this process, the helper gone", os.Getpid(), daemonCPUs)
+}
+
 // TestDriverErrorsAsNVIDIAs runs the failures whose class the real stack
 // decides through both drivers on one fake: the CLI reads the tool's error
 // line and exit status, the API the CUresult the fake libcuda maps back

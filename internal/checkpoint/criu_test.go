@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -395,4 +396,62 @@ func TestCRIUWorkerRunsInCgroup(t *testing.T) {
 	if got := testutil.CgroupOf(t, os.Getpid()); got != ours {
 		t.Errorf("this process moved from cgroup %s to %s", ours, got)
 	}
+}
+
+// TestCRIUDumpWorkerOnTreeCPUs: an owner's dump runs its worker on the
+// tree's own CPUs (DumpOpts.CPUs). The worker is caught alive as CRIU
+// waits for the page server's answer to its first request (PS_IOV_OPEN2,
+// open_page_server_xfer in criu/page-xfer.c), which never comes.
+func TestCRIUDumpWorkerOnTreeCPUs(t *testing.T) {
+	_, tree := testutil.CPUsApart(t)
+	c := newTestCRIU(t)
+	job := startNSJob(t, t.TempDir(), "--host-mem", "8", "--tick", "0.01")
+	waitLog(t, job.log, "tick 2\n")
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := os.NewFile(uintptr(fds[0]), "page-server")
+	defer ours.Close()
+	dumped := make(chan error, 1)
+	go func() {
+		dumped <- c.Dump(context.Background(), DumpOpts{Dir: imagesDir(t), PID: job.cmd.Process.Pid, Leave: LeaveRunning,
+			PageServer: os.NewFile(uintptr(fds[1]), "criu-page-server"), CPUs: tree})
+	}()
+	if _, err := ours.Read(make([]byte, 1)); err != nil {
+		t.Fatalf("no request from the dump's worker: %v (the dump: %v)", err, <-dumped)
+	}
+	worker := swrkChild(t)
+	testutil.WantThreadsOn(t, "the dump's worker", worker, tree)
+	ours.Close()
+	if err := <-dumped; err == nil {
+		t.Error("a dump whose page server hung up succeeded")
+	}
+}
+
+// swrkChild is the one child of this process that is a CRIU worker
+// (its command line names swrk: CRIU may be run through its dynamic
+// loader, whose name the process then has).
+func swrkChild(t *testing.T) int {
+	t.Helper()
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found []int
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		st, err := procfs.ReadStat(pid)
+		args, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err == nil && st.PPID == os.Getpid() && slices.Contains(strings.Split(string(args), "\x00"), "swrk") {
+			found = append(found, pid)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("CRIU workers among this process's children: %v, want one", found)
+	}
+	return found[0]
 }

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gpusched/gpusched/internal/cpuaffinity"
 )
 
 // stderrTail is how much of the helper's stderr errors quote.
@@ -92,15 +94,19 @@ func startHelper(ctx context.Context, opts APIOptions) (*helperProc, error) {
 // start starts the helper from a goroutine locked to its own OS thread,
 // which lives until the helper exits: the parent-death signal follows the
 // thread that forked, and a thread of the shared pool may exit any time.
+// The helper is born on the CPUs the daemon gives users: it works for
+// their freezes and thaws, not on the daemon's own CPUs (--daemon-cpus).
 func (p *helperProc) start() error {
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		err := p.cmd.Start()
+		restored, err := cpuaffinity.StartOnLocked("", p.cmd.Start)
 		started <- err
 		if err == nil {
 			<-p.done
+		}
+		if restored {
+			runtime.UnlockOSThread()
 		}
 	}()
 	return <-started

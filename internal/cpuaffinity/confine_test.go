@@ -62,6 +62,7 @@ func TestStartOn(t *testing.T) {
 	testutil.WantThreadsOn(t, "this process, after", os.Getpid(), first)
 	wantCaller("that child", child, "")
 	testutil.WantThreadsOn(t, "a child started on CPUs all set apart", startThreaded(t, first), rest)
+	startLocked(t, first, rest)
 	if got, err := cpuaffinity.Caller(os.Getpid()); !errors.Is(err, cpuaffinity.ErrNoCPU) ||
 		!strings.Contains(err.Error(), "may run only on CPUs "+first+", and the daemon runs users' processes on "+rest+" only") {
 		t.Errorf("Caller(this process, on the CPUs set apart) = %q, %v; want ErrNoCPU naming both lists", got, err)
@@ -93,6 +94,33 @@ func startThreaded(t *testing.T, cpus string) int {
 		t.Fatalf("the child has %d threads (%v), want 4", len(tasks), err)
 	}
 	return pid
+}
+
+// startLocked checks StartOnLocked from a locked thread on CPUs own: the
+// child is born on users, and the thread has own back, said restored.
+func startLocked(t *testing.T, own, users string) {
+	t.Helper()
+	child := exec.Command("sleep", "1000")
+	var restored bool
+	var err, afterErr error
+	var after unix.CPUSet
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		restored, err = cpuaffinity.StartOnLocked("", child.Start)
+		afterErr = unix.SchedGetaffinity(0, &after)
+	}()
+	<-done
+	if err != nil || afterErr != nil {
+		t.Fatal(err, afterErr)
+	}
+	t.Cleanup(func() { child.Process.Kill(); child.Wait() })
+	testutil.WantThreadsOn(t, "a child started from a locked thread", child.Process.Pid, users)
+	if got := cpuaffinity.Format(after); !restored || got != own {
+		t.Errorf("the locked thread after StartOnLocked: on CPUs %s, restored %v; want %s, true", got, restored, own)
+	}
 }
 
 // TestConfineToNoUsableCPU: a set this process may not run on is refused

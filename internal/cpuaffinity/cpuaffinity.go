@@ -206,38 +206,69 @@ func within(a, b unix.CPUSet) unix.CPUSet {
 // daemon's own CPUs, not even its start. With no Confine and no cpus it
 // is start.
 func StartOn(cpus string, start func() error) error {
-	set, changed, err := forUsers()
-	if err != nil {
+	set, changed, err := target(cpus)
+	if err != nil || !changed {
+		if err == nil {
+			err = start()
+		}
 		return err
-	}
-	if cpus != "" {
-		own, err := Parse(cpus)
-		if err != nil {
-			return err
-		}
-		if both := within(own, set); both.Count() > 0 && both != set {
-			set, changed = both, true
-		}
-	}
-	if !changed {
-		return start()
 	}
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // unlocked only as it was
-		var was unix.CPUSet
-		if err := unix.SchedGetaffinity(0, &was); err != nil {
-			done <- err
-			return
-		}
-		if err := unix.SchedSetaffinity(0, &set); err != nil {
-			done <- fmt.Errorf("CPUs %s for a process to start: %w", Format(set), err)
-			return
-		}
-		done <- start()
-		if unix.SchedSetaffinity(0, &was) == nil {
+		restored, err := startFrom(set, start)
+		done <- err
+		if restored {
 			runtime.UnlockOSThread()
 		}
 	}()
 	return <-done
+}
+
+// StartOnLocked is StartOn for a caller whose goroutine is locked to its
+// thread (runtime.LockOSThread) and stays so while the process lives,
+// because the process's parent-death signal follows the thread that forked
+// it. The thread is given the CPUs for the start and its own back after;
+// restored is false where they could not be: the caller must then end its
+// goroutine still locked, so that the thread ends with it.
+func StartOnLocked(cpus string, start func() error) (restored bool, err error) {
+	set, changed, err := target(cpus)
+	if err != nil || !changed {
+		if err == nil {
+			err = start()
+		}
+		return true, err
+	}
+	return startFrom(set, start)
+}
+
+// target is the CPUs StartOn starts a process on for cpus, and whether
+// they differ from this thread's own.
+func target(cpus string) (unix.CPUSet, bool, error) {
+	set, changed, err := forUsers()
+	if err != nil || cpus == "" {
+		return set, changed, err
+	}
+	own, err := Parse(cpus)
+	if err != nil {
+		return set, false, err
+	}
+	if both := within(own, set); both.Count() > 0 && both != set {
+		set, changed = both, true
+	}
+	return set, changed, nil
+}
+
+// startFrom runs start on this thread, locked by its caller, given set,
+// and gives the thread its own CPUs back; restored says whether it could.
+func startFrom(set unix.CPUSet, start func() error) (restored bool, err error) {
+	var was unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &was); err != nil {
+		return true, err
+	}
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		return true, fmt.Errorf("CPUs %s for a process to start: %w", Format(set), err)
+	}
+	err = start()
+	return unix.SchedSetaffinity(0, &was) == nil, err
 }

@@ -18,8 +18,8 @@ import (
 // TestDaemonCPUsHoldTheDaemonNotWhatItStarts: with --daemon-cpus every
 // thread of the built daemon runs on those CPUs, and what it starts for a
 // user runs on the others: a real user's managed tree (supervisor and
-// command), and the tree CRIU restores from disk, memory verified. A
-// client on the daemon's CPUs alone is refused a tree.
+// command), the tree CRIU restores from disk, memory verified, and a
+// filler's helper. A client on the daemon's CPUs alone is refused a tree.
 func TestDaemonCPUsHoldTheDaemonNotWhatItStarts(t *testing.T) {
 	daemonCPUs, userCPUs := testutil.CPUsApart(t)
 	u := testutil.NewUser(t, "gsdcpuu", "gsdcpu")
@@ -52,6 +52,11 @@ func TestDaemonCPUsHoldTheDaemonNotWhatItStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.followCount("job", "simjob: host memory verified", 1)
+	f, err := h.client().Fill(ctxT(t), api.FillParams{GPU: &api.GPURef{Index: 0}, MiB: api.VRAM{MiB: 1024}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WantThreadsOn(t, "the filler's helper", f.PID, userCPUs)
 	testutil.WantThreadsOn(t, "the daemon, after", daemon, daemonCPUs)
 
 	// A client with none of the users' CPUs: refused, nothing started.

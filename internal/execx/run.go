@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/cpuaffinity"
 )
 
 // Capture limits and the grace given to output pipes after a kill.
@@ -68,7 +70,10 @@ func Run(ctx context.Context, c Cmd) (Result, error) {
 	cmd.WaitDelay = waitDelay
 
 	start := time.Now()
-	err := cmd.Run()
+	err := cpuaffinity.StartOn("", cmd.Start)
+	if err == nil {
+		err = cmd.Wait()
+	}
 	res := Result{Stdout: stdout.buf, Stderr: stderr.buf, Duration: time.Since(start)}
 	if err == nil || (errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState.Success()) {
 		return res, nil

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpusched/gpusched/internal/testutil"
 )
 
 func TestRun(t *testing.T) {
@@ -190,4 +192,19 @@ func TestDescribeShortens(t *testing.T) {
 	if !strings.HasPrefix(got, `/bin/x "a b" "" yyy`) || len(got) != maxCmdLen || !strings.HasSuffix(got, "...") {
 		t.Errorf("describe = %q (%d bytes)", got, len(got))
 	}
+}
+
+// TestRunOnTheUsersCPUs: under --daemon-cpus a tool (cuda-checkpoint for a
+// user's freeze, the MPS control daemon) is born on the CPUs the daemon
+// gives users, and this process's threads stay on its own.
+func TestRunOnTheUsersCPUs(t *testing.T) {
+	daemonCPUs, userCPUs := testutil.ConfineSelf(t)
+	res, err := Run(context.Background(), Cmd{Path: "grep", Args: []string{"Cpus_allowed_list", "/proc/self/status"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.TrimSpace(string(res.Stdout)), "Cpus_allowed_list:\t"+userCPUs; got != want {
+		t.Errorf("the tool saw %q, want %q", got, want)
+	}
+	testutil.WantThreadsOn(t, "this process", os.Getpid(), daemonCPUs)
 }

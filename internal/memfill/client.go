@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gpusched/gpusched/internal/cpuaffinity"
 	"github.com/gpusched/gpusched/internal/procfs"
 	"golang.org/x/sys/unix"
 )
@@ -130,7 +131,7 @@ func Start(ctx context.Context, o Options) (*Filler, error) {
 		Stderr:      logf,
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
 	}
-	err = cmd.Start()
+	err = cpuaffinity.StartOn("", cmd.Start) // it holds memory for users' work, off the daemon's own CPUs
 	inR.Close()
 	outW.Close()
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpusched/gpusched/internal/procfs"
+	"github.com/gpusched/gpusched/internal/testutil"
 )
 
 // target95 is 0.95 of the simulated GPU, and free95 what it leaves free.
@@ -299,4 +300,14 @@ func TestConcurrentCalls(t *testing.T) {
 	if used, _ := r.usage(t, f.PID()); err != nil || !settled(used, 12288) {
 		t.Fatalf("after concurrent calls: used %d, %+v, %v", used, st, err)
 	}
+}
+
+// TestHelperOnTheUsersCPUs: under --daemon-cpus a filler's helper, which
+// holds memory for users' work, is born on the CPUs the daemon gives
+// users; this process's threads stay on its own.
+func TestHelperOnTheUsersCPUs(t *testing.T) {
+	daemonCPUs, userCPUs := testutil.ConfineSelf(t)
+	f := newRig(t, "").start(t)
+	testutil.WantThreadsOn(t, "the filler's helper", f.PID(), userCPUs)
+	testutil.WantThreadsOn(t, "this process", os.Getpid(), daemonCPUs)
 }
