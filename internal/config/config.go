@@ -112,6 +112,9 @@ type Limits struct {
 	// LogMiBPerUser is what the logs of a user's live processes hold on
 	// disk together, with their rotated copies.
 	LogMiBPerUser uint64
+	// LogDiskFraction is the share of the log directory's filesystem the
+	// logs of all non-root users' live processes may hold together, 0..1.
+	LogDiskFraction float64
 }
 
 // MetricsListenAddr is the host:port /metrics is served on: MetricsAddr,
@@ -230,6 +233,7 @@ func DefaultLimits() Limits {
 		KeepFinishedFor:    7 * 24 * time.Hour,
 		KeepFinishedLogMiB: 4 << 10,
 		LogMiBPerUser:      8 << 10,
+		LogDiskFraction:    0.25,
 	}
 }
 
@@ -306,6 +310,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.IntVar(&l.KeepFinished, "keep-finished", l.KeepFinished, "exited processes and finished jobs kept per user, newest first; older ones are removed (0: no count cap)")
 	fs.DurationVar(&l.KeepFinishedFor, "keep-finished-for", l.KeepFinishedFor, "exited processes and finished jobs are removed this long after they ended (0: no age cap)")
 	fs.Var(mibFlag{&l.LogMiBPerUser}, "max-log-bytes-per-user", "what the logs of one non-root user's live processes may hold on disk together, e.g. 8G, checked each second; past it their rotated copies are removed, the oldest first, then their largest logs emptied (0: no cap)")
+	fs.Float64Var(&l.LogDiskFraction, "log-disk-fraction", l.LogDiskFraction, "share of the log directory's filesystem the logs of all non-root users' live processes may hold together, 0..1, checked each second; past it the users who hold the most are cut to equal shares, as by --max-log-bytes-per-user (0: no cap)")
 	fs.Var(mibFlag{&l.KeepFinishedLogMiB}, "keep-finished-log-bytes", "what the logs of one user's exited processes kept may hold on disk together, e.g. 4G; past it the oldest are removed with their logs (0: no cap)")
 	fs.StringVar(&c.CgroupRoot, "cgroup-root", c.CgroupRoot, "cgroup v2 directory under which each managed tree gets a cgroup whose cpu.weight follows its nice (default: the daemon's own cgroup, delegated by systemd; none: off)")
 	fs.StringVar(&c.UserCgroups, "user-cgroups", c.UserCgroups, "a user's own delegated cgroup v2 directory (%U: the uid), where a non-root user's trees go when it exists, the user owns it and (for user@UID.service) the user lingers, under their systemd limits (none: off)")
@@ -455,6 +460,9 @@ func (l Limits) validate() []error {
 	}
 	if !(l.DiskFraction >= 0 && l.DiskFraction <= 1) {
 		errs = append(errs, fmt.Errorf("--user-disk-fraction %v: must be 0..1", l.DiskFraction))
+	}
+	if !(l.LogDiskFraction >= 0 && l.LogDiskFraction <= 1) {
+		errs = append(errs, fmt.Errorf("--log-disk-fraction %v: must be 0..1", l.LogDiskFraction))
 	}
 	return errs
 }

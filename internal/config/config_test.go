@@ -64,6 +64,8 @@ func TestValidate(t *testing.T) {
 		{[]string{"--max-cpu-per-user", "-0.1"}, "--max-cpu-per-user -0.1: must be 0 (no cap) or 0.0001..1024"},
 		{[]string{"--max-cpu-per-user", "1e-300"}, "--max-cpu-per-user 1e-300: must be 0 (no cap)"},
 		{[]string{"--max-cpu-per-user", "NaN"}, "--max-cpu-per-user NaN: must be 0 (no cap)"},
+		{[]string{"--log-disk-fraction", "1.5"}, "--log-disk-fraction 1.5: must be 0..1"},
+		{[]string{"--log-disk-fraction", "NaN"}, "--log-disk-fraction NaN: must be 0..1"},
 		{[]string{"--daemon-cpus", "1-0"}, `--daemon-cpus "1-0": range "1-0" runs backwards`},
 		{[]string{"--daemon-cpus", "x"}, `--daemon-cpus "x": "x" is not a CPU number`},
 		{[]string{"--daemon-cpus", "4096"}, `--daemon-cpus "4096": CPU 4096: past the last one`},

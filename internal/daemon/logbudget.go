@@ -5,33 +5,52 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/logbudget"
 )
 
 // logBudgetEvery is how often the logs of users' live processes are
-// measured against --max-log-bytes-per-user.
+// measured against --max-log-bytes-per-user and --log-disk-fraction.
 const logBudgetEvery = time.Second
 
 // runLogBudget holds what the logs of each non-root user's live processes
-// hold on disk together to --max-log-bytes-per-user, until ctx ends. Root's
-// are the operator's, held only by --log-max-bytes.
+// hold on disk together to --max-log-bytes-per-user, and what all users'
+// hold together to --log-disk-fraction of the log directory's filesystem,
+// until ctx ends. Root's are the operator's, held only by --log-max-bytes.
 func (d *Daemon) runLogBudget(ctx context.Context) {
-	if d.cfg.Limits.LogMiBPerUser == 0 {
+	l := d.cfg.Limits
+	if l.LogMiBPerUser == 0 && l.LogDiskFraction == 0 {
 		return
 	}
-	logbudget.Keeper{
-		Budget:  int64(d.cfg.Limits.LogMiBPerUser) << 20,
+	k := logbudget.Keeper{
+		Budget:  int64(l.LogMiBPerUser) << 20,
 		Keep:    d.cfg.LogKeep,
 		Setting: "--max-log-bytes-per-user",
 		Every:   logBudgetEvery,
 		Live:    d.usersLiveLogs,
 		Reports: func(r logbudget.Report) {
-			d.log.Warn("cut the logs of a user's live processes, over --max-log-bytes-per-user",
-				zap.String("user", r.User), zap.Int64("held", r.Held), zap.Int("rotated_copies_removed", len(r.Removed)),
-				zap.Strings("emptied", r.Emptied), zap.Error(r.Err))
+			d.log.Warn("cut the logs of a user's live processes, over "+r.Over,
+				zap.String("user", r.User), zap.Int64("held", r.Held), zap.Int64("cut_to", r.Budget),
+				zap.Int("rotated_copies_removed", len(r.Removed)), zap.Strings("emptied", r.Emptied), zap.Error(r.Err))
 		},
-	}.Run(ctx)
+	}
+	if l.LogDiskFraction > 0 {
+		k.Together, k.TogetherSetting = d.usersLogShare, "--log-disk-fraction"
+	}
+	k.Run(ctx)
+}
+
+// usersLogShare is what --log-disk-fraction lets all users' live logs hold
+// together: that share of the log directory's filesystem, 0 (no cap this
+// time) where its size cannot be read.
+func (d *Daemon) usersLogShare() int64 {
+	var st unix.Statfs_t
+	if err := unix.Statfs(d.cfg.LogDir, &st); err != nil {
+		d.log.Warn("--log-disk-fraction: the log directory's filesystem", zap.Error(err))
+		return 0
+	}
+	return int64(float64(st.Blocks) * float64(st.Frsize) * d.cfg.Limits.LogDiskFraction)
 }
 
 // usersLiveLogs lists the logs of non-root users' live processes.

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/logfile"
@@ -93,6 +94,77 @@ func TestRedTeamLogBudget(t *testing.T) {
 	for _, e := range cuts {
 		if u := e.ContextMap()["user"]; u != alice.Name {
 			t.Errorf("a cut of %v's logs; only %s's are over the budget", u, alice.Name)
+		}
+	}
+}
+
+// TestRedTeamLogDiskFraction: two users' live processes, each user within
+// --max-log-bytes-per-user, hold more than --log-disk-fraction of the log
+// directory's filesystem together (a tmpfs of 8 MiB here, half of it for
+// users: a share of 2.5 MiB each beside the other's 1.5 MiB). The daemon
+// empties the log of the user who holds the most, saying so there, and
+// leaves the other user's log and root's alone; every process runs on.
+func TestRedTeamLogDiskFraction(t *testing.T) {
+	const mib = 1 << 20
+	alice, bob := testutil.NewUser(t, "gslogf-a", "gslogf"), testutil.NewUser(t, "gslogf-b", "gslogf")
+	h := prepareHarness(t, func(c *config.Config) {
+		c.Group = alice.Group
+		c.LogMaxBytes, c.LogKeep = 4*mib, 1
+		c.Limits.LogMiBPerUser, c.Limits.LogDiskFraction = 1024, 0.5
+	})
+	if err := os.MkdirAll(h.cfg.LogDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", h.cfg.LogDir, "tmpfs", 0, "size=8m,mode=0700"); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(h.cfg.LogDir, unix.MNT_DETACH) })
+	core, warnings := observer.New(zap.WarnLevel)
+	h.opts = append(h.opts, WithLogger(zap.New(zapcore.NewTee(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Core(), core))))
+	h.start()
+
+	write := func(n int) []string {
+		return []string{"sh", "-c", "yes | head -c " + strconv.Itoa(n) + "; exec sleep 100000"}
+	}
+	h.mustCtl(alice, append([]string{"run", "--dir", "/", "a", "--"}, write(3*mib)...)...)
+	h.mustCtl(bob, append([]string{"run", "--dir", "/", "b", "--"}, write(3*mib/2)...)...)
+	h.run("r", write(mib)...)
+	procs := map[string]*api.Process{}
+	for _, name := range []string{"a", "b", "r"} {
+		p, err := h.client().Process(ctxT(t), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		procs[name] = p
+		pid := strconv.Itoa(p.PID)
+		waitFor(t, func() bool {
+			comm, _ := os.ReadFile("/proc/" + pid + "/comm")
+			return string(comm) == "sleep\n"
+		})
+	}
+	waitFor(t, func() bool { return logfile.Bytes(procs["a"].Log, h.cfg.LogKeep) < 3*mib })
+
+	for name, want := range map[string]int64{"b": 3 * mib / 2, "r": mib} {
+		if n := logfile.Bytes(procs[name].Log, h.cfg.LogKeep); n != want {
+			t.Errorf("%s's logs hold %d bytes, want the %d written: only the user who holds the most is cut", name, n, want)
+		}
+	}
+	if out := h.mustCtl(alice, "logs", "--lines", "-1", "a"); !strings.Contains(out, "gpusched: this log was emptied: the logs of all users' live processes held") ||
+		!strings.Contains(out, "over the daemon's --log-disk-fraction") {
+		t.Errorf("alice's log does not say why it was emptied:\n%.300s", out)
+	}
+	for name := range procs {
+		if p, err := h.client().Process(ctxT(t), name); err != nil || p.State != api.StateRunning {
+			t.Errorf("%s: %+v, %v; want running", name, p, err)
+		}
+	}
+	cuts := warnings.FilterMessage("cut the logs of a user's live processes, over --log-disk-fraction").All()
+	if len(cuts) == 0 {
+		t.Fatal("the daemon logged no cut")
+	}
+	for _, e := range cuts {
+		if u := e.ContextMap()["user"]; u != alice.Name {
+			t.Errorf("a cut of %v's logs; only %s holds more than their share", u, alice.Name)
 		}
 	}
 }

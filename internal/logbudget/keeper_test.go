@@ -73,3 +73,70 @@ func TestPassCutsEachUserApart(t *testing.T) {
 		t.Errorf("a second pass cut again: %+v", reports)
 	}
 }
+
+// TestPassCutsUsersTogether: three users' live logs, each within the
+// per-user budget, hold more than all may hold together. A pass cuts the
+// two who hold the most to equal shares (the largest log first), each
+// emptied log saying why, and leaves the one within its share alone; a
+// per-user budget below the share still applies.
+func TestPassCutsUsersTogether(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, n int) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(strings.Repeat("x", n)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	logs := []Log{
+		{UID: 1000, User: "alice", Name: "a", Path: write("a.log", 1000)},
+		{UID: 1001, User: "bob", Name: "b", Path: write("b.log", 5000)},
+		{UID: 1001, User: "bob", Name: "c", Path: write("c.log", 2000)},
+		{UID: 1002, User: "carol", Name: "d", Path: write("d.log", 4000)},
+	}
+	together := int64(7000) // a share of 3000 each for bob and carol
+	var reports []Report
+	k := Keeper{Budget: 10000, Keep: 1, Setting: "--max-log-bytes-per-user",
+		Together: func() int64 { return together }, TogetherSetting: "--log-disk-fraction",
+		Live: func() []Log { return logs }, Reports: func(r Report) { reports = append(reports, r) }}
+	k.Pass()
+
+	slices.SortFunc(reports, func(a, b Report) int { return strings.Compare(a.User, b.User) })
+	if len(reports) != 2 || reports[0].User != "bob" || reports[1].User != "carol" {
+		t.Fatalf("reports %+v, want bob's and carol's", reports)
+	}
+	for i, want := range []Report{
+		{User: "bob", Held: 7000, Over: "--log-disk-fraction", Budget: 3000, Emptied: []string{"b"}},
+		{User: "carol", Held: 4000, Over: "--log-disk-fraction", Budget: 3000, Emptied: []string{"d"}},
+	} {
+		if r := reports[i]; r.Held != want.Held || r.Over != want.Over || r.Budget != want.Budget || !slices.Equal(r.Emptied, want.Emptied) || r.Err != nil {
+			t.Errorf("report %+v, want %+v", r, want)
+		}
+	}
+	for path, want := range map[string]int64{"a.log": 1000, "c.log": 2000} {
+		if n := logfile.Bytes(filepath.Join(dir, path), 0); n != want {
+			t.Errorf("%s holds %d bytes, want %d (untouched)", path, n, want)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "b.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "gpusched: this log was emptied: the logs of all users' live processes held 12000 bytes, over the daemon's --log-disk-fraction (7000); bob's held 7000, cut to their share (3000)\n"; string(b) != want {
+		t.Errorf("b.log holds %q, want %q", b, want)
+	}
+
+	// A per-user budget below the share is the one that cuts.
+	write("b.log", 5000)
+	reports = nil
+	k.Budget, together = 4000, 100000
+	k.Pass()
+	if len(reports) != 1 || reports[0].User != "bob" || reports[0].Over != "--max-log-bytes-per-user" || reports[0].Budget != 4000 {
+		t.Errorf("reports %+v, want bob's, over --max-log-bytes-per-user", reports)
+	}
+	reports = nil
+	k.Pass()
+	if len(reports) != 0 {
+		t.Errorf("a pass within both cut again: %+v", reports)
+	}
+}
