@@ -115,6 +115,10 @@ type Limits struct {
 	// LogDiskFraction is the share of the log directory's filesystem the
 	// logs of all non-root users' live processes may hold together, 0..1.
 	LogDiskFraction float64
+	// KeepFinishedLogFraction is the share of the log directory's
+	// filesystem the logs of all users' exited processes kept may hold
+	// together, 0..1 (root included).
+	KeepFinishedLogFraction float64
 }
 
 // MetricsListenAddr is the host:port /metrics is served on: MetricsAddr,
@@ -217,23 +221,24 @@ func Default() Config {
 // real work, far below what takes the daemon or a GPU from everyone else.
 func DefaultLimits() Limits {
 	return Limits{
-		ConnsPerUser:       256,
-		MetricsConns:       4,
-		CPUPerUser:         0.1,
-		StreamsPerUser:     64,
-		ProcsPerUser:       256,
-		JobsPerUser:        10000,
-		JobMiBPerUser:      64,
-		LeasesPerUser:      16,
-		MaxPriority:        100,
-		LeaseMaxHold:       24 * time.Hour,
-		FillFraction:       0.5,
-		DiskFraction:       0.25,
-		KeepFinished:       500,
-		KeepFinishedFor:    7 * 24 * time.Hour,
-		KeepFinishedLogMiB: 4 << 10,
-		LogMiBPerUser:      8 << 10,
-		LogDiskFraction:    0.25,
+		ConnsPerUser:            256,
+		MetricsConns:            4,
+		CPUPerUser:              0.1,
+		StreamsPerUser:          64,
+		ProcsPerUser:            256,
+		JobsPerUser:             10000,
+		JobMiBPerUser:           64,
+		LeasesPerUser:           16,
+		MaxPriority:             100,
+		LeaseMaxHold:            24 * time.Hour,
+		FillFraction:            0.5,
+		DiskFraction:            0.25,
+		KeepFinished:            500,
+		KeepFinishedFor:         7 * 24 * time.Hour,
+		KeepFinishedLogMiB:      4 << 10,
+		LogMiBPerUser:           8 << 10,
+		LogDiskFraction:         0.25,
+		KeepFinishedLogFraction: 0.25,
 	}
 }
 
@@ -312,6 +317,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Var(mibFlag{&l.LogMiBPerUser}, "max-log-bytes-per-user", "what the logs of one non-root user's live processes may hold on disk together, e.g. 8G, checked each second; past it their rotated copies are removed, the oldest first, then their largest logs emptied (0: no cap)")
 	fs.Float64Var(&l.LogDiskFraction, "log-disk-fraction", l.LogDiskFraction, "share of the log directory's filesystem the logs of all non-root users' live processes may hold together, 0..1, checked each second; past it the users who hold the most are cut to equal shares, as by --max-log-bytes-per-user (0: no cap)")
 	fs.Var(mibFlag{&l.KeepFinishedLogMiB}, "keep-finished-log-bytes", "what the logs of one user's exited processes kept may hold on disk together, e.g. 4G; past it the oldest are removed with their logs (0: no cap)")
+	fs.Float64Var(&l.KeepFinishedLogFraction, "keep-finished-log-fraction", l.KeepFinishedLogFraction, "share of the log directory's filesystem the logs of all users' exited processes kept may hold together, 0..1; past it the users who hold the most lose their oldest first, to equal shares, as by --keep-finished-log-bytes (0: no cap)")
 	fs.StringVar(&c.CgroupRoot, "cgroup-root", c.CgroupRoot, "cgroup v2 directory under which each managed tree gets a cgroup whose cpu.weight follows its nice (default: the daemon's own cgroup, delegated by systemd; none: off)")
 	fs.StringVar(&c.UserCgroups, "user-cgroups", c.UserCgroups, "a user's own delegated cgroup v2 directory (%U: the uid), where a non-root user's trees go when it exists, the user owns it and (for user@UID.service) the user lingers, under their systemd limits (none: off)")
 	fs.Var(&listFlag{&c.BannedGPUs, func(s string) error {
@@ -463,6 +469,9 @@ func (l Limits) validate() []error {
 	}
 	if !(l.LogDiskFraction >= 0 && l.LogDiskFraction <= 1) {
 		errs = append(errs, fmt.Errorf("--log-disk-fraction %v: must be 0..1", l.LogDiskFraction))
+	}
+	if !(l.KeepFinishedLogFraction >= 0 && l.KeepFinishedLogFraction <= 1) {
+		errs = append(errs, fmt.Errorf("--keep-finished-log-fraction %v: must be 0..1", l.KeepFinishedLogFraction))
 	}
 	return errs
 }

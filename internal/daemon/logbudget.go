@@ -36,21 +36,22 @@ func (d *Daemon) runLogBudget(ctx context.Context) {
 		},
 	}
 	if l.LogDiskFraction > 0 {
-		k.Together, k.TogetherSetting = d.usersLogShare, "--log-disk-fraction"
+		k.Together = func() int64 { return d.logDirShare(l.LogDiskFraction, "--log-disk-fraction") }
+		k.TogetherSetting = "--log-disk-fraction"
 	}
 	k.Run(ctx)
 }
 
-// usersLogShare is what --log-disk-fraction lets all users' live logs hold
-// together: that share of the log directory's filesystem, 0 (no cap this
-// time) where its size cannot be read.
-func (d *Daemon) usersLogShare() int64 {
+// logDirShare is fraction of the log directory's filesystem (its size), as
+// setting lets logs hold it: 0 (no cap this time) where its size cannot be
+// read.
+func (d *Daemon) logDirShare(fraction float64, setting string) int64 {
 	var st unix.Statfs_t
 	if err := unix.Statfs(d.cfg.LogDir, &st); err != nil {
-		d.log.Warn("--log-disk-fraction: the log directory's filesystem", zap.Error(err))
+		d.log.Warn(setting+": the log directory's filesystem", zap.Error(err))
 		return 0
 	}
-	return int64(float64(st.Blocks) * float64(st.Frsize) * d.cfg.Limits.LogDiskFraction)
+	return int64(float64(st.Blocks) * float64(st.Frsize) * fraction)
 }
 
 // usersLiveLogs lists the logs of non-root users' live processes.

@@ -112,13 +112,7 @@ func TestRedTeamLogDiskFraction(t *testing.T) {
 		c.LogMaxBytes, c.LogKeep = 4*mib, 1
 		c.Limits.LogMiBPerUser, c.Limits.LogDiskFraction = 1024, 0.5
 	})
-	if err := os.MkdirAll(h.cfg.LogDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", h.cfg.LogDir, "tmpfs", 0, "size=8m,mode=0700"); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(h.cfg.LogDir, unix.MNT_DETACH) })
+	h.smallLogDir()
 	core, warnings := observer.New(zap.WarnLevel)
 	h.opts = append(h.opts, WithLogger(zap.New(zapcore.NewTee(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Core(), core))))
 	h.start()
@@ -167,4 +161,18 @@ func TestRedTeamLogDiskFraction(t *testing.T) {
 			t.Errorf("a cut of %v's logs; only %s holds more than their share", u, alice.Name)
 		}
 	}
+}
+
+// smallLogDir mounts a tmpfs of 8 MiB on the log directory until the test
+// ends, so that shares of its filesystem are a few MiB; the daemon is not
+// started yet.
+func (h *harness) smallLogDir() {
+	h.t.Helper()
+	if err := os.MkdirAll(h.cfg.LogDir, 0o700); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", h.cfg.LogDir, "tmpfs", 0, "size=8m,mode=0700"); err != nil {
+		h.t.Skipf("cannot mount a tmpfs: %v", err)
+	}
+	h.t.Cleanup(func() { _ = unix.Unmount(h.cfg.LogDir, unix.MNT_DETACH) })
 }

@@ -20,12 +20,14 @@ const retentionMaxWait = time.Hour
 
 // runRetention forgets finished history past --keep-finished,
 // --keep-finished-for and --keep-finished-log-bytes, each user's counted
-// apart, until ctx ends: at start,
+// apart, and past --keep-finished-log-fraction, all users' together, until
+// ctx ends: at start,
 // after every kick (a process exited, a job finished) and when the next
 // record comes due for its age.
 func (d *Daemon) runRetention(ctx context.Context) {
-	p := retention.Policy{Keep: d.cfg.Limits.KeepFinished, For: d.cfg.Limits.KeepFinishedFor, Bytes: int64(d.cfg.Limits.KeepFinishedLogMiB) << 20}
-	if p.Off() {
+	l := d.cfg.Limits
+	p := retention.Policy{Keep: l.KeepFinished, For: l.KeepFinishedFor, Bytes: int64(l.KeepFinishedLogMiB) << 20}
+	if p.Off() && l.KeepFinishedLogFraction == 0 {
 		return
 	}
 	sizes := logSizes{}
@@ -39,6 +41,9 @@ func (d *Daemon) runRetention(ctx context.Context) {
 		case <-t.C:
 		}
 		now := time.Now()
+		if l.KeepFinishedLogFraction > 0 {
+			p.Together = d.logDirShare(l.KeepFinishedLogFraction, "--keep-finished-log-fraction")
+		}
 		next := earliest(d.retainProcs(ctx, p, sizes, now), d.retainJobs(p, now))
 		wait := retentionMaxWait
 		if !next.IsZero() {
@@ -82,7 +87,7 @@ func (d *Daemon) retainProcs(ctx context.Context, p retention.Policy, sizes logS
 			ended = r.CreatedAt
 		}
 		items[i] = retention.Item{UID: r.Owner.UID, Ended: ended}
-		if p.Bytes > 0 {
+		if p.Bytes > 0 || p.Together > 0 {
 			n, ok := sizes[r.ID]
 			if !ok {
 				n = logfile.Bytes(r.LogPath, d.cfg.LogKeep)

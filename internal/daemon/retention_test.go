@@ -173,6 +173,42 @@ func TestRetentionByLogBytesPerUser(t *testing.T) {
 	}
 }
 
+// TestRetentionByLogFraction: with --keep-finished-log-fraction 0.5 of a
+// log directory of 8 MiB, all users' exited processes keep 4 MiB of logs
+// together: alice's two of 1.5 MiB beside bob's one are past it, so alice,
+// who holds the most, loses her older one with its log, down to an equal
+// share; bob's stays.
+func TestRetentionByLogFraction(t *testing.T) {
+	const mib = 1 << 20
+	alice, bob := testutil.NewUser(t, retAlice, retGroup), testutil.NewUser(t, retBob, retGroup)
+	h := prepareHarness(t, func(c *config.Config) {
+		c.Group = retGroup
+		c.Limits.KeepFinished, c.Limits.KeepFinishedFor, c.Limits.KeepFinishedLogMiB = 0, 0, 1024
+		c.Limits.KeepFinishedLogFraction, c.Limits.LogDiskFraction = 0.5, 0
+	})
+	h.smallLogDir()
+	h.start()
+	removed := h.watchRemovals()
+	write := func(u testutil.User, name string) {
+		t.Helper()
+		h.mustCtl(u, "run", "--dir", "/", name, "--", "sh", "-c", "yes | head -c "+strconv.Itoa(3*mib/2))
+		h.waitExit(name)
+	}
+	write(bob, "b1")
+	write(alice, "a1")
+	write(alice, "a2")
+	e := awaitRemoved(t, removed, api.EventRemoved, "a1")["a1"]
+	if e.Reason != api.RemovedByRetention || e.Process == nil {
+		t.Fatalf("removal of a1: reason %q, process %v; want reason %q with the process", e.Reason, e.Process, api.RemovedByRetention)
+	}
+	if _, err := os.Stat(e.Process.Log); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a1's log %s is still there (%v)", e.Process.Log, err)
+	}
+	if names, want := h.psNames(api.PSParams{}), []string{"a2", "b1"}; !slices.Equal(names, want) {
+		t.Errorf("left %v, want %v", names, want)
+	}
+}
+
 // TestRetentionJobsPerUser: finished jobs are kept per user apart from
 // processes; the older goes, and job NAME no longer finds it.
 func TestRetentionJobsPerUser(t *testing.T) {

@@ -4,7 +4,7 @@
 // past the budget, the user's rotated copies go first, the oldest first,
 // then the user's largest logs are emptied in place with a line saying why.
 // What all users' live logs hold together may be held too: past it each
-// user is cut to an equal share ([Level]), the largest holders first.
-// [Select] and [Level] decide, pure; a [Keeper] reads the sizes and cuts,
-// once a tick.
+// user is cut to an equal share (fairshare.Level), the largest holders
+// first. [Select] decides, pure; a [Keeper] reads the sizes and cuts, once
+// a tick.
 package logbudget

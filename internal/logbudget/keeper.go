@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/gpusched/gpusched/internal/fairshare"
 	"github.com/gpusched/gpusched/internal/logfile"
 )
 
@@ -40,7 +41,7 @@ type Keeper struct {
 	Setting string // the budget's name, for the line left in an emptied log
 	// Together, when set, is what the live logs of all users may hold
 	// together, read at each pass (0: no cap then). Past it each user is
-	// cut to an equal share (Level) where that is below Budget: those who
+	// cut to an equal share (fairshare.Level) where that is below Budget: those who
 	// hold the most first, those within their share not at all.
 	Together        func() int64
 	TogetherSetting string
@@ -111,7 +112,7 @@ func (k Keeper) Pass() {
 	}
 }
 
-// level is each user's share of what all may hold together (Level of what
+// level is each user's share of what all may hold together (fairshare.Level of what
 // each will hold within budget), what that is, and what all hold now:
 // math.MaxInt64 as the share where there is no cap or all are within it.
 func (k Keeper) level(budget int64, byUser map[uint32]*userLogs) (level, together, all int64) {
@@ -126,7 +127,7 @@ func (k Keeper) level(budget int64, byUser map[uint32]*userLogs) (level, togethe
 		held = append(held, min(u.held, budget))
 		all += u.held
 	}
-	return Level(together, held), together, all
+	return fairshare.Level(together, held), together, all
 }
 
 // cut removes or empties what Select picks of u's files (read again: a

@@ -2,7 +2,6 @@ package logbudget
 
 import (
 	"cmp"
-	"math"
 	"slices"
 	"time"
 )
@@ -54,20 +53,4 @@ func Select(budget int64, files []File) []File {
 		held -= f.Bytes
 	}
 	return cut
-}
-
-// Level is the most each holder may keep so that all of held together
-// come to at most total: equal shares, so that those who hold the most are
-// cut first and those below the level not at all (max-min fairness).
-// math.MaxInt64 when they are within total.
-func Level(total int64, held []int64) int64 {
-	sorted := slices.Sorted(slices.Values(held))
-	left := total
-	for i, h := range sorted {
-		if share := left / int64(len(sorted)-i); h > share {
-			return share
-		}
-		left -= h
-	}
-	return math.MaxInt64
 }

@@ -2,8 +2,11 @@ package retention
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"time"
+
+	"github.com/gpusched/gpusched/internal/fairshare"
 )
 
 // Policy is how much finished history to keep. A zero field turns its
@@ -12,10 +15,25 @@ type Policy struct {
 	Keep  int           // records kept per user, the newest
 	For   time.Duration // how long after its end a record is kept
 	Bytes int64         // what the records kept per user hold on disk together, the newest first
+	// Together is what the records kept of all users hold on disk
+	// together: past it each user keeps an equal share (fairshare.Level)
+	// where that is below Bytes, the newest first, so that those who
+	// hold the most lose their oldest first.
+	Together int64
 }
 
 // Off reports whether the policy removes nothing.
-func (p Policy) Off() bool { return p.Keep <= 0 && p.For <= 0 && p.Bytes <= 0 }
+func (p Policy) Off() bool { return p.Keep <= 0 && p.For <= 0 && p.Bytes <= 0 && p.Together <= 0 }
+
+// bytes is what one user's records may hold: Bytes, or less where their
+// share of Together is; math.MaxInt64 for no cap.
+func (p Policy) bytes(share int64) int64 {
+	limit := int64(math.MaxInt64)
+	if p.Bytes > 0 {
+		limit = p.Bytes
+	}
+	return min(limit, share)
+}
 
 // Item is one finished record.
 type Item struct {
@@ -39,7 +57,7 @@ func Select(now time.Time, p Policy, items []Item) (drop []int, next time.Time) 
 		byUser[it.UID] = append(byUser[it.UID], i)
 	}
 	gone := make([]bool, len(items))
-	if p.Keep > 0 || p.Bytes > 0 {
+	if p.Keep > 0 || p.Bytes > 0 || p.Together > 0 {
 		for _, idx := range byUser {
 			// Newest first; of equal ends, the later given.
 			slices.SortFunc(idx, func(a, b int) int {
@@ -48,10 +66,17 @@ func Select(now time.Time, p Policy, items []Item) (drop []int, next time.Time) 
 				}
 				return cmp.Compare(b, a)
 			})
+		}
+		share := int64(math.MaxInt64)
+		if p.Together > 0 {
+			share = fairshare.Level(p.Together, keptBytes(p, items, byUser))
+		}
+		limit := p.bytes(share)
+		for _, idx := range byUser {
 			var held int64
 			for n, i := range idx {
 				held += items[i].Bytes
-				gone[i] = p.Keep > 0 && n >= p.Keep || p.Bytes > 0 && held > p.Bytes
+				gone[i] = p.Keep > 0 && n >= p.Keep || held > limit
 			}
 		}
 	}
@@ -72,4 +97,22 @@ func Select(now time.Time, p Policy, items []Item) (drop []int, next time.Time) 
 		}
 	}
 	return drop, next
+}
+
+// keptBytes is what each user's records that Keep and Bytes keep hold
+// (byUser's lists newest first).
+func keptBytes(p Policy, items []Item, byUser map[uint32][]int) []int64 {
+	limit := p.bytes(math.MaxInt64)
+	held := make([]int64, 0, len(byUser))
+	for _, idx := range byUser {
+		var kept int64
+		for n, i := range idx {
+			if p.Keep > 0 && n >= p.Keep || kept+items[i].Bytes > limit {
+				break
+			}
+			kept += items[i].Bytes
+		}
+		held = append(held, kept)
+	}
+	return held
 }

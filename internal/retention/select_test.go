@@ -52,6 +52,20 @@ func TestSelect(t *testing.T) {
 		{name: "bytes and count together", p: Policy{Keep: 1, Bytes: 100},
 			items: []Item{{alice, ago(time.Hour), 0}, {alice, ago(2 * time.Hour), 0}, {bob, ago(time.Hour), 70}, {bob, ago(2 * time.Hour), 70}},
 			drop:  []int{1, 3}},
+		{name: "together: the one holding the most loses their oldest, to an equal share", p: Policy{Together: 100},
+			items: []Item{{alice, ago(time.Hour), 60}, {alice, ago(2 * time.Hour), 50}, {bob, ago(3 * time.Hour), 30}},
+			drop:  []int{1}},
+		{name: "together: within it nothing goes", p: Policy{Together: 140},
+			items: []Item{{alice, ago(time.Hour), 60}, {alice, ago(2 * time.Hour), 50}, {bob, ago(3 * time.Hour), 30}}},
+		{name: "together: root is counted and held too", p: Policy{Together: 100},
+			items: []Item{{root, ago(time.Hour), 60}, {root, ago(2 * time.Hour), 50}, {bob, ago(3 * time.Hour), 30}},
+			drop:  []int{1}},
+		{name: "together: a per-user cap below the share", p: Policy{Bytes: 50, Together: 1000},
+			items: []Item{{alice, ago(time.Hour), 40}, {alice, ago(2 * time.Hour), 40}, {bob, ago(time.Hour), 10}},
+			drop:  []int{1}},
+		{name: "together: shares of what the count keeps", p: Policy{Keep: 1, Together: 50},
+			items: []Item{{alice, ago(time.Hour), 40}, {alice, ago(2 * time.Hour), 40}, {bob, ago(time.Hour), 20}},
+			drop:  []int{0, 1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
