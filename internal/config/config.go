@@ -53,6 +53,7 @@ type Config struct {
 	CRIU          string        // criu binary or wrapper; "" = the install script's, else PATH; "none" = no disk tier
 	SnapshotDir   string        // snapshot images (0700); "" = <StateDir>/snapshots
 	DiskBudgetMiB uint64        // disk snapshots may take; 0 = unlimited
+	DiskKeepFree  float64       // share of the snapshot directory's filesystem no dump may fill, 0..1
 	CRIUTimeout   time.Duration // deadline of one CRIU dump or restore
 	MaxChain      int           // incremental dumps on one full one before the next is full
 	LazyRestore   bool          // thaw from disk lazily (userfaultfd, our lazy-pages server) where the kernel allows
@@ -200,6 +201,7 @@ func Default() Config {
 		CRIUTimeout:   10 * time.Minute,
 		MaxChain:      4,
 		StreamRestore: true,
+		DiskKeepFree:  0.1,
 
 		JobMarginMiB: 512,
 		SpikeBuffer:  0.1,
@@ -280,6 +282,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.CRIU, "criu", c.CRIU, "CRIU binary for the disk tier (default: "+PrivateCRIU+" when installed, else criu on PATH; none: no disk tier)")
 	fs.StringVar(&c.SnapshotDir, "snapshot-dir", c.SnapshotDir, "directory for snapshot images, root only, 0700 (default: <state-dir>/snapshots)")
 	fs.Var(mibFlag{&c.DiskBudgetMiB}, "disk-budget", "disk space snapshots may take, e.g. 500G (0: unlimited)")
+	fs.Float64Var(&c.DiskKeepFree, "disk-keep-free", c.DiskKeepFree, "share of the snapshot directory's filesystem no dump may fill, 0..1: a hibernate that would leave less of it free is refused before it starts, and a dump stops writing there (0: none)")
 	fs.DurationVar(&c.CRIUTimeout, "criu-timeout", c.CRIUTimeout, "deadline of each CRIU dump or restore")
 	fs.IntVar(&c.MaxChain, "max-chain", c.MaxChain, "incremental hibernates on top of one full image before the next is full again")
 	fs.BoolVar(&c.StreamRestore, "stream-restore", c.StreamRestore, "a thaw from disk that is not lazy still takes its memory from our lazy-pages server (userfaultfd, O_DIRECT reads, no page cache) where the kernel allows, and the process resumes once all of it is in; false: CRIU reads the pages itself")
@@ -407,6 +410,7 @@ func (c Config) Validate() error {
 	check(c.CRIUTimeout >= time.Second, "--criu-timeout %v: must be at least 1s", c.CRIUTimeout)
 	check(c.MaxChain >= 0 && c.MaxChain <= 64, "--max-chain %d: must be 0..64", c.MaxChain)
 	check(c.SpikeBuffer >= 0 && c.SpikeBuffer <= 10, "--spike-buffer %v: must be 0..10", c.SpikeBuffer)
+	check(c.DiskKeepFree >= 0 && c.DiskKeepFree <= 1, "--disk-keep-free %v: must be 0..1", c.DiskKeepFree)
 	check(c.AgingStep >= 0 && c.StarveAfter >= 0, "--aging-step/--starve-after: must not be negative")
 	check(c.JobKillGrace > 0, "--job-kill-grace %v: must be positive", c.JobKillGrace)
 	check(c.MaxUtilPercent >= 0 && c.MaxUtilPercent <= 100, "--max-util %d: must be 0..100", c.MaxUtilPercent)

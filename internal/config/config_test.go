@@ -67,6 +67,7 @@ func TestValidate(t *testing.T) {
 		{[]string{"--log-disk-fraction", "1.5"}, "--log-disk-fraction 1.5: must be 0..1"},
 		{[]string{"--log-disk-fraction", "NaN"}, "--log-disk-fraction NaN: must be 0..1"},
 		{[]string{"--keep-finished-log-fraction", "-0.5"}, "--keep-finished-log-fraction -0.5: must be 0..1"},
+		{[]string{"--disk-keep-free", "2"}, "--disk-keep-free 2: must be 0..1"},
 		{[]string{"--daemon-cpus", "1-0"}, `--daemon-cpus "1-0": range "1-0" runs backwards`},
 		{[]string{"--daemon-cpus", "x"}, `--daemon-cpus "x": "x" is not a CPU number`},
 		{[]string{"--daemon-cpus", "4096"}, `--daemon-cpus "4096": CPU 4096: past the last one`},

@@ -139,8 +139,9 @@ func treeBytes(initPID int) uint64 {
 const reclaimTimeout = 30 * time.Second
 
 // diskRoom checks that a dump of about est bytes of owner's tree fits
-// owner's share of the snapshot disk and the disk budget, once retired
-// snapshots that count in it are removed.
+// owner's share of the snapshot disk, the disk budget and what the
+// filesystem has above --disk-keep-free, once retired snapshots that count
+// in them are removed.
 func (d *Daemon) diskRoom(what string, owner proctable.Owner, est uint64) error {
 	if share := d.userDiskShare(owner.UID); share > 0 {
 		if used := d.snaps.BytesOf(owner.UID); used+est > share {
@@ -149,21 +150,47 @@ func (d *Daemon) diskRoom(what string, owner proctable.Owner, est uint64) error 
 		}
 	}
 	budget := d.cfg.DiskBudgetMiB << 20
-	if budget == 0 {
-		return nil
-	}
-	if d.snaps.Bytes()+est > budget {
+	overBudget := func() bool { return budget > 0 && d.snaps.Bytes()+est > budget }
+	overFloor := func() bool { room, _, _, ok := d.diskAboveFloor(); return ok && est > room }
+	if overBudget() || overFloor() {
 		ctx, cancel := context.WithTimeout(context.Background(), reclaimTimeout)
 		if err := d.snaps.Reclaim(ctx); err != nil {
 			d.log.Warn("retired snapshots still being removed", zap.Duration("after", reclaimTimeout))
 		}
 		cancel()
 	}
-	if used := d.snaps.Bytes(); used+est > budget {
+	if overBudget() {
 		return api.Errorf(api.CodeResourceExhausted, "%s needs about %d MiB of disk; snapshots take %d MiB of the %d MiB --disk-budget: delete snapshots or kill hibernated processes",
-			what, est>>20, used>>20, budget>>20)
+			what, est>>20, d.snaps.Bytes()>>20, budget>>20)
+	}
+	if room, free, floor, ok := d.diskAboveFloor(); ok && est > room {
+		return api.Errorf(api.CodeResourceExhausted, "%s needs about %d MiB of disk; the filesystem of %s has %d MiB free and keeps %d MiB of it free (--%s %g): delete snapshots or kill hibernated processes",
+			what, est>>20, d.cfg.Snapshots(), free>>20, floor>>20, flagDiskKeepFree, d.cfg.DiskKeepFree)
 	}
 	return nil
+}
+
+// --disk-keep-free: the share of the snapshot directory's filesystem no
+// dump may fill, so that hibernated processes (anyone's, the daemon's own
+// evictions too) never fill the disk they share with the host, root's by
+// default, whatever else is on it.
+const flagDiskKeepFree = "disk-keep-free"
+
+// diskAboveFloor is what dumps may still write on the snapshot directory's
+// filesystem: what is free there to unprivileged writers (root's reserve
+// kept too) less --disk-keep-free of its size; with the free space and the
+// floor. ok false where there is no floor or the filesystem cannot be read.
+func (d *Daemon) diskAboveFloor() (room, free, floor uint64, ok bool) {
+	if d.cfg.DiskKeepFree <= 0 {
+		return 0, 0, 0, false
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(d.cfg.Snapshots(), &st); err != nil {
+		return 0, 0, 0, false
+	}
+	free = st.Bavail * uint64(st.Bsize)
+	floor = uint64(d.cfg.DiskKeepFree * float64(st.Blocks*uint64(st.Bsize)))
+	return free - min(free, floor), free, floor, true
 }
 
 // --user-disk-fraction: the share of the snapshot disk one non-root user's
@@ -198,12 +225,15 @@ func (d *Daemon) diskShareOf() string {
 }
 
 // dumpRoom is what a dump of uid's tree may write: what is left of the
-// disk budget and of uid's share, the smaller; ok false where neither
-// bounds it.
+// disk budget, of uid's share and of the filesystem above --disk-keep-free,
+// the smallest; ok false where none bounds it.
 func (d *Daemon) dumpRoom(uid uint32) (room uint64, ok bool) {
 	left := func(cap, used uint64) uint64 { return cap - min(cap, used) }
 	if budget := d.cfg.DiskBudgetMiB << 20; budget > 0 {
 		room, ok = left(budget, d.snaps.Bytes()), true
+	}
+	if above, _, _, floored := d.diskAboveFloor(); floored && (!ok || above < room) {
+		room, ok = above, true
 	}
 	if share := d.userDiskShare(uid); share > 0 {
 		if mine := left(share, d.snaps.BytesOf(uid)); !ok || mine < room {

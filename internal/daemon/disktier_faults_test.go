@@ -14,10 +14,12 @@ import (
 
 // TestDiskFullKeepsProcessFrozen hibernates into a 16 MiB tmpfs a process
 // that needs more: it stays frozen in RAM with its memory intact, no
-// partial image is left, and a thaw brings it back.
+// partial image is left, and a thaw brings it back. No --disk-keep-free:
+// the dump itself runs out of room, as when something else fills the disk
+// meanwhile.
 func TestDiskFullKeepsProcessFrozen(t *testing.T) {
 	snapDir := testutil.Tmpfs(t, "disk-full", "16m")
-	h := newDiskHarness(t, config.DriverCLI, func(c *config.Config) { c.SnapshotDir = snapDir })
+	h := newDiskHarness(t, config.DriverCLI, func(c *config.Config) { c.SnapshotDir, c.DiskKeepFree = snapDir, 0 })
 	c := h.client()
 	h.memJob("job", 256, 64)
 	ticks := h.lastTick("job")
@@ -59,6 +61,40 @@ func TestDiskBudgetRefusesBeforeDumping(t *testing.T) {
 	h.verifyContinued("job", ticks)
 	if snaps, _ := c.Snapshots(ctxT(t), api.SnapshotsParams{}); len(snaps.Snapshots) != 0 {
 		t.Fatalf("snapshots: %+v", snaps.Snapshots)
+	}
+}
+
+// TestDiskKeepFreeRefusesBeforeDumping: with --disk-keep-free 0.5 of a
+// snapshot filesystem of 256 MiB, a real user's hibernate of a tree of
+// 160 MiB is refused before anything is frozen or written, naming the
+// setting, and the process runs on; root's of 16 MiB goes through. Without
+// the floor the first fits on the filesystem and is dumped.
+func TestDiskKeepFreeRefusesBeforeDumping(t *testing.T) {
+	u := testutil.NewUser(t, "gskeepf1", "gskeepf")
+	snapDir := testutil.Tmpfs(t, "disk-keep-free", "256m")
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) {
+		c.Group, c.SnapshotDir, c.DiskKeepFree = "gskeepf", snapDir, 0.5
+		c.Limits.DiskFraction = 0 // the user's own share is another test's
+	})
+	if _, errOut, code := h.ctlAs(u, "run", "big", "--gpu", "0", "--", h.bins.SimJob, "--vram", "64", "--host-mem", "160", "--tick", "0.02"); code != 0 {
+		t.Fatalf("run big: %s", errOut)
+	}
+	h.followCount("big", "tick 3", 1)
+	ticks := h.lastTick("big")
+	_, errOut, code := h.ctlAs(u, "hibernate", "big")
+	if want := "MiB of it free (--disk-keep-free 0.5): delete snapshots or kill hibernated processes"; code == 0 || !strings.Contains(errOut, want) {
+		t.Fatalf("a hibernate past the floor: exit %d, %q; want a refusal saying %q", code, errOut, want)
+	}
+	if p := h.proc("big"); p.State != api.StateRunning || p.Snapshot != "" {
+		t.Fatalf("the refused process: %s, snapshot %q; want it running as before", p.State, p.Snapshot)
+	}
+	h.verifyContinued("big", ticks)
+	if left, _ := os.ReadDir(snapDir); len(left) != 0 {
+		t.Fatalf("the refused hibernate left %v", left)
+	}
+	h.memJob("small", 64, 16)
+	if _, err := h.client().Hibernate(ctxT(t), api.HibernateParams{Name: "small"}); err != nil {
+		t.Fatalf("a hibernate within the floor: %v", err)
 	}
 }
 

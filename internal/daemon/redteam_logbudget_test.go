@@ -10,7 +10,6 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
-	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/logfile"
@@ -111,8 +110,8 @@ func TestRedTeamLogDiskFraction(t *testing.T) {
 		c.Group = alice.Group
 		c.LogMaxBytes, c.LogKeep = 4*mib, 1
 		c.Limits.LogMiBPerUser, c.Limits.LogDiskFraction = 1024, 0.5
+		c.LogDir = testutil.Tmpfs(t, "log-fraction-live", "8m")
 	})
-	h.smallLogDir()
 	core, warnings := observer.New(zap.WarnLevel)
 	h.opts = append(h.opts, WithLogger(zap.New(zapcore.NewTee(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Core(), core))))
 	h.start()
@@ -161,18 +160,4 @@ func TestRedTeamLogDiskFraction(t *testing.T) {
 			t.Errorf("a cut of %v's logs; only %s holds more than their share", u, alice.Name)
 		}
 	}
-}
-
-// smallLogDir mounts a tmpfs of 8 MiB on the log directory until the test
-// ends, so that shares of its filesystem are a few MiB; the daemon is not
-// started yet.
-func (h *harness) smallLogDir() {
-	h.t.Helper()
-	if err := os.MkdirAll(h.cfg.LogDir, 0o700); err != nil {
-		h.t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", h.cfg.LogDir, "tmpfs", 0, "size=8m,mode=0700"); err != nil {
-		h.t.Skipf("cannot mount a tmpfs: %v", err)
-	}
-	h.t.Cleanup(func() { _ = unix.Unmount(h.cfg.LogDir, unix.MNT_DETACH) })
 }

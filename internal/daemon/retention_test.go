@@ -185,8 +185,8 @@ func TestRetentionByLogFraction(t *testing.T) {
 		c.Group = retGroup
 		c.Limits.KeepFinished, c.Limits.KeepFinishedFor, c.Limits.KeepFinishedLogMiB = 0, 0, 1024
 		c.Limits.KeepFinishedLogFraction, c.Limits.LogDiskFraction = 0.5, 0
+		c.LogDir = testutil.Tmpfs(t, "log-fraction-exited", "8m")
 	})
-	h.smallLogDir()
 	h.start()
 	removed := h.watchRemovals()
 	write := func(u testutil.User, name string) {
