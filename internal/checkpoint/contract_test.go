@@ -519,6 +519,13 @@ func contractDeadline(t *testing.T, newH newDriverHarness) {
 // fakeProcs lists the live processes whose argv[0] is link.
 func fakeProcs(t *testing.T, link string) []int {
 	t.Helper()
+	return pidsWhere(t, func(_ int, argv []string) bool { return len(argv) > 0 && argv[0] == link })
+}
+
+// pidsWhere lists the live processes that match says are wanted, given
+// each one's pid and command line.
+func pidsWhere(t *testing.T, match func(pid int, argv []string) bool) []int {
+	t.Helper()
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		t.Fatal(err)
@@ -530,7 +537,7 @@ func fakeProcs(t *testing.T, link string) []int {
 			continue
 		}
 		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && strings.HasPrefix(string(cmdline), link+"\x00") {
+		if err == nil && match(pid, strings.Split(string(cmdline), "\x00")) {
 			pids = append(pids, pid)
 		}
 	}

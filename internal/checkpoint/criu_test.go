@@ -434,22 +434,10 @@ func TestCRIUDumpWorkerOnTreeCPUs(t *testing.T) {
 // loader, whose name the process then has).
 func swrkChild(t *testing.T) int {
 	t.Helper()
-	dirs, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var found []int
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
+	found := pidsWhere(t, func(pid int, argv []string) bool {
 		st, err := procfs.ReadStat(pid)
-		args, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err == nil && st.PPID == os.Getpid() && slices.Contains(strings.Split(string(args), "\x00"), "swrk") {
-			found = append(found, pid)
-		}
-	}
+		return err == nil && st.PPID == os.Getpid() && slices.Contains(argv, "swrk")
+	})
 	if len(found) != 1 {
 		t.Fatalf("CRIU workers among this process's children: %v, want one", found)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -129,6 +130,9 @@ func TestRedTeamStoppedProcessFailsFreezeAtOnce(t *testing.T) {
 	pid := h.cudaPIDs("theirs")[0]
 	shAs(t, u, "kill -STOP "+strconv.Itoa(pid))
 	t.Cleanup(func() { shAs(t, u, "kill -CONT "+strconv.Itoa(pid)) })
+	// The stop lands once the process next runs: asked before, the freeze
+	// would find it running and be caught mid-call (TestRedTeamStoppedMidFreeze).
+	waitFor(t, func() bool { st, err := procfs.ReadStat(pid); return err == nil && st.State == 'T' })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	_, err := h.client().Freeze(ctx, api.FreezeParams{Name: "theirs"})

@@ -86,15 +86,7 @@ func TestRedTeamLogBudget(t *testing.T) {
 			t.Errorf("%s is %s, want running", name, p.State)
 		}
 	}
-	cuts := warnings.FilterMessage("cut the logs of a user's live processes, over --max-log-bytes-per-user").All()
-	if len(cuts) == 0 {
-		t.Fatal("the daemon logged no cut")
-	}
-	for _, e := range cuts {
-		if u := e.ContextMap()["user"]; u != alice.Name {
-			t.Errorf("a cut of %v's logs; only %s's are over the budget", u, alice.Name)
-		}
-	}
+	wantCutsOf(t, warnings, "--max-log-bytes-per-user", alice.Name)
 }
 
 // TestRedTeamLogDiskFraction: two users' live processes, each user within
@@ -151,13 +143,20 @@ func TestRedTeamLogDiskFraction(t *testing.T) {
 			t.Errorf("%s: %+v, %v; want running", name, p, err)
 		}
 	}
-	cuts := warnings.FilterMessage("cut the logs of a user's live processes, over --log-disk-fraction").All()
+	wantCutsOf(t, warnings, "--log-disk-fraction", alice.Name)
+}
+
+// wantCutsOf checks that the daemon logged cuts of live logs over setting,
+// and of user's alone.
+func wantCutsOf(t *testing.T, warnings *observer.ObservedLogs, setting, user string) {
+	t.Helper()
+	cuts := warnings.FilterMessage("cut the logs of a user's live processes, over " + setting).All()
 	if len(cuts) == 0 {
-		t.Fatal("the daemon logged no cut")
+		t.Fatalf("the daemon logged no cut over %s", setting)
 	}
 	for _, e := range cuts {
-		if u := e.ContextMap()["user"]; u != alice.Name {
-			t.Errorf("a cut of %v's logs; only %s holds more than their share", u, alice.Name)
+		if u := e.ContextMap()["user"]; u != user {
+			t.Errorf("a cut of %v's logs over %s; only %s's are over it", u, setting, user)
 		}
 	}
 }
