@@ -36,22 +36,29 @@ func (d *Daemon) runLogBudget(ctx context.Context) {
 		},
 	}
 	if l.LogDiskFraction > 0 {
-		k.Together = func() int64 { return d.logDirShare(l.LogDiskFraction, "--log-disk-fraction") }
+		k.Together = d.logDirShare(l.LogDiskFraction, "--log-disk-fraction")
 		k.TogetherSetting = "--log-disk-fraction"
 	}
 	k.Run(ctx)
 }
 
-// logDirShare is fraction of the log directory's filesystem (its size), as
-// setting lets logs hold it: 0 (no cap this time) where its size cannot be
-// read.
-func (d *Daemon) logDirShare(fraction float64, setting string) int64 {
-	var st unix.Statfs_t
-	if err := unix.Statfs(d.cfg.LogDir, &st); err != nil {
-		d.log.Warn(setting+": the log directory's filesystem", zap.Error(err))
-		return 0
+// logDirShare reads, at each call, fraction of the log directory's
+// filesystem (its size), as setting lets logs hold it: 0 (no cap this
+// time) where its size cannot be read, which it warns of once until it
+// can be again. Each call of it is one caller's.
+func (d *Daemon) logDirShare(fraction float64, setting string) func() int64 {
+	failing := false
+	return func() int64 {
+		var st unix.Statfs_t
+		err := unix.Statfs(d.cfg.LogDir, &st)
+		if err != nil && !failing {
+			d.log.Warn(setting+": the size of the log directory's filesystem cannot be read; not held to it until it can", zap.Error(err))
+		}
+		if failing = err != nil; failing {
+			return 0
+		}
+		return int64(float64(st.Blocks) * float64(st.Frsize) * fraction)
 	}
-	return int64(float64(st.Blocks) * float64(st.Frsize) * fraction)
 }
 
 // usersLiveLogs lists the logs of non-root users' live processes.

@@ -31,6 +31,10 @@ func (d *Daemon) runRetention(ctx context.Context) {
 		return
 	}
 	sizes := logSizes{}
+	together := func() int64 { return 0 }
+	if l.KeepFinishedLogFraction > 0 {
+		together = d.logDirShare(l.KeepFinishedLogFraction, "--keep-finished-log-fraction")
+	}
 	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -41,9 +45,7 @@ func (d *Daemon) runRetention(ctx context.Context) {
 		case <-t.C:
 		}
 		now := time.Now()
-		if l.KeepFinishedLogFraction > 0 {
-			p.Together = d.logDirShare(l.KeepFinishedLogFraction, "--keep-finished-log-fraction")
-		}
+		p.Together = together()
 		next := earliest(d.retainProcs(ctx, p, sizes, now), d.retainJobs(p, now))
 		wait := retentionMaxWait
 		if !next.IsZero() {
