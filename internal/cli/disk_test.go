@@ -287,7 +287,9 @@ func TestStatusDiskTier(t *testing.T) {
 		st   api.Status
 		want string
 	}{
-		{api.Status{CRIU: "4.1.1"}, "disk tier:   criu 4.1.1, snapshots 0 B (budget unlimited)\n"},
+		{api.Status{CRIU: "4.1.1"}, "disk tier:   criu 4.1.1, snapshots 0 B (budget unlimited), 0 B free on its disk\n"},
+		{api.Status{CRIU: "4.1.1", DiskBytes: 3 << 20, DiskFree: 40 << 30, DiskKeepFree: 10 << 30},
+			"disk tier:   criu 4.1.1, snapshots 3.0 MiB (budget unlimited), 40.0 GiB free on its disk, 10.0 GiB of it kept free\n"},
 		{api.Status{}, "disk tier:   off (no CRIU)\n"},
 		{api.Status{DiskBytes: 3 << 20, DiskBudget: 1 << 30}, "disk tier:   off (no CRIU), snapshots 3.0 MiB (budget 1.0 GiB)\n"},
 	}

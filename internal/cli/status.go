@@ -105,7 +105,8 @@ func jobCounts(st *api.Status) string {
 }
 
 // diskTier shows the disk tier: "criu 4.1.1, snapshots 1.2 GiB (budget
-// unlimited)", or "off" when the daemon has no CRIU.
+// unlimited), 40.0 GiB free on its disk, 10.0 GiB of it kept free", or
+// "off" when the daemon has no CRIU.
 func diskTier(st *api.Status) string {
 	snaps := fmt.Sprintf("snapshots %s (budget %s)", bytesize(st.DiskBytes), diskBudget(st.DiskBudget))
 	if st.CRIU == "" {
@@ -114,7 +115,11 @@ func diskTier(st *api.Status) string {
 		}
 		return "off (no CRIU), " + snaps
 	}
-	return "criu " + st.CRIU + ", " + snaps
+	free := fmt.Sprintf(", %s free on its disk", bytesize(st.DiskFree))
+	if st.DiskKeepFree > 0 {
+		free += fmt.Sprintf(", %s of it kept free", bytesize(st.DiskKeepFree))
+	}
+	return "criu " + st.CRIU + ", " + snaps + free
 }
 
 // stateCounts shows "3 (running 2, exited 1)", lifecycle states first.

@@ -13,7 +13,7 @@ func TestStatusOverview(t *testing.T) {
 		Processes: 5,
 		States:    map[api.State]int{api.StateExited: 1, api.StateRunning: 2, api.StateFrozen: 1, "hibernated": 1},
 		HostMiB:   8192, RAMBudgetMiB: 65536, Driver: "sim",
-		DiskBytes: 3 << 29, DiskBudget: 500 << 30, CRIU: "4.1.1",
+		DiskBytes: 3 << 29, DiskBudget: 500 << 30, DiskFree: 900 << 30, DiskKeepFree: 100 << 30, CRIU: "4.1.1",
 		Jobs: map[api.JobState]int{api.JobQueued: 12, api.JobRunning: 3, api.JobDone: 40}, Leases: 1,
 		GPUs: []api.GPUSummary{
 			{Index: 0, UUID: "GPU-aaaa", TotalMiB: 81920, UsedMiB: 12800, FreeMiB: 69120},
@@ -33,7 +33,7 @@ func TestStatusOverview(t *testing.T) {
 		"jobs:        3 running, 12 queued, 40 done; 1 lease\n" +
 		"checkpoint:  sim driver\n" +
 		"host ram:    8.0 GiB frozen (budget 64.0 GiB)\n" +
-		"disk tier:   criu 4.1.1, snapshots 1.5 GiB (budget 500.0 GiB)\n" +
+		"disk tier:   criu 4.1.1, snapshots 1.5 GiB (budget 500.0 GiB), 900.0 GiB free on its disk, 100.0 GiB of it kept free\n" +
 		"\n" +
 		"GPU  UUID      USED      TOTAL     FREE\n" +
 		"0    GPU-aaaa  12.5 GiB  80.0 GiB  67.5 GiB\n" +

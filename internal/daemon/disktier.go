@@ -184,13 +184,21 @@ func (d *Daemon) diskAboveFloor() (room, free, floor uint64, ok bool) {
 	if d.cfg.DiskKeepFree <= 0 {
 		return 0, 0, 0, false
 	}
-	var st unix.Statfs_t
-	if err := unix.Statfs(d.cfg.Snapshots(), &st); err != nil {
+	if free, floor, ok = d.snapshotDisk(); !ok {
 		return 0, 0, 0, false
 	}
-	free = st.Bavail * uint64(st.Bsize)
-	floor = uint64(d.cfg.DiskKeepFree * float64(st.Blocks*uint64(st.Bsize)))
 	return free - min(free, floor), free, floor, true
+}
+
+// snapshotDisk is what is free on the snapshot directory's filesystem to
+// unprivileged writers, and --disk-keep-free of its size; ok false where
+// it cannot be read.
+func (d *Daemon) snapshotDisk() (free, floor uint64, ok bool) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(d.cfg.Snapshots(), &st); err != nil {
+		return 0, 0, false
+	}
+	return st.Bavail * uint64(st.Bsize), uint64(d.cfg.DiskKeepFree * float64(st.Blocks*uint64(st.Bsize))), true
 }
 
 // --user-disk-fraction: the share of the snapshot disk one non-root user's

@@ -68,7 +68,8 @@ func TestDiskBudgetRefusesBeforeDumping(t *testing.T) {
 // snapshot filesystem of 256 MiB, a real user's hibernate of a tree of
 // 160 MiB is refused before anything is frozen or written, naming the
 // setting, and the process runs on; root's of 16 MiB goes through. Without
-// the floor the first fits on the filesystem and is dumped.
+// the floor the first fits on the filesystem and is dumped. status says
+// what the filesystem has free, and what of it is kept.
 func TestDiskKeepFreeRefusesBeforeDumping(t *testing.T) {
 	u := testutil.NewUser(t, "gskeepf1", "gskeepf")
 	snapDir := testutil.Tmpfs(t, "disk-keep-free", "256m")
@@ -76,6 +77,14 @@ func TestDiskKeepFreeRefusesBeforeDumping(t *testing.T) {
 		c.Group, c.SnapshotDir, c.DiskKeepFree = "gskeepf", snapDir, 0.5
 		c.Limits.DiskFraction = 0 // the user's own share is another test's
 	})
+	// status tells everyone what the disk has, and what of it is kept.
+	st, err := h.client().Status(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.DiskKeepFree != 128<<20 || st.DiskFree <= 200<<20 || st.DiskFree > 256<<20 {
+		t.Fatalf("status: disk free %d, kept %d; want about 256 MiB free and 128 MiB of it kept", st.DiskFree, st.DiskKeepFree)
+	}
 	if _, errOut, code := h.ctlAs(u, "run", "big", "--gpu", "0", "--", h.bins.SimJob, "--vram", "64", "--host-mem", "160", "--tick", "0.02"); code != 0 {
 		t.Fatalf("run big: %s", errOut)
 	}

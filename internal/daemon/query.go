@@ -44,6 +44,9 @@ func (d *Daemon) status(c *call) (any, error) {
 		DiskBytes: d.snaps.Bytes(), DiskBudget: d.cfg.DiskBudgetMiB << 20, CRIU: d.criuVersion(),
 		Fillers: d.fillersAPI(),
 	}
+	if d.criu != nil {
+		st.DiskFree, st.DiskKeepFree, _ = d.snapshotDisk()
+	}
 	// Counted by owner, so that a user's status costs what their own
 	// things do, however many another user holds.
 	for uid, states := range d.table.View().States() {

@@ -193,6 +193,8 @@ type Status struct {
 	Driver        string           `json:"driver"`         // checkpoint driver: api, cli, sim or none
 	DiskBytes     uint64           `json:"disk_bytes"`     // snapshot images on disk, all processes
 	DiskBudget    uint64           `json:"disk_budget"`    // --disk-budget in bytes; 0 = unlimited
+	DiskFree      uint64           `json:"disk_free"`      // bytes free on the snapshot directory's filesystem; 0 when the disk tier is off
+	DiskKeepFree  uint64           `json:"disk_keep_free"` // of them, what --disk-keep-free keeps from dumps; 0 = none
 	CRIU          string           `json:"criu"`           // CRIU version, "" when the disk tier is off
 	Jobs          map[JobState]int `json:"jobs"`           // visible jobs by state (finished ones included)
 	Leases        int              `json:"leases"`         // visible leases held

@@ -383,7 +383,9 @@ class Status:
     ``ram_budget_mib``: the daemon's ``--ram-budget`` (0: unlimited); ``driver``: its
     checkpoint driver ("api", "cli", "sim" or "none"; "" from an older daemon);
     ``disk_bytes``: snapshot images on disk (all processes); ``disk_budget``: its
-    ``--disk-budget`` in bytes (0: unlimited); ``criu``: the CRIU version behind the
+    ``--disk-budget`` in bytes (0: unlimited); ``disk_free``: bytes free on the snapshot
+    directory's filesystem (0 with the disk tier off), ``disk_keep_free``: what of them
+    ``--disk-keep-free`` keeps from dumps (0: none); ``criu``: the CRIU version behind the
     disk tier ("" when it is off); ``jobs``: the jobs the caller may see, by state
     (finished ones included); ``leases``: the leases the caller may see that are held;
     ``fillers``: every GPU's memory :class:`Filler` (anyone's), by GPU index;
@@ -404,6 +406,8 @@ class Status:
     driver: str = ""
     disk_bytes: int = 0
     disk_budget: int = 0
+    disk_free: int = 0
+    disk_keep_free: int = 0
     criu: str = ""
     jobs: Dict[str, int] = field(default_factory=dict)
     leases: int = 0

@@ -112,6 +112,7 @@ def test_hibernate_thaw_and_rehibernate(disk: GpuSched, simjob: SimJob) -> None:
     status = disk.status()
     assert (status.states, status.disk_bytes, status.disk_budget) == ({"hibernated": 1}, first.bytes, 0)
     assert status.criu and status.criu == disk.hello().criu
+    assert 0 < status.disk_keep_free < status.disk_free  # --disk-keep-free's default, 0.1 of the disk
 
     with pytest.raises(Conflict, match="already hibernated"):
         disk.hibernate("warm")

@@ -320,8 +320,11 @@ def test_disk_types() -> None:
     with pytest.raises(ValueError):
         Process.from_dict({"policy": {"ttl": "soon"}})
 
-    status = Status.from_dict({"disk_bytes": 5 << 20, "disk_budget": 1 << 30, "criu": "4.1.1"})
+    status = Status.from_dict(
+        {"disk_bytes": 5 << 20, "disk_budget": 1 << 30, "disk_free": 9 << 30, "disk_keep_free": 1 << 30, "criu": "4.1.1"}
+    )
     assert (status.disk_bytes, status.disk_budget, status.criu) == (5 << 20, 1 << 30, "4.1.1")
+    assert (status.disk_free, status.disk_keep_free) == (9 << 30, 1 << 30)
     assert CheckpointResult.from_dict({"op": "thaw", "snapshot": "s1"}).snapshot == "s1"
 
     wire = {"name": "warm", "state": "hibernated", "snapshot": "s2", "parent": "s1", "bytes": 700, "written": 600,
