@@ -433,7 +433,8 @@ func barsSnapshot() dashSnapshotMsg {
 			Unhealthy: []string{"GPU 1 is at 91C, over --max-temp 85C"}, Leases: []string{}},
 	}
 	s.status = &api.Status{Version: "1.2.3", Backend: "sim", Processes: 1, States: map[api.State]int{api.StateRunning: 1},
-		HostMiB: 12 << 10, RAMBudgetMiB: 64 << 10, DiskBytes: 3 << 29, DiskBudget: 10 << 30, CRIU: "4.1.1", Driver: "sim",
+		HostMiB: 12 << 10, RAMBudgetMiB: 64 << 10, DiskBytes: 3 << 29, DiskBudget: 10 << 30, DiskFree: 90 << 30, DiskKeepFree: 10 << 30,
+		CRIU: "4.1.1", Driver: "sim",
 		Jobs: map[api.JobState]int{api.JobQueued: 1}}
 	q := queuedJob("eval")
 	s.jobs = []api.Job{q}
@@ -452,7 +453,7 @@ func TestDashboardViewShowsBarsWithNumbers(t *testing.T) {
 		"1 H100 [█·····························] 512 MiB/80.0 GiB  util -  temp -  unhealthy",
 		"GPU 1 is at 91C, over --max-temp 85C",
 		"host RAM  [▒▒▒▒▒▒························] 12.0 GiB/64.0 GiB frozen",
-		"disk      [█████·························] 1.5 GiB/10.0 GiB in snapshots",
+		"disk      [█████·························] 1.5 GiB/10.0 GiB in snapshots · 80.0 GiB free to dumps",
 		"gpusched 1.2.3 dashboard (sim backend)",
 		"processes 1 (running 1) · jobs 1 queued",
 		"j-eval  eval  queued  auto  waiting for 1 GPU with 18.0 GiB free",

@@ -297,6 +297,9 @@ func (m dashModel) memoryLines() []string {
 	if s.CRIU == "" && s.DiskBytes > 0 {
 		disk += " (disk tier off: no CRIU)"
 	}
+	if s.CRIU != "" { // what dumps may still write on the disk, above --disk-keep-free
+		disk += " · " + bytesize(s.DiskFree-min(s.DiskFree, s.DiskKeepFree)) + " free to dumps"
+	}
 	return []string{ram, disk}
 }
 
