@@ -17,17 +17,7 @@ import (
 // log with a line saying why, and leaves the first user's alone.
 func TestPassCutsEachUserApart(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name string, n int, age time.Duration) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(strings.Repeat("x", n)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		mod := time.Now().Add(-age)
-		if err := os.Chtimes(p, mod, mod); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name string, n int, age time.Duration) string { return writeLog(t, dir, name, n, age) }
 	write("a.log", 900, 0)
 	write("a.log.1", 900, time.Hour)
 	write("b.log", 4000, 0)
@@ -55,18 +45,8 @@ func TestPassCutsEachUserApart(t *testing.T) {
 	if r.User != "bob" || r.Held != 9000 || !slices.Equal(r.Removed, wantRemoved) || !slices.Equal(r.Emptied, []string{"b"}) || r.Err != nil {
 		t.Errorf("report %+v, want bob's 9000 bytes, %v removed, b emptied", r, wantRemoved)
 	}
-	for path, want := range map[string]int64{"a.log": 900, "a.log.1": 900, "c.log": 3000, ".1": 1000} {
-		if n := logfile.Bytes(filepath.Join(dir, path), 0); n != want {
-			t.Errorf("%s holds %d bytes, want %d (untouched)", path, n, want)
-		}
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "b.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := "gpusched: this log was emptied: the logs of bob's live processes held 9000 bytes, over the daemon's --max-log-bytes-per-user (4000)\n"; string(b) != want {
-		t.Errorf("b.log holds %q, want %q", b, want)
-	}
+	wantUntouched(t, dir, map[string]int64{"a.log": 900, "a.log.1": 900, "c.log": 3000, ".1": 1000})
+	wantEmptied(t, filepath.Join(dir, "b.log"), "the logs of bob's live processes held 9000 bytes, over the daemon's --max-log-bytes-per-user (4000)")
 	reports = nil
 	k.Pass()
 	if len(reports) != 0 {
@@ -81,13 +61,7 @@ func TestPassCutsEachUserApart(t *testing.T) {
 // per-user budget below the share still applies.
 func TestPassCutsUsersTogether(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name string, n int) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(strings.Repeat("x", n)), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := func(name string, n int) string { return writeLog(t, dir, name, n, 0) }
 	logs := []Log{
 		{UID: 1000, User: "alice", Name: "a", Path: write("a.log", 1000)},
 		{UID: 1001, User: "bob", Name: "b", Path: write("b.log", 5000)},
@@ -113,18 +87,8 @@ func TestPassCutsUsersTogether(t *testing.T) {
 			t.Errorf("report %+v, want %+v", r, want)
 		}
 	}
-	for path, want := range map[string]int64{"a.log": 1000, "c.log": 2000} {
-		if n := logfile.Bytes(filepath.Join(dir, path), 0); n != want {
-			t.Errorf("%s holds %d bytes, want %d (untouched)", path, n, want)
-		}
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "b.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := "gpusched: this log was emptied: the logs of all users' live processes held 12000 bytes, over the daemon's --log-disk-fraction (7000); bob's held 7000, cut to their share (3000)\n"; string(b) != want {
-		t.Errorf("b.log holds %q, want %q", b, want)
-	}
+	wantUntouched(t, dir, map[string]int64{"a.log": 1000, "c.log": 2000})
+	wantEmptied(t, filepath.Join(dir, "b.log"), "the logs of all users' live processes held 12000 bytes, over the daemon's --log-disk-fraction (7000); bob's held 7000, cut to their share (3000)")
 
 	// A per-user budget below the share is the one that cuts.
 	write("b.log", 5000)
@@ -138,5 +102,42 @@ func TestPassCutsUsersTogether(t *testing.T) {
 	k.Pass()
 	if len(reports) != 0 {
 		t.Errorf("a pass within both cut again: %+v", reports)
+	}
+}
+
+// writeLog writes n bytes to dir/name, last modified age ago.
+func writeLog(t *testing.T, dir, name string, n int, age time.Duration) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(strings.Repeat("x", n)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mod := time.Now().Add(-age)
+	if err := os.Chtimes(p, mod, mod); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// wantUntouched checks that each file in dir holds its bytes as written.
+func wantUntouched(t *testing.T, dir string, sizes map[string]int64) {
+	t.Helper()
+	for path, want := range sizes {
+		if n := logfile.Bytes(filepath.Join(dir, path), 0); n != want {
+			t.Errorf("%s holds %d bytes, want %d (untouched)", path, n, want)
+		}
+	}
+}
+
+// wantEmptied checks that the log at path holds only the line saying why
+// it was emptied.
+func wantEmptied(t *testing.T, path, why string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "gpusched: this log was emptied: " + why + "\n"; string(b) != want {
+		t.Errorf("%s holds %q, want %q", filepath.Base(path), b, want)
 	}
 }
