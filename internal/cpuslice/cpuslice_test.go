@@ -7,13 +7,13 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/procfs"
+	"github.com/gpusched/gpusched/internal/testutil"
 )
 
 // needSlices skips where the kernel keeps no per-thread slice, and puts
@@ -36,30 +36,13 @@ func needSlices(t *testing.T) (def time.Duration) {
 	return def
 }
 
-// holdThreads keeps n goroutines on threads of their own until t ends.
-func holdThreads(t *testing.T, n int) {
-	var started sync.WaitGroup
-	done := make(chan struct{})
-	for range n {
-		started.Add(1)
-		go func() {
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			started.Done()
-			<-done
-		}()
-	}
-	started.Wait()
-	t.Cleanup(func() { close(done) })
-}
-
 // TestSetGivesEveryThreadTheSliceAndKeepsNice: every thread there was
 // before Set has the slice after it, its nice kept. A thread the runtime
 // starts later begins at the default (reset on fork: Keep's work), so
 // Set again changes only such threads.
 func TestSetGivesEveryThreadTheSliceAndKeepsNice(t *testing.T) {
 	def := needSlices(t)
-	holdThreads(t, 4)
+	testutil.HoldThreads(t, 4)
 	want := 250 * time.Microsecond
 	if want == def {
 		want = 300 * time.Microsecond

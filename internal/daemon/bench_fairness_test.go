@@ -38,7 +38,8 @@ import (
 // and the daemon's peak RSS and descriptor count. The daemon runs as its
 // own process with default limits. The CPU is laid out as systemd and
 // logind lay it out (machineSlices): the daemon in a group of the
-// system's, each user's load in a group of its own among the users'.
+// system's (with real-time time where the kernel's RT group scheduling
+// asks for it), each user's load in a group of its own among the users'.
 func BenchmarkFairness(b *testing.B) {
 	b.Logf("each user's CPU quota: %d%% of a CPU (0: none; -fairness.cpu-quota); the hostile's CPU weight %d (0: 100; -fairness.hostile-weight); the victim's CPUs %q, the hostile's %q (empty: all; -fairness.victim-cpus, -fairness.hostile-cpus)", *fairnessQuota, *fairnessHostileWeight, *fairnessVictimCPUs, *fairnessHostileCPUs)
 	victim := testutil.NewUser(b, "gsfairv", "gsfair")
@@ -94,9 +95,10 @@ func BenchmarkFairness(b *testing.B) {
 
 		stopFlood, flooder := startLoad(b, hostileSlice, load, hostile, "flooding",
 			append([]string{"hostile", "-socket", h.cfg.Socket, "-metrics", metrics}, strings.Fields(*fairnessHostile)...)...)
-		flooded := watchDaemon(pid)
+		flooded, floodStart := watchDaemon(pid), time.Now()
 		stormy := runVictim(b, load, victim, victimSlice, h, echo, "flooded", map[int]string{pid: "gpuschedd", flooder: "hostile"})
-		floodPeak := flooded.stop()
+		floodPeak, floodTook := flooded.stop(), time.Since(floodStart)
+		rtExits := scrape(b, metrics).counter(b, "gpusched_daemon_realtime_exits_total", nil)
 		tally, hostileCPU := stopFlood()
 		b.Logf("hostile: %s", strings.Join(tally, "; "))
 		b.Logf("%-12s %-24s | %-24s | %s", "", "alone", "the hostile user burning CPU", "the hostile user flooding the daemon")
@@ -104,8 +106,8 @@ func BenchmarkFairness(b *testing.B) {
 			b.Logf("%-12s p50 %7.2f p99 %7.2f ms | p50 %7.2f p99 %7.2f ms | p50 %7.2f p99 %7.2f ms", op,
 				calm[op].P50, calm[op].P99, busy[op].P50, busy[op].P99, stormy[op].P50, stormy[op].P99)
 		}
-		b.Logf("daemon alone: RSS %d MiB, %d fds, %v CPU, %v waiting for a CPU; flooded: RSS %d MiB, %d fds, %v CPU, %v waiting for a CPU; the hostile's own load used %v CPU",
-			calmPeak.rss>>20, calmPeak.fds, calmPeak.cpu, calmPeak.delay, floodPeak.rss>>20, floodPeak.fds, floodPeak.cpu, floodPeak.delay, hostileCPU)
+		b.Logf("daemon alone: RSS %d MiB, %d fds, %v CPU, %v waiting for a CPU; flooded (%v): RSS %d MiB, %d fds, %v CPU, %v waiting for a CPU, left real time %.0f times since its start; the hostile's own load used %v CPU",
+			calmPeak.rss>>20, calmPeak.fds, calmPeak.cpu, calmPeak.delay, floodTook.Round(time.Second), floodPeak.rss>>20, floodPeak.fds, floodPeak.cpu, floodPeak.delay, rtExits, hostileCPU)
 		b.Logf("the machine's %d CPUs: %.1f busy on average alone (%.2f stolen by the hypervisor), %.1f burning (%.2f), %.1f flooded (%.2f)",
 			runtime.NumCPU(), calmPeak.busy, calmPeak.steal, burnPeak.busy, burnPeak.steal, floodPeak.busy, floodPeak.steal)
 		b.ReportMetric(calm["status"].P99, "status-p99-alone-ms")
@@ -526,12 +528,30 @@ func machineSlices(b *testing.B) (system, users string) {
 		return "", ""
 	}
 	system, users = mkSlice(b, root, "gsfair-system"), mkSlice(b, root, "gsfair-users")
+	giveRealtime(b, root, system)
 	if root == "/sys/fs/cgroup" {
 		if err := os.WriteFile(filepath.Join(users, "cgroup.subtree_control"), []byte("+cpu"), 0); err != nil {
 			b.Fatalf("enable the cpu controller in %s: %v", users, err)
 		}
 	}
 	return system, users
+}
+
+// giveRealtime gives group the real-time time of its parent where the
+// kernel's RT group scheduling (cgroup v1's cpu.rt_runtime_us) would
+// leave it none, as an operator lets a daemon's service run at
+// --realtime-priority.
+func giveRealtime(b *testing.B, parent, group string) {
+	rt, err := os.ReadFile(filepath.Join(parent, "cpu.rt_runtime_us"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(group, "cpu.rt_runtime_us"), rt, 0)
+	}
+	if err != nil {
+		b.Fatalf("real-time time for %s: %v", group, err)
+	}
 }
 
 // mkSlice makes the cgroup parent/name (or takes one an earlier run left)

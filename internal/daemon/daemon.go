@@ -225,7 +225,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.keepCPUSlice(ctx)
+	d.keepCPUClass(ctx)
 	stopMetrics, err := d.serveMetrics()
 	if err != nil {
 		return err

@@ -65,6 +65,7 @@ func prepareHarness(t testing.TB, mods ...func(*config.Config)) *harness {
 	c.GPUPoll = 50 * time.Millisecond
 	c.CgroupRoot = config.CgroupNone // never reorganise the test runner's own cgroup
 	c.CPUSlice = 0                   // nor reslice its threads (the built daemon's: TestDaemonThreadsAtTheSliceTreesAtTheDefault)
+	c.RealtimePriority = 0           // nor put them at real time (TestDaemonThreadsAtRealTimeTreesInTheFairClass)
 	for _, m := range mods {
 		m(&c)
 	}

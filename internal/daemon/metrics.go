@@ -51,6 +51,7 @@ type metrics struct {
 	ckptTime  *prometheus.HistogramVec
 	ckptBytes *prometheus.CounterVec
 	queueWait prometheus.Histogram
+	rtExits   prometheus.Counter
 }
 
 // newMetrics builds the registry for d, or returns nil when --metrics-addr
@@ -81,11 +82,15 @@ func newMetrics(d *Daemon) *metrics {
 		Help:    "Time queued jobs waited before an attempt started: from submission (or the end of the previous attempt, for a retry) to placement starting it.",
 		Buckets: queueWaitBuckets,
 	})
+	m.rtExits = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: metricsNamespace, Name: "daemon_realtime_exits_total",
+		Help: "Times the daemon's threads left the real-time class (--realtime-priority) for having used more than --realtime-cpu; they come back once it is within again.",
+	})
 	for _, op := range []string{opFreeze, opThaw, opHibernate, opRestore} {
 		m.ckptTime.WithLabelValues(op)
 		m.ckptBytes.WithLabelValues(op)
 	}
-	m.reg.MustRegister(m.requests, m.ckptTime, m.ckptBytes, m.queueWait, newStateCollector(d),
+	m.reg.MustRegister(m.requests, m.ckptTime, m.ckptBytes, m.queueWait, m.rtExits, newStateCollector(d),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -101,6 +106,15 @@ func (m *metrics) request(method string, code string) {
 		method = methodUnknown
 	}
 	m.requests.WithLabelValues(method, code).Inc()
+}
+
+// realtimeLeft counts the daemon's threads leaving real time, over
+// --realtime-cpu.
+func (m *metrics) realtimeLeft() {
+	if m == nil {
+		return
+	}
+	m.rtExits.Inc()
 }
 
 // checkpointDone observes one successful checkpoint operation.

@@ -29,7 +29,7 @@ import (
 type families map[string]*dto.MetricFamily
 
 // scrape GETs http://addr/metrics and parses the text exposition format.
-func scrape(t *testing.T, addr string) families {
+func scrape(t testing.TB, addr string) families {
 	t.Helper()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
@@ -49,7 +49,7 @@ func scrape(t *testing.T, addr string) families {
 
 // find returns the one metric of family name, which must have type typ,
 // whose labels include want.
-func (f families) find(t *testing.T, name string, typ dto.MetricType, want map[string]string) *dto.Metric {
+func (f families) find(t testing.TB, name string, typ dto.MetricType, want map[string]string) *dto.Metric {
 	t.Helper()
 	fam, ok := f[name]
 	if !ok {
@@ -90,7 +90,7 @@ func (f families) gauge(t *testing.T, name string, labels map[string]string) flo
 	return f.find(t, name, dto.MetricType_GAUGE, labels).GetGauge().GetValue()
 }
 
-func (f families) counter(t *testing.T, name string, labels map[string]string) float64 {
+func (f families) counter(t testing.TB, name string, labels map[string]string) float64 {
 	t.Helper()
 	return f.find(t, name, dto.MetricType_COUNTER, labels).GetCounter().GetValue()
 }

@@ -25,11 +25,12 @@ type daemonProc struct {
 }
 
 // startBinary runs the built gpuschedd on the harness's configuration and
-// waits for READY=1 on NOTIFY_SOCKET, as systemd would.
-func (h *harness) startBinary() *daemonProc {
+// waits for READY=1 on NOTIFY_SOCKET, as systemd would; flags come after
+// the configuration's.
+func (h *harness) startBinary(flags ...string) *daemonProc {
 	h.t.Helper()
 	n := testutil.NewNotify(h.t, h.dir)
-	dp := h.spawnBinary(exec.Command(h.bins.Daemon, h.binaryArgs()...), "NOTIFY_SOCKET="+n.Path)
+	dp := h.spawnBinary(exec.Command(h.bins.Daemon, append(h.binaryArgs(), flags...)...), "NOTIFY_SOCKET="+n.Path)
 	n.WaitFor(h.t, "READY=1", 30*time.Second)
 	return dp
 }
