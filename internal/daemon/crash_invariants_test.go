@@ -24,7 +24,8 @@ import (
 //   - every live record's init exists, no pid is tracked twice, the
 //     driver's CUDA state agrees with the record's state, and nothing of a
 //     running one's tree is left stopped; nothing is left in
-//     a transitional state; no process exited with a corrupted memory;
+//     a transitional state (but a job's process the new daemon is
+//     starting); no process exited with a corrupted memory;
 //   - every managed process that exists is tracked (no strays), and no CRIU,
 //     cuda-checkpoint or filler helper of an earlier daemon is left;
 //   - every snapshot directory (but the trash of retired ones) is listed,
@@ -83,6 +84,10 @@ func (r *crashRun) check() []string {
 		case api.StateExited:
 			if p.Exit != nil && p.Exit.Code != nil && *p.Exit.Code == 3 {
 				bad("%s exited 3: its host memory was corrupted", p.Name)
+			}
+		case api.StateStarting:
+			if p.CreatedAt.Before(r.since) { // one the new daemon placed since is on its way
+				bad("%s is left %s after a restart", p.Name, p.State)
 			}
 		default:
 			bad("%s is left %s after a restart", p.Name, p.State)

@@ -115,8 +115,9 @@ type crashRun struct {
 	h     *ckptHarness
 	rng   *rand.Rand
 	dp    *daemonProc
-	marks string // each job appends a line to marks/<name> when it starts
-	user  string // an unprivileged user half the processes run as
+	since time.Time // when the daemon now running was started
+	marks string    // each job appends a line to marks/<name> when it starts
+	user  string    // an unprivileged user half the processes run as
 
 	seq        int
 	jobs       map[string]bool // submitted jobs: true once the daemon acknowledged
@@ -228,6 +229,7 @@ func (r *crashRun) restart(when string) {
 func (r *crashRun) startDaemon() {
 	r.t.Helper()
 	n := testutil.NewNotify(r.t, r.h.dir)
+	r.since = time.Now()
 	r.dp = r.h.spawnBinary(exec.Command(r.h.bins.Daemon, r.h.binaryArgs()...), "NOTIFY_SOCKET="+n.Path)
 	n.WaitFor(r.t, "READY=1", 60*time.Second)
 }
