@@ -17,7 +17,7 @@ import (
 // The built daemon, at its defaults, runs every thread at real time
 // (--realtime-priority), threads the runtime adds later too, while the
 // trees it starts (the supervisor and the user's command) begin in the
-// fair class.
+// fair class; its metrics say it is at real time.
 func TestDaemonThreadsAtRealTimeTreesInTheFairClass(t *testing.T) {
 	want := config.Default().RealtimePriority
 	if want == 0 {
@@ -25,7 +25,8 @@ func TestDaemonThreadsAtRealTimeTreesInTheFairClass(t *testing.T) {
 	}
 	needRealtime(t)
 	h := prepareHarness(t)
-	dp := h.startBinary()
+	addr := testutil.FreeLoopback(t)
+	dp := h.startBinary("--metrics-addr", addr)
 	p := h.run("worker", "sleep", "1000")
 	t.Cleanup(func() { unix.Kill(p.InitPID, unix.SIGKILL) })
 
@@ -39,6 +40,9 @@ func TestDaemonThreadsAtRealTimeTreesInTheFairClass(t *testing.T) {
 		policy, prio, err := rtprio.Of(tid)
 		return err != nil || policy == unix.SCHED_FIFO && prio == want
 	})
+	waitScraped(t, addr, "gpusched_daemon_realtime 1", func(f families) bool {
+		return f.gauge(t, "gpusched_daemon_realtime", nil) == 1
+	})
 }
 
 // A daemon that uses more than --realtime-cpu leaves real time, and says
@@ -48,10 +52,20 @@ func TestRealtimeBudgetExitsCounted(t *testing.T) {
 	h := prepareHarness(t)
 	addr := testutil.FreeLoopback(t)
 	h.startBinary("--realtime-cpu", "0.00001", "--metrics-addr", addr)
+	waitScraped(t, addr, "gpusched_daemon_realtime_exits_total at least 1", func(f families) bool {
+		return f.counter(t, "gpusched_daemon_realtime_exits_total", nil) >= 1
+	})
+}
+
+// waitScraped polls the metrics at addr until ok holds (what says what it
+// waits for): the daemon's passes over its threads and its budget's
+// checks happen on its own clock, and nothing else says when.
+func waitScraped(t *testing.T, addr, what string, ok func(families) bool) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for scrape(t, addr).counter(t, "gpusched_daemon_realtime_exits_total", nil) < 1 {
+	for !ok(scrape(t, addr)) {
 		if time.Now().After(deadline) {
-			t.Fatal("the daemon never left real time in 30 s at --realtime-cpu 0.00001")
+			t.Fatalf("not %s after 30 s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -69,7 +83,8 @@ func needRealtime(t *testing.T) {
 
 // With --realtime-priority 0 the built daemon runs every thread at
 // --cpu-slice's default, threads the runtime adds later too, while the
-// trees it starts begin at the kernel's default.
+// trees it starts begin at the kernel's default; its metrics say it is not
+// at real time.
 func TestDaemonThreadsAtTheSliceTreesAtTheDefault(t *testing.T) {
 	def := kernelDefaultSlice(t)
 	want := config.Default().CPUSlice
@@ -77,7 +92,8 @@ func TestDaemonThreadsAtTheSliceTreesAtTheDefault(t *testing.T) {
 		t.Fatalf("default --cpu-slice %v: want a slice other than the kernel's %v", want, def)
 	}
 	h := prepareHarness(t)
-	dp := h.startBinary("--realtime-priority", "0")
+	addr := testutil.FreeLoopback(t)
+	dp := h.startBinary("--realtime-priority", "0", "--metrics-addr", addr)
 	p := h.run("worker", "sleep", "1000")
 	t.Cleanup(func() { unix.Kill(p.InitPID, unix.SIGKILL) })
 
@@ -90,6 +106,9 @@ func TestDaemonThreadsAtTheSliceTreesAtTheDefault(t *testing.T) {
 		got, err := cpuslice.Of(tid)
 		return err != nil || got == want
 	})
+	if got := scrape(t, addr).gauge(t, "gpusched_daemon_realtime", nil); got != 0 {
+		t.Errorf("gpusched_daemon_realtime %v in the fair class; want 0", got)
+	}
 }
 
 // kernelDefaultSlice is the slice of a process started afresh; it skips

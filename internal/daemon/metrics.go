@@ -52,6 +52,7 @@ type metrics struct {
 	ckptBytes *prometheus.CounterVec
 	queueWait prometheus.Histogram
 	rtExits   prometheus.Counter
+	rtNow     prometheus.Gauge
 }
 
 // newMetrics builds the registry for d, or returns nil when --metrics-addr
@@ -86,11 +87,15 @@ func newMetrics(d *Daemon) *metrics {
 		Namespace: metricsNamespace, Name: "daemon_realtime_exits_total",
 		Help: "Times the daemon's threads left the real-time class (--realtime-priority) for having used more than --realtime-cpu; they come back once it is within again.",
 	})
+	m.rtNow = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: metricsNamespace, Name: "daemon_realtime",
+		Help: "1 while the daemon's threads run in the real-time class (--realtime-priority), 0 while they run in the fair class: the setting off, refused by the kernel, or over --realtime-cpu.",
+	})
 	for _, op := range []string{opFreeze, opThaw, opHibernate, opRestore} {
 		m.ckptTime.WithLabelValues(op)
 		m.ckptBytes.WithLabelValues(op)
 	}
-	m.reg.MustRegister(m.requests, m.ckptTime, m.ckptBytes, m.queueWait, m.rtExits, newStateCollector(d),
+	m.reg.MustRegister(m.requests, m.ckptTime, m.ckptBytes, m.queueWait, m.rtExits, m.rtNow, newStateCollector(d),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -108,12 +113,17 @@ func (m *metrics) request(method string, code string) {
 	m.requests.WithLabelValues(method, code).Inc()
 }
 
-// realtimeLeft counts the daemon's threads leaving real time, over
-// --realtime-cpu.
-func (m *metrics) realtimeLeft() {
+// realtime records the daemon's threads entering real time, or leaving it
+// over --realtime-cpu.
+func (m *metrics) realtime(on bool) {
 	if m == nil {
 		return
 	}
+	if on {
+		m.rtNow.Set(1)
+		return
+	}
+	m.rtNow.Set(0)
 	m.rtExits.Inc()
 }
 
