@@ -32,7 +32,6 @@ func (d *Daemon) keepCPUClass(ctx context.Context) {
 		})
 		switch {
 		case err == nil:
-			d.metrics.realtime(true)
 			d.log.Info("the daemon's threads run at real time", zap.Int("priority", p), zap.Float64("cpu", d.cfg.RealtimeCPU))
 			return
 		case errors.Is(err, rtprio.ErrRefused):
@@ -44,12 +43,12 @@ func (d *Daemon) keepCPUClass(ctx context.Context) {
 	d.keepCPUSlice(ctx)
 }
 
-// realtimeChanged records the daemon's threads leaving real time, over
-// --realtime-cpu, and coming back.
+// realtimeChanged records the daemon's threads entering real time, and
+// leaving it over --realtime-cpu.
 func (d *Daemon) realtimeChanged(realtime bool) {
 	d.metrics.realtime(realtime)
 	if realtime {
-		d.log.Debug("the daemon's threads are back at real time")
+		d.log.Debug("the daemon's threads are at real time")
 		return
 	}
 	d.log.Debug("the daemon's threads left real time: it used more than --realtime-cpu", zap.Float64("cpu", d.cfg.RealtimeCPU))

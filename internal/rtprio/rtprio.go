@@ -37,8 +37,9 @@ type Options struct {
 	Window   time.Duration // how often the CPU used is checked against Budget
 	Pass     time.Duration // how often threads started since are brought to the class
 	Slice    time.Duration // the fair class's slice (cpuslice); 0: the kernel's default
-	// Changed, if set, is called from Keep's goroutine each time the
-	// threads leave real time (false) or go back to it (true).
+	// Changed, if set, is called each time the threads enter real time
+	// (true: first from Keep, once they all have) or leave it (false), in
+	// that order, from one goroutine at a time.
 	Changed func(realtime bool)
 }
 
@@ -60,6 +61,9 @@ func Keep(ctx context.Context, o Options) error {
 			return fmt.Errorf("%w: %v", ErrRefused, err)
 		}
 		return err
+	}
+	if o.Changed != nil {
+		o.Changed(true)
 	}
 	go t.keep(ctx, o)
 	return nil

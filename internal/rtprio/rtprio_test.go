@@ -96,9 +96,9 @@ func TestKeepRunsThreadsAtRealTimeNotWhatTheyStart(t *testing.T) {
 	}
 }
 
-// A process that uses more CPU than the budget leaves the real-time class
-// with its threads at the fair class's slice, and comes back once it has
-// used less for long enough.
+// Keep says the threads entered the real-time class; a process that uses
+// more CPU than the budget leaves it with its threads at the fair class's
+// slice, and comes back once it has used less for long enough.
 func TestKeepLeavesRealTimeOverBudget(t *testing.T) {
 	changes := make(chan bool, 16)
 	changed := func(rt bool) { // on Keep's goroutine, its pass done
@@ -110,6 +110,14 @@ func TestKeepLeavesRealTimeOverBudget(t *testing.T) {
 		changes <- rt
 	}
 	keep(t, Options{Priority: 1, Budget: 0.2, Window: 10 * time.Millisecond, Pass: 100 * time.Millisecond, Changed: changed})
+	select {
+	case rt := <-changes:
+		if !rt {
+			t.Fatal("Keep said the threads left real time first")
+		}
+	default:
+		t.Fatal("Keep returned without saying the threads entered real time")
+	}
 
 	stop := make(chan struct{})
 	burnt := make(chan struct{})
