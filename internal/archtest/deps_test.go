@@ -86,7 +86,7 @@ var allowed = map[string][]string{
 	"internal/sockdiag":                  {},
 	"internal/backoff":                   {},
 	"internal/cpuslice":                  {"internal/procfs"},
-	"internal/rtprio":                    {"internal/procfs"},
+	"internal/rtprio":                    {"internal/procfs", "internal/cpuslice"},
 	"internal/cpuaffinity":               {"internal/procfs"},
 	"internal/bulkgate":                  {},
 	"internal/memlimit":                  {},

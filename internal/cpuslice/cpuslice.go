@@ -96,7 +96,7 @@ func Of(tid int) (time.Duration, error) {
 // until ctx ends, for the threads the runtime starts meanwhile. It returns
 // ErrUnsupported at once where the kernel did not take the slice.
 func Keep(ctx context.Context, d, period time.Duration) error {
-	nice, err := processNice()
+	nice, err := ProcessNice()
 	if err != nil {
 		return err
 	}
@@ -123,8 +123,8 @@ func Keep(ctx context.Context, d, period time.Duration) error {
 	return nil
 }
 
-// processNice is the main thread's nice.
-func processNice() (int, error) {
+// ProcessNice is the main thread's nice.
+func ProcessNice() (int, error) {
 	a, err := unix.SchedGetAttr(os.Getpid(), 0)
 	if err != nil {
 		return 0, err

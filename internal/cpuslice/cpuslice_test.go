@@ -47,7 +47,7 @@ func TestSetGivesEveryThreadTheSliceAndKeepsNice(t *testing.T) {
 	if want == def {
 		want = 300 * time.Microsecond
 	}
-	nice, err := processNice()
+	nice, err := ProcessNice()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/simgpu"
+	"github.com/gpusched/gpusched/internal/testutil"
 )
 
 // TestMain runs the test binary as the filler helper when it is started
@@ -178,17 +178,10 @@ type otherProcess struct {
 
 func startOther(t testing.TB) otherProcess {
 	t.Helper()
-	cmd := exec.Command("sleep", "1000")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	start, err := procfs.StartTime(cmd.Process.Pid)
+	pid := testutil.Sleeper(t)
+	start, err := procfs.StartTime(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return otherProcess{pid: cmd.Process.Pid, start: start}
+	return otherProcess{pid: pid, start: start}
 }

@@ -13,11 +13,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpusched/gpusched/internal/cpuslice"
 	"github.com/gpusched/gpusched/internal/procfs"
 )
 
@@ -50,7 +50,7 @@ func Keep(ctx context.Context, o Options) error {
 	if o.Priority < 1 || o.Priority > MaxPriority || o.Budget <= 0 || o.Window <= 0 || o.Pass < o.Window {
 		return fmt.Errorf("rtprio: bad options %+v", o)
 	}
-	nice, err := processNice()
+	nice, err := cpuslice.ProcessNice()
 	if err != nil {
 		return err
 	}
@@ -160,13 +160,4 @@ func cpuUsed() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// processNice is the main thread's nice.
-func processNice() (int, error) {
-	a, err := unix.SchedGetAttr(os.Getpid(), 0)
-	if err != nil {
-		return 0, err
-	}
-	return int(a.Nice), nil
 }
