@@ -103,7 +103,6 @@ func (d *Daemon) finishAttempt(j *jobqueue.Job, rec *proctable.Record) {
 			d.log.Warn("read job log for out-of-memory errors", zap.String("job", j.Name), zap.Error(err))
 		}
 	}
-	var learn uint64
 	next, err := d.jobs.Update(j.ID, func(cur *jobqueue.Job) error {
 		if cur.Proc != j.Proc || !cur.Active() {
 			return errReplaced
@@ -125,7 +124,9 @@ func (d *Daemon) finishAttempt(j *jobqueue.Job, rec *proctable.Record) {
 			a.Outcome, cur.State = string(cur.Ending), cur.Ending
 		case exitedZero(rec.Exit):
 			a.Outcome, cur.State, cur.Reason = "done", api.JobDone, ""
-			learn = peak
+			if peak > 0 { // learned before anyone can see the job done: a vram=auto submission after it finds the peak
+				d.learned.Put(j.Owner.UID, j.Cmd, peak) // j ran: its command is whole
+			}
 		case oom && cur.RetriesLeft > 0:
 			old := cur.VRAMMiB
 			cur.VRAMMiB = jobqueue.RaisedDeclaration(old, peak)
@@ -150,9 +151,6 @@ func (d *Daemon) finishAttempt(j *jobqueue.Job, rec *proctable.Record) {
 			d.log.Error("settle job attempt", zap.String("job", j.ID), zap.Error(err))
 		}
 		return
-	}
-	if learn > 0 {
-		d.learned.Put(j.Owner.UID, j.Cmd, learn) // j ran: its command is whole
 	}
 	d.log.Info("job attempt ended", zap.String("job", next.Name), zap.String("id", next.ID),
 		zap.String("state", string(next.State)), zap.String("reason", next.Reason), zap.String("verdict", next.Verdict))
