@@ -2,8 +2,9 @@
 // (SCHED_FIFO), so that a thread woken by a request runs at once, ahead of
 // every user's process on its CPU, instead of queueing behind them in the
 // fair class (sched(7)). What the daemon may spend there is held to a
-// budget of CPU: whenever it has used more, its threads go back to the
-// fair class until it is within it again. SCHED_FLAG_RESET_ON_FORK keeps
+// budget of CPU, checked by a timer on the process's CPU clock: whenever
+// it has used more, its threads go back to the fair class until it is
+// within it again. An idle daemon is not woken to check. SCHED_FLAG_RESET_ON_FORK keeps
 // the class from what the daemon starts: processes (and the threads the Go
 // runtime adds, until the next pass) begin in the fair class at the
 // kernel's defaults.
@@ -34,8 +35,8 @@ var ErrRefused = errors.New("the kernel refused SCHED_FIFO (no CAP_SYS_NICE, or 
 type Options struct {
 	Priority int           // SCHED_FIFO priority, 1..MaxPriority
 	Budget   float64       // CPUs the threads may use at real time, on average
-	Window   time.Duration // how often the CPU used is checked against Budget
-	Pass     time.Duration // how often threads started since are brought to the class
+	Window   time.Duration // the threads may use Budget·Window at once at real time, and stay out at least this long once over
+	Pass     time.Duration // how often threads started since are brought to their class
 	Slice    time.Duration // the fair class's slice (cpuslice); 0: the kernel's default
 	// Changed, if set, is called each time the threads enter real time
 	// (true: first from Keep, once they all have) or leave it (false), in
@@ -54,9 +55,14 @@ func Keep(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	cpu, err := newCPUTimer()
+	if err != nil {
+		return err
+	}
 	t := threads{fifo: o.Priority, nice: nice, slice: o.Slice}
 	if err := t.pass(true); err != nil {
 		t.pass(false)
+		cpu.close()
 		if errors.Is(err, unix.EPERM) {
 			return fmt.Errorf("%w: %v", ErrRefused, err)
 		}
@@ -65,35 +71,51 @@ func Keep(ctx context.Context, o Options) error {
 	if o.Changed != nil {
 		o.Changed(true)
 	}
-	go t.keep(ctx, o)
+	go t.keep(ctx, o, cpu)
 	return nil
 }
 
-// keep checks the CPU used each window and brings the threads to the
-// class the budget allows: at once where that changed, and each Pass.
-func (t threads) keep(ctx context.Context, o Options) {
+// keep holds the threads to the budget: it checks the CPU used when the
+// bucket's worth has been used at real time (the CPU timer), when the
+// bucket is full again after they left, and each Pass, where it also
+// brings threads started since to their class.
+func (t threads) keep(ctx context.Context, o Options, cpu *cpuTimer) {
+	defer cpu.close()
 	b := newBucket(o.Budget, o.Window)
-	tick := time.NewTicker(o.Window)
-	defer tick.Stop()
-	realtime, last, lastCPU, lastPass := true, time.Now(), cpuUsed(), time.Now()
+	pass := time.NewTicker(o.Pass)
+	defer pass.Stop()
+	full := time.NewTimer(time.Hour)
+	full.Stop()
+	realtime, last, lastCPU := true, time.Now(), cpuUsed()
+	cpu.set(b.level) // a failure to arm it leaves the check to each Pass
 	for {
+		var now time.Time
 		select {
 		case <-ctx.Done():
 			t.pass(false)
 			return
-		case now := <-tick.C:
-			cpu := cpuUsed()
-			next := b.step(now.Sub(last), cpu-lastCPU, realtime)
-			last, lastCPU = now, cpu
-			if next == realtime && now.Sub(lastPass) < o.Pass {
-				continue
-			}
-			t.pass(next) // a failure here is one the first pass did not have; the next tries again
-			lastPass = now
-			if next != realtime && o.Changed != nil {
+		case <-cpu.fired:
+			now = time.Now()
+		case now = <-full.C:
+		case now = <-pass.C:
+			t.pass(realtime) // a failure here is one the first pass did not have; the next tries again
+		}
+		used := cpuUsed()
+		b.step(now.Sub(last), used-lastCPU, realtime)
+		last, lastCPU = now, used
+		if next := b.admit(realtime); next != realtime {
+			t.pass(next)
+			realtime = next
+			if o.Changed != nil {
 				o.Changed(next)
 			}
-			realtime = next
+		}
+		if realtime {
+			cpu.set(b.level)
+			full.Stop()
+		} else {
+			cpu.set(0)
+			full.Reset(b.untilFull())
 		}
 	}
 }
@@ -151,13 +173,4 @@ func Of(tid int) (policy, priority int, err error) {
 		return 0, 0, err
 	}
 	return int(a.Policy), int(a.Priority), nil
-}
-
-// cpuUsed is the CPU time this process's threads have used.
-func cpuUsed() time.Duration {
-	var ru unix.Rusage
-	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
