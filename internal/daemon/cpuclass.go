@@ -11,9 +11,9 @@ import (
 	"github.com/gpusched/gpusched/internal/rtprio"
 )
 
-// The daemon may use --realtime-cpu·realtimeWindow of CPU at once at real
-// time, and stays out at least realtimeWindow once over; threads the
-// runtime started since are brought to their class each threadPass.
+// How often the daemon's CPU at real time is checked against
+// --realtime-cpu while it uses CPU, and how often threads the runtime
+// started since are brought to their class.
 const (
 	realtimeWindow = 50 * time.Millisecond
 	threadPass     = time.Second

@@ -16,17 +16,18 @@ func TestBucket(t *testing.T) {
 	}{
 		{"within", 0.5, []time.Duration{10 * time.Millisecond, 25 * time.Millisecond, 0}, []bool{true, true, true}},
 		{"one window over, back after the debt is repaid", 0.5, []time.Duration{100 * time.Millisecond, 0, 0, 0, 0}, []bool{false, false, false, true, true}},
-		{"back only once full again", 0.5, []time.Duration{60 * time.Millisecond, 0, 0}, []bool{false, false, true}},
-		{"use in the fair class is not counted", 0.5, []time.Duration{60 * time.Millisecond, 500 * time.Millisecond, 500 * time.Millisecond, 0}, []bool{false, false, true, true}},
+		{"use in the fair class is not counted", 0.5, []time.Duration{60 * time.Millisecond, 500 * time.Millisecond, 0}, []bool{false, true, true}},
 		{"a small budget", 0.01, []time.Duration{time.Millisecond, 0, 0}, []bool{false, true, true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, realtime := newBucket(tc.budget, w), true
 			for i, cpu := range tc.cpu {
-				b.step(w, cpu, realtime)
-				realtime = b.admit(realtime)
+				realtime = b.step(w, cpu, realtime)
 				if realtime != tc.want[i] {
 					t.Fatalf("window %d (%v used): real time %v, want %v (level %v)", i, cpu, realtime, tc.want[i], b.level)
+				}
+				if full := b.level == b.max; b.full() != full {
+					t.Fatalf("window %d: full() %v at level %v of %v", i, b.full(), b.level, b.max)
 				}
 			}
 		})
@@ -34,9 +35,9 @@ func TestBucket(t *testing.T) {
 }
 
 // TestBucketHoldsTheAverage: whatever the daemon uses, checked at
-// whatever times, its CPU at real time up to any check is at most the
-// budget's share of the time, a full bucket, and what it used since the
-// check before.
+// whatever times (the window's ticker, or the timer on the CPU clock), its
+// CPU at real time up to any check is at most the budget's share of the
+// time, one window's worth, and what it used since the check before.
 func TestBucketHoldsTheAverage(t *testing.T) {
 	const w = 50 * time.Millisecond
 	r := rand.New(rand.NewPCG(1, 2))
@@ -55,37 +56,10 @@ func TestBucketHoldsTheAverage(t *testing.T) {
 				used += cpu
 				last = cpu
 			}
-			b.step(gap, cpu, realtime)
-			realtime = b.admit(realtime)
+			realtime = b.step(gap, cpu, realtime)
 			if limit := time.Duration(budget*float64(elapsed)) + b.max + last; used > limit {
 				t.Fatalf("budget %.2f, after %v: %v at real time, over %v", budget, elapsed, used, limit)
 			}
-		}
-	}
-}
-
-// Out of real time, the bucket lets the threads back once it is full
-// again, not a moment before.
-func TestBucketUntilFull(t *testing.T) {
-	r := rand.New(rand.NewPCG(3, 4))
-	for range 1000 {
-		budget := 0.001 + r.Float64()*8
-		b := newBucket(budget, 50*time.Millisecond)
-		b.step(0, time.Duration(r.Int64N(int64(time.Second))), true)
-		if b.admit(true) {
-			continue
-		}
-		wait, level := b.untilFull(), b.level
-		if early := wait - 10*time.Microsecond; early > 0 {
-			b.step(early, 0, false)
-			if b.admit(false) {
-				t.Fatalf("budget %.3f, level %v: back after %v, full after %v", budget, level, early, wait)
-			}
-			b.level = level
-		}
-		b.step(wait, 0, false)
-		if !b.admit(false) {
-			t.Fatalf("budget %.3f, level %v: not back after %v (level %v of %v)", budget, level, wait, b.level, b.max)
 		}
 	}
 }

@@ -2,12 +2,13 @@
 // (SCHED_FIFO), so that a thread woken by a request runs at once, ahead of
 // every user's process on its CPU, instead of queueing behind them in the
 // fair class (sched(7)). What the daemon may spend there is held to a
-// budget of CPU, checked by a timer on the process's CPU clock: whenever
-// it has used more, its threads go back to the fair class until it is
-// within it again. An idle daemon is not woken to check. SCHED_FLAG_RESET_ON_FORK keeps
-// the class from what the daemon starts: processes (and the threads the Go
-// runtime adds, until the next pass) begin in the fair class at the
-// kernel's defaults.
+// budget of CPU: whenever it has used more, its threads go back to the
+// fair class until it is within it again. The budget is checked on a
+// ticker while the daemon uses CPU, and by a timer on its CPU clock while
+// it does not, so an idle daemon is not woken to check.
+// SCHED_FLAG_RESET_ON_FORK keeps the class from what the daemon starts:
+// processes (and the threads the Go runtime adds, until the next pass)
+// begin in the fair class at the kernel's defaults.
 package rtprio
 
 import (
@@ -35,7 +36,7 @@ var ErrRefused = errors.New("the kernel refused SCHED_FIFO (no CAP_SYS_NICE, or 
 type Options struct {
 	Priority int           // SCHED_FIFO priority, 1..MaxPriority
 	Budget   float64       // CPUs the threads may use at real time, on average
-	Window   time.Duration // the threads may use Budget·Window at once at real time, and stay out at least this long once over
+	Window   time.Duration // how often the CPU used is checked against Budget while the daemon uses it
 	Pass     time.Duration // how often threads started since are brought to their class
 	Slice    time.Duration // the fair class's slice (cpuslice); 0: the kernel's default
 	// Changed, if set, is called each time the threads enter real time
@@ -75,47 +76,47 @@ func Keep(ctx context.Context, o Options) error {
 	return nil
 }
 
-// keep holds the threads to the budget: it checks the CPU used when the
-// bucket's worth has been used at real time (the CPU timer), when the
-// bucket is full again after they left, and each Pass, where it also
-// brings threads started since to their class.
+// keep checks the CPU used each Window and brings the threads to the
+// class the budget allows: at once where that changed, and each Pass.
+// While the bucket stays full (the daemon is within its budget) the
+// window's ticker stops: the timer on the CPU clock starts the checks
+// again once the daemon has used what the bucket holds, so an idle daemon
+// is not woken to check.
 func (t threads) keep(ctx context.Context, o Options, cpu *cpuTimer) {
 	defer cpu.close()
 	b := newBucket(o.Budget, o.Window)
+	tick := time.NewTicker(o.Window)
+	defer tick.Stop()
 	pass := time.NewTicker(o.Pass)
 	defer pass.Stop()
-	full := time.NewTimer(time.Hour)
-	full.Stop()
 	realtime, last, lastCPU := true, time.Now(), cpuUsed()
-	cpu.set(b.level) // a failure to arm it leaves the check to each Pass
 	for {
 		var now time.Time
 		select {
 		case <-ctx.Done():
 			t.pass(false)
 			return
+		case now = <-tick.C:
 		case <-cpu.fired:
 			now = time.Now()
-		case now = <-full.C:
 		case now = <-pass.C:
 			t.pass(realtime) // a failure here is one the first pass did not have; the next tries again
 		}
 		used := cpuUsed()
-		b.step(now.Sub(last), used-lastCPU, realtime)
+		next := b.step(now.Sub(last), used-lastCPU, realtime)
 		last, lastCPU = now, used
-		if next := b.admit(realtime); next != realtime {
+		if next != realtime {
 			t.pass(next)
 			realtime = next
 			if o.Changed != nil {
 				o.Changed(next)
 			}
 		}
-		if realtime {
-			cpu.set(b.level)
-			full.Stop()
+		if realtime && b.full() && cpu.set(b.level) == nil {
+			tick.Stop()
 		} else {
 			cpu.set(0)
-			full.Reset(b.untilFull())
+			tick.Reset(o.Window)
 		}
 	}
 }
