@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"os/exec"
 	"testing"
 	"time"
@@ -31,18 +32,33 @@ func BenchmarkIdleQueue(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	pid := dp.cmd.Process.Pid
 	time.Sleep(3 * time.Second) // the passes the submissions asked for, and the GC after them, are not what this measures
-	b.Run("idle", func(b *testing.B) {
-		cpu0, t0 := testutil.CPUSeconds(b, pid), time.Now()
-		for range b.N {
-			time.Sleep(time.Second)
-		}
-		wall := time.Since(t0).Seconds()
-		cpu := testutil.CPUSeconds(b, pid) - cpu0
-		b.ReportMetric(cpu/wall, "CPU-s/s")
-		b.Logf("%d queued jobs, idle: gpuschedd used %.3f CPU s per s over %.1f s", queued, cpu/wall, wall)
-	})
+	b.Run("idle", func(b *testing.B) { measureIdle(b, dp, fmt.Sprintf("%d queued jobs", queued)) })
+}
+
+// BenchmarkIdleDaemon measures the CPU the gpuschedd binary burns at its
+// defaults with nothing to do (no process, no job, one simulated GPU
+// sampled each --gpu-poll): its own timers, such as its real-time budget's
+// checks (docs/operations.md, "The daemon's CPU class"), in CPU seconds
+// per wall second over b.N seconds.
+func BenchmarkIdleDaemon(b *testing.B) {
+	h := prepareCkpt(b, config.DriverSim, func(c *config.Config) { c.Sim = "1x24G" })
+	dp := h.spawnIdleBinary()
+	time.Sleep(3 * time.Second) // start-up's work is not what this measures
+	b.Run("idle", func(b *testing.B) { measureIdle(b, dp, "nothing to do") })
+}
+
+// measureIdle reports the CPU dp uses over b.N seconds of wall time.
+func measureIdle(b *testing.B, dp *daemonProc, what string) {
+	pid := dp.cmd.Process.Pid
+	cpu0, t0 := testutil.CPUSeconds(b, pid), time.Now()
+	for range b.N {
+		time.Sleep(time.Second)
+	}
+	wall := time.Since(t0).Seconds()
+	cpu := testutil.CPUSeconds(b, pid) - cpu0
+	b.ReportMetric(cpu/wall, "CPU-s/s")
+	b.Logf("%s, idle: gpuschedd used %.4f CPU s per s over %.1f s", what, cpu/wall, wall)
 }
 
 // spawnIdleBinary starts gpuschedd at the default GPU sampling interval.
