@@ -57,6 +57,7 @@ type Manager struct {
 	service string   // auto mode: the cgroup delegated to the daemon
 	self    string   // auto mode: the leaf the daemon moves itself into; "" when it already runs there
 	plain   bool     // an ordinary directory, not cgroupfs (tests)
+	pids    bool     // EnablePids enabled pids in service
 }
 
 // Detect finds where the cgroups of managed trees go, without changing
@@ -209,7 +210,28 @@ func (m *Manager) Close() error {
 			errs = append(errs, fmt.Errorf("disable cpu in %s: %w", dir, err))
 		}
 	}
+	if m.pids {
+		if err := m.write(filepath.Join(m.service, "cgroup.subtree_control"), "-pids", false); err != nil {
+			errs = append(errs, fmt.Errorf("disable pids in %s: %w", m.service, err))
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// EnablePids enables the pids controller for the cgroup that holds the
+// trees' cgroups, so that it has a pids.max (internal/taskreserve): in a
+// delegated cgroup, in the service cgroup's cgroup.subtree_control, once
+// Setup has emptied it. Close hands it back with cpu. Under an explicit
+// root it changes nothing: the root's parent is not the daemon's.
+func (m *Manager) EnablePids() error {
+	if m.service == "" {
+		return nil
+	}
+	if err := m.enableController(m.service, "pids"); err != nil {
+		return fmt.Errorf("enable pids in %s: %w", filepath.Join(m.service, "cgroup.subtree_control"), err)
+	}
+	m.pids = true
+	return nil
 }
 
 // Place puts pid in the cgroup of tree id, created when missing, with the
@@ -410,8 +432,11 @@ func offersCPU(dir string) error {
 }
 
 // enableCPU adds cpu to dir's cgroup.subtree_control unless it is there.
-// A plain directory gets what the kernel would then show.
-func (m *Manager) enableCPU(dir string) error {
+func (m *Manager) enableCPU(dir string) error { return m.enableController(dir, "cpu") }
+
+// enableController adds controller to dir's cgroup.subtree_control unless
+// it is there. A plain directory gets what the kernel would then show.
+func (m *Manager) enableController(dir, controller string) error {
 	path := filepath.Join(dir, "cgroup.subtree_control")
 	data, err := os.ReadFile(path)
 	if m.plain && errors.Is(err, fs.ErrNotExist) {
@@ -420,13 +445,13 @@ func (m *Manager) enableCPU(dir string) error {
 	if err != nil {
 		return err
 	}
-	if slices.Contains(strings.Fields(string(data)), "cpu") {
+	if slices.Contains(strings.Fields(string(data)), controller) {
 		return nil
 	}
 	if m.plain {
-		return m.write(path, strings.TrimSpace(string(data)+" cpu"), false)
+		return m.write(path, strings.TrimSpace(string(data)+" "+controller), false)
 	}
-	return m.write(path, "+cpu", false)
+	return m.write(path, "+"+controller, false)
 }
 
 func mkdir(dir string) error {

@@ -295,6 +295,43 @@ func TestDelegatedLayout(t *testing.T) {
 	}
 }
 
+// TestDelegatedPids: EnablePids gives the trees' parent a pids.max
+// (internal/taskreserve) by enabling pids in the service cgroup, and a
+// daemon that moved itself into its leaf hands it back on Close, as it
+// does cpu; under an explicit root it changes nothing.
+func TestDelegatedPids(t *testing.T) {
+	mount, service, self := fakeHost(t, "/system.slice/gpuschedd.service", true)
+	m, err := Detect("", AllowPlainDir(), withMount(mount), withSelfFile(self))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Setup(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.EnablePids(); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Fields(readTrim(t, filepath.Join(service, "cgroup.subtree_control"))); !slices.Contains(got, "cpu") || !slices.Contains(got, "pids") {
+		t.Fatalf("the service's subtree_control %q, want cpu and pids", got)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readTrim(t, filepath.Join(service, "cgroup.subtree_control")); got != "-pids" {
+		t.Fatalf("after Close the service's subtree_control got %q last, want -pids", got)
+	}
+
+	root := t.TempDir()
+	writeFiles(t, root, map[string]string{"cgroup.controllers": "cpu pids\n", "cgroup.subtree_control": "", "cgroup.procs": ""})
+	m, err = Detect(root, AllowPlainDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.EnablePids(); err != nil || m.pids {
+		t.Fatalf("EnablePids under an explicit root: %v, enabled %v; want nothing done", err, m.pids)
+	}
+}
+
 func TestDelegatedRefusals(t *testing.T) {
 	t.Run("not delegated", func(t *testing.T) {
 		mount, _, self := fakeHost(t, "/system.slice/gpuschedd.service", false)

@@ -36,6 +36,7 @@ type Config struct {
 	GPUPoll     time.Duration // GPU sampling interval
 	CPUSlice    time.Duration // scheduler slice asked for the daemon's own threads (Linux 6.12+); 0 = the kernel's default
 	DaemonCPUs  string        // CPU list the daemon's own threads run on ("0-1"); "" = wherever the kernel lets them
+	DaemonTasks int           // tasks of the daemon's cgroup the managed trees in it may not take; 0 = no such reserve
 
 	RealtimePriority int     // SCHED_FIFO priority of the daemon's own threads, 1..99; 0 = the fair class, at CPUSlice
 	RealtimeCPU      float64 // CPUs the daemon may use at real time, on average; past it its threads run in the fair class
@@ -191,6 +192,7 @@ func Default() Config {
 		LogKeep:     1,
 		GPUPoll:     time.Second,
 		CPUSlice:    100 * time.Microsecond,
+		DaemonTasks: 512,
 
 		RealtimePriority: 1,
 		RealtimeCPU:      0.5,
@@ -272,6 +274,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.IntVar(&c.LogKeep, "log-keep", c.LogKeep, "rotated log files kept per process")
 	fs.DurationVar(&c.GPUPoll, "gpu-poll", c.GPUPoll, "GPU sampling interval")
 	fs.StringVar(&c.DaemonCPUs, "daemon-cpus", c.DaemonCPUs, "CPUs the daemon's own threads run on, a CPU list (\"0-1\"), so that no user's process is ever ahead of a request there; the processes it starts for users run on the other CPUs (empty: every CPU for the daemon too)")
+	fs.IntVar(&c.DaemonTasks, "daemon-tasks", c.DaemonTasks, "tasks (processes and threads) of the daemon's cgroup kept for the daemon: the managed trees that run in its cgroups go into a pids cgroup holding that many fewer, half where that many are more than half (0: no reserve)")
 	fs.IntVar(&c.RealtimePriority, "realtime-priority", c.RealtimePriority, "real-time priority (SCHED_FIFO, 1..99) of the daemon's own threads, so that a request's wake-up runs ahead of every user's process; processes it starts keep the fair class (0: the fair class for the daemon too)")
 	fs.Float64Var(&c.RealtimeCPU, "realtime-cpu", c.RealtimeCPU, "CPUs the daemon may use at real time, on average: whenever it has used more, its threads run in the fair class until it is within it again")
 	fs.DurationVar(&c.CPUSlice, "cpu-slice", c.CPUSlice, "scheduler slice the daemon asks for its own threads (Linux 6.12+), so that a request's wake-up preempts a CPU-bound task; processes it starts keep the kernel's default (0: the kernel's default for the daemon too)")
@@ -408,6 +411,7 @@ func (c Config) Validate() error {
 		_, err := cpuaffinity.Parse(c.DaemonCPUs)
 		check(err == nil, "--daemon-cpus %q: %v", c.DaemonCPUs, err)
 	}
+	check(c.DaemonTasks >= 0 && c.DaemonTasks <= 1<<22, "--daemon-tasks %d: must be 0 (no reserve) or 1..%d", c.DaemonTasks, 1<<22)
 	check(c.RealtimePriority >= 0 && c.RealtimePriority <= rtprio.MaxPriority, "--realtime-priority %d: must be 0 (the fair class) or 1..%d", c.RealtimePriority, rtprio.MaxPriority)
 	check(c.RealtimeCPU > 0 && c.RealtimeCPU <= 4096, "--realtime-cpu %v: must be more than 0 and at most 4096 CPUs", c.RealtimeCPU)
 	check(c.CPUSlice == 0 || c.CPUSlice >= cpuslice.Min && c.CPUSlice <= cpuslice.Max, "--cpu-slice %v: must be 0 (the kernel's default) or %v..%v", c.CPUSlice, cpuslice.Min, cpuslice.Max)

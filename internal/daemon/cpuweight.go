@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"fmt"
 
 	"go.uber.org/zap"
 
@@ -104,6 +105,11 @@ func (d *Daemon) placeInit(rec proctable.Record, initPID int) error {
 	if rec.Cgroup != "" {
 		return d.placeUserInit(rec, initPID)
 	}
+	if d.trees != nil {
+		if err := d.trees.Place(initPID); err != nil {
+			return fmt.Errorf("run %q: the managed trees' pids cgroup: %w", rec.Name, err)
+		}
+	}
 	if d.cpu.groups == nil {
 		return nil
 	}
@@ -115,17 +121,26 @@ func (d *Daemon) placeInit(rec proctable.Record, initPID int) error {
 }
 
 // placeTree puts every process of a tree that already runs (restored by
-// CRIU into the daemon's own cgroup, or adopted) in the tree's cgroup,
-// the init first: its owner's (best effort: the tree already runs) or the
-// one for cpu.weight.
+// CRIU into the daemon's own cgroup, or adopted) in the tree's cgroups,
+// the init first: its owner's (best effort: the tree already runs), or
+// the trees' pids cgroup and the one for cpu.weight.
 func (d *Daemon) placeTree(rec proctable.Record, procs []proctable.ProcRef) {
-	place := func(pid int) error { return d.cpu.groups.Place(rec.ID, pid, rec.Nice) }
-	switch {
-	case rec.Cgroup != "" && d.users != nil:
-		place = func(pid int) error { return d.users.Place(rec.Cgroup, pid, rec.Nice) }
-	case d.cpu.groups == nil:
+	if rec.Cgroup != "" && d.users != nil {
+		d.placeEach(rec, procs, func(pid int) error { return d.users.Place(rec.Cgroup, pid, rec.Nice) },
+			"the tree is not wholly in its user's cgroup; the rest stays in the daemon's")
 		return
 	}
+	if d.trees != nil {
+		d.placeEach(rec, procs, d.trees.Place, "the tree is not wholly in the managed trees' pids cgroup; the rest may take the tasks kept for the daemon")
+	}
+	if d.cpu.groups != nil {
+		d.placeEach(rec, procs, func(pid int) error { return d.cpu.groups.Place(rec.ID, pid, rec.Nice) },
+			"cpu.weight not applied to the whole tree; nice still applies")
+	}
+}
+
+// placeEach places each live process of procs, and logs what failed.
+func (d *Daemon) placeEach(rec proctable.Record, procs []proctable.ProcRef, place func(pid int) error, failed string) {
 	var errs []error
 	for _, p := range procs {
 		if !procfs.Alive(p.PID, p.Start) {
@@ -136,11 +151,7 @@ func (d *Daemon) placeTree(rec proctable.Record, procs []proctable.ProcRef) {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		msg := "cpu.weight not applied to the whole tree; nice still applies"
-		if rec.Cgroup != "" {
-			msg = "the tree is not wholly in its user's cgroup; the rest stays in the daemon's"
-		}
-		d.log.Warn(msg, zap.String("name", rec.Name), zap.String("id", rec.ID), zap.String("cgroup", rec.Cgroup), zap.Error(err))
+		d.log.Warn(failed, zap.String("name", rec.Name), zap.String("id", rec.ID), zap.String("cgroup", rec.Cgroup), zap.Error(err))
 	}
 }
 

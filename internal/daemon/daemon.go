@@ -78,6 +78,7 @@ type Daemon struct {
 	leases     *leaseSet
 	cpu        cpuPriority
 	users      userCgroups  // nil: every tree stays in the daemon's cgroups
+	trees      treeTasks    // nil: the trees in the daemon's cgroups may take every task it may hold
 	mps        *mps.Manager // the MPS control daemon and its clients
 	fillers    *fillerSet
 	activator  *activate.Activator
@@ -325,6 +326,7 @@ func (d *Daemon) boot(ctx context.Context) error {
 		return err
 	}
 	d.setupCPU()
+	d.setupTreeTasks()
 	d.adoptAll(ctx)
 	d.sweepUntrackedTrees()
 	d.sweepSandboxHomes()

@@ -1,0 +1,44 @@
+package daemon
+
+import (
+	"go.uber.org/zap"
+
+	"github.com/gpusched/gpusched/internal/taskreserve"
+)
+
+// treeTasks keeps the managed trees that run in the daemon's cgroups from
+// taking the tasks it keeps for itself (--daemon-tasks): the Go runtime
+// aborts when it cannot start a thread, and a tree outlives the daemon.
+type treeTasks interface {
+	Place(pid int) error
+}
+
+// setupTreeTasks finds and sets up the trees' pids cgroup, once cpu.weight
+// is set up: on cgroup v2 it is the parent of the trees' own cgroups, on
+// cgroup v1 a cgroup below the daemon's in the pids hierarchy. Where there
+// is none the daemon runs without the reserve, and says why once.
+func (d *Daemon) setupTreeTasks() {
+	if d.cfg.DaemonTasks == 0 {
+		d.log.Info("no tasks kept for the daemon from its trees", zap.String("reason", "turned off by --daemon-tasks 0"))
+		return
+	}
+	parent := ""
+	if d.cpu.groups != nil {
+		if err := d.cpu.found.EnablePids(); err != nil {
+			d.log.Warn("no tasks kept for the daemon from its trees", zap.Error(err))
+			return
+		}
+		parent = d.cpu.found.Parent()
+	}
+	r, err := taskreserve.Detect(d.cfg.DaemonTasks, parent, taskreserve.HostPaths())
+	if err == nil {
+		err = r.Setup()
+	}
+	if err != nil {
+		d.log.Warn("no tasks kept for the daemon from its trees", zap.Error(err))
+		return
+	}
+	d.trees = r
+	d.log.Info("tasks kept for the daemon from its trees", zap.String("cgroup", r.Dir()),
+		zap.Int64("trees_max", r.Max()), zap.Int64("limit", r.Limit()))
+}
