@@ -97,6 +97,7 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 	if err != nil {
 		return rec, fmt.Errorf("restore: %w", err)
 	}
+	d.restoreWithTrees(rec, &place)
 	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced

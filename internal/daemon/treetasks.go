@@ -3,6 +3,7 @@ package daemon
 import (
 	"go.uber.org/zap"
 
+	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/internal/taskreserve"
 )
 
@@ -11,6 +12,7 @@ import (
 // aborts when it cannot start a thread, and a tree outlives the daemon.
 type treeTasks interface {
 	Place(pid int) error
+	Join() string // where a restore's CRIU runs so that its tree is born with the trees; "": nowhere
 }
 
 // setupTreeTasks finds and sets up the trees' pids cgroup, once cpu.weight
@@ -41,4 +43,17 @@ func (d *Daemon) setupTreeTasks() {
 	d.trees = r
 	d.log.Info("tasks kept for the daemon from its trees", zap.String("cgroup", r.Dir()),
 		zap.Int64("trees_max", r.Max()), zap.Int64("limit", r.Limit()))
+}
+
+// restoreWithTrees has the CRIU that restores rec's tree run where that
+// tree is born with the trees, where it will run in the daemon's cgroups:
+// a tree of thousands of processes restored into the daemon's own
+// cgroup could take the tasks kept for the daemon before it is moved.
+func (d *Daemon) restoreWithTrees(rec proctable.Record, place *criuPlace) {
+	if d.trees == nil || d.userCgroupOf(rec.Owner, rec.ID) != "" {
+		return
+	}
+	if dir := d.trees.Join(); dir != "" {
+		place.dirs = append(place.dirs, dir)
+	}
 }

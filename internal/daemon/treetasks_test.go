@@ -38,8 +38,8 @@ while True:
 
 // TestTreesLeaveTheDaemonItsTasks: a real user's tree that forks for ever
 // in the daemon's cgroup (limited to 200 tasks, as systemd's TasksMax=
-// limits the unit's) is held to the trees' 136 (--daemon-tasks 64), so
-// that the daemon, which the Go runtime aborts when it cannot start a
+// limits the unit's) is held to the trees' 136 (--daemon-tasks 64): the
+// daemon's own cgroup refuses no fork, and the daemon, which the Go runtime aborts when it cannot start a
 // thread, still runs, and a daemon started after it, with the tree still
 // forking, starts, adopts it and answers. Without the reserve the tree
 // takes every task and each daemon started after it aborts
@@ -48,25 +48,9 @@ while True:
 // parent cgroup is cgroup.Manager's, covered by internal/taskreserve and
 // internal/cgroup.
 func TestTreesLeaveTheDaemonItsTasks(t *testing.T) {
-	mnt := v1PidsMount(t)
 	u := testutil.NewUser(t, "gstasks1", "gstasks")
 	h := prepareHarness(t, func(c *config.Config) { c.Group = u.Group })
-	own := filepath.Join(mnt, fmt.Sprintf("gstasks-%d", os.Getpid()))
-	if err := os.Mkdir(own, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	trees := filepath.Join(own, taskreserve.TreesGroup)
-	t.Cleanup(func() { removeCgroupsOf(t, trees, own) })
-	if err := os.WriteFile(filepath.Join(own, "pids.max"), []byte("200"), 0); err != nil {
-		t.Fatal(err)
-	}
-	start := func() *daemonProc {
-		n := testutil.NewNotify(t, h.dir)
-		args := append([]string{"-c", `echo $$ > "$0"/cgroup.procs && exec "$@"`, own, h.bins.Daemon}, h.binaryArgs()...)
-		dp := h.spawnBinary(exec.Command("sh", append(args, "--daemon-tasks", "64")...), "NOTIFY_SOCKET="+n.Path)
-		n.WaitFor(t, "READY=1", 30*time.Second)
-		return dp
-	}
+	own, trees, start := daemonInPidsCgroup(t, h)
 	first := start()
 	if _, errOut, code := h.ctlAs(u, "run", "bomb", "--dir", "/", "--", "python3", "-c", forker); code != 0 {
 		t.Fatalf("run: %s", errOut)
@@ -77,6 +61,9 @@ func TestTreesLeaveTheDaemonItsTasks(t *testing.T) {
 	}
 	if events := readTrimmed(t, filepath.Join(trees, "pids.events")); events == "max 0" {
 		t.Fatalf("the bomb is full but its cgroup refused nothing: %q", events)
+	}
+	if events := readTrimmed(t, filepath.Join(own, "pids.events")); events != "max 0" {
+		t.Fatalf("the daemon's cgroup refused forks: %q", events)
 	}
 
 	if err := first.cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -92,6 +79,80 @@ func TestTreesLeaveTheDaemonItsTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.waitExit("bomb")
+}
+
+// TestRestoreBornWithTheTrees: the CRIU that restores a real user's
+// hibernated tree of 80 sleepers runs in the trees' pids cgroup, so that
+// with the trees full (the user's own fork loop) the thaw fails cleanly,
+// the process hibernated and its snapshot kept, and the daemon's own
+// cgroup refuses no fork: restored into it, the tree would have taken the
+// tasks kept for the daemon before it was moved. Once the loop is gone
+// the thaw restores it there.
+func TestRestoreBornWithTheTrees(t *testing.T) {
+	u := testutil.NewUser(t, "gstasks2", "gstasks")
+	h := prepareHarness(t, func(c *config.Config) { c.Group, c.CRIU = u.Group, testutil.CRIU(t) })
+	own, trees, start := daemonInPidsCgroup(t, h)
+	start()
+	many := `for i in $(seq 80); do sleep 1000 & done; echo up; wait`
+	if _, errOut, code := h.ctlAs(u, "run", "many", "--dir", "/", "--", "sh", "-c", many); code != 0 {
+		t.Fatalf("run: %s", errOut)
+	}
+	h.followUntil("many", "up")
+	if _, errOut, code := h.ctlAs(u, "hibernate", "many"); code != 0 {
+		t.Fatalf("hibernate: %s", errOut)
+	}
+	if _, errOut, code := h.ctlAs(u, "run", "bomb", "--dir", "/", "--", "python3", "-c", forker); code != 0 {
+		t.Fatalf("run: %s", errOut)
+	}
+	h.followUntil("bomb", "full")
+	if _, errOut, code := h.ctlAs(u, "thaw", "many"); code == 0 || !strings.Contains(errOut, "restore") {
+		t.Fatalf("thaw with the trees full: exit %d, %q; want the restore refused", code, errOut)
+	}
+	if events := readTrimmed(t, filepath.Join(own, "pids.events")); events != "max 0" {
+		t.Fatalf("the daemon's cgroup refused forks during the restore: %q", events)
+	}
+	if p, err := h.client().Process(ctxT(t), "many"); err != nil || p.State != api.StateHibernated || p.Snapshot == "" {
+		t.Fatalf("after the refused thaw: %+v, %v; want it hibernated, its snapshot kept", p, err)
+	}
+	if _, err := h.client().Kill(ctxT(t), api.KillParams{Name: "bomb"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitExit("bomb")
+	if _, errOut, code := h.ctlAs(u, "thaw", "many"); code != 0 {
+		t.Fatalf("thaw: %s", errOut)
+	}
+	p, err := h.client().Process(ctxT(t), "many")
+	if err != nil || p.State != api.StateRunning {
+		t.Fatalf("thawed: %+v, %v", p, err)
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", p.PID))
+	if err != nil || !strings.Contains(string(data), ":pids:"+strings.TrimPrefix(trees, v1PidsMount(t))+"\n") {
+		t.Fatalf("the thawed process's cgroups: %q, %v; want the trees' pids cgroup %s", data, err, trees)
+	}
+}
+
+// daemonInPidsCgroup makes a cgroup of the v1 pids hierarchy limited to
+// 200 tasks, as systemd's TasksMax= limits the unit's, and returns it, the
+// trees' cgroup below it, and a start that runs the built daemon in it
+// with --daemon-tasks 64 and waits until it is ready.
+func daemonInPidsCgroup(t *testing.T, h *harness) (own, trees string, start func() *daemonProc) {
+	mnt := v1PidsMount(t)
+	own = filepath.Join(mnt, fmt.Sprintf("gstasks-%d-%s", os.Getpid(), t.Name()))
+	if err := os.Mkdir(own, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	trees = filepath.Join(own, taskreserve.TreesGroup)
+	t.Cleanup(func() { removeCgroupsOf(t, trees, own) })
+	if err := os.WriteFile(filepath.Join(own, "pids.max"), []byte("200"), 0); err != nil {
+		t.Fatal(err)
+	}
+	return own, trees, func() *daemonProc {
+		n := testutil.NewNotify(t, h.dir)
+		args := append([]string{"-c", `echo $$ > "$0"/cgroup.procs && exec "$@"`, own, h.bins.Daemon}, h.binaryArgs()...)
+		dp := h.spawnBinary(exec.Command("sh", append(args, "--daemon-tasks", "64")...), "NOTIFY_SOCKET="+n.Path)
+		n.WaitFor(t, "READY=1", 30*time.Second)
+		return dp
+	}
 }
 
 // v1PidsMount is where this host mounts the cgroup v1 pids hierarchy; the

@@ -129,6 +129,17 @@ func (r *Reserve) Place(pid int) error {
 // Dir is the trees' pids cgroup.
 func (r *Reserve) Dir() string { return r.dir }
 
+// Join is the cgroup a process is moved into for all it forks to be held
+// with the trees (CRIU, for the tree it restores): Dir where trees are
+// moved into it (cgroup v1), "" on cgroup v2, where each tree's own cgroup
+// is made below it.
+func (r *Reserve) Join() string {
+	if !r.move {
+		return ""
+	}
+	return r.dir
+}
+
 // Max is the trees' pids.max, and Limit what the daemon's cgroup may hold
 // in all, as Setup found them.
 func (r *Reserve) Max() int64   { return r.max }

@@ -83,7 +83,7 @@ func TestSetupLeavesTheReserve(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := filepath.Join(mnt, "system.slice", "d.service", TreesGroup)
-			if r.Dir() != want || r.Max() != tc.wantMax || r.Limit() != tc.wantLim {
+			if r.Dir() != want || r.Join() != want || r.Max() != tc.wantMax || r.Limit() != tc.wantLim {
 				t.Fatalf("trees in %s at most %d of %d; want %s, %d of %d", r.Dir(), r.Max(), r.Limit(), want, tc.wantMax, tc.wantLim)
 			}
 			if got := read(t, filepath.Join(want, "pids.max")); got != strconv.FormatInt(tc.wantMax, 10) {
@@ -97,7 +97,8 @@ func TestSetupLeavesTheReserve(t *testing.T) {
 }
 
 // TestDetectOnCgroupV2: the trees' cgroups' parent (cgroup.Manager's
-// procs) holds them when its parent offers pids; nothing is moved there.
+// procs) holds them when its parent offers pids; nothing is moved or
+// joined there (each tree's own cgroup is made below it).
 func TestDetectOnCgroupV2(t *testing.T) {
 	dir, p := fakeHost(t, 4194304, 1000000, "")
 	mnt := filepath.Join(dir, "cg2")
@@ -118,7 +119,7 @@ func TestDetectOnCgroupV2(t *testing.T) {
 	if err := r.Setup(); err != nil {
 		t.Fatal(err)
 	}
-	if r.Dir() != procs || read(t, filepath.Join(procs, "pids.max")) != "4403" {
+	if r.Dir() != procs || r.Join() != "" || read(t, filepath.Join(procs, "pids.max")) != "4403" {
 		t.Fatalf("trees in %s, pids.max %s; want %s, 4403", r.Dir(), read(t, filepath.Join(procs, "pids.max")), procs)
 	}
 	if err := r.Place(os.Getpid()); err != nil || read(t, filepath.Join(procs, "cgroup.procs")) != "" {
