@@ -67,6 +67,8 @@ func toWire(err error) (api.Code, string) {
 		return api.CodeNotFound, err.Error()
 	case errors.Is(err, proctable.ErrExists), errors.Is(err, jobqueue.ErrExists):
 		return api.CodeExists, err.Error()
+	case errors.Is(err, sandbox.ErrNoTasks):
+		return api.CodeResourceExhausted, err.Error()
 	case errors.Is(err, sandbox.ErrCommand):
 		return api.CodeInvalidArgument, err.Error()
 	case errors.Is(err, ErrInvalid):

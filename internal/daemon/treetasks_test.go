@@ -65,6 +65,9 @@ func TestTreesLeaveTheDaemonItsTasks(t *testing.T) {
 	if events := readTrimmed(t, filepath.Join(own, "pids.events")); events != "max 0" {
 		t.Fatalf("the daemon's cgroup refused forks: %q", events)
 	}
+	if _, errOut, code := h.ctlAs(u, "run", "late", "--dir", "/", "--", "true"); code == 0 || !strings.Contains(errOut, "pids.max") || !strings.Contains(errOut, string(api.CodeResourceExhausted)) {
+		t.Fatalf("run with the trees full: exit %d, %q; want it refused, resource_exhausted, naming pids.max", code, errOut)
+	}
 
 	if err := first.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

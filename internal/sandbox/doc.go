@@ -41,7 +41,7 @@
 //
 //	supervisor -> daemon  "ready"
 //	daemon -> supervisor  "go" JSON          (after the daemon recorded the supervisor's identity)
-//	supervisor -> daemon  "started NSPID HOSTPID" or "error MESSAGE"
+//	supervisor -> daemon  "started NSPID HOSTPID", or "error MESSAGE" ("notasks MESSAGE" when the kernel refused the process: pids.max)
 //
 // If the daemon disappears before "go", the supervisor exits without running
 // anything, so no process is ever started that the daemon has not recorded.

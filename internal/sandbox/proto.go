@@ -29,6 +29,7 @@ const (
 	msgGo      = "go"
 	msgStarted = "started"
 	msgError   = "error"
+	msgNoTasks = "notasks" // an error: no process could be started (EAGAIN: the tree's cgroup's pids.max)
 )
 
 // Bounds on what either side reads from the other.

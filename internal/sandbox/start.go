@@ -24,6 +24,11 @@ import (
 // found, not executable); Start's error wraps it with the explanation.
 var ErrCommand = errors.New("command did not start")
 
+// ErrNoTasks means the command did not start because the kernel refused
+// its process (EAGAIN: the cgroup of the tree allows no more, pids.max);
+// it wraps ErrCommand.
+var ErrNoTasks = fmt.Errorf("%w", ErrCommand)
+
 // Spec describes one managed process to start.
 type Spec struct {
 	SupervisorPath string   // binary to re-execute as supervisor (must call Main when IsSupervisor)
@@ -215,6 +220,8 @@ func expect(r *bufio.Reader, verb string) (string, error) {
 		return rest, nil
 	case msgError:
 		return "", fmt.Errorf("%w: %s", ErrCommand, rest)
+	case msgNoTasks:
+		return "", fmt.Errorf("%w: %s", ErrNoTasks, rest)
 	}
 	return "", fmt.Errorf("supervisor handshake: got %q, want %q", line, verb)
 }

@@ -38,7 +38,11 @@ func Main() int {
 	sync := os.NewFile(syncFD, "sync")
 	fail := func(code int, err error) int {
 		writeReport(status, ExitReport{Error: err.Error()})
-		fmt.Fprintf(sync, "%s %s\n", msgError, oneLine(err.Error()))
+		verb := msgError
+		if errors.Is(err, unix.EAGAIN) {
+			verb = msgNoTasks
+		}
+		fmt.Fprintf(sync, "%s %s\n", verb, oneLine(err.Error()))
 		fmt.Fprintf(log, "gpusched-init: %v\n", err)
 		return code
 	}
