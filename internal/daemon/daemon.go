@@ -79,6 +79,7 @@ type Daemon struct {
 	cpu        cpuPriority
 	users      userCgroups  // nil: every tree stays in the daemon's cgroups
 	trees      treeTasks    // nil: the trees in the daemon's cgroups may take every task it may hold
+	checks     callerChecks // of a command's dir and program, as its user
 	mps        *mps.Manager // the MPS control daemon and its clients
 	fillers    *fillerSet
 	activator  *activate.Activator
@@ -120,7 +121,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		sched: newScheduler(), leases: newLeaseSet(), fillers: newFillerSet(), activator: activate.New(), startedAt: time.Now(), ready: make(chan struct{}), retain: make(chan struct{}, 1),
 		conns:    newConnSet(cfg.MaxConns, cfg.Limits.ConnsPerUser),
 		logWatch: logfile.NewWatcher(), streamCap: limits.NewSlots(cfg.Limits.StreamsPerUser, "max-streams-per-user", "streaming calls in progress"),
-		turns: limits.NewTurns(turnsPerUser(cfg.Limits.TurnsPerUser)), criuTurns: limits.NewTurns(1), bulk: bulkgate.ForProcs().Metered(limits.NewCPUShare(cfg.Limits.CPUPerUser))}
+		turns: limits.NewTurns(turnsPerUser(cfg.Limits.TurnsPerUser)), criuTurns: limits.NewTurns(1), checks: newCallerChecks(), bulk: bulkgate.ForProcs().Metered(limits.NewCPUShare(cfg.Limits.CPUPerUser))}
 	for _, o := range opts {
 		o(d)
 	}

@@ -167,7 +167,7 @@ func (d *Daemon) newJob(c *call, s api.JobSpec) (*jobqueue.Job, error) {
 			return nil, api.Errorf(api.CodeExists, "%s: a running process holds that name; choose another", what)
 		}
 	}
-	dir, err := commandDir(c.actor, owner, what, s.Dir, s.Cmd[0], s.Env["PATH"])
+	dir, err := d.commandDir(c.actor, owner, what, s.Dir, s.Cmd[0], s.Env["PATH"])
 	if err != nil {
 		return nil, err
 	}

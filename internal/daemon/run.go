@@ -78,7 +78,7 @@ func (d *Daemon) run(c *call) (any, error) {
 			return nil, err
 		}
 	}
-	dir, err := commandDir(c.actor, owner, fmt.Sprintf("run %q", p.Name), p.Dir, p.Cmd[0], p.Env["PATH"])
+	dir, err := d.commandDir(c.actor, owner, fmt.Sprintf("run %q", p.Name), p.Dir, p.Cmd[0], p.Env["PATH"])
 	if err != nil {
 		return nil, err
 	}
@@ -298,7 +298,7 @@ func (d *Daemon) resolveGPUs(what string, gpu *api.GPURef, refs []api.GPURef) ([
 // the caller's own cwd. The directory and the command (cmd0, searched in
 // path) are checked as owner, the user the process runs as: a check as
 // root would tell the caller whether paths it may not see exist.
-func commandDir(a actor, owner proctable.Owner, what, dir, cmd0, path string) (string, error) {
+func (d *Daemon) commandDir(a actor, owner proctable.Owner, what, dir, cmd0, path string) (string, error) {
 	if dir == "" {
 		cwd, err := os.Readlink("/proc/" + strconv.Itoa(a.PID) + "/cwd")
 		if err != nil {
@@ -310,8 +310,8 @@ func commandDir(a actor, owner proctable.Owner, what, dir, cmd0, path string) (s
 		return "", invalidf("%s: dir %q must be an absolute path", what, dir)
 	}
 	dir = filepath.Clean(dir)
-	if err := sandbox.CheckCommand(credOf(owner), cmd0, path, dir); err != nil {
-		return "", invalidf("%s: %v", what, err)
+	if err := d.checks.check(owner, what, cmd0, path, dir); err != nil {
+		return "", err
 	}
 	return dir, nil
 }
