@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -44,9 +43,9 @@ while True:
 // forking, starts, adopts it and answers. Without the reserve the tree
 // takes every task and each daemon started after it aborts
 // ("pthread_create failed: Resource temporarily unavailable"). It needs a
-// cgroup v1 pids hierarchy, as this VM's; on a cgroup v2 host the trees'
-// parent cgroup is cgroup.Manager's, covered by internal/taskreserve and
-// internal/cgroup.
+// cgroup v1 pids hierarchy, as this VM's (it skips elsewhere); on a cgroup
+// v2 host the trees' parent cgroup is cgroup.Manager's, covered by
+// internal/taskreserve and internal/cgroup.
 func TestTreesLeaveTheDaemonItsTasks(t *testing.T) {
 	u := testutil.NewUser(t, "gstasks1", "gstasks")
 	h := prepareHarness(t, func(c *config.Config) { c.Group = u.Group })
@@ -129,7 +128,7 @@ func TestRestoreBornWithTheTrees(t *testing.T) {
 		t.Fatalf("thawed: %+v, %v", p, err)
 	}
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", p.PID))
-	if err != nil || !strings.Contains(string(data), ":pids:"+strings.TrimPrefix(trees, v1PidsMount(t))+"\n") {
+	if err != nil || !strings.Contains(string(data), ":pids:"+strings.TrimPrefix(trees, testutil.CgroupV1PidsMount(t))+"\n") {
 		t.Fatalf("the thawed process's cgroups: %q, %v; want the trees' pids cgroup %s", data, err, trees)
 	}
 }
@@ -139,7 +138,7 @@ func TestRestoreBornWithTheTrees(t *testing.T) {
 // trees' cgroup below it, and a start that runs the built daemon in it
 // with --daemon-tasks 64 and waits until it is ready.
 func daemonInPidsCgroup(t *testing.T, h *harness) (own, trees string, start func() *daemonProc) {
-	mnt := v1PidsMount(t)
+	mnt := testutil.CgroupV1PidsMount(t)
 	own = filepath.Join(mnt, fmt.Sprintf("gstasks-%d-%s", os.Getpid(), t.Name()))
 	if err := os.Mkdir(own, 0o755); err != nil {
 		t.Fatal(err)
@@ -156,25 +155,6 @@ func daemonInPidsCgroup(t *testing.T, h *harness) (own, trees string, start func
 		n.WaitFor(t, "READY=1", 30*time.Second)
 		return dp
 	}
-}
-
-// v1PidsMount is where this host mounts the cgroup v1 pids hierarchy; the
-// test is skipped without one.
-func v1PidsMount(t *testing.T) string {
-	t.Helper()
-	testutil.RequiresRoot(t)
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		fields := strings.Fields(line)
-		if i := slices.Index(fields, "-"); i > 4 && i+3 < len(fields) && fields[i+1] == "cgroup" && slices.Contains(strings.Split(fields[i+3], ","), "pids") {
-			return fields[4]
-		}
-	}
-	t.Skip("no cgroup v1 pids hierarchy here (a cgroup v2 host: internal/taskreserve and internal/cgroup cover the trees' parent there)")
-	return ""
 }
 
 // removeCgroupsOf kills what is left in each cgroup of dirs, then removes

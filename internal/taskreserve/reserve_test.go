@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -146,21 +145,8 @@ func TestDetectUnavailable(t *testing.T) {
 // sleepers, and the kernel refuses it past the trees' 30, leaving the
 // daemon's cgroup 10 tasks.
 func TestTreesHeldBelowTheDaemon(t *testing.T) {
-	testutil.RequiresRoot(t)
+	mnt := testutil.CgroupV1PidsMount(t)
 	host := HostPaths()
-	mounts, err := readMounts(host.MountInfo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mnt := ""
-	for _, m := range mounts {
-		if m.fstype == "cgroup" && slices.Contains(m.options, "pids") {
-			mnt = m.point
-		}
-	}
-	if mnt == "" {
-		t.Skip("no cgroup v1 pids hierarchy here (a cgroup v2 host: internal/daemon's tests cover it there)")
-	}
 	own := filepath.Join(mnt, fmt.Sprintf("gstaskreserve-%d", os.Getpid()))
 	if err := os.Mkdir(own, 0o755); err != nil {
 		t.Fatal(err)

@@ -97,3 +97,22 @@ func CgroupCPU(t testing.TB, dir string) uint64 {
 	t.Fatalf("%s/cpu.stat has no usage_usec: %q", dir, b)
 	return 0
 }
+
+// CgroupV1PidsMount is where this machine mounts the cgroup v1 pids
+// hierarchy (a cgroup v1 or hybrid host); it skips t where none is.
+func CgroupV1PidsMount(t testing.TB) string {
+	t.Helper()
+	RequiresRoot(t)
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if i := slices.Index(fields, "-"); i > 4 && i+3 < len(fields) && fields[i+1] == "cgroup" && slices.Contains(strings.Split(fields[i+3], ","), "pids") {
+			return fields[4]
+		}
+	}
+	t.Skip("no cgroup v1 pids hierarchy here (a cgroup v2 host)")
+	return ""
+}
