@@ -1,8 +1,10 @@
 package testutil
 
 import (
+	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"syscall"
 	"testing"
 
@@ -15,7 +17,8 @@ import (
 // ends), however the kernel interrupts it: the stand-in for a user's own
 // FUSE server that never answers (fusermount3 lets any user mount one
 // where the daemon sees it). A path below mnt/stall holds whatever stats
-// or opens it. It skips t where FUSE cannot be mounted.
+// or opens it. It skips t where FUSE cannot be mounted. Call it in a mount
+// namespace of the test's own (InOwnMountNamespace).
 func StallDir(t testing.TB) (mnt string, release func()) {
 	t.Helper()
 	RequiresRoot(t)
@@ -75,4 +78,36 @@ func (r *stallRoot) Lookup(ctx context.Context, name string, out *fuse.EntryOut)
 		<-r.gate
 	}
 	return nil, syscall.ENOENT
+}
+
+// ownMountsEnv names, in the process InOwnMountNamespace starts, the test
+// it runs there.
+const ownMountsEnv = "GPUSCHED_TEST_OWN_MOUNTS"
+
+// InOwnMountNamespace runs the calling test again in a process of its own,
+// in a mount namespace of its own (unshare(1) --mount --propagation
+// private), so that what it mounts is seen nowhere else on the host: a
+// FUSE mount fails every CRIU dump of a process that sees it ("failed to
+// dump fs ... (fuse)"), as other packages' tests make at the same time. It
+// returns true in that process, where the test goes on, and false in the
+// first once that process has passed (skipping t where it skipped).
+func InOwnMountNamespace(t *testing.T) bool {
+	t.Helper()
+	if os.Getenv(ownMountsEnv) == t.Name() {
+		return true
+	}
+	RequiresRoot(t)
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "--",
+		os.Args[0], "-test.run", "^"+t.Name()+"$", "-test.count", "1", "-test.v")
+	cmd.Env = append(os.Environ(), ownMountsEnv+"="+t.Name())
+	out, err := cmd.CombinedOutput()
+	switch {
+	case err != nil:
+		t.Fatalf("%s in a mount namespace of its own: %v\n%s", t.Name(), err, out)
+	case bytes.Contains(out, []byte("--- SKIP: "+t.Name())):
+		t.Skipf("in a mount namespace of its own:\n%s", out)
+	case !bytes.Contains(out, []byte("--- PASS: "+t.Name())):
+		t.Fatalf("%s in a mount namespace of its own did not run:\n%s", t.Name(), out)
+	}
+	return false
 }
