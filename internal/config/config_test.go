@@ -75,6 +75,8 @@ func TestValidate(t *testing.T) {
 		{[]string{"--daemon-cpus", "1-0"}, `--daemon-cpus "1-0": range "1-0" runs backwards`},
 		{[]string{"--daemon-cpus", "x"}, `--daemon-cpus "x": "x" is not a CPU number`},
 		{[]string{"--daemon-cpus", "4096"}, `--daemon-cpus "4096": CPU 4096: past the last one`},
+		{[]string{"--daemon-tasks", "-1"}, "--daemon-tasks -1: must be 0 (no reserve) or 1..4194304"},
+		{[]string{"--daemon-tasks", "4194305"}, "--daemon-tasks 4194305: must be 0"},
 		{[]string{"--max-temp", "hot"}, "invalid value"},
 		{[]string{"extra"}, "unexpected argument"},
 		{[]string{"--no-such-flag"}, "not defined"},
