@@ -106,6 +106,9 @@ func (d *Daemon) placeInit(rec proctable.Record, initPID int) error {
 		return d.placeUserInit(rec, initPID)
 	}
 	if d.trees != nil {
+		if err := d.trees.Refresh(); err != nil {
+			d.log.Warn("the managed trees' pids.max not set again", zap.Error(err))
+		}
 		if err := d.trees.Place(initPID); err != nil {
 			return fmt.Errorf("run %q: the managed trees' pids cgroup: %w", rec.Name, err)
 		}

@@ -11,6 +11,7 @@ import (
 // taking the tasks it keeps for itself (--daemon-tasks): the Go runtime
 // aborts when it cannot start a thread, and a tree outlives the daemon.
 type treeTasks interface {
+	Refresh() error // the trees' limit again, from what the daemon's cgroup may hold now
 	Place(pid int) error
 	Join() string // where a restore's CRIU runs so that its tree is born with the trees; "": nowhere
 }

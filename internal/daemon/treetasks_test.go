@@ -50,13 +50,24 @@ func TestTreesLeaveTheDaemonItsTasks(t *testing.T) {
 	u := testutil.NewUser(t, "gstasks1", "gstasks")
 	h := prepareHarness(t, func(c *config.Config) { c.Group = u.Group })
 	own, trees, start := daemonInPidsCgroup(t, h)
+	// Started under a limit of 300, lowered to 200 as systemctl
+	// set-property would: the trees' limit follows at the next start.
+	if err := os.WriteFile(filepath.Join(own, "pids.max"), []byte("300"), 0); err != nil {
+		t.Fatal(err)
+	}
 	first := start()
+	if got := readTrimmed(t, filepath.Join(trees, "pids.max")); got != "236" {
+		t.Fatalf("the trees' pids.max %s, want 236: the daemon's 300 less 64", got)
+	}
+	if err := os.WriteFile(filepath.Join(own, "pids.max"), []byte("200"), 0); err != nil {
+		t.Fatal(err)
+	}
 	if _, errOut, code := h.ctlAs(u, "run", "bomb", "--dir", "/", "--", "python3", "-c", forker); code != 0 {
 		t.Fatalf("run: %s", errOut)
 	}
 	h.followUntil("bomb", "full")
 	if got := readTrimmed(t, filepath.Join(trees, "pids.max")); got != "136" {
-		t.Fatalf("the trees' pids.max %s, want 136: the daemon's 200 less 64", got)
+		t.Fatalf("the trees' pids.max %s, want 136: the daemon's 200, as lowered, less 64", got)
 	}
 	if events := readTrimmed(t, filepath.Join(trees, "pids.events")); events == "max 0" {
 		t.Fatalf("the bomb is full but its cgroup refused nothing: %q", events)

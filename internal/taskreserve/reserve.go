@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // TreesGroup is the cgroup of the v1 pids hierarchy, below the daemon's
@@ -39,8 +40,10 @@ type Reserve struct {
 	move   bool   // v1: trees are moved into dir; v2: their own cgroups are below it
 	kernel string
 	kept   int64 // tasks kept for the daemon
-	limit  int64 // what the daemon's cgroup may hold, trees and all
-	max    int64 // dir's pids.max, set by Setup
+
+	mu    sync.Mutex
+	limit int64 // what the daemon's cgroup may hold, trees and all, when max was written
+	max   int64 // dir's pids.max, as last written
 }
 
 // Detect finds the pids cgroup of the trees without changing anything.
@@ -97,18 +100,39 @@ func (r *Reserve) Setup() error {
 			return fmt.Errorf("make %s: %w", r.dir, err)
 		}
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.apply()
+}
+
+// Refresh sets the trees' pids.max again when the limit above it has
+// changed since (systemctl set-property ... TasksMax=): a few small reads
+// when it has not.
+func (r *Reserve) Refresh() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.apply()
+}
+
+// apply writes the trees' pids.max for the limit now, unless it is the
+// one written last; the caller holds mu.
+func (r *Reserve) apply() error {
 	limit, err := r.effectiveLimit()
 	if err != nil {
 		return err
 	}
-	r.limit, r.max = limit, limit-r.kept
+	if limit == r.limit {
+		return nil
+	}
+	trees := limit - r.kept
 	if r.kept > limit/2 {
-		r.max = limit / 2 // a small cgroup: half for each
+		trees = limit / 2 // a small cgroup: half for each
 	}
 	path := filepath.Join(r.dir, "pids.max")
-	if err := os.WriteFile(path, []byte(strconv.FormatInt(r.max, 10)), 0); err != nil {
+	if err := os.WriteFile(path, []byte(strconv.FormatInt(trees, 10)), 0); err != nil {
 		return fmt.Errorf("set %s: %w", path, err)
 	}
+	r.limit, r.max = limit, trees
 	return nil
 }
 
@@ -141,9 +165,18 @@ func (r *Reserve) Join() string {
 }
 
 // Max is the trees' pids.max, and Limit what the daemon's cgroup may hold
-// in all, as Setup found them.
-func (r *Reserve) Max() int64   { return r.max }
-func (r *Reserve) Limit() int64 { return r.limit }
+// in all, as last set.
+func (r *Reserve) Max() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.max
+}
+
+func (r *Reserve) Limit() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.limit
+}
 
 // effectiveLimit is the least pids.max of the daemon's cgroup and its
 // ancestors, and of the kernel's pid_max and threads-max.

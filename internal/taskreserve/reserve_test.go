@@ -91,6 +91,14 @@ func TestSetupLeavesTheReserve(t *testing.T) {
 			if err := r.Setup(); err != nil { // a restarted daemon's
 				t.Fatalf("again: %v", err)
 			}
+			// The operator lowers the daemon's cgroup's limit while it runs.
+			write(t, filepath.Join(mnt, "system.slice", "d.service", "pids.max"), "90")
+			if err := r.Refresh(); err != nil {
+				t.Fatal(err)
+			}
+			if got := read(t, filepath.Join(want, "pids.max")); got != "45" || r.Max() != 45 || r.Limit() != 90 {
+				t.Fatalf("after the limit fell to 90: pids.max %q (%d of %d), want 45, half", got, r.Max(), r.Limit())
+			}
 		})
 	}
 }
