@@ -164,14 +164,15 @@ func (r *Reserve) Join() string {
 	return r.dir
 }
 
-// Max is the trees' pids.max, and Limit what the daemon's cgroup may hold
-// in all, as last set.
+// Max is the trees' pids.max as last written.
 func (r *Reserve) Max() int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.max
 }
 
+// Limit is what the daemon's cgroup may hold in all, trees included, as
+// found when Max was written.
 func (r *Reserve) Limit() int64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
