@@ -20,7 +20,8 @@ func TestMain(m *testing.M) {
 
 // TestServiceKeepsWhatCRIUNeeds: no setting that gives the daemon (and so
 // its managed processes) a mount namespace, filtered syscalls or forbidden
-// PID namespaces; processes outlive the daemon.
+// PID namespaces; processes outlive the daemon, which the OOM killer
+// weighs below them (each tree takes its caller's oom_score_adj).
 func TestServiceKeepsWhatCRIUNeeds(t *testing.T) {
 	s := testutil.UnitSettings(t, "gpuschedd.service")
 	for _, forbidden := range []string{"PrivateTmp", "ProtectSystem", "ProtectHome", "ReadOnlyPaths", "InaccessiblePaths",
@@ -31,7 +32,7 @@ func TestServiceKeepsWhatCRIUNeeds(t *testing.T) {
 		}
 	}
 	for key, want := range map[string]string{"Service.Type": "notify", "Service.KillMode": "process", "Service.Restart": "on-failure",
-		"Service.Delegate": "yes", "Service.StateDirectory": "gpusched", "Service.RuntimeDirectory": "gpusched"} {
+		"Service.Delegate": "yes", "Service.StateDirectory": "gpusched", "Service.RuntimeDirectory": "gpusched", "Service.OOMScoreAdjust": "-900"} {
 		if got := s[key]; !slices.Equal(got, []string{want}) {
 			t.Errorf("gpuschedd.service %s = %q, want %q", key, got, want)
 		}

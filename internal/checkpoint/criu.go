@@ -175,6 +175,11 @@ type RestoreOpts struct {
 	// CPUs, as DumpOpts.CPUs: the tree CRIU restores runs where its
 	// worker does (CRIU restores no affinity).
 	CPUs string
+	// OOMScoreAdj is the worker's oom_score_adj, so the tree's where its
+	// image holds 0: CRIU writes only another value (criu/cr-restore.c,
+	// "if (tc->has_oom_score_adj && tc->oom_score_adj != 0)"), and the
+	// restored processes would otherwise keep this process's.
+	OOMScoreAdj int
 }
 
 // Dump images the tree rooted at o.PID into o.Dir.
@@ -218,7 +223,7 @@ func (c *CRIU) Restore(ctx context.Context, o RestoreOpts) (int, error) {
 	pid := 0
 	var hookErr error
 	err = withDir(o.Dir, func(fd int) error {
-		return c.do(ctx, worker{cgroups: o.Cgroups, cpus: o.CPUs}, nil, func(w *swrk) error {
+		return c.do(ctx, worker{cgroups: o.Cgroups, cpus: o.CPUs, oomScoreAdj: &o.OOMScoreAdj}, nil, func(w *swrk) error {
 			_, err := w.call(&rpc.CriuReq{Type: rpc.CriuReqType_RESTORE.Enum(), Opts: restoreRPC(fd, o.Lazy)}, func(n *rpc.CriuNotify) error {
 				if n.GetScript() != "post-restore" {
 					return nil

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpusched/gpusched/internal/cgroup"
 	"github.com/gpusched/gpusched/internal/cpuaffinity"
+	"github.com/gpusched/gpusched/internal/oomscore"
 )
 
 // Owner is whom a CRIU worker runs as when it dumps a tree that is not
@@ -49,11 +50,12 @@ type swrk struct {
 const swrkFirstExtraFD = 4
 
 // worker is where a CRIU worker runs: as whom, in which cgroups, on which
-// CPUs.
+// CPUs, at which oom_score_adj.
 type worker struct {
-	as      *Owner   // nil: as this process (root)
-	cgroups []string // none: in this process's cgroups
-	cpus    string   // the tree's own CPUs (cpuaffinity.StartOn); "": those the daemon gives users
+	as          *Owner   // nil: as this process (root)
+	cgroups     []string // none: in this process's cgroups
+	cpus        string   // the tree's own CPUs (cpuaffinity.StartOn); "": those the daemon gives users
+	oomScoreAdj *int     // nil: this process's; one below this process's floor leaves it this process's
 }
 
 func startSwrk(path string, env []string, in worker, extra []*os.File) (*swrk, error) {
@@ -81,12 +83,27 @@ func startSwrk(path string, env []string, in worker, extra []*os.File) (*swrk, e
 		return nil, fmt.Errorf("start criu swrk: %w", err)
 	}
 	w := &swrk{cmd: cmd, sk: ours}
-	if err := cgroup.Move(cmd.Process.Pid, in.cgroups...); err != nil {
+	if err := in.place(cmd.Process.Pid); err != nil {
 		w.kill()
 		w.close()
 		return nil, fmt.Errorf("criu swrk: %w", err)
 	}
 	return w, nil
+}
+
+// place puts the started worker pid in its cgroups and at its
+// oom_score_adj, before it has its request.
+func (in worker) place(pid int) error {
+	if err := cgroup.Move(pid, in.cgroups...); err != nil {
+		return err
+	}
+	if in.oomScoreAdj == nil {
+		return nil
+	}
+	if err := oomscore.Set(pid, *in.oomScoreAdj); err != nil && !errors.Is(err, oomscore.ErrBelowFloor) {
+		return err
+	}
+	return nil
 }
 
 // env is the whole environment of a CRIU worker run as as (nil: root):

@@ -9,19 +9,21 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/cpuaffinity"
+	"github.com/gpusched/gpusched/internal/oomscore"
 	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/rlimit"
 )
 
 // keptOfCaller is what the managed process a request asks for keeps of
-// the process that made it, read now: its resource limits (from /proc)
-// and its CPUs (cpuaffinity.Caller). A caller keeps its own ulimits, and
-// its taskset or batch step's cpuset, whatever the daemon's are. The
+// the process that made it, read now: its resource limits and
+// oom_score_adj (from /proc) and its CPUs (cpuaffinity.Caller). A caller
+// keeps its own ulimits, its weight before the OOM killer, and its
+// taskset or batch step's cpuset, whatever the daemon's are. The
 // process must still be the one that connected (pid and start time) and
 // hold the connection's uid, so that neither a reused pid nor a setuid
 // program lends its limits. A non-root caller whose process is gone or
 // changed is refused; root's process then runs with the daemon's limits
-// and CPUs (none kept). A caller with none of the CPUs the daemon gives
+// and CPUs (none kept) and an oom_score_adj of 0. A caller with none of the CPUs the daemon gives
 // users is refused.
 func keptOfCaller(a actor, what string) (kept, error) {
 	k, err := readPeerKept(a)
@@ -38,8 +40,9 @@ func keptOfCaller(a actor, what string) (kept, error) {
 
 // kept is what a tree keeps of the process that asked for it.
 type kept struct {
-	rlimits rlimit.Set // nil: the daemon's
-	cpus    string     // a CPU list; "": those the daemon gives users
+	rlimits     rlimit.Set // nil: the daemon's
+	cpus        string     // a CPU list; "": those the daemon gives users
+	oomScoreAdj int        // never the daemon's, which the unit sets below every user's
 }
 
 // readPeerKept reads the limits and CPUs of a's process, which must
@@ -54,7 +57,11 @@ func readPeerKept(a actor) (kept, error) {
 		if err != nil {
 			return kept{}, err
 		}
-		return kept{rlimits: s, cpus: cpus}, sameUID(pid, a.UID)
+		adj, err := oomscore.Of(pid)
+		if err != nil {
+			return kept{}, err
+		}
+		return kept{rlimits: s, cpus: cpus, oomScoreAdj: adj}, sameUID(pid, a.UID)
 	})
 }
 

@@ -212,7 +212,7 @@ func (d *Daemon) restoreCopy(ctx context.Context, c *call, src proctable.Record,
 	}
 	rec := proctable.Record{
 		ID: uuid.NewString(), Name: name, Owner: src.Owner, Cmd: cmd, Dir: src.Dir, GPUs: src.GPUs,
-		Nice: src.Nice, Rlimits: src.Rlimits, CPUs: src.CPUs, Policy: src.Policy, State: api.StateHibernated, BootID: d.bootID, CreatedAt: time.Now(),
+		Nice: src.Nice, Rlimits: src.Rlimits, OOMScoreAdj: src.OOMScoreAdj, CPUs: src.CPUs, Policy: src.Policy, State: api.StateHibernated, BootID: d.bootID, CreatedAt: time.Now(),
 		LogPath:    filepath.Join(d.cfg.LogDir, name+".log"),
 		Checkpoint: &proctable.Checkpoint{Procs: img.procs, FrozenAt: time.Now()},
 	}

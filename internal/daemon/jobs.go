@@ -91,7 +91,7 @@ func (d *Daemon) submit(c *call) (any, error) {
 		return nil, err
 	}
 	for _, j := range jobs {
-		j.Rlimits, j.CPUs = own.rlimits, own.cpus
+		j.Rlimits, j.CPUs, j.OOMScoreAdj = own.rlimits, own.cpus, own.oomScoreAdj
 	}
 	added, err := d.jobs.AddWithin(jobs, admit)
 	if err != nil {

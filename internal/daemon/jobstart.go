@@ -181,7 +181,7 @@ func (d *Daemon) runAttempt(ctx context.Context, j *jobqueue.Job, preempt []stri
 	// The job is recorded as starting: fillers on its GPUs hand its
 	// declaration over before its process runs.
 	d.syncFillers(ctx, rec.GPUs)
-	rec.Nice, rec.MPSThreads, rec.MPSMemLimitMiB, rec.Rlimits, rec.CPUs = j.Nice, j.MPSThreads, j.MPSLimitMiB(), j.Rlimits, j.CPUs
+	rec.Nice, rec.MPSThreads, rec.MPSMemLimitMiB, rec.Rlimits, rec.CPUs, rec.OOMScoreAdj = j.Nice, j.MPSThreads, j.MPSLimitMiB(), j.Rlimits, j.CPUs, j.OOMScoreAdj
 	env, err := d.environ(api.RunParams{Name: j.Name, Env: j.Env, Nice: rec.Nice, MPSThreads: rec.MPSThreads,
 		MPSMemLimit: api.VRAM{MiB: rec.MPSMemLimitMiB}}, j.Proc, rec.GPUs)
 	if err == nil {

@@ -35,6 +35,17 @@ func (h *harness) startBinary(flags ...string) *daemonProc {
 	return dp
 }
 
+// startBinaryVia is startBinary through sh -c script, which ends in
+// exec "$@", with arg0 as its $0.
+func (h *harness) startBinaryVia(script, arg0 string, flags ...string) *daemonProc {
+	h.t.Helper()
+	n := testutil.NewNotify(h.t, h.dir)
+	args := append([]string{"-c", script, arg0, h.bins.Daemon}, append(h.binaryArgs(), flags...)...)
+	dp := h.spawnBinary(exec.Command("sh", args...), "NOTIFY_SOCKET="+n.Path)
+	n.WaitFor(h.t, "READY=1", 30*time.Second)
+	return dp
+}
+
 // binaryArgs are the flags that run the built gpuschedd on the harness's
 // configuration.
 func (h *harness) binaryArgs() []string {

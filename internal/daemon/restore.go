@@ -116,7 +116,7 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 		defer stop()
 	}
 	var note string
-	ro := checkpoint.RestoreOpts{Dir: dir, Lazy: lazy, Cgroups: place.dirs, CPUs: place.cpus, Restored: func(pid int) error {
+	ro := checkpoint.RestoreOpts{Dir: dir, Lazy: lazy, Cgroups: place.dirs, CPUs: place.cpus, OOMScoreAdj: rec.OOMScoreAdj, Restored: func(pid int) error {
 		if err := place.goHome(pid); err != nil {
 			return err
 		}

@@ -108,7 +108,7 @@ func (d *Daemon) run(c *call) (any, error) {
 		LogPath:    filepath.Join(d.cfg.LogDir, p.Name+".log"),
 		StatusPath: filepath.Join(d.statusDir(), id),
 	}
-	rec.MPSThreads, rec.MPSMemLimitMiB, rec.Rlimits, rec.CPUs = p.MPSThreads, p.MPSMemLimit.MiB, own.rlimits, own.cpus
+	rec.MPSThreads, rec.MPSMemLimitMiB, rec.Rlimits, rec.CPUs, rec.OOMScoreAdj = p.MPSThreads, p.MPSMemLimit.MiB, own.rlimits, own.cpus, own.oomScoreAdj
 	started, err := d.startProc(ctx, rec, env, false, d.admitProc(c.actor))
 	if err == nil && p.Filled != 0 {
 		started, err = d.attachFiller(ctx, started, p.Filled)
@@ -170,7 +170,7 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, 
 	}
 	st, err := sandbox.Start(ctx, sandbox.Spec{
 		SupervisorPath: d.initPath, Mark: d.sandboxMark(), Argv: rec.Cmd, Env: env, Dir: rec.Dir,
-		Cred: credOf(rec.Owner), Rlimits: rec.Rlimits, Nice: rec.Nice, CPUs: rec.CPUs, Home: home,
+		Cred: credOf(rec.Owner), Rlimits: rec.Rlimits, Nice: rec.Nice, OOMScoreAdj: rec.OOMScoreAdj, CPUs: rec.CPUs, Home: home,
 		Log: logf, LogMax: d.cfg.LogMaxBytes, LogKeep: d.cfg.LogKeep, Status: status, HostProc: d.simHostProc(),
 		Recorded: func(pid int, start uint64) error {
 			_, err := d.table.Update(rec.Name, func(r *proctable.Record) error {

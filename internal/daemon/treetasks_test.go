@@ -3,7 +3,6 @@ package daemon
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -139,7 +138,7 @@ func TestRestoreBornWithTheTrees(t *testing.T) {
 		t.Fatalf("thawed: %+v, %v", p, err)
 	}
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", p.PID))
-	if err != nil || !strings.Contains(string(data), ":pids:"+strings.TrimPrefix(trees, testutil.CgroupV1PidsMount(t))+"\n") {
+	if err != nil || !strings.Contains(string(data), ":pids:"+strings.TrimPrefix(trees, testutil.CgroupV1Mount(t, "pids"))+"\n") {
 		t.Fatalf("the thawed process's cgroups: %q, %v; want the trees' pids cgroup %s", data, err, trees)
 	}
 }
@@ -149,7 +148,7 @@ func TestRestoreBornWithTheTrees(t *testing.T) {
 // trees' cgroup below it, and a start that runs the built daemon in it
 // with --daemon-tasks 64 and waits until it is ready.
 func daemonInPidsCgroup(t *testing.T, h *harness) (own, trees string, start func() *daemonProc) {
-	mnt := testutil.CgroupV1PidsMount(t)
+	mnt := testutil.CgroupV1Mount(t, "pids")
 	own = filepath.Join(mnt, fmt.Sprintf("gstasks-%d-%s", os.Getpid(), t.Name()))
 	if err := os.Mkdir(own, 0o755); err != nil {
 		t.Fatal(err)
@@ -160,11 +159,7 @@ func daemonInPidsCgroup(t *testing.T, h *harness) (own, trees string, start func
 		t.Fatal(err)
 	}
 	return own, trees, func() *daemonProc {
-		n := testutil.NewNotify(t, h.dir)
-		args := append([]string{"-c", `echo $$ > "$0"/cgroup.procs && exec "$@"`, own, h.bins.Daemon}, h.binaryArgs()...)
-		dp := h.spawnBinary(exec.Command("sh", append(args, "--daemon-tasks", "64")...), "NOTIFY_SOCKET="+n.Path)
-		n.WaitFor(t, "READY=1", 30*time.Second)
-		return dp
+		return h.startBinaryVia(`echo $$ > "$0"/cgroup.procs && exec "$@"`, own, "--daemon-tasks", "64")
 	}
 }
 

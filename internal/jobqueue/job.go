@@ -61,6 +61,9 @@ type Job struct {
 	// Rlimits are the resource limits of the process that submitted the
 	// job, which every attempt runs under; nil: the daemon's own.
 	Rlimits rlimit.Set `json:"rlimits,omitempty"`
+	// OOMScoreAdj is the oom_score_adj of the process that submitted the
+	// job, every attempt's.
+	OOMScoreAdj int `json:"oom_score_adj,omitempty"`
 	// CPUs are those of the process that submitted the job, where they
 	// are fewer than the daemon gives users: every attempt runs on them;
 	// "": on all of those.

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/gpusched/gpusched/internal/cpuaffinity"
+	"github.com/gpusched/gpusched/internal/oomscore"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -113,6 +114,9 @@ func validate(key string, j *Job) error {
 		return fmt.Errorf("job %s: mps_threads %d outside 0..100", key, j.MPSThreads)
 	}
 	if err := j.Rlimits.Validate(); err != nil {
+		return fmt.Errorf("job %s: %w", key, err)
+	}
+	if err := oomscore.Validate(j.OOMScoreAdj); err != nil {
 		return fmt.Errorf("job %s: %w", key, err)
 	}
 	if j.CPUs != "" {

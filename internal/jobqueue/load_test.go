@@ -133,6 +133,7 @@ func TestLoadValidates(t *testing.T) {
 		{name: "empty command", key: "j2", mod: func(j *jobqueue.Job) { j.Cmd = nil }},
 		{name: "no GPUs", key: "j2", mod: func(j *jobqueue.Job) { j.GPUs = 0 }},
 		{name: "no state", key: "j2", mod: func(j *jobqueue.Job) { j.State = "" }},
+		{name: "oom_score_adj out of range", key: "j2", mod: func(j *jobqueue.Job) { j.OOMScoreAdj = -1001 }},
 		{name: "id not j<seq>", key: "j3", mod: func(j *jobqueue.Job) { j.ID = "j3" }},
 		{name: "key not an id", key: "x", mod: func(j *jobqueue.Job) { j.ID = "x" }},
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/gpusched/gpusched/internal/cpuaffinity"
+	"github.com/gpusched/gpusched/internal/oomscore"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -102,6 +103,9 @@ func validate(key string, r Record) error {
 		return fmt.Errorf("record %s: no command", key)
 	}
 	if err := r.Rlimits.Validate(); err != nil {
+		return fmt.Errorf("record %s: %w", key, err)
+	}
+	if err := oomscore.Validate(r.OOMScoreAdj); err != nil {
 		return fmt.Errorf("record %s: %w", key, err)
 	}
 	if r.CPUs != "" {

@@ -76,6 +76,10 @@ type Record struct {
 	// one (run, or a job's submission), in force on its command; nil: the
 	// daemon's own. A copy restored from disk has those its image holds.
 	Rlimits rlimit.Set `json:"rlimits,omitempty"`
+	// OOMScoreAdj is the oom_score_adj of the process that asked for this
+	// one, its command's and, restored from disk, its tree's where the
+	// image holds none (0: CRIU restores only other values).
+	OOMScoreAdj int `json:"oom_score_adj,omitempty"`
 	// CPUs are those of the process that asked for this one, where they
 	// are fewer than the daemon gives users (cpuaffinity.Caller): the
 	// tree runs on them, and so do the CRIU workers and helpers that dump

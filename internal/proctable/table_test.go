@@ -181,14 +181,17 @@ func TestLoadQuarantinesBadRecordsAndDuplicates(t *testing.T) {
 	badCPUs := rec("cpus", api.StateRunning)
 	badCPUs.CPUs = "2-1"
 	st.Put(badCPUs.ID, badCPUs)
+	badOOM := rec("oom", api.StateRunning)
+	badOOM.OOMScoreAdj = 1001
+	st.Put(badOOM.ID, badOOM)
 
 	tb2 := New(st, nil)
 	problems, err := tb2.Load()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(problems) != 5 {
-		t.Fatalf("problems %+v, want 5 (garbage, evil name, key mismatch, CPUs, duplicate)", problems)
+	if len(problems) != 6 {
+		t.Fatalf("problems %+v, want 6 (garbage, evil name, key mismatch, CPUs, oom_score_adj, duplicate)", problems)
 	}
 	v := tb2.View()
 	if len(v.Records) != 2 || v.Records[0].ID != newer.ID || v.Records[1].ID != good.ID || v.Records[1].CPUs != good.CPUs {
@@ -199,7 +202,7 @@ func TestLoadQuarantinesBadRecordsAndDuplicates(t *testing.T) {
 		t.Fatalf("keys after load %v", keys)
 	}
 	q, _ := os.ReadDir(filepath.Join(st.Dir(), "quarantine"))
-	if len(q) != 5 {
+	if len(q) != 6 {
 		t.Fatalf("quarantined %d files", len(q))
 	}
 }

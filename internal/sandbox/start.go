@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/cpuaffinity"
+	"github.com/gpusched/gpusched/internal/oomscore"
 	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/rlimit"
 )
@@ -39,6 +40,7 @@ type Spec struct {
 	Cred           Cred
 	Rlimits        rlimit.Set // the command's resource limits; nil: the supervisor's
 	Nice           int        // applied to the supervisor, hence to the command, before it runs
+	OOMScoreAdj    int        // likewise: the tree's oom_score_adj, and its floor where the daemon holds CAP_SYS_RESOURCE; one below the daemon's own floor leaves the daemon's
 	CPUs           string     // the tree's own CPUs (cpuaffinity.Caller's list), the supervisor's from its birth; "": those the daemon gives users
 	Home           string     // the supervisor's private directory (exists; root only)
 	Log            *os.File   // the log (O_APPEND): the supervisor's stdout and stderr
@@ -72,6 +74,9 @@ type Started struct {
 // error nothing is left running: the supervisor is killed and reaped.
 func Start(ctx context.Context, s Spec) (*Started, error) {
 	if err := s.Rlimits.Validate(); err != nil {
+		return nil, err
+	}
+	if err := oomscore.Validate(s.OOMScoreAdj); err != nil {
 		return nil, err
 	}
 	inheritNothing.Do(func() { _ = unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC) })
@@ -146,6 +151,9 @@ func handshake(ctx context.Context, s Spec, sync *os.File, pid int) (*Started, e
 		if err := SetNice(pid, s.Nice); err != nil {
 			return nil, err
 		}
+	}
+	if err := oomscore.Set(pid, s.OOMScoreAdj); err != nil && !errors.Is(err, oomscore.ErrBelowFloor) {
+		return nil, fmt.Errorf("supervisor %d: %w", pid, err)
 	}
 	if s.Recorded != nil {
 		if err := s.Recorded(pid, initStart); err != nil {

@@ -219,3 +219,25 @@ func TestNiceAppliesToCommand(t *testing.T) {
 		t.Fatalf("nice of command = %q, want 7", got)
 	}
 }
+
+// TestOOMScoreAdjAppliesToCommand: the command and what it forks run at
+// the spec's oom_score_adj, not this process's; one outside the kernel's
+// range starts nothing.
+func TestOOMScoreAdjAppliesToCommand(t *testing.T) {
+	tr := newTree(t)
+	s := tr.spec("sh", "-c", `sh -c 'cat /proc/self/oom_score_adj'`)
+	s.OOMScoreAdj = 345
+	st, err := Start(ctx(t), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.wait(st)
+	if got := strings.TrimSpace(tr.logText()); got != "345" {
+		t.Fatalf("oom_score_adj of the command's child = %q, want 345", got)
+	}
+	s.OOMScoreAdj = 1001
+	if st, err := Start(ctx(t), s); err == nil {
+		tr.wait(st)
+		t.Fatal("Start with oom_score_adj 1001: no error")
+	}
+}

@@ -153,7 +153,7 @@ func TestDetectUnavailable(t *testing.T) {
 // sleepers, and the kernel refuses it past the trees' 30, leaving the
 // daemon's cgroup 10 tasks.
 func TestTreesHeldBelowTheDaemon(t *testing.T) {
-	mnt := testutil.CgroupV1PidsMount(t)
+	mnt := testutil.CgroupV1Mount(t, "pids")
 	host := HostPaths()
 	own := filepath.Join(mnt, fmt.Sprintf("gstaskreserve-%d", os.Getpid()))
 	if err := os.Mkdir(own, 0o755); err != nil {

@@ -98,9 +98,10 @@ func CgroupCPU(t testing.TB, dir string) uint64 {
 	return 0
 }
 
-// CgroupV1PidsMount is where this machine mounts the cgroup v1 pids
-// hierarchy (a cgroup v1 or hybrid host); it skips t where none is.
-func CgroupV1PidsMount(t testing.TB) string {
+// CgroupV1Mount is where this machine mounts the cgroup v1 hierarchy of
+// controller ("pids", "memory"; a cgroup v1 or hybrid host); it skips t
+// where none is.
+func CgroupV1Mount(t testing.TB, controller string) string {
 	t.Helper()
 	RequiresRoot(t)
 	data, err := os.ReadFile("/proc/self/mountinfo")
@@ -109,10 +110,10 @@ func CgroupV1PidsMount(t testing.TB) string {
 	}
 	for _, line := range strings.Split(string(data), "\n") {
 		fields := strings.Fields(line)
-		if i := slices.Index(fields, "-"); i > 4 && i+3 < len(fields) && fields[i+1] == "cgroup" && slices.Contains(strings.Split(fields[i+3], ","), "pids") {
+		if i := slices.Index(fields, "-"); i > 4 && i+3 < len(fields) && fields[i+1] == "cgroup" && slices.Contains(strings.Split(fields[i+3], ","), controller) {
 			return fields[4]
 		}
 	}
-	t.Skip("no cgroup v1 pids hierarchy here (a cgroup v2 host)")
+	t.Skipf("no cgroup v1 %s hierarchy here (a cgroup v2 host)", controller)
 	return ""
 }
