@@ -23,8 +23,8 @@ import (
 // hold the connection's uid, so that neither a reused pid nor a setuid
 // program lends its limits. A non-root caller whose process is gone or
 // changed is refused; root's process then runs with the daemon's limits
-// and CPUs (none kept) and an oom_score_adj of 0. A caller with none of the CPUs the daemon gives
-// users is refused.
+// and CPUs (none kept) at an oom_score_adj of 0. A caller with none of
+// the CPUs the daemon gives users is refused.
 func keptOfCaller(a actor, what string) (kept, error) {
 	k, err := readPeerKept(a)
 	switch {
@@ -45,8 +45,8 @@ type kept struct {
 	oomScoreAdj int        // never the daemon's, which the unit sets below every user's
 }
 
-// readPeerKept reads the limits and CPUs of a's process, which must
-// hold a's uid throughout (readPeer).
+// readPeerKept reads the limits, oom_score_adj and CPUs of a's process,
+// which must hold a's uid throughout (readPeer).
 func readPeerKept(a actor) (kept, error) {
 	return readPeer(a, func(pid int) (kept, error) {
 		s, err := rlimit.Of(pid)

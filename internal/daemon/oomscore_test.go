@@ -110,6 +110,7 @@ func TestTreesTakeTheCallersOOMScore(t *testing.T) {
 	as(200, append([]string{"run", "raised"}, up...)...)
 	as(200, append([]string{"submit", "--name", "queued"}, up...)...)
 	as(0, append([]string{"run", "plain"}, up...)...)
+	h.waitJobState("queued", api.JobRunning)
 	for name, adj := range map[string]int{"raised": 200, "queued": 200, "plain": 0} {
 		h.followUntil(name, "up")
 		p, err := h.client().Process(ctxT(t), name)

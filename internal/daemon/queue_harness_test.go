@@ -43,7 +43,7 @@ func (h *ckptHarness) submit(s api.JobSpec) api.Job {
 }
 
 // job returns one job, failing t on error.
-func (h *ckptHarness) job(name string) *api.Job {
+func (h *harness) job(name string) *api.Job {
 	h.t.Helper()
 	j, err := h.client().Job(ctxT(h.t), name)
 	if err != nil {
@@ -63,7 +63,7 @@ func (h *ckptHarness) waitJob(name string) *api.Job {
 }
 
 // waitJobState follows events until a job is in state.
-func (h *ckptHarness) waitJobState(name string, state api.JobState) *api.Job {
+func (h *harness) waitJobState(name string, state api.JobState) *api.Job {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
