@@ -301,6 +301,14 @@ func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent
 		ctx, stop = unlessFrozen(ctx, frozen)
 		defer stop()
 	}
+	// The daemon's own dumps are not started on a tree CRIU cannot seize:
+	// another user's freeze, or every user's policies, would wait out
+	// CRIU's own timeout on it, at every try. The owner's own may wait.
+	if !by.owner {
+		if err := stuckError(rec.InitPID, stuckGrace); err != nil {
+			return checkpoint.PageStats{}, fmt.Errorf("criu dump of pid %d: %w", rec.InitPID, err)
+		}
+	}
 	pso := checkpoint.PageServerOptions{Path: d.helperPath, Dir: dir, Parent: parentDir, Cgroups: place.dirs, CPUs: place.cpus}
 	if room, ok := d.dumpRoom(rec.Owner.UID); ok {
 		pso.Limit = max(1, room)
