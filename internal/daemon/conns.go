@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"net"
 	"sync"
 
@@ -13,11 +14,6 @@ import (
 // watchdog's own status check (alive, in sdnotify.go) still get in.
 const rootReserve = 8
 
-// anyPeer stands, in a connSet, for a peer whose uid is not known (a
-// metrics connection from another host): it has no share of its own, only
-// the part of the cap that users other than root hold together.
-const anyPeer = ^uint32(0)
-
 // errConnsFull refuses a connection past --max-conns, or past the part of
 // it that users other than root may hold.
 var errConnsFull = &codedError{code: api.CodeUnavailable, msg: "too many connections to gpuschedd; retry later", base: ErrUnavailable}
@@ -25,20 +21,17 @@ var errConnsFull = &codedError{code: api.CodeUnavailable, msg: "too many connect
 // connSet admits new connections and tracks the open ones, so that
 // shutdown can close them: max in all, of which users other than root
 // hold at most max less the root reserve, and each of them at most
-// perUser (0: no share). A connection is admitted by its peer's uid
-// before it is a net.Conn (netguard.Acceptor), then tracked.
+// perUser (0: no share), counted by limits.Conns. A connection is
+// admitted by its peer's uid before it is a net.Conn
+// (netguard.Acceptor), then tracked.
 type connSet struct {
-	mu      sync.Mutex
-	m       map[net.Conn]uint32 // tracked connection → its peer's uid
-	open    int                 // admitted and not yet removed or released
-	byUID   map[uint32]int      // of open, each uid's
-	max     int
-	reserve int
-	perUser int
+	counts *limits.Conns
+	mu     sync.Mutex
+	m      map[net.Conn]uint32 // tracked connection → its peer's uid
 }
 
 func newConnSet(max, perUser int) *connSet {
-	return &connSet{m: map[net.Conn]uint32{}, byUID: map[uint32]int{}, max: max, reserve: min(rootReserve, max/2), perUser: perUser}
+	return &connSet{counts: limits.NewConns(max, rootReserve, perUser), m: map[net.Conn]uint32{}}
 }
 
 // admit counts a new connection of uid, or refuses it: an
@@ -46,22 +39,11 @@ func newConnSet(max, perUser int) *connSet {
 // (user gives its name for the message), else errConnsFull when the
 // daemon or its users hold all they may.
 func (s *connSet) admit(uid uint32, user func() string) error {
-	s.mu.Lock()
-	held := s.byUID[uid]
-	overShare := uid != limits.Root && uid != anyPeer && s.perUser > 0 && held >= s.perUser
-	full := s.open >= s.max || uid != limits.Root && s.open-s.byUID[limits.Root] >= s.max-s.reserve
-	if !overShare && !full {
-		s.open++
-		s.byUID[uid]++
-	}
-	s.mu.Unlock()
-	switch {
-	case overShare:
-		return limits.Check(uid, user(), held, s.perUser, "max-conns-per-user", "connections open")
-	case full:
+	err := s.counts.Admit(uid, user, "max-conns-per-user")
+	if errors.Is(err, limits.ErrConnsFull) {
 		return errConnsFull
 	}
-	return nil
+	return err
 }
 
 // track records c, admitted for uid, until remove.
@@ -72,18 +54,7 @@ func (s *connSet) track(c net.Conn, uid uint32) {
 }
 
 // release gives back an admission of uid's that was never tracked.
-func (s *connSet) release(uid uint32) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.releaseLocked(uid)
-}
-
-func (s *connSet) releaseLocked(uid uint32) {
-	s.open--
-	if s.byUID[uid]--; s.byUID[uid] == 0 {
-		delete(s.byUID, uid)
-	}
-}
+func (s *connSet) release(uid uint32) { s.counts.Release(uid) }
 
 // remove forgets c and gives back its admission.
 func (s *connSet) remove(c net.Conn) {
@@ -94,7 +65,7 @@ func (s *connSet) remove(c net.Conn) {
 		return
 	}
 	delete(s.m, c)
-	s.releaseLocked(uid)
+	s.counts.Release(uid)
 }
 
 func (s *connSet) closeAll() {

@@ -11,15 +11,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
-	"github.com/gpusched/gpusched/internal/netguard"
-	"github.com/gpusched/gpusched/internal/sockdiag"
+	"github.com/gpusched/gpusched/internal/limits"
+	"github.com/gpusched/gpusched/internal/tcpadmit"
 )
 
 // The /metrics endpoint has no authentication, so any local user can
 // connect to it: it serves at most metricsMaxConns connections at once
 // (more wait in the kernel's listen backlog, costing the daemon no
 // descriptor), of which one local user holds at most
-// --max-metrics-conns-per-user and root keeps a reserve (ownerListener),
+// --max-metrics-conns-per-user and root keeps a reserve (tcpadmit),
 // and drops the slow and the idle, so that a flood of connections can
 // neither take the daemon's file descriptors nor keep another user's or
 // the operator's scrape out. A scraper uses one connection.
@@ -67,23 +67,17 @@ func (d *Daemon) serveMetrics() (stop func(), err error) {
 	}))
 	srv := &http.Server{Handler: mux, ErrorLog: errLog, MaxHeaderBytes: metricsMaxHeaderBytes,
 		ReadTimeout: metricsReadTimeout, WriteTimeout: metricsWriteTimeout, IdleTimeout: metricsIdleTimeout}
-	admission := &metricsAdmission{conns: newConnSet(metricsMaxConns, d.cfg.Limits.MetricsConns)}
-	diag, err := sockdiag.Open(metricsOwnerTimeout)
+	// A connection past its user's share is closed at once, unanswered.
+	conns := limits.NewConns(metricsMaxConns, rootReserve, d.cfg.Limits.MetricsConns)
+	limited, noOwners, err := tcpadmit.Listen(ln.(*net.TCPListener), conns, metricsMaxConns, nil, func(err error) {
+		d.log.Error("metrics: accept failing; retrying with backoff", zap.String("addr", addr), zap.Error(err))
+	})
 	if err != nil {
-		d.log.Warn("metrics: cannot tell local users apart; no user has a share of its own", zap.Error(err))
-	} else {
-		admission.owners = diag
-	}
-	acceptor, err := netguard.Take(ln.(*net.TCPListener), admission.verdict, admission.conns.release)
-	if err != nil {
-		if diag != nil {
-			diag.Close()
-		}
 		return nil, fmt.Errorf("--metrics-addr: cannot serve metrics on %s: %w", addr, err)
 	}
-	limited := netguard.Limit(&ownedListener{acceptor: acceptor, conns: admission.conns}, metricsMaxConns, netguard.NewRetry(func(err error) {
-		d.log.Error("metrics: accept failing; retrying with backoff", zap.String("addr", addr), zap.Error(err))
-	}))
+	if noOwners != nil {
+		d.log.Warn("metrics: cannot tell local users apart; no user has a share of its own", zap.Error(noOwners))
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -91,7 +85,7 @@ func (d *Daemon) serveMetrics() (stop func(), err error) {
 			d.log.Error("metrics server stopped", zap.String("addr", addr), zap.Error(err))
 		}
 	}()
-	d.log.Info("serving metrics", zap.String("url", "http://"+acceptor.Addr().String()+"/metrics"))
+	d.log.Info("serving metrics", zap.String("url", "http://"+limited.Addr().String()+"/metrics"))
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), metricsShutdownTimeout)
 		defer cancel()
@@ -100,8 +94,5 @@ func (d *Daemon) serveMetrics() (stop func(), err error) {
 			_ = srv.Close()
 		}
 		<-done
-		if diag != nil {
-			diag.Close()
-		}
 	}, nil
 }

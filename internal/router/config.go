@@ -24,6 +24,9 @@ type Config struct {
 	APIKeys      []string      // accepted as "Authorization: Bearer K" or "x-api-key: K"; none: no auth
 	MaxBody      int64         // bytes of a request body read to find its model
 	StartTimeout time.Duration // longest a cold start may take to answer health
+	IdleTimeout  time.Duration // a kept-alive connection with no new request for this long is closed
+	MaxConns     int           // connections open at once; more wait in the kernel's backlog
+	ConnsPerUser int           // of those, what one local user holds (its peer's uid); 0: no share
 	Models       map[string]*Model
 	aliases      map[string]string // alias -> model
 }
@@ -47,6 +50,9 @@ const (
 	DefaultHealth       = "/health"
 	DefaultMaxBody      = 32 << 20
 	DefaultStartTimeout = 5 * time.Minute
+	DefaultIdleTimeout  = 2 * time.Minute
+	DefaultMaxConns     = 4096
+	DefaultConnsPerUser = 512
 	maxConfigBytes      = 1 << 20
 )
 
@@ -106,7 +112,7 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 	}
 	p := &parser{path: path, md: &md}
 	c := &Config{Path: path, MaxBody: DefaultMaxBody, StartTimeout: DefaultStartTimeout,
-		Models: map[string]*Model{}, aliases: map[string]string{}}
+		IdleTimeout: DefaultIdleTimeout, MaxConns: DefaultMaxConns, ConnsPerUser: DefaultConnsPerUser, Models: map[string]*Model{}, aliases: map[string]string{}}
 	keys := make([]string, 0, len(raw))
 	for k := range raw {
 		keys = append(keys, k)
@@ -137,6 +143,12 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 			})
 		case "start_timeout":
 			p.key(v, k, func(x any) error { return duration(x, &c.StartTimeout, time.Second) })
+		case "idle_timeout":
+			p.key(v, k, func(x any) error { return duration(x, &c.IdleTimeout, time.Second) })
+		case "max_conns":
+			p.key(v, k, func(x any) error { return count(x, &c.MaxConns, 16) })
+		case "max_conns_per_user":
+			p.key(v, k, func(x any) error { return count(x, &c.ConnsPerUser, 0) })
 		case "models":
 			p.models(c, v)
 		default:
@@ -347,6 +359,16 @@ func stringList(x any) ([]string, error) {
 		out[i] = s
 	}
 	return out, nil
+}
+
+// count sets dst to x, a whole number of at least min.
+func count(x any, dst *int, min int) error {
+	n, ok := x.(int64)
+	if !ok || n < int64(min) || n > 1<<20 {
+		return fmt.Errorf("want a whole number %d-%d, not %s", min, 1<<20, describe(x))
+	}
+	*dst = int(n)
+	return nil
 }
 
 func duration(x any, dst *time.Duration, min time.Duration) error {

@@ -51,6 +51,9 @@ func TestParseConfig(t *testing.T) {
 	if c.StartTimeout != 30*time.Second || len(c.APIKeys) != 1 || c.MaxBody != DefaultMaxBody {
 		t.Errorf("globals = %v %v %v", c.StartTimeout, c.APIKeys, c.MaxBody)
 	}
+	if c.IdleTimeout != DefaultIdleTimeout || c.MaxConns != DefaultMaxConns || c.ConnsPerUser != DefaultConnsPerUser {
+		t.Errorf("connection defaults = %v %d %d", c.IdleTimeout, c.MaxConns, c.ConnsPerUser)
+	}
 }
 
 // TestParseConfigErrors: each bad config is refused with the file, the
@@ -78,6 +81,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{"short api key", "api_keys = [\"k\"]\n" + base, `r.toml:1: api_keys: item 1: an api key must be at least 8 characters`},
 		{"bad toml", base + "port = = 3\n", `r.toml:4: bad TOML`},
 		{"no models", "start_timeout = \"1m\"\n", `r.toml: no [models.NAME] table`},
+		{"few conns", "max_conns = 8\n" + base, `r.toml:1: max_conns: want a whole number 16-1048576, not 8`},
+		{"conns per user not a number", "max_conns_per_user = \"many\"\n" + base, `r.toml:1: max_conns_per_user: want a whole number 0-1048576`},
+		{"short idle", "idle_timeout = \"10ms\"\n" + base, `r.toml:1: idle_timeout:`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := ParseConfig("r.toml", []byte(tc.text))

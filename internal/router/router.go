@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log"
 	"net"
 	"net/http"
@@ -13,6 +14,9 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/gpusched/gpusched/internal/limits"
+	"github.com/gpusched/gpusched/internal/tcpadmit"
 )
 
 // Router routes requests to the models of its config and wakes them.
@@ -57,8 +61,12 @@ func (r *Router) Serve(ctx context.Context, ln net.Listener) error {
 	var cancel context.CancelFunc
 	r.ctx, cancel = context.WithCancel(ctx)
 	defer cancel()
-	srv := &http.Server{Handler: r.Handler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: r.stdLog,
-		BaseContext: func(net.Listener) context.Context { return r.ctx }}
+	srv := &http.Server{Handler: r.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: r.cfg.IdleTimeout,
+		ErrorLog: r.stdLog, BaseContext: func(net.Listener) context.Context { return r.ctx }}
+	ln, aerr := r.admit(ln)
+	if aerr != nil {
+		return aerr
+	}
 	for _, n := range r.cfg.Names() {
 		if m := r.models[n]; m.cfg.Preload {
 			r.wg.Add(1)
@@ -92,6 +100,38 @@ func (r *Router) Serve(ctx context.Context, ln net.Listener) error {
 
 // drainGrace bounds how long a stopping router waits for requests in flight.
 const drainGrace = 30 * time.Second
+
+// refusal answers a connection past its user's share, before closing it.
+var refusal = []byte(fmt.Sprintf("HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+	len(refusalBody), refusalBody))
+
+const refusalBody = "too many connections from your user to gpusched-router\n"
+
+// admit holds a TCP listener's connections to MaxConns at once, each
+// local user (the uid owning the peer's socket) to ConnsPerUser of them:
+// any local user may connect, and one who opened connections without end
+// took every descriptor of the router (tcpadmit). Another listener (a
+// test's) is served as it is.
+func (r *Router) admit(ln net.Listener) (net.Listener, error) {
+	tl, ok := ln.(*net.TCPListener)
+	if !ok {
+		return ln, nil
+	}
+	conns := limits.NewConns(r.cfg.MaxConns, rootReserve, r.cfg.ConnsPerUser)
+	l, noOwners, err := tcpadmit.Listen(tl, conns, r.cfg.MaxConns, refusal, func(err error) {
+		r.log.Error("accept failing; retrying with backoff", zap.Error(err))
+	})
+	if err != nil {
+		return nil, err
+	}
+	if noOwners != nil {
+		r.log.Warn("cannot tell local users apart; no user has a share of the connections", zap.Error(noOwners))
+	}
+	return l, nil
+}
+
+// rootReserve is how many connections only root may take.
+const rootReserve = 8
 
 // preload wakes m at start and lets it go (its idle ttl then applies).
 func (r *Router) preload(m *model) {

@@ -1,4 +1,4 @@
-package daemon
+package tcpadmit
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/gpusched/gpusched/internal/netguard"
+	"github.com/gpusched/gpusched/internal/limits"
 )
 
 // portOwners says which uid owns each peer, by its port, and fails for a
@@ -36,21 +36,21 @@ func (o *portOwners) Owner(peer, local netip.AddrPort) (uint32, error) {
 	return uid, nil
 }
 
-// TestMetricsAdmissionByPeerOwner: on a real TCP listener, a local user's
-// connection past their share is closed unanswered while another user's is
-// admitted, and an admitted connection's Close gives its place back.
-func TestMetricsAdmissionByPeerOwner(t *testing.T) {
+// TestAdmissionByPeerOwner: on a real TCP listener, a local user's
+// connection past their share is answered with the refusal and closed
+// while another user's is admitted, and an admitted connection's Close
+// gives its place back.
+func TestAdmissionByPeerOwner(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	owners := &portOwners{listener: ln.Addr().(*net.TCPAddr).AddrPort(), uids: map[uint16]uint32{}}
-	admission := &metricsAdmission{owners: owners, conns: newConnSet(8, 1)}
-	acceptor, err := netguard.Take(ln.(*net.TCPListener), admission.verdict, admission.conns.release)
+	conns := limits.NewConns(8, 8, 1)
+	l, err := listen(ln.(*net.TCPListener), conns, owners, 8, []byte("refused\n"), func(error) {})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := &ownedListener{acceptor: acceptor, conns: admission.conns}
 	defer l.Close()
 	dial := func(uid uint32) net.Conn {
 		c, err := net.Dial("tcp", l.Addr().String())
@@ -61,11 +61,7 @@ func TestMetricsAdmissionByPeerOwner(t *testing.T) {
 		owners.set(c, uid)
 		return c
 	}
-	held := func(uid uint32) int {
-		admission.conns.mu.Lock()
-		defer admission.conns.mu.Unlock()
-		return admission.conns.byUID[uid]
-	}
+	held := conns.Held
 
 	dial(1000)
 	first, err := l.Accept()
@@ -84,8 +80,8 @@ func TestMetricsAdmissionByPeerOwner(t *testing.T) {
 	if b := make([]byte, 1); func() error { _, err := io.ReadFull(other, b); return err }() != nil {
 		t.Fatal("user 1001's connection was not the one admitted")
 	}
-	if n, err := refused.Read(make([]byte, 1)); n != 0 || err == nil {
-		t.Fatalf("user 1000's second connection, past a share of 1: read %d bytes, %v; want it closed", n, err)
+	if b, err := io.ReadAll(refused); string(b) != "refused\n" || err != nil {
+		t.Fatalf("user 1000's second connection, past a share of 1: read %q, %v; want the refusal, then its end", b, err)
 	}
 	if n := held(1000); n != 1 {
 		t.Fatalf("user 1000 holds %d connections after a refusal; want 1", n)
