@@ -81,7 +81,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"short api key", "api_keys = [\"k\"]\n" + base, `r.toml:1: api_keys: item 1: an api key must be at least 8 characters`},
 		{"bad toml", base + "port = = 3\n", `r.toml:4: bad TOML`},
 		{"no models", "start_timeout = \"1m\"\n", `r.toml: no [models.NAME] table`},
-		{"few conns", "max_conns = 8\n" + base, `r.toml:1: max_conns: want a whole number 16-1048576, not 8`},
+		{"few conns", "max_conns = 8\n" + base, `r.toml:1: max_conns: want a whole number 16-1048576, not the integer 8`},
 		{"conns per user not a number", "max_conns_per_user = \"many\"\n" + base, `r.toml:1: max_conns_per_user: want a whole number 0-1048576`},
 		{"short idle", "idle_timeout = \"10ms\"\n" + base, `r.toml:1: idle_timeout:`},
 	} {
