@@ -46,11 +46,12 @@ func TestServiceKeepsWhatCRIUNeeds(t *testing.T) {
 }
 
 // TestRouterServiceRunsAsAUser: the router is an ordinary user in the
-// socket's group, never root, listening on loopback.
+// socket's group, never root, listening on loopback, and may ask the
+// kernel (sock_diag, a netlink socket) whose each client connection is.
 func TestRouterServiceRunsAsAUser(t *testing.T) {
 	s := testutil.UnitSettings(t, "gpusched-router.service")
 	for key, want := range map[string]string{"Service.User": "gpusched-router", "Service.SupplementaryGroups": "gpusched",
-		"Service.NoNewPrivileges": "yes", "Service.Restart": "on-failure"} {
+		"Service.NoNewPrivileges": "yes", "Service.Restart": "on-failure", "Service.RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6 AF_NETLINK"} {
 		if got := s[key]; !slices.Equal(got, []string{want}) {
 			t.Errorf("gpusched-router.service %s = %q, want %q", key, got, want)
 		}
