@@ -26,8 +26,9 @@ import (
 var ErrCommand = errors.New("command did not start")
 
 // ErrNoTasks means the command did not start because the kernel refused
-// its process (EAGAIN: the cgroup of the tree allows no more, pids.max);
-// it wraps ErrCommand.
+// its process, or its supervisor's (EAGAIN: a cgroup's pids.max, the
+// host's pid_max, the user's processes against nproc); it wraps
+// ErrCommand.
 var ErrNoTasks = fmt.Errorf("%w", ErrCommand)
 
 // Spec describes one managed process to start.
@@ -110,6 +111,13 @@ func Start(ctx context.Context, s Spec) (*Started, error) {
 	})
 	devnull.Close()
 	theirs.Close()
+	if errors.Is(err, unix.EAGAIN) {
+		// The fork refused (the daemon's cgroup or the host at its
+		// limit), or the execve as the user (the kernel's check of the
+		// user's processes against the daemon's nproc limit, made after
+		// setuid).
+		return nil, fmt.Errorf("%w: start supervisor: %v (no process may start as uid %d now: the user has as many processes as the daemon's nproc limit, or the daemon's cgroup or the host allows no more)", ErrNoTasks, err, s.Cred.UID)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("start supervisor: %w", err)
 	}
