@@ -69,3 +69,6 @@ func (c *conn) Close() error {
 	c.once.Do(c.release)
 	return err
 }
+
+// NetConn is the connection c wraps.
+func (c *conn) NetConn() net.Conn { return c.Conn }

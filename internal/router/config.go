@@ -23,6 +23,8 @@ type Config struct {
 	Path         string
 	APIKeys      []string      // accepted as "Authorization: Bearer K" or "x-api-key: K"; none: no auth
 	MaxBody      int64         // bytes of a request body read to find its model
+	BodyBudget   int64         // bytes of bodies held whole at once, all requests together
+	BodyPerUser  int64         // of those, one local user's (at least MaxBody)
 	StartTimeout time.Duration // longest a cold start may take to answer health
 	IdleTimeout  time.Duration // a kept-alive connection with no new request for this long is closed
 	MaxConns     int           // connections open at once; more wait in the kernel's backlog
@@ -49,6 +51,8 @@ type Model struct {
 const (
 	DefaultHealth       = "/health"
 	DefaultMaxBody      = 32 << 20
+	DefaultBodyBudget   = 1 << 30
+	DefaultBodyPerUser  = 256 << 20
 	DefaultStartTimeout = 5 * time.Minute
 	DefaultIdleTimeout  = 2 * time.Minute
 	DefaultMaxConns     = 4096
@@ -112,7 +116,7 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 	}
 	p := &parser{path: path, md: &md}
 	c := &Config{Path: path, MaxBody: DefaultMaxBody, StartTimeout: DefaultStartTimeout,
-		IdleTimeout: DefaultIdleTimeout, MaxConns: DefaultMaxConns, ConnsPerUser: DefaultConnsPerUser, Models: map[string]*Model{}, aliases: map[string]string{}}
+		BodyBudget: DefaultBodyBudget, BodyPerUser: DefaultBodyPerUser, IdleTimeout: DefaultIdleTimeout, MaxConns: DefaultMaxConns, ConnsPerUser: DefaultConnsPerUser, Models: map[string]*Model{}, aliases: map[string]string{}}
 	keys := make([]string, 0, len(raw))
 	for k := range raw {
 		keys = append(keys, k)
@@ -141,6 +145,10 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 				c.MaxBody = n
 				return err
 			})
+		case "body_budget":
+			p.key(v, k, func(x any) (err error) { c.BodyBudget, err = size(x); return err })
+		case "body_budget_per_user":
+			p.key(v, k, func(x any) (err error) { c.BodyPerUser, err = size(x); return err })
 		case "start_timeout":
 			p.key(v, k, func(x any) error { return duration(x, &c.StartTimeout, time.Second) })
 		case "idle_timeout":
@@ -229,8 +237,13 @@ func (p *parser) models(c *Config, v toml.Primitive) {
 	}
 }
 
-// crossCheck finds clashes between models: ports, aliases.
+// crossCheck finds clashes between settings: a body budget that cannot
+// hold one body, and between models: ports, aliases.
 func (p *parser) crossCheck(c *Config) {
+	if c.BodyPerUser < c.MaxBody || c.BodyBudget < c.BodyPerUser {
+		p.errs = append(p.errs, fmt.Errorf("%s: body_budget (%d MiB) must hold body_budget_per_user (%d MiB), and that one max_body (%d MiB)",
+			p.path, c.BodyBudget>>20, c.BodyPerUser>>20, c.MaxBody>>20))
+	}
 	ports := map[int]string{}
 	for _, name := range c.Names() {
 		m := c.Models[name]

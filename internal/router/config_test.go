@@ -51,8 +51,9 @@ func TestParseConfig(t *testing.T) {
 	if c.StartTimeout != 30*time.Second || len(c.APIKeys) != 1 || c.MaxBody != DefaultMaxBody {
 		t.Errorf("globals = %v %v %v", c.StartTimeout, c.APIKeys, c.MaxBody)
 	}
-	if c.IdleTimeout != DefaultIdleTimeout || c.MaxConns != DefaultMaxConns || c.ConnsPerUser != DefaultConnsPerUser {
-		t.Errorf("connection defaults = %v %d %d", c.IdleTimeout, c.MaxConns, c.ConnsPerUser)
+	if c.IdleTimeout != DefaultIdleTimeout || c.MaxConns != DefaultMaxConns || c.ConnsPerUser != DefaultConnsPerUser ||
+		c.BodyBudget != DefaultBodyBudget || c.BodyPerUser != DefaultBodyPerUser {
+		t.Errorf("connection and body defaults = %v %d %d %d %d", c.IdleTimeout, c.MaxConns, c.ConnsPerUser, c.BodyBudget, c.BodyPerUser)
 	}
 }
 
@@ -83,6 +84,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"no models", "start_timeout = \"1m\"\n", `r.toml: no [models.NAME] table`},
 		{"few conns", "max_conns = 8\n" + base, `r.toml:1: max_conns: want a whole number 16-1048576, not the integer 8`},
 		{"conns per user not a number", "max_conns_per_user = \"many\"\n" + base, `r.toml:1: max_conns_per_user: want a whole number 0-1048576`},
+		{"body budget below max_body", "max_body = \"512M\"\n" + base, `r.toml: body_budget (1024 MiB) must hold body_budget_per_user (256 MiB), and that one max_body (512 MiB)`},
 		{"short idle", "idle_timeout = \"10ms\"\n" + base, `r.toml:1: idle_timeout:`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

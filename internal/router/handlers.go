@@ -37,6 +37,20 @@ func (r *Router) Handler() http.Handler {
 // routeByBody reads the body (at most MaxBody bytes), finds its model and
 // proxies the request to it.
 func (r *Router) routeByBody(w http.ResponseWriter, req *http.Request) {
+	// The body is held whole until the request is answered (its wake may
+	// take minutes): its bytes, as declared or max_body where not, come
+	// out of its user's share of body_budget first.
+	hold := req.ContentLength
+	if hold < 0 || hold > r.cfg.MaxBody {
+		hold = r.cfg.MaxBody
+	}
+	release, err := r.bodies.Take(peerUID(req.Context()), hold)
+	if err != nil {
+		writeError(w, req, http.StatusServiceUnavailable, "overloaded",
+			fmt.Sprintf("the request bodies your user's requests hold in the router, with this one's %d bytes, would pass body_budget_per_user (%d) or body_budget (%d); retry once some are answered", hold, r.cfg.BodyPerUser, r.cfg.BodyBudget))
+		return
+	}
+	defer release()
 	body, err := readBody(w, req, r.cfg.MaxBody)
 	if err != nil {
 		var tooBig *http.MaxBytesError

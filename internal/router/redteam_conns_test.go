@@ -89,3 +89,81 @@ print(urllib.request.urlopen(sys.argv[1] + "/health", timeout=10).status)`, g.ur
 		t.Fatalf("%d of the user's 4 idle connections closed by the router; want all after idle_timeout", closed)
 	}
 }
+
+// bodyHold, run as a local user, sends three requests declaring bodies of
+// 1 MiB and sends none of the bodies; it prints the one answered (the
+// other two wait for their bodies), and on a line on stdin sends the two
+// bodies and a fourth whole request, printing their answers.
+const bodyHold = `
+import select, socket, sys
+port = int(sys.argv[1])
+hdr = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1048576\r\n\r\n"
+socks = []
+for i in range(3):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(hdr)
+    socks.append(s)
+ready, _, _ = select.select(socks, [], [], 60)
+print(len(ready), ready[0].recv(65536).split(b"\r\n")[0].decode() if ready else "none", flush=True)
+print("holding", flush=True)
+sys.stdin.readline()
+for s in socks:
+    if s not in ready:
+        s.sendall(b" " * 1048576)
+        print(s.recv(65536).split(b"\r\n")[0].decode(), flush=True)
+s = socket.create_connection(("127.0.0.1", port))
+s.sendall(hdr + b" " * 1048576)
+print(s.recv(65536).split(b"\r\n")[0].decode(), flush=True)
+`
+
+// TestRedTeamRouterBodyBudget: the router holds a request's body whole
+// until it is answered, which may take a wake's minutes: one user's
+// requests could hold max_body (32 MiB) each, on every connection they
+// may have. Now a request whose declared body would take its user past
+// body_budget_per_user is answered 503 at once, before its body is read,
+// while another user's request is read and answered; bodies answered
+// give their bytes back.
+func TestRedTeamRouterBodyBudget(t *testing.T) {
+	g := newRig(t, "1x24G")
+	holder := testutil.NewUser(t, "gsrbody", "gsrbodyg")
+	g.startRouter("max_body = \"1M\"\nbody_budget = \"64M\"\nbody_budget_per_user = \"2M\"\n" + g.simModel("alpha", 1024))
+	port := strings.TrimPrefix(g.url, "http://127.0.0.1:")
+	cmd := exec.Command("/usr/bin/python3", "-c", bodyHold, port)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: holder.UID, Gid: holder.GID, Groups: holder.Groups()}}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || lines.Text() != "1 HTTP/1.1 503 Service Unavailable" {
+		t.Fatalf("one user's three requests of 1 MiB under a share of 2 MiB: %q; want one answered 503 at once", lines.Text())
+	}
+	if !lines.Scan() || lines.Text() != "holding" {
+		t.Fatalf("%q", lines.Text())
+	}
+	other := exec.Command("/usr/bin/python3", "-c", `import sys, urllib.request, urllib.error
+try:
+    urllib.request.urlopen(urllib.request.Request(sys.argv[1] + "/v1/chat/completions", data=b'{"model": "nope"}', headers={"Content-Type": "application/json"}), timeout=10)
+except urllib.error.HTTPError as e:
+    print(e.code)`, g.url)
+	other.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: g.user.UID, Gid: g.user.GID, Groups: g.user.Groups()}}
+	if got, err := other.CombinedOutput(); err != nil || strings.TrimSpace(string(got)) != "404" {
+		t.Fatalf("another user's request while one user holds their share: %v %s; want it read and answered (404, no such model)", err, got)
+	}
+	fmt.Fprintln(stdin)
+	var answers []string
+	for lines.Scan() {
+		answers = append(answers, lines.Text())
+	}
+	if want := []string{"HTTP/1.1 400 Bad Request", "HTTP/1.1 400 Bad Request", "HTTP/1.1 400 Bad Request"}; strings.Join(answers, "|") != strings.Join(want, "|") {
+		t.Fatalf("the held bodies sent, then one more: %q; want each read and answered (400, not JSON)", answers)
+	}
+}

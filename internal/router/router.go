@@ -29,6 +29,7 @@ type Router struct {
 	proxies map[string]*httputil.ReverseProxy
 	env     map[string]string // the environment models start with: the router's own
 	started time.Time
+	bodies  *limits.Bytes // request bodies held whole, by the local user who sent them
 
 	ctx context.Context // the router's lifetime: wakes and idle freezes run under it
 	wg  sync.WaitGroup  // wakes in progress
@@ -45,6 +46,7 @@ func New(cfg *Config, d Daemon, logger *zap.Logger) *Router {
 		cfg: cfg, d: d, log: logger, metrics: newMetrics(),
 		proxies: map[string]*httputil.ReverseProxy{}, env: environ(), started: time.Now(),
 		ctx: context.Background(), models: map[string]*model{}, changed: make(chan struct{}),
+		bodies: limits.NewBytes(cfg.BodyBudget, cfg.BodyPerUser),
 	}
 	r.stdLog = zap.NewStdLog(logger.Named("http"))
 	for name, m := range cfg.Models {
@@ -62,7 +64,7 @@ func (r *Router) Serve(ctx context.Context, ln net.Listener) error {
 	r.ctx, cancel = context.WithCancel(ctx)
 	defer cancel()
 	srv := &http.Server{Handler: r.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: r.cfg.IdleTimeout,
-		ErrorLog: r.stdLog, BaseContext: func(net.Listener) context.Context { return r.ctx }}
+		ErrorLog: r.stdLog, BaseContext: func(net.Listener) context.Context { return r.ctx }, ConnContext: withPeerUID}
 	ln, aerr := r.admit(ln)
 	if aerr != nil {
 		return aerr
@@ -128,6 +130,28 @@ func (r *Router) admit(ln net.Listener) (net.Listener, error) {
 		r.log.Warn("cannot tell local users apart; no user has a share of the connections", zap.Error(noOwners))
 	}
 	return l, nil
+}
+
+// peerUIDKey keys a request's context with the uid owning its client's
+// socket.
+type peerUIDKey struct{}
+
+// withPeerUID is the http.Server's ConnContext: it records the uid
+// owning c's peer, where tcpadmit knows it.
+func withPeerUID(ctx context.Context, c net.Conn) context.Context {
+	if uid, ok := tcpadmit.PeerUID(c); ok {
+		return context.WithValue(ctx, peerUIDKey{}, uid)
+	}
+	return ctx
+}
+
+// peerUID is the uid owning the client's socket of the request with ctx;
+// limits.AnyPeer where it is not known.
+func peerUID(ctx context.Context) uint32 {
+	if uid, ok := ctx.Value(peerUIDKey{}).(uint32); ok {
+		return uid
+	}
+	return limits.AnyPeer
 }
 
 // rootReserve is how many connections only root may take.

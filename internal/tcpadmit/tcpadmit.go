@@ -139,7 +139,7 @@ func (l *ownedListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ownedConn{Conn: c, release: func() { l.conns.Release(uid) }}, nil
+	return &ownedConn{Conn: c, uid: uid, release: func() { l.conns.Release(uid) }}, nil
 }
 
 func (l *ownedListener) Close() error   { return l.acceptor.Close() }
@@ -148,8 +148,25 @@ func (l *ownedListener) Addr() net.Addr { return l.acceptor.Addr() }
 // ownedConn gives its admission back on its first Close.
 type ownedConn struct {
 	net.Conn
+	uid     uint32 // its peer's owner; limits.AnyPeer: not known
 	release func()
 	once    sync.Once
+}
+
+// PeerUID is the uid owning the peer of c, a connection of a Listen
+// listener (or one wrapping it, with a NetConn method as tls.Conn and
+// netguard's have); false where it is not one or the uid is not known.
+func PeerUID(c net.Conn) (uint32, bool) {
+	for {
+		switch w := c.(type) {
+		case *ownedConn:
+			return w.uid, w.uid != limits.AnyPeer
+		case interface{ NetConn() net.Conn }:
+			c = w.NetConn()
+		default:
+			return 0, false
+		}
+	}
 }
 
 func (c *ownedConn) Close() error {
