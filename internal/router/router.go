@@ -103,11 +103,12 @@ func (r *Router) Serve(ctx context.Context, ln net.Listener) error {
 // drainGrace bounds how long a stopping router waits for requests in flight.
 const drainGrace = 30 * time.Second
 
-// refusal answers a connection past its user's share, before closing it.
+// refusal answers a connection past its user's share, or past what all
+// users but root may hold, before closing it.
 var refusal = []byte(fmt.Sprintf("HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
 	len(refusalBody), refusalBody))
 
-const refusalBody = "too many connections from your user to gpusched-router\n"
+const refusalBody = "too many connections to gpusched-router: your user holds its share (max_conns_per_user), or the users together all they may; retry later\n"
 
 // admit holds a TCP listener's connections to MaxConns at once, each
 // local user (the uid owning the peer's socket) to ConnsPerUser of them:
