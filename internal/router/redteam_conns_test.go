@@ -47,7 +47,7 @@ for s in kept:
 func TestRedTeamRouterConnsPerUser(t *testing.T) {
 	g := newRig(t, "1x24G")
 	flooder := testutil.NewUser(t, "gsrflood", "gsrfloodg")
-	g.startRouter("max_conns = 16\nmax_conns_per_user = 4\nidle_timeout = \"2s\"\n" + g.simModel("alpha", 1024))
+	g.startRouter("max_conns = 16\nmax_conns_per_user = 4\nidle_timeout = \"5s\"\n" + g.simModel("alpha", 1024))
 	port := strings.TrimPrefix(g.url, "http://127.0.0.1:")
 	cmd := exec.Command("/usr/bin/python3", "-c", connFlood, port)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: flooder.UID, Gid: flooder.GID, Groups: flooder.Groups()}}
