@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/user"
 	"slices"
 	"sort"
 	"strconv"
@@ -29,6 +30,8 @@ type Config struct {
 	IdleTimeout  time.Duration // a kept-alive connection with no new request for this long is closed
 	MaxConns     int           // connections open at once; more wait in the kernel's backlog
 	ConnsPerUser int           // of those, what one local user holds (its peer's uid); 0: no share
+	UnloadUIDs   []uint32      // local users who may /unload, besides root and the router's own
+	UnloadAnyone bool          // unload_users holds "*": any client may /unload
 	Models       map[string]*Model
 	aliases      map[string]string // alias -> model
 }
@@ -157,6 +160,8 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 			p.key(v, k, func(x any) error { return count(x, &c.MaxConns, 16) })
 		case "max_conns_per_user":
 			p.key(v, k, func(x any) error { return count(x, &c.ConnsPerUser, 0) })
+		case "unload_users":
+			p.key(v, k, func(x any) (err error) { c.UnloadUIDs, c.UnloadAnyone, err = unloadUsers(x); return err })
 		case "models":
 			p.models(c, v)
 		default:
@@ -356,6 +361,37 @@ func (m *Model) Argv() []string {
 		out[i] = strings.ReplaceAll(a, "${PORT}", port)
 	}
 	return out
+}
+
+// unloadUsers reads unload_users: local user names or uids, or "*" for
+// any client.
+func unloadUsers(x any) ([]uint32, bool, error) {
+	names, err := stringList(x)
+	if err != nil {
+		return nil, false, err
+	}
+	var uids []uint32
+	anyone := false
+	for i, n := range names {
+		if n == "*" {
+			anyone = true
+			continue
+		}
+		id := n
+		if _, err := strconv.ParseUint(n, 10, 32); err != nil {
+			u, err := user.Lookup(n)
+			if err != nil {
+				return nil, false, fmt.Errorf("item %d: no local user %q (want a user name, a uid or \"*\")", i+1, n)
+			}
+			id = u.Uid
+		}
+		uid, err := strconv.ParseUint(id, 10, 32)
+		if err != nil {
+			return nil, false, fmt.Errorf("item %d: user %q has uid %q", i+1, n, id)
+		}
+		uids = append(uids, uint32(uid))
+	}
+	return uids, anyone, nil
 }
 
 func stringList(x any) ([]string, error) {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusched/gpusched/internal/limits"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -57,6 +58,31 @@ func TestParseConfig(t *testing.T) {
 	}
 }
 
+// TestUnloadUsers: unload_users takes names and uids, and "*" for any
+// client; without it only root and the router's own user may /unload.
+func TestUnloadUsers(t *testing.T) {
+	const base = "[models.alpha]\ncmd = [\"x\"]\nport = 9001\n"
+	c, err := ParseConfig("r.toml", []byte("unload_users = [\"root\", \"4242\"]\n"+base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.UnloadUIDs) != 2 || c.UnloadUIDs[0] != 0 || c.UnloadUIDs[1] != 4242 || c.UnloadAnyone {
+		t.Errorf("unload_users [root, 4242] = %v, anyone %v", c.UnloadUIDs, c.UnloadAnyone)
+	}
+	r := &Router{cfg: c}
+	if !r.mayUnload(4242) || r.mayUnload(4243) || r.mayUnload(limits.AnyPeer) || !r.mayUnload(uint32(os.Getuid())) {
+		t.Errorf("listed 4242, unlisted 4243, unknown peer, own user: %v %v %v %v",
+			r.mayUnload(4242), r.mayUnload(4243), r.mayUnload(limits.AnyPeer), r.mayUnload(uint32(os.Getuid())))
+	}
+	c, err = ParseConfig("r.toml", []byte("unload_users = [\"*\"]\n"+base))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := (&Router{cfg: c}); !r.mayUnload(4243) || !r.mayUnload(limits.AnyPeer) {
+		t.Errorf("unload_users [*]: uid 4243 %v, unknown peer %v; want both allowed", r.mayUnload(4243), r.mayUnload(limits.AnyPeer))
+	}
+}
+
 // TestParseConfigErrors: each bad config is refused with the file, the
 // line and the key in its error.
 func TestParseConfigErrors(t *testing.T) {
@@ -86,6 +112,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"conns per user not a number", "max_conns_per_user = \"many\"\n" + base, `r.toml:1: max_conns_per_user: want a whole number 0-1048576`},
 		{"body budget below max_body", "max_body = \"512M\"\n" + base, `r.toml: body_budget (1024 MiB) must hold body_budget_per_user (256 MiB), and that one max_body (512 MiB)`},
 		{"short idle", "idle_timeout = \"10ms\"\n" + base, `r.toml:1: idle_timeout:`},
+		{"unknown unloader", "unload_users = [\"no-such-user-here\"]\n" + base, `r.toml:1: unload_users: item 1: no local user "no-such-user-here"`},
+		{"unloaders not a list", "unload_users = \"root\"\n" + base, `r.toml:1: unload_users: want a list of strings`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := ParseConfig("r.toml", []byte(tc.text))

@@ -189,8 +189,13 @@ func (r *Router) running(w http.ResponseWriter, req *http.Request) {
 }
 
 // unloadHandler freezes one model (/unload/NAME) or every idle one
-// (/unload); a busy model is refused with 409 and left as it is.
+// (/unload), for the users mayUnload allows; a busy model is refused
+// with 409 and left as it is.
 func (r *Router) unloadHandler(w http.ResponseWriter, req *http.Request) {
+	if uid := peerUID(req.Context()); !r.mayUnload(uid) {
+		writeError(w, req, http.StatusForbidden, "permission_error", unloadRefusal(uid))
+		return
+	}
 	names := r.cfg.Names()
 	if n := req.PathValue("model"); n != "" {
 		m, ok := r.lookup(n)
