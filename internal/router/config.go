@@ -28,6 +28,7 @@ type Config struct {
 	BodyPerUser  int64         // of those, one local user's (at least MaxBody)
 	StartTimeout time.Duration // longest a cold start may take to answer health
 	IdleTimeout  time.Duration // a kept-alive connection with no new request for this long is closed
+	TurnTimeout  time.Duration // a held model's requests' time to finish once another model waits for its GPUs
 	MaxConns     int           // connections open at once; more wait in the kernel's backlog
 	ConnsPerUser int           // of those, what one local user holds (its peer's uid); 0: no share
 	UnloadUIDs   []uint32      // local users who may /unload, besides root and the router's own
@@ -58,6 +59,7 @@ const (
 	DefaultBodyPerUser  = 256 << 20
 	DefaultStartTimeout = 5 * time.Minute
 	DefaultIdleTimeout  = 2 * time.Minute
+	DefaultTurnTimeout  = time.Minute // or half of start_timeout, if less
 	DefaultMaxConns     = 4096
 	DefaultConnsPerUser = 512
 	maxConfigBytes      = 1 << 20
@@ -119,7 +121,7 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 	}
 	p := &parser{path: path, md: &md}
 	c := &Config{Path: path, MaxBody: DefaultMaxBody, StartTimeout: DefaultStartTimeout,
-		BodyBudget: DefaultBodyBudget, BodyPerUser: DefaultBodyPerUser, IdleTimeout: DefaultIdleTimeout, MaxConns: DefaultMaxConns, ConnsPerUser: DefaultConnsPerUser, Models: map[string]*Model{}, aliases: map[string]string{}}
+		BodyBudget: DefaultBodyBudget, BodyPerUser: DefaultBodyPerUser, IdleTimeout: DefaultIdleTimeout, TurnTimeout: DefaultTurnTimeout, MaxConns: DefaultMaxConns, ConnsPerUser: DefaultConnsPerUser, Models: map[string]*Model{}, aliases: map[string]string{}}
 	keys := make([]string, 0, len(raw))
 	for k := range raw {
 		keys = append(keys, k)
@@ -156,6 +158,8 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 			p.key(v, k, func(x any) error { return duration(x, &c.StartTimeout, time.Second) })
 		case "idle_timeout":
 			p.key(v, k, func(x any) error { return duration(x, &c.IdleTimeout, time.Second) })
+		case "turn_timeout":
+			p.key(v, k, func(x any) error { return duration(x, &c.TurnTimeout, time.Second) })
 		case "max_conns":
 			p.key(v, k, func(x any) error { return count(x, &c.MaxConns, 16) })
 		case "max_conns_per_user":
@@ -248,6 +252,13 @@ func (p *parser) crossCheck(c *Config) {
 	if c.BodyPerUser < c.MaxBody || c.BodyBudget < c.BodyPerUser {
 		p.errs = append(p.errs, fmt.Errorf("%s: body_budget (%d MiB) must hold body_budget_per_user (%d MiB), and that one max_body (%d MiB)",
 			p.path, c.BodyBudget>>20, c.BodyPerUser>>20, c.MaxBody>>20))
+	}
+	if _, set := p.lines["turn_timeout"]; !set {
+		c.TurnTimeout = min(DefaultTurnTimeout, c.StartTimeout/2)
+	}
+	if c.TurnTimeout >= c.StartTimeout {
+		p.errs = append(p.errs, fmt.Errorf("%s: turn_timeout (%v) must be shorter than start_timeout (%v): a model waiting for another's turn would give up first",
+			p.path, c.TurnTimeout, c.StartTimeout))
 	}
 	ports := map[int]string{}
 	for _, name := range c.Names() {

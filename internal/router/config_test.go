@@ -56,6 +56,19 @@ func TestParseConfig(t *testing.T) {
 		c.BodyBudget != DefaultBodyBudget || c.BodyPerUser != DefaultBodyPerUser {
 		t.Errorf("connection and body defaults = %v %d %d %d %d", c.IdleTimeout, c.MaxConns, c.ConnsPerUser, c.BodyBudget, c.BodyPerUser)
 	}
+	if c.TurnTimeout != 15*time.Second {
+		t.Errorf("turn_timeout under start_timeout 30s = %v, want half of it (15s)", c.TurnTimeout)
+	}
+	base := "[models.alpha]\ncmd = [\"x\"]\nport = 9001\n"
+	for text, want := range map[string]time.Duration{base: DefaultTurnTimeout, "turn_timeout = \"3m\"\n" + base: 3 * time.Minute} {
+		c, err := ParseConfig("r.toml", []byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.TurnTimeout != want {
+			t.Errorf("%q: turn_timeout %v; want %v", text, c.TurnTimeout, want)
+		}
+	}
 }
 
 // TestUnloadUsers: unload_users takes names and uids, and "*" for any
@@ -111,6 +124,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"few conns", "max_conns = 8\n" + base, `r.toml:1: max_conns: want a whole number 16-1048576, not the integer 8`},
 		{"conns per user not a number", "max_conns_per_user = \"many\"\n" + base, `r.toml:1: max_conns_per_user: want a whole number 0-1048576`},
 		{"body budget below max_body", "max_body = \"512M\"\n" + base, `r.toml: body_budget (1024 MiB) must hold body_budget_per_user (256 MiB), and that one max_body (512 MiB)`},
+		{"turn as long as a start", "turn_timeout = \"5m\"\n" + base, `r.toml: turn_timeout (5m0s) must be shorter than start_timeout (5m0s)`},
 		{"short idle", "idle_timeout = \"10ms\"\n" + base, `r.toml:1: idle_timeout:`},
 		{"unknown unloader", "unload_users = [\"no-such-user-here\"]\n" + base, `r.toml:1: unload_users: item 1: no local user "no-such-user-here"`},
 		{"unloaders not a list", "unload_users = \"root\"\n" + base, `r.toml:1: unload_users: want a list of strings`},

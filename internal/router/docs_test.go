@@ -21,13 +21,14 @@ func TestDocsNameEverything(t *testing.T) {
 	m.wakeSeconds.WithLabelValues("x", "cold")
 	m.wakeFailures.WithLabelValues("x")
 	m.unloads.WithLabelValues("x")
+	m.turnCuts.WithLabelValues("x")
 	m.upstreamErrs.WithLabelValues("x")
 	families, err := m.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(families) != 8 {
-		t.Errorf("%d metric families, want 8: a new one needs a line here", len(families))
+	if len(families) != 9 {
+		t.Errorf("%d metric families, want 9: a new one needs a line here", len(families))
 	}
 	for _, f := range families {
 		if !strings.Contains(string(doc), "`"+f.GetName()+"`") {

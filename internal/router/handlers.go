@@ -115,7 +115,10 @@ func (r *Router) upstream(w http.ResponseWriter, req *http.Request) {
 func (r *Router) serve(w http.ResponseWriter, req *http.Request, m *model) {
 	rec := &statusWriter{ResponseWriter: w}
 	defer func() { m.met.answered(rec.status()) }()
-	l, err := r.acquire(req.Context(), m)
+	ctx, cancel := context.WithCancelCause(req.Context())
+	defer cancel(nil)
+	req = req.WithContext(ctx)
+	l, err := r.acquire(ctx, m, cutter(w, cancel))
 	if err != nil {
 		if req.Context().Err() != nil {
 			rec.code = 499 // the client hung up while its model woke
@@ -127,12 +130,13 @@ func (r *Router) serve(w http.ResponseWriter, req *http.Request, m *model) {
 	defer l.end()
 	defer func() {
 		if p := recover(); p != nil { // ReverseProxy aborts a response cut mid-way
-			l.fail()
+			if !wasCut(ctx) { // by its server, not by its turn's end
+				l.fail()
+			}
 			panic(p)
 		}
 	}()
-	ctx := context.WithValue(req.Context(), proxyKey{}, l)
-	r.proxies[m.cfg.Name].ServeHTTP(rec, req.WithContext(ctx))
+	r.proxies[m.cfg.Name].ServeHTTP(rec, req.WithContext(context.WithValue(ctx, proxyKey{}, l)))
 }
 
 // listModels answers as OpenAI's GET /v1/models.

@@ -15,23 +15,26 @@ import (
 // TurnBound is the fairness bound of a swap: once another model that
 // shares a GPU waits for room, a held model admits at most this many
 // requests from the start of its hold, then stops admitting, finishes
-// what is in flight and lets its hold go, so the waiting model is woken
-// next. A model therefore serves up to TurnBound queued requests per turn
-// before it can be evicted, and no model waits more than one turn of each
-// other model in the queue before its own.
+// what is in flight (within turn_timeout: armTurnEnd) and lets its hold
+// go, so the waiting model is woken next. A model therefore serves up to
+// TurnBound queued requests per turn before it can be evicted, and no
+// model waits more than one turn of each other model in the queue before
+// its own.
 const TurnBound = 32
 
 // model is one configured model's live state, guarded by Router.mu.
 type model struct {
 	cfg       *Model
-	inflight  int         // requests admitted and not yet answered
-	waiting   int         // requests waiting for a wake or a turn
-	hold      Hold        // non-nil while held (inflight > 0, or a wake just landed)
-	wake      *wakeCall   // the wake in progress, shared by every waiting request
-	broken    bool        // its server failed a request: admit no more on this hold
-	suspect   bool        // its server failed a request: the next wake checks it first
-	lingering *time.Timer // lets an idle hold go (HoldLinger)
-	served    int         // requests admitted in this hold
+	inflight  int                 // requests admitted and not yet answered
+	waiting   int                 // requests waiting for a wake or a turn
+	hold      Hold                // non-nil while held (inflight > 0, or a wake just landed)
+	wake      *wakeCall           // the wake in progress, shared by every waiting request
+	broken    bool                // its server failed a request: admit no more on this hold
+	suspect   bool                // its server failed a request: the next wake checks it first
+	lingering *time.Timer         // lets an idle hold go (HoldLinger)
+	served    int                 // requests admitted in this hold
+	leases    map[*lease]struct{} // the requests in flight
+	turnEnd   *time.Timer         // cuts them turn_timeout into a contention (armTurnEnd)
 	lastUsed  time.Time
 	idle      *time.Timer     // freezes it after cfg.TTL without requests
 	freezing  bool            // an unload freezes it: wakes wait
@@ -53,12 +56,15 @@ type lease struct {
 	r      *Router
 	m      *model
 	failed bool
+	cancel func() // cuts the request (cutter); nil: nothing to cut
+	cut    bool   // its turn ended under it (endTurn)
 }
 
 // acquire admits one request to m, waking m first when it is not held,
-// and returns the lease the request must end. Requests that arrive while
-// m wakes wait for that one wake.
-func (r *Router) acquire(ctx context.Context, m *model) (*lease, error) {
+// and returns the lease the request must end; cut ends the request when
+// its turn does (nil: nothing to cut). Requests that arrive while m wakes
+// wait for that one wake.
+func (r *Router) acquire(ctx context.Context, m *model, cut func()) (*lease, error) {
 	start := time.Now()
 	waited := false
 	r.mu.Lock()
@@ -89,7 +95,12 @@ func (r *Router) acquire(ctx context.Context, m *model) (*lease, error) {
 				m.idle = nil
 			}
 			m.met.inflight.Inc()
-			return &lease{r: r, m: m}, nil
+			l := &lease{r: r, m: m, cancel: cut}
+			if cut != nil {
+				m.leases[l] = struct{}{}
+			}
+			r.armTurnEnd(m)
+			return l, nil
 		}
 		if m.hold == nil && m.wake == nil && !m.freezing {
 			r.startWake(m)
@@ -129,6 +140,7 @@ func (r *Router) admits(m *model) bool {
 func (l *lease) end() {
 	r, m := l.r, l.m
 	r.mu.Lock()
+	delete(m.leases, l)
 	m.inflight--
 	m.lastUsed = time.Now()
 	m.met.inflight.Dec()
@@ -203,6 +215,7 @@ func (r *Router) unneeded(m *model) bool {
 func (r *Router) letGo(m *model) Hold {
 	h := m.hold
 	m.hold, m.broken, m.lingering = nil, false, nil
+	stopTurnEnd(m)
 	m.transport.CloseIdleConnections()
 	r.armIdle(m)
 	return h

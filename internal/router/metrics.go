@@ -19,6 +19,7 @@ type metrics struct {
 	wakeFailures *prometheus.CounterVec   // model
 	unloads      *prometheus.CounterVec   // model
 	upstreamErrs *prometheus.CounterVec   // model
+	turnCuts     *prometheus.CounterVec   // model
 }
 
 // wakeBuckets span a hold of a running model (sub-millisecond) to a cold
@@ -46,8 +47,10 @@ func newMetrics() *metrics {
 			Help: "Freezes of a model by its idle ttl or by /unload."}, []string{"model"}),
 		upstreamErrs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "upstream_errors_total",
 			Help: "Requests a model's server failed (connection refused or broken mid-request)."}, []string{"model"}),
+		turnCuts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "turn_cuts_total",
+			Help: "Requests cut because their model held its GPUs turn_timeout while another model waited for them."}, []string{"model"}),
 	}
-	m.reg.MustRegister(m.requests, m.inflight, m.waiting, m.waitSeconds, m.wakeSeconds, m.wakeFailures, m.unloads, m.upstreamErrs)
+	m.reg.MustRegister(m.requests, m.inflight, m.waiting, m.waitSeconds, m.wakeSeconds, m.wakeFailures, m.unloads, m.upstreamErrs, m.turnCuts)
 	return m
 }
 

@@ -72,6 +72,10 @@ func (r *Router) newProxy(mm *model) *httputil.ReverseProxy {
 			return bufferReply(resp)
 		},
 		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
+			if wasCut(req.Context()) {
+				writeError(w, req, http.StatusServiceUnavailable, "turn_over", turnOverMessage(m.Name, r.cfg.TurnTimeout))
+				return
+			}
 			if req.Context().Err() != nil {
 				return // the client hung up: nobody to answer
 			}
@@ -165,11 +169,28 @@ func (b *sseBody) Read(p []byte) (int, error) {
 	if err == nil || errors.Is(err, io.EOF) {
 		return n, err
 	}
+	if b.l.wasCut() {
+		msg := turnOverMessage(b.l.m.cfg.Name, b.l.r.cfg.TurnTimeout)
+		b.tail = strings.NewReader("\n\nevent: error\ndata: " + errorJSON(false, "turn_over", msg) + "\n\n")
+		return n, nil
+	}
 	b.l.fail()
 	b.l.r.metrics.upstreamErrs.WithLabelValues(b.l.m.cfg.Name).Inc()
 	msg := fmt.Sprintf("model %q: its server failed mid-stream (%v)", b.l.m.cfg.Name, err)
 	b.tail = strings.NewReader("\n\nevent: error\ndata: " + errorJSON(false, "upstream_error", msg) + "\n\n")
 	return n, nil
+}
+
+// wasCut says whether the lease's request was cut by its turn's end.
+func (l *lease) wasCut() bool {
+	l.r.mu.Lock()
+	defer l.r.mu.Unlock()
+	return l.cut
+}
+
+// turnOverMessage tells a cut request's client why.
+func turnOverMessage(model string, turn time.Duration) string {
+	return fmt.Sprintf("model %q: the request was cut after its model had held the GPU %v while another model waited for it (turn_timeout); retry", model, turn)
 }
 
 // fail marks the lease's model broken: no more requests go to this hold.

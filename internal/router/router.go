@@ -50,7 +50,7 @@ func New(cfg *Config, d Daemon, logger *zap.Logger) *Router {
 	}
 	r.stdLog = zap.NewStdLog(logger.Named("http"))
 	for name, m := range cfg.Models {
-		mm := &model{cfg: m, transport: newTransport(), met: r.metrics.forModel(name)}
+		mm := &model{cfg: m, transport: newTransport(), met: r.metrics.forModel(name), leases: map[*lease]struct{}{}}
 		r.models[name] = mm
 		r.proxies[name] = r.newProxy(mm)
 	}
@@ -160,7 +160,7 @@ const rootReserve = 8
 
 // preload wakes m at start and lets it go (its idle ttl then applies).
 func (r *Router) preload(m *model) {
-	l, err := r.acquire(r.ctx, m)
+	l, err := r.acquire(r.ctx, m, nil)
 	if err != nil {
 		r.log.Warn("preload", zapModel(m), zap.Error(err))
 		return

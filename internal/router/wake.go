@@ -224,6 +224,11 @@ func (r *Router) setContending(m *model, w *wakeCall, on bool) {
 		w.contending = on
 		if on {
 			idle = r.releaseIdleHolds(m)
+			for _, o := range r.models {
+				if o != m && overlaps(o.cfg, m.cfg) {
+					r.armTurnEnd(o)
+				}
+			}
 		}
 		r.broadcast()
 	}
