@@ -176,7 +176,7 @@ func (a *app) runLeased(ctx context.Context, c *api.Client, l *api.Lease, argv [
 	defer signal.Stop(sigs)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), "CUDA_VISIBLE_DEVICES="+l.CUDAVisibleDevices, "GPUSCHED_LEASE="+l.ID)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, a.stdout, a.stderr
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, a.rawStdout, a.rawStderr
 	status, err := waitForwarding(ctx, cmd, sigs)
 	if rerr := releaseLease(ctx, c, l.ID); rerr != nil {
 		// Closing the connection ends the lease all the same.

@@ -45,14 +45,15 @@ Needs a terminal; colours follow NO_COLOR. docs/dashboard.md has more.`,
 
 // dashboard runs the terminal UI until q, Ctrl-C or ctx ends.
 func (a *app) dashboard(ctx context.Context) error {
-	out, ok := a.stdout.(*os.File)
+	out, ok := a.rawStdout.(*os.File)
 	if !ok || !term.IsTerminal(out.Fd()) {
 		return errNotTerminal
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	src := &apiSource{dial: a.dial}
-	defer src.Close()
+	live := &apiSource{dial: a.dial}
+	defer live.Close()
+	src := scrubbed{live}
 	// Fail with the usual sentence, before the screen changes, when the
 	// daemon is not there.
 	if _, err := src.Status(ctx); err != nil {

@@ -29,7 +29,7 @@ func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)
 // errorLine is err as one line, with its wire code when it carries one.
 func errorLine(err error) string {
 	if code := api.CodeOf(err); code != "" {
-		return fmt.Sprintf("%s (%s)", err, code)
+		return printableLines(fmt.Sprintf("%s (%s)", err, code))
 	}
-	return err.Error()
+	return printableLines(err.Error())
 }

@@ -137,10 +137,17 @@ func listedCmd(argv []string, truncated bool) string {
 	return cmdline(argv)
 }
 
-// shellQuote single-quotes a when a shell would not read it literally.
+// shellQuote single-quotes a when a shell would not read it literally,
+// and writes it as bash's $'...' with escapes when it holds characters a
+// terminal would act on (printable).
 func shellQuote(a string) string {
 	if a != "" && strings.Trim(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-") == "" {
 		return a
+	}
+	if !clean(a, false) {
+		var b strings.Builder
+		writeEscaped(&b, strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(a), false)
+		return "$'" + b.String() + "'"
 	}
 	return "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
 }

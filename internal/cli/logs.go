@@ -47,7 +47,7 @@ func (a *app) logs(ctx context.Context, p api.LogsParams) error {
 			fmt.Fprintf(a.stderr, "gpuschedctl: older lines of %s left out: the daemon returns at most the last 65,536 lines and MiB of a log\n", res.Name)
 		}
 		for _, l := range res.Lines {
-			if _, err := fmt.Fprintln(a.stdout, l); err != nil {
+			if _, err := fmt.Fprintln(a.rawStdout, l); err != nil {
 				return err
 			}
 		}
@@ -64,7 +64,7 @@ func (a *app) followLogs(ctx context.Context, p api.LogsParams) error {
 		case a.json:
 			return writeEvent(a.stdout, e)
 		}
-		_, err := fmt.Fprintln(a.stdout, e.Line)
+		_, err := fmt.Fprintln(a.rawStdout, e.Line)
 		return err
 	}, nil)
 	if errors.Is(err, context.Canceled) {

@@ -22,7 +22,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 
 // execute is Main under a caller-supplied context.
 func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	root := newRoot(&app{stdout: stdout, stderr: stderr})
+	a := &app{stdout: safeWriter{stdout}, stderr: safeWriter{stderr}, rawStdout: stdout, rawStderr: stderr}
+	root := newRoot(a)
 	root.SetArgs(args)
 	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
@@ -32,13 +33,13 @@ func execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if errors.As(err, &status) {
 		return int(status)
 	}
-	fmt.Fprintf(stderr, "gpuschedctl: %s\n", errorLine(err))
+	fmt.Fprintf(a.stderr, "gpuschedctl: %s\n", errorLine(err))
 	var usage *usageError
 	if errors.As(err, &usage) {
 		if usage.hint != "" {
-			fmt.Fprintln(stderr, usage.hint)
+			fmt.Fprintln(a.stderr, usage.hint)
 		} else {
-			fmt.Fprint(stderr, "\n"+cmd.UsageString())
+			fmt.Fprint(a.stderr, "\n"+cmd.UsageString())
 		}
 		return exitUsage
 	}

@@ -14,10 +14,13 @@ import (
 
 // app holds the global flags and output streams shared by every command.
 type app struct {
-	stdout, stderr io.Writer
-	socket         string
-	json           bool
-	connectTimeout time.Duration
+	stdout, stderr io.Writer // safeWriter: what is printed goes out escaped
+	// rawStdout and rawStderr are the streams themselves: for the lines of
+	// logs, the command acquire runs, and the dashboard's terminal.
+	rawStdout, rawStderr io.Writer
+	socket               string
+	json                 bool
+	connectTimeout       time.Duration
 }
 
 const rootLong = `gpuschedctl controls the gpusched daemon, which runs and tracks GPU processes.
@@ -25,6 +28,12 @@ const rootLong = `gpuschedctl controls the gpusched daemon, which runs and track
 The daemon's socket is --socket, else $` + api.SocketEnv + `, else ` + api.DefaultSocket + `.
 With --json every command prints its result as one JSON object per line
 (streams print one object per event).
+
+What users' processes chose (a command's arguments, a directory, the text
+of an error) is printed with the characters a terminal acts on escaped: \e,
+\r, \u202e and the like, and a command's argument as bash's $'...', which
+reads back as the argument. logs prints the process's lines as they are,
+as cat would.
 
 Exit status: 0 on success, 1 when the call failed (one line on stderr), 2 on
 bad flags or arguments. wait also exits 1 when the process did not exit 0,
