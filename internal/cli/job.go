@@ -65,14 +65,16 @@ func newJobLogsCmd(a *app) *cobra.Command {
 	var (
 		lines  int
 		follow bool
+		raw    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "logs NAME",
 		Short: "Print a job's output",
 		Long: `Print the last lines of the output (stdout and stderr together) of the job
 NAME (a name or an id): the log of its managed process, as gpuschedctl logs
-shows it. With -f, keep printing new lines until it exits or Ctrl-C. A job
-has no output before its first attempt starts.`,
+shows it (another user's escaped for root, unless --raw). With -f, keep
+printing new lines until it exits or Ctrl-C. A job has no output before its
+first attempt starts.`,
 		Args: oneArg("job NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			j, err := a.job(cmd.Context(), args[0])
@@ -82,11 +84,12 @@ has no output before its first attempt starts.`,
 			if j.Process == "" {
 				return fmt.Errorf("job %q has no output yet: %s", j.Name, jobStateText(j))
 			}
-			return a.logs(cmd.Context(), api.LogsParams{Name: j.Process, Lines: &lines, Follow: follow})
+			return a.logs(cmd.Context(), api.LogsParams{Name: j.Process, Lines: &lines, Follow: follow}, raw)
 		},
 	}
 	cmd.Flags().IntVarP(&lines, "lines", "n", 100, "print the last `N` lines (-1: all retained lines)")
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new lines until the job's process exits")
+	cmd.Flags().BoolVar(&raw, "raw", false, "print another user's lines as they are, terminal controls included")
 	return cmd
 }
 

@@ -33,7 +33,7 @@ What users' processes chose (a command's arguments, a directory, the text
 of an error) is printed with the characters a terminal acts on escaped: \e,
 \r, \u202e and the like, and a command's argument as bash's $'...', which
 reads back as the argument. logs prints the process's lines as they are,
-as cat would.
+as cat would, but another user's to root's terminal escaped (logs --raw).
 
 Exit status: 0 on success, 1 when the call failed (one line on stderr), 2 on
 bad flags or arguments. wait also exits 1 when the process did not exit 0,

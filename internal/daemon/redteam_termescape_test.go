@@ -60,3 +60,34 @@ func TestRedTeamCommandCannotDriveRootsTerminal(t *testing.T) {
 		t.Fatalf("--json decodes as %q (%v); want the argument %q", p.Cmd, err, termAttack)
 	}
 }
+
+// TestRedTeamLogsCannotDriveRootsTerminal: a real user's process writes a
+// line that, raw, overwrites itself on a terminal ("secret", then a
+// carriage return and "SPOOF!"). Root's `logs` of it on a terminal (tmux)
+// shows the line escaped; with --raw, or into a pipe, as it was written.
+func TestRedTeamLogsCannotDriveRootsTerminal(t *testing.T) {
+	tmux := needTmux(t)
+	u := testutil.NewUser(t, "gstermlog", "gstermlogg")
+	h := newHarness(t, func(c *config.Config) { c.Group = u.Group })
+	if _, errOut, code := h.ctlAs(u, "run", "--dir", "/", "noisy", "--", "/usr/bin/printf", `secret\rSPOOF!\n`); code != 0 {
+		t.Fatalf("run: %s", errOut)
+	}
+	h.waitExit("noisy")
+	if out, _, _ := h.ctlAs(testutil.User{Name: "root"}, "logs", "noisy"); out != "secret\rSPOOF!\n" {
+		t.Fatalf("root's logs into a pipe: %q; want the line as it was written", out)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"logs", "noisy"}, `secret\rSPOOF!`},
+		{[]string{"logs", "--raw", "noisy"}, "SPOOF!"},
+	} {
+		scr := startTmux(t, tmux, 80, 10, "/bin/sh", "-c", strings.Join(append([]string{h.bins.Ctl, "--socket", h.cfg.Socket}, tc.args...), " ")+"; echo END; sleep 600")
+		screen := scr.waitFor("the log and END", func(s string) bool { return strings.Contains(s, "END") })
+		if first := strings.SplitN(screen, "\n", 2)[0]; first != tc.want {
+			t.Errorf("root's %v on a terminal shows %q; want %q", tc.args, first, tc.want)
+		}
+		_ = scr.command("kill-server").Run()
+	}
+}
