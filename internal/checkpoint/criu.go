@@ -313,6 +313,15 @@ func commonRPC(dirFd int, log string) *rpc.CriuOpts {
 		// deleted file, which CRIU dumps as a ghost; the default 1 MiB
 		// limit would refuse the daemon binary.
 		GhostLimit: ptr(uint32(ghostLimit)),
+		// Established TCP connections are not imaged: the tree comes back
+		// with them closed, as after a network outage, its listening
+		// sockets listening. CRIU otherwise refuses the dump ("Connected
+		// TCP socket", criu/sk-inet.c can_dump_inet_sk), and any local
+		// user who connected to a port the tree listens on, and stayed,
+		// kept it from the disk. A restore of an image dumped so needs it
+		// too (criu/image.c check_img_inventory: "Need to set the
+		// --tcp-close options").
+		TcpClose: ptr(true),
 	}
 }
 

@@ -13,8 +13,6 @@ var unimageable = []criuCause{
 	{"External socket is used", "a process of the tree holds a Unix socket connected to something outside the tree " +
 		"(a script using gpuschedd's own socket through the SDK, D-Bus, a display); CRIU cannot image such a connection: " +
 		"close it before hibernating or forking"},
-	{"Connected TCP socket", "a process of the tree holds an established TCP connection, which gpusched does not ask CRIU " +
-		"to image: close it before hibernating or forking"},
 	// Linux 6.16 restricted SO_PASSCRED and SO_PASSSEC to Unix and netlink
 	// sockets; CRIU before 4.2 reads them from every socket and fails with
 	// "sockets: Can't get 1:16 opt: Operation not supported" (criu#2718,

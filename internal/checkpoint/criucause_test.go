@@ -19,7 +19,6 @@ func TestDumpErrorNamesWhatCannotBeImaged(t *testing.T) {
 			"(00.2) Error (criu/cr-dump.c:2111): Dumping FAILED.\n", "not checkpointable", "Unix socket connected to something outside"},
 		{"(00.1) Error (criu/sockets.c:628): sockets: Can't get 1:16 opt: Operation not supported\n" +
 			"(00.2) Error (criu/cr-dump.c:2111): Dumping FAILED.\n", "not checkpointable", "network socket"},
-		{"(00.1) Error (criu/sk-inet.c:199): inet: Connected TCP socket, consider using --tcp-established option.\n", "not checkpointable", "established TCP connection"},
 		{"(00.1) Error (criu/files.c:9): Can't open file\n", "failed", "Error (criu/files.c:9): Can't open file"},
 	} {
 		dir := t.TempDir()

@@ -861,7 +861,9 @@ func (j *criuJob) dump(dir, parent string) PageStats {
 func (j *criuJob) restore(dir string) {
 	j.t.Helper()
 	before := j.ticks(j.waitFor(func(string) bool { return true }, "anything"))
-	j.runCRIU("restore", "-D", dir, "--restore-sibling", "--restore-detached", "-o", "restore.log", "-v2")
+	// The daemon's dumps are taken with tcp_close, which a restore must
+	// name too (criu/image.c check_img_inventory).
+	j.runCRIU("restore", "-D", dir, "--restore-sibling", "--restore-detached", "--tcp-close", "-o", "restore.log", "-v2")
 	proc, err := os.FindProcess(j.pid)
 	if err != nil {
 		j.t.Fatal(err)

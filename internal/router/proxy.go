@@ -17,7 +17,8 @@ import (
 
 // newTransport is a model's HTTP transport: loopback only, connections
 // kept for reuse while the model is held and closed when it is let go (a
-// process with established TCP connections cannot be hibernated).
+// hibernate closes the server's established connections, and a kept one
+// would then fail the next request sent on it).
 func newTransport() *http.Transport {
 	return &http.Transport{
 		Proxy:                 nil,
