@@ -1,12 +1,9 @@
 package daemon
 
 import (
-	"bufio"
 	"fmt"
 	"net/http"
-	"os/exec"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
@@ -48,21 +45,7 @@ func TestRedTeamHeldConnectionHoldsNoTreeInRAM(t *testing.T) {
 	url := fmt.Sprintf("http://127.0.0.1:%d/health", port)
 	awaitHealthy(t, url)
 
-	cmd := exec.Command("/usr/bin/python3", "-c", holdConn, strconv.Itoa(port))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: other.UID, Gid: other.GID, Groups: other.Groups()}}
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	lines := bufio.NewScanner(stdout)
+	stdin, lines := testutil.PythonAs(t, other, holdConn, strconv.Itoa(port))
 	if !lines.Scan() || lines.Text() != "held" {
 		t.Fatalf("the other user's connection: %q", lines.Text())
 	}

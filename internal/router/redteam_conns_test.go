@@ -1,12 +1,8 @@
 package router_test
 
 import (
-	"bufio"
 	"fmt"
-	"io"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/gpusched/gpusched/internal/testutil"
@@ -50,7 +46,7 @@ func TestRedTeamRouterConnsPerUser(t *testing.T) {
 	flooder := testutil.NewUser(t, "gsrflood", "gsrfloodg")
 	g.startRouter("max_conns = 16\nmax_conns_per_user = 4\nidle_timeout = \"5s\"\n" + g.simModel("alpha", 1024))
 	port := strings.TrimPrefix(g.url, "http://127.0.0.1:")
-	stdin, lines := pythonAs(t, flooder, connFlood, port)
+	stdin, lines := testutil.PythonAs(t, flooder, connFlood, port)
 	answers := map[string]int{}
 	for lines.Scan() && lines.Text() != "holding" {
 		answers[lines.Text()]++
@@ -59,7 +55,7 @@ func TestRedTeamRouterConnsPerUser(t *testing.T) {
 		t.Fatalf("one user's 16 connections were answered %v; want 4 served and 12 refused (503)", answers)
 	}
 	// Another local user (not root, whose reserve would let it in anyway).
-	if got, err := outputAs(g.user, `import sys, urllib.request
+	if got, err := testutil.PythonOutputAs(g.user, `import sys, urllib.request
 print(urllib.request.urlopen(sys.argv[1] + "/health", timeout=10).status)`, g.url); err != nil || got != "200" {
 		t.Fatalf("another user's /health while one user holds their share: %v %s", err, got)
 	}
@@ -113,14 +109,14 @@ func TestRedTeamRouterBodyBudget(t *testing.T) {
 	holder := testutil.NewUser(t, "gsrbody", "gsrbodyg")
 	g.startRouter("max_body = \"1M\"\nbody_budget = \"64M\"\nbody_budget_per_user = \"2M\"\n" + g.simModel("alpha", 1024))
 	port := strings.TrimPrefix(g.url, "http://127.0.0.1:")
-	stdin, lines := pythonAs(t, holder, bodyHold, port)
+	stdin, lines := testutil.PythonAs(t, holder, bodyHold, port)
 	if !lines.Scan() || lines.Text() != "1 HTTP/1.1 503 Service Unavailable" {
 		t.Fatalf("one user's three requests of 1 MiB under a share of 2 MiB: %q; want one answered 503 at once", lines.Text())
 	}
 	if !lines.Scan() || lines.Text() != "holding" {
 		t.Fatalf("%q", lines.Text())
 	}
-	if got, err := outputAs(g.user, `import sys, urllib.request, urllib.error
+	if got, err := testutil.PythonOutputAs(g.user, `import sys, urllib.request, urllib.error
 try:
     urllib.request.urlopen(urllib.request.Request(sys.argv[1] + "/v1/chat/completions", data=b'{"model": "nope"}', headers={"Content-Type": "application/json"}), timeout=10)
 except urllib.error.HTTPError as e:
@@ -135,38 +131,4 @@ except urllib.error.HTTPError as e:
 	if want := []string{"HTTP/1.1 400 Bad Request", "HTTP/1.1 400 Bad Request", "HTTP/1.1 400 Bad Request"}; strings.Join(answers, "|") != strings.Join(want, "|") {
 		t.Fatalf("the held bodies sent, then one more: %q; want each read and answered (400, not JSON)", answers)
 	}
-}
-
-// pythonAs starts the Python script with args as u, killed when t ends,
-// and returns its stdin and its stdout's lines.
-func pythonAs(t *testing.T, u testutil.User, script string, args ...string) (io.Writer, *bufio.Scanner) {
-	t.Helper()
-	cmd := asUser(u, script, args...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	return stdin, bufio.NewScanner(out)
-}
-
-// outputAs runs the Python script with args as u and returns what it
-// printed, trimmed.
-func outputAs(u testutil.User, script string, args ...string) (string, error) {
-	out, err := asUser(u, script, args...).CombinedOutput()
-	return strings.TrimSpace(string(out)), err
-}
-
-// asUser is the Python script with args, to run as u.
-func asUser(u testutil.User, script string, args ...string) *exec.Cmd {
-	cmd := exec.Command("/usr/bin/python3", append([]string{"-c", script}, args...)...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups()}}
-	return cmd
 }

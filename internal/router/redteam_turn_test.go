@@ -45,12 +45,12 @@ func TestRedTeamRouterTurnTimeout(t *testing.T) {
 	g.startRouter("start_timeout = \"30s\"\nturn_timeout = \"2s\"\n" +
 		g.simModelArgs("alpha", 16384, []string{"--token-delay", "0.05"}) + g.simModel("beta", 16384))
 	port := strings.TrimPrefix(g.url, "http://127.0.0.1:")
-	stdin, lines := pythonAs(t, hog, slowStream, port)
+	stdin, lines := testutil.PythonAs(t, hog, slowStream, port)
 	if !lines.Scan() || lines.Text() != "streaming" {
 		t.Fatalf("the user's stream: %q", lines.Text())
 	}
 	start := time.Now()
-	if got, err := outputAs(g.otherUser(), `import json, sys, urllib.request, urllib.error
+	if got, err := testutil.PythonOutputAs(g.otherUser(), `import json, sys, urllib.request, urllib.error
 body = json.dumps({"model": "beta", "messages": [{"role": "user", "content": "hi"}]}).encode()
 try:
     print(urllib.request.urlopen(urllib.request.Request(sys.argv[1] + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}), timeout=60).status)
@@ -97,7 +97,7 @@ func TestRouterTurnTimeoutAnswersWhatItCuts(t *testing.T) {
 	g.startRouter("start_timeout = \"30s\"\nturn_timeout = \"2s\"\n" + alpha + g.simModel("beta", 16384))
 	asked := make(chan string, 1)
 	go func() {
-		out, _ := outputAs(g.otherUser(), `import json, sys, urllib.request, urllib.error
+		out, _ := testutil.PythonOutputAs(g.otherUser(), `import json, sys, urllib.request, urllib.error
 body = json.dumps({"model": "alpha", "messages": [{"role": "user", "content": "hi"}]}).encode()
 try:
     print(urllib.request.urlopen(urllib.request.Request(sys.argv[1] + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}), timeout=60).status)

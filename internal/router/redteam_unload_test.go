@@ -41,7 +41,7 @@ func TestRedTeamRouterUnloadIsNotEveryones(t *testing.T) {
 	}
 	wake()
 	for _, path := range []string{"/unload", "/unload/alpha"} {
-		got, err := outputAs(hostile, unloadAs, g.url+path)
+		got, err := testutil.PythonOutputAs(hostile, unloadAs, g.url+path)
 		if err != nil || !strings.HasPrefix(got, "403 ") || !strings.Contains(got, "unload_users") {
 			t.Fatalf("another user's POST %s: %v %s; want 403 naming unload_users", path, err, got)
 		}
@@ -50,7 +50,7 @@ func TestRedTeamRouterUnloadIsNotEveryones(t *testing.T) {
 		t.Fatalf("alpha is %s after another user's refused /unload; want it running", p.State)
 	}
 	for _, u := range []testutil.User{listed, g.user} {
-		got, err := outputAs(u, unloadAs, g.url+"/unload/alpha")
+		got, err := testutil.PythonOutputAs(u, unloadAs, g.url+"/unload/alpha")
 		if err != nil || !strings.HasPrefix(got, `200 {"unloaded":["alpha"]}`) {
 			t.Fatalf("%s's POST /unload/alpha: %v %s; want it frozen", u.Name, err, got)
 		}
