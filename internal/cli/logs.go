@@ -46,7 +46,7 @@ gpuschedctl prints what users chose; --raw prints them as they are.`,
 }
 
 // logs prints the last lines of a process's log, and with p.Follow the new
-// ones until it exits or Ctrl-C: raw (linesOut) when raw is set.
+// ones until it exits or Ctrl-C, to where linesOut says.
 func (a *app) logs(ctx context.Context, p api.LogsParams, raw bool) error {
 	out, err := a.linesOut(ctx, p.Name, raw)
 	if err != nil {

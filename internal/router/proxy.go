@@ -2,6 +2,7 @@ package router
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -67,7 +68,7 @@ func (r *Router) newProxy(mm *model) *httputil.ReverseProxy {
 				return nil
 			}
 			if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-				resp.Body = &sseBody{ReadCloser: resp.Body, l: l}
+				resp.Body = &sseBody{ReadCloser: resp.Body, l: l, ctx: resp.Request.Context()}
 				return nil
 			}
 			return bufferReply(resp)
@@ -159,6 +160,7 @@ func (p *bufferPool) Put(b []byte) { p.pool.Put((*[32 << 10]byte)(b)) }
 type sseBody struct {
 	io.ReadCloser
 	l    *lease
+	ctx  context.Context // the upstream request's: its cause says a turn's end cut it
 	tail *strings.Reader
 }
 
@@ -170,7 +172,7 @@ func (b *sseBody) Read(p []byte) (int, error) {
 	if err == nil || errors.Is(err, io.EOF) {
 		return n, err
 	}
-	if b.l.wasCut() {
+	if wasCut(b.ctx) {
 		msg := turnOverMessage(b.l.m.cfg.Name, b.l.r.cfg.TurnTimeout)
 		b.tail = strings.NewReader("\n\nevent: error\ndata: " + errorJSON(false, "turn_over", msg) + "\n\n")
 		return n, nil
@@ -180,13 +182,6 @@ func (b *sseBody) Read(p []byte) (int, error) {
 	msg := fmt.Sprintf("model %q: its server failed mid-stream (%v)", b.l.m.cfg.Name, err)
 	b.tail = strings.NewReader("\n\nevent: error\ndata: " + errorJSON(false, "upstream_error", msg) + "\n\n")
 	return n, nil
-}
-
-// wasCut says whether the lease's request was cut by its turn's end.
-func (l *lease) wasCut() bool {
-	l.r.mu.Lock()
-	defer l.r.mu.Unlock()
-	return l.cut
 }
 
 // turnOverMessage tells a cut request's client why.
