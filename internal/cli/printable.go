@@ -15,8 +15,9 @@ import (
 // act there (rewrite the lines above, hide what follows, set the window's
 // title or the clipboard; 2026-11-28: a user's `run` with such an
 // argument rewrote root's `status` of it). Everything gpuschedctl prints
-// but the lines of `logs` (the process's output, as cat shows a file)
-// goes out with them escaped.
+// goes out with them escaped, but the lines of `logs` (the process's
+// output, as cat shows a file) where they are not another user's on
+// root's terminal (linesOut).
 
 // escaped says how r is shown: C0 and C1 controls, DEL and Unicode format
 // characters (bidirectional overrides, zero-width ones) as escapes, and
