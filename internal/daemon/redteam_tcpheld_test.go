@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"strconv"
 	"testing"
@@ -78,4 +79,51 @@ func awaitHealthy(t *testing.T, url string) {
 			t.Fatalf("%s not answering 200 after 30s", url)
 		}
 	}
+}
+
+// connClient, run in a tree, connects to 127.0.0.1:PORT and prints each
+// line it receives, then "closed" once the connection is gone.
+const connClient = `
+import socket, sys, time
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+print("connected", flush=True)
+try:
+    f = s.makefile("r")
+    for line in f:
+        print("got", line.strip(), flush=True)
+except OSError:
+    pass
+print("closed", flush=True)
+time.sleep(3600)
+`
+
+// TestForkClosesTheCopysConnectionsOnly: a fork of a tree holding an
+// established TCP connection (refused before tcp_close) leaves the
+// original's connection working and gives the copy a closed one.
+func TestForkClosesTheCopysConnectionsOnly(t *testing.T) {
+	owner := testutil.NewUser(t, "gstcpfork", "gstcp")
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group = "gstcp" })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	if _, errOut, code := h.ctlAs(owner, "run", "--dir", "/", "client", "--gpu", "0", "--", "/usr/bin/python3", "-c", connClient, strconv.Itoa(port)); code != 0 {
+		t.Fatalf("run client: %s", errOut)
+	}
+	conn, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	h.followCount("client", "connected", 1)
+	if _, errOut, code := h.ctlAs(owner, "fork", "client", "--copies", "1"); code != 0 {
+		t.Fatalf("fork of a tree holding a TCP connection: %s", errOut)
+	}
+	h.followCount("client-1", "closed", 1)
+	if _, err := conn.Write([]byte("ping\n")); err != nil {
+		t.Fatal(err)
+	}
+	h.followCount("client", "got ping", 1)
 }
