@@ -55,7 +55,9 @@
 // naming --model (default: the process name). Bodies are bounded to 1 MiB.
 // --token-delay spaces streamed tokens; a message or prompt "CRASH" makes
 // it exit 70 mid-response. A request waits while the simulated driver holds
-// the process locked or checkpointed, as its CUDA calls would.
+// the process locked or checkpointed, as its CUDA calls would. With
+// $LLAMA_API_KEY set, every path but /health, /v1/health, /models and
+// /v1/models asks for it, as llama-server does.
 //
 // Progress goes to stdout one line at a time ("simjob: pid=...",
 // "simjob: allocated N MiB on GPU-...", "simjob: done, exiting with N").

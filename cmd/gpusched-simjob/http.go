@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,6 +43,7 @@ type server struct {
 	crash   func()
 	logf    func(format string, args ...any) // a line of the job's output
 	seq     atomic.Uint64
+	apiKey  string // $LLAMA_API_KEY: every endpoint but the public ones asks for it
 }
 
 // listen binds 127.0.0.1:port before the job loads, as llama-server does,
@@ -76,7 +78,37 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", s.chat)
 	mux.HandleFunc("POST /v1/completions", s.completions)
 	mux.HandleFunc("POST /v1/embeddings", s.embeddings)
-	return mux
+	if s.apiKey == "" {
+		return mux
+	}
+	return s.requireKey(mux)
+}
+
+// apiKeyEnv is where llama-server reads --api-key from when the flag is
+// not given (llama.cpp common/arg.cpp: --api-key ... set_env("LLAMA_API_KEY")).
+const apiKeyEnv = "LLAMA_API_KEY"
+
+// publicPaths answer without a key, as llama-server's do (tools/server:
+// /health, /v1/health, /models, /v1/models).
+var publicPaths = map[string]bool{"/health": true, "/v1/health": true, "/models": true, "/v1/models": true}
+
+// requireKey answers a request to any other path without the key as
+// llama-server does: 401, {"error": {"code": 401, "message": "Invalid API
+// Key", "type": "authentication_error"}}; the key is taken as
+// "Authorization: Bearer KEY" or "X-Api-Key: KEY".
+func (s *server) requireKey(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := r.Header.Get("X-Api-Key")
+		if h := r.Header.Get("Authorization"); got == "" && strings.HasPrefix(h, "Bearer ") {
+			got = strings.TrimPrefix(h, "Bearer ")
+		}
+		if !publicPaths[r.URL.Path] && subtle.ConstantTimeCompare([]byte(got), []byte(s.apiKey)) != 1 {
+			writeJSON(w, http.StatusUnauthorized, map[string]any{"error": map[string]any{
+				"code": 401, "message": "Invalid API Key", "type": "authentication_error"}})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // ready reports whether the simulated model has loaded: its VRAM is held

@@ -394,3 +394,38 @@ func TestWaitsWhileCheckpointed(t *testing.T) {
 		t.Errorf("reply after the unlock: %s", body)
 	}
 }
+
+// TestAPIKeyAsLlamaServer: with $LLAMA_API_KEY the server asks every
+// request but the public paths for the key, as llama-server does.
+func TestAPIKeyAsLlamaServer(t *testing.T) {
+	ts := newTestServer(t, &server{apiKey: "sk-model-0123456789"})
+	body := `{"messages":[{"role":"user","content":"hi"}]}`
+	for _, tc := range []struct {
+		method, path, header, value string
+		want                        int
+	}{
+		{"GET", "/health", "", "", 200},
+		{"GET", "/v1/models", "", "", 200},
+		{"POST", "/v1/chat/completions", "", "", 401},
+		{"POST", "/v1/chat/completions", "Authorization", "Bearer sk-wrong", 401},
+		{"POST", "/v1/chat/completions", "Authorization", "Bearer sk-model-0123456789", 200},
+		{"POST", "/v1/chat/completions", "X-Api-Key", "sk-model-0123456789", 200},
+	} {
+		req, _ := http.NewRequest(tc.method, ts.URL+tc.path, strings.NewReader(body))
+		if tc.header != "" {
+			req.Header.Set(tc.header, tc.value)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("%s %s %s: %d %s, want %d", tc.method, tc.path, tc.header, resp.StatusCode, data, tc.want)
+		}
+		if tc.want == 401 && !strings.Contains(string(data), `"message":"Invalid API Key"`) {
+			t.Errorf("401 body %s", data)
+		}
+	}
+}

@@ -118,6 +118,7 @@ func (j *job) startHTTP() error {
 		readyAt: time.Now().Add(j.cfg.load),
 		crash:   crashNow(j.printf),
 		logf:    j.printf,
+		apiKey:  os.Getenv(apiKeyEnv),
 	}
 	if d := j.cfg.tokenDelay; d > 0 {
 		s.pace = func() { time.Sleep(d) } // the model's time per token

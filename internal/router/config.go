@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/user"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -33,6 +34,7 @@ type Config struct {
 	ConnsPerUser int           // of those, what one local user holds (its peer's uid); 0: no share
 	UnloadUIDs   []uint32      // local users who may /unload, besides root and the router's own
 	UnloadAnyone bool          // unload_users holds "*": any client may /unload
+	ModelKey     string        // sent to every model server as its bearer key; "": none
 	Models       map[string]*Model
 	aliases      map[string]string // alias -> model
 }
@@ -49,6 +51,7 @@ type Model struct {
 	Hibernate time.Duration
 	Aliases   []string
 	Preload   bool
+	KeyEnv    string // the environment variable its server reads ModelKey from; "": none
 }
 
 // Defaults of the optional settings.
@@ -164,6 +167,15 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 			p.key(v, k, func(x any) error { return count(x, &c.MaxConns, 16) })
 		case "max_conns_per_user":
 			p.key(v, k, func(x any) error { return count(x, &c.ConnsPerUser, 0) })
+		case "model_key":
+			p.key(v, k, func(x any) error {
+				s, ok := x.(string)
+				if !ok || len(s) < 16 {
+					return fmt.Errorf("want a string of at least 16 characters, not %s", describe(x))
+				}
+				c.ModelKey = s
+				return nil
+			})
 		case "unload_users":
 			p.key(v, k, func(x any) (err error) { c.UnloadUIDs, c.UnloadAnyone, err = unloadUsers(x); return err })
 		case "models":
@@ -259,6 +271,12 @@ func (p *parser) crossCheck(c *Config) {
 	if c.TurnTimeout >= c.StartTimeout {
 		p.errs = append(p.errs, fmt.Errorf("%s: turn_timeout (%v) must be shorter than start_timeout (%v): a model waiting for another's turn would give up first",
 			p.path, c.TurnTimeout, c.StartTimeout))
+	}
+	for _, name := range c.Names() {
+		if c.Models[name].KeyEnv != "" && c.ModelKey == "" {
+			p.errs = append(p.errs, fmt.Errorf("%s:%d: models.%s.model_key_env: there is no model_key to pass in it",
+				p.path, p.lines["models."+name+".model_key_env"], name))
+		}
 	}
 	ports := map[int]string{}
 	for _, name := range c.Names() {
@@ -358,6 +376,12 @@ func (m *Model) set(key string, x any) error {
 			return fmt.Errorf("want true or false, not %s", describe(x))
 		}
 		m.Preload = b
+	case "model_key_env":
+		s, ok := x.(string)
+		if !ok || !envName.MatchString(s) {
+			return fmt.Errorf("want an environment variable's name such as \"LLAMA_API_KEY\", not %s", describe(x))
+		}
+		m.KeyEnv = s
 	default:
 		return fmt.Errorf("%w (known: aliases, cmd, gpus, health, hibernate, port, preload, ttl, vram)", errUnknown)
 	}
@@ -373,6 +397,9 @@ func (m *Model) Argv() []string {
 	}
 	return out
 }
+
+// envName is what an environment variable's name may be.
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // unloadUsers reads unload_users: local user names or uids, or "*" for
 // any client.

@@ -126,6 +126,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{"body budget below max_body", "max_body = \"512M\"\n" + base, `r.toml: body_budget (1024 MiB) must hold body_budget_per_user (256 MiB), and that one max_body (512 MiB)`},
 		{"turn as long as a start", "turn_timeout = \"5m\"\n" + base, `r.toml: turn_timeout (5m0s) must be shorter than start_timeout (5m0s)`},
 		{"short idle", "idle_timeout = \"10ms\"\n" + base, `r.toml:1: idle_timeout:`},
+		{"short model key", "model_key = \"short\"\n" + base, `r.toml:1: model_key: want a string of at least 16 characters`},
+		{"key env without key", base + "model_key_env = \"LLAMA_API_KEY\"\n", `r.toml:4: models.alpha.model_key_env: there is no model_key to pass in it`},
+		{"bad key env", "model_key = \"sk-model-0123456789\"\n" + base + "model_key_env = \"1 BAD\"\n", `r.toml:5: models.alpha.model_key_env: want an environment variable's name`},
 		{"unknown unloader", "unload_users = [\"no-such-user-here\"]\n" + base, `r.toml:1: unload_users: item 1: no local user "no-such-user-here"`},
 		{"unloaders not a list", "unload_users = \"root\"\n" + base, `r.toml:1: unload_users: want a list of strings`},
 	} {

@@ -59,6 +59,9 @@ func (r *Router) newProxy(mm *model) *httputil.ReverseProxy {
 			pr.Out.Host = target.Host
 			pr.Out.Header.Del("Authorization") // the router's key, not the model's
 			pr.Out.Header.Del("X-Api-Key")
+			if k := r.cfg.ModelKey; k != "" {
+				pr.Out.Header.Set("Authorization", "Bearer "+k)
+			}
 		},
 		Transport:  mm.transport,
 		BufferPool: copyBuffers,

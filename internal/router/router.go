@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -166,6 +167,19 @@ func (r *Router) preload(m *model) {
 		return
 	}
 	l.end()
+}
+
+// modelEnv is the environment m's server starts with: the router's, and
+// model_key in m's model_key_env. The key goes in the environment, which
+// only its user and root may read (/proc/PID/environ), not on the command
+// line, which /proc shows every local user.
+func (r *Router) modelEnv(m *Model) map[string]string {
+	if m.KeyEnv == "" {
+		return r.env
+	}
+	env := maps.Clone(r.env)
+	env[m.KeyEnv] = r.cfg.ModelKey
+	return env
 }
 
 // environ is the router's environment as a map, for the models it starts.

@@ -279,7 +279,7 @@ func (r *Router) coldStart(ctx context.Context, m *model, w *wakeCall) (Hold, er
 		return nil, err
 	}
 	c := m.cfg
-	_, err := r.d.Run(ctx, api.RunParams{Name: c.Name, Cmd: c.Argv(), GPUs: c.GPUs, Env: r.env, TTL: api.Duration(c.Hibernate)})
+	_, err := r.d.Run(ctx, api.RunParams{Name: c.Name, Cmd: c.Argv(), GPUs: c.GPUs, Env: r.modelEnv(c), TTL: api.Duration(c.Hibernate)})
 	if err != nil {
 		return nil, fmt.Errorf("start model %q: %w", c.Name, err)
 	}
@@ -426,6 +426,9 @@ func (r *Router) waitHealthy(ctx context.Context, m *model) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return err
+		}
+		if k := r.cfg.ModelKey; k != "" {
+			req.Header.Set("Authorization", "Bearer "+k)
 		}
 		if resp, err := client.Do(req); err == nil {
 			resp.Body.Close()
