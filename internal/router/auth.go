@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/gpusched/gpusched/internal/limits"
@@ -59,12 +60,7 @@ func (r *Router) mayUnload(uid uint32) bool {
 	if uid == 0 || uid == uint32(os.Getuid()) {
 		return true
 	}
-	for _, u := range r.cfg.UnloadUIDs {
-		if u == uid {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(r.cfg.UnloadUIDs, uid)
 }
 
 // unloadRefusal is the 403's message for uid.
