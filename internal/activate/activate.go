@@ -35,15 +35,15 @@ type Activator struct{ st *state }
 // New returns an Activator that knows nothing yet.
 func New() *Activator { return &Activator{st: newState()} }
 
-// Touch marks a process (name, record id) as active now: the daemon calls
+// Touch marks a process (its record id) as active now: the daemon calls
 // it whenever one starts running (run, thaw).
-func (a *Activator) Touch(name, id string) { a.st.touch(name, id) }
+func (a *Activator) Touch(id string) { a.st.touch(id) }
 
-// Forget drops what is known of a process that is gone.
-func (a *Activator) Forget(name string) { a.st.forget(name) }
+// Forget drops what is known of a process (its record id) that is gone.
+func (a *Activator) Forget(id string) { a.st.forget(id) }
 
-// Held reports whether a hold keeps the process (name, record id).
-func (a *Activator) Held(name, id string) bool { return a.st.isHeld(name, id) }
+// Held reports whether a hold keeps the process (its record id).
+func (a *Activator) Held(id string) bool { return a.st.isHeld(id) }
 
 // thawable are the states an activation thaws from.
 var thawable = []api.State{api.StateFrozen, api.StateHibernated, api.StateLocked, api.StateFailed}
@@ -77,9 +77,9 @@ func (a *Activator) Activate(ctx context.Context, ops Ops, p api.ActivateParams)
 		return api.Activation{}, nil, err
 	}
 	if p.Hold {
-		release, out.Held = a.st.hold(target.Name, target.ID), true
+		release, out.Held = a.st.hold(target.ID), true
 	}
-	a.st.touch(target.Name, target.ID)
+	a.st.touch(target.ID)
 	out.MS["total"] = msSince(r.start)
 	return out, release, nil
 }
@@ -220,7 +220,7 @@ func (r *run) victims(target Proc) []string {
 	procs := r.ops.Procs(target.UID)
 	cands := make([]candidate, len(procs))
 	for i, p := range procs {
-		cands[i] = candidate{Proc: p, last: r.a.st.lastActive(p.Name, p.ID), held: r.a.st.isHeld(p.Name, p.ID)}
+		cands[i] = candidate{Proc: p, last: r.a.st.lastActive(p.ID), held: r.a.st.isHeld(p.ID)}
 	}
 	return victims(target, cands, r.p.Evict)
 }

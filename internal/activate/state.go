@@ -7,83 +7,68 @@ import (
 
 // state is what activations remember between calls, for the daemon's
 // life only: when each process was last active, which are held, and which
-// owners have an activation in progress.
+// owners have an activation in progress. Processes are known by record
+// id, unique among all users' and never reused: a name taken again by a
+// new process starts afresh.
 type state struct {
 	mu     sync.Mutex
 	tick   uint64
-	last   map[string]stamp // by process name
-	held   map[string]stamp // by process name; n counts the holds
+	last   map[string]uint64 // by record id
+	held   map[string]uint64 // by record id: the number of holds
 	owners map[uint32]chan struct{}
 }
 
-// stamp ties a count to one process: a name reused by a new process (a new
-// record id) starts afresh.
-type stamp struct {
-	id string
-	n  uint64
-}
-
 func newState() *state {
-	return &state{last: map[string]stamp{}, held: map[string]stamp{}, owners: map[uint32]chan struct{}{}}
+	return &state{last: map[string]uint64{}, held: map[string]uint64{}, owners: map[uint32]chan struct{}{}}
 }
 
-// touch marks name (record id) as active now.
-func (s *state) touch(name, id string) {
+// touch marks the process (record id) as active now.
+func (s *state) touch(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.tick++
-	s.last[name] = stamp{id: id, n: s.tick}
+	s.last[id] = s.tick
 }
 
-// forget drops what is known of name, a record that is gone.
-func (s *state) forget(name string) {
+// forget drops what is known of a record that is gone.
+func (s *state) forget(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.last, name)
-	delete(s.held, name)
+	delete(s.last, id)
+	delete(s.held, id)
 }
 
-// lastActive is when name (record id) was last active: 0 for never.
-func (s *state) lastActive(name, id string) uint64 {
+// lastActive is when the process was last active: 0 for never.
+func (s *state) lastActive(id string) uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if st := s.last[name]; st.id == id {
-		return st.n
-	}
-	return 0
+	return s.last[id]
 }
 
-// isHeld reports whether name (record id) is held.
-func (s *state) isHeld(name, id string) bool {
+// isHeld reports whether the process is held.
+func (s *state) isHeld(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h := s.held[name]
-	return h.id == id && h.n > 0
+	return s.held[id] > 0
 }
 
-// hold counts one more hold of name (record id); the returned func, safe
-// to call more than once, ends it and marks name active.
-func (s *state) hold(name, id string) func() {
+// hold counts one more hold of the process; the returned func, safe to
+// call more than once, ends it and marks the process active.
+func (s *state) hold(id string) func() {
 	s.mu.Lock()
-	if h := s.held[name]; h.id == id {
-		s.held[name] = stamp{id: id, n: h.n + 1}
-	} else {
-		s.held[name] = stamp{id: id, n: 1}
-	}
+	s.held[id]++
 	s.mu.Unlock()
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			s.mu.Lock()
-			if h := s.held[name]; h.id == id {
-				if h.n <= 1 {
-					delete(s.held, name)
-				} else {
-					s.held[name] = stamp{id: id, n: h.n - 1}
-				}
+			if s.held[id] <= 1 {
+				delete(s.held, id)
+			} else {
+				s.held[id]--
 			}
 			s.mu.Unlock()
-			s.touch(name, id)
+			s.touch(id)
 		})
 	}
 }

@@ -46,20 +46,20 @@ func TestVictims(t *testing.T) {
 
 func TestHoldsCountAndEndOnce(t *testing.T) {
 	s := newState()
-	r1, r2 := s.hold("p", "id1"), s.hold("p", "id1")
+	r1, r2 := s.hold("id1"), s.hold("id1")
 	r1()
 	r1() // a second call changes nothing
-	if !s.isHeld("p", "id1") {
+	if !s.isHeld("id1") {
 		t.Fatal("one of two holds ended, and p is not held")
 	}
-	if s.isHeld("p", "id2") {
+	if s.isHeld("id2") {
 		t.Fatal("a new process with the reused name is held")
 	}
 	r2()
-	if s.isHeld("p", "id1") {
+	if s.isHeld("id1") {
 		t.Fatal("every hold ended, and p is still held")
 	}
-	if s.lastActive("p", "id1") == 0 {
+	if s.lastActive("id1") == 0 {
 		t.Fatal("the end of a hold does not mark p active")
 	}
 }

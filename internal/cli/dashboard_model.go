@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -64,8 +65,9 @@ type dashModel struct {
 
 	// selected is the selected process's name, "" when there is none;
 	// cursor is its row. The selection follows the name across refreshes.
-	selected string
-	cursor   int
+	// target is how an action names it to the daemon (dashTarget).
+	selected, target string
+	cursor           int
 
 	loading bool // a refresh is in flight
 	stale   bool // and another one was asked for meanwhile
@@ -73,7 +75,7 @@ type dashModel struct {
 	events     []api.Event // the last dashMaxEvents, oldest first
 	eventsNote string      // why the events stream is down, "" when up
 
-	confirmKill string // the process a kill waits a y/n for
+	confirmKill string // the process (its target) a kill waits a y/n for
 	note        string // the status line: the last action's outcome
 	noteErr     bool   // and it failed
 	help        bool
@@ -150,13 +152,13 @@ func (m dashModel) key(k tea.KeyPressMsg) (tea.Model, tea.Cmd) {
 	if key == "ctrl+c" {
 		return m, tea.Quit
 	}
-	if name := m.confirmKill; name != "" {
+	if target := m.confirmKill; target != "" {
 		m.confirmKill = ""
 		if key != "y" {
-			m.setNote("kill "+name+" cancelled", false)
+			m.setNote("kill "+dashName(target)+" cancelled", false)
 			return m, nil
 		}
-		return m.start("kill", name)
+		return m.start("kill", target)
 	}
 	switch key {
 	case "q":
@@ -178,17 +180,17 @@ func (m dashModel) key(k tea.KeyPressMsg) (tea.Model, tea.Cmd) {
 	case "r":
 		return m, m.refresh()
 	case "f":
-		return m.start("freeze", m.selected)
+		return m.start("freeze", m.target)
 	case "t":
-		return m.start("thaw", m.selected)
+		return m.start("thaw", m.target)
 	case "h":
-		return m.start("hibernate", m.selected)
+		return m.start("hibernate", m.target)
 	case "k":
 		if m.selected == "" {
 			m.setNote("no process selected", false)
 			return m, nil
 		}
-		m.confirmKill = m.selected
+		m.confirmKill = m.target
 		m.setNote("kill "+m.selected+"? y/n", false)
 	}
 	return m, nil
@@ -197,18 +199,41 @@ func (m dashModel) key(k tea.KeyPressMsg) (tea.Model, tea.Cmd) {
 // dashActing is what the status line says while an action runs.
 var dashActing = map[string]string{"freeze": "freezing", "thaw": "thawing", "hibernate": "hibernating", "kill": "killing"}
 
-// start runs verb on the process name.
-func (m dashModel) start(verb, name string) (tea.Model, tea.Cmd) {
-	if name == "" {
+// start runs verb on the process target names.
+func (m dashModel) start(verb, target string) (tea.Model, tea.Cmd) {
+	if target == "" {
 		m.setNote("no process selected", false)
 		return m, nil
 	}
+	name := dashName(target)
 	m.setNote(dashActing[verb]+" "+name+"…", false)
 	ctx, src := m.ctx, m.src
 	return m, func() tea.Msg {
-		text, err := dashAct(ctx, src, verb, name)
+		text, err := dashAct(ctx, src, verb, target)
 		return dashActionMsg{verb: verb, name: name, text: text, err: err}
 	}
+}
+
+// dashTarget is how an action names procs[i] to the daemon: by its name,
+// or where several users' processes of that name are listed (root's
+// view; names are per user) as UID/NAME.
+func dashTarget(procs []api.Process, i int) string {
+	p := procs[i]
+	for j, q := range procs {
+		if j != i && q.Name == p.Name {
+			return strconv.FormatUint(uint64(p.UID), 10) + "/" + p.Name
+		}
+	}
+	return p.Name
+}
+
+// dashName is the process name in a target.
+func dashName(target string) string {
+	_, name, _ := strings.Cut(target, "/")
+	if name == "" {
+		return target
+	}
+	return name
 }
 
 // dashAct calls verb on name and says what it did in one line.
@@ -254,7 +279,7 @@ func (m *dashModel) move(d int) {
 		return
 	}
 	m.cursor = min(max(m.cursor+d, 0), len(m.procs)-1)
-	m.selected = m.procs[m.cursor].Name
+	m.selected, m.target = m.procs[m.cursor].Name, dashTarget(m.procs, m.cursor)
 }
 
 // setProcs shows procs by name and keeps the selection on the same name:
@@ -262,15 +287,21 @@ func (m *dashModel) move(d int) {
 // last row); with no selection yet, on the first row.
 func (m *dashModel) setProcs(procs []api.Process) {
 	procs = slices.Clone(procs)
-	slices.SortStableFunc(procs, func(a, b api.Process) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortStableFunc(procs, func(a, b api.Process) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.UID, b.UID)) })
 	m.procs = procs
 	if len(procs) == 0 {
-		m.cursor, m.selected = 0, ""
+		m.cursor, m.selected, m.target = 0, "", ""
 		return
 	}
 	i, _ := slices.BinarySearchFunc(procs, m.selected, func(p api.Process, name string) int { return cmp.Compare(p.Name, name) })
+	for j := i; j < len(procs) && procs[j].Name == m.selected; j++ {
+		if dashTarget(procs, j) == m.target {
+			i = j // the same user's, where several users' of that name are listed
+			break
+		}
+	}
 	m.cursor = min(i, len(procs)-1)
-	m.selected = procs[m.cursor].Name
+	m.selected, m.target = procs[m.cursor].Name, dashTarget(procs, m.cursor)
 }
 
 // refresh loads a snapshot, or, while one is loading, asks for another

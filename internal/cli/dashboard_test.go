@@ -741,3 +741,33 @@ func TestDashboardAgainstFakeDaemon(t *testing.T) {
 		t.Errorf("%d more messages after the events: %#v", len(msgs), <-msgs)
 	}
 }
+
+// TestDashboardActsOnTheSelectedUsersProcess: where root's view lists two
+// users' processes of one name, an action names the selected one as
+// UID/NAME (names are per user), the selection stays on that user's
+// across a refresh, and a name listed once is sent as it is.
+func TestDashboardActsOnTheSelectedUsersProcess(t *testing.T) {
+	src := &fakeDashSource{}
+	snap := snapshotOf("train", "train", "solo")
+	snap.procs[0].UID, snap.procs[1].UID = 1001, 1000
+	m, _ := step(t, newTestDash(src), snap)
+	m, _ = press(t, m, "down")
+	m, _ = press(t, m, "down") // solo, then 1000's train, then 1001's
+	m, cmd := press(t, m, "f")
+	m = runAction(t, m, cmd)
+	if m, _ = step(t, m, snap); m.target != "1001/train" {
+		t.Errorf("after a refresh the selection is %q, want 1001/train", m.target)
+	}
+	m, _ = press(t, m, "k")
+	if want := "kill train? y/n"; m.note != want {
+		t.Errorf("note %q, want %q", m.note, want)
+	}
+	m, cmd = press(t, m, "y")
+	m = runAction(t, m, cmd)
+	m, _ = press(t, m, "home")
+	_, cmd = press(t, m, "t")
+	runAction(t, m, cmd)
+	if got, want := src.recorded(), []string{"freeze 1001/train", "kill 1001/train", "thaw solo"}; !slices.Equal(got, want) {
+		t.Fatalf("actions %v, want %v", got, want)
+	}
+}

@@ -29,6 +29,11 @@ The daemon's socket is --socket, else $` + api.SocketEnv + `, else ` + api.Defau
 With --json every command prints its result as one JSON object per line
 (streams print one object per event).
 
+Process names are per user: NAME is always one of your own processes, and
+another user's process of the same name is theirs, not in your way. Root
+names another user's process as USER/NAME (a user name or uid), or by NAME
+where root has no process of that name and exactly one user has.
+
 What users' processes chose (a command's arguments, a directory, the text
 of an error) is printed with the characters a terminal acts on escaped: \e,
 \r, \u202e and the like, and a command's argument as bash's $'...', which

@@ -31,6 +31,17 @@ var (
 	lookupOnly  = map[string]bool{"release.id": true}
 )
 
+// processRefs are the name fields that name an existing process, where
+// USER/NAME is another user's (docs/protocol.md §3): "a/b" there is well
+// formed and names no process (not_found), or, in a filter, matches
+// nothing (an events stream of it never ends, so it is not sent).
+var processRefs = map[string]bool{
+	"status.name": true, "kill.name": true, "rm.name": true, "logs.name": true, "wait.name": true,
+	"freeze.name": true, "thaw.name": true, "swap.freeze": true, "swap.thaw": true, "migrate.name": true,
+	"activate.name": true, "hibernate.name": true, "fork.name": true, "set.name": true,
+	"snapshots.name": true, "events.name": true,
+}
+
 // optionalNames are the name fields where "" is valid (no filter, the
 // caller, or a default name).
 var optionalNames = map[string]bool{
@@ -157,11 +168,22 @@ func TestAbuseBadNames(t *testing.T) {
 				continue
 			}
 			t.Run(tg.method+"."+tg.field+"="+strings.ReplaceAll(string(truncate(v)), "/", "∕"), func(t *testing.T) {
+				if v == "a/b" && tg.method+"."+tg.field == "events.name" {
+					return // a filter matching nothing: a stream that never ends
+				}
 				params := abuseBase(tg.method)
 				setPath(params, tg.field, v)
 				resp := rc.call(tg.method, params)
 				key := tg.method + "." + tg.field
 				switch {
+				case v == "a/b" && processRefs[key]:
+					if resp["code"] == string(api.CodeNotFound) {
+						return
+					}
+					if b, _ := json.Marshal(resp["result"]); resp["ok"] != true || !strings.Contains(string(b), ":[]") {
+						t.Errorf("%s=%q: got %v, want not_found or an empty list", key, v, resp)
+					}
+					return
 				case filterNames[key]:
 					if b, _ := json.Marshal(resp["result"]); resp["ok"] != true || !strings.HasSuffix(string(b), ":[]}") {
 						t.Errorf("%s=%q: got %v, want an empty list", key, v, resp)

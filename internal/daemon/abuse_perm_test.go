@@ -44,7 +44,13 @@ func abuseRows(nobodyUID uint32) []abuseRow {
 	name := func(suffix string) func(o *abuseOwner) any {
 		return func(o *abuseOwner) any { return map[string]any{"name": o.p + suffix} }
 	}
-	denied := api.CodePermissionDenied
+	// Process names are per user: the caller names another user's
+	// process as USER/NAME; NAME alone is the caller's own (not_found).
+	ref := func(o *abuseOwner, suffix string) string { return o.user.Username + "/" + o.p + suffix }
+	named := func(suffix string) func(o *abuseOwner) any {
+		return func(o *abuseOwner) any { return map[string]any{"name": ref(o, suffix)} }
+	}
+	denied, invalid := api.CodePermissionDenied, api.CodeInvalidArgument
 	return []abuseRow{
 		{label: "hello", method: api.MethodHello, check: func(t *testing.T, r json.RawMessage, o *abuseOwner) {
 			var h api.Hello
@@ -53,21 +59,23 @@ func abuseRows(nobodyUID uint32) []abuseRow {
 				t.Fatalf("hello sees uid %d, want %d", h.Caller.UID, nobodyUID)
 			}
 		}},
-		{label: "run over exited name", method: api.MethodRun, code: denied, params: func(o *abuseOwner) any {
-			return map[string]any{"name": o.p + "-exited", "cmd": []string{"true"}, "dir": "/"}
+		{label: "run over exited name", method: api.MethodRun, code: invalid, params: func(o *abuseOwner) any {
+			return map[string]any{"name": ref(o, "-exited"), "cmd": []string{"true"}, "dir": "/"}
 		}},
 		{label: "run as owner", method: api.MethodRun, code: denied, params: func(o *abuseOwner) any {
 			return map[string]any{"name": "escalate", "cmd": []string{"id"}, "dir": "/", "user": o.user.Username}
 		}},
-		{label: "run live name", method: api.MethodRun, code: denied, params: func(o *abuseOwner) any {
-			return map[string]any{"name": o.p + "-run", "cmd": []string{"true"}, "dir": "/"}
+		{label: "run live name", method: api.MethodRun, code: invalid, params: func(o *abuseOwner) any {
+			return map[string]any{"name": ref(o, "-run"), "cmd": []string{"true"}, "dir": "/"}
 		}},
-		{label: "kill", method: api.MethodKill, code: denied, params: name("-run")},
+		{label: "kill", method: api.MethodKill, code: denied, params: named("-run")},
 		{label: "kill signal", method: api.MethodKill, code: denied, params: func(o *abuseOwner) any {
-			return map[string]any{"name": o.p + "-run", "signal": "KILL"}
+			return map[string]any{"name": ref(o, "-run"), "signal": "KILL"}
 		}},
-		{label: "kill frozen", method: api.MethodKill, code: denied, params: name("-frozen")},
-		{label: "status", method: api.MethodStatus, code: denied, params: name("-run")},
+		{label: "kill frozen", method: api.MethodKill, code: denied, params: named("-frozen")},
+		{label: "status", method: api.MethodStatus, code: denied, params: named("-run")},
+		{label: "status of the name alone", method: api.MethodStatus, code: api.CodeNotFound, params: name("-run")},
+		{label: "kill of the name alone", method: api.MethodKill, code: api.CodeNotFound, params: name("-run")},
 		{label: "status overview", method: api.MethodStatus, check: func(t *testing.T, r json.RawMessage, o *abuseOwner) {
 			var s api.Status
 			decodeInto(t, r, &s)
@@ -90,8 +98,8 @@ func abuseRows(nobodyUID uint32) []abuseRow {
 					t.Fatalf("ps --user %s shows %+v", o.user.Username, ps.Processes)
 				}
 			}},
-		{label: "rm", method: api.MethodRm, code: denied, params: name("-exited")},
-		{label: "rm names", method: api.MethodRm, params: func(o *abuseOwner) any { return map[string]any{"names": []string{o.p + "-exited"}} },
+		{label: "rm", method: api.MethodRm, code: denied, params: named("-exited")},
+		{label: "rm names", method: api.MethodRm, params: func(o *abuseOwner) any { return map[string]any{"names": []string{ref(o, "-exited")}} },
 			check: func(t *testing.T, r json.RawMessage, o *abuseOwner) {
 				var res api.RmResult
 				decodeInto(t, r, &res)
@@ -129,23 +137,23 @@ func abuseRows(nobodyUID uint32) []abuseRow {
 				}
 			}
 		}},
-		{label: "freeze", method: api.MethodFreeze, code: denied, params: name("-run")},
-		{label: "thaw", method: api.MethodThaw, code: denied, params: name("-frozen")},
-		{label: "thaw hibernated", method: api.MethodThaw, code: denied, params: name("-hib")},
+		{label: "freeze", method: api.MethodFreeze, code: denied, params: named("-run")},
+		{label: "thaw", method: api.MethodThaw, code: denied, params: named("-frozen")},
+		{label: "thaw hibernated", method: api.MethodThaw, code: denied, params: named("-hib")},
 		{label: "swap", method: api.MethodSwap, code: denied, params: func(o *abuseOwner) any {
-			return map[string]any{"freeze": o.p + "-run", "thaw": o.p + "-frozen"}
+			return map[string]any{"freeze": ref(o, "-run"), "thaw": ref(o, "-frozen")}
 		}},
-		{label: "activate", method: api.MethodActivate, code: denied, params: name("-frozen")},
-		{label: "activate hibernated", method: api.MethodActivate, code: denied, params: name("-hib")},
+		{label: "activate", method: api.MethodActivate, code: denied, params: named("-frozen")},
+		{label: "activate hibernated", method: api.MethodActivate, code: denied, params: named("-hib")},
 		{label: "activate hold", method: api.MethodActivate, code: denied, params: func(o *abuseOwner) any {
-			return map[string]any{"name": o.p + "-run", "hold": true}
+			return map[string]any{"name": ref(o, "-run"), "hold": true}
 		}},
 		{label: "migrate", method: api.MethodMigrate, code: denied, params: func(o *abuseOwner) any {
-			return map[string]any{"name": o.p + "-frozen", "gpu": 1 - o.gpu}
+			return map[string]any{"name": ref(o, "-frozen"), "gpu": 1 - o.gpu}
 		}},
-		{label: "hibernate", method: api.MethodHibernate, code: denied, params: name("-frozen")},
+		{label: "hibernate", method: api.MethodHibernate, code: denied, params: named("-frozen")},
 		{label: "fork", method: api.MethodFork, code: denied, params: func(o *abuseOwner) any {
-			return map[string]any{"name": o.p + "-hib", "copies": 1}
+			return map[string]any{"name": ref(o, "-hib"), "copies": 1}
 		}},
 		{label: "snapshots", method: api.MethodSnapshots, check: func(t *testing.T, r json.RawMessage, o *abuseOwner) {
 			var s api.SnapshotsResult
@@ -154,7 +162,7 @@ func abuseRows(nobodyUID uint32) []abuseRow {
 				t.Fatalf("snapshots shows %+v", s.Snapshots)
 			}
 		}},
-		{label: "snapshots of process", method: api.MethodSnapshots, params: name("-hib"), check: func(t *testing.T, r json.RawMessage, o *abuseOwner) {
+		{label: "snapshots of process", method: api.MethodSnapshots, params: named("-hib"), check: func(t *testing.T, r json.RawMessage, o *abuseOwner) {
 			var s api.SnapshotsResult
 			decodeInto(t, r, &s)
 			if len(s.Snapshots) != 0 {
@@ -163,19 +171,19 @@ func abuseRows(nobodyUID uint32) []abuseRow {
 		}},
 		{label: "delete_snapshot", method: api.MethodDeleteSnapshot, code: denied, snap: true, params: func(o *abuseOwner) any { return map[string]any{"id": o.snap} }},
 		{label: "set", method: api.MethodSet, code: denied, params: func(o *abuseOwner) any {
-			return map[string]any{"name": o.p + "-run", "ttl": "1m"}
+			return map[string]any{"name": ref(o, "-run"), "ttl": "1m"}
 		}},
 		{label: "set lower", method: api.MethodSet, code: denied, params: func(o *abuseOwner) any {
-			return map[string]any{"name": o.p + "-hib", "priority": -5}
+			return map[string]any{"name": ref(o, "-hib"), "priority": -5}
 		}},
-		{label: "logs", method: api.MethodLogs, code: denied, params: name("-run")},
+		{label: "logs", method: api.MethodLogs, code: denied, params: named("-run")},
 		{label: "logs follow", method: api.MethodLogs, code: denied, params: func(o *abuseOwner) any {
-			return map[string]any{"name": o.p + "-run", "follow": true}
+			return map[string]any{"name": ref(o, "-run"), "follow": true}
 		}},
-		{label: "wait", method: api.MethodWait, code: denied, params: name("-run")},
+		{label: "wait", method: api.MethodWait, code: denied, params: named("-run")},
 		// A name need not exist, so events of another's name subscribe
 		// and then leave its events out (docs/protocol.md).
-		{label: "events", method: api.MethodEvents, subscribe: true, params: name("-run")},
+		{label: "events", method: api.MethodEvents, subscribe: true, params: named("-run")},
 		{label: "submit as owner", method: api.MethodSubmit, code: denied, params: func(o *abuseOwner) any {
 			return map[string]any{"name": "escalate", "cmd": []string{"true"}, "dir": "/", "user": o.user.Username}
 		}},

@@ -49,9 +49,9 @@ func (d *Daemon) activate(c *call, stream *eventStream) (any, error) {
 func (d *Daemon) activeChange(c proctable.Change) {
 	switch {
 	case c.New == nil && c.Old != nil:
-		d.activator.Forget(c.Old.Name)
+		d.activator.Forget(c.Old.ID)
 	case c.New != nil && c.New.State == api.StateRunning && (c.Old == nil || c.Old.State != api.StateRunning || c.Old.ID != c.New.ID):
-		d.activator.Touch(c.New.Name, c.New.ID)
+		d.activator.Touch(c.New.ID)
 	}
 }
 

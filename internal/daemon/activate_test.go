@@ -153,7 +153,7 @@ func TestActivateHoldAcrossConnections(t *testing.T) {
 
 	holders[0].Close()
 	holders[1].Close() // returns once the daemon has ended the hold
-	if h.d.activator.Held("policy", policy.ID) {
+	if h.d.activator.Held(policy.ID) {
 		t.Fatal("policy is still held after its holders' Close returned")
 	}
 	act, err := other.Activate(ctxT(t), api.ActivateParams{Name: "reward"})
@@ -182,11 +182,11 @@ func TestActivateHoldCounts(t *testing.T) {
 		t.Fatalf("held activation's first line: %v", ev)
 	}
 	a.Close()
-	if !h.d.activator.Held("p", p.ID) {
+	if !h.d.activator.Held(p.ID) {
 		t.Fatal("one hold ended and p is no longer held")
 	}
 	raw.c.Close() // no half-close: the daemon notices the hang-up by itself
-	waitFor(t, func() bool { return !h.d.activator.Held("p", p.ID) })
+	waitFor(t, func() bool { return !h.d.activator.Held(p.ID) })
 
 	// The owner's own freeze of a held process is its explicit act: allowed.
 	if _, err := h.client().Hold(ctxT(t), api.ActivateParams{Name: "p"}); err != nil {
@@ -314,9 +314,9 @@ func TestActivateOtherUsers(t *testing.T) {
 	before := h.states()
 	one := h.rawAs(&user.User{Uid: fmt.Sprint(u1.UID), Gid: fmt.Sprint(u1.GID), Username: u1.Name}, fmt.Sprint(u1.GroupGID))
 	for _, p := range []map[string]any{
-		{"name": "two-frozen"},
-		{"name": "two", "hold": true},
-		{"name": "one-frozen", "evict": []string{"two"}},
+		{"name": "gsact2/two-frozen"},
+		{"name": "gsact2/two", "hold": true},
+		{"name": "one-frozen", "evict": []string{"gsact2/two"}},
 	} {
 		resp := one.call(api.MethodActivate, p)
 		if resp["code"] != string(api.CodePermissionDenied) || !strings.Contains(fmt.Sprint(resp["error"]), "belongs to gsact2") {
@@ -351,7 +351,7 @@ func TestActivateCLI(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &act) != nil || !act.Held || frozenNames(&act) != "reward" {
 		t.Fatalf("activate --hold --json: exit %d, %q %q", code, out, errOut)
 	}
-	if h.d.activator.Held("policy", policy.ID) {
+	if h.d.activator.Held(policy.ID) {
 		t.Fatal("policy is still held after gpuschedctl activate --hold exited")
 	}
 	_, errOut, code = h.ctlWith(root, []uint32{}, "", "activate", "reward", "--evict", "")

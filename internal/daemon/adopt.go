@@ -45,7 +45,7 @@ func (d *Daemon) adopt(rec proctable.Record) {
 			d.markExited(rec, api.Exit{Unknown: true, Reason: "the daemon restarted while it was being restored, and its image is gone"}, log)
 			return
 		}
-		if _, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+		if _, err := d.table.Update(rec.Key(), func(r *proctable.Record) error {
 			r.State, r.Error = api.StateHibernated, "the daemon restarted during a restore from disk"
 			return nil
 		}); err != nil {
@@ -54,10 +54,10 @@ func (d *Daemon) adopt(rec proctable.Record) {
 		return
 	case rec.State == api.StateHibernating:
 		d.settleHibernating(rec)
-		if cur, ok := d.table.Get(rec.Name); !ok || cur.State != api.StateFrozen {
+		if cur, ok := d.table.Get(rec.Key()); !ok || cur.State != api.StateFrozen {
 			return
 		}
-		rec, _ = d.table.Get(rec.Name)
+		rec, _ = d.table.Get(rec.Key())
 	case rec.BootID != d.bootID:
 		d.markExited(rec, api.Exit{Unknown: true, Reason: "the machine rebooted"}, log)
 		return
@@ -101,7 +101,7 @@ func (d *Daemon) commandStarted(rec proctable.Record) (proctable.Record, bool) {
 		return rec, false
 	}
 	start, _ := procfs.StartTime(pid)
-	r, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+	r, err := d.table.Update(rec.Key(), func(r *proctable.Record) error {
 		if r.ID != rec.ID || r.State != api.StateStarting {
 			return errReplaced
 		}
@@ -179,7 +179,7 @@ func (d *Daemon) settleInterrupted(rec proctable.Record, log *zap.Logger) procta
 		}
 	}
 	msg := fmt.Sprintf("the daemon restarted during a %s; the checkpoint driver reports it %s", opOf(rec.State), state)
-	out, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+	out, err := d.table.Update(rec.Key(), func(r *proctable.Record) error {
 		r.State, r.Error = state, msg
 		switch {
 		case state == api.StateRunning:
@@ -211,7 +211,7 @@ func opOf(s api.State) string {
 func (d *Daemon) markExited(rec proctable.Record, exit api.Exit, log *zap.Logger) {
 	d.removeSandboxHome(rec.ID)
 	d.removeCPU(rec)
-	_, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+	_, err := d.table.Update(rec.Key(), func(r *proctable.Record) error {
 		r.State, r.Exit, r.ExitedAt = api.StateExited, &exit, time.Now()
 		return nil
 	})

@@ -106,7 +106,7 @@ func TestFailedStartLeavesNothing(t *testing.T) {
 	if !api.IsInvalidArgument(err) || !strings.Contains(err.Error(), "permission denied") {
 		t.Fatalf("err = %v, want invalid_argument naming the permission problem", err)
 	}
-	if _, ok := h.d.table.Get("denied"); ok {
+	if _, ok := h.record("denied"); ok {
 		t.Fatal("record of a process that never started is still listed")
 	}
 	if after := h.files(); strings.Join(after, "\n") != strings.Join(before, "\n") {

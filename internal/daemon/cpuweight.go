@@ -194,7 +194,7 @@ func (d *Daemon) removeDumpedCPU(rec proctable.Record, rt *procRuntime) {
 	d.procs.handover.Lock()
 	defer d.procs.handover.Unlock()
 	if next := d.procs.get(rec.ID); next != nil && next != rt {
-		if cur, ok := d.table.Get(rec.Name); ok && cur.ID == rec.ID && cur.Cgroup == rec.Cgroup {
+		if cur, ok := d.table.Get(rec.Key()); ok && cur.ID == rec.ID && cur.Cgroup == rec.Cgroup {
 			return
 		}
 	}

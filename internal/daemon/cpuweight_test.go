@@ -202,7 +202,7 @@ func TestThawHandsOverDumpedTreesCgroup(t *testing.T) {
 	h, root := newDiskCgroupHarness(t)
 	h.memJob("job", 64, 1)
 	h.freeze("job")
-	rec, _ := h.d.table.Get("job")
+	rec, _ := h.record("job")
 	img, err := h.d.dumpImage(ctxT(t), rec, hibernateOpts{})
 	if err != nil {
 		t.Fatal(err)

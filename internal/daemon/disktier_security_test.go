@@ -30,10 +30,10 @@ func TestDiskTierNonRoot(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"snapshot", "rm", hr.Snapshot},
-		{"hibernate", "rootjob"},
-		{"thaw", "rootjob"},
-		{"fork", "rootjob", "--copies", "1"},
-		{"set", "rootjob", "--ttl", "1m"},
+		{"hibernate", "root/rootjob"},
+		{"thaw", "root/rootjob"},
+		{"fork", "root/rootjob", "--copies", "1"},
+		{"set", "root/rootjob", "--ttl", "1m"},
 	} {
 		if _, stderr, code := h.asUser(nobody, args...); code == 0 || !strings.Contains(stderr, string(api.CodePermissionDenied)) {
 			t.Fatalf("%v as nobody: exit %d, %q; want permission_denied", args, code, stderr)

@@ -328,7 +328,7 @@ func TestRestartAfterDumpKeepsImage(t *testing.T) {
 	h := newDiskHarness(t, config.DriverSim)
 	h.memJob("job", 256, 16)
 	h.freeze("job")
-	rec, _ := h.d.table.Get("job")
+	rec, _ := h.record("job")
 	if len(rec.Checkpoint.Stopped) == 0 {
 		t.Fatal("frozen tree not stopped (--freeze-stop)")
 	}
@@ -373,7 +373,7 @@ func TestDumpedTreeDiesAfterTheAnswer(t *testing.T) {
 	dumped := func(name string) (proctable.Record, dumpedTree, func()) {
 		h.memJob(name, 64, 1)
 		h.freeze(name)
-		rec, _ := h.d.table.Get(name)
+		rec, _ := h.record(name)
 		img, err := h.d.dumpImage(ctxT(t), rec, hibernateOpts{})
 		if err != nil {
 			t.Fatal(err)
@@ -397,7 +397,7 @@ func TestDumpedTreeDiesAfterTheAnswer(t *testing.T) {
 		_, err := h.d.finishDump(img, hibernateOpts{freed: true})
 		alive <- err == nil && procfs.Alive(rec.InitPID, rec.InitStart)
 	}()
-	waitFor(t, func() bool { r, _ := h.d.table.Get("evicted"); return r.State == api.StateHibernated })
+	waitFor(t, func() bool { r, _ := h.record("evicted"); return r.State == api.StateHibernated })
 	thaw()
 	if <-alive {
 		t.Fatal("an eviction's hibernate answered before the tree it dumped had died")
@@ -446,7 +446,7 @@ func TestCommitFailureKeepsProcessFrozen(t *testing.T) {
 	h := newDiskHarness(t, config.DriverSim)
 	h.memJob("job", 64, 16)
 	h.freeze("job")
-	rec, _ := h.d.table.Get("job")
+	rec, _ := h.record("job")
 	ticks := h.lastTick("job")
 	img, err := h.d.dumpImage(ctxT(t), rec, hibernateOpts{})
 	if err != nil {

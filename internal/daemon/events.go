@@ -22,6 +22,17 @@ func (d *Daemon) onChange(c proctable.Change) {
 	}
 }
 
+// eventOwner is whose process or job e is about (0 and "" for neither).
+func eventOwner(e *api.Event) (uint32, string) {
+	switch {
+	case e.Process != nil:
+		return e.Process.UID, e.Process.User
+	case e.Job != nil:
+		return e.Job.UID, e.Job.User
+	}
+	return 0, ""
+}
+
 // visibleTo reports whether a may see e: events about processes, jobs and
 // leases only go to their owners (and root).
 func visibleTo(a actor, e *api.Event) bool {
@@ -42,16 +53,13 @@ func (d *Daemon) subscribe(c *call, stream *eventStream) (any, error) {
 	if err := c.decode(&p); err != nil {
 		return nil, err
 	}
-	if p.Name != "" {
-		if err := api.ValidateName(p.Name); err != nil {
-			return nil, invalidf("events: %v", err)
-		}
+	filter, err := parseNameFilter(p.Name)
+	if err != nil {
+		return nil, invalidf("events: %v", err)
 	}
 	sub, cancel := d.events.subscribe(func(e *api.Event) bool {
-		if p.Name != "" && e.Name != p.Name {
-			return false
-		}
-		return visibleTo(c.actor, e)
+		uid, user := eventOwner(e)
+		return filter.match(e.Name, uid, user) && visibleTo(c.actor, e)
 	})
 	defer cancel()
 	if err := stream.emit(&api.Event{Type: api.EventSubscribed, Time: time.Now(), Name: p.Name}); err != nil {

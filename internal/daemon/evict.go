@@ -15,14 +15,14 @@ import (
 // makeRoom hibernates frozen processes, by policy, until need more MiB fit
 // the host RAM budget beside what frozen processes hold. Nothing is ever
 // killed: when nothing can be evicted the caller's freeze fails, saying why.
-func (d *Daemon) makeRoom(ctx context.Context, what string, need uint64, skip string) error {
+func (d *Daemon) makeRoom(ctx context.Context, what string, need uint64, skip proctable.Key) error {
 	budget := d.cfg.RAMBudgetMiB
 	if budget == 0 {
 		return nil
 	}
-	tried := map[string]bool{skip: true}
+	tried := map[proctable.Key]bool{skip: true}
 	for {
-		held := d.hostMiB(skip)
+		held := d.hostMiB(&skip)
 		if held+need <= budget {
 			return nil
 		}
@@ -40,7 +40,7 @@ func (d *Daemon) makeRoom(ctx context.Context, what string, need uint64, skip st
 			return api.Errorf(api.CodeResourceExhausted, "%s", msg)
 		}
 		v := victims[0]
-		tried[v.Name] = true
+		tried[v.Key()] = true
 		why := fmt.Sprintf("hibernated to make room in host RAM for %s", what)
 		if _, err := d.evict(ctx, v, hibernateOpts{why: why, freed: true}); err != nil {
 			d.log.Warn("eviction failed", zap.String("name", v.Name), zap.String("why", why), zap.Error(err))
@@ -51,9 +51,9 @@ func (d *Daemon) makeRoom(ctx context.Context, what string, need uint64, skip st
 // victims lists the frozen processes eviction may hibernate, in policy
 // order: lowest priority first, then least recently frozen. pinned names
 // the frozen ones it may not.
-func (d *Daemon) victims(skip map[string]bool) (out []proctable.Record, pinned []string) {
+func (d *Daemon) victims(skip map[proctable.Key]bool) (out []proctable.Record, pinned []string) {
 	for _, r := range d.table.View().Records {
-		if r.State != api.StateFrozen || skip[r.Name] {
+		if r.State != api.StateFrozen || skip[r.Key()] {
 			continue
 		}
 		if r.Policy.Pin {
@@ -75,12 +75,12 @@ func (d *Daemon) victims(skip map[string]bool) (out []proctable.Record, pinned [
 // evict hibernates v with o if its lifecycle lock is free and it is still
 // frozen; o.why is recorded on the process. It reports whether it tried.
 func (d *Daemon) evict(ctx context.Context, v proctable.Record, o hibernateOpts) (bool, error) {
-	unlock, ok := d.ops.tryLock(v.Name)
+	unlock, ok := d.ops.tryLock(v.Key())
 	if !ok {
 		return false, nil
 	}
 	defer unlock()
-	cur, ok := d.table.Get(v.Name)
+	cur, ok := d.table.Get(v.Key())
 	if !ok || cur.ID != v.ID || cur.State != api.StateFrozen {
 		return false, nil
 	}

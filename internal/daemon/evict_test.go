@@ -35,7 +35,7 @@ func TestEvictionHibernatesByPolicy(t *testing.T) {
 	}
 	// vip is frozen first (least recently used), low second; x does not
 	// fit beside both: the lowest priority goes to disk, not the oldest.
-	low, _ := h.d.table.Get("low")
+	low, _ := h.record("low")
 	for _, n := range []string{"vip", "low", "x"} {
 		if err := freeze(n); err != nil {
 			t.Fatalf("freeze %s: %v", n, err)

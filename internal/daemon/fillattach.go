@@ -64,7 +64,7 @@ func (d *Daemon) attachFiller(ctx context.Context, rec proctable.Record, ratio f
 		return fail(err)
 	}
 	d.publishFiller(f)
-	return d.table.Update(rec.Name, func(r *proctable.Record) error {
+	return d.table.Update(rec.Key(), func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
 		}

@@ -41,14 +41,12 @@ func (d *Daemon) fork(c *call) (any, error) {
 	}
 	names := make([]string, p.Copies)
 	for i := range names {
-		names[i] = fmt.Sprintf("%s-%d", p.Name, i+1)
+		names[i] = fmt.Sprintf("%s-%d", src.Name, i+1)
 		if err := api.ValidateName(names[i]); err != nil {
 			return nil, invalidf("fork %q: copy name: %v", p.Name, err)
 		}
-		if old, ok := d.table.Get(names[i]); ok && old.Live() && old.Owner.UID == src.Owner.UID {
+		if old, ok := d.table.Get(proctable.Key{UID: src.Owner.UID, Name: names[i]}); ok && old.Live() {
 			return nil, api.Errorf(api.CodeExists, "fork %q: process %q already exists (%s)", p.Name, names[i], old.State)
-		} else if ok && old.Owner.UID != src.Owner.UID {
-			return nil, fmt.Errorf("fork %q: %w", p.Name, heldByOther(names[i], "process"))
 		}
 	}
 	if err := d.checkCopies(c.actor, fmt.Sprintf("fork %q", p.Name), p.Copies); err != nil {
@@ -62,19 +60,19 @@ func (d *Daemon) fork(c *call) (any, error) {
 		return nil, err
 	}
 	ctx := context.WithoutCancel(c.ctx)
-	unlock, err := d.ops.lock(c.ctx, p.Name)
+	unlock, err := d.ops.lock(c.ctx, src.Key())
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
 	for _, n := range names {
-		u, err := d.ops.lock(c.ctx, n)
+		u, err := d.ops.lock(c.ctx, proctable.Key{UID: src.Owner.UID, Name: n})
 		if err != nil {
 			return nil, err
 		}
 		defer u()
 	}
-	if src, err = d.lookup(c, p.Name); err != nil {
+	if src, err = d.lookupAgain(p.Name, src.Key()); err != nil {
 		return nil, err
 	}
 	start := time.Now()
@@ -148,14 +146,14 @@ func (d *Daemon) forkImage(ctx context.Context, src proctable.Record, caller log
 		if _, err := d.freezeLocked(ctx, src, freezeOpts{lockTimeout: d.cfg.LockTimeout, stop: true, toDisk: true}); err != nil {
 			return forkSource{}, fmt.Errorf("%s: %w", what, err)
 		}
-		src, _ = d.table.Get(src.Name)
+		src, _ = d.table.Get(src.Key())
 	case api.StateFrozen:
 	default:
 		return forkSource{}, conflictf("process %q is %s; only a running or frozen process can be forked", src.Name, src.State)
 	}
 	img, err := d.dumpForFork(ctx, src, caller)
 	if running {
-		cur, _ := d.table.Get(src.Name)
+		cur, _ := d.table.Get(src.Key())
 		if _, terr := d.thawLocked(ctx, cur, thawOpts{op: "thaw", waitCtx: ctx}); terr != nil {
 			d.log.Warn("source of a fork stays frozen", zap.String("name", src.Name), zap.Error(terr))
 		}
@@ -213,15 +211,15 @@ func (d *Daemon) restoreCopy(ctx context.Context, c *call, src proctable.Record,
 	rec := proctable.Record{
 		ID: uuid.NewString(), Name: name, Owner: src.Owner, Cmd: cmd, Dir: src.Dir, GPUs: src.GPUs,
 		Nice: src.Nice, Rlimits: src.Rlimits, OOMScoreAdj: src.OOMScoreAdj, CPUs: src.CPUs, Policy: src.Policy, State: api.StateHibernated, BootID: d.bootID, CreatedAt: time.Now(),
-		LogPath:    filepath.Join(d.cfg.LogDir, name+".log"),
 		Checkpoint: &proctable.Checkpoint{Procs: img.procs, FrozenAt: time.Now()},
 	}
+	rec.LogPath = d.logPath(rec.Key())
 	rec.StatusPath = filepath.Join(d.statusDir(), rec.ID)
 	var pairs []checkpoint.GPUPair
 	if target != "" && target != src.GPUs[0] {
 		pairs = []checkpoint.GPUPair{{Old: src.GPUs[0], New: target}}
 	}
-	if err := d.claimName(name, rec.Owner.UID); err != nil {
+	if err := d.claimName(rec.Key()); err != nil {
 		return api.Process{}, fmt.Errorf("copy %q: %w", name, err)
 	}
 	d.removeLogs(rec.LogPath)
@@ -249,10 +247,10 @@ func (d *Daemon) restoreCopy(ctx context.Context, c *call, src proctable.Record,
 		}
 	}
 	if err != nil {
-		cur, ok := d.table.Get(name)
+		cur, ok := d.table.Get(orig.Key())
 		recorded := ok && cur.ID == orig.ID
 		if recorded && cur.State == api.StateHibernated {
-			_, rerr := d.table.Remove(name, nil)
+			_, rerr := d.table.Remove(orig.Key(), nil)
 			recorded = rerr != nil
 		}
 		if !recorded { // never recorded (refused), or forgotten: its files go too
@@ -262,7 +260,7 @@ func (d *Daemon) restoreCopy(ctx context.Context, c *call, src proctable.Record,
 		}
 		return api.Process{}, fmt.Errorf("copy %q: %w", name, err)
 	}
-	cur, _ := d.table.Get(name)
+	cur, _ := d.table.Get(rec.Key())
 	return toAPI(cur, d.gpuView()), nil
 }
 

@@ -60,11 +60,11 @@ func (d *Daemon) lockProcess(c *call, name string) (func(), proctable.Record, er
 	if err := d.needDriver(); err != nil {
 		return nil, proctable.Record{}, err
 	}
-	unlock, err := d.ops.lock(c.ctx, name)
+	unlock, err := d.ops.lock(c.ctx, r.Key())
 	if err != nil {
 		return nil, proctable.Record{}, err
 	}
-	rec, err := d.lookup(c, name)
+	rec, err := d.lookupAgain(name, r.Key())
 	if err != nil {
 		unlock()
 		return nil, proctable.Record{}, err
@@ -117,7 +117,7 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 	}
 	if !opts.toDisk {
 		need := (&proctable.Checkpoint{Procs: procs}).MiB()
-		if err := d.makeRoom(ctx, fmt.Sprintf("freeze %q", rec.Name), need, rec.Name); err != nil {
+		if err := d.makeRoom(ctx, fmt.Sprintf("freeze %q", rec.Name), need, rec.Key()); err != nil {
 			return api.CheckpointResult{}, err
 		}
 	}
@@ -140,7 +140,7 @@ func (d *Daemon) freezeLocked(ctx context.Context, rec proctable.Record, opts fr
 		op.rollback(dctx)
 		return d.failed(rec, op, "freeze", explain(kindHint(err, kinds)), nil, opts.quiet)
 	}
-	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
+	rec, err = d.table.Update(rec.Key(), func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
 		}
@@ -174,7 +174,7 @@ func (d *Daemon) failed(rec proctable.Record, op *cudaOp, what string, cause err
 		}
 		stopped = nil
 	}
-	_, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+	_, err := d.table.Update(rec.Key(), func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
 		}

@@ -52,12 +52,12 @@ func (d *Daemon) quiesce(ctx context.Context, rec proctable.Record, op *cudaOp, 
 		}
 		d.log.Info("freeze: CUDA processes started during the freeze", zap.String("name", rec.Name), zap.Ints("pids", pidsOf(late)))
 		if !opts.toDisk {
-			if err := d.makeRoom(ctx, fmt.Sprintf("freeze %q", rec.Name), (&proctable.Checkpoint{Procs: late}).MiB(), rec.Name); err != nil {
+			if err := d.makeRoom(ctx, fmt.Sprintf("freeze %q", rec.Name), (&proctable.Checkpoint{Procs: late}).MiB(), rec.Key()); err != nil {
 				return rec, nil, err
 			}
 		}
 		// Recorded before they are touched, so that a restart settles them too.
-		updated, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+		updated, err := d.table.Update(rec.Key(), func(r *proctable.Record) error {
 			if r.ID != rec.ID || r.Checkpoint == nil {
 				return errReplaced
 			}

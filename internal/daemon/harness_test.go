@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/procfs"
+	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -216,4 +217,19 @@ func (rc *rawConn) recv() map[string]any {
 		rc.t.Fatalf("response %q: %v", line, err)
 	}
 	return m
+}
+
+// record is the one record named name, whoever owns it; it fails the test
+// where several users have one.
+func (h *harness) record(name string) (proctable.Record, bool) {
+	h.t.Helper()
+	named := h.d.table.View().Named(name)
+	switch len(named) {
+	case 0:
+		return proctable.Record{}, false
+	case 1:
+		return *named[0], true
+	}
+	h.t.Fatalf("%d records named %q", len(named), name)
+	return proctable.Record{}, false
 }

@@ -48,20 +48,22 @@ func (d *Daemon) hibernate(c *call) (any, error) {
 	if err := c.decode(&p); err != nil {
 		return nil, err
 	}
-	if r, err := d.lookup(c, p.Name); err != nil {
+	r, err := d.lookup(c, p.Name)
+	if err != nil {
 		return nil, err
-	} else if err := refuseMPS(r); err != nil {
+	}
+	if err := refuseMPS(r); err != nil {
 		return nil, err
 	}
 	if err := d.needCRIU(); err != nil {
 		return nil, err
 	}
-	unlock, err := d.ops.lock(c.ctx, p.Name)
+	unlock, err := d.ops.lock(c.ctx, r.Key())
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	rec, err := d.lookup(c, p.Name)
+	rec, err := d.lookupAgain(p.Name, r.Key())
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +93,7 @@ func (d *Daemon) hibernateLocked(ctx context.Context, rec proctable.Record, o hi
 			return api.HibernateResult{}, fmt.Errorf("hibernate %q: %w", rec.Name, err)
 		}
 		ms["freeze"] = msSince(t)
-		cur, ok := d.table.Get(rec.Name)
+		cur, ok := d.table.Get(rec.Key())
 		if !ok || cur.ID != rec.ID {
 			return api.HibernateResult{}, fmt.Errorf("hibernate %q: %w", rec.Name, errReplaced)
 		}
@@ -108,7 +110,7 @@ func (d *Daemon) hibernateLocked(ctx context.Context, rec proctable.Record, o hi
 		if err != nil {
 			return api.HibernateResult{}, fmt.Errorf("hibernate %q: stop tree: %w", rec.Name, err)
 		}
-		if rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
+		if rec, err = d.table.Update(rec.Key(), func(r *proctable.Record) error {
 			r.Checkpoint.Stopped = stopped
 			return nil
 		}); err != nil {
@@ -182,7 +184,7 @@ func (d *Daemon) dumpImage(ctx context.Context, rec proctable.Record, o hibernat
 		d.discard(meta.ID)
 		return dumpedTree{}, fmt.Errorf("%s: %w", what, err)
 	}
-	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
+	rec, err = d.table.Update(rec.Key(), func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
 		}
@@ -229,7 +231,7 @@ func (d *Daemon) finishDump(img dumpedTree, o hibernateOpts) (api.HibernateResul
 	if err := rt.signal(unix.SIGKILL); err != nil {
 		d.log.Error("kill a dumped tree", zap.String("name", rec.Name), zap.Int("init_pid", rec.InitPID), zap.Error(err))
 	}
-	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
+	rec, err = d.table.Update(rec.Key(), func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
 		}
@@ -351,7 +353,7 @@ func (d *Daemon) dumpFailed(rec proctable.Record, rt *procRuntime, id, parent st
 		return fmt.Errorf("%w; the process ended during the dump", cause)
 	default:
 	}
-	_, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+	_, err := d.table.Update(rec.Key(), func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
 		}

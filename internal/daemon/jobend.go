@@ -31,7 +31,7 @@ func (d *Daemon) reconcileJob(j *jobqueue.Job) {
 	if !j.Active() || d.sched.busy(d.sched.launching, j.ID) {
 		return
 	}
-	rec, ok := d.table.Get(j.Name)
+	rec, ok := d.table.Get(jobProcKey(j))
 	if !ok || rec.ID != j.Proc {
 		if j.State == api.JobStarting {
 			d.requeue(j, "its attempt never started (daemon restart)")
@@ -41,7 +41,7 @@ func (d *Daemon) reconcileJob(j *jobqueue.Job) {
 		return
 	}
 	if rec.PreemptedBy != "" && onGPU(rec.State) && rec.State == api.StateRunning {
-		d.table.Update(rec.Name, func(r *proctable.Record) error { r.PreemptedBy = ""; return nil })
+		d.table.Update(rec.Key(), func(r *proctable.Record) error { r.PreemptedBy = ""; return nil })
 	}
 	switch {
 	case !rec.Live():
@@ -234,12 +234,12 @@ func (d *Daemon) endJob(j *jobqueue.Job, ending api.JobState, why string) {
 	go func() {
 		defer d.bg.Done()
 		defer d.sched.kick()
-		unlock, err := d.ops.lock(context.Background(), j.Name)
+		unlock, err := d.ops.lock(context.Background(), jobProcKey(j))
 		if err != nil {
 			return
 		}
 		defer unlock()
-		rec, ok := d.table.Get(j.Name)
+		rec, ok := d.table.Get(jobProcKey(j))
 		switch {
 		case !ok || rec.ID != j.Proc || !rec.Live():
 		case rec.State == api.StateHibernated:

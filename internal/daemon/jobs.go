@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpusched/gpusched/internal/jobqueue"
 	"github.com/gpusched/gpusched/internal/limits"
+	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -163,7 +164,7 @@ func (d *Daemon) newJob(c *call, s api.JobSpec) (*jobqueue.Job, error) {
 		if err := d.checkJobName(s.Name, owner.UID); err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		if r, ok := d.table.Get(s.Name); ok && r.Live() && r.Job == "" {
+		if r, ok := d.table.Get(proctable.Key{UID: owner.UID, Name: s.Name}); ok && r.Live() && r.Job == "" {
 			return nil, api.Errorf(api.CodeExists, "%s: a running process holds that name; choose another", what)
 		}
 	}

@@ -144,17 +144,11 @@ func (d *Daemon) launch(ctx context.Context, s placement.Start) {
 
 // runAttempt preempts, then spawns the attempt's process. A failure that
 // is the machine's (a preemption that did not free the memory) puts the
-// job back in the queue; one that is the job's (its command cannot start,
-// or another user's process holds its name) fails it.
+// job back in the queue; one that is the job's (its command cannot start)
+// fails it.
 func (d *Daemon) runAttempt(ctx context.Context, j *jobqueue.Job, preempt []string) {
 	log := d.log.With(zap.String("job", j.Name), zap.String("id", j.ID), zap.Int("attempt", j.Current().N))
-	if r, ok := d.table.Get(j.Name); ok && r.Owner.UID != j.Owner.UID {
-		// Another user took the name while the job waited: it fails before
-		// preempting anything (start checks again under the name's lock).
-		log.Warn("job attempt did not start", zap.String("held_by", r.Owner.User))
-		d.attemptNotStarted(j, heldByOther(j.Name, "process"))
-		return
-	}
+	key := jobProcKey(j)
 	for _, name := range preempt {
 		if err := d.preempt(ctx, name, j); err != nil {
 			log.Warn("preemption failed; job requeued", zap.String("victim", name), zap.Error(err))
@@ -166,7 +160,7 @@ func (d *Daemon) runAttempt(ctx context.Context, j *jobqueue.Job, preempt []stri
 		ID: j.Proc, Name: j.Name, Owner: proctable.Owner(j.Owner), Cmd: j.Cmd, Dir: j.Dir, GPUs: j.Current().GPUs,
 		Policy: api.Policy{Priority: evictionPriority(j)}, Job: j.ID,
 		State: api.StateStarting, BootID: d.bootID, CreatedAt: time.Now(),
-		LogPath:    filepath.Join(d.cfg.LogDir, j.Name+".log"),
+		LogPath:    d.logPath(key),
 		StatusPath: filepath.Join(d.statusDir(), j.Proc),
 	}
 	// Starting the process is charged to its owner's share of the daemon's
@@ -188,7 +182,7 @@ func (d *Daemon) runAttempt(ctx context.Context, j *jobqueue.Job, preempt []stri
 		env = append(env, "GPUSCHED_JOB="+j.ID)
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startTimeout)
 		var unlock func()
-		if unlock, err = d.ops.lock(sctx, j.Name); err == nil {
+		if unlock, err = d.ops.lock(sctx, key); err == nil {
 			if cur, ok := d.jobs.Get(j.ID); ok && cur.Ending == api.JobCancelled {
 				err = errCancelled
 			} else {
@@ -272,16 +266,18 @@ func (d *Daemon) requeue(j *jobqueue.Job, why string) {
 
 // preempt freezes a preemptible job's process to make room for j; it is
 // thawed back by placement once its memory fits again.
-func (d *Daemon) preempt(ctx context.Context, name string, j *jobqueue.Job) error {
+func (d *Daemon) preempt(ctx context.Context, victim string, j *jobqueue.Job) error {
 	if err := d.needDriver(); err != nil {
 		return err
 	}
-	unlock, err := d.ops.lock(ctx, name)
+	key, _ := proctable.ParseKey(victim)
+	name := key.Name
+	unlock, err := d.ops.lock(ctx, key)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	rec, ok := d.table.Get(name)
+	rec, ok := d.table.Get(key)
 	if !ok || rec.State != api.StateRunning || rec.Job == "" {
 		return fmt.Errorf("process %q is no longer a running job", name)
 	}
@@ -294,22 +290,25 @@ func (d *Daemon) preempt(ctx context.Context, name string, j *jobqueue.Job) erro
 	return nil
 }
 
-// resumePreempted thaws a preempted process back, in the background.
-func (d *Daemon) resumePreempted(ctx context.Context, name string) {
-	if !d.sched.setBusy(d.sched.resuming, name) {
+// resumePreempted thaws a preempted process back, in the background; id
+// is its key's String.
+func (d *Daemon) resumePreempted(ctx context.Context, id string) {
+	key, _ := proctable.ParseKey(id)
+	name := key.Name
+	if !d.sched.setBusy(d.sched.resuming, id) {
 		return
 	}
 	d.bg.Add(1)
 	go func() {
 		defer d.bg.Done()
 		defer d.sched.kick()
-		defer d.sched.clearBusy(d.sched.resuming, name)
-		unlock, err := d.ops.lock(ctx, name)
+		defer d.sched.clearBusy(d.sched.resuming, id)
+		unlock, err := d.ops.lock(ctx, key)
 		if err != nil {
 			return
 		}
 		defer unlock()
-		rec, ok := d.table.Get(name)
+		rec, ok := d.table.Get(key)
 		if !ok || rec.PreemptedBy == "" || onGPU(rec.State) || !rec.Live() {
 			return
 		}
@@ -318,7 +317,7 @@ func (d *Daemon) resumePreempted(ctx context.Context, name string) {
 			d.log.Warn("thaw of a preempted process failed; placement will retry", zap.String("name", name), zap.Error(err))
 			return
 		}
-		d.table.Update(name, func(r *proctable.Record) error {
+		d.table.Update(key, func(r *proctable.Record) error {
 			r.PreemptedBy, r.Note = "", "thawed back after preemption"
 			return nil
 		})

@@ -3,13 +3,16 @@ package daemon
 import (
 	"context"
 	"sync"
+
+	"github.com/gpusched/gpusched/internal/proctable"
 )
 
-// keyedMutex serializes lifecycle operations per process name while
-// letting different processes proceed in parallel.
+// keyedMutex serializes lifecycle operations per process while
+// letting different processes proceed in parallel. Its keys are process
+// keys: one user's process never waits on another's of the same name.
 type keyedMutex struct {
 	mu    sync.Mutex
-	locks map[string]*keyedLock
+	locks map[proctable.Key]*keyedLock
 }
 
 type keyedLock struct {
@@ -18,7 +21,7 @@ type keyedLock struct {
 }
 
 // lock waits for key's lock or ctx; the returned func releases it.
-func (k *keyedMutex) lock(ctx context.Context, key string) (func(), error) {
+func (k *keyedMutex) lock(ctx context.Context, key proctable.Key) (func(), error) {
 	l, release := k.ref(key)
 	select {
 	case <-l.ch:
@@ -30,7 +33,7 @@ func (k *keyedMutex) lock(ctx context.Context, key string) (func(), error) {
 }
 
 // tryLock takes key's lock only if it is free.
-func (k *keyedMutex) tryLock(key string) (func(), bool) {
+func (k *keyedMutex) tryLock(key proctable.Key) (func(), bool) {
 	l, release := k.ref(key)
 	select {
 	case <-l.ch:
@@ -42,10 +45,10 @@ func (k *keyedMutex) tryLock(key string) (func(), bool) {
 }
 
 // ref finds or makes key's lock and counts a user of it until release.
-func (k *keyedMutex) ref(key string) (*keyedLock, func()) {
+func (k *keyedMutex) ref(key proctable.Key) (*keyedLock, func()) {
 	k.mu.Lock()
 	if k.locks == nil {
-		k.locks = map[string]*keyedLock{}
+		k.locks = map[proctable.Key]*keyedLock{}
 	}
 	l := k.locks[key]
 	if l == nil {

@@ -45,19 +45,19 @@ func (d *Daemon) kill(c *call) (any, error) {
 			return nil, conflictf("process %q is %s: no process exists to signal; thaw it first, or kill it without a signal", p.Name, rec.State)
 		}
 		if sig == unix.SIGKILL && rec.Restored {
-			unlock, err := d.ops.lock(context.WithoutCancel(c.ctx), p.Name)
+			unlock, err := d.ops.lock(context.WithoutCancel(c.ctx), rec.Key())
 			if err != nil {
 				return nil, err
 			}
 			defer unlock()
-			if cur, ok := d.table.Get(p.Name); ok && cur.ID == rec.ID {
+			if cur, ok := d.table.Get(rec.Key()); ok && cur.ID == rec.ID {
 				d.suspendRestored(cur)
 			}
 		}
 		if err := d.signalTree(rec.ID, sig); err != nil {
 			return nil, fmt.Errorf("kill %q: %w", p.Name, err)
 		}
-		if cur, ok := d.table.Get(p.Name); ok {
+		if cur, ok := d.table.Get(rec.Key()); ok {
 			rec = cur
 		}
 		return toAPI(rec, d.gpuView()), nil
@@ -67,12 +67,12 @@ func (d *Daemon) kill(c *call) (any, error) {
 		grace = d.cfg.KillGrace
 	}
 	ctx := context.WithoutCancel(c.ctx)
-	unlock, err := d.ops.lock(ctx, p.Name)
+	unlock, err := d.ops.lock(ctx, rec.Key())
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	rec, err = d.lookup(c, p.Name)
+	rec, err = d.lookupAgain(p.Name, rec.Key())
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +124,7 @@ func (d *Daemon) endTree(rec proctable.Record, grace time.Duration) (proctable.R
 			return rec, fmt.Errorf("kill %q: tree still present %v after SIGKILL", rec.Name, reapTimeout)
 		}
 	}
-	final, _ := d.table.Get(rec.Name)
+	final, _ := d.table.Get(rec.Key())
 	return final, nil
 }
 
@@ -191,7 +191,7 @@ func parseSignal(s string) (unix.Signal, error) {
 // killHibernated ends a process that lives only in its snapshot: the
 // snapshot is deleted and the process recorded as killed.
 func (d *Daemon) killHibernated(rec proctable.Record) (any, error) {
-	out, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+	out, err := d.table.Update(rec.Key(), func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
 		}

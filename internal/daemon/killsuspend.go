@@ -43,7 +43,7 @@ func (d *Daemon) suspendRestored(rec proctable.Record) {
 
 // suspendRecorded is suspendRestored's freeze of procs, recorded.
 func (d *Daemon) suspendRecorded(ctx context.Context, rec proctable.Record, procs []proctable.CheckpointProc) error {
-	rec, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+	rec, err := d.table.Update(rec.Key(), func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
 		}
@@ -59,7 +59,7 @@ func (d *Daemon) suspendRecorded(ctx context.Context, rec proctable.Record, proc
 		op.query(ctx)
 	}
 	state := op.verdict(api.StateRunning)
-	_, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
+	_, err = d.table.Update(rec.Key(), func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
 		}

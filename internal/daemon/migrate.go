@@ -41,14 +41,14 @@ func (d *Daemon) migrate(c *call) (any, error) {
 		if frozen, err = d.freezeLocked(ctx, rec, freezeOpts{lockTimeout: d.cfg.LockTimeout}); err != nil {
 			return nil, fmt.Errorf("migrate: %w", err)
 		}
-		rec, _ = d.table.Get(p.Name)
+		rec, _ = d.table.Get(rec.Key())
 	}
 	res, err := d.thawLocked(ctx, rec, thawOpts{op: "migrate", wait: time.Duration(p.Timeout), pairs: pairs, waitCtx: c.ctx})
 	if err != nil {
 		if !wasRunning {
 			return nil, err
 		}
-		back, ok := d.table.Get(p.Name)
+		back, ok := d.table.Get(rec.Key())
 		if ok && back.State == api.StateFrozen {
 			if _, berr := d.thawLocked(ctx, back, thawOpts{op: "thaw", waitCtx: ctx}); berr != nil {
 				d.log.Error("migrate: thawing back on the old GPUs failed", zap.String("name", p.Name), zap.Error(berr))

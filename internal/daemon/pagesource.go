@@ -60,7 +60,7 @@ func (d *Daemon) thawFromPageSource(ctx context.Context, rec proctable.Record, d
 	if rec, err = d.restoreTree(ctx, rec, dir, true, opts.caller); err != nil {
 		src.Close()
 		d.log.Warn("restore with our page source failed; restoring with CRIU's reads", zap.String("name", rec.Name), zap.Error(err))
-		cur, ok := d.table.Get(rec.Name)
+		cur, ok := d.table.Get(rec.Key())
 		return res, cur, !ok || cur.ID != saved.ID, err
 	}
 	restoreMS := msSince(t)
@@ -123,7 +123,7 @@ func (d *Daemon) thawFromPageSource(ctx context.Context, rec proctable.Record, d
 // and puts back saved, the hibernated record it was restored from; its
 // end is not the process's (procRuntime.dumping is set).
 func (d *Daemon) dropLazyTree(saved proctable.Record, why error) (proctable.Record, error) {
-	cur, ok := d.table.Get(saved.Name)
+	cur, ok := d.table.Get(saved.Key())
 	if !ok || cur.ID != saved.ID {
 		return saved, fmt.Errorf("lazy restore: %w", errReplaced)
 	}
@@ -141,7 +141,7 @@ func (d *Daemon) dropLazyTree(saved proctable.Record, why error) (proctable.Reco
 	if err := os.Truncate(saved.StatusPath, 0); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return saved, fmt.Errorf("lazy restore: status file: %w", err)
 	}
-	return d.table.Update(saved.Name, func(r *proctable.Record) error {
+	return d.table.Update(saved.Key(), func(r *proctable.Record) error {
 		if r.ID != saved.ID {
 			return errReplaced
 		}

@@ -15,7 +15,7 @@ import (
 
 // Placement ids of requests that are not queued jobs.
 const (
-	thawPrefix  = "thaw:"  // + process name: a preempted process to thaw back
+	thawPrefix  = "thaw:"  // + process key: a preempted process to thaw back
 	leasePrefix = "lease:" // + lease id: a lease being acquired
 )
 
@@ -87,18 +87,18 @@ func (d *Daemon) placementInput(now time.Time, buf []placement.Job) (placement.S
 		case !onGPU(r.State):
 			vram := r.Checkpoint.VRAM()
 			for _, uuid := range sortedKeys(vram) {
-				add(uuid, placement.Occupant{Kind: placement.Frozen, ID: r.Name, Name: r.Name, DeclaredMiB: vram[uuid]})
+				add(uuid, placement.Occupant{Kind: placement.Frozen, ID: r.Key().String(), Name: r.Name, DeclaredMiB: vram[uuid]})
 			}
 		case j != nil:
 			for _, uuid := range r.GPUs {
-				add(uuid, d.jobOccupant(j, r.Name, gv.usage[r.ID][uuid], d.sched.peaks[r.ID][uuid], r.State == api.StateRunning))
+				add(uuid, d.jobOccupant(j, gv.usage[r.ID][uuid], d.sched.peaks[r.ID][uuid], r.State == api.StateRunning))
 			}
 		default:
 			for _, uuid := range sortedKeys(d.sched.peaks[r.ID]) {
 				if !slices.Contains(r.GPUs, uuid) && gv.usage[r.ID][uuid] == 0 {
 					continue // a GPU it has left (migrated): its peak there is history
 				}
-				add(uuid, placement.Occupant{Kind: placement.Managed, ID: r.Name, Name: r.Name,
+				add(uuid, placement.Occupant{Kind: placement.Managed, ID: r.Key().String(), Name: r.Name,
 					UsedMiB: gv.usage[r.ID][uuid], PeakMiB: d.sched.peaks[r.ID][uuid], Priority: r.Policy.Priority})
 			}
 		}
@@ -113,7 +113,7 @@ func (d *Daemon) placementInput(now time.Time, buf []placement.Job) (placement.S
 			continue
 		}
 		for _, uuid := range j.Current().GPUs {
-			add(uuid, d.jobOccupant(j, j.Name, 0, 0, false))
+			add(uuid, d.jobOccupant(j, 0, 0, false))
 		}
 	}
 	for _, pu := range gv.procs {
@@ -159,9 +159,9 @@ func (d *Daemon) placementInput(now time.Time, buf []placement.Job) (placement.S
 // asked for after it.
 const seqShift = 20
 
-// jobOccupant is a job's attempt on one GPU.
-func (d *Daemon) jobOccupant(j *jobqueue.Job, name string, used, peak uint64, running bool) placement.Occupant {
-	return placement.Occupant{Kind: placement.Managed, ID: name, Name: name, UsedMiB: used, PeakMiB: peak, Owner: j.Owner.User,
+// jobOccupant is a job's attempt on one GPU: its process, by key.
+func (d *Daemon) jobOccupant(j *jobqueue.Job, used, peak uint64, running bool) placement.Occupant {
+	return placement.Occupant{Kind: placement.Managed, ID: jobProcKey(j).String(), Name: j.Name, UsedMiB: used, PeakMiB: peak, Owner: j.Owner.User,
 		DeclaredMiB: j.VRAMMiB, Exclusive: j.VRAMMiB == 0, Priority: j.Priority, Preemptible: j.Preemptible && running && !j.MPS()}
 }
 
@@ -170,11 +170,11 @@ func (d *Daemon) jobOccupant(j *jobqueue.Job, name string, used, peak uint64, ru
 func (d *Daemon) preemptedQueue(tv *proctable.View, active map[string]*jobqueue.Job) []placement.Job {
 	var out []placement.Job
 	for _, r := range tv.Records {
-		if r.PreemptedBy == "" || onGPU(r.State) || !r.Live() || d.sched.busy(d.sched.resuming, r.Name) {
+		if r.PreemptedBy == "" || onGPU(r.State) || !r.Live() || d.sched.busy(d.sched.resuming, r.Key().String()) {
 			continue
 		}
 		vram := r.Checkpoint.VRAM()
-		pj := placement.Job{ID: thawPrefix + r.Name, Owner: r.Owner.User, Priority: r.Policy.Priority,
+		pj := placement.Job{ID: thawPrefix + r.Key().String(), Owner: r.Owner.User, Priority: r.Policy.Priority,
 			Only: sortedKeys(vram), Pinned: true}
 		if j := active[r.ID]; j != nil {
 			pj.Priority, pj.Seq, pj.QueuedAt, pj.VRAMMiB = j.Priority, j.Seq<<seqShift, j.SubmittedAt, j.VRAMMiB

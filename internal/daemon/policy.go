@@ -148,7 +148,7 @@ func (d *Daemon) policyFailed(r proctable.Record, action string, cause error, wa
 		action, verb, wait, policyRetryMax, cause)
 	d.log.Warn("policy action failed; retrying with backoff", zap.String("name", r.Name), zap.String("policy", action),
 		zap.Duration("retry_in", wait), zap.Error(cause))
-	cur, err := d.table.Update(r.Name, func(x *proctable.Record) error {
+	cur, err := d.table.Update(r.Key(), func(x *proctable.Record) error {
 		if x.ID != r.ID {
 			return errReplaced
 		}
@@ -177,19 +177,19 @@ func (d *Daemon) idleFreeze(ctx context.Context, r proctable.Record, idleFor tim
 	if d.driver == nil {
 		return false, nil
 	}
-	unlock, ok := d.ops.tryLock(r.Name)
+	unlock, ok := d.ops.tryLock(r.Key())
 	if !ok {
 		return false, nil
 	}
 	defer unlock()
-	cur, ok := d.table.Get(r.Name)
+	cur, ok := d.table.Get(r.Key())
 	if !ok || cur.ID != r.ID || cur.State != api.StateRunning {
 		return false, nil
 	}
 	if _, err := d.freezeLocked(ctx, cur, freezeOpts{lockTimeout: d.cfg.LockTimeout, stop: d.cfg.FreezeStop, quiet: true}); err != nil {
 		return true, err
 	}
-	_, _ = d.table.Update(r.Name, func(x *proctable.Record) error {
+	_, _ = d.table.Update(r.Key(), func(x *proctable.Record) error {
 		if x.ID == r.ID {
 			x.Note = fmt.Sprintf("frozen after its GPUs were idle for %v (idle)", idleFor.Round(time.Millisecond))
 		}

@@ -44,7 +44,7 @@ func TestFailingPolicyBacksOff(t *testing.T) {
 	}
 	events := h.collectEvents("job")
 
-	rec, _ := h.d.table.Get("job")
+	rec, _ := h.record("job")
 	due := rec.Checkpoint.FrozenAt.Add(time.Duration(ttl))
 	st := newPolicyState()
 	for i := range 40 {

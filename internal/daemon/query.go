@@ -7,17 +7,30 @@ import (
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
-// lookup finds name and checks that the caller may act on it.
-func (d *Daemon) lookup(c *call, name string) (proctable.Record, error) {
-	if err := api.ValidateName(name); err != nil {
-		return proctable.Record{}, invalidf("%s: %v", c.method, err)
+// lookup finds the process the caller names (see processKey) and checks
+// that they may act on it.
+func (d *Daemon) lookup(c *call, ref string) (proctable.Record, error) {
+	k, err := d.processKey(c, ref)
+	if err != nil {
+		return proctable.Record{}, err
 	}
-	r, ok := d.table.Get(name)
-	if !ok {
-		return proctable.Record{}, api.Errorf(api.CodeNotFound, "process %q not found", name)
+	r, err := d.lookupAgain(ref, k)
+	if err != nil {
+		return proctable.Record{}, err
 	}
 	if !c.actor.owns(r.Owner.UID) {
-		return proctable.Record{}, deniedf("process %q belongs to %s; you (%s) may only act on your own processes", name, r.Owner.User, c.actor.User)
+		return proctable.Record{}, deniedf("process %q belongs to %s; you (%s) may only act on your own processes", ref, r.Owner.User, c.actor.User)
+	}
+	return r, nil
+}
+
+// lookupAgain is the record of k, which lookup found for ref: under k's
+// lock, what the caller acts on is the process they were checked for,
+// whatever ref would name by then.
+func (d *Daemon) lookupAgain(ref string, k proctable.Key) (proctable.Record, error) {
+	r, ok := d.table.Get(k)
+	if !ok {
+		return proctable.Record{}, api.Errorf(api.CodeNotFound, "process %q not found", ref)
 	}
 	return r, nil
 }
@@ -40,7 +53,7 @@ func (d *Daemon) status(c *call) (any, error) {
 		Version: Version, Protocol: api.ProtocolVersion, Backend: d.gpus.Name(),
 		StartedAt: d.startedAt, UptimeSeconds: time.Since(d.startedAt).Seconds(),
 		States: map[api.State]int{}, GPUs: make([]api.GPUSummary, 0, len(gv.devices)),
-		HostMiB: d.hostMiB(""), RAMBudgetMiB: d.cfg.RAMBudgetMiB, Driver: d.driverName(),
+		HostMiB: d.hostMiB(nil), RAMBudgetMiB: d.cfg.RAMBudgetMiB, Driver: d.driverName(),
 		DiskBytes: d.snaps.Bytes(), DiskBudget: d.cfg.DiskBudgetMiB << 20, CRIU: d.criuVersion(),
 		Fillers: d.fillersAPI(),
 	}

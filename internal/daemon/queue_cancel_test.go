@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gpusched/gpusched/internal/jobqueue"
+	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/internal/store"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -28,7 +29,7 @@ import (
 func TestJobCancelWhileStarting(t *testing.T) {
 	h := newQueueHarness(t, "1x24G")
 	const name = "cw"
-	unlock, err := h.d.ops.lock(ctxT(t), name)
+	unlock, err := h.d.ops.lock(ctxT(t), proctable.Key{Name: name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +114,7 @@ func checkStaysCancelled(t *testing.T, h *ckptHarness, name, when string) {
 	}
 	checkCancelledBeforeStart(t, "job "+when, h.job(name))
 	checkCancelledBeforeStart(t, "job_wait "+when, h.waitJob(name))
-	if r, ok := h.d.table.Get(name); ok {
+	if r, ok := h.record(name); ok {
 		t.Fatalf("%s: process record %+v for a job cancelled before it started", when, r)
 	}
 	if pids := processesNamed(t, name); len(pids) != 0 {

@@ -113,12 +113,12 @@ func TestPreemptedJobStaysPreemptedWhileThawing(t *testing.T) {
 	high := h.submit(api.JobSpec{Name: "high", Cmd: h.simjob("--vram", "16384", "--hold", "600"), VRAM: gib(16), Priority: 5})
 	h.waitJobState("low", api.JobPreempted)
 
-	unlock, err := h.d.ops.lock(ctxT(t), "low")
+	unlock, err := h.d.ops.lock(ctxT(t), proctable.Key{Name: "low"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	setState := func(s api.State) {
-		if _, err := h.d.table.Update("low", func(r *proctable.Record) error { r.State = s; return nil }); err != nil {
+		if _, err := h.d.table.Update(proctable.Key{Name: "low"}, func(r *proctable.Record) error { r.State = s; return nil }); err != nil {
 			t.Fatal(err)
 		}
 	}

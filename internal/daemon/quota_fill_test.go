@@ -40,7 +40,7 @@ func TestQuotaFillFraction(t *testing.T) {
 
 	_, stderr, code = h.ctlAs(alice, "run", "--dir", "/", "--gpu", "1", "--filled", "0.9", "filled", "--", "sleep", "1000")
 	wantExhausted(t, "run --filled above the cap", stderr, code, quoAlice, flag)
-	if _, ok := h.d.table.Get("filled"); ok {
+	if _, ok := h.record("filled"); ok {
 		t.Error("a refused run --filled started its process")
 	}
 

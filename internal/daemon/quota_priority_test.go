@@ -31,14 +31,14 @@ func TestQuotaUserMaxPriority(t *testing.T) {
 	rc := h.rawAsUser(alice)
 	wantRawExhausted(t, "run with a policy priority above the cap",
 		rc.call(api.MethodRun, api.RunParams{Name: "hi", Cmd: []string{"sleep", "1000"}, Dir: "/", Priority: 11}), quoAlice, flag)
-	if _, ok := h.d.table.Get("hi"); ok {
+	if _, ok := h.record("hi"); ok {
 		t.Fatal("a refused run started")
 	}
 	h.mustCtl(alice, "run", "--dir", "/", "p", "--", "sleep", "1000")
 	_, stderr, code = h.ctlAs(alice, "set", "p", "--priority", "11")
 	wantExhausted(t, "set above the cap", stderr, code, quoAlice, flag)
 	h.mustCtl(alice, "set", "p", "--priority", "-6")
-	if r, _ := h.d.table.Get("p"); r.Policy.Priority != -6 {
+	if r, _ := h.record("p"); r.Policy.Priority != -6 {
 		t.Errorf("p's priority is %d after set -6", r.Policy.Priority)
 	}
 

@@ -6,11 +6,14 @@ import (
 )
 
 // hostMiB is the GPU memory parked in host RAM by every live process but
-// skip: what the host RAM tier holds.
-func (d *Daemon) hostMiB(skip string) uint64 {
+// skip (nil: none): what the host RAM tier holds.
+func (d *Daemon) hostMiB(skip *proctable.Key) uint64 {
 	v := d.table.View()
 	sum := v.HostMiB() // kept with the snapshot: every status call asks
-	if r, ok := v.Get(skip); ok && r.InHostRAM() {
+	if skip == nil {
+		return sum
+	}
+	if r, ok := v.Get(*skip); ok && r.InHostRAM() {
 		sum -= r.Checkpoint.MiB()
 	}
 	return sum
@@ -25,14 +28,15 @@ func (d *Daemon) beginFreeze(rec proctable.Record, procs []proctable.CheckpointP
 	defer d.ramMu.Unlock()
 	cp := &proctable.Checkpoint{Procs: procs}
 	if budget := d.cfg.RAMBudgetMiB; budget > 0 && budgeted {
-		held, need := d.hostMiB(rec.Name), cp.MiB()
+		key := rec.Key()
+		held, need := d.hostMiB(&key), cp.MiB()
 		if held+need > budget {
 			return rec, api.Errorf(api.CodeResourceExhausted,
 				"freeze %q needs %d MiB of host RAM; frozen processes hold %d MiB of the %d MiB --ram-budget: thaw, hibernate or kill one first",
 				rec.Name, need, held, budget)
 		}
 	}
-	return d.table.Update(rec.Name, func(r *proctable.Record) error {
+	return d.table.Update(rec.Key(), func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
 		}

@@ -30,6 +30,6 @@ func BenchmarkHostMiB(b *testing.B) {
 	}
 	b.ResetTimer()
 	for range b.N {
-		d.hostMiB("")
+		d.hostMiB(nil)
 	}
 }

@@ -3,7 +3,6 @@ package daemon
 import (
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,12 +44,23 @@ type held struct {
 	rotatedPath, who string
 }
 
-// holding reads what name holds now; it fails t when there is no record.
+// holding reads what the first user of name holds now; it fails t when
+// there is no record.
 func (h *harness) holding(name string) held {
 	h.t.Helper()
-	rec, ok := h.d.table.Get(name)
-	if !ok {
+	named := h.d.table.View().Named(name)
+	if len(named) == 0 {
 		h.t.Fatalf("no record %q", name)
+	}
+	return h.holdingOf(named[0].Key())
+}
+
+// holdingOf reads what k holds now; it fails t when there is no record.
+func (h *harness) holdingOf(k proctable.Key) held {
+	h.t.Helper()
+	rec, ok := h.d.table.Get(k)
+	if !ok {
+		h.t.Fatalf("no record %q of uid %d", k.Name, k.UID)
 	}
 	out := held{rec: rec, rotatedPath: rec.LogPath + ".1", who: rec.Owner.User}
 	out.log, out.logIno = fileAndInode(h.t, rec.LogPath)
@@ -64,7 +74,7 @@ func (h *harness) holding(name string) held {
 func (h *harness) intact(before held) {
 	h.t.Helper()
 	name := before.rec.Name
-	now := h.holding(name)
+	now := h.holdingOf(before.rec.Key())
 	switch r, b := now.rec, before.rec; {
 	case r.ID != b.ID, r.Owner.UID != b.Owner.UID, r.State != b.State, r.PID != b.PID, r.LogPath != b.LogPath:
 		h.t.Errorf("%s's record %q was replaced or changed: was %s %s pid %d uid %d, now %s %s pid %d uid %d",
@@ -105,86 +115,123 @@ func wantDenied(t *testing.T, what, stderr string, code int, holder string) {
 	}
 }
 
-// TestRedTeamNamesExitedRecord: bob tries every path that creates or
-// removes a record under the name of alice's exited process (submit, a
-// batch submit, run, run by root on bob's behalf, a fork copy, rm). Each
-// is refused, nothing of bob's is queued, and alice's record, log, rotated
-// log and status file are as they were.
-func TestRedTeamNamesExitedRecord(t *testing.T) {
+// TestRedTeamNamesArePerUser: process names are per user. Bob uses the
+// name of alice's exited process every way that creates or removes a
+// record (run, a job, run by root on his behalf, rm): each acts on a
+// process of his own, and alice's record, log, rotated log and status
+// file are as they were. Root names either as USER/NAME; the name alone
+// is refused as ambiguous, naming both users.
+func TestRedTeamNamesArePerUser(t *testing.T) {
 	alice, bob := testutil.NewUser(t, rtAlice, rtGroup), testutil.NewUser(t, rtBob, rtGroup)
-	h := newHarness(t, func(c *config.Config) { c.Group = rtGroup })
+	h := newQueueHarness(t, "1x4G", func(c *config.Config) { c.Group = rtGroup })
 	h.mustCtl(alice, "run", "--dir", "/", "share-1", "--", "sh", "-c", "echo alice-secret")
 	if p := h.waitExit("share-1"); p.UID != alice.UID {
 		t.Fatalf("share-1 runs as %d, want alice (%d)", p.UID, alice.UID)
 	}
-	rotated := filepath.Join(h.cfg.LogDir, "share-1.log.1") // as rotation leaves it
-	if err := os.WriteFile(rotated, []byte("alice-rotated\n"), 0o600); err != nil {
+	first, _ := h.record("share-1")
+	if err := os.WriteFile(first.LogPath+".1", []byte("alice-rotated\n"), 0o600); err != nil { // as rotation leaves it
 		t.Fatal(err)
 	}
 	before := h.holding("share-1")
 	if before.log != "alice-secret\n" || !before.status {
 		t.Fatalf("alice's share-1: log %q, status file %v", before.log, before.status)
 	}
-
-	_, stderr, code := h.ctlAs(bob, "submit", "--name", "share-1", "--dir", "/", "--", "true")
-	wantDenied(t, "submit share-1 as bob", stderr, code, "process")
-	_, stderr, code = h.ctlWith(bob, nil, "[name=bob-ok] true\n[name=share-1] true\n", "submit", "--dir", "/", "--file", "-")
-	wantDenied(t, "batch submit with share-1 as bob", stderr, code, "process")
-	jobs, err := h.client().Jobs(ctxT(t), api.JobsParams{All: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(jobs) != 0 {
-		t.Errorf("refused submissions queued %+v", jobs)
-	}
-	h.mustCtl(bob, "run", "--dir", "/", "share", "--", "sleep", "1000")
-	for _, args := range [][]string{
-		{"run", "--dir", "/", "share-1", "--", "true"},
-		{"fork", "share", "--copies", "1"},
-		{"rm", "share-1"},
-	} {
-		if _, stderr, code := h.ctlAs(bob, args...); code == 0 || !strings.Contains(stderr, string(api.CodePermissionDenied)) {
-			t.Errorf("%v as bob: exit %d, stderr %q; want permission_denied", args, code, stderr)
+	bobs := bob.Name + "/share-1"
+	bobsRecord := func(what string) proctable.Record {
+		t.Helper()
+		r, ok := h.d.table.Get(proctable.Key{UID: bob.UID, Name: "share-1"})
+		if !ok {
+			t.Fatalf("%s: bob has no share-1", what)
 		}
+		return r
 	}
-	// Root running a process as bob does not replace alice's either.
-	_, err = h.client().Run(ctxT(t), api.RunParams{Name: "share-1", User: bob.Name, Dir: "/", Cmd: []string{"true"},
-		Env: map[string]string{"PATH": "/usr/bin:/bin"}})
-	if api.CodeOf(err) != api.CodePermissionDenied || !strings.Contains(err.Error(), "another user's process") {
-		t.Errorf("root's run of share-1 as bob: %v; want permission_denied naming another user's process", err)
+
+	h.mustCtl(bob, "run", "--dir", "/", "share-1", "--", "sh", "-c", "echo bob-output")
+	if p := h.waitExit(bobs); p.UID != bob.UID {
+		t.Fatalf("bob's share-1 runs as %d", p.UID)
 	}
 	h.intact(before)
+	if r := bobsRecord("run"); r.LogPath == before.rec.LogPath || r.StatusPath == before.rec.StatusPath {
+		t.Errorf("bob's share-1 shares alice's files: log %s, status %s", r.LogPath, r.StatusPath)
+	}
+	if out := h.mustCtl(bob, "logs", "share-1"); out != "bob-output\n" {
+		t.Errorf("bob's logs share-1: %q", out)
+	}
+	h.mustCtl(bob, "rm", "share-1")
+	if _, ok := h.d.table.Get(proctable.Key{UID: bob.UID, Name: "share-1"}); ok {
+		t.Error("bob's rm share-1 left his record")
+	}
+	h.intact(before)
+
+	h.mustCtl(bob, "submit", "--name", "share-1", "--dir", "/", "--", "sh", "-c", "echo bob-job")
+	if j := h.waitJob("share-1"); j.State != api.JobDone || j.UID != bob.UID {
+		t.Errorf("bob's job share-1: %s (uid %d) %q; want done, his", j.State, j.UID, j.Reason)
+	}
+	if r := bobsRecord("submit"); r.Job == "" {
+		t.Errorf("bob's share-1 after his job: %+v; want the job's process", r)
+	}
+	h.intact(before)
+	h.mustCtl(bob, "rm", "share-1")
+
+	// Root running a process as bob makes bob's, too.
+	if _, err := h.client().Run(ctxT(t), api.RunParams{Name: "share-1", User: bob.Name, Dir: "/", Cmd: []string{"sleep", "1000"},
+		Env: map[string]string{"PATH": "/usr/bin:/bin"}}); err != nil {
+		t.Fatalf("root's run of share-1 as bob: %v", err)
+	}
+	if r := bobsRecord("root's run"); r.Owner.UID != bob.UID || !r.Live() {
+		t.Errorf("root's run of share-1 as bob: %+v", r)
+	}
+	h.intact(before)
+
+	_, err := h.client().Process(ctxT(t), "share-1")
+	if !api.IsInvalidArgument(err) || !strings.Contains(err.Error(), alice.Name) || !strings.Contains(err.Error(), bob.Name) {
+		t.Errorf("root's status share-1 with two users' share-1: %v; want invalid_argument naming both", err)
+	}
+	for _, u := range []testutil.User{alice, bob} {
+		for _, ref := range []string{u.Name + "/share-1", strconv.Itoa(int(u.UID)) + "/share-1"} {
+			if p, err := h.client().Process(ctxT(t), ref); err != nil || p.UID != u.UID {
+				t.Errorf("root's status %s: %+v %v", ref, p, err)
+			}
+		}
+	}
+	if _, stderr, code := h.ctlAs(bob, "status", alice.Name+"/share-1"); code == 0 || !strings.Contains(stderr, string(api.CodePermissionDenied)) {
+		t.Errorf("bob's status of alice's share-1: exit %d %q; want permission_denied", code, stderr)
+	}
 	if out := h.mustCtl(alice, "logs", "share-1"); out != "alice-rotated\nalice-secret\n" {
 		t.Errorf("alice's logs share-1: %q", out)
+	}
+	h.mustCtl(alice, "rm", "share-1")
+	if _, err := h.client().Process(ctxT(t), "share-1"); err != nil {
+		t.Errorf("root's status share-1 once bob's alone holds it: %v", err)
 	}
 }
 
 // TestRedTeamNamesLaunchOverLiveProcess: bob's job waits for memory; alice
 // meanwhile runs a process under the job's name. When the job is placed
-// it must not start: it fails, saying why, and alice's live process, its
-// record and its log (the same file) are untouched.
+// it starts as bob's own process of that name, and alice's live process,
+// its record and its log are untouched.
 func TestRedTeamNamesLaunchOverLiveProcess(t *testing.T) {
 	alice, bob := testutil.NewUser(t, rtAlice, rtGroup), testutil.NewUser(t, rtBob, rtGroup)
 	h := newQueueHarness(t, "1x4G", func(c *config.Config) { c.Group = rtGroup })
 	h.submit(api.JobSpec{Name: "blocker", Cmd: h.simjob("--vram", "3072"), VRAM: gib(3)})
 	h.waitRunning("blocker")
-	h.mustCtl(bob, "submit", "--name", "late", "--vram", "3G", "--dir", "/", "--", "sleep", "1000")
+	h.mustCtl(bob, "submit", "--name", "late", "--vram", "3G", "--dir", "/", "--", "sh", "-c", "echo bob-job; exec sleep 1000")
 	if j := h.job("late"); j.State != api.JobQueued || j.UID != bob.UID {
 		t.Fatalf("bob's job late: %s uid %d, want queued for bob", j.State, j.UID)
 	}
 	h.mustCtl(alice, "run", "--dir", "/", "late", "--", "sh", "-c", "echo alice-live; exec sleep 1000")
-	h.followUntil("late", "alice-live")
+	h.followUntil(alice.Name+"/late", "alice-live")
 	before := h.holding("late")
 
 	if _, err := h.client().Cancel(ctxT(t), "blocker"); err != nil {
 		t.Fatal(err)
 	}
-	j := h.waitJob("late")
-	if j.UID != bob.UID || j.State != api.JobFailed || !strings.Contains(j.Reason, "another user's process") {
-		t.Errorf("bob's job after placement: %s %q (uid %d); want failed, saying another user's process holds the name", j.State, j.Reason, j.UID)
+	if j := h.waitJobState("late", api.JobRunning); j.UID != bob.UID {
+		t.Errorf("bob's job after placement: %s %q (uid %d); want running, his", j.State, j.Reason, j.UID)
 	}
+	h.followUntil(bob.Name+"/late", "bob-job")
 	h.intact(before)
-	if p, err := h.client().Process(ctxT(t), "late"); err != nil || p.State != api.StateRunning || p.UID != alice.UID {
+	if p, err := h.client().Process(ctxT(t), alice.Name+"/late"); err != nil || p.State != api.StateRunning || p.UID != alice.UID {
 		t.Errorf("alice's late: %+v %v", p, err)
 	}
 }

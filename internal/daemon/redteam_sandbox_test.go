@@ -72,7 +72,7 @@ func TestRedTeamPreloadCannotCrashDaemon(t *testing.T) {
 		t.Fatalf("exit %+v, want SIGTERM", p.Exit)
 	}
 	files, _ := filepath.Glob(filepath.Join(h.cfg.StateDir, "status", "*"))
-	files = append(files, filepath.Join(h.cfg.LogDir, "evil.log"))
+	files = append(files, filepath.Join(h.cfg.LogDir, fmt.Sprintf("evil@%d.log", u.UID)))
 	for _, f := range files {
 		if fi, err := os.Stat(f); err != nil || fi.Size() > 64<<10 {
 			t.Fatalf("%s: %v, size %d", f, err, fi.Size())
@@ -145,7 +145,7 @@ func TestRedTeamStdoutTruncateCannotFillDisk(t *testing.T) {
 		t.Fatalf("exit %+v", p.Exit)
 	}
 	var total int64
-	for _, name := range []string{"filler.log", "filler.log.1"} {
+	for _, name := range []string{fmt.Sprintf("filler@%d.log", u.UID), fmt.Sprintf("filler@%d.log.1", u.UID)} {
 		var st unix.Stat_t
 		if err := unix.Stat(filepath.Join(h.cfg.LogDir, name), &st); err != nil {
 			t.Fatal(err)

@@ -98,7 +98,7 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 		return rec, fmt.Errorf("restore: %w", err)
 	}
 	d.restoreWithTrees(rec, &place)
-	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
+	rec, err = d.table.Update(rec.Key(), func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
 		}
@@ -135,7 +135,7 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 		killAndReap(pid)
 	}
 	err = fmt.Errorf("restore: %w", err)
-	if _, uerr := d.table.Update(rec.Name, func(r *proctable.Record) error {
+	if _, uerr := d.table.Update(rec.Key(), func(r *proctable.Record) error {
 		r.State, r.Error = api.StateHibernated, err.Error()
 		return nil
 	}); uerr != nil {
@@ -169,7 +169,7 @@ func (d *Daemon) adoptRestored(rec proctable.Record, initPID int, note string) (
 	defer d.procs.handover.Unlock()
 	rt := d.procs.add(rec.ID, initPID, pidfd, true)
 	cg := d.userCgroupOf(rec.Owner, rec.ID) // where the owner's cgroup is now
-	out, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+	out, err := d.table.Update(rec.Key(), func(r *proctable.Record) error {
 		r.State, r.BootID, r.Cgroup = api.StateFrozen, d.bootID, cg
 		r.InitPID, r.InitStart, r.PID, r.PIDStart = initPID, initStart, cmdPID, cmdStart
 		if r.StartedAt.IsZero() { // a fork's copy starts its life here

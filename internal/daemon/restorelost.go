@@ -38,7 +38,7 @@ func unrestorable(rec proctable.Record) string {
 // checkpointed again): the process is failed, saying why.
 func (d *Daemon) restoreLost(rec proctable.Record, op *cudaOp, what string, cause error) (api.CheckpointResult, error) {
 	msg := fmt.Sprintf("%s failed: %v; %s", what, cause, lostReason)
-	_, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+	_, err := d.table.Update(rec.Key(), func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
 		}

@@ -103,13 +103,13 @@ func (d *Daemon) retainProcs(ctx context.Context, p retention.Policy, sizes logS
 	if len(drop) == 0 {
 		return next
 	}
-	want := make(map[string]string, len(drop))
-	names := make([]string, len(drop))
+	want := make(map[proctable.Key]string, len(drop))
+	keys := make([]proctable.Key, len(drop))
 	for i, k := range drop {
-		want[recs[k].Name], names[i] = recs[k].ID, recs[k].Name
+		want[recs[k].Key()], keys[i] = recs[k].ID, recs[k].Key()
 	}
-	removed, _ := d.forget(ctx, names, api.RemovedByRetention, func(r proctable.Record) error {
-		if r.ID != want[r.Name] || r.Live() {
+	removed, _ := d.forget(ctx, keys, api.RemovedByRetention, func(r proctable.Record) error {
+		if r.ID != want[r.Key()] || r.Live() {
 			return errReplaced
 		}
 		return nil

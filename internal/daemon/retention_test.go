@@ -270,11 +270,11 @@ func TestRmSeveralAndExitedAsUsers(t *testing.T) {
 	h.runDone(&bob, "b2")
 	b1 := h.holding("b1")
 
-	out, stderr, code := h.ctlAs(alice, "rm", "a1", "b1", "alive", "nope", "a2", "a1")
+	out, stderr, code := h.ctlAs(alice, "rm", "a1", retBob+"/b1", "alive", "nope", "a2", "a1")
 	if code != 1 || out != "removed a1\nremoved a2\n" {
 		t.Errorf("rm of several: exit %d, stdout %q; want 1 and a1, a2 removed", code, out)
 	}
-	for _, want := range []string{"rm b1: process \"b1\" belongs to " + retBob, "(permission_denied)", "rm alive: process \"alive\" is running; kill it before rm (conflict)", "rm nope: process \"nope\" not found (not_found)"} {
+	for _, want := range []string{"rm " + retBob + "/b1: process \"" + retBob + "/b1\" belongs to " + retBob, "(permission_denied)", "rm alive: process \"alive\" is running; kill it before rm (conflict)", "rm nope: process \"nope\" not found (not_found)"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("rm of several: stderr %q lacks %q", stderr, want)
 		}
@@ -464,7 +464,7 @@ func TestRetentionReadsEachExitedLogOnce(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "a.log"), make([]byte, 100), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.table.Remove("b", nil); err != nil {
+	if _, err := d.table.Remove(proctable.Key{Name: "b"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	d.retainProcs(context.Background(), p, sizes, time.Now())

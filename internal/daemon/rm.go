@@ -40,8 +40,8 @@ func (d *Daemon) rm(c *call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	removed, failed := d.forget(c.ctx, []string{p.Name}, "", sameRecord(c.actor, map[string]string{p.Name: rec.ID}))
-	if err := failed[p.Name]; err != nil {
+	removed, failed := d.forget(c.ctx, []proctable.Key{rec.Key()}, "", sameRecord(c.actor, map[proctable.Key]string{rec.Key(): rec.ID}))
+	if err := failed[rec.Key()]; err != nil {
 		return nil, err
 	}
 	return toAPI(removed[0], d.gpuView()), nil
@@ -59,7 +59,7 @@ func (d *Daemon) rmNames(c *call, names []string) (any, error) {
 	seen := make(map[string]bool, len(names))
 	uniq := make([]string, 0, len(names))
 	for _, n := range names {
-		if err := api.ValidateName(n); err != nil {
+		if _, _, _, err := splitRef(n); err != nil {
 			return nil, invalidf("rm: %v", err)
 		}
 		if !seen[n] {
@@ -67,21 +67,25 @@ func (d *Daemon) rmNames(c *call, names []string) (any, error) {
 			uniq = append(uniq, n)
 		}
 	}
-	want := map[string]string{}
-	early := map[string]error{}
-	var ok []string
+	want := map[proctable.Key]string{}
+	refOf := map[proctable.Key]string{}
+	failed := map[string]error{}
+	var ok []proctable.Key
 	for _, n := range uniq {
 		rec, err := d.rmCheck(c, n)
 		if err != nil {
-			early[n] = err
+			failed[n] = err
 			continue
 		}
-		want[n] = rec.ID
-		ok = append(ok, n)
+		if _, dup := want[rec.Key()]; dup {
+			continue // named twice, as NAME and USER/NAME
+		}
+		want[rec.Key()], refOf[rec.Key()] = rec.ID, n
+		ok = append(ok, rec.Key())
 	}
-	removed, failed := d.forget(c.ctx, ok, "", sameRecord(c.actor, want))
-	for n, err := range early {
-		failed[n] = err
+	removed, byKey := d.forget(c.ctx, ok, "", sameRecord(c.actor, want))
+	for k, err := range byKey {
+		failed[refOf[k]] = err
 	}
 	return d.rmResult(c, uniq, removed, failed), nil
 }
@@ -92,16 +96,23 @@ func (d *Daemon) rmExited(c *call, user string) (any, error) {
 	if err := checkUserFilter(c, user, "processes"); err != nil {
 		return nil, err
 	}
-	want := map[string]string{}
-	var names []string
+	want := map[proctable.Key]string{}
+	var keys []proctable.Key
+	var refs []string
 	for _, r := range d.finishedProcs() {
 		if c.actor.owns(r.Owner.UID) && (user == "" || r.Owner.User == user) {
-			want[r.Name] = r.ID
-			names = append(names, r.Name)
+			want[r.Key()] = r.ID
+			keys, refs = append(keys, r.Key()), append(refs, refTo(c.actor, r))
 		}
 	}
-	removed, failed := d.forget(c.ctx, names, "", sameRecord(c.actor, want))
-	return d.rmResult(c, names, removed, failed), nil
+	removed, byKey := d.forget(c.ctx, keys, "", sameRecord(c.actor, want))
+	failed := make(map[string]error, len(byKey))
+	for i, k := range keys {
+		if err, ok := byKey[k]; ok {
+			failed[refs[i]] = err
+		}
+	}
+	return d.rmResult(c, refs, removed, failed), nil
 }
 
 // checkUserFilter refuses a non-root caller's user filter naming someone
@@ -125,16 +136,16 @@ func (d *Daemon) rmCheck(c *call, name string) (proctable.Record, error) {
 	return r, nil
 }
 
-// sameRecord accepts, at removal, only the record of each name that was
-// looked at (want: name -> record id), still exited and the caller's.
-func sameRecord(a actor, want map[string]string) func(proctable.Record) error {
+// sameRecord accepts, at removal, only the record of each key that was
+// looked at (want: key -> record id), still exited and the caller's.
+func sameRecord(a actor, want map[proctable.Key]string) func(proctable.Record) error {
 	return func(r proctable.Record) error {
 		switch {
 		case !a.owns(r.Owner.UID):
 			return deniedf("process %q belongs to %s", r.Name, r.Owner.User)
 		case r.Live():
 			return conflictf("process %q is %s; kill it before rm", r.Name, r.State)
-		case r.ID != want[r.Name]:
+		case r.ID != want[r.Key()]:
 			return conflictf("process %q was replaced meanwhile; nothing removed", r.Name)
 		}
 		return nil
@@ -163,19 +174,20 @@ func (d *Daemon) rmResult(c *call, names []string, removed []proctable.Record, f
 	}})
 }
 
-// forget removes the records of names that check accepts, as rm does: the
+// forget removes the records of keys that check accepts, as rm does: the
 // record, its status file, its logs and its supervisor directory, all gone
 // before the removal's event (which carries why) is published, under the
-// name's op lock, so that what goes is never a newer process's. It returns the records removed, in the
-// order of names, and why each other name was not.
-func (d *Daemon) forget(ctx context.Context, names []string, why string, check func(proctable.Record) error) ([]proctable.Record, map[string]error) {
-	got := map[string]proctable.Record{}
-	failed := map[string]error{}
-	// Names whose op lock is free go in one batch, with one sync; the
+// key's op lock, so that what goes is never a newer process's. It returns
+// the records removed, in the order of keys, and why each other key was
+// not.
+func (d *Daemon) forget(ctx context.Context, keys []proctable.Key, why string, check func(proctable.Record) error) ([]proctable.Record, map[proctable.Key]error) {
+	got := map[proctable.Key]proctable.Record{}
+	failed := map[proctable.Key]error{}
+	// Keys whose op lock is free go in one batch, with one sync; the
 	// others are waited for one at a time, holding no other lock.
-	var batch, busy []string
+	var batch, busy []proctable.Key
 	var unlocks []func()
-	for _, n := range names {
+	for _, n := range keys {
 		if unlock, ok := d.ops.tryLock(n); ok {
 			batch = append(batch, n)
 			unlocks = append(unlocks, unlock)
@@ -193,11 +205,11 @@ func (d *Daemon) forget(ctx context.Context, names []string, why string, check f
 			failed[n] = err
 			continue
 		}
-		d.forgetLocked([]string{n}, why, check, got, failed)
+		d.forgetLocked([]proctable.Key{n}, why, check, got, failed)
 		unlock()
 	}
 	removed := make([]proctable.Record, 0, len(got))
-	for _, n := range names {
+	for _, n := range keys {
 		if r, ok := got[n]; ok {
 			removed = append(removed, r)
 		}
@@ -205,13 +217,13 @@ func (d *Daemon) forget(ctx context.Context, names []string, why string, check f
 	return removed, failed
 }
 
-// forgetLocked is forget's removal of names, whose op locks the caller
+// forgetLocked is forget's removal of keys, whose op locks the caller
 // holds; it adds to got and failed.
-func (d *Daemon) forgetLocked(names []string, why string, check func(proctable.Record) error, got map[string]proctable.Record, failed map[string]error) {
-	if len(names) == 0 {
+func (d *Daemon) forgetLocked(keys []proctable.Key, why string, check func(proctable.Record) error, got map[proctable.Key]proctable.Record, failed map[proctable.Key]error) {
+	if len(keys) == 0 {
 		return
 	}
-	recs, f, err := d.table.RemoveAll(names, proctable.Removal{Why: why, Check: check, Clean: func(rec proctable.Record) {
+	recs, f, err := d.table.RemoveAll(keys, proctable.Removal{Why: why, Check: check, Clean: func(rec proctable.Record) {
 		os.Remove(rec.StatusPath)
 		d.removeLogs(rec.LogPath)
 		d.removeSandboxHome(rec.ID)
@@ -223,6 +235,6 @@ func (d *Daemon) forgetLocked(names []string, why string, check func(proctable.R
 		failed[n] = e
 	}
 	for _, rec := range recs {
-		got[rec.Name] = rec
+		got[rec.Key()] = rec
 	}
 }

@@ -90,12 +90,13 @@ func (d *Daemon) run(c *call) (any, error) {
 
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.ctx), startTimeout)
 	defer cancel()
-	unlock, err := d.ops.lock(ctx, p.Name)
+	key := proctable.Key{UID: owner.UID, Name: p.Name}
+	unlock, err := d.ops.lock(ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	defer unlock()
-	if err := d.claimName(p.Name, owner.UID); err != nil {
+	if err := d.claimName(key); err != nil {
 		return nil, err
 	}
 	own, err := keptOfCaller(c.actor, fmt.Sprintf("run %q", p.Name))
@@ -105,7 +106,7 @@ func (d *Daemon) run(c *call) (any, error) {
 	rec := proctable.Record{
 		ID: id, Name: p.Name, Owner: owner, Cmd: p.Cmd, Dir: dir, GPUs: gpus, Nice: p.Nice, Policy: policy,
 		State: api.StateStarting, BootID: d.bootID, CreatedAt: time.Now(),
-		LogPath:    filepath.Join(d.cfg.LogDir, p.Name+".log"),
+		LogPath:    d.logPath(key),
 		StatusPath: filepath.Join(d.statusDir(), id),
 	}
 	rec.MPSThreads, rec.MPSMemLimitMiB, rec.Rlimits, rec.CPUs, rec.OOMScoreAdj = p.MPSThreads, p.MPSMemLimit.MiB, own.rlimits, own.cpus, own.oomScoreAdj
@@ -126,7 +127,7 @@ func (d *Daemon) run(c *call) (any, error) {
 // and owner logged is gone with its record, as after rm. The caller holds
 // the name's op lock.
 func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, keepLog bool, admit func(live int) error) (proctable.Record, error) {
-	if err := d.claimName(rec.Name, rec.Owner.UID); err != nil {
+	if err := d.claimName(rec.Key()); err != nil {
 		return rec, err
 	}
 	if admit != nil {
@@ -138,8 +139,16 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, 
 	if err := d.addGPUUser(rec.Owner.UID); err != nil {
 		return rec, err
 	}
-	if old, ok := d.table.Get(rec.Name); ok && old.StatusPath != rec.StatusPath {
-		os.Remove(old.StatusPath) // the exited record this one replaces (claimName checked)
+	if old, ok := d.table.Get(rec.Key()); ok { // the exited record this one replaces (claimName checked)
+		if old.StatusPath != rec.StatusPath {
+			os.Remove(old.StatusPath)
+		}
+		switch {
+		case keepLog:
+			rec.LogPath = old.LogPath // a job's next attempt goes on in its log
+		case old.LogPath != rec.LogPath:
+			d.removeLogs(old.LogPath) // kept at a path of an earlier version's
+		}
 	}
 	if !keepLog {
 		d.removeLogs(rec.LogPath)
@@ -173,7 +182,7 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, 
 		Cred: credOf(rec.Owner), Rlimits: rec.Rlimits, Nice: rec.Nice, OOMScoreAdj: rec.OOMScoreAdj, CPUs: rec.CPUs, Home: home,
 		Log: logf, LogMax: d.cfg.LogMaxBytes, LogKeep: d.cfg.LogKeep, Status: status, HostProc: d.simHostProc(),
 		Recorded: func(pid int, start uint64) error {
-			_, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+			_, err := d.table.Update(rec.Key(), func(r *proctable.Record) error {
 				r.InitPID, r.InitStart = pid, start
 				return nil
 			})
@@ -184,7 +193,7 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, 
 		},
 	})
 	if err != nil {
-		if _, rerr := d.table.Remove(rec.Name, nil); rerr != nil {
+		if _, rerr := d.table.Remove(rec.Key(), nil); rerr != nil {
 			d.log.Error("forget process that failed to start", zap.String("name", rec.Name), zap.Error(rerr))
 		}
 		os.Remove(rec.StatusPath)
@@ -201,7 +210,7 @@ func (d *Daemon) start(ctx context.Context, rec proctable.Record, env []string, 
 		return rec, fmt.Errorf("run %q: %w", rec.Name, err)
 	}
 	rt := d.procs.add(rec.ID, st.InitPID, st.Pidfd, true)
-	started, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+	started, err := d.table.Update(rec.Key(), func(r *proctable.Record) error {
 		r.State = api.StateRunning
 		r.PID, r.PIDStart, r.StartedAt = st.PID, st.PIDStart, time.Now()
 		return nil

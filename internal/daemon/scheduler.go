@@ -29,7 +29,7 @@ type scheduler struct {
 	extPeaks  map[int]map[string]uint64    // external pid -> GPU UUID -> peak MiB
 	warned    map[string]bool              // record ids told they went past their declaration
 	launching map[string]bool              // job ids whose attempt is being started
-	resuming  map[string]bool              // names of preempted processes being thawed back
+	resuming  map[string]bool              // keys (String) of preempted processes being thawed back
 	timers    map[string]*time.Timer       // job id -> timeout of its current attempt
 }
 

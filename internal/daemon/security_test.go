@@ -71,18 +71,26 @@ func TestNonRootCallers(t *testing.T) {
 	if len(ps) != 0 {
 		t.Fatalf("nobody sees %+v", ps)
 	}
-	// ...nor act on it.
+	// ...nor act on it: named as root's (USER/NAME) it is refused; by its
+	// name alone it is nobody's own, which does not exist.
 	for _, args := range [][]string{
-		{"kill", "rootjob"},
-		{"kill", "--signal", "KILL", "rootjob"},
-		{"status", "rootjob"},
-		{"logs", "rootjob"},
-		{"wait", "rootjob"},
-		{"rm", "rootjob"},
+		{"kill", "root/rootjob"},
+		{"kill", "--signal", "KILL", "root/rootjob"},
+		{"status", "root/rootjob"},
+		{"logs", "root/rootjob"},
+		{"wait", "root/rootjob"},
+		{"rm", "root/rootjob"},
+		{"kill", "0/rootjob"},
 	} {
 		_, stderr, code := h.asUser(nobody, args...)
 		if code == 0 || !strings.Contains(stderr, string(api.CodePermissionDenied)) {
 			t.Errorf("%v as nobody: exit %d, stderr %q; want permission_denied", args, code, stderr)
+		}
+	}
+	for _, args := range [][]string{{"kill", "rootjob"}, {"status", "rootjob"}} {
+		_, stderr, code := h.asUser(nobody, args...)
+		if code == 0 || !strings.Contains(stderr, string(api.CodeNotFound)) {
+			t.Errorf("%v as nobody: exit %d, stderr %q; want not_found", args, code, stderr)
 		}
 	}
 	if p, _ := h.client().Process(ctxT(t), "rootjob"); p.State != api.StateRunning {

@@ -40,7 +40,7 @@ func (d *Daemon) set(c *call) (any, error) {
 	if err := checkPolicy(c.actor, fmt.Sprintf("set %q", p.Name), pol, rec.Policy); err != nil {
 		return nil, err
 	}
-	out, err := d.table.Update(p.Name, func(r *proctable.Record) error {
+	out, err := d.table.Update(rec.Key(), func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
 		}

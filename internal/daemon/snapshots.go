@@ -20,15 +20,14 @@ func (d *Daemon) snapshots(c *call) (any, error) {
 	if err := c.decode(&p); err != nil {
 		return nil, err
 	}
-	if p.Name != "" {
-		if err := api.ValidateName(p.Name); err != nil {
-			return nil, invalidf("snapshots: %v", err)
-		}
+	filter, err := parseNameFilter(p.Name)
+	if err != nil {
+		return nil, invalidf("snapshots: %v", err)
 	}
 	holding := d.holding()
 	out := api.SnapshotsResult{Snapshots: []api.Snapshot{}, Bytes: d.snaps.Bytes(), Budget: d.cfg.DiskBudgetMiB << 20}
 	for _, m := range d.snaps.List() {
-		if !c.actor.owns(m.UID) || p.Name != "" && m.Name != p.Name {
+		if !c.actor.owns(m.UID) || !filter.match(m.Name, m.UID, m.User) {
 			continue
 		}
 		out.Snapshots = append(out.Snapshots, snapshotToAPI(m, holding[m.ID]))
@@ -84,7 +83,7 @@ func (d *Daemon) deleteSnapshot(c *call) (any, error) {
 	if !c.actor.owns(m.UID) {
 		return nil, deniedf("snapshot %s belongs to %s", p.ID, m.User)
 	}
-	unlock, err := d.ops.lock(c.ctx, m.Name)
+	unlock, err := d.ops.lock(c.ctx, proctable.Key{UID: m.UID, Name: m.Name})
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +99,7 @@ func (d *Daemon) deleteSnapshot(c *call) (any, error) {
 	}
 	for _, r := range d.table.View().Records {
 		if r.Snapshot == p.ID {
-			_, _ = d.table.Update(r.Name, func(x *proctable.Record) error {
+			_, _ = d.table.Update(r.Key(), func(x *proctable.Record) error {
 				if x.ID == r.ID && x.Snapshot == p.ID {
 					x.Snapshot = ""
 				}
@@ -125,7 +124,7 @@ func (d *Daemon) settleHibernating(rec proctable.Record) {
 	}
 	if rec.BootID == d.bootID && rec.InitPID != 0 && procfs.Alive(rec.InitPID, rec.InitStart) {
 		d.discard(id)
-		if _, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+		if _, err := d.table.Update(rec.Key(), func(r *proctable.Record) error {
 			r.State, r.Snapshot = api.StateFrozen, ""
 			r.Error = "the daemon restarted during a hibernate; the process stayed in RAM"
 			return nil
@@ -151,7 +150,7 @@ func (d *Daemon) keepInterruptedImage(rec proctable.Record, log *zap.Logger) boo
 		log.Error("commit the image of an interrupted hibernate", zap.Error(err))
 		return false
 	}
-	if _, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+	if _, err := d.table.Update(rec.Key(), func(r *proctable.Record) error {
 		r.State, r.InitPID, r.InitStart, r.PID, r.PIDStart = api.StateHibernated, 0, 0, 0, 0
 		r.Checkpoint.Stopped = nil
 		r.Error = "the daemon restarted during a hibernate; the image was complete"

@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -28,37 +29,44 @@ func (d *Daemon) swapPair(c *call, p api.SwapParams) (api.SwapResult, error) {
 		return api.SwapResult{}, invalidf("swap: freeze and thaw name the same process %q", p.Freeze)
 	}
 	for _, name := range []string{p.Freeze, p.Thaw} {
-		if err := api.ValidateName(name); err != nil {
+		if _, _, _, err := splitRef(name); err != nil {
 			return api.SwapResult{}, invalidf("swap: %v", err)
 		}
 	}
-	for _, name := range []string{p.Freeze, p.Thaw} {
-		if r, err := d.lookup(c, name); err != nil {
-			return api.SwapResult{}, err
-		} else if err := refuseMPS(r); err != nil {
+	var keys [2]proctable.Key
+	for i, name := range []string{p.Freeze, p.Thaw} {
+		r, err := d.lookup(c, name)
+		if err != nil {
 			return api.SwapResult{}, err
 		}
+		if err := refuseMPS(r); err != nil {
+			return api.SwapResult{}, err
+		}
+		keys[i] = r.Key()
+	}
+	if keys[0] == keys[1] {
+		return api.SwapResult{}, invalidf("swap: freeze and thaw name the same process %q", p.Freeze)
 	}
 	if err := d.needDriver(); err != nil {
 		return api.SwapResult{}, err
 	}
-	// Lock in name order so that two opposite swaps cannot deadlock.
-	first, second := p.Freeze, p.Thaw
-	if second < first {
+	// Lock in key order so that two opposite swaps cannot deadlock.
+	first, second := keys[0], keys[1]
+	if second.String() < first.String() {
 		first, second = second, first
 	}
-	for _, name := range []string{first, second} {
-		unlock, err := d.ops.lock(c.ctx, name)
+	for _, k := range []proctable.Key{first, second} {
+		unlock, err := d.ops.lock(c.ctx, k)
 		if err != nil {
 			return api.SwapResult{}, err
 		}
 		defer unlock()
 	}
-	off, err := d.lookup(c, p.Freeze)
+	off, err := d.lookupAgain(p.Freeze, keys[0])
 	if err != nil {
 		return api.SwapResult{}, err
 	}
-	on, err := d.lookup(c, p.Thaw)
+	on, err := d.lookupAgain(p.Thaw, keys[1])
 	if err != nil {
 		return api.SwapResult{}, err
 	}
@@ -94,7 +102,7 @@ func (d *Daemon) swapPair(c *call, p api.SwapParams) (api.SwapResult, error) {
 	res.MS = map[string]float64{"total": msSince(start)}
 	switch {
 	case terr != nil && ferr == nil:
-		return api.SwapResult{}, d.swapBack(ctx, p.Freeze, terr)
+		return api.SwapResult{}, d.swapBack(ctx, off, terr)
 	case ferr != nil && !res.Concurrent:
 		return api.SwapResult{}, fmt.Errorf("swap: %w; %q was not thawed", ferr, p.Thaw)
 	case ferr != nil || terr != nil:
@@ -105,8 +113,9 @@ func (d *Daemon) swapPair(c *call, p api.SwapParams) (api.SwapResult, error) {
 
 // swapBack thaws the frozen side of a swap whose thaw failed, and returns
 // the thaw's error with what became of the frozen side.
-func (d *Daemon) swapBack(ctx context.Context, name string, thawErr error) error {
-	rec, ok := d.table.Get(name)
+func (d *Daemon) swapBack(ctx context.Context, off proctable.Record, thawErr error) error {
+	name := off.Name
+	rec, ok := d.table.Get(off.Key())
 	if !ok {
 		return fmt.Errorf("swap: %w", thawErr)
 	}

@@ -105,7 +105,7 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 	if rec.Checkpoint != nil {
 		stopped = rec.Checkpoint.Stopped
 	}
-	rec, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+	rec, err := d.table.Update(rec.Key(), func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
 		}
@@ -148,7 +148,7 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 	}
 	if len(opts.pairs) > 0 {
 		// The memory is on the new GPUs now, whatever the unlock does.
-		rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
+		rec, err = d.table.Update(rec.Key(), func(r *proctable.Record) error {
 			r.GPUs = gpus
 			for i := range checkpointed(*r) {
 				r.Checkpoint.Procs[i].VRAM = remapVRAM(r.Checkpoint.Procs[i].VRAM, remap)
@@ -168,7 +168,7 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 		return d.failed(rec, op, opts.op, explain(err), nil, false)
 	}
 	mib := rec.Checkpoint.MiB()
-	rec, err = d.table.Update(rec.Name, func(r *proctable.Record) error {
+	rec, err = d.table.Update(rec.Key(), func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
 		}

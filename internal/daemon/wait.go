@@ -23,7 +23,7 @@ func (d *Daemon) wait(c *call, stream *eventStream) (any, error) {
 	sub, cancel := d.events.subscribe(func(e *api.Event) bool { return e.Process != nil && e.Process.ID == id })
 	defer cancel()
 	// Re-read after subscribing so an exit in between is not missed.
-	if cur, ok := d.table.Get(p.Name); ok && cur.ID == id {
+	if cur, ok := d.table.Get(rec.Key()); ok && cur.ID == id {
 		rec = cur
 	}
 	if !rec.Live() {
@@ -40,7 +40,7 @@ func (d *Daemon) wait(c *call, stream *eventStream) (any, error) {
 		case <-ctx.Done():
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				state := rec.State
-				if cur, ok := d.table.Get(p.Name); ok {
+				if cur, ok := d.table.Get(rec.Key()); ok {
 					state = cur.State
 				}
 				return nil, api.Errorf(api.CodeTimeout, "process %q still %s after %s", p.Name, state, time.Duration(p.Timeout))
@@ -54,7 +54,7 @@ func (d *Daemon) wait(c *call, stream *eventStream) (any, error) {
 				return nil, err
 			}
 			if e.Type == api.EventRemoved || e.State == api.StateExited {
-				if cur, ok := d.table.Get(p.Name); ok && cur.ID == id {
+				if cur, ok := d.table.Get(rec.Key()); ok && cur.ID == id {
 					return d.wholeCmd(c, toAPI(cur, d.gpuView()), cur), nil // as status has it
 				}
 				return e.Process, nil

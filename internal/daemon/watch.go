@@ -42,7 +42,7 @@ func (d *Daemon) watch(rec proctable.Record, rt *procRuntime) {
 func (d *Daemon) recordExit(rec proctable.Record, rt *procRuntime) {
 	exit := rt.exit
 	d.removeSandboxHome(rec.ID) // before the exit is visible: nothing runs in it any more
-	_, err := d.table.Update(rec.Name, func(r *proctable.Record) error {
+	_, err := d.table.Update(rec.Key(), func(r *proctable.Record) error {
 		if r.ID != rec.ID {
 			return errReplaced
 		}

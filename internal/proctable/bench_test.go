@@ -29,7 +29,7 @@ func BenchmarkUpdate(b *testing.B) {
 			}
 			b.ResetTimer()
 			for i := range b.N {
-				_, err := tb.Update(fmt.Sprintf("p%05d", i%n), func(r *Record) error { r.Note = fmt.Sprint(i); return nil })
+				_, err := tb.Update(Key{UID: uint32(1000 + i%n%50), Name: fmt.Sprintf("p%05d", i%n)}, func(r *Record) error { r.Note = fmt.Sprint(i); return nil })
 				if err != nil {
 					b.Fatal(err)
 				}

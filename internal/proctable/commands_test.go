@@ -49,14 +49,14 @@ func TestLongCommandKeptCutWholeApart(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertKeptCut(t, tb, got, longCmd())
-	if v, _ := tb.Get("long"); !slices.Equal(v.Cmd, got.Cmd) || !v.CmdTruncated {
+	if v, _ := tb.Get(Key{Name: "long"}); !slices.Equal(v.Cmd, got.Cmd) || !v.CmdTruncated {
 		t.Fatalf("the snapshot's record differs from Create's: %d arguments, truncated %v", len(v.Cmd), v.CmdTruncated)
 	}
 	if n := recordFileBytes(t, st.Dir(), got); n > 2*KeptCmdBytes {
 		t.Fatalf("record file is %d bytes: it holds the whole command", n)
 	}
 	// Each change rewrites the record, not the command.
-	upd, err := tb.Update("long", func(r *Record) error { r.PID = 7; return nil })
+	upd, err := tb.Update(Key{Name: "long"}, func(r *Record) error { r.PID = 7; return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestLongCommandKeptCutWholeApart(t *testing.T) {
 	if _, err := again.Load(); err != nil {
 		t.Fatal(err)
 	}
-	loaded, _ := again.Get("long")
+	loaded, _ := again.Get(Key{Name: "long"})
 	assertKeptCut(t, again, loaded, longCmd())
 
 	short := rec("short", api.StateRunning)
@@ -93,10 +93,10 @@ func TestRemovedRecordsTakeTheirCommands(t *testing.T) {
 	if n := countFiles(t, cmds); n != 4 {
 		t.Fatalf("%d commands kept apart, want 4", n)
 	}
-	if _, err := tb.Remove("by-remove", nil); err != nil {
+	if _, err := tb.Remove(Key{Name: "by-remove"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, failed, err := tb.RemoveAll([]string{"by-all-1", "by-all-2"}, Removal{}); err != nil || len(failed) > 0 {
+	if _, failed, err := tb.RemoveAll([]Key{{Name: "by-all-1"}, {Name: "by-all-2"}}, Removal{}); err != nil || len(failed) > 0 {
 		t.Fatal(failed, err)
 	}
 	if _, err := tb.Create(rec("by-create", api.StateRunning)); err != nil { // takes over the exited one's name
@@ -120,7 +120,7 @@ func TestLoadMovesAnOldWholeCommandApartAndDropsStrays(t *testing.T) {
 	if _, err := tb.Load(); err != nil {
 		t.Fatal(err)
 	}
-	got, _ := tb.Get("old")
+	got, _ := tb.Get(Key{Name: "old"})
 	assertKeptCut(t, tb, got, longCmd())
 	if n := recordFileBytes(t, st.Dir(), got); n > 2*KeptCmdBytes {
 		t.Fatalf("the old record's file is still %d bytes", n)

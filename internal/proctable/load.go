@@ -17,7 +17,7 @@ type Problem struct {
 }
 
 // Load fills an empty table from its store. Records that do not decode or
-// validate, and older duplicates of a name, are quarantined and reported;
+// validate, and older duplicates of a key, are quarantined and reported;
 // they never stop the load.
 func (t *Table) Load() ([]Problem, error) {
 	keys, err := t.store.Keys()
@@ -44,7 +44,7 @@ func (t *Table) Load() ([]Problem, error) {
 			bad(key, err)
 			continue
 		}
-		if cur := t.byName[r.Name]; cur != nil {
+		if cur := t.byKey[r.Key()]; cur != nil {
 			keep, drop := cur.rec, r
 			if r.Live() && !cur.rec.Live() || r.CreatedAt.After(cur.rec.CreatedAt) && r.Live() == cur.rec.Live() {
 				keep, drop = r, cur.rec
@@ -54,10 +54,10 @@ func (t *Table) Load() ([]Problem, error) {
 				continue
 			}
 		}
-		t.byName[r.Name] = &entry{rec: r}
+		t.byKey[r.Key()] = &entry{rec: r}
 	}
-	ids := make(map[string]bool, len(t.byName))
-	for _, e := range t.byName {
+	ids := make(map[string]bool, len(t.byKey))
+	for _, e := range t.byKey {
 		ids[e.rec.ID] = true
 		t.keepCmdCutLocked(e)
 	}

@@ -35,12 +35,12 @@ func TestViewStates(t *testing.T) {
 		}
 	}
 	check("created", tb.View(), map[uint32]map[api.State]int{1000: {api.StateRunning: 2}, 1001: {api.StateFrozen: 1}})
-	if _, err := tb.Update("b", func(r *Record) error { r.State = api.StateExited; return nil }); err != nil {
+	if _, err := tb.Update(Key{UID: 1000, Name: "b"}, func(r *Record) error { r.State = api.StateExited; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	before := tb.View()
 	check("b exited", before, map[uint32]map[api.State]int{1000: {api.StateRunning: 1, api.StateExited: 1}, 1001: {api.StateFrozen: 1}})
-	if _, err := tb.Remove("c", nil); err != nil {
+	if _, err := tb.Remove(Key{UID: 1001, Name: "c"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	check("c removed", tb.View(), map[uint32]map[api.State]int{1000: {api.StateRunning: 1, api.StateExited: 1}})

@@ -19,7 +19,7 @@ type Change struct {
 	Why string // why a record was removed, as RemoveAll was told
 }
 
-// View is an immutable snapshot of the table, sorted by name.
+// View is an immutable snapshot of the table, sorted by name, then owner.
 type View struct {
 	Seq     uint64
 	Records []*Record                    // shared by every snapshot that holds them: read only
@@ -36,13 +36,23 @@ func (v *View) States() map[uint32]map[api.State]int { return v.states }
 // (InHostRAM), summed when the snapshot was taken.
 func (v *View) HostMiB() uint64 { return v.hostMiB }
 
-// Get finds a record by name in the snapshot.
-func (v *View) Get(name string) (Record, bool) {
-	i, ok := slices.BinarySearchFunc(v.Records, name, byName)
+// Get finds a record by key in the snapshot.
+func (v *View) Get(k Key) (Record, bool) {
+	i, ok := slices.BinarySearchFunc(v.Records, k, byKey)
 	if !ok {
 		return Record{}, false
 	}
 	return *v.Records[i], true
+}
+
+// Named is every record of name, whoever owns it, by owner; read only.
+func (v *View) Named(name string) []*Record {
+	i, _ := slices.BinarySearchFunc(v.Records, Key{Name: name}, byKey)
+	j := i
+	for j < len(v.Records) && v.Records[j].Name == name {
+		j++
+	}
+	return v.Records[i:j:j]
 }
 
 // LiveOf counts uid's live records in the snapshot.
@@ -68,16 +78,16 @@ type Table struct {
 	cmds     *store.Apart // whole commands of the records that keep theirs cut
 	onChange func(Change) // called in Seq order, must not block
 
-	mu     sync.Mutex
-	byName map[string]*entry
-	seq    uint64
-	view   atomic.Pointer[View]
+	mu    sync.Mutex
+	byKey map[Key]*entry
+	seq   uint64
+	view  atomic.Pointer[View]
 }
 
 // New creates an empty table writing through st. onChange (may be nil) sees
 // every change in order; it runs under the table lock and must not block.
 func New(st *store.Records, onChange func(Change)) *Table {
-	t := &Table{store: st, cmds: st.Apart(commandsDir, maxCommandFile), onChange: onChange, byName: map[string]*entry{}}
+	t := &Table{store: st, cmds: st.Apart(commandsDir, maxCommandFile), onChange: onChange, byKey: map[Key]*entry{}}
 	t.view.Store(viewOf([]*Record{}, 0))
 	return t
 }
@@ -85,12 +95,13 @@ func New(st *store.Records, onChange func(Change)) *Table {
 // View returns the current snapshot without locking.
 func (t *Table) View() *View { return t.view.Load() }
 
-// Get returns the current record of name.
-func (t *Table) Get(name string) (Record, bool) { return t.View().Get(name) }
+// Get returns the current record of k.
+func (t *Table) Get(k Key) (Record, bool) { return t.View().Get(k) }
 
 // Create adds rec, whose Cmd is the whole command (the record keeps it cut
-// past KeptCmdBytes: Command). A name held by an exited process is taken
-// over (that record is removed); a name held by a live one gives ErrExists.
+// past KeptCmdBytes: Command). A key held by an exited process is taken
+// over (that record is removed); a key held by a live one gives ErrExists.
+// Another owner's record of the same name is another key.
 func (t *Table) Create(rec Record) (Record, error) { return t.CreateWithin(rec, nil) }
 
 // CreateWithin is Create, once admit (nil: always) accepts the number of
@@ -100,7 +111,7 @@ func (t *Table) Create(rec Record) (Record, error) { return t.CreateWithin(rec, 
 func (t *Table) CreateWithin(rec Record, admit func(live int) error) (Record, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	old := t.byName[rec.Name]
+	old := t.byKey[rec.Key()]
 	if old != nil && old.rec.Live() {
 		return Record{}, fmt.Errorf("process %q: %w (state %s)", rec.Name, ErrExists, old.rec.State)
 	}
@@ -127,11 +138,11 @@ func (t *Table) CreateWithin(rec Record, admit func(live int) error) (Record, er
 		}
 		t.cmds.Remove(old.rec.ID)
 		old.removed = true
-		delete(t.byName, rec.Name)
+		delete(t.byKey, rec.Key())
 		prev := old.rec
 		t.publishLocked(Change{Old: &prev})
 	}
-	t.byName[rec.Name] = &entry{rec: rec}
+	t.byKey[rec.Key()] = &entry{rec: rec}
 	t.publishLocked(Change{New: &rec})
 	return rec, nil
 }
@@ -152,11 +163,12 @@ func (t *Table) Command(r Record) ([]string, error) {
 	return cmd, nil
 }
 
-// Update applies fn to a copy of name's record, checks the state
+// Update applies fn to a copy of k's record, checks the state
 // transition, persists and publishes the result. fn returning an error
 // aborts with nothing changed.
-func (t *Table) Update(name string, fn func(*Record) error) (Record, error) {
-	e, err := t.entry(name)
+func (t *Table) Update(k Key, fn func(*Record) error) (Record, error) {
+	name := k.Name
+	e, err := t.entry(k)
 	if err != nil {
 		return Record{}, err
 	}
@@ -172,7 +184,7 @@ func (t *Table) Update(name string, fn func(*Record) error) (Record, error) {
 	if err := fn(&next); err != nil {
 		return Record{}, err
 	}
-	if next.ID != cur.ID || next.Name != cur.Name {
+	if next.ID != cur.ID || next.Key() != cur.Key() {
 		return Record{}, fmt.Errorf("process %q: update may not change identity", name)
 	}
 	if !CanTransition(cur.State, next.State) {
@@ -193,9 +205,10 @@ func (t *Table) Update(name string, fn func(*Record) error) (Record, error) {
 	return next, nil
 }
 
-// Remove forgets name when check (may be nil) accepts its record.
-func (t *Table) Remove(name string, check func(Record) error) (Record, error) {
-	e, err := t.entry(name)
+// Remove forgets k when check (may be nil) accepts its record.
+func (t *Table) Remove(k Key, check func(Record) error) (Record, error) {
+	name := k.Name
+	e, err := t.entry(k)
 	if err != nil {
 		return Record{}, err
 	}
@@ -216,7 +229,7 @@ func (t *Table) Remove(name string, check func(Record) error) (Record, error) {
 	}
 	t.cmds.Remove(e.rec.ID)
 	e.removed = true
-	delete(t.byName, name)
+	delete(t.byKey, k)
 	rec := e.rec
 	t.publishLocked(Change{Old: &rec})
 	return rec, nil
@@ -232,17 +245,17 @@ type Removal struct {
 	Clean func(Record)
 }
 
-// RemoveAll forgets each named record that how.Check accepts, as Remove
+// RemoveAll forgets each keyed record that how.Check accepts, as Remove
 // does one, with one directory sync and one new snapshot for all: for
 // removing many at once. It returns the records removed, in the order
-// named, and why each other name was not. err is a failed directory sync:
+// given, and why each other key was not. err is a failed directory sync:
 // the records are gone from the table and their files deleted, but a
 // machine crash may bring them back.
-func (t *Table) RemoveAll(names []string, how Removal) (removed []Record, failed map[string]error, err error) {
-	failed = map[string]error{}
+func (t *Table) RemoveAll(keys []Key, how Removal) (removed []Record, failed map[Key]error, err error) {
+	failed = map[Key]error{}
 	type held struct {
-		name string
-		e    *entry
+		key Key
+		e   *entry
 	}
 	var hold []held
 	defer func() {
@@ -250,20 +263,20 @@ func (t *Table) RemoveAll(names []string, how Removal) (removed []Record, failed
 			h.e.mu.Unlock()
 		}
 	}()
-	seen := map[string]bool{}
-	for _, name := range names {
-		if seen[name] {
+	seen := map[Key]bool{}
+	for _, k := range keys {
+		if seen[k] {
 			continue
 		}
-		seen[name] = true
-		e, err := t.entry(name)
+		seen[k] = true
+		e, err := t.entry(k)
 		if err != nil {
-			failed[name] = err
+			failed[k] = err
 			continue
 		}
 		// Safe to hold several: no other writer holds more than one.
 		e.mu.Lock()
-		hold = append(hold, held{name, e})
+		hold = append(hold, held{k, e})
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -271,16 +284,16 @@ func (t *Table) RemoveAll(names []string, how Removal) (removed []Record, failed
 	for _, h := range hold {
 		switch {
 		case h.e.removed:
-			failed[h.name] = fmt.Errorf("process %q: %w", h.name, ErrNotFound)
+			failed[h.key] = fmt.Errorf("process %q: %w", h.key.Name, ErrNotFound)
 			continue
 		case how.Check != nil:
 			if err := how.Check(h.e.rec); err != nil {
-				failed[h.name] = err
+				failed[h.key] = err
 				continue
 			}
 		}
 		if err := t.store.DeleteVolatile(h.e.rec.ID); err != nil {
-			failed[h.name] = fmt.Errorf("process %q: %w", h.name, err)
+			failed[h.key] = fmt.Errorf("process %q: %w", h.key.Name, err)
 			continue
 		}
 		t.cmds.Remove(h.e.rec.ID)
@@ -295,7 +308,7 @@ func (t *Table) RemoveAll(names []string, how Removal) (removed []Record, failed
 	changes := make([]Change, len(gone))
 	for i, e := range gone {
 		e.removed = true
-		delete(t.byName, e.rec.Name)
+		delete(t.byKey, e.rec.Key())
 		rec := e.rec
 		removed = append(removed, rec)
 		t.seq++
@@ -316,7 +329,7 @@ func (t *Table) RemoveAll(names []string, how Removal) (removed []Record, failed
 // liveLocked counts uid's live records.
 func (t *Table) liveLocked(uid uint32) int {
 	n := 0
-	for _, e := range t.byName {
+	for _, e := range t.byKey {
 		if e.rec.Owner.UID == uid && e.rec.Live() {
 			n++
 		}
@@ -324,14 +337,14 @@ func (t *Table) liveLocked(uid uint32) int {
 	return n
 }
 
-// entry finds name's entry.
-func (t *Table) entry(name string) (*entry, error) {
+// entry finds k's entry.
+func (t *Table) entry(k Key) (*entry, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if e := t.byName[name]; e != nil {
+	if e := t.byKey[k]; e != nil {
 		return e, nil
 	}
-	return nil, fmt.Errorf("process %q: %w", name, ErrNotFound)
+	return nil, fmt.Errorf("process %q: %w", k.Name, ErrNotFound)
 }
 
 // publishLocked stores the snapshot after c, under the next sequence
@@ -353,8 +366,8 @@ func (t *Table) rebuildLocked() {
 
 // snapshotLocked stores a fresh snapshot under the current sequence number.
 func (t *Table) snapshotLocked() {
-	recs := make([]*Record, 0, len(t.byName))
-	for _, e := range t.byName {
+	recs := make([]*Record, 0, len(t.byKey))
+	for _, e := range t.byKey {
 		r := e.rec // e.rec is replaced, not shared, by the next change
 		recs = append(recs, &r)
 	}

@@ -38,7 +38,7 @@ func TestCreateReplaceAndExists(t *testing.T) {
 	if _, err := tb.Create(rec("a", api.StateStarting)); !errors.Is(err, ErrExists) {
 		t.Fatalf("create over a live process: %v, want ErrExists", err)
 	}
-	if _, err := tb.Update("a", func(r *Record) error { r.State = api.StateExited; return nil }); err != nil {
+	if _, err := tb.Update(Key{Name: "a"}, func(r *Record) error { r.State = api.StateExited; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	repl := rec("a", api.StateStarting)
@@ -49,7 +49,7 @@ func TestCreateReplaceAndExists(t *testing.T) {
 	if len(keys) != 1 || keys[0] != repl.ID {
 		t.Fatalf("stored keys %v, want only %s", keys, repl.ID)
 	}
-	if got, _ := tb.Get("a"); got.ID != repl.ID || got.Rev != 1 {
+	if got, _ := tb.Get(Key{Name: "a"}); got.ID != repl.ID || got.Rev != 1 {
 		t.Fatalf("got %+v", got)
 	}
 	// create, update, remove of old, create of new
@@ -91,7 +91,7 @@ func TestUpdateTransitions(t *testing.T) {
 		t.Run(fmt.Sprintf("%s->%s", tt.from, tt.to), func(t *testing.T) {
 			tb, st, _ := newTable(t)
 			r, _ := tb.Create(rec("p", tt.from))
-			_, err := tb.Update("p", func(r *Record) error { r.State = tt.to; return nil })
+			_, err := tb.Update(Key{Name: "p"}, func(r *Record) error { r.State = tt.to; return nil })
 			var te *TransitionError
 			if tt.ok != (err == nil) || !tt.ok && !errors.As(err, &te) {
 				t.Fatalf("err = %v, want ok=%v", err, tt.ok)
@@ -115,11 +115,11 @@ func TestUpdateCallbackErrorChangesNothing(t *testing.T) {
 	tb, _, changes := newTable(t)
 	tb.Create(rec("p", api.StateRunning))
 	n := len(*changes)
-	_, err := tb.Update("p", func(r *Record) error { r.PID = 9; return errors.New("no") })
+	_, err := tb.Update(Key{Name: "p"}, func(r *Record) error { r.PID = 9; return errors.New("no") })
 	if err == nil || len(*changes) != n {
 		t.Fatalf("err %v, changes %d -> %d", err, n, len(*changes))
 	}
-	if got, _ := tb.Get("p"); got.PID != 0 {
+	if got, _ := tb.Get(Key{Name: "p"}); got.PID != 0 {
 		t.Fatal("record changed")
 	}
 }
@@ -130,8 +130,8 @@ func TestSnapshotsAreImmutable(t *testing.T) {
 	r.Cmd = []string{"a", "b"}
 	tb.Create(r)
 	before := tb.View()
-	tb.Update("p", func(r *Record) error { r.Cmd[0] = "changed"; r.PID = 5; return nil })
-	old, _ := before.Get("p")
+	tb.Update(Key{Name: "p"}, func(r *Record) error { r.Cmd[0] = "changed"; r.PID = 5; return nil })
+	old, _ := before.Get(Key{Name: "p"})
 	if old.Cmd[0] != "a" || old.PID != 0 {
 		t.Fatalf("old snapshot changed: %+v", old)
 	}
@@ -141,7 +141,7 @@ func TestRemove(t *testing.T) {
 	tb, st, _ := newTable(t)
 	tb.Create(rec("p", api.StateRunning))
 	busy := errors.New("still running")
-	if _, err := tb.Remove("p", func(r Record) error {
+	if _, err := tb.Remove(Key{Name: "p"}, func(r Record) error {
 		if r.Live() {
 			return busy
 		}
@@ -149,10 +149,10 @@ func TestRemove(t *testing.T) {
 	}); !errors.Is(err, busy) {
 		t.Fatalf("err %v", err)
 	}
-	if _, err := tb.Remove("p", nil); err != nil {
+	if _, err := tb.Remove(Key{Name: "p"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tb.Remove("p", nil); !errors.Is(err, ErrNotFound) {
+	if _, err := tb.Remove(Key{Name: "p"}, nil); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("second remove: %v", err)
 	}
 	if keys, _ := st.Keys(); len(keys) != 0 {
@@ -219,7 +219,7 @@ func TestConcurrentUpdatesKeepEveryWrite(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range writes {
-				if _, err := tb.Update(fmt.Sprint("p", i), func(r *Record) error { r.PID++; return nil }); err != nil {
+				if _, err := tb.Update(Key{Name: fmt.Sprint("p", i)}, func(r *Record) error { r.PID++; return nil }); err != nil {
 					t.Error(err)
 				}
 				_ = tb.View().Records // readers never block
@@ -228,7 +228,7 @@ func TestConcurrentUpdatesKeepEveryWrite(t *testing.T) {
 	}
 	wg.Wait()
 	for i := range procs {
-		r, _ := tb.Get(fmt.Sprint("p", i))
+		r, _ := tb.Get(Key{Name: fmt.Sprint("p", i)})
 		var disk Record
 		st.Get(r.ID, &disk)
 		if r.PID != writes || disk.PID != writes || disk.Rev != writes+1 {
@@ -246,7 +246,7 @@ func TestRemoveAll(t *testing.T) {
 	before := len(*changes)
 	busy := errors.New("live")
 	var cleaned []string
-	removed, failed, err := tb.RemoveAll([]string{"c", "live", "a", "nope", "c"}, Removal{Why: "retention",
+	removed, failed, err := tb.RemoveAll([]Key{{Name: "c"}, {Name: "live"}, {Name: "a"}, {Name: "nope"}, {Name: "c"}}, Removal{Why: "retention",
 		Check: func(r Record) error {
 			if r.Live() {
 				return busy
@@ -268,7 +268,7 @@ func TestRemoveAll(t *testing.T) {
 	if !slices.Equal(cleaned, []string{"c", "a"}) {
 		t.Fatalf("cleaned %v, want c then a", cleaned)
 	}
-	if len(failed) != 2 || !errors.Is(failed["live"], busy) || !errors.Is(failed["nope"], ErrNotFound) {
+	if len(failed) != 2 || !errors.Is(failed[Key{Name: "live"}], busy) || !errors.Is(failed[Key{Name: "nope"}], ErrNotFound) {
 		t.Fatalf("failed %v, want live refused by check and nope not found", failed)
 	}
 	v := tb.View()
@@ -312,7 +312,7 @@ func TestCreateWithin(t *testing.T) {
 		t.Errorf("admit saw %d live records of uid 1000, want 2 (running and frozen; not exited, not uid 1001's)", saw)
 	}
 	keys, _ := st.Keys()
-	if _, ok := tb.Get("a4"); ok || len(keys) != 4 || len(*changes) != 4 {
+	if _, ok := tb.Get(Key{UID: 1000, Name: "a4"}); ok || len(keys) != 4 || len(*changes) != 4 {
 		t.Fatalf("a refused create changed the table: %d stored, %d changes", len(keys), len(*changes))
 	}
 	if _, err := tb.CreateWithin(owned("a4", 1000, api.StateStarting), func(int) error { return nil }); err != nil {
@@ -351,11 +351,67 @@ func TestViewHostMiB(t *testing.T) {
 		{"frozen", api.StateThawing, parked(100)},
 		{"frozen", api.StateRunning, nil},
 	} {
-		if _, err := tb.Update(step.name, func(r *Record) error { r.State, r.Checkpoint = step.state, step.cp; return nil }); err != nil {
+		if _, err := tb.Update(Key{Name: step.name}, func(r *Record) error { r.State, r.Checkpoint = step.state, step.cp; return nil }); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if got := tb.View().HostMiB(); got != 20 {
 		t.Errorf("after one freeze and one thaw: host MiB %d; want 20", got)
+	}
+}
+
+// TestNamesPerOwner: two owners' records of one name are two records. A
+// creation replaces only its own owner's exited record, an update or a
+// removal reaches only its key's, and Named lists both, by owner.
+func TestNamesPerOwner(t *testing.T) {
+	tb, _, _ := newTable(t)
+	owned := func(uid uint32, state api.State) Record {
+		r := rec("train", state)
+		r.ID, r.Owner = fmt.Sprintf("id-%d-%s", uid, state), Owner{UID: uid, User: fmt.Sprint("u", uid)}
+		return r
+	}
+	alice, bob := Key{UID: 1000, Name: "train"}, Key{UID: 1001, Name: "train"}
+	for _, r := range []Record{owned(1000, api.StateExited), owned(1001, api.StateRunning)} {
+		if _, err := tb.Create(r); err != nil {
+			t.Fatalf("create %v: %v", r.Key(), err)
+		}
+	}
+	if _, err := tb.Create(owned(1001, api.StateStarting)); !errors.Is(err, ErrExists) {
+		t.Fatalf("bob's second live train: %v, want ErrExists", err)
+	}
+	if got, _ := tb.Get(alice); got.ID != "id-1000-exited" {
+		t.Fatalf("alice's train: %+v", got)
+	}
+	if _, err := tb.Update(bob, func(r *Record) error { r.PID = 7; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := tb.Get(alice); got.PID != 0 {
+		t.Fatalf("bob's update reached alice's record: %+v", got)
+	}
+	named := tb.View().Named("train")
+	if len(named) != 2 || named[0].Key() != alice || named[1].Key() != bob || len(tb.View().Named("trai")) != 0 {
+		t.Fatalf("Named(train): %v", named)
+	}
+	if _, err := tb.Update(alice, func(r *Record) error { r.Owner.UID = 1001; return nil }); err == nil {
+		t.Fatal("an update moved a record to another owner")
+	}
+	if _, err := tb.Remove(alice, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tb.Get(bob); !ok || len(tb.View().Named("train")) != 1 {
+		t.Fatal("alice's removal took bob's record")
+	}
+}
+
+func TestParseKeyReadsString(t *testing.T) {
+	for _, k := range []Key{{UID: 0, Name: "a"}, {UID: 4294967295, Name: "x.y-z_1"}} {
+		if got, ok := ParseKey(k.String()); !ok || got != k {
+			t.Errorf("ParseKey(%q) = %v %v, want %v", k.String(), got, ok, k)
+		}
+	}
+	for _, s := range []string{"", "a", "1/", "/a", "x/a", "4294967296/a"} {
+		if _, ok := ParseKey(s); ok {
+			t.Errorf("ParseKey(%q) accepted", s)
+		}
 	}
 }

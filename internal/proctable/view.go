@@ -3,7 +3,6 @@ package proctable
 import (
 	"maps"
 	"slices"
-	"strings"
 
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -11,7 +10,7 @@ import (
 // viewOf is the snapshot of recs, given in any order (sorted in place),
 // under seq.
 func viewOf(recs []*Record, seq uint64) *View {
-	slices.SortFunc(recs, func(a, b *Record) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(recs, func(a, b *Record) int { return compareKeys(a.Key(), b.Key()) })
 	v := &View{Seq: seq, Records: recs, states: map[uint32]map[api.State]int{}}
 	for _, r := range recs {
 		v.count(r, 1)
@@ -30,7 +29,7 @@ func (v *View) with(c Change, seq uint64) *View {
 	if c.New != nil {
 		key = c.New
 	}
-	i, found := slices.BinarySearchFunc(v.Records, key.Name, byName)
+	i, found := slices.BinarySearchFunc(v.Records, key.Key(), byKey)
 	var recs []*Record
 	var rec *Record // the snapshot's own copy of c.New: whoever sees c may change that
 	if c.New != nil {
@@ -72,8 +71,8 @@ func (v *View) with(c Change, seq uint64) *View {
 	return next
 }
 
-// byName orders records by name, for a binary search of a snapshot.
-func byName(r *Record, name string) int { return strings.Compare(r.Name, name) }
+// byKey orders records by key, for a binary search of a snapshot.
+func byKey(r *Record, k Key) int { return compareKeys(r.Key(), k) }
 
 // count adds d of r to v's counts, which must be v's own.
 func (v *View) count(r *Record, d int) {

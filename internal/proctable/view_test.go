@@ -18,7 +18,7 @@ import (
 func TestViewAfterChangesAsRebuilt(t *testing.T) {
 	tb, _, _ := newTable(t)
 	rng := rand.New(rand.NewPCG(1, 2))
-	name := func() string { return fmt.Sprintf("p%02d", rng.IntN(40)) }
+	key := func() Key { return Key{UID: uint32(1000 + rng.IntN(4)), Name: fmt.Sprintf("p%02d", rng.IntN(40))} }
 	states := []api.State{api.StateRunning, api.StateFreezing, api.StateFrozen, api.StateHibernating, api.StateHibernated, api.StateExited}
 	type kept struct {
 		v    *View
@@ -29,16 +29,14 @@ func TestViewAfterChangesAsRebuilt(t *testing.T) {
 		var err error
 		switch op := rng.IntN(10); {
 		case op < 3:
-			r := rec(name(), api.StateRunning)
+			k := key()
+			r := rec(k.Name, api.StateRunning)
 			r.ID = fmt.Sprintf("id-%d", step)
-			r.Owner.UID = uint32(1000 + rng.IntN(4))
+			r.Owner.UID = k.UID
 			_, err = tb.Create(r)
 		case op < 8:
-			_, err = tb.Update(name(), func(r *Record) error {
+			_, err = tb.Update(key(), func(r *Record) error {
 				r.State = states[rng.IntN(len(states))]
-				if rng.IntN(4) == 0 {
-					r.Owner.UID = uint32(1000 + rng.IntN(4))
-				}
 				r.Checkpoint = nil
 				if rng.IntN(2) == 0 {
 					r.Checkpoint = &Checkpoint{Procs: []CheckpointProc{{PID: step, VRAM: map[string]uint64{"GPU-0": uint64(rng.IntN(1000))}}}}
@@ -46,9 +44,9 @@ func TestViewAfterChangesAsRebuilt(t *testing.T) {
 				return nil
 			})
 		case op < 9:
-			_, err = tb.Remove(name(), nil)
+			_, err = tb.Remove(key(), nil)
 		default:
-			_, _, err = tb.RemoveAll([]string{name(), name(), name()}, Removal{})
+			_, _, err = tb.RemoveAll([]Key{key(), key(), key()}, Removal{})
 		}
 		var te *TransitionError
 		if err != nil && !errors.Is(err, ErrExists) && !errors.Is(err, ErrNotFound) && !errors.As(err, &te) {
@@ -73,8 +71,8 @@ func TestViewAfterChangesAsRebuilt(t *testing.T) {
 func rebuilt(tb *Table) *View {
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
-	recs := make([]*Record, 0, len(tb.byName))
-	for _, e := range tb.byName {
+	recs := make([]*Record, 0, len(tb.byKey))
+	for _, e := range tb.byKey {
 		r := e.rec
 		recs = append(recs, &r)
 	}

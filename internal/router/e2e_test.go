@@ -311,8 +311,9 @@ func TestRouterAPIKeysAndBadRequests(t *testing.T) {
 
 // TestRouterLeavesOtherUsersAlone: the router acts only as its user. A
 // model that does not fit beside another user's process gets 503 after
-// start_timeout, and that process is untouched; a process of another
-// user named like a model is not replaced.
+// start_timeout, and that process is untouched. Another user's process
+// named like a model, started first, neither keeps the model from its
+// requests (names are per user) nor is replaced.
 func TestRouterLeavesOtherUsersAlone(t *testing.T) {
 	g := newRig(t, "1x24G")
 	other := g.otherUser()
@@ -322,13 +323,16 @@ func TestRouterLeavesOtherUsersAlone(t *testing.T) {
 	if code, body := g.chat("alpha"); code != 503 || !strings.Contains(body, "no room") {
 		t.Errorf("alpha beside another user's 13 GiB: %d %s, want 503 no room", code, body)
 	}
-	if code, body := g.chat("beta"); code != 503 || !strings.Contains(body, "beta") {
-		t.Errorf("beta, a name another user holds: %d %s, want 503", code, body)
+	if code, body := g.chat("beta"); code != 200 {
+		t.Errorf("beta, a name another user took first: %d %s, want 200", code, body)
 	}
 	for _, n := range []string{"hog", "beta"} {
-		if p := g.process(n); p.State != api.StateRunning || p.User != other.Name {
+		if p := g.process(other.Name + "/" + n); p.State != api.StateRunning || p.User != other.Name {
 			t.Errorf("%s is %s of %s, want running of %s", n, p.State, p.User, other.Name)
 		}
+	}
+	if p := g.process(g.user.Name + "/beta"); p.State != api.StateRunning {
+		t.Errorf("the router's beta is %s, want running", p.State)
 	}
 }
 

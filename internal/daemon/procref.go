@@ -1,0 +1,117 @@
+package daemon
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// processKey is the key of the process a caller names. A name is the
+// caller's own process: names are per user, so no user can take one from
+// another. Root may also name another user's process as USER/NAME (USER a
+// user name or uid), or by its name alone where root has no process of
+// that name and exactly one user has.
+func (d *Daemon) processKey(c *call, ref string) (proctable.Key, error) {
+	user, name, qualified, err := splitRef(ref)
+	if err != nil {
+		return proctable.Key{}, invalidf("%s: %v", c.method, err)
+	}
+	own := proctable.Key{UID: c.actor.UID, Name: name}
+	switch {
+	case qualified:
+		f := nameFilter{user: user, name: name, qualified: true}
+		for _, r := range d.table.View().Named(name) {
+			if f.match(r.Name, r.Owner.UID, r.Owner.User) {
+				return r.Key(), nil
+			}
+		}
+		return proctable.Key{}, api.Errorf(api.CodeNotFound, "process %q not found", ref)
+	case !c.actor.root():
+		return own, nil
+	}
+	if _, ok := d.table.Get(own); ok {
+		return own, nil
+	}
+	switch named := d.table.View().Named(name); len(named) {
+	case 0:
+		return own, nil
+	case 1:
+		return named[0].Key(), nil
+	default:
+		users := make([]string, len(named))
+		for i, r := range named {
+			users[i] = r.Owner.User
+		}
+		return proctable.Key{}, invalidf("%s: %d users have a process %q (%s): name one as USER/%s", c.method, len(named), name, strings.Join(users, ", "), name)
+	}
+}
+
+// refTo is how the caller a names r: its name where r is a's, USER/NAME where not.
+func refTo(a actor, r proctable.Record) string {
+	if r.Owner.UID == a.UID {
+		return r.Name
+	}
+	return r.Owner.User + "/" + r.Name
+}
+
+// splitRef reads a caller's name of a process: NAME, or USER/NAME.
+func splitRef(ref string) (user, name string, qualified bool, err error) {
+	user, name, qualified = strings.Cut(ref, "/")
+	if !qualified {
+		user, name = "", ref
+	}
+	if qualified && !userRef(user) {
+		return "", "", false, fmt.Errorf("name %q: %q before the '/' is not a user name or uid", ref, user)
+	}
+	if err := api.ValidateName(name); err != nil {
+		return "", "", false, err
+	}
+	return user, name, qualified, nil
+}
+
+// userRef reports whether s may be a user's name or uid in USER/NAME: it
+// is only compared with owners, never used as a path, so directory
+// services' names (alice@corp, DOMAIN\alice) are welcome; not ".", "..",
+// control characters or more than 256 bytes.
+func userRef(s string) bool {
+	if s == "" || s == "." || s == ".." || len(s) > 256 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if c < 0x20 || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// nameFilter is a listing's filter by process name: NAME matches that
+// name whoever owns it (the caller sees only what they may), USER/NAME
+// only that user's; "" matches everything.
+type nameFilter struct {
+	user, name string
+	qualified  bool
+}
+
+// parseNameFilter reads a listing's filter ("": none).
+func parseNameFilter(ref string) (nameFilter, error) {
+	if ref == "" {
+		return nameFilter{}, nil
+	}
+	user, name, qualified, err := splitRef(ref)
+	return nameFilter{user: user, name: name, qualified: qualified}, err
+}
+
+// match reports whether the filter takes name, owned by uid (user).
+func (f nameFilter) match(name string, uid uint32, user string) bool {
+	switch {
+	case f.name == "":
+		return true
+	case name != f.name:
+		return false
+	}
+	return !f.qualified || f.user == user || f.user == strconv.FormatUint(uint64(uid), 10)
+}
