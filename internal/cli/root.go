@@ -29,10 +29,10 @@ The daemon's socket is --socket, else $` + api.SocketEnv + `, else ` + api.Defau
 With --json every command prints its result as one JSON object per line
 (streams print one object per event).
 
-Process names are per user: NAME is always one of your own processes, and
-another user's process of the same name is theirs, not in your way. Root
-names another user's process as USER/NAME (a user name or uid), or by NAME
-where root has no process of that name and exactly one user has.
+Process and job names are per user: NAME is always one of your own, and
+another user's of the same name is theirs, not in your way. Root names
+another user's as USER/NAME (a user name or uid), or by NAME where root has
+none of that name and exactly one user has.
 
 What users' processes chose (a command's arguments, a directory, the text
 of an error) is printed with the characters a terminal acts on escaped: \e,

@@ -31,7 +31,7 @@ var (
 	lookupOnly  = map[string]bool{"release.id": true}
 )
 
-// processRefs are the name fields that name an existing process, where
+// processRefs are the name fields that name an existing process or job, where
 // USER/NAME is another user's (docs/protocol.md §3): "a/b" there is well
 // formed and names no process (not_found), or, in a filter, matches
 // nothing (an events stream of it never ends, so it is not sent).
@@ -39,7 +39,7 @@ var processRefs = map[string]bool{
 	"status.name": true, "kill.name": true, "rm.name": true, "logs.name": true, "wait.name": true,
 	"freeze.name": true, "thaw.name": true, "swap.freeze": true, "swap.thaw": true, "migrate.name": true,
 	"activate.name": true, "hibernate.name": true, "fork.name": true, "set.name": true,
-	"snapshots.name": true, "events.name": true,
+	"snapshots.name": true, "events.name": true, "job.name": true, "cancel.name": true, "job_wait.name": true,
 }
 
 // optionalNames are the name fields where "" is valid (no filter, the

@@ -195,7 +195,7 @@ func abuseRows(nobodyUID uint32) []abuseRow {
 					t.Fatalf("jobs shows %+v", j.Jobs)
 				}
 			}},
-		{label: "job", method: api.MethodJob, code: denied, params: name("-job")},
+		{label: "job", method: api.MethodJob, code: denied, params: named("-job")},
 		{label: "prune_jobs", method: api.MethodPruneJobs, check: func(t *testing.T, r json.RawMessage, o *abuseOwner) {
 			var j api.JobsResult
 			decodeInto(t, r, &j)
@@ -206,8 +206,8 @@ func abuseRows(nobodyUID uint32) []abuseRow {
 		{label: "prune_jobs of owner", method: api.MethodPruneJobs, code: denied, params: func(o *abuseOwner) any {
 			return map[string]any{"user": o.user.Username}
 		}},
-		{label: "cancel", method: api.MethodCancel, code: denied, params: name("-job")},
-		{label: "job_wait", method: api.MethodJobWait, code: denied, params: name("-job")},
+		{label: "cancel", method: api.MethodCancel, code: denied, params: named("-job")},
+		{label: "job_wait", method: api.MethodJobWait, code: denied, params: named("-job")},
 		{label: "acquire held gpu", method: api.MethodAcquire, code: api.CodeResourceExhausted, params: func(o *abuseOwner) any {
 			return map[string]any{"gpu_ids": []int{o.gpu}}
 		}},

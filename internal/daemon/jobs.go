@@ -161,9 +161,6 @@ func (d *Daemon) newJob(c *call, s api.JobSpec) (*jobqueue.Job, error) {
 		return nil, err
 	}
 	if s.Name != "" {
-		if err := d.checkJobName(s.Name, owner.UID); err != nil {
-			return nil, fmt.Errorf("%s: %w", what, err)
-		}
 		if r, ok := d.table.Get(proctable.Key{UID: owner.UID, Name: s.Name}); ok && r.Live() && r.Job == "" {
 			return nil, api.Errorf(api.CodeExists, "%s: a running process holds that name; choose another", what)
 		}
@@ -189,26 +186,18 @@ func (d *Daemon) newJob(c *call, s api.JobSpec) (*jobqueue.Job, error) {
 	return j, nil
 }
 
-// lookupJob finds a job by name (the newest of that name, else the
-// caller's newest) or id and checks that the caller may see and act on it.
-func (d *Daemon) lookupJob(c *call, name string) (*jobqueue.Job, error) {
-	if name == "" {
+// lookupJob finds a job by id, or by name (see jobKey) its owner's newest
+// of that name, and checks that the caller may see and act on it.
+func (d *Daemon) lookupJob(c *call, ref string) (*jobqueue.Job, error) {
+	if ref == "" {
 		return nil, invalidf("%s: name is empty", c.method)
 	}
-	if err := api.ValidateName(name); err != nil {
-		return nil, invalidf("%s: %v", c.method, err) // no job has it: names and ids are valid names
-	}
-	j, ok := d.jobs.Get(name)
-	if !ok {
-		return nil, api.Errorf(api.CodeNotFound, "job %q not found", name)
-	}
-	if j.Name == name && !c.actor.owns(j.Owner.UID) {
-		if own, found := d.ownJob(c.actor, name); found {
-			j = own // another user reused the name of the caller's finished job
-		}
+	j, err := d.jobKey(c, ref)
+	if err != nil {
+		return nil, err
 	}
 	if !c.actor.owns(j.Owner.UID) {
-		return nil, deniedf("job %q belongs to %s; you (%s) may only act on your own jobs", name, j.Owner.User, c.actor.User)
+		return nil, deniedf("job %q belongs to %s; you (%s) may only act on your own jobs", ref, j.Owner.User, c.actor.User)
 	}
 	return j, nil
 }

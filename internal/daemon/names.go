@@ -41,32 +41,3 @@ func (d *Daemon) logPath(k proctable.Key) string {
 	}
 	return plain
 }
-
-// checkJobName checks, at submit, that a new job owned by uid may use
-// name: no unfinished job of another user holds it. A name in use by the
-// same user is left to the queue (an unfinished job) and to launch (a
-// live process).
-func (d *Daemon) checkJobName(name string, uid uint32) error {
-	if j, ok := d.jobs.Get(name); ok && j.Name == name && !j.State.Terminal() && j.Owner.UID != uid {
-		return heldByOther(name, "job")
-	}
-	return nil
-}
-
-// heldByOther refuses a name that another user's process or job holds.
-func heldByOther(name, what string) error {
-	return deniedf("name %q is held by another user's %s; choose another name", name, what)
-}
-
-// ownJob finds the newest job named name that a may act on: names of
-// finished jobs may be reused by another user, and the newest of a name
-// is then not the caller's.
-func (d *Daemon) ownJob(a actor, name string) (*jobqueue.Job, bool) {
-	v := d.jobs.View()
-	for i := len(v) - 1; i >= 0; i-- {
-		if v[i].Name == name && a.owns(v[i].Owner.UID) {
-			return v[i], true
-		}
-	}
-	return nil, false
-}

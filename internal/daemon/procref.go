@@ -2,9 +2,11 @@ package daemon
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/gpusched/gpusched/internal/jobqueue"
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -114,4 +116,51 @@ func (f nameFilter) match(name string, uid uint32, user string) bool {
 		return false
 	}
 	return !f.qualified || f.user == user || f.user == strconv.FormatUint(uint64(uid), 10)
+}
+
+// jobKey is the job a caller names: by id (j<digits>), or by name as
+// processKey reads one (job names are per user too), the owner's newest
+// job of that name.
+func (d *Daemon) jobKey(c *call, ref string) (*jobqueue.Job, error) {
+	if jobqueue.IsID(ref) {
+		if j, ok := d.jobs.Get(ref); ok {
+			return j, nil
+		}
+		return nil, api.Errorf(api.CodeNotFound, "job %q not found", ref)
+	}
+	user, name, qualified, err := splitRef(ref)
+	if err != nil {
+		return nil, invalidf("%s: %v", c.method, err)
+	}
+	if !qualified {
+		if j, ok := d.jobs.Owned(c.actor.UID, name); ok || !c.actor.root() {
+			if !ok {
+				return nil, api.Errorf(api.CodeNotFound, "job %q not found", ref)
+			}
+			return j, nil
+		}
+	}
+	// USER/NAME, or root's NAME of another user's job: the newest of each
+	// owner's of that name, read from the newest job back.
+	f := nameFilter{user: user, name: name, qualified: qualified}
+	owners := map[uint32]*jobqueue.Job{}
+	var users []string
+	v := d.jobs.View()
+	for i := len(v) - 1; i >= 0; i-- {
+		j := v[i]
+		if owners[j.Owner.UID] == nil && f.match(j.Name, j.Owner.UID, j.Owner.User) {
+			owners[j.Owner.UID] = j
+			users = append(users, j.Owner.User)
+		}
+	}
+	switch len(owners) {
+	case 0:
+		return nil, api.Errorf(api.CodeNotFound, "job %q not found", ref)
+	case 1:
+		for _, j := range owners {
+			return j, nil
+		}
+	}
+	slices.Sort(users)
+	return nil, invalidf("%s: %d users have a job %q (%s): name one as USER/%s", c.method, len(owners), name, strings.Join(users, ", "), name)
 }

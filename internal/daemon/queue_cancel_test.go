@@ -41,7 +41,7 @@ func TestJobCancelWhileStarting(t *testing.T) {
 	}()
 	h.submit(api.JobSpec{Name: name, Cmd: h.simjob("--vram", "1024"), VRAM: gib(1)})
 	h.waitJobState(name, api.JobStarting)
-	stale, _ := h.d.jobs.Get(name) // as a reconcile pass reads it now
+	stale, _ := h.d.jobs.Owned(0, name) // as a reconcile pass reads it now
 
 	type answer struct {
 		j   *api.Job
@@ -52,7 +52,7 @@ func TestJobCancelWhileStarting(t *testing.T) {
 		j, err := h.client().Cancel(ctxT(t), name)
 		cancelled <- answer{j, err}
 	}()
-	waitFor(t, func() bool { j, _ := h.d.jobs.Get(name); return j.Ending == api.JobCancelled })
+	waitFor(t, func() bool { j, _ := h.d.jobs.Owned(0, name); return j.Ending == api.JobCancelled })
 	unlock()
 	locked = false
 	got := <-cancelled

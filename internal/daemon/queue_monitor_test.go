@@ -89,7 +89,7 @@ func TestQueueNonRoot(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &jobs) != nil || len(jobs.Jobs) != 0 {
 		t.Fatalf("jobs as nobody: %q %q (exit %d)", out, errOut, code)
 	}
-	for _, args := range [][]string{{"job", "rootjob"}, {"cancel", "rootjob"}, {"job", "wait", "rootjob"}, {"release", lease.ID}} {
+	for _, args := range [][]string{{"job", "root/rootjob"}, {"cancel", "root/rootjob"}, {"job", "wait", "root/rootjob"}, {"job", "j1"}, {"release", lease.ID}} {
 		if _, stderr, code := h.asUser(nobody, args...); code == 0 || !strings.Contains(stderr, string(api.CodePermissionDenied)) {
 			t.Fatalf("%v as nobody: exit %d, %q; want permission_denied", args, code, stderr)
 		}

@@ -106,15 +106,6 @@ func fileAndInode(t testing.TB, path string) (string, uint64) {
 	return string(b), st.Ino
 }
 
-// wantDenied checks that a refused gpuschedctl call said permission_denied
-// with a sentence naming another user's process or job.
-func wantDenied(t *testing.T, what, stderr string, code int, holder string) {
-	t.Helper()
-	if code == 0 || !strings.Contains(stderr, string(api.CodePermissionDenied)) || !strings.Contains(stderr, "another user's "+holder) {
-		t.Errorf("%s: exit %d, stderr %q; want permission_denied naming another user's %s", what, code, stderr, holder)
-	}
-}
-
 // TestRedTeamNamesArePerUser: process names are per user. Bob uses the
 // name of alice's exited process every way that creates or removes a
 // record (run, a job, run by root on his behalf, rm): each acts on a
@@ -236,25 +227,42 @@ func TestRedTeamNamesLaunchOverLiveProcess(t *testing.T) {
 	}
 }
 
-// TestRedTeamNamesJobVsJob: a name that bob's unfinished job holds is
-// refused to alice's submission as another user's, and once bob's job has
-// finished and its process is forgotten, alice may take the name while
-// bob still finds his own job under it.
+// TestRedTeamNamesJobVsJob: job names are per user too. Bob's unfinished
+// job does not keep alice from a job of that name: each runs as its own
+// user's process, each user finds and cancels their own, and root names
+// either as USER/NAME (the name alone is ambiguous). A user's second
+// unfinished job of a name is refused as before.
 func TestRedTeamNamesJobVsJob(t *testing.T) {
 	alice, bob := testutil.NewUser(t, rtAlice, rtGroup), testutil.NewUser(t, rtBob, rtGroup)
 	h := newQueueHarness(t, "1x4G", func(c *config.Config) { c.Group = rtGroup })
-	h.mustCtl(bob, "submit", "--name", "sweep", "--dir", "/", "--", "sleep", "1000")
-	h.waitJobState("sweep", api.JobRunning)
-	_, stderr, code := h.ctlAs(alice, "submit", "--name", "sweep", "--dir", "/", "--", "true")
-	wantDenied(t, "submit sweep as alice", stderr, code, "job")
-
+	h.mustCtl(bob, "submit", "--name", "sweep", "--vram", "1G", "--dir", "/", "--", "sleep", "1000")
+	h.mustCtl(alice, "submit", "--name", "sweep", "--vram", "1G", "--dir", "/", "--", "sleep", "1000")
+	if _, stderr, code := h.ctlAs(alice, "submit", "--name", "sweep", "--dir", "/", "--", "true"); code == 0 || !strings.Contains(stderr, string(api.CodeExists)) {
+		t.Errorf("alice's second unfinished sweep: exit %d %q; want exists", code, stderr)
+	}
+	for _, u := range []testutil.User{alice, bob} {
+		var j api.Job
+		if out := h.mustCtl(u, "--json", "job", "sweep"); json.Unmarshal([]byte(out), &j) != nil || j.UID != u.UID {
+			t.Errorf("%s's job sweep: %s", u.Name, out)
+		}
+		if j, err := h.client().Job(ctxT(t), u.Name+"/sweep"); err != nil || j.UID != u.UID {
+			t.Errorf("root's job %s/sweep: %+v %v", u.Name, j, err)
+		}
+	}
+	if _, err := h.client().Job(ctxT(t), "sweep"); !api.IsInvalidArgument(err) || !strings.Contains(err.Error(), alice.Name) || !strings.Contains(err.Error(), bob.Name) {
+		t.Errorf("root's job sweep with two users' sweep: %v; want invalid_argument naming both", err)
+	}
+	if _, stderr, code := h.ctlAs(alice, "job", "cancel", bob.Name+"/sweep"); code == 0 || !strings.Contains(stderr, string(api.CodePermissionDenied)) {
+		t.Errorf("alice's cancel of bob's sweep: exit %d %q; want permission_denied", code, stderr)
+	}
+	h.waitJobState(bob.Name+"/sweep", api.JobRunning)
+	h.waitJobState(alice.Name+"/sweep", api.JobRunning)
 	h.mustCtl(bob, "job", "cancel", "sweep")
-	h.waitJob("sweep")
-	h.mustCtl(bob, "rm", "sweep")
-	h.mustCtl(alice, "submit", "--name", "sweep", "--dir", "/", "--", "true")
-	var j api.Job
-	if out := h.mustCtl(bob, "--json", "job", "sweep"); json.Unmarshal([]byte(out), &j) != nil || j.UID != bob.UID || j.State != api.JobCancelled {
-		t.Errorf("bob's job sweep after alice reused the name: %s", out)
+	if j := h.waitJob(bob.Name + "/sweep"); j.State != api.JobCancelled || j.UID != bob.UID {
+		t.Errorf("bob's sweep after his cancel: %s (uid %d)", j.State, j.UID)
+	}
+	if j := h.job(alice.Name + "/sweep"); j.State != api.JobRunning {
+		t.Errorf("alice's sweep after bob cancelled his: %s", j.State)
 	}
 }
 

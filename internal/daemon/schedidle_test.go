@@ -33,7 +33,7 @@ func TestSchedulerIdleDoesNotPlace(t *testing.T) {
 	}
 	h.submit(api.JobSpec{Name: "q4", Cmd: []string{"true"}, VRAM: api.VRAM{MiB: 8192}})
 	waitFor(t, func() bool {
-		j, ok := h.d.jobs.Get("q4")
+		j, ok := h.d.jobs.Owned(0, "q4")
 		return ok && h.d.sched.reason(j) != ""
 	})
 	if j := h.job("q4"); j.State != api.JobQueued {

@@ -49,7 +49,7 @@ func TestAttributesPersist(t *testing.T) {
 	j := spec("prio", api.JobQueued)
 	j.Nice, j.MPSThreads, j.MPSMemLimitMiB, j.CPUs = 5, 50, 2048, "2-5,8"
 	h.add(t, j)
-	got, ok := h.reopen(t).Get("prio")
+	got, ok := h.reopen(t).Owned(1000, "prio")
 	if !ok {
 		t.Fatal("job lost")
 	}

@@ -60,7 +60,7 @@ func (q *Queue) Load() ([]Problem, error) {
 		all[i] = q.movedApartLocked(j)
 		j = all[i]
 		q.byID[j.ID] = j
-		q.byName[j.Name] = j.ID
+		q.byName[ownedName{j.Owner.UID, j.Name}] = j.ID
 		q.seq = max(q.seq, j.Seq)
 	}
 	q.seq = max(q.seq, q.seqMark)

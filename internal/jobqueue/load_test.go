@@ -88,10 +88,10 @@ func TestLoadQuarantinesBadRecordsAndContinuesSequence(t *testing.T) {
 	if got, want := idNames(q.View()), []string{"j1 a", "j2 job-2", "j3 c", "j5 e"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("loaded %q, want %q", got, want)
 	}
-	if j, _ := q.Get("job-2"); j == nil || j.State != api.JobDone || j.Rev != 2 {
+	if j, _ := q.Owned(1000, "job-2"); j == nil || j.State != api.JobDone || j.Rev != 2 {
 		t.Errorf("j2 loaded as %+v", j)
 	}
-	if _, ok := q.Get("f"); ok {
+	if _, ok := q.Owned(1000, "f"); ok {
 		t.Error("the quarantined job f was loaded")
 	}
 	if nChanges != 0 {

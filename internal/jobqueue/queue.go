@@ -26,7 +26,7 @@ type Queue struct {
 
 	mu     sync.Mutex
 	byID   map[string]*Job
-	byName map[string]string // name -> id of the newest job of that name
+	byName map[ownedName]string // owner and name -> id of the owner's newest job of that name
 	seq    uint64
 	// seqMark is the sequence number last persisted under seqKey: removing
 	// the newest jobs must not let a restarted queue hand their ids out
@@ -98,7 +98,7 @@ func activeAfter(last, gone, added []*Job) []*Job {
 
 // New creates an empty queue writing through st; onChange may be nil.
 func New(st *store.Records, onChange func(Change)) *Queue {
-	q := &Queue{store: st, whole: st.Apart(wholeDir, maxWholeFile), onChange: onChange, byID: map[string]*Job{}, byName: map[string]string{}}
+	q := &Queue{store: st, whole: st.Apart(wholeDir, maxWholeFile), onChange: onChange, byID: map[string]*Job{}, byName: map[ownedName]string{}}
 	q.view.Store(&view{jobs: []*Job{}})
 	return q
 }
@@ -117,24 +117,33 @@ func (q *Queue) States() map[uint32]map[api.JobState]int { return q.view.Load().
 // queued jobs. The jobs must not be modified.
 func (q *Queue) Active() []*Job { return q.view.Load().active }
 
-// Get finds a job by name (the newest of that name), else by id.
-func (q *Queue) Get(nameOrID string) (*Job, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.getLocked(nameOrID)
+// ownedName is a job name of one owner's: names are per user, as the
+// names of the processes jobs run as.
+type ownedName struct {
+	uid  uint32
+	name string
 }
 
-func (q *Queue) getLocked(nameOrID string) (*Job, bool) {
-	if id, ok := q.byName[nameOrID]; ok {
-		return q.byID[id], true
-	}
-	j, ok := q.byID[nameOrID]
+// Get finds a job by id.
+func (q *Queue) Get(id string) (*Job, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	j, ok := q.byID[id]
 	return j, ok
+}
+
+// Owned finds uid's newest job named name.
+func (q *Queue) Owned(uid uint32, name string) (*Job, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	id, ok := q.byName[ownedName{uid, name}]
+	return q.byID[id], ok
 }
 
 // Add assigns ids and sequence numbers to jobs (named job-<seq> when
 // unnamed) and queues all of them durably, or none. A name may be reused
-// only once its earlier job has finished.
+// by its owner only once their earlier job of that name has finished;
+// another owner's job of that name is another job.
 func (q *Queue) Add(jobs []*Job) ([]*Job, error) { return q.AddWithin(jobs, nil) }
 
 // AddWithin is Add, once admit (nil: always) accepts, for each owner of
@@ -150,7 +159,7 @@ func (q *Queue) AddWithin(jobs []*Job, admit func(uid uint32, unfinished, adding
 			return nil, err
 		}
 	}
-	seen := map[string]bool{}
+	seen := map[ownedName]bool{}
 	out := make([]*Job, len(jobs))
 	keys := make([]string, len(jobs))
 	vals := make([]any, len(jobs))
@@ -164,11 +173,12 @@ func (q *Queue) AddWithin(jobs []*Job, admit func(uid uint32, unfinished, adding
 		if IsID(j.Name) && j.Name != j.ID {
 			return nil, fmt.Errorf("job %q: %w (names of the form j<number> are job ids)", j.Name, ErrExists)
 		}
-		if seen[j.Name] {
+		key := ownedName{j.Owner.UID, j.Name}
+		if seen[key] {
 			return nil, fmt.Errorf("job %q: %w (twice in one submission)", j.Name, ErrExists)
 		}
-		seen[j.Name] = true
-		if old, ok := q.getLocked(j.Name); ok && !old.State.Terminal() {
+		seen[key] = true
+		if old, ok := q.byID[q.byName[key]]; ok && !old.State.Terminal() {
 			return nil, fmt.Errorf("job %q: %w (%s is %s)", j.Name, ErrExists, old.ID, old.State)
 		}
 		j.Rev = 1
@@ -180,7 +190,7 @@ func (q *Queue) AddWithin(jobs []*Job, admit func(uid uint32, unfinished, adding
 	q.seq += uint64(len(out))
 	for _, j := range out {
 		q.byID[j.ID] = j
-		q.byName[j.Name] = j.ID
+		q.byName[ownedName{j.Owner.UID, j.Name}] = j.ID
 		q.publishLocked(Change{New: j})
 	}
 	q.rebuildLocked(out)

@@ -180,10 +180,11 @@ func TestAddAssignsIDsAndNames(t *testing.T) {
 				if c := changes[i]; c.Old != nil || c.New != j {
 					t.Errorf("change %d = %+v, want {nil, %s}", i, c, j.ID)
 				}
-				for _, key := range []string{j.ID, j.Name} {
-					if got, ok := h.q.Get(key); !ok || got != j {
-						t.Errorf("Get(%q) = %v, %v; want %s", key, got, ok, j.ID)
-					}
+				if got, ok := h.q.Get(j.ID); !ok || got != j {
+					t.Errorf("Get(%q) = %v, %v; want %s", j.ID, got, ok, j.ID)
+				}
+				if got, ok := h.q.Owned(j.Owner.UID, j.Name); !ok || got != j {
+					t.Errorf("Owned(%q) = %v, %v; want %s", j.Name, got, ok, j.ID)
 				}
 				if _, err := os.Stat(filepath.Join(h.dir, j.ID+".json")); err != nil {
 					t.Errorf("record of %s: %v", j.ID, err)
@@ -269,17 +270,12 @@ func TestAddReusesFinishedName(t *testing.T) {
 			if nu.ID != "j3" {
 				t.Fatalf("reused name got id %s, want j3", nu.ID)
 			}
-			lookups := []struct {
-				key  string
-				want *jobqueue.Job
-			}{
-				{"train", nu}, // the newest of the name
-				{"j3", nu},
-				{"j1", old}, // the finished one, by id
+			if got, ok := h.q.Owned(1000, "train"); !ok || got != nu {
+				t.Errorf("Owned(train) = %v, %v; want the newest, %s", got, ok, nu.ID)
 			}
-			for _, l := range lookups {
-				if got, ok := h.q.Get(l.key); !ok || got != l.want {
-					t.Errorf("Get(%q) = %v, %v; want %s", l.key, got, ok, l.want.ID)
+			for id, want := range map[string]*jobqueue.Job{"j3": nu, "j1": old} {
+				if got, ok := h.q.Get(id); !ok || got != want {
+					t.Errorf("Get(%q) = %v, %v; want %s", id, got, ok, want.ID)
 				}
 			}
 			if old.Name != "train" || old.State != end {
@@ -291,7 +287,7 @@ func TestAddReusesFinishedName(t *testing.T) {
 			}
 			// After a restart the newest still wins.
 			q2 := h.reopen(t)
-			if got, ok := q2.Get("train"); !ok || got.ID != "j3" {
+			if got, ok := q2.Owned(1000, "train"); !ok || got.ID != "j3" {
 				t.Errorf("after Load Get(train) = %v, %v; want j3", got, ok)
 			}
 			if got, ok := q2.Get("j1"); !ok || got.Name != "train" || got.State != end {
@@ -301,49 +297,32 @@ func TestAddReusesFinishedName(t *testing.T) {
 	}
 }
 
-func TestGetPrefersNameOverID(t *testing.T) {
-	// Add refuses names of the form j<digits> other than the job's own id,
-	// so only a store written otherwise can hold a name that is another
-	// job's id; Get must still resolve it by name first.
-	dir := filepath.Join(t.TempDir(), "jobs")
-	st, err := store.OpenRecords(dir)
-	if err != nil {
-		t.Fatal(err)
+// TestNamesPerOwner: job names are per owner. Two owners' unfinished jobs
+// of one name are two jobs, each found by its owner's name; one owner's
+// second unfinished job of a name is refused; Get finds by id only.
+func TestNamesPerOwner(t *testing.T) {
+	h := newHarness(t)
+	bob := spec("train", api.JobQueued)
+	bob.Owner = jobqueue.Owner{UID: 1001, GID: 1001, User: "bob"}
+	h.add(t, spec("train", api.JobQueued))
+	h.add(t, bob)
+	if _, err := h.q.Add([]*jobqueue.Job{spec("train", api.JobQueued)}); !errors.Is(err, jobqueue.ErrExists) {
+		t.Fatalf("alice's second unfinished train: %v, want ErrExists", err)
 	}
-	for _, r := range []struct {
-		id   string
-		seq  uint64
-		name string
-	}{{"j1", 1, "a"}, {"j2", 2, "j1"}, {"j3", 3, "j3"}} {
-		j := spec(r.name, api.JobQueued)
-		j.ID, j.Seq, j.Rev = r.id, r.seq, 1
-		if err := st.Put(r.id, j); err != nil {
-			t.Fatal(err)
+	for uid, want := range map[uint32]string{1000: "j1", 1001: "j2"} {
+		if j, ok := h.q.Owned(uid, "train"); !ok || j.ID != want {
+			t.Errorf("Owned(%d, train) = %v, %v; want %s", uid, j, ok, want)
 		}
 	}
-	q := jobqueue.New(st, nil)
-	if problems, err := q.Load(); err != nil || len(problems) > 0 {
-		t.Fatalf("Load: %v %+v", err, problems)
+	if _, ok := h.q.Owned(1002, "train"); ok {
+		t.Error("a third owner finds a train")
 	}
-	cases := []struct {
-		key    string
-		wantID string // "" for not found
-	}{
-		{"j1", "j2"}, // the name j1 wins over the id j1
-		{"a", "j1"},
-		{"j2", "j2"},
-		{"j3", "j3"},
-		{"j4", ""},
-		{"job-1", ""},
-		{"", ""},
+	if _, ok := h.q.Get("train"); ok {
+		t.Error("Get found a job by name")
 	}
-	for _, tc := range cases {
-		t.Run(tc.key, func(t *testing.T) {
-			j, ok := q.Get(tc.key)
-			if ok != (tc.wantID != "") || ok && j.ID != tc.wantID {
-				t.Fatalf("Get(%q) = %v, %v; want %q", tc.key, j, ok, tc.wantID)
-			}
-		})
+	q2 := h.reopen(t)
+	if j, ok := q2.Owned(1001, "train"); !ok || j.ID != "j2" {
+		t.Errorf("after Load, Owned(1001, train) = %v, %v", j, ok)
 	}
 }
 
@@ -736,7 +715,7 @@ func TestAddWithin(t *testing.T) {
 	if want := []ask{{1000, 2, 2}, {1001, 1, 1}}; !reflect.DeepEqual(asked, want) {
 		t.Errorf("admit asked %v, want %v", asked, want)
 	}
-	if _, ok := h.q.Get("a4"); ok || len(h.q.View()) != 4 || len(h.changes) != changes {
+	if _, ok := h.q.Owned(1000, "a4"); ok || len(h.q.View()) != 4 || len(h.changes) != changes {
 		t.Fatalf("a refused batch changed the queue: %d jobs, %d changes", len(h.q.View()), len(h.changes)-changes)
 	}
 }

@@ -89,21 +89,22 @@ func (q *Queue) RemoveAll(ids []string, why string, check func(*Job) error) (rem
 }
 
 // forgetLocked drops removed (their ids in drop) from the indexes and the
-// view. A name whose newest job went names its newest remaining one.
+// view. An owner's name whose newest job went names their newest
+// remaining one.
 func (q *Queue) forgetLocked(removed []*Job, drop map[string]bool) {
-	renamed := map[string]bool{}
+	renamed := map[ownedName]bool{}
 	for _, j := range removed {
 		delete(q.byID, j.ID)
-		if q.byName[j.Name] == j.ID {
-			delete(q.byName, j.Name)
-			renamed[j.Name] = true
+		if key := (ownedName{j.Owner.UID, j.Name}); q.byName[key] == j.ID {
+			delete(q.byName, key)
+			renamed[key] = true
 		}
 	}
 	v := slices.DeleteFunc(slices.Clone(q.View()), func(j *Job) bool { return drop[j.ID] })
 	for i := len(v) - 1; i >= 0 && len(renamed) > 0; i-- {
-		if renamed[v[i].Name] {
-			q.byName[v[i].Name] = v[i].ID
-			delete(renamed, v[i].Name)
+		if key := (ownedName{v[i].Owner.UID, v[i].Name}); renamed[key] {
+			q.byName[key] = v[i].ID
+			delete(renamed, key)
 		}
 	}
 	q.storeLocked(v, removed, nil)

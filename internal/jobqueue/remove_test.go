@@ -39,10 +39,10 @@ func TestRemoveAll(t *testing.T) {
 	if got := idNames(h.q.View()); !reflect.DeepEqual(got, []string{"j2 b", "j3 x"}) {
 		t.Fatalf("view %v", got)
 	}
-	if j, ok := h.q.Get("x"); !ok || j.ID != "j3" {
+	if j, ok := h.q.Owned(1000, "x"); !ok || j.ID != "j3" {
 		t.Fatalf("x names %v, want j3, the newest left", j)
 	}
-	if _, ok := h.q.Get("a"); ok {
+	if _, ok := h.q.Owned(1000, "a"); ok {
 		t.Fatal("a still found")
 	}
 	if _, ok := h.q.Get("j1"); ok {
