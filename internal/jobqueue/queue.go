@@ -136,8 +136,8 @@ func (q *Queue) Get(id string) (*Job, bool) {
 func (q *Queue) Owned(uid uint32, name string) (*Job, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	id, ok := q.byName[ownedName{uid, name}]
-	return q.byID[id], ok
+	j := q.byID[q.byName[ownedName{uid, name}]]
+	return j, j != nil
 }
 
 // Add assigns ids and sequence numbers to jobs (named job-<seq> when

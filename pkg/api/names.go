@@ -6,7 +6,9 @@ import "fmt"
 const MaxNameLen = 64
 
 // ValidateName checks a process name: 1-64 of [A-Za-z0-9._-], not "." or
-// "..", so a name is always safe as a file name.
+// "..", so a name is always safe as a file name. Names are per user: where
+// a call names an existing process or job, root may write another user's
+// as USER/NAME, a user and a name, which the daemon reads apart.
 func ValidateName(name string) error {
 	if name == "" {
 		return fmt.Errorf("name is empty")
