@@ -52,3 +52,33 @@ func TestSplitRef(t *testing.T) {
 		}
 	}
 }
+
+func TestNameFilter(t *testing.T) {
+	type owned struct {
+		name string
+		uid  uint32
+		user string
+	}
+	alice, bob, other := owned{"train", 1000, "alice"}, owned{"train", 1001, "bob"}, owned{"eval", 1000, "alice"}
+	for ref, want := range map[string][]owned{
+		"":            {alice, bob, other},
+		"train":       {alice, bob},
+		"alice/train": {alice},
+		"1001/train":  {bob},
+		"carol/train": nil,
+	} {
+		f, err := parseNameFilter(ref)
+		if err != nil {
+			t.Fatalf("parseNameFilter(%q): %v", ref, err)
+		}
+		var got []owned
+		for _, o := range []owned{alice, bob, other} {
+			if f.match(o.name, o.uid, o.user) {
+				got = append(got, o)
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("filter %q matches %v, want %v", ref, got, want)
+		}
+	}
+}
