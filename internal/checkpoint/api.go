@@ -144,7 +144,7 @@ func (a *API) helper(ctx context.Context) (*helperProc, error) {
 	if a.closed {
 		return nil, errors.New("cuda driver api closed")
 	}
-	if a.h != nil && !a.h.exited() {
+	if a.h != nil && !a.h.gone() {
 		return a.h, nil
 	}
 	h, err := startHelper(ctx, a.opts)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/checkpoint/checkpointtest"
 	"github.com/gpusched/gpusched/internal/simgpu"
@@ -480,5 +483,33 @@ func TestDriverErrorsAsNVIDIAs(t *testing.T) {
 			}
 			checkState(t, drv, pid, StateCheckpointed)
 		})
+	}
+}
+
+// TestAPIHelperDeadWhilePipesHeld: a helper that died idle while another
+// process holds copies of its pipes (as a child the daemon forks holds
+// them until its exec) is known dead by its state, not by the end of its
+// stdout: the next call goes to a new helper and succeeds.
+func TestAPIHelperDeadWhilePipesHeld(t *testing.T) {
+	f := newAPIFixture(t)
+	a := f.api(t)
+	pid := f.job(t)
+	old := a.h.cmd.Process.Pid
+	stdin, err := os.Open(fmt.Sprintf("/proc/%d/fd/0", old)) // the read end of its requests
+	apiMust(t, "hold its stdin", err)
+	defer stdin.Close()
+	stdout, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/1", old), os.O_WRONLY, 0) // the write end of its answers
+	apiMust(t, "hold its stdout", err)
+	defer stdout.Close()
+	pidfd, err := unix.PidfdOpen(old, 0)
+	apiMust(t, "pidfd of the helper", err)
+	defer unix.Close(pidfd)
+	apiMust(t, "kill helper", syscall.Kill(old, syscall.SIGKILL))
+	if _, err := unix.Poll([]unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}, 30_000); err != nil { // readable once it has exited
+		t.Fatal(err)
+	}
+	apiWantState(t, a, pid, StateRunning)
+	if a.h.cmd.Process.Pid == old {
+		t.Error("the dead helper was asked again")
 	}
 }

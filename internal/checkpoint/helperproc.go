@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gpusched/gpusched/internal/cpuaffinity"
+	"github.com/gpusched/gpusched/internal/procfs"
 )
 
 // stderrTail is how much of the helper's stderr errors quote.
@@ -187,6 +188,19 @@ func (p *helperProc) exited() bool {
 	default:
 		return false
 	}
+}
+
+// gone reports whether the helper has exited, by its state where its
+// pipes have not said so yet: a child another thread of the daemon forks
+// holds copies of them until it execs, and so may keep the end of stdout
+// from coming while a request written then reaches no helper. A zombie or
+// a reaped helper is gone.
+func (p *helperProc) gone() bool {
+	if p.exited() {
+		return true
+	}
+	st, err := procfs.ReadStat(p.cmd.Process.Pid)
+	return err != nil || st.Exited()
 }
 
 // call sends req and waits for its response, the helper's death or ctx.
