@@ -47,7 +47,7 @@ func (d *Daemon) processKey(c *call, ref string) (proctable.Key, error) {
 		for i, r := range named {
 			users[i] = r.Owner.User
 		}
-		return proctable.Key{}, invalidf("%s: %d users have a process %q (%s): name one as USER/%s", c.method, len(named), name, strings.Join(users, ", "), name)
+		return proctable.Key{}, ambiguous(c, "process", name, users)
 	}
 }
 
@@ -162,5 +162,10 @@ func (d *Daemon) jobKey(c *call, ref string) (*jobqueue.Job, error) {
 		}
 	}
 	slices.Sort(users)
-	return nil, invalidf("%s: %d users have a job %q (%s): name one as USER/%s", c.method, len(owners), name, strings.Join(users, ", "), name)
+	return nil, ambiguous(c, "job", name, users)
+}
+
+// ambiguous refuses root's name alone of what several users have one of.
+func ambiguous(c *call, what, name string, users []string) error {
+	return invalidf("%s: %d users have a %s %q (%s): name one as USER/%s", c.method, len(users), what, name, strings.Join(users, ", "), name)
 }
