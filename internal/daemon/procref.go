@@ -133,11 +133,12 @@ func (d *Daemon) jobKey(c *call, ref string) (*jobqueue.Job, error) {
 		return nil, invalidf("%s: %v", c.method, err)
 	}
 	if !qualified {
-		if j, ok := d.jobs.Owned(c.actor.UID, name); ok || !c.actor.root() {
-			if !ok {
-				return nil, api.Errorf(api.CodeNotFound, "job %q not found", ref)
-			}
+		j, ok := d.jobs.Owned(c.actor.UID, name)
+		switch {
+		case ok:
 			return j, nil
+		case !c.actor.root():
+			return nil, api.Errorf(api.CodeNotFound, "job %q not found", ref)
 		}
 	}
 	// USER/NAME, or root's NAME of another user's job: the newest of each
@@ -161,11 +162,11 @@ func (d *Daemon) jobKey(c *call, ref string) (*jobqueue.Job, error) {
 			return j, nil
 		}
 	}
-	slices.Sort(users)
 	return nil, ambiguous(c, "job", name, users)
 }
 
 // ambiguous refuses root's name alone of what several users have one of.
 func ambiguous(c *call, what, name string, users []string) error {
+	slices.Sort(users)
 	return invalidf("%s: %d users have a %s %q (%s): name one as USER/%s", c.method, len(users), what, name, strings.Join(users, ", "), name)
 }
