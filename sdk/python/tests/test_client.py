@@ -135,6 +135,19 @@ def test_errors(sched: GpuSched) -> None:
     assert sched.status("sleeper").state == "running"  # the main connection is still fine
 
 
+def test_names_are_per_user(sched: GpuSched) -> None:
+    """Root's process and nobody's share a name: each is its own, and root names nobody's as nobody/NAME."""
+    sched.run("twin", ["sleep", "1000"], dir="/")
+    sched.run("twin", ["sleep", "1000"], dir="/", user="nobody")
+    assert sched.status("twin").user == "root"
+    theirs = sched.status("nobody/twin")
+    assert (theirs.name, theirs.user) == ("twin", "nobody")
+    with pytest.raises(Exists):
+        sched.run("twin", ["true"], dir="/", user="nobody")
+    sched.kill("nobody/twin", grace=1)
+    assert sched.status("twin").state == "running"
+
+
 def test_events_see_another_clients_process(sched: GpuSched, daemon: Daemon) -> None:
     other = GpuSched(daemon.socket)
     states: List[str] = []
