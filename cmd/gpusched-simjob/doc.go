@@ -53,7 +53,9 @@
 // /v1/chat/completions (streamed as server-sent events with "stream":
 // true), /v1/completions and /v1/embeddings answer deterministic content
 // naming --model (default: the process name). Bodies are bounded to 1 MiB.
-// --token-delay spaces streamed tokens; a message or prompt "CRASH" makes
+// --token-delay spaces streamed tokens; --parallel N generates for at most
+// N requests at once, the others waiting first come, first served, as
+// llama-server's slots do; a message or prompt "CRASH" makes
 // it exit 70 mid-response. A request waits while the simulated driver holds
 // the process locked or checkpointed, as its CUDA calls would. With
 // $LLAMA_API_KEY set, every path but /health, /v1/health, /models and

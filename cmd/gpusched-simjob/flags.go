@@ -30,6 +30,7 @@ type config struct {
 	load       time.Duration // time before it is ready
 	model      string        // name it answers with; "": the process name
 	tokenDelay time.Duration // time between streamed tokens
+	parallel   int           // requests generating at once; 0: no bound
 }
 
 // parseFlags parses the command line; usage and flag errors go to stderr.
@@ -56,6 +57,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&load, "load-seconds", 0, "with --http, answer /health 503 for this many `seconds`, as a server loading weights does (--vram then ramps over them)")
 	fs.StringVar(&cfg.model, "model", "", "with --http, the model `NAME` its replies carry (default: the process name)")
 	fs.Float64Var(&tokenDelay, "token-delay", 0, "with --http, wait this many `seconds` between streamed tokens")
+	fs.IntVar(&cfg.parallel, "parallel", 0, "with --http, generate for at most `N` requests at once, the others waiting first come, first served, as llama-server's --parallel slots do (0: no bound)")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err
 	}
@@ -83,8 +85,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if cfg.httpPort < 0 || cfg.httpPort > 65535 {
 		return config{}, fmt.Errorf("--http %d: must be a TCP port, 1 to 65535", cfg.httpPort)
 	}
-	if cfg.httpPort == 0 && (load != 0 || cfg.model != "" || tokenDelay != 0) {
-		return config{}, errors.New("--load-seconds, --model and --token-delay need --http")
+	if cfg.httpPort == 0 && (load != 0 || cfg.model != "" || tokenDelay != 0 || cfg.parallel != 0) {
+		return config{}, errors.New("--load-seconds, --model, --token-delay and --parallel need --http")
+	}
+	if cfg.parallel < 0 {
+		return config{}, fmt.Errorf("--parallel %d: must not be negative", cfg.parallel)
 	}
 	var err error
 	for _, d := range []struct {

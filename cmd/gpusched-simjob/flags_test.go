@@ -14,8 +14,8 @@ func TestParseFlags(t *testing.T) {
 	if err != nil || cfg != want {
 		t.Errorf("parseFlags = %+v, %v; want %+v", cfg, err, want)
 	}
-	cfg, err = parseFlags([]string{"--http", "8080", "--load-seconds", "2", "--model", "m", "--token-delay", "0.01"}, io.Discard)
-	want = config{httpPort: 8080, load: 2 * time.Second, ramp: 2 * time.Second, model: "m", tokenDelay: 10 * time.Millisecond, ncclShm: true}
+	cfg, err = parseFlags([]string{"--http", "8080", "--load-seconds", "2", "--model", "m", "--token-delay", "0.01", "--parallel", "4"}, io.Discard)
+	want = config{httpPort: 8080, load: 2 * time.Second, ramp: 2 * time.Second, model: "m", tokenDelay: 10 * time.Millisecond, parallel: 4, ncclShm: true}
 	if err != nil || cfg != want {
 		t.Errorf("parseFlags(--http) = %+v, %v; want %+v (--load-seconds ramps the VRAM)", cfg, err, want)
 	}
@@ -32,6 +32,8 @@ func TestParseFlags(t *testing.T) {
 		{"--load-seconds", "1"},
 		{"--model", "m"},
 		{"--http", "8080", "--load-seconds", "-1"},
+		{"--parallel", "2"},
+		{"--http", "8080", "--parallel", "-1"},
 	} {
 		if _, err := parseFlags(bad, io.Discard); err == nil {
 			t.Errorf("parseFlags(%q) succeeded", bad)

@@ -35,6 +35,7 @@ type server struct {
 	// pace runs between two streamed tokens (the model's time per token:
 	// --token-delay); nil: none.
 	pace    func()
+	slots   *slots      // --parallel; nil: every request generates at once
 	readyAt time.Time   // --load-seconds after the start
 	loaded  atomic.Bool // its --vram is allocated
 	// gpuBusy reports whether its CUDA calls would block now (the process
@@ -155,31 +156,39 @@ type genRequest struct {
 	Model     string `json:"model"`
 }
 
-// decode reads a bounded JSON body into req, answering the client itself
-// (and returning false) when it is bad or the model is not loaded yet.
-func (s *server) decode(w http.ResponseWriter, r *http.Request, req *genRequest) bool {
+// accept reads a bounded JSON body into req and waits for a slot
+// (--parallel), answering the client itself (and returning false) when it
+// is bad or the model is not loaded yet. done gives the slot back.
+func (s *server) accept(w http.ResponseWriter, r *http.Request, req *genRequest) (done func(), ok bool) {
 	body := http.MaxBytesReader(w, r.Body, maxBody)
 	if err := json.NewDecoder(body).Decode(req); err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			apiError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", maxBody))
-			return false
+			return nil, false
 		}
 		apiError(w, http.StatusBadRequest, "invalid JSON body: "+err.Error())
-		return false
+		return nil, false
 	}
 	if req.MaxTokens != nil && (*req.MaxTokens < 1 || *req.MaxTokens > maxTokens) {
 		apiError(w, http.StatusBadRequest, fmt.Sprintf("max_tokens %d: must be 1 to %d", *req.MaxTokens, maxTokens))
-		return false
+		return nil, false
 	}
 	if !s.ready() {
 		// llama-server's answer to a request while it loads.
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": map[string]any{
 			"code": 503, "message": "Loading model", "type": "unavailable_error"}})
-		return false
+		return nil, false
+	}
+	done = func() {}
+	if s.slots != nil {
+		var err error
+		if done, err = s.slots.take(r.Context()); err != nil {
+			return nil, false // the client hung up waiting: nobody to answer
+		}
 	}
 	s.waitGPU()
-	return true
+	return done, true
 }
 
 // waitGPU blocks while the process is locked or checkpointed, as a CUDA
@@ -263,9 +272,11 @@ func (req *genRequest) promptTokens() int {
 // "data: [DONE]").
 func (s *server) chat(w http.ResponseWriter, r *http.Request) {
 	var req genRequest
-	if !s.decode(w, r, &req) {
+	done, ok := s.accept(w, r, &req)
+	if !ok {
 		return
 	}
+	defer done()
 	id, created := fmt.Sprintf("chatcmpl-simjob-%d", s.seq.Add(1)), time.Now().Unix()
 	toks := s.tokens(req.count())
 	if !req.Stream {
@@ -298,9 +309,11 @@ func (s *server) chat(w http.ResponseWriter, r *http.Request) {
 // completions answers the legacy /v1/completions ("text_completion").
 func (s *server) completions(w http.ResponseWriter, r *http.Request) {
 	var req genRequest
-	if !s.decode(w, r, &req) {
+	done, ok := s.accept(w, r, &req)
+	if !ok {
 		return
 	}
+	defer done()
 	id, created := fmt.Sprintf("cmpl-simjob-%d", s.seq.Add(1)), time.Now().Unix()
 	toks := s.tokens(req.count())
 	choice := func(text string, finish any) map[string]any {
@@ -325,9 +338,11 @@ func (s *server) completions(w http.ResponseWriter, r *http.Request) {
 // a hash of the model and the input.
 func (s *server) embeddings(w http.ResponseWriter, r *http.Request) {
 	var req genRequest
-	if !s.decode(w, r, &req) {
+	done, ok := s.accept(w, r, &req)
+	if !ok {
 		return
 	}
+	defer done()
 	inputs := texts(req.Input)
 	if len(inputs) == 0 {
 		apiError(w, http.StatusBadRequest, "input: a string or an array of strings is required")

@@ -120,6 +120,9 @@ func (j *job) startHTTP() error {
 		logf:    j.printf,
 		apiKey:  os.Getenv(apiKeyEnv),
 	}
+	if n := j.cfg.parallel; n > 0 {
+		s.slots = newSlots(n)
+	}
 	if d := j.cfg.tokenDelay; d > 0 {
 		s.pace = func() { time.Sleep(d) } // the model's time per token
 	}

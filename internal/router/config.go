@@ -52,6 +52,9 @@ type Model struct {
 	Aliases   []string
 	Preload   bool
 	KeyEnv    string // the environment variable its server reads ModelKey from; "": none
+	// Slots is how many requests its server is passed at once, the rest
+	// waiting in the router, shared fairly between users; 0: no bound.
+	Slots int
 }
 
 // Defaults of the optional settings.
@@ -243,6 +246,9 @@ func (p *parser) models(c *Config, v toml.Primitive) {
 				firstLine = l
 			}
 		}
+		if _, set := tables[name]["slots"]; !set {
+			m.Slots = serverSlots(m.Cmd)
+		}
 		p.lines[prefix] = firstLine
 		where := fmt.Sprintf("%s:%d: [%s]", p.path, firstLine, prefix)
 		if err := api.ValidateName(name); err != nil {
@@ -376,6 +382,12 @@ func (m *Model) set(key string, x any) error {
 			return fmt.Errorf("want true or false, not %s", describe(x))
 		}
 		m.Preload = b
+	case "slots":
+		n, ok := x.(int64)
+		if !ok || n < 0 || n > maxSlots {
+			return fmt.Errorf("want a number of requests 0-%d (0: no bound), not %s", maxSlots, describe(x))
+		}
+		m.Slots = int(n)
 	case "model_key_env":
 		s, ok := x.(string)
 		if !ok || !envName.MatchString(s) {
@@ -383,7 +395,7 @@ func (m *Model) set(key string, x any) error {
 		}
 		m.KeyEnv = s
 	default:
-		return fmt.Errorf("%w (known: aliases, cmd, gpus, health, hibernate, port, preload, ttl, vram)", errUnknown)
+		return fmt.Errorf("%w (known: aliases, cmd, gpus, health, hibernate, model_key_env, port, preload, slots, ttl, vram)", errUnknown)
 	}
 	return nil
 }

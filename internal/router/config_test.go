@@ -131,6 +131,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad key env", "model_key = \"sk-model-0123456789\"\n" + base + "model_key_env = \"1 BAD\"\n", `r.toml:5: models.alpha.model_key_env: want an environment variable's name`},
 		{"unknown unloader", "unload_users = [\"no-such-user-here\"]\n" + base, `r.toml:1: unload_users: item 1: no local user "no-such-user-here"`},
 		{"unloaders not a list", "unload_users = \"root\"\n" + base, `r.toml:1: unload_users: want a list of strings`},
+		{"negative slots", base + "slots = -1\n", `r.toml:4: models.alpha.slots: want a number of requests 0-65536 (0: no bound), not the integer -1`},
+		{"slots not a number", base + "slots = \"4\"\n", `r.toml:4: models.alpha.slots: want a number of requests`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := ParseConfig("r.toml", []byte(tc.text))
@@ -154,5 +156,50 @@ func TestLoadConfigBounded(t *testing.T) {
 	}
 	if _, err := LoadConfig(filepath.Join(t.TempDir(), "none.toml")); err == nil {
 		t.Fatal("a missing file loaded")
+	}
+}
+
+// TestSlotsFromTheServersFlags: a model's slots, where not set, are what
+// its server's argv gives it: llama-server's -np or --parallel, vLLM's
+// --max-num-seqs, the last one given; none, or a number left to the
+// server (llama-server's -1), bounds nothing.
+func TestSlotsFromTheServersFlags(t *testing.T) {
+	for _, tc := range []struct {
+		argv string
+		want int
+	}{
+		{"llama-server -m m.gguf --port ${PORT} -np 4", 4},
+		{"llama-server --parallel 8 -c 8192", 8},
+		{"llama-server --parallel=2", 2},
+		{"llama-server -np -1", 0},
+		{"llama-server -np 4 -np 6", 6},
+		{"vllm serve m --max-num-seqs 64", 64},
+		{"vllm serve m --max-num-seqs=16", 16},
+		{"llama-server -m m.gguf", 0},
+		{"llama-server -np", 0},
+		{"llama-server -np many", 0},
+		{"server --parallelism 3", 0},
+	} {
+		if got := serverSlots(strings.Fields(tc.argv)); got != tc.want {
+			t.Errorf("slots of %q = %d, want %d", tc.argv, got, tc.want)
+		}
+	}
+	c, err := ParseConfig("r.toml", []byte(`[models.alpha]
+cmd = ["llama-server", "-np", "4"]
+port = 9001
+[models.beta]
+cmd = ["llama-server", "-np", "4"]
+port = 9002
+slots = 0
+[models.gamma]
+cmd = ["vllm", "serve", "m"]
+port = 9003
+slots = 32
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b, g := c.Models["alpha"].Slots, c.Models["beta"].Slots, c.Models["gamma"].Slots; a != 4 || b != 0 || g != 32 {
+		t.Errorf("slots = %d, %d, %d; want 4 (its -np), 0 (set), 32 (set)", a, b, g)
 	}
 }

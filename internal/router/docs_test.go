@@ -17,6 +17,7 @@ func TestDocsNameEverything(t *testing.T) {
 	m.requests.WithLabelValues("x", "200")
 	m.inflight.WithLabelValues("x")
 	m.waiting.WithLabelValues("x")
+	m.queued.WithLabelValues("x")
 	m.waitSeconds.WithLabelValues("x")
 	m.wakeSeconds.WithLabelValues("x", "cold")
 	m.wakeFailures.WithLabelValues("x")
@@ -27,15 +28,15 @@ func TestDocsNameEverything(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(families) != 9 {
-		t.Errorf("%d metric families, want 9: a new one needs a line here", len(families))
+	if len(families) != 10 {
+		t.Errorf("%d metric families, want 10: a new one needs a line here", len(families))
 	}
 	for _, f := range families {
 		if !strings.Contains(string(doc), "`"+f.GetName()+"`") {
 			t.Errorf("docs/router.md does not document metric %s", f.GetName())
 		}
 	}
-	for _, key := range []string{"api_keys", "start_timeout", "max_body", "cmd", "port", "gpus", "vram", "health", "ttl", "hibernate", "aliases", "preload", "unload_users", "turn_timeout", "model_key", "model_key_env"} {
+	for _, key := range []string{"api_keys", "start_timeout", "max_body", "cmd", "port", "gpus", "vram", "health", "ttl", "hibernate", "aliases", "preload", "unload_users", "turn_timeout", "model_key", "model_key_env", "slots"} {
 		if !strings.Contains(string(doc), "| `"+key+"` |") {
 			t.Errorf("docs/router.md has no row for config key %s", key)
 		}

@@ -128,6 +128,11 @@ func (r *Router) serve(w http.ResponseWriter, req *http.Request, m *model) {
 		return
 	}
 	defer l.end()
+	release, ok := r.takeSlot(rec, req, m)
+	if !ok {
+		return
+	}
+	defer release()
 	defer func() {
 		if p := recover(); p != nil { // ReverseProxy aborts a response cut mid-way
 			if !wasCut(ctx) { // by its server, not by its turn's end
@@ -137,6 +142,28 @@ func (r *Router) serve(w http.ResponseWriter, req *http.Request, m *model) {
 		}
 	}()
 	r.proxies[m.cfg.Name].ServeHTTP(rec, req.WithContext(context.WithValue(ctx, proxyKey{}, l)))
+}
+
+// takeSlot waits for one of m's slots for a request that has its server
+// generate (a POST), answering the client itself when the wait ends
+// otherwise: its turn over, or the client gone. Without slots, or for
+// other requests (health, props, metrics), it passes at once.
+func (r *Router) takeSlot(w *statusWriter, req *http.Request, m *model) (release func(), ok bool) {
+	if m.slots == nil || req.Method != http.MethodPost {
+		return func() {}, true
+	}
+	m.met.queued.Inc()
+	release, err := m.slots.Take(req.Context(), peerUID(req.Context()))
+	m.met.queued.Dec()
+	switch {
+	case err == nil:
+		return release, true
+	case wasCut(req.Context()):
+		writeError(w, req, http.StatusServiceUnavailable, "turn_over", turnOverMessage(m.cfg.Name, r.cfg.TurnTimeout))
+	default:
+		w.code = 499 // the client hung up waiting
+	}
+	return nil, false
 }
 
 // listModels answers as OpenAI's GET /v1/models.
@@ -163,6 +190,7 @@ type modelStatus struct {
 	State    api.State `json:"state"` // the daemon's; "" when it has no process
 	Tier     api.Tier  `json:"tier,omitempty"`
 	InFlight int       `json:"in_flight"`
+	Queued   int       `json:"queued"` // of those, waiting for one of its slots
 	Waiting  int       `json:"waiting"`
 	Held     bool      `json:"held"`
 	Waking   bool      `json:"waking"`
@@ -179,6 +207,9 @@ func (r *Router) running(w http.ResponseWriter, req *http.Request) {
 		r.mu.Lock()
 		s := modelStatus{Model: n, InFlight: m.inflight, Waiting: m.waiting, Held: m.hold != nil, Waking: m.wake != nil, LastUsed: m.lastUsed}
 		r.mu.Unlock()
+		if m.slots != nil {
+			s.Queued = m.slots.Waiting()
+		}
 		p, err := r.d.Process(req.Context(), n)
 		switch {
 		case err == nil:

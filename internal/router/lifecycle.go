@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gpusched/gpusched/internal/limits"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -39,6 +40,7 @@ type model struct {
 	idle      *time.Timer     // freezes it after cfg.TTL without requests
 	freezing  bool            // an unload freezes it: wakes wait
 	transport *http.Transport // to its server
+	slots     *limits.Fair    // its server's slots, shared between users; nil: no bound
 	met       *modelMetrics   // its per-request series
 }
 

@@ -14,6 +14,7 @@ type metrics struct {
 	requests     *prometheus.CounterVec   // model, code
 	inflight     *prometheus.GaugeVec     // model
 	waiting      *prometheus.GaugeVec     // model
+	queued       *prometheus.GaugeVec     // model
 	waitSeconds  *prometheus.HistogramVec // model
 	wakeSeconds  *prometheus.HistogramVec // model, tier
 	wakeFailures *prometheus.CounterVec   // model
@@ -36,6 +37,8 @@ func newMetrics() *metrics {
 			Help: "Requests admitted to a model and not yet answered."}, []string{"model"}),
 		waiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "waiting",
 			Help: "Requests waiting for their model to wake or for its turn."}, []string{"model"}),
+		queued: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "queued",
+			Help: "Requests admitted to a model and waiting for one of its slots."}, []string{"model"}),
 		waitSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "wait_seconds",
 			Help: "Time requests that had to wait spent waiting for their model.", Buckets: wakeBuckets}, []string{"model"}),
 		wakeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "wake_seconds",
@@ -50,7 +53,7 @@ func newMetrics() *metrics {
 		turnCuts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "turn_cuts_total",
 			Help: "Requests cut because their model held its GPUs turn_timeout while another model waited for them."}, []string{"model"}),
 	}
-	m.reg.MustRegister(m.requests, m.inflight, m.waiting, m.waitSeconds, m.wakeSeconds, m.wakeFailures, m.unloads, m.upstreamErrs, m.turnCuts)
+	m.reg.MustRegister(m.requests, m.inflight, m.waiting, m.queued, m.waitSeconds, m.wakeSeconds, m.wakeFailures, m.unloads, m.upstreamErrs, m.turnCuts)
 	return m
 }
 
@@ -61,6 +64,7 @@ type modelMetrics struct {
 	vec         *metrics
 	inflight    prometheus.Gauge
 	waiting     prometheus.Gauge
+	queued      prometheus.Gauge
 	waitSeconds prometheus.Observer
 	ok          prometheus.Counter // requests answered 200
 }
@@ -70,6 +74,7 @@ func (m *metrics) forModel(name string) *modelMetrics {
 		name: name, vec: m,
 		inflight:    m.inflight.WithLabelValues(name),
 		waiting:     m.waiting.WithLabelValues(name),
+		queued:      m.queued.WithLabelValues(name),
 		waitSeconds: m.waitSeconds.WithLabelValues(name),
 		ok:          m.requests.WithLabelValues(name, strconv.Itoa(http.StatusOK)),
 	}

@@ -52,6 +52,9 @@ func New(cfg *Config, d Daemon, logger *zap.Logger) *Router {
 	r.stdLog = zap.NewStdLog(logger.Named("http"))
 	for name, m := range cfg.Models {
 		mm := &model{cfg: m, transport: newTransport(), met: r.metrics.forModel(name), leases: map[*lease]struct{}{}}
+		if m.Slots > 0 {
+			mm.slots = limits.NewFair(m.Slots)
+		}
 		r.models[name] = mm
 		r.proxies[name] = r.newProxy(mm)
 	}

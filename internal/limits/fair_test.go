@@ -1,0 +1,216 @@
+package limits
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// granted says whether w holds a place.
+func granted(w *fairWaiter) bool {
+	select {
+	case <-w.granted:
+		return true
+	default:
+		return false
+	}
+}
+
+// TestFairServesTheFewFirst: one user's many requests queued first wait
+// behind another user's one, which takes the next place that frees.
+func TestFairServesTheFewFirst(t *testing.T) {
+	const hostile, victim = 1001, 1002
+	f := NewFair(2)
+	if f.enqueue(hostile) != nil || f.enqueue(hostile) != nil {
+		t.Fatal("the first two requests waited with two places free")
+	}
+	var queued []*fairWaiter
+	for range 10 {
+		queued = append(queued, f.enqueue(hostile))
+	}
+	v := f.enqueue(victim)
+	if v == nil || f.Waiting() != 11 {
+		t.Fatalf("with both places held: victim at once %v, %d waiting; want it and 10 more waiting", v == nil, f.Waiting())
+	}
+	f.releaser(hostile)()
+	if !granted(v) || granted(queued[0]) {
+		t.Fatalf("the freed place went to the victim: %v; the hostile's earliest waiting: %v", granted(v), granted(queued[0]))
+	}
+	// Both hold one now, the hostile one place: its earliest goes next.
+	f.releaser(victim)()
+	if !granted(queued[0]) || granted(queued[1]) {
+		t.Fatal("with the victim gone, the hostile's requests go in their order")
+	}
+	if f.Held(hostile) != 2 || f.Held(victim) != 0 || f.Waiting() != 9 {
+		t.Fatalf("held %d and %d, %d waiting; want 2, 0, 9", f.Held(hostile), f.Held(victim), f.Waiting())
+	}
+}
+
+// TestFairTiesGoToTheLongestWaiting: between users holding as many
+// places, the request that has waited longest goes first.
+func TestFairTiesGoToTheLongestWaiting(t *testing.T) {
+	f := NewFair(1)
+	f.enqueue(7)
+	b := f.enqueue(8)
+	a := f.enqueue(9)
+	f.releaser(7)()
+	if !granted(b) || granted(a) {
+		t.Fatal("user 8 waited longer than user 9 and both hold nothing: 8 goes first")
+	}
+}
+
+// TestFairTakeEndsWithItsContext: a request given up on leaves the queue,
+// and one granted as its context ended passes its place on.
+func TestFairTakeEndsWithItsContext(t *testing.T) {
+	f := NewFair(1)
+	release, err := f.Take(context.Background(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := f.Take(ctx, 2); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Take with its context ended and no place free: %v", err)
+	}
+	if f.Waiting() != 0 {
+		t.Fatalf("%d waiting after the only waiter gave up", f.Waiting())
+	}
+	w := f.enqueue(3)
+	release()
+	release() // once only
+	if !granted(w) || f.Held(3) != 1 || f.Held(1) != 0 {
+		t.Fatalf("the freed place: granted %v, held %d", granted(w), f.Held(3))
+	}
+	// Granted, then given up on: the place goes to the next.
+	next := f.enqueue(4)
+	f.mu.Lock()
+	f.put(3)
+	f.mu.Unlock()
+	if !granted(next) || f.Held(4) != 1 {
+		t.Fatal("a place handed back went to nobody")
+	}
+}
+
+// TestFairOnePlaceAlternates: with one place, a user whose requests
+// queued first and another who queued one after them take turns: each
+// freed place goes to the user served less recently.
+func TestFairOnePlaceAlternates(t *testing.T) {
+	const hostile, victim = 1001, 1002
+	f := NewFair(1)
+	f.enqueue(hostile)
+	h1, h2 := f.enqueue(hostile), f.enqueue(hostile)
+	v := f.enqueue(victim)
+	f.releaser(hostile)()
+	if !granted(v) || granted(h1) {
+		t.Fatal("the hostile was just served and both hold nothing: the victim's request goes next")
+	}
+	f.releaser(victim)()
+	if !granted(h1) || granted(h2) {
+		t.Fatal("with the victim's one request served, the hostile's go on in their order")
+	}
+}
+
+// TestFairProperties drives random arrivals, releases and requests given
+// up on among four users and checks, at every step: no more than n
+// places held, nobody waiting while one is free, each freed place given
+// to a waiting user holding the fewest, each user's requests granted in
+// their order, and, while a user who holds nothing waits, no other user
+// given more than one place.
+func TestFairProperties(t *testing.T) {
+	for seed := range uint64(300) {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		n := 1 + rng.IntN(4)
+		f := NewFair(n)
+		var holders []uint32
+		var waiters []*fairWaiter
+		held := map[uint32]int{}
+		// givenWhileStarved[u][v]: places v was given while u held
+		// nothing and waited.
+		givenWhileStarved := map[uint32]map[uint32]int{}
+		for step := range 400 {
+			fail := func(format string, args ...any) {
+				t.Helper()
+				t.Fatalf("seed %d step %d (n %d): %s", seed, step, n, fmt.Sprintf(format, args...))
+			}
+			switch op := rng.IntN(10); {
+			case op < 5 || len(holders) == 0:
+				uid := uint32(rng.IntN(4))
+				if w := f.enqueue(uid); w == nil {
+					holders = append(holders, uid)
+					held[uid]++
+				} else {
+					waiters = append(waiters, w)
+					if held[uid] == 0 && givenWhileStarved[uid] == nil {
+						givenWhileStarved[uid] = map[uint32]int{}
+					}
+				}
+			case op < 6 && len(waiters) > 0: // a request given up on
+				i := rng.IntN(len(waiters))
+				w := waiters[i]
+				waiters = append(waiters[:i], waiters[i+1:]...)
+				f.mu.Lock()
+				f.drop(w)
+				f.mu.Unlock()
+				if !waits(waiters, w.uid) {
+					delete(givenWhileStarved, w.uid)
+				}
+			default:
+				i := rng.IntN(len(holders))
+				uid := holders[i]
+				holders = append(holders[:i], holders[i+1:]...)
+				held[uid]--
+				f.releaser(uid)()
+				if held[uid] == 0 && waits(waiters, uid) && givenWhileStarved[uid] == nil {
+					givenWhileStarved[uid] = map[uint32]int{}
+				}
+				fewest := -1
+				for _, w := range waiters {
+					if fewest < 0 || held[w.uid] < fewest {
+						fewest = held[w.uid]
+					}
+				}
+				for j, w := range waiters {
+					if !granted(w) {
+						continue
+					}
+					if held[w.uid] != fewest {
+						fail("the place went to user %d holding %d; another waiting user held %d", w.uid, held[w.uid], fewest)
+					}
+					for _, o := range waiters[:j] {
+						if o.uid == w.uid {
+							fail("user %d's later request was granted before its earlier one", w.uid)
+						}
+					}
+					for u, given := range givenWhileStarved {
+						if u == w.uid {
+							continue
+						}
+						if given[w.uid]++; given[w.uid] > 1 {
+							fail("user %d was given %d places while user %d held none and waited", w.uid, given[w.uid], u)
+						}
+					}
+					delete(givenWhileStarved, w.uid)
+					holders = append(holders, w.uid)
+					held[w.uid]++
+					waiters = append(waiters[:j], waiters[j+1:]...)
+					break
+				}
+			}
+			if len(holders) > n || f.inUse != len(holders) || len(waiters) > 0 && len(holders) < n || f.waiting != len(waiters) {
+				fail("%d held (counted %d), %d waiting (counted %d)", len(holders), f.inUse, len(waiters), f.waiting)
+			}
+		}
+	}
+}
+
+// waits says whether uid has a request among waiters.
+func waits(waiters []*fairWaiter, uid uint32) bool {
+	for _, w := range waiters {
+		if w.uid == uid {
+			return true
+		}
+	}
+	return false
+}

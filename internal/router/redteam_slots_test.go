@@ -1,0 +1,114 @@
+package router_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gpusched/gpusched/internal/testutil"
+)
+
+// streams, run as a local user, asks model alpha for N streamed replies
+// of 25 tokens at once and prints each one's status as it ends.
+const streams = `
+import http.client, json, sys, threading
+port, n = int(sys.argv[1]), int(sys.argv[2])
+body = json.dumps({"model": "alpha", "stream": True, "max_tokens": 25, "messages": [{"role": "user", "content": "hi"}]})
+def ask():
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    c.request("POST", "/v1/chat/completions", body, {"Content-Type": "application/json"})
+    r = c.getresponse()
+    r.read()
+    print(r.status, flush=True)
+ts = [threading.Thread(target=ask) for _ in range(n)]
+for t in ts: t.start()
+for t in ts: t.join()
+`
+
+// TestRedTeamRouterSlotsPerUser: a model server runs a few requests at
+// once (llama-server's --parallel slots) and queues the rest first come,
+// first served, whoever sent them: one user's burst of requests put
+// another user's one behind all of them. Now the router passes a model
+// its slots' worth at once and gives each slot that frees to the waiting
+// user holding the fewest: the other user's request goes next. Without
+// the router's slots the other user's request is answered after all of
+// the first user's (none left in flight); with them, after one.
+func TestRedTeamRouterSlotsPerUser(t *testing.T) {
+	const burst = 6
+	g := newRig(t, "1x24G")
+	hog := testutil.NewUser(t, "gsrslots", "gsrslotsg")
+	// simjob's --parallel 1 is llama-server's -np 1: the router reads its
+	// slots from it. 25 tokens 20 ms apart: each stream lasts 0.5 s.
+	g.startRouter(g.simModelArgs("alpha", modelMiB, []string{"--parallel", "1", "--token-delay", "0.02"}))
+	if status, body := g.chat("alpha"); status != 200 { // awake before the burst
+		t.Fatalf("first request: %d %s", status, body)
+	}
+	_, lines := testutil.PythonAs(t, hog, streams, g.port(), fmt.Sprint(burst))
+	g.awaitRunning("alpha", func(s runningModel) bool { return s.InFlight == burst })
+	got, err := testutil.PythonOutputAs(g.otherUser(), `import json, sys, urllib.request
+body = json.dumps({"model": "alpha", "messages": [{"role": "user", "content": "hi"}]}).encode()
+print(urllib.request.urlopen(urllib.request.Request(sys.argv[1] + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}), timeout=120).status)`, g.url)
+	after := g.runningModel("alpha")
+	if err != nil || got != "200" {
+		t.Fatalf("the other user's request: %v %s", err, got)
+	}
+	// In flight still: the burst's unanswered requests (and perhaps the
+	// other user's own, answered but not yet counted out).
+	if after.InFlight < burst-2 {
+		t.Errorf("the other user's request was answered with %d of the burst's %d in flight; want it served after one of them (at least %d left)", after.InFlight, burst, burst-2)
+	}
+	for i := range burst {
+		if !lines.Scan() || lines.Text() != "200" {
+			t.Fatalf("the burst's request %d: %q; want each answered 200", i+1, lines.Text())
+		}
+	}
+}
+
+// runningModel is one model of GET /running.
+type runningModel struct {
+	InFlight int `json:"in_flight"`
+	Queued   int `json:"queued"`
+}
+
+// port is the router's TCP port.
+func (g *rig) port() string { return g.url[len("http://127.0.0.1:"):] }
+
+// runningModel reads model's line of GET /running.
+func (g *rig) runningModel(model string) runningModel {
+	g.t.Helper()
+	out, code := curl(g.t, g.url+"/running")
+	var all struct {
+		Running []struct {
+			Model string `json:"model"`
+			runningModel
+		} `json:"running"`
+	}
+	if err := json.Unmarshal([]byte(out), &all); code != 0 || err != nil {
+		g.t.Fatalf("GET /running: curl %d, %v: %s", code, err, out)
+	}
+	for _, m := range all.Running {
+		if m.Model == model {
+			return m.runningModel
+		}
+	}
+	g.t.Fatalf("GET /running has no model %q: %s", model, out)
+	return runningModel{}
+}
+
+// awaitRunning polls GET /running until model's line satisfies ok: the
+// router has no event stream to wait on.
+func (g *rig) awaitRunning(model string, ok func(runningModel) bool) {
+	g.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s := g.runningModel(model)
+		if ok(s) {
+			return
+		}
+		if time.Now().After(deadline) {
+			g.t.Fatalf("model %s after 30s: %+v", model, s)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
