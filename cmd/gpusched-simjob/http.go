@@ -79,6 +79,7 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", s.chat)
 	mux.HandleFunc("POST /v1/completions", s.completions)
 	mux.HandleFunc("POST /v1/embeddings", s.embeddings)
+	mux.HandleFunc("GET /slots", s.slotStates)
 	if s.apiKey == "" {
 		return mux
 	}
@@ -130,6 +131,28 @@ func (s *server) health(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// slotStates answers GET /slots as llama-server does (tools/server
+// README, "GET /slots: Returns the current slots processing state",
+// enabled by default in recent versions; --no-slots turns it off): one
+// object per slot, here its id, its task (-1 when idle) and whether it is
+// processing. llama-server adds each slot's sampling parameters and next
+// token, and versions before 2025 the prompt it is processing.
+func (s *server) slotStates(w http.ResponseWriter, _ *http.Request) {
+	n, busy := 1, 0
+	if s.slots != nil {
+		n, busy = s.slots.count()
+	}
+	out := make([]map[string]any, n)
+	for i := range out {
+		task := -1
+		if i < busy {
+			task = i
+		}
+		out[i] = map[string]any{"id": i, "id_task": task, "is_processing": i < busy}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (s *server) models(w http.ResponseWriter, _ *http.Request) {

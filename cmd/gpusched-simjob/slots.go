@@ -16,11 +16,19 @@ import (
 // (server_queue::cleanup_pending_task).
 type slots struct {
 	mu      sync.Mutex
+	n       int
 	free    int
 	waiting []chan struct{} // in arrival order; each closed when it gets a slot
 }
 
-func newSlots(n int) *slots { return &slots{free: n} }
+func newSlots(n int) *slots { return &slots{n: n, free: n} }
+
+// count is the number of slots and of those busy.
+func (s *slots) count() (n, busy int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n, s.n - s.free
+}
 
 // take waits for a slot and returns the function that gives it back, or
 // ctx's error when the client hangs up first.

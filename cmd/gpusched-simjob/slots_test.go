@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -44,6 +45,20 @@ func TestSlotsFirstComeFirstServed(t *testing.T) {
 	if a, b := <-order, <-order; a != 0 || b != 2 {
 		t.Fatalf("served %d then %d; want 0 then 2 (1 hung up)", a, b)
 	}
+}
+
+func get(t *testing.T, url string) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, bytes.TrimSpace(body)
 }
 
 // waitQueued waits until n requests wait for a slot.
@@ -91,6 +106,9 @@ func TestParallelHoldsOthersBack(t *testing.T) {
 		second <- string(body)
 	}()
 	waitQueued(t, s.slots, 1)
+	if resp, body := get(t, ts.URL+"/slots"); resp.StatusCode != 200 || string(body) != `[{"id":0,"id_task":0,"is_processing":true}]` {
+		t.Errorf("GET /slots while the first generates: %d %s", resp.StatusCode, body)
+	}
 	close(step) // the first stream's last token, then data: [DONE]
 	if _, err := first.ReadString(']'); err != nil {
 		t.Fatal(err)

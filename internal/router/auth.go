@@ -2,13 +2,8 @@ package router
 
 import (
 	"crypto/subtle"
-	"fmt"
 	"net/http"
-	"os"
-	"slices"
 	"strings"
-
-	"github.com/gpusched/gpusched/internal/limits"
 )
 
 // auth requires one of the configured API keys, as "Authorization: Bearer
@@ -42,32 +37,4 @@ func (r *Router) keyOK(req *http.Request) bool {
 		ok |= subtle.ConstantTimeCompare([]byte(got), []byte(k))
 	}
 	return ok == 1
-}
-
-// mayUnload says whether the local user uid may freeze models with
-// /unload: root and the router's own user (who may freeze them through
-// the daemon anyway) and unload_users. Any other local user could
-// otherwise freeze a model between every request of everyone else's, each
-// of which would then wait for its thaw: the router would freeze its own
-// processes for them, which the daemon lets no other user do.
-func (r *Router) mayUnload(uid uint32) bool {
-	if r.cfg.UnloadAnyone {
-		return true
-	}
-	if uid == limits.AnyPeer {
-		return false
-	}
-	if uid == 0 || uid == uint32(os.Getuid()) {
-		return true
-	}
-	return slices.Contains(r.cfg.UnloadUIDs, uid)
-}
-
-// unloadRefusal is the 403's message for uid.
-func unloadRefusal(uid uint32) string {
-	who := fmt.Sprintf("your user (uid %d) is not", uid)
-	if uid == limits.AnyPeer {
-		who = "the router cannot tell which local user you are (a client on another host, or no sock_diag), and unload_users does not hold \"*\""
-	}
-	return fmt.Sprintf("/unload freezes models everyone uses: it is for root, the router's own user (uid %d) and unload_users; %s", os.Getuid(), who)
 }

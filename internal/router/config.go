@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/user"
 	"regexp"
 	"slices"
 	"sort"
@@ -32,8 +31,8 @@ type Config struct {
 	TurnTimeout  time.Duration // a held model's requests' time to finish once another model waits for its GPUs
 	MaxConns     int           // connections open at once; more wait in the kernel's backlog
 	ConnsPerUser int           // of those, what one local user holds (its peer's uid); 0: no share
-	UnloadUIDs   []uint32      // local users who may /unload, besides root and the router's own
-	UnloadAnyone bool          // unload_users holds "*": any client may /unload
+	Unloaders    Users         // local users who may /unload, besides root and the router's own
+	UpstreamAll  Users         // local users who may use every path of /upstream/, besides root and the router's own
 	ModelKey     string        // sent to every model server as its bearer key; "": none
 	Models       map[string]*Model
 	aliases      map[string]string // alias -> model
@@ -180,7 +179,9 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 				return nil
 			})
 		case "unload_users":
-			p.key(v, k, func(x any) (err error) { c.UnloadUIDs, c.UnloadAnyone, err = unloadUsers(x); return err })
+			p.key(v, k, func(x any) (err error) { c.Unloaders, err = parseUsers(x); return err })
+		case "upstream_users":
+			p.key(v, k, func(x any) (err error) { c.UpstreamAll, err = parseUsers(x); return err })
 		case "models":
 			p.models(c, v)
 		default:
@@ -412,37 +413,6 @@ func (m *Model) Argv() []string {
 
 // envName is what an environment variable's name may be.
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// unloadUsers reads unload_users: local user names or uids, or "*" for
-// any client.
-func unloadUsers(x any) ([]uint32, bool, error) {
-	names, err := stringList(x)
-	if err != nil {
-		return nil, false, err
-	}
-	var uids []uint32
-	anyone := false
-	for i, n := range names {
-		if n == "*" {
-			anyone = true
-			continue
-		}
-		id := n
-		if _, err := strconv.ParseUint(n, 10, 32); err != nil {
-			u, err := user.Lookup(n)
-			if err != nil {
-				return nil, false, fmt.Errorf("item %d: no local user %q (want a user name, a uid or \"*\")", i+1, n)
-			}
-			id = u.Uid
-		}
-		uid, err := strconv.ParseUint(id, 10, 32)
-		if err != nil {
-			return nil, false, fmt.Errorf("item %d: user %q has uid %q", i+1, n, id)
-		}
-		uids = append(uids, uint32(uid))
-	}
-	return uids, anyone, nil
-}
 
 func stringList(x any) ([]string, error) {
 	items, ok := x.([]any)

@@ -73,26 +73,32 @@ func TestParseConfig(t *testing.T) {
 
 // TestUnloadUsers: unload_users takes names and uids, and "*" for any
 // client; without it only root and the router's own user may /unload.
-func TestUnloadUsers(t *testing.T) {
+func TestUsersLists(t *testing.T) {
 	const base = "[models.alpha]\ncmd = [\"x\"]\nport = 9001\n"
-	c, err := ParseConfig("r.toml", []byte("unload_users = [\"root\", \"4242\"]\n"+base))
+	c, err := ParseConfig("r.toml", []byte("unload_users = [\"root\", \"4242\"]\nupstream_users = [\"4243\"]\n"+base))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(c.UnloadUIDs) != 2 || c.UnloadUIDs[0] != 0 || c.UnloadUIDs[1] != 4242 || c.UnloadAnyone {
-		t.Errorf("unload_users [root, 4242] = %v, anyone %v", c.UnloadUIDs, c.UnloadAnyone)
+	if u := c.Unloaders; len(u.UIDs) != 2 || u.UIDs[0] != 0 || u.UIDs[1] != 4242 || u.Anyone {
+		t.Errorf("unload_users [root, 4242] = %+v", u)
 	}
-	r := &Router{cfg: c}
-	if !r.mayUnload(4242) || r.mayUnload(4243) || r.mayUnload(limits.AnyPeer) || !r.mayUnload(uint32(os.Getuid())) {
+	u := c.Unloaders
+	if !u.allows(4242) || u.allows(4243) || u.allows(limits.AnyPeer) || !u.allows(uint32(os.Getuid())) {
 		t.Errorf("listed 4242, unlisted 4243, unknown peer, own user: %v %v %v %v",
-			r.mayUnload(4242), r.mayUnload(4243), r.mayUnload(limits.AnyPeer), r.mayUnload(uint32(os.Getuid())))
+			u.allows(4242), u.allows(4243), u.allows(limits.AnyPeer), u.allows(uint32(os.Getuid())))
+	}
+	if u := c.UpstreamAll; !u.allows(4243) || u.allows(4242) || !u.allows(0) {
+		t.Errorf("upstream_users [4243] = %+v: its own list, root always", u)
 	}
 	c, err = ParseConfig("r.toml", []byte("unload_users = [\"*\"]\n"+base))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := (&Router{cfg: c}); !r.mayUnload(4243) || !r.mayUnload(limits.AnyPeer) {
-		t.Errorf("unload_users [*]: uid 4243 %v, unknown peer %v; want both allowed", r.mayUnload(4243), r.mayUnload(limits.AnyPeer))
+	if u := c.Unloaders; !u.allows(4243) || !u.allows(limits.AnyPeer) {
+		t.Errorf("unload_users [*]: uid 4243 %v, unknown peer %v; want both allowed", u.allows(4243), u.allows(limits.AnyPeer))
+	}
+	if c.UpstreamAll.allows(4243) {
+		t.Error("upstream_users unset: uid 4243 allowed")
 	}
 }
 
@@ -131,6 +137,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"bad key env", "model_key = \"sk-model-0123456789\"\n" + base + "model_key_env = \"1 BAD\"\n", `r.toml:5: models.alpha.model_key_env: want an environment variable's name`},
 		{"unknown unloader", "unload_users = [\"no-such-user-here\"]\n" + base, `r.toml:1: unload_users: item 1: no local user "no-such-user-here"`},
 		{"unloaders not a list", "unload_users = \"root\"\n" + base, `r.toml:1: unload_users: want a list of strings`},
+		{"unknown upstream user", "upstream_users = [\"no-such-user-here\"]\n" + base, `r.toml:1: upstream_users: item 1: no local user "no-such-user-here"`},
 		{"negative slots", base + "slots = -1\n", `r.toml:4: models.alpha.slots: want a number of requests 0-65536 (0: no bound), not the integer -1`},
 		{"slots not a number", base + "slots = \"4\"\n", `r.toml:4: models.alpha.slots: want a number of requests`},
 	} {

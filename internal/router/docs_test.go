@@ -36,7 +36,7 @@ func TestDocsNameEverything(t *testing.T) {
 			t.Errorf("docs/router.md does not document metric %s", f.GetName())
 		}
 	}
-	for _, key := range []string{"api_keys", "start_timeout", "max_body", "cmd", "port", "gpus", "vram", "health", "ttl", "hibernate", "aliases", "preload", "unload_users", "turn_timeout", "model_key", "model_key_env", "slots"} {
+	for _, key := range []string{"api_keys", "start_timeout", "max_body", "cmd", "port", "gpus", "vram", "health", "ttl", "hibernate", "aliases", "preload", "unload_users", "turn_timeout", "model_key", "model_key_env", "slots", "upstream_users"} {
 		if !strings.Contains(string(doc), "| `"+key+"` |") {
 			t.Errorf("docs/router.md has no row for config key %s", key)
 		}

@@ -98,19 +98,6 @@ func readBody(w http.ResponseWriter, req *http.Request, max int64) ([]byte, erro
 	return b, nil
 }
 
-// upstream passes /upstream/NAME/REST through to model NAME as /REST.
-func (r *Router) upstream(w http.ResponseWriter, req *http.Request) {
-	m, ok := r.lookup(req.PathValue("model"))
-	if !ok {
-		writeError(w, req, http.StatusNotFound, "model_not_found", fmt.Sprintf("no model %q here; GET /v1/models lists them", req.PathValue("model")))
-		return
-	}
-	req.Body = http.MaxBytesReader(w, req.Body, r.cfg.MaxBody)
-	req.URL.Path = "/" + req.PathValue("rest")
-	req.URL.RawPath = ""
-	r.serve(w, req, m)
-}
-
 // serve wakes m (or waits for its wake or turn) and proxies the request.
 func (r *Router) serve(w http.ResponseWriter, req *http.Request, m *model) {
 	rec := &statusWriter{ResponseWriter: w}
@@ -224,11 +211,16 @@ func (r *Router) running(w http.ResponseWriter, req *http.Request) {
 }
 
 // unloadHandler freezes one model (/unload/NAME) or every idle one
-// (/unload), for the users mayUnload allows; a busy model is refused
-// with 409 and left as it is.
+// (/unload), for root, the router's own user (who may freeze them through
+// the daemon anyway) and unload_users; a busy model is refused with 409
+// and left as it is. Any other local user could otherwise freeze a model
+// between every request of everyone else's, each of which would then wait
+// for its thaw: the router would freeze its own processes for them, which
+// the daemon lets no other user do.
 func (r *Router) unloadHandler(w http.ResponseWriter, req *http.Request) {
-	if uid := peerUID(req.Context()); !r.mayUnload(uid) {
-		writeError(w, req, http.StatusForbidden, "permission_error", unloadRefusal(uid))
+	if uid := peerUID(req.Context()); !r.cfg.Unloaders.allows(uid) {
+		writeError(w, req, http.StatusForbidden, "permission_error",
+			forbidden("/unload freezes models everyone uses", "unload_users", uid))
 		return
 	}
 	names := r.cfg.Names()
