@@ -36,6 +36,18 @@ func newTestServer(t *testing.T, s *server) *httptest.Server {
 func post(t *testing.T, url, body string) (*http.Response, []byte) {
 	t.Helper()
 	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	return readReply(t, resp, err)
+}
+
+func get(t *testing.T, url string) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := http.Get(url)
+	return readReply(t, resp, err)
+}
+
+// readReply reads a whole reply, failing t on any error.
+func readReply(t *testing.T, resp *http.Response, err error) (*http.Response, []byte) {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,20 +47,6 @@ func TestSlotsFirstComeFirstServed(t *testing.T) {
 	}
 }
 
-func get(t *testing.T, url string) (*http.Response, []byte) {
-	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp, bytes.TrimSpace(body)
-}
-
 // waitQueued waits until n requests wait for a slot.
 func waitQueued(t *testing.T, s *slots, n int) {
 	t.Helper()
@@ -106,7 +92,7 @@ func TestParallelHoldsOthersBack(t *testing.T) {
 		second <- string(body)
 	}()
 	waitQueued(t, s.slots, 1)
-	if resp, body := get(t, ts.URL+"/slots"); resp.StatusCode != 200 || string(body) != `[{"id":0,"id_task":0,"is_processing":true}]` {
+	if resp, body := get(t, ts.URL+"/slots"); resp.StatusCode != 200 || string(bytes.TrimSpace(body)) != `[{"id":0,"id_task":0,"is_processing":true}]` {
 		t.Errorf("GET /slots while the first generates: %d %s", resp.StatusCode, body)
 	}
 	close(step) // the first stream's last token, then data: [DONE]
