@@ -3,6 +3,7 @@ package limits
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // Fair lets at most n requests through at once (a model server's slots)
@@ -47,16 +48,29 @@ func NewFair(n int) *Fair {
 }
 
 // Take waits for a place for uid and returns the function that gives it
-// back (once), or ctx's error when ctx ends first.
-func (f *Fair) Take(ctx context.Context, uid uint32) (release func(), err error) {
+// back (once), or ctx's error when ctx ends first. Each time the request
+// has waited another patience, overdue is called (nil: never), from
+// Take's goroutine: it may make a place free, such as by ending one.
+func (f *Fair) Take(ctx context.Context, uid uint32, patience time.Duration, overdue func()) (release func(), err error) {
 	w := f.enqueue(uid)
 	if w == nil {
 		return f.releaser(uid), nil
 	}
-	select {
-	case <-w.granted:
-		return f.releaser(uid), nil
-	case <-ctx.Done():
+	var tick <-chan time.Time
+	if overdue != nil {
+		t := time.NewTicker(patience)
+		defer t.Stop()
+		tick = t.C
+	}
+	for done := false; !done; {
+		select {
+		case <-w.granted:
+			return f.releaser(uid), nil
+		case <-tick:
+			overdue()
+		case <-ctx.Done():
+			done = true
+		}
 	}
 	f.mu.Lock()
 	select {

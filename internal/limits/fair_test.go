@@ -65,13 +65,13 @@ func TestFairTiesGoToTheLongestWaiting(t *testing.T) {
 // and one granted as its context ended passes its place on.
 func TestFairTakeEndsWithItsContext(t *testing.T) {
 	f := NewFair(1)
-	release, err := f.Take(context.Background(), 1)
+	release, err := f.Take(context.Background(), 1, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := f.Take(ctx, 2); !errors.Is(err, context.Canceled) {
+	if _, err := f.Take(ctx, 2, 0, nil); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Take with its context ended and no place free: %v", err)
 	}
 	if f.Waiting() != 0 {

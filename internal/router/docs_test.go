@@ -23,13 +23,14 @@ func TestDocsNameEverything(t *testing.T) {
 	m.wakeFailures.WithLabelValues("x")
 	m.unloads.WithLabelValues("x")
 	m.turnCuts.WithLabelValues("x")
+	m.slotCuts.WithLabelValues("x")
 	m.upstreamErrs.WithLabelValues("x")
 	families, err := m.reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(families) != 10 {
-		t.Errorf("%d metric families, want 10: a new one needs a line here", len(families))
+	if len(families) != 11 {
+		t.Errorf("%d metric families, want 11: a new one needs a line here", len(families))
 	}
 	for _, f := range families {
 		if !strings.Contains(string(doc), "`"+f.GetName()+"`") {

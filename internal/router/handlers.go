@@ -115,7 +115,7 @@ func (r *Router) serve(w http.ResponseWriter, req *http.Request, m *model) {
 		return
 	}
 	defer l.end()
-	release, ok := r.takeSlot(rec, req, m)
+	release, ok := r.takeSlot(rec, req, m, l)
 	if !ok {
 		return
 	}
@@ -129,28 +129,6 @@ func (r *Router) serve(w http.ResponseWriter, req *http.Request, m *model) {
 		}
 	}()
 	r.proxies[m.cfg.Name].ServeHTTP(rec, req.WithContext(context.WithValue(ctx, proxyKey{}, l)))
-}
-
-// takeSlot waits for one of m's slots for a request that has its server
-// generate (a POST), answering the client itself when the wait ends
-// otherwise: its turn over, or the client gone. Without slots, or for
-// other requests (health, props, metrics), it passes at once.
-func (r *Router) takeSlot(w *statusWriter, req *http.Request, m *model) (release func(), ok bool) {
-	if m.slots == nil || req.Method != http.MethodPost {
-		return func() {}, true
-	}
-	m.met.queued.Inc()
-	release, err := m.slots.Take(req.Context(), peerUID(req.Context()))
-	m.met.queued.Dec()
-	switch {
-	case err == nil:
-		return release, true
-	case wasCut(req.Context()):
-		writeError(w, req, http.StatusServiceUnavailable, "turn_over", turnOverMessage(m.cfg.Name, r.cfg.TurnTimeout))
-	default:
-		w.code = 499 // the client hung up waiting
-	}
-	return nil, false
 }
 
 // listModels answers as OpenAI's GET /v1/models.

@@ -58,15 +58,20 @@ type lease struct {
 	r      *Router
 	m      *model
 	failed bool
-	cancel func() // cuts the request (cutter); nil: nothing to cut
-	cut    bool   // its turn ended under it (endTurn)
+	cancel func(*cutCause) // cuts the request (cutter); nil: nothing to cut
+	cut    bool            // cut: its turn ended under it (endTurn, cutSlotHog)
+	// While it holds one of its model's slots: the user it was taken for,
+	// and since when.
+	slotUID   uint32
+	slotSince time.Time
+	holdsSlot bool
 }
 
 // acquire admits one request to m, waking m first when it is not held,
 // and returns the lease the request must end; cut ends the request when
 // its turn does (nil: nothing to cut). Requests that arrive while m wakes
 // wait for that one wake.
-func (r *Router) acquire(ctx context.Context, m *model, cut func()) (*lease, error) {
+func (r *Router) acquire(ctx context.Context, m *model, cut func(*cutCause)) (*lease, error) {
 	start := time.Now()
 	waited := false
 	r.mu.Lock()

@@ -21,6 +21,7 @@ type metrics struct {
 	unloads      *prometheus.CounterVec   // model
 	upstreamErrs *prometheus.CounterVec   // model
 	turnCuts     *prometheus.CounterVec   // model
+	slotCuts     *prometheus.CounterVec   // model
 }
 
 // wakeBuckets span a hold of a running model (sub-millisecond) to a cold
@@ -52,8 +53,10 @@ func newMetrics() *metrics {
 			Help: "Requests a model's server failed (connection refused or broken mid-request)."}, []string{"model"}),
 		turnCuts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "turn_cuts_total",
 			Help: "Requests cut because their model held its GPUs turn_timeout while another model waited for them."}, []string{"model"}),
+		slotCuts: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "slot_cuts_total",
+			Help: "Requests cut because their user held more of the model's slots than another user who waited turn_timeout for one."}, []string{"model"}),
 	}
-	m.reg.MustRegister(m.requests, m.inflight, m.waiting, m.queued, m.waitSeconds, m.wakeSeconds, m.wakeFailures, m.unloads, m.upstreamErrs, m.turnCuts)
+	m.reg.MustRegister(m.requests, m.inflight, m.waiting, m.queued, m.waitSeconds, m.wakeSeconds, m.wakeFailures, m.unloads, m.upstreamErrs, m.turnCuts, m.slotCuts)
 	return m
 }
 

@@ -78,7 +78,7 @@ func (r *Router) newProxy(mm *model) *httputil.ReverseProxy {
 		},
 		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
 			if wasCut(req.Context()) {
-				writeError(w, req, http.StatusServiceUnavailable, "turn_over", turnOverMessage(m.Name, r.cfg.TurnTimeout))
+				writeError(w, req, http.StatusServiceUnavailable, "turn_over", cutMessage(req.Context(), m.Name, r.cfg.TurnTimeout))
 				return
 			}
 			if req.Context().Err() != nil {
@@ -176,7 +176,7 @@ func (b *sseBody) Read(p []byte) (int, error) {
 		return n, err
 	}
 	if wasCut(b.ctx) {
-		msg := turnOverMessage(b.l.m.cfg.Name, b.l.r.cfg.TurnTimeout)
+		msg := cutMessage(b.ctx, b.l.m.cfg.Name, b.l.r.cfg.TurnTimeout)
 		b.tail = strings.NewReader("\n\nevent: error\ndata: " + errorJSON(false, "turn_over", msg) + "\n\n")
 		return n, nil
 	}
@@ -185,11 +185,6 @@ func (b *sseBody) Read(p []byte) (int, error) {
 	msg := fmt.Sprintf("model %q: its server failed mid-stream (%v)", b.l.m.cfg.Name, err)
 	b.tail = strings.NewReader("\n\nevent: error\ndata: " + errorJSON(false, "upstream_error", msg) + "\n\n")
 	return n, nil
-}
-
-// turnOverMessage tells a cut request's client why.
-func turnOverMessage(model string, turn time.Duration) string {
-	return fmt.Sprintf("model %q: the request was cut after its model had held the GPU %v while another model waited for it (turn_timeout); retry", model, turn)
 }
 
 // fail marks the lease's model broken: no more requests go to this hold.

@@ -3,6 +3,7 @@ package router_test
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,5 +111,39 @@ func (g *rig) awaitRunning(model string, ok func(runningModel) bool) {
 			g.t.Fatalf("model %s after 30s: %+v", model, s)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRedTeamRouterSlotTurn: the router holds a model's slot until the
+// reply has reached its client, so a user's long stream, left unread,
+// held the slot, and with it the model, from every other user for as long
+// as they liked (without the slot's turn, another user's request is not
+// answered within 30 s). Now a request that has waited turn_timeout for a slot
+// cuts one of a user holding more slots: the other user is answered, and
+// the unread stream ends with an error event saying why.
+func TestRedTeamRouterSlotTurn(t *testing.T) {
+	g := newRig(t, "1x24G")
+	hog := testutil.NewUser(t, "gsrslot2", "gsrslot2g")
+	// One slot, and a stream of 4096 tokens 50 ms apart (205 s) that its
+	// client stops reading: a reply longer than the sockets' buffers hold
+	// keeps the slot as long as its client likes.
+	g.startRouter("start_timeout = \"60s\"\nturn_timeout = \"2s\"\n" +
+		g.simModelArgs("alpha", modelMiB, []string{"--parallel", "1", "--token-delay", "0.05"}))
+	stdin, lines := testutil.PythonAs(t, hog, slowStream, g.port())
+	if !lines.Scan() || lines.Text() != "streaming" {
+		t.Fatalf("the user's stream: %q", lines.Text())
+	}
+	got, err := testutil.PythonOutputAs(g.otherUser(), `import json, sys, urllib.request
+body = json.dumps({"model": "alpha", "messages": [{"role": "user", "content": "hi"}]}).encode()
+print(urllib.request.urlopen(urllib.request.Request(sys.argv[1] + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}), timeout=30).status)`, g.url)
+	if err != nil || got != "200" {
+		t.Fatalf("another user's request while the unread stream holds alpha's only slot: %v %s; want 200 after a turn", err, got)
+	}
+	fmt.Fprintln(stdin)
+	if !lines.Scan() || !strings.Contains(lines.Text(), "event: error") || !strings.Contains(lines.Text(), "slots") {
+		t.Fatalf("the cut stream ended with %q; want an error event naming the slots", lines.Text())
+	}
+	if got := g.metric(`gpusched_router_slot_cuts_total{model="alpha"}`); got != "1" {
+		t.Errorf("slot cuts of alpha = %q, want 1", got)
 	}
 }

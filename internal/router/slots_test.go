@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -21,7 +22,7 @@ func TestTakeSlotAnswersWhatEndsItsWait(t *testing.T) {
 	}}
 	r := New(cfg, nil, zap.NewNop())
 	m := r.models["alpha"]
-	busy, err := m.slots.Take(context.Background(), 1000)
+	busy, err := m.slots.Take(context.Background(), 1000, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +39,7 @@ func TestTakeSlotAnswersWhatEndsItsWait(t *testing.T) {
 			}
 			end(cancel)
 		}()
-		release, ok := r.takeSlot(w, req, m)
+		release, ok := r.takeSlot(w, req, m, &lease{r: r, m: m})
 		if ok {
 			release()
 		}
@@ -57,5 +58,53 @@ func TestTakeSlotAnswersWhatEndsItsWait(t *testing.T) {
 	}
 	if n := m.slots.Waiting(); n != 0 {
 		t.Errorf("%d requests still wait", n)
+	}
+}
+
+// TestCutSlotHog: a request that waited a turn for a slot cuts one held
+// by the user holding the most slots, more than its own user holds, the
+// one held longest; never one already cut, never one of a user holding
+// no more than the waiter's.
+func TestCutSlotHog(t *testing.T) {
+	start := time.Now()
+	type holder struct {
+		uid uint32
+		at  int // seconds after start it took its slot
+	}
+	for _, tc := range []struct {
+		name    string
+		holders []holder
+		waiter  uint32
+		cut     []int // indexes of holders cut by two calls, in order
+	}{
+		{"the hog's oldest, then the longest held", []holder{{1, 2}, {1, 1}, {3, 0}}, 2, []int{1, 2}},
+		{"the user holding most", []holder{{1, 0}, {3, 1}, {3, 2}}, 2, []int{1, 0}},
+		{"one slot: turns", []holder{{1, 0}}, 2, []int{0}},
+		{"as many as the waiter: none", []holder{{1, 0}, {2, 1}}, 2, nil},
+		{"the waiter's own: never", []holder{{2, 0}, {2, 1}}, 2, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := &Config{TurnTimeout: time.Minute, Models: map[string]*Model{
+				"alpha": {Name: "alpha", Cmd: []string{"serve"}, Health: DefaultHealth, Slots: 4},
+			}}
+			r := New(cfg, nil, zap.NewNop())
+			m := r.models["alpha"]
+			var cut []int
+			for i, h := range tc.holders {
+				l := &lease{r: r, m: m, slotUID: h.uid, slotSince: start.Add(time.Duration(h.at) * time.Second), holdsSlot: true}
+				l.cancel = func(why *cutCause) {
+					if why != errSlotOver {
+						t.Errorf("cut with %v", why)
+					}
+					cut = append(cut, i)
+				}
+				m.leases[l] = struct{}{}
+			}
+			r.cutSlotHog(m, tc.waiter)
+			r.cutSlotHog(m, tc.waiter)
+			if fmt.Sprint(cut) != fmt.Sprint(tc.cut) && !(len(cut) == 0 && len(tc.cut) == 0) {
+				t.Errorf("cut %v, want %v", cut, tc.cut)
+			}
+		})
 	}
 }

@@ -3,28 +3,39 @@ package router
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
 	"go.uber.org/zap"
 )
 
-// errTurnOver is the cause a request is cut with when its model's turn
-// ended under it (turn_timeout): it is neither the client's hang-up nor
-// a failure of the model's server.
-var errTurnOver = errors.New("its model's turn on the GPU ended")
+// cutCause is why the router cut a request: neither the client's hang-up
+// nor a failure of the model's server.
+type cutCause struct{ why string }
+
+func (c *cutCause) Error() string { return c.why }
+
+var (
+	// errTurnOver: its model's turn on the GPU ended under it
+	// (turn_timeout), another model waiting for the GPU.
+	errTurnOver = &cutCause{"its model's turn on the GPU ended"}
+	// errSlotOver: its user held more of the model's slots than another
+	// user who had waited turn_timeout for one (cutSlotHog).
+	errSlotOver = &cutCause{"its user's turn on one of the model's slots ended"}
+)
 
 // cutGrace is how long a cut request still has to write its answer (a
 // 503, or an error event ending its stream) to a client that reads it;
 // a client that does not read loses its connection then.
 const cutGrace = 5 * time.Second
 
-// cutter ends one admitted request: it cancels the request's upstream
-// call and bounds its writes to the client by cutGrace.
-func cutter(w http.ResponseWriter, cancel context.CancelCauseFunc) func() {
+// cutter ends one admitted request for a cause: it cancels the request's
+// upstream call and bounds its writes to the client by cutGrace.
+func cutter(w http.ResponseWriter, cancel context.CancelCauseFunc) func(*cutCause) {
 	rc := http.NewResponseController(w)
-	return func() {
-		cancel(errTurnOver)
+	return func(why *cutCause) {
+		cancel(why)
 		rc.SetWriteDeadline(time.Now().Add(cutGrace))
 	}
 }
@@ -62,7 +73,7 @@ func (r *Router) endTurn(m *model, t *time.Timer) {
 	for l := range m.leases {
 		if !l.cut {
 			l.cut = true
-			l.cancel() // under r.mu: the lease's handler has not returned (end removes it first)
+			l.cancel(errTurnOver) // under r.mu: the lease's handler has not returned (end removes it first)
 			n++
 		}
 	}
@@ -80,7 +91,22 @@ func stopTurnEnd(m *model) {
 	}
 }
 
-// wasCut says whether the request with ctx was cut by its turn's end.
-func wasCut(ctx context.Context) bool {
-	return errors.Is(context.Cause(ctx), errTurnOver)
+// cutWhy is why the request with ctx was cut, or nil where it was not.
+func cutWhy(ctx context.Context) *cutCause {
+	var c *cutCause
+	if errors.As(context.Cause(ctx), &c) {
+		return c
+	}
+	return nil
+}
+
+// wasCut says whether the request with ctx was cut by a turn's end.
+func wasCut(ctx context.Context) bool { return cutWhy(ctx) != nil }
+
+// cutMessage tells a cut request's client why.
+func cutMessage(ctx context.Context, model string, turn time.Duration) string {
+	if cutWhy(ctx) == errSlotOver {
+		return fmt.Sprintf("model %q: the request was cut: your user held more of the model's slots than another user who had waited %v for one (turn_timeout); retry", model, turn)
+	}
+	return fmt.Sprintf("model %q: the request was cut after its model had held the GPU %v while another model waited for it (turn_timeout); retry", model, turn)
 }
