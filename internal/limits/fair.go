@@ -49,15 +49,16 @@ func NewFair(n int) *Fair {
 
 // Take waits for a place for uid and returns the function that gives it
 // back (once), or ctx's error when ctx ends first. Each time the request
-// has waited another patience, overdue is called (nil: never), from
-// Take's goroutine: it may make a place free, such as by ending one.
+// has waited another patience, overdue is called (never where it is nil
+// or patience is not positive), from Take's goroutine: it may make a
+// place free, such as by ending one.
 func (f *Fair) Take(ctx context.Context, uid uint32, patience time.Duration, overdue func()) (release func(), err error) {
 	w := f.enqueue(uid)
 	if w == nil {
 		return f.releaser(uid), nil
 	}
 	var tick <-chan time.Time
-	if overdue != nil {
+	if overdue != nil && patience > 0 {
 		t := time.NewTicker(patience)
 		defer t.Stop()
 		tick = t.C

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // granted says whether w holds a place.
@@ -110,6 +111,26 @@ func TestFairOnePlaceAlternates(t *testing.T) {
 	if !granted(h1) || granted(h2) {
 		t.Fatal("with the victim's one request served, the hostile's go on in their order")
 	}
+}
+
+// TestFairOverdueMayFreeAPlace: a request that waits is called back each
+// patience it waits, and takes the place its callback frees.
+func TestFairOverdueMayFreeAPlace(t *testing.T) {
+	f := NewFair(1)
+	hold, err := f.Take(context.Background(), 1, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	release, err := f.Take(context.Background(), 2, time.Millisecond, func() {
+		if calls++; calls == 3 {
+			hold() // as the router cuts the hog's request
+		}
+	})
+	if err != nil || calls != 3 || f.Held(2) != 1 {
+		t.Fatalf("Take: %v after %d calls, user 2 holding %d; want the place after the third", err, calls, f.Held(2))
+	}
+	release()
 }
 
 // TestFairProperties drives random arrivals, releases and requests given
