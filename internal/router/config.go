@@ -21,21 +21,21 @@ import (
 // Config is the router's file: global settings and one Model per
 // [models.NAME] table.
 type Config struct {
-	Path         string
-	APIKeys      []string      // accepted as "Authorization: Bearer K" or "x-api-key: K"; none: no auth
-	MaxBody      int64         // bytes of a request body read to find its model
-	BodyBudget   int64         // bytes of bodies held whole at once, all requests together
-	BodyPerUser  int64         // of those, one local user's (at least MaxBody)
-	StartTimeout time.Duration // longest a cold start may take to answer health
-	IdleTimeout  time.Duration // a kept-alive connection with no new request for this long is closed
-	TurnTimeout  time.Duration // a held model's requests' time to finish once another model waits for its GPUs
-	MaxConns     int           // connections open at once; more wait in the kernel's backlog
-	ConnsPerUser int           // of those, what one local user holds (its peer's uid); 0: no share
-	Unloaders    Users         // local users who may /unload, besides root and the router's own
-	UpstreamAll  Users         // local users who may use every path of /upstream/, besides root and the router's own
-	ModelKey     string        // sent to every model server as its bearer key; "": none
-	Models       map[string]*Model
-	aliases      map[string]string // alias -> model
+	Path          string
+	APIKeys       []string      // accepted as "Authorization: Bearer K" or "x-api-key: K"; none: no auth
+	MaxBody       int64         // bytes of a request body read to find its model
+	BodyBudget    int64         // bytes of bodies held whole at once, all requests together
+	BodyPerUser   int64         // of those, one local user's (at least MaxBody)
+	StartTimeout  time.Duration // longest a cold start may take to answer health
+	IdleTimeout   time.Duration // a kept-alive connection with no new request for this long is closed
+	TurnTimeout   time.Duration // a held model's requests' time to finish once another model waits for its GPUs
+	MaxConns      int           // connections open at once; more wait in the kernel's backlog
+	ConnsPerUser  int           // of those, what one local user holds (its peer's uid); 0: no share
+	UnloadUsers   Users         // local users who may /unload, besides root and the router's own
+	UpstreamUsers Users         // local users who may use every path of /upstream/, besides root and the router's own
+	ModelKey      string        // sent to every model server as its bearer key; "": none
+	Models        map[string]*Model
+	aliases       map[string]string // alias -> model
 }
 
 // Model is one [models.NAME] table.
@@ -179,9 +179,9 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 				return nil
 			})
 		case "unload_users":
-			p.key(v, k, func(x any) (err error) { c.Unloaders, err = parseUsers(x); return err })
+			p.key(v, k, func(x any) (err error) { c.UnloadUsers, err = parseUsers(x); return err })
 		case "upstream_users":
-			p.key(v, k, func(x any) (err error) { c.UpstreamAll, err = parseUsers(x); return err })
+			p.key(v, k, func(x any) (err error) { c.UpstreamUsers, err = parseUsers(x); return err })
 		case "models":
 			p.models(c, v)
 		default:

@@ -79,25 +79,25 @@ func TestUsersLists(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u := c.Unloaders; len(u.UIDs) != 2 || u.UIDs[0] != 0 || u.UIDs[1] != 4242 || u.Anyone {
+	if u := c.UnloadUsers; len(u.UIDs) != 2 || u.UIDs[0] != 0 || u.UIDs[1] != 4242 || u.Anyone {
 		t.Errorf("unload_users [root, 4242] = %+v", u)
 	}
-	u := c.Unloaders
+	u := c.UnloadUsers
 	if !u.allows(4242) || u.allows(4243) || u.allows(limits.AnyPeer) || !u.allows(uint32(os.Getuid())) {
 		t.Errorf("listed 4242, unlisted 4243, unknown peer, own user: %v %v %v %v",
 			u.allows(4242), u.allows(4243), u.allows(limits.AnyPeer), u.allows(uint32(os.Getuid())))
 	}
-	if u := c.UpstreamAll; !u.allows(4243) || u.allows(4242) || !u.allows(0) {
+	if u := c.UpstreamUsers; !u.allows(4243) || u.allows(4242) || !u.allows(0) {
 		t.Errorf("upstream_users [4243] = %+v: its own list, root always", u)
 	}
 	c, err = ParseConfig("r.toml", []byte("unload_users = [\"*\"]\n"+base))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if u := c.Unloaders; !u.allows(4243) || !u.allows(limits.AnyPeer) {
+	if u := c.UnloadUsers; !u.allows(4243) || !u.allows(limits.AnyPeer) {
 		t.Errorf("unload_users [*]: uid 4243 %v, unknown peer %v; want both allowed", u.allows(4243), u.allows(limits.AnyPeer))
 	}
-	if c.UpstreamAll.allows(4243) {
+	if c.UpstreamUsers.allows(4243) {
 		t.Error("upstream_users unset: uid 4243 allowed")
 	}
 }

@@ -196,7 +196,7 @@ func (r *Router) running(w http.ResponseWriter, req *http.Request) {
 // for its thaw: the router would freeze its own processes for them, which
 // the daemon lets no other user do.
 func (r *Router) unloadHandler(w http.ResponseWriter, req *http.Request) {
-	if uid := peerUID(req.Context()); !r.cfg.Unloaders.allows(uid) {
+	if uid := peerUID(req.Context()); !r.cfg.UnloadUsers.allows(uid) {
 		writeError(w, req, http.StatusForbidden, "permission_error",
 			forbidden("/unload freezes models everyone uses", "unload_users", uid))
 		return

@@ -15,7 +15,7 @@ func (r *Router) upstream(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	path := "/" + req.PathValue("rest")
-	if uid := peerUID(req.Context()); !openUpstream(req.Method, path) && !r.cfg.UpstreamAll.allows(uid) {
+	if uid := peerUID(req.Context()); !openUpstream(req.Method, path) && !r.cfg.UpstreamUsers.allows(uid) {
 		writeError(w, req, http.StatusForbidden, "permission_error", forbidden(
 			fmt.Sprintf("%s %s on model %q's server acts on, or shows, what every user of the model shares (its slots and their prompts, adapters, caches, settings); only its generation endpoints and GETs of its health, models, props and metrics are everyone's", req.Method, path, m.cfg.Name),
 			"upstream_users", uid))
