@@ -65,6 +65,17 @@ type lease struct {
 	slotUID   uint32
 	slotSince time.Time
 	holdsSlot bool
+	slotBack  func() // gives its slot back (once; takeSlot); nil: it took none
+}
+
+// giveSlotBack gives the request's slot back, if it took one, as soon as
+// the server is done with it: its reply read whole (bufferReply). A
+// stream keeps its slot to its end. Called from the request's own
+// goroutine.
+func (l *lease) giveSlotBack() {
+	if l.slotBack != nil {
+		l.slotBack()
+	}
 }
 
 // acquire admits one request to m, waking m first when it is not held,

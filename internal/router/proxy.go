@@ -74,7 +74,11 @@ func (r *Router) newProxy(mm *model) *httputil.ReverseProxy {
 				resp.Body = &sseBody{ReadCloser: resp.Body, l: l, ctx: resp.Request.Context()}
 				return nil
 			}
-			return bufferReply(resp)
+			whole, err := bufferReply(resp)
+			if whole {
+				l.giveSlotBack() // the server is done: the client's pace is its own
+			}
+			return err
 		},
 		ErrorHandler: func(w http.ResponseWriter, req *http.Request, err error) {
 			if wasCut(req.Context()) {
@@ -108,10 +112,9 @@ const preallocMax = 64 << 10
 // of no use until whole) before passing it on, up to maxBuffered: a server
 // that dies mid-reply then gives the client a clear 502 rather than a 200
 // cut short. A longer reply passes its first maxBuffered bytes and streams
-// the rest.
-func bufferReply(resp *http.Response) error {
+// the rest. whole says whether the reply was read to its end.
+func bufferReply(resp *http.Response) (whole bool, err error) {
 	var head []byte
-	var err error
 	if n := resp.ContentLength; n >= 0 && n <= preallocMax {
 		// The usual case: a short reply of known length, read in one
 		// allocation.
@@ -122,7 +125,7 @@ func bufferReply(resp *http.Response) error {
 	}
 	if err != nil {
 		resp.Body.Close()
-		return fmt.Errorf("reading its reply: %w", err)
+		return false, fmt.Errorf("reading its reply: %w", err)
 	}
 	if len(head) < maxBuffered {
 		resp.Body.Close()
@@ -130,13 +133,13 @@ func bufferReply(resp *http.Response) error {
 		resp.ContentLength = int64(len(head))
 		resp.Header.Set("Content-Length", strconv.Itoa(len(head)))
 		resp.TransferEncoding = nil
-		return nil
+		return true, nil
 	}
 	resp.Body = struct {
 		io.Reader
 		io.Closer
 	}{io.MultiReader(bytes.NewReader(head), resp.Body), resp.Body}
-	return nil
+	return false, nil
 }
 
 // wholeBody is a request body already read whole (routeByBody's).

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -46,7 +47,8 @@ func serverSlots(argv []string) int {
 }
 
 // takeSlot waits for one of m's slots for a request that has its server
-// generate (a POST) and holds it on the request's lease l, answering the
+// generate (a POST) and holds it on the request's lease l until the
+// server is done with it (giveSlotBack) or the request ends, answering the
 // client itself when the wait ends otherwise: its turn over, or the
 // client gone. Each turn_timeout it waits, it cuts a request of a user
 // holding more of m's slots than its own (cutSlotHog). Without slots, or
@@ -64,12 +66,16 @@ func (r *Router) takeSlot(w *statusWriter, req *http.Request, m *model, l *lease
 		r.mu.Lock()
 		l.slotUID, l.slotSince, l.holdsSlot = uid, time.Now(), true
 		r.mu.Unlock()
-		return func() {
-			r.mu.Lock()
-			l.holdsSlot = false
-			r.mu.Unlock()
-			put()
-		}, true
+		var once sync.Once
+		l.slotBack = func() {
+			once.Do(func() {
+				r.mu.Lock()
+				l.holdsSlot = false
+				r.mu.Unlock()
+				put()
+			})
+		}
+		return l.slotBack, true
 	case wasCut(req.Context()):
 		writeError(w, req, http.StatusServiceUnavailable, "turn_over", cutMessage(req.Context(), m.cfg.Name, r.cfg.TurnTimeout))
 	default:

@@ -1,15 +1,24 @@
 package router
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/gpusched/gpusched/internal/limits"
+	"github.com/gpusched/gpusched/pkg/api"
 )
 
 // TestTakeSlotAnswersWhatEndsItsWait: a request waiting for a slot whose
@@ -106,5 +115,72 @@ func TestCutSlotHog(t *testing.T) {
 				t.Errorf("cut %v, want %v", cut, tc.cut)
 			}
 		})
+	}
+}
+
+// runningDaemon has every model running: a wake is a hold.
+type runningDaemon struct{ Daemon }
+
+func (runningDaemon) Process(_ context.Context, name string) (*api.Process, error) {
+	return &api.Process{Name: name, State: api.StateRunning}, nil
+}
+
+func (runningDaemon) Hold(context.Context, string, []string) (Hold, error) { return heldRunning{}, nil }
+
+type heldRunning struct{}
+
+func (heldRunning) Was() api.State { return api.StateRunning }
+func (heldRunning) Close() error   { return nil }
+
+// TestSlotBackOnceTheReplyIsWhole: a reply that is not a stream is read
+// whole before it is passed on, and its slot goes back then: the server
+// is done, and a client that reads it slowly, or not at all, holds the
+// slot no longer.
+func TestSlotBackOnceTheReplyIsWhole(t *testing.T) {
+	reply := bytes.Repeat([]byte("x"), 15<<20) // past what the sockets buffer, within maxBuffered
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(reply)
+	}))
+	defer server.Close()
+	port, _ := strconv.Atoi(server.URL[strings.LastIndexByte(server.URL, ':')+1:])
+	cfg := &Config{TurnTimeout: time.Minute, StartTimeout: time.Minute, MaxBody: DefaultMaxBody,
+		BodyBudget: DefaultBodyBudget, BodyPerUser: DefaultBodyPerUser, Models: map[string]*Model{
+			"alpha": {Name: "alpha", Cmd: []string{"serve"}, Port: port, Health: DefaultHealth, Slots: 1},
+		}}
+	r := New(cfg, runningDaemon{}, zap.NewNop())
+	front := httptest.NewServer(r.Handler())
+	defer front.Close()
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	conn, err := d.Dial("tcp", front.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"model":"alpha","messages":[]}`
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	m := r.models["alpha"]
+	inflight := func() int {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return m.inflight
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if inflight() == 1 && m.slots.Held(limits.AnyPeer) == 0 {
+			break // still being written to the client, its slot back
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the reply read whole and its client reading none of it: %d in flight, slot held %d; want its slot back", inflight(), m.slots.Held(limits.AnyPeer))
+		}
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	if err != nil || !bytes.Equal(got, reply) {
+		t.Fatalf("the reply: %v, %d bytes of %d", err, len(got), len(reply))
 	}
 }
