@@ -167,6 +167,11 @@ func (r *Router) running(w http.ResponseWriter, req *http.Request) {
 	out := struct {
 		Running []modelStatus `json:"running"`
 	}{Running: []modelStatus{}}
+	procs, err := r.states.get(req.Context(), r.ctx)
+	if err != nil {
+		writeError(w, req, http.StatusBadGateway, "daemon_error", err.Error())
+		return
+	}
 	for _, n := range r.cfg.Names() {
 		m := r.models[n]
 		r.mu.Lock()
@@ -175,13 +180,8 @@ func (r *Router) running(w http.ResponseWriter, req *http.Request) {
 		if m.slots != nil {
 			s.Queued = m.slots.Waiting()
 		}
-		p, err := r.d.Process(req.Context(), n)
-		switch {
-		case err == nil:
+		if p, ok := procs[n]; ok {
 			s.State, s.Tier = p.State, p.Tier
-		case !api.IsNotFound(err):
-			writeError(w, req, http.StatusBadGateway, "daemon_error", err.Error())
-			return
 		}
 		out.Running = append(out.Running, s)
 	}

@@ -31,6 +31,7 @@ type Router struct {
 	env     map[string]string // the environment models start with: the router's own
 	started time.Time
 	bodies  *limits.Bytes // request bodies held whole, by the local user who sent them
+	states  *processStates
 
 	ctx context.Context // the router's lifetime: wakes and idle freezes run under it
 	wg  sync.WaitGroup  // wakes in progress
@@ -47,7 +48,7 @@ func New(cfg *Config, d Daemon, logger *zap.Logger) *Router {
 		cfg: cfg, d: d, log: logger, metrics: newMetrics(),
 		proxies: map[string]*httputil.ReverseProxy{}, env: environ(), started: time.Now(),
 		ctx: context.Background(), models: map[string]*model{}, changed: make(chan struct{}),
-		bodies: limits.NewBytes(cfg.BodyBudget, cfg.BodyPerUser),
+		bodies: limits.NewBytes(cfg.BodyBudget, cfg.BodyPerUser), states: &processStates{d: d, ttl: statesTTL},
 	}
 	r.stdLog = zap.NewStdLog(logger.Named("http"))
 	for name, m := range cfg.Models {
