@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpusched/gpusched/internal/testutil"
 )
@@ -56,12 +57,7 @@ func TestRedTeamRouterRunningFlood(t *testing.T) {
 	if !lines.Scan() || lines.Text() != "flooding" {
 		t.Fatalf("the flood: %q", lines.Text())
 	}
-	got, err := testutil.PythonOutputAs(g.otherUser(), `import json, sys, urllib.request, urllib.error
-body = json.dumps({"model": "beta", "messages": [{"role": "user", "content": "hi"}]}).encode()
-try:
-    print(urllib.request.urlopen(urllib.request.Request(sys.argv[1] + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}), timeout=60).status)
-except urllib.error.HTTPError as e:
-    print(e.code, e.read().decode())`, g.url)
+	got, err := g.chatAs(g.otherUser(), "beta", time.Minute)
 	fmt.Fprintln(stdin)
 	if err != nil || got != "200" {
 		t.Fatalf("another user's request waking beta during the flood of GET /running: %v %s; want 200", err, got)

@@ -47,9 +47,7 @@ func TestRedTeamRouterSlotsPerUser(t *testing.T) {
 	}
 	_, lines := testutil.PythonAs(t, hog, streams, g.port(), fmt.Sprint(burst))
 	g.awaitRunning("alpha", func(s runningModel) bool { return s.InFlight == burst })
-	got, err := testutil.PythonOutputAs(g.otherUser(), `import json, sys, urllib.request
-body = json.dumps({"model": "alpha", "messages": [{"role": "user", "content": "hi"}]}).encode()
-print(urllib.request.urlopen(urllib.request.Request(sys.argv[1] + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}), timeout=120).status)`, g.url)
+	got, err := g.chatAs(g.otherUser(), "alpha", 2*time.Minute)
 	after := g.runningModel("alpha")
 	if err != nil || got != "200" {
 		t.Fatalf("the other user's request: %v %s", err, got)
@@ -133,9 +131,7 @@ func TestRedTeamRouterSlotTurn(t *testing.T) {
 	if !lines.Scan() || lines.Text() != "streaming" {
 		t.Fatalf("the user's stream: %q", lines.Text())
 	}
-	got, err := testutil.PythonOutputAs(g.otherUser(), `import json, sys, urllib.request
-body = json.dumps({"model": "alpha", "messages": [{"role": "user", "content": "hi"}]}).encode()
-print(urllib.request.urlopen(urllib.request.Request(sys.argv[1] + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}), timeout=30).status)`, g.url)
+	got, err := g.chatAs(g.otherUser(), "alpha", 30*time.Second)
 	if err != nil || got != "200" {
 		t.Fatalf("another user's request while the unread stream holds alpha's only slot: %v %s; want 200 after a turn", err, got)
 	}

@@ -50,12 +50,7 @@ func TestRedTeamRouterTurnTimeout(t *testing.T) {
 		t.Fatalf("the user's stream: %q", lines.Text())
 	}
 	start := time.Now()
-	if got, err := testutil.PythonOutputAs(g.otherUser(), `import json, sys, urllib.request, urllib.error
-body = json.dumps({"model": "beta", "messages": [{"role": "user", "content": "hi"}]}).encode()
-try:
-    print(urllib.request.urlopen(urllib.request.Request(sys.argv[1] + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}), timeout=60).status)
-except urllib.error.HTTPError as e:
-    print(e.code, e.read().decode())`, g.url); err != nil || got != "200" {
+	if got, err := g.chatAs(g.otherUser(), "beta", time.Minute); err != nil || got != "200" {
 		t.Fatalf("another user's request for beta while alpha streams on the GPU: %v %s (after %v); want 200 once alpha's turn is over", err, got, time.Since(start).Round(time.Millisecond))
 	}
 	fmt.Fprintln(stdin)
@@ -97,12 +92,7 @@ func TestRouterTurnTimeoutAnswersWhatItCuts(t *testing.T) {
 	g.startRouter("start_timeout = \"30s\"\nturn_timeout = \"2s\"\n" + alpha + g.simModel("beta", 16384))
 	asked := make(chan string, 1)
 	go func() {
-		out, _ := testutil.PythonOutputAs(g.otherUser(), `import json, sys, urllib.request, urllib.error
-body = json.dumps({"model": "alpha", "messages": [{"role": "user", "content": "hi"}]}).encode()
-try:
-    print(urllib.request.urlopen(urllib.request.Request(sys.argv[1] + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}), timeout=60).status)
-except urllib.error.HTTPError as e:
-    print(e.code, e.read().decode())`, g.url)
+		out, _ := g.chatAs(g.otherUser(), "alpha", time.Minute)
 		asked <- out
 	}()
 	g.awaitInFlight("alpha")

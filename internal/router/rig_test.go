@@ -315,6 +315,24 @@ func (g *rig) chatSaying(model, content string, extraArgs ...string) (int, strin
 	return status, out[:i]
 }
 
+// chatAsUser, run as a local user, posts a chat completion for model
+// argv[2] to the router at argv[1], waiting at most argv[3] seconds, and
+// prints the answer's status, with its body where it is an error.
+const chatAsUser = `
+import json, sys, urllib.request, urllib.error
+body = json.dumps({"model": sys.argv[2], "messages": [{"role": "user", "content": "hi"}]}).encode()
+try:
+    print(urllib.request.urlopen(urllib.request.Request(sys.argv[1] + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}), timeout=float(sys.argv[3])).status)
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode())
+`
+
+// chatAs asks for a chat completion of model as u, and returns what
+// chatAsUser printed: "200", or the error's status and body.
+func (g *rig) chatAs(u testutil.User, model string, timeout time.Duration) (string, error) {
+	return testutil.PythonOutputAs(u, chatAsUser, g.url, model, fmt.Sprint(timeout.Seconds()))
+}
+
 // python runs a Python program with the router's URL as argv[1] and
 // returns its stdout.
 func (g *rig) python(program string) string {
