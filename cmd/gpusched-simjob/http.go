@@ -138,7 +138,8 @@ func (s *server) health(w http.ResponseWriter, _ *http.Request) {
 // enabled by default in recent versions; --no-slots turns it off): one
 // object per slot, here its id, its task (-1 when idle) and whether it is
 // processing. llama-server adds each slot's sampling parameters and next
-// token, and versions before 2025 the prompt it is processing.
+// token, and some versions (its README's older example) the prompt it is
+// processing.
 func (s *server) slotStates(w http.ResponseWriter, _ *http.Request) {
 	n, busy := 1, 0
 	if s.slots != nil {

@@ -27,7 +27,7 @@ for call in sys.argv[2:]:
 // TestRedTeamRouterUpstreamIsNotEveryones: /upstream/NAME/PATH passed any
 // method and path to a model's server, for any local user: another
 // user's model server's slots (GET /slots lists each slot's task, and
-// llama-server before 2025 its prompt; POST /slots/ID?action=erase drops
+// some versions of llama-server its prompt; POST /slots/ID?action=erase drops
 // its cache), its LoRA adapters' scales for every request (POST
 // /lora-adapters) and its settings (POST /props). Now a client other
 // than root, the router's own user and upstream_users reaches only the

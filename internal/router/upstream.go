@@ -31,7 +31,7 @@ func (r *Router) upstream(w http.ResponseWriter, req *http.Request) {
 // model's server: what each user does for themselves (generate, embed,
 // tokenize) and reads that show no other user's requests. Anything else
 // reaches every user's work at once: llama-server's GET /slots (each
-// slot's task, and in versions before 2025 its prompt), POST
+// slot's task, and in some versions its prompt), POST
 // /slots/ID?action=save|restore|erase (its KV cache, to and from files),
 // POST /lora-adapters (the adapters' scales for every request), POST
 // /props (with --props: the server's defaults); vLLM's
