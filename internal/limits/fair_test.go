@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -131,6 +134,47 @@ func TestFairOverdueMayFreeAPlace(t *testing.T) {
 		t.Fatalf("Take: %v after %d calls, user 2 holding %d; want the place after the third", err, calls, f.Held(2))
 	}
 	release()
+}
+
+// TestFairConcurrent: many requests of several users taking, giving up
+// on (their context ended, granted or not) and giving back places at once
+// never hold more than n, and leave nothing behind.
+func TestFairConcurrent(t *testing.T) {
+	const n = 3
+	f := NewFair(n)
+	var holding, most atomic.Int32
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				ctx, cancel := context.WithCancel(context.Background())
+				if (g+i)%3 == 0 {
+					go cancel() // gives up while waiting, or races its grant
+				}
+				release, err := f.Take(ctx, uint32(g%8), 0, nil)
+				if err == nil {
+					now := holding.Add(1)
+					for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
+					}
+					runtime.Gosched()
+					holding.Add(-1)
+					release()
+				}
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	if most.Load() > n {
+		t.Errorf("%d held at once; at most %d", most.Load(), n)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.inUse != 0 || f.waiting != 0 || len(f.users) != 0 {
+		t.Errorf("left behind: %d held, %d waiting, %d users", f.inUse, f.waiting, len(f.users))
+	}
 }
 
 // TestFairProperties drives random arrivals, releases and requests given
