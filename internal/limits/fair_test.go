@@ -136,6 +136,35 @@ func TestFairOverdueMayFreeAPlace(t *testing.T) {
 	release()
 }
 
+// TestFairGrantedAsItsContextEnds: a request granted a place just as its
+// context ends, and returning the context's error, hands the place on
+// rather than keep it. Its callback frees the place and ends the context
+// at once; Take then finds both ready and takes either at random, so 64
+// rounds take the error path all but surely.
+func TestFairGrantedAsItsContextEnds(t *testing.T) {
+	gaveUp := 0
+	for range 64 {
+		f := NewFair(1)
+		hold, _ := f.Take(context.Background(), 1, 0, nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		release, err := f.Take(ctx, 2, time.Nanosecond, func() {
+			hold()
+			cancel()
+		})
+		if err == nil {
+			release()
+		} else {
+			gaveUp++
+		}
+		if f.Held(2) != 0 || f.inUse != 0 || f.waiting != 0 {
+			t.Fatalf("after Take's %v: user 2 holds %d, %d held, %d waiting; want nothing", err, f.Held(2), f.inUse, f.waiting)
+		}
+	}
+	if gaveUp == 0 {
+		t.Log("no round took the context's error path")
+	}
+}
+
 // TestFairConcurrent: many requests of several users taking, giving up
 // on (their context ended, granted or not) and giving back places at once
 // never hold more than n, and leave nothing behind.
