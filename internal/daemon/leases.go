@@ -82,10 +82,9 @@ func (s *leaseSet) add(l *lease, lastJobSeq uint64, admit func(leases int) error
 	return nil
 }
 
-// queue is the pending leases as placement requests.
-func (s *leaseSet) queue() []placement.Job {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// requests are the pending leases as placement requests; callers hold
+// s.mu.
+func (s *leaseSet) requests() []placement.Job {
 	out := make([]placement.Job, 0, len(s.pending))
 	for _, l := range s.pending {
 		out = append(out, placement.Job{ID: leasePrefix + l.id, Owner: l.user, Priority: l.priority, Seq: l.seq,
@@ -204,6 +203,24 @@ type heldLease struct {
 func (s *leaseSet) granted() []heldLease {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.heldCopies()
+}
+
+// snapshot copies the held leases (as granted does) and the pending ones
+// as placement requests (as queue does) at one moment. A pass that copied
+// them apart could judge a lease asked for just after another's release
+// against held leases copied before that release, and refuse it room the
+// released lease no longer took (a no-wait acquire right after a release,
+// refused "most headroom: GPU 1 0 MiB" once in CI).
+func (s *leaseSet) snapshot() ([]heldLease, []placement.Job) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.heldCopies(), s.requests()
+}
+
+// heldCopies copies the held leases, in the order they were asked for;
+// callers hold s.mu.
+func (s *leaseSet) heldCopies() []heldLease {
 	out := make([]heldLease, 0, len(s.held))
 	for _, l := range s.held {
 		out = append(out, heldLease{seq: l.seq, id: l.id, uuids: slices.Clone(l.uuids), mib: l.mib, priority: l.priority,

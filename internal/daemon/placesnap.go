@@ -128,7 +128,8 @@ func (d *Daemon) placementInput(now time.Time, buf []placement.Job) (placement.S
 			Name: fmt.Sprintf("pid %d", pu.PID), UsedMiB: pu.UsedMiB, PeakMiB: d.sched.extPeaks[pu.PID][pu.UUID]})
 	}
 	d.sched.mu.Unlock()
-	for _, l := range d.leases.granted() {
+	held, asked := d.leases.snapshot()
+	for _, l := range held {
 		for _, uuid := range l.uuids {
 			add(uuid, placement.Occupant{Kind: placement.Lease, ID: leasePrefix + l.id, Name: "lease " + l.id,
 				UsedMiB: l.used[uuid], PeakMiB: l.peak[uuid], DeclaredMiB: l.mib, Exclusive: l.mib == 0, Priority: l.priority})
@@ -151,7 +152,7 @@ func (d *Daemon) placementInput(now time.Time, buf []placement.Job) (placement.S
 		}
 	}
 	queue = append(queue, d.preemptedQueue(tv, active)...)
-	queue = append(queue, d.leases.queue()...)
+	queue = append(queue, asked...)
 	return placement.Snapshot{Now: now, GPUs: gpus, Options: d.placementOptions(gv)}, queue, room
 }
 
