@@ -46,7 +46,11 @@ func TestRedTeamRouterSlotsPerUser(t *testing.T) {
 		t.Fatalf("first request: %d %s", status, body)
 	}
 	_, lines := testutil.PythonAs(t, hog, streams, g.port(), fmt.Sprint(burst))
-	g.awaitRunning("alpha", func(s runningModel) bool { return s.InFlight == burst })
+	// One stream holds the slot, the rest wait in the router.
+	g.awaitRunning("alpha", func(s runningModel) bool { return s.InFlight == burst && s.Queued == burst-1 })
+	if got := g.metric(`gpusched_router_queued{model="alpha"}`); got != fmt.Sprint(burst-1) {
+		t.Errorf("gpusched_router_queued = %q, want %d", got, burst-1)
+	}
 	got, err := g.chatAs(g.otherUser(), "alpha", 2*time.Minute)
 	after := g.runningModel("alpha")
 	if err != nil || got != "200" {
