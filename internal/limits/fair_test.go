@@ -66,7 +66,7 @@ func TestFairTiesGoToTheLongestWaiting(t *testing.T) {
 }
 
 // TestFairTakeEndsWithItsContext: a request given up on leaves the queue,
-// and one granted as its context ended passes its place on.
+// and a place handed back goes to the request waiting next.
 func TestFairTakeEndsWithItsContext(t *testing.T) {
 	f := NewFair(1)
 	release, err := f.Take(context.Background(), 1, 0, nil)
@@ -87,7 +87,8 @@ func TestFairTakeEndsWithItsContext(t *testing.T) {
 	if !granted(w) || f.Held(3) != 1 || f.Held(1) != 0 {
 		t.Fatalf("the freed place: granted %v, held %d", granted(w), f.Held(3))
 	}
-	// Granted, then given up on: the place goes to the next.
+	// Handed back, as Take does for a place granted just as its context
+	// ended (TestFairGrantedAsItsContextEnds): it goes to the next.
 	next := f.enqueue(4)
 	f.mu.Lock()
 	f.put(3)

@@ -133,17 +133,22 @@ func (e *env) writeConfig() string {
 		e.ports[name] = testutil.FreePort(e.b)
 		argv := e.simjob(name, 0, loadSeconds)
 		argv[2] = "${PORT}"
-		quoted := make([]string, len(argv))
-		for i, a := range argv {
-			quoted[i] = strconv.Quote(a)
-		}
-		fmt.Fprintf(&cfg, "[models.%s]\ncmd = [%s]\nport = %d\nvram = \"%dM\"\n\n", name, strings.Join(quoted, ", "), e.ports[name], modelMiB)
+		fmt.Fprintf(&cfg, "[models.%s]\ncmd = %s\nport = %d\nvram = \"%dM\"\n\n", name, tomlStrings(argv), e.ports[name], modelMiB)
 	}
 	path := filepath.Join(e.dir, "router.toml")
 	if err := os.WriteFile(path, []byte(cfg.String()), 0o644); err != nil {
 		e.b.Fatal(err)
 	}
 	return path
+}
+
+// tomlStrings is argv as a TOML array of strings.
+func tomlStrings(argv []string) string {
+	quoted := make([]string, len(argv))
+	for i, a := range argv {
+		quoted[i] = strconv.Quote(a)
+	}
+	return "[" + strings.Join(quoted, ", ") + "]"
 }
 
 // launchRouter runs the router binary bin as the user with config, and

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -64,12 +63,8 @@ func BenchmarkRouterSlotsUnderBurst(b *testing.B) {
 			name := "slots" + slots
 			port := testutil.FreePort(b)
 			argv := []string{e.bins.SimJob, "--http", "${PORT}", "--vram", "512", "--model", name, "--parallel", "4", "--token-delay", "0.02"}
-			quoted := make([]string, len(argv))
-			for i, a := range argv {
-				quoted[i] = strconv.Quote(a)
-			}
 			config := filepath.Join(e.dir, name+".toml")
-			text := fmt.Sprintf("[models.%s]\ncmd = [%s]\nport = %d\nvram = \"512M\"\nslots = %s\n", name, strings.Join(quoted, ", "), port, slots)
+			text := fmt.Sprintf("[models.%s]\ncmd = %s\nport = %d\nvram = \"512M\"\nslots = %s\n", name, tomlStrings(argv), port, slots)
 			if err := os.WriteFile(config, []byte(text), 0o644); err != nil {
 				b.Fatal(err)
 			}
