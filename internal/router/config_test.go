@@ -168,8 +168,9 @@ func TestLoadConfigBounded(t *testing.T) {
 
 // TestSlotsFromTheServersFlags: a model's slots, where not set, are what
 // its server's argv gives it: llama-server's -np or --parallel, vLLM's
-// --max-num-seqs, the last one given; none, or a number left to the
-// server (llama-server's -1), bounds nothing.
+// --max-num-seqs, the last one given; a llama-server given none, or -1,
+// has the four it then picks itself; another server given none, or a
+// number that is not one, bounds nothing.
 func TestSlotsFromTheServersFlags(t *testing.T) {
 	for _, tc := range []struct {
 		argv string
@@ -178,12 +179,17 @@ func TestSlotsFromTheServersFlags(t *testing.T) {
 		{"llama-server -m m.gguf --port ${PORT} -np 4", 4},
 		{"llama-server --parallel 8 -c 8192", 8},
 		{"llama-server --parallel=2", 2},
-		{"llama-server -np -1", 0},
+		{"llama-server -np -1", 4},
+		{"/opt/llama.cpp/bin/llama-server -m m.gguf --port ${PORT}", 4},
+		{"numactl -N 0 llama-server -m m.gguf", 4},
+		{"llama-server -np 2 -np -1", 4},
+		{"vllm serve m --max-num-seqs -1", 0},
+		{"./my-llama-server -m m.gguf", 0},
 		{"llama-server -np 4 -np 6", 6},
 		{"vllm serve m --max-num-seqs 64", 64},
 		{"vllm serve m --max-num-seqs=16", 16},
-		{"llama-server -m m.gguf", 0},
-		{"llama-server -np", 0},
+		{"llama-server -m m.gguf", 4},
+		{"llama-server -np", 4},
 		{"llama-server -np many", 0},
 		{"server --parallelism 3", 0},
 	} {

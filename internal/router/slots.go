@@ -2,6 +2,7 @@ package router
 
 import (
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,18 +17,31 @@ const maxSlots = 65536
 // slotFlags are the flags by which model servers are told how many
 // requests they process at once: llama-server's -np/--parallel (its
 // "number of server slots"; -1, its default in recent versions, picks a
-// number itself) and vLLM's --max-num-seqs (sequences per iteration).
+// number itself: llamaAutoSlots) and vLLM's --max-num-seqs (sequences per
+// iteration).
 // Requests past them wait in the server's own queue, first come, first
 // served: llama-server defers them (tools/server server_queue::defer, then
 // pop_deferred_task as a slot frees) and vLLM's scheduler keeps them
 // waiting in arrival order under its default "fcfs" policy.
 var slotFlags = []string{"-np", "--parallel", "--max-num-seqs"}
 
-// serverSlots is the number of slots a model server's argv gives it, or 0
-// where it names none (or leaves the number to the server).
+// llamaAutoSlots is the number of slots llama-server picks where it is
+// given none, or -1: tools/server/server.cpp, "n_parallel is set to auto,
+// using n_parallel = 4 and kv_unified = true" (common/arg.cpp makes -1,
+// auto, the server's default). Versions since llama.cpp#16736 (October
+// 2025) and before the auto took four likewise where -np was left at 1;
+// older ones run one slot, and the router then passes the server four
+// requests at once, of which it queues three first come, first served:
+// still not the whole of a user's burst.
+const llamaAutoSlots = 4
+
+// serverSlots is the number of slots a model server's argv gives it: the
+// last slot flag's number, as both servers read it; llamaAutoSlots for a
+// llama-server given none, or -1; otherwise 0 (no number known).
 func serverSlots(argv []string) int {
-	n := 0
+	llama, given, n := false, false, 0
 	for i, a := range argv {
+		llama = llama || filepath.Base(a) == "llama-server"
 		for _, f := range slotFlags {
 			v, ok := strings.CutPrefix(a, f+"=")
 			if a == f && i+1 < len(argv) {
@@ -36,12 +50,20 @@ func serverSlots(argv []string) int {
 			if !ok {
 				continue
 			}
-			if k, err := strconv.Atoi(v); err == nil && k > 0 && k <= maxSlots {
-				n = k // the last one given, as both servers read it
-			} else {
+			given = true
+			k, err := strconv.Atoi(v)
+			switch {
+			case err == nil && k > 0 && k <= maxSlots:
+				n = k
+			case err == nil && k < 0 && llama:
+				n = llamaAutoSlots
+			default:
 				n = 0
 			}
 		}
+	}
+	if llama && !given {
+		return llamaAutoSlots
 	}
 	return n
 }
