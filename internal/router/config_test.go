@@ -168,8 +168,9 @@ func TestLoadConfigBounded(t *testing.T) {
 
 // TestSlotsFromTheServersFlags: a model's slots, where not set, are what
 // its server's argv gives it: llama-server's -np or --parallel, vLLM's
-// --max-num-seqs, the last one given; a llama-server given none, or -1,
-// has the four it then picks itself; another server given none, or a
+// --max-num-seqs, the last one given; a llama-server given none has the
+// number of LLAMA_ARG_N_PARALLEL set before it, else (or -1) the four it
+// then picks itself; another server given none, or a
 // number that is not one, bounds nothing.
 func TestSlotsFromTheServersFlags(t *testing.T) {
 	for _, tc := range []struct {
@@ -185,6 +186,11 @@ func TestSlotsFromTheServersFlags(t *testing.T) {
 		{"llama-server -np 2 -np -1", 4},
 		{"vllm serve m --max-num-seqs -1", 0},
 		{"./my-llama-server -m m.gguf", 0},
+		{"env LLAMA_ARG_N_PARALLEL=8 llama-server -m m.gguf", 8},
+		{"env LLAMA_ARG_N_PARALLEL=-1 llama-server", 4},
+		{"env LLAMA_ARG_N_PARALLEL=8 llama-server -np 2", 2},
+		{"llama-server LLAMA_ARG_N_PARALLEL=8", 4},
+		{"env LLAMA_ARG_N_PARALLEL=8 vllm serve m", 0},
 		{"llama-server -np 4 -np 6", 6},
 		{"vllm serve m --max-num-seqs 64", 64},
 		{"vllm serve m --max-num-seqs=16", 16},

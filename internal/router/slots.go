@@ -35,37 +35,52 @@ var slotFlags = []string{"-np", "--parallel", "--max-num-seqs"}
 // still not the whole of a user's burst.
 const llamaAutoSlots = 4
 
+// llamaSlotsEnv is the variable llama-server reads -np from where its
+// command line does not give it (common/arg.cpp, set_env).
+const llamaSlotsEnv = "LLAMA_ARG_N_PARALLEL"
+
 // serverSlots is the number of slots a model server's argv gives it: the
-// last slot flag's number, as both servers read it; llamaAutoSlots for a
-// llama-server given none, or -1; otherwise 0 (no number known).
+// last slot flag's number, as both servers read it; for a llama-server
+// given no flag, an llamaSlotsEnv=N assignment before it (as env(1)
+// takes), else llamaAutoSlots; otherwise 0 (no number known).
 func serverSlots(argv []string) int {
 	llama, given, n := false, false, 0
+	env := ""
 	for i, a := range argv {
+		if v, ok := strings.CutPrefix(a, llamaSlotsEnv+"="); ok && !llama {
+			env = v
+		}
 		llama = llama || filepath.Base(a) == "llama-server"
 		for _, f := range slotFlags {
 			v, ok := strings.CutPrefix(a, f+"=")
 			if a == f && i+1 < len(argv) {
 				v, ok = argv[i+1], true
 			}
-			if !ok {
-				continue
-			}
-			given = true
-			k, err := strconv.Atoi(v)
-			switch {
-			case err == nil && k > 0 && k <= maxSlots:
-				n = k
-			case err == nil && k < 0 && llama:
-				n = llamaAutoSlots
-			default:
-				n = 0
+			if ok {
+				given, n = true, slotsOf(v, llama)
 			}
 		}
 	}
-	if llama && !given {
+	switch {
+	case !llama || given:
+		return n
+	case env != "":
+		return slotsOf(env, true)
+	}
+	return llamaAutoSlots
+}
+
+// slotsOf reads a slot flag's value v: a number of slots, llama-server's
+// -1 (auto), or 0 where it is neither.
+func slotsOf(v string, llama bool) int {
+	k, err := strconv.Atoi(v)
+	switch {
+	case err == nil && k > 0 && k <= maxSlots:
+		return k
+	case err == nil && k < 0 && llama:
 		return llamaAutoSlots
 	}
-	return n
+	return 0
 }
 
 // takeSlot waits for one of m's slots for a request that has its server
