@@ -83,15 +83,26 @@ func slotsOf(v string, llama bool) int {
 	return 0
 }
 
+// slotless are the POST paths a model server answers without a slot: its
+// tokenizer and chat template, applied as the request comes
+// (llama-server's tools/server/server-context.cpp: post_tokenize,
+// post_detokenize and post_apply_template post no task; vLLM's
+// serving_tokenization answers from the API server's tokenizer). Such a
+// request waiting behind a burst of generations would wait for nothing.
+var slotless = map[string]bool{
+	"/tokenize": true, "/detokenize": true, "/apply-template": true,
+}
+
 // takeSlot waits for one of m's slots for a request that has its server
-// generate (a POST) and holds it on the request's lease l until the
+// generate (a POST, not a slotless one) and holds it on the request's lease l until the
 // server is done with it (giveSlotBack) or the request ends, answering the
 // client itself when the wait ends otherwise: its turn over, or the
 // client gone. Each turn_timeout it waits, it cuts a request of a user
 // holding more of m's slots than its own (cutSlotHog). Without slots, or
-// for other requests (health, props, metrics), it passes at once.
+// for other requests (health, props, metrics, tokenizing), it passes at
+// once.
 func (r *Router) takeSlot(w *statusWriter, req *http.Request, m *model, l *lease) (release func(), ok bool) {
-	if m.slots == nil || req.Method != http.MethodPost {
+	if m.slots == nil || req.Method != http.MethodPost || slotless[req.URL.Path] {
 		return func() {}, true
 	}
 	uid := peerUID(req.Context())

@@ -24,7 +24,8 @@ import (
 // TestTakeSlotAnswersWhatEndsItsWait: a request waiting for a slot whose
 // turn ends is answered 503 turn_over, as one cut in flight; one whose
 // client hangs up is counted 499 and answered nothing; a GET (health,
-// props) needs no slot.
+// props) and a POST the server answers without a slot (its tokenizer)
+// need none.
 func TestTakeSlotAnswersWhatEndsItsWait(t *testing.T) {
 	cfg := &Config{TurnTimeout: time.Minute, Models: map[string]*Model{
 		"alpha": {Name: "alpha", Cmd: []string{"serve"}, Health: DefaultHealth, Slots: 1},
@@ -36,14 +37,17 @@ func TestTakeSlotAnswersWhatEndsItsWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy()
-	wait := func(method string, end func(context.CancelCauseFunc)) (*httptest.ResponseRecorder, *statusWriter, bool) {
+	wait := func(method, path string, end func(context.CancelCauseFunc)) (*httptest.ResponseRecorder, *statusWriter, bool) {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		defer cancel(nil)
-		req := httptest.NewRequestWithContext(ctx, method, "/v1/chat/completions", nil)
+		req := httptest.NewRequestWithContext(ctx, method, path, nil)
 		rec := httptest.NewRecorder()
 		w := &statusWriter{ResponseWriter: rec}
 		go func() {
-			for m.slots.Waiting() == 0 && method == http.MethodPost {
+			for m.slots.Waiting() == 0 {
+				if ctx.Err() != nil {
+					return // passed at once
+				}
 				time.Sleep(time.Millisecond)
 			}
 			end(cancel)
@@ -54,16 +58,22 @@ func TestTakeSlotAnswersWhatEndsItsWait(t *testing.T) {
 		}
 		return rec, w, ok
 	}
-	rec, w, ok := wait(http.MethodPost, func(cancel context.CancelCauseFunc) { cancel(errTurnOver) })
+	rec, w, ok := wait(http.MethodPost, "/v1/chat/completions", func(cancel context.CancelCauseFunc) { cancel(errTurnOver) })
 	if ok || w.code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "turn_over") {
 		t.Errorf("turn ended while waiting: passed %v, %d %s", ok, w.code, rec.Body.String())
 	}
-	rec, w, ok = wait(http.MethodPost, func(cancel context.CancelCauseFunc) { cancel(nil) })
+	rec, w, ok = wait(http.MethodPost, "/v1/chat/completions", func(cancel context.CancelCauseFunc) { cancel(nil) })
 	if ok || w.code != 499 || rec.Body.Len() != 0 {
 		t.Errorf("client gone while waiting: passed %v, %d %q", ok, w.code, rec.Body.String())
 	}
-	if _, _, ok := wait(http.MethodGet, func(context.CancelCauseFunc) {}); !ok {
+	endWait := func(cancel context.CancelCauseFunc) { cancel(errTurnOver) }
+	if _, _, ok := wait(http.MethodGet, "/health", endWait); !ok {
 		t.Error("a GET waited for a slot")
+	}
+	for _, path := range []string{"/tokenize", "/detokenize", "/apply-template"} {
+		if _, _, ok := wait(http.MethodPost, path, endWait); !ok {
+			t.Errorf("POST %s waited for a slot", path)
+		}
 	}
 	if n := m.slots.Waiting(); n != 0 {
 		t.Errorf("%d requests still wait", n)
