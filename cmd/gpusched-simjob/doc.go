@@ -55,7 +55,8 @@
 // naming --model (default: the process name). Bodies are bounded to 1 MiB.
 // --token-delay spaces streamed tokens; --parallel N generates for at most
 // N requests at once, the others waiting first come, first served, as
-// llama-server's slots do; a message or prompt "CRASH" makes
+// llama-server's slots do, and GET /slots and GET /props (its total_slots)
+// tell them as llama-server's do; a message or prompt "CRASH" makes
 // it exit 70 mid-response. A request waits while the simulated driver holds
 // the process locked or checkpointed, as its CUDA calls would. With
 // $LLAMA_API_KEY set, every path but /health, /v1/health, /models and

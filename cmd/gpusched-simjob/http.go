@@ -80,6 +80,9 @@ func (s *server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/completions", s.completions)
 	mux.HandleFunc("POST /v1/embeddings", s.embeddings)
 	mux.HandleFunc("GET /slots", s.slotStates)
+	if s.slots != nil {
+		mux.HandleFunc("GET /props", s.props)
+	}
 	if s.apiKey == "" {
 		return mux
 	}
@@ -154,6 +157,18 @@ func (s *server) slotStates(w http.ResponseWriter, _ *http.Request) {
 		out[i] = map[string]any{"id": i, "id_task": task, "is_processing": i < busy}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// props answers GET /props as llama-server does (tools/server README,
+// "GET /props: Get server global properties"): its total_slots, "the
+// total number of slots for process requests (defined by --parallel
+// option)", and the model's path; llama-server adds the default
+// generation settings, the chat template and the build. Without
+// --parallel the stand-in has no number to give and answers 404, as a
+// server with no /props (vLLM) does.
+func (s *server) props(w http.ResponseWriter, _ *http.Request) {
+	n, _ := s.slots.count()
+	writeJSON(w, http.StatusOK, map[string]any{"total_slots": n, "model_path": s.model})
 }
 
 func (s *server) models(w http.ResponseWriter, _ *http.Request) {

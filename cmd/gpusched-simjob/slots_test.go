@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
@@ -101,5 +102,23 @@ func TestParallelHoldsOthersBack(t *testing.T) {
 	}
 	if got := <-second; !strings.Contains(got, `"chat.completion"`) {
 		t.Fatalf("second request: %s", got)
+	}
+}
+
+// TestPropsTellsTheSlots: GET /props answers total_slots, --parallel's
+// number, as llama-server's does; without --parallel the stand-in has no
+// number to give and no /props (404, as vLLM).
+func TestPropsTellsTheSlots(t *testing.T) {
+	ts := newTestServer(t, &server{slots: newSlots(3)})
+	resp, body := get(t, ts.URL+"/props")
+	var props struct {
+		TotalSlots int    `json:"total_slots"`
+		ModelPath  string `json:"model_path"`
+	}
+	if err := json.Unmarshal(body, &props); resp.StatusCode != 200 || err != nil || props.TotalSlots != 3 || props.ModelPath != "alpha" {
+		t.Errorf("GET /props at --parallel 3: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := get(t, newTestServer(t, &server{}).URL+"/props"); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("GET /props without --parallel: %d %s; want 404", resp.StatusCode, body)
 	}
 }

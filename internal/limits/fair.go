@@ -111,6 +111,23 @@ func (f *Fair) Held(uid uint32) int {
 	return 0
 }
 
+// SetPlaces makes n places (at least 1): more are given at once to the
+// requests waiting, in Fair's order; with fewer, places given back go to
+// no one until fewer than n are held.
+func (f *Fair) SetPlaces(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n = max(n, 1)
+	f.handOn()
+}
+
+// Places is how many places there are.
+func (f *Fair) Places() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n
+}
+
 // Waiting is how many requests wait for a place.
 func (f *Fair) Waiting() int {
 	f.mu.Lock()
@@ -153,7 +170,17 @@ func (f *Fair) put(uid uint32) {
 	u.held--
 	f.inUse--
 	f.forgetIdle(uid, u)
-	if next := f.next(); next != nil {
+	f.handOn()
+}
+
+// handOn gives the free places to the requests waiting for them, in
+// order; callers hold f.mu.
+func (f *Fair) handOn() {
+	for f.inUse < f.n {
+		next := f.next()
+		if next == nil {
+			return
+		}
 		w := next.queue[0]
 		f.grant(next) // first: drop forgets a user who holds nothing
 		f.drop(w)

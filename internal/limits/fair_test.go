@@ -52,6 +52,38 @@ func TestFairServesTheFewFirst(t *testing.T) {
 	}
 }
 
+// TestFairSetPlaces: places added go at once to the requests waiting, in
+// Fair's order; with places taken away, those given back go to no one
+// until fewer are held than there are places.
+func TestFairSetPlaces(t *testing.T) {
+	const hostile, victim = 1001, 1002
+	f := NewFair(1)
+	f.enqueue(hostile)
+	var queued []*fairWaiter
+	for range 3 {
+		queued = append(queued, f.enqueue(hostile))
+	}
+	v := f.enqueue(victim)
+	f.SetPlaces(3)
+	if !granted(v) || !granted(queued[0]) || granted(queued[1]) || f.Places() != 3 || f.Waiting() != 2 {
+		t.Fatalf("grown to 3: victim %v, the hostile's first waiting %v, its second %v, %d places, %d waiting; want the victim and the hostile's first granted, 3 places, 2 waiting",
+			granted(v), granted(queued[0]), granted(queued[1]), f.Places(), f.Waiting())
+	}
+	f.SetPlaces(1)
+	f.releaser(victim)()
+	f.releaser(hostile)()
+	if granted(queued[1]) {
+		t.Fatal("a place given back went on while as many were held as there are places")
+	}
+	f.releaser(hostile)()
+	if !granted(queued[1]) || granted(queued[2]) || f.Held(hostile) != 1 {
+		t.Fatalf("none held of one place: the next request granted %v, the one after %v, the hostile holds %d; want the next alone", granted(queued[1]), granted(queued[2]), f.Held(hostile))
+	}
+	if f.SetPlaces(0); f.Places() != 1 {
+		t.Errorf("SetPlaces(0) left %d places; want 1", f.Places())
+	}
+}
+
 // TestFairTiesGoToTheLongestWaiting: between users holding as many
 // places, the request that has waited longest goes first.
 func TestFairTiesGoToTheLongestWaiting(t *testing.T) {

@@ -54,6 +54,9 @@ type Model struct {
 	// Slots is how many requests its server is passed at once, the rest
 	// waiting in the router, shared fairly between users; 0: no bound.
 	Slots int
+	// SlotsSet says the config sets Slots; otherwise it is read from Cmd
+	// and replaced by the number the server gives once it answers one.
+	SlotsSet bool
 }
 
 // Defaults of the optional settings.
@@ -247,7 +250,7 @@ func (p *parser) models(c *Config, v toml.Primitive) {
 				firstLine = l
 			}
 		}
-		if _, set := tables[name]["slots"]; !set {
+		if _, m.SlotsSet = tables[name]["slots"]; !m.SlotsSet {
 			m.Slots = serverSlots(m.Cmd)
 		}
 		p.lines[prefix] = firstLine

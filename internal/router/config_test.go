@@ -221,4 +221,7 @@ slots = 32
 	if a, b, g := c.Models["alpha"].Slots, c.Models["beta"].Slots, c.Models["gamma"].Slots; a != 4 || b != 0 || g != 32 {
 		t.Errorf("slots = %d, %d, %d; want 4 (its -np), 0 (set), 32 (set)", a, b, g)
 	}
+	if c.Models["alpha"].SlotsSet || !c.Models["beta"].SlotsSet {
+		t.Error("slots set: alpha's read from its cmd, beta's from the config")
+	}
 }

@@ -68,6 +68,29 @@ func TestRedTeamRouterSlotsPerUser(t *testing.T) {
 	}
 }
 
+// TestRouterLearnsTheServersSlots: a model whose config sets no slots and
+// whose cmd gives no number the router reads (a shell wrapping the server,
+// llama-server's LLAMA_ARG_N_PARALLEL in the router's environment, here
+// the stand-in's -parallel, a spelling the router does not read) has the
+// number its server's GET /props gives once it woke: one user's three
+// streams at a one-slot server, two of them wait in the router. Without
+// the server's number, none waits there (no bound).
+func TestRouterLearnsTheServersSlots(t *testing.T) {
+	const burst = 3
+	g := newRig(t, "1x24G")
+	g.startRouter(g.simModelArgs("alpha", modelMiB, []string{"-parallel", "1", "--token-delay", "0.02"}))
+	if status, body := g.chat("alpha"); status != 200 {
+		t.Fatalf("first request: %d %s", status, body)
+	}
+	_, lines := testutil.PythonAs(t, g.otherUser(), streams, g.port(), fmt.Sprint(burst))
+	g.awaitRunning("alpha", func(s runningModel) bool { return s.InFlight == burst && s.Queued == burst-1 })
+	for i := range burst {
+		if !lines.Scan() || lines.Text() != "200" {
+			t.Fatalf("request %d: %q; want each answered 200", i+1, lines.Text())
+		}
+	}
+}
+
 // runningModel is one model of GET /running.
 type runningModel struct {
 	InFlight int `json:"in_flight"`

@@ -53,8 +53,11 @@ func New(cfg *Config, d Daemon, logger *zap.Logger) *Router {
 	r.stdLog = zap.NewStdLog(logger.Named("http"))
 	for name, m := range cfg.Models {
 		mm := &model{cfg: m, transport: newTransport(), met: r.metrics.forModel(name), leases: map[*lease]struct{}{}}
-		if m.Slots > 0 {
+		switch {
+		case m.Slots > 0:
 			mm.slots = limits.NewFair(m.Slots)
+		case !m.SlotsSet: // no number known yet: no bound until the server gives one (learnSlots)
+			mm.slots = limits.NewFair(maxSlots)
 		}
 		r.models[name] = mm
 		r.proxies[name] = r.newProxy(mm)

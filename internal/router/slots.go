@@ -1,6 +1,10 @@
 package router
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -168,4 +172,55 @@ func (r *Router) cutSlotHog(m *model, waiter uint32) {
 	r.log.Warn("slot turn over: a request cut so that another user waiting for a slot is served",
 		zapModel(m), zap.Uint32("uid", hog.slotUID), zap.Int("holding", held[hog.slotUID]), zap.Uint32("waiting_uid", waiter),
 		zap.Duration("turn_timeout", r.cfg.TurnTimeout))
+}
+
+// propsMax bounds the read of a server's GET /props (llama-server's
+// carries the chat template, some tens of KiB).
+const propsMax = 1 << 20
+
+// learnSlots gives m the number of slots its server says it has, where
+// the config does not set m's slots: llama-server's GET /props answers
+// total_slots, "the total number of slots for process requests (defined by
+// --parallel option)" (tools/server README), whatever set it (-np, its
+// LLAMA_ARG_N_PARALLEL, its own auto, a wrapper's flags). A server that
+// answers none (vLLM has no /props) keeps the number read from its cmd.
+func (r *Router) learnSlots(ctx context.Context, m *model) {
+	if m.cfg.SlotsSet || m.slots == nil {
+		return
+	}
+	n, err := r.propsSlots(ctx, m)
+	if err != nil {
+		r.log.Debug("the model's server tells no number of slots", zapModel(m), zap.Error(err))
+		return
+	}
+	if was := m.slots.Places(); was != n {
+		m.slots.SetPlaces(n)
+		r.log.Info("slots: the number the model's server has", zapModel(m), zap.Int("slots", n), zap.Int("was", was))
+	}
+}
+
+// propsSlots asks m's server for its total_slots.
+func (r *Router) propsSlots(ctx context.Context, m *model) (int, error) {
+	req, err := r.serverRequest(ctx, fmt.Sprintf("http://127.0.0.1:%d/props", m.cfg.Port))
+	if err != nil {
+		return 0, err
+	}
+	resp, err := (&http.Client{Transport: m.transport, Timeout: 2 * time.Second}).Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET /props: %s", resp.Status)
+	}
+	var props struct {
+		TotalSlots int `json:"total_slots"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, propsMax)).Decode(&props); err != nil {
+		return 0, fmt.Errorf("GET /props: %w", err)
+	}
+	if props.TotalSlots < 1 || props.TotalSlots > maxSlots {
+		return 0, fmt.Errorf("GET /props: total_slots %d is not 1-%d", props.TotalSlots, maxSlots)
+	}
+	return props.TotalSlots, nil
 }

@@ -3,6 +3,7 @@ package router
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -77,6 +78,51 @@ func TestTakeSlotAnswersWhatEndsItsWait(t *testing.T) {
 	}
 	if n := m.slots.Waiting(); n != 0 {
 		t.Errorf("%d requests still wait", n)
+	}
+}
+
+// TestPropsSlots: a server's total_slots is taken only from a 200 whose
+// JSON gives a number 1-65536, read within propsMax; anything else leaves
+// the model's slots as they were.
+func TestPropsSlots(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		want   int // 0: an error
+	}{
+		{"llama-server's", 200, `{"default_generation_settings": {"n_ctx": 4096}, "total_slots": 3, "model_path": "m.gguf"}`, 3},
+		{"none", 200, `{"model_path": "m.gguf"}`, 0},
+		{"zero", 200, `{"total_slots": 0}`, 0},
+		{"too many", 200, `{"total_slots": 65537}`, 0},
+		{"not a number", 200, `{"total_slots": "4"}`, 0},
+		{"not JSON", 200, `slots: 4`, 0},
+		{"past propsMax", 200, `{"chat_template": "` + strings.Repeat("x", propsMax) + `", "total_slots": 2}`, 0},
+		{"key refused", 401, `{"error": {"code": 401, "message": "Invalid API Key"}}`, 0},
+		{"no /props (vLLM)", 404, `{"detail": "Not Found"}`, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+				if req.URL.Path != "/props" || req.Header.Get("Authorization") != "Bearer k" {
+					t.Errorf("asked %s with %q; want /props with the model key", req.URL.Path, req.Header.Get("Authorization"))
+				}
+				w.WriteHeader(tc.status)
+				io.WriteString(w, tc.body)
+			}))
+			defer srv.Close()
+			port, _ := strconv.Atoi(srv.URL[strings.LastIndex(srv.URL, ":")+1:])
+			cfg := &Config{ModelKey: "k", Models: map[string]*Model{"alpha": {Name: "alpha", Cmd: []string{"serve"}, Port: port, Health: DefaultHealth}}}
+			r := New(cfg, nil, zap.NewNop())
+			m := r.models["alpha"]
+			n, err := r.propsSlots(context.Background(), m)
+			if tc.want == 0 && err == nil || tc.want != 0 && (err != nil || n != tc.want) {
+				t.Fatalf("%d, %v; want %d", n, err, tc.want)
+			}
+			r.learnSlots(context.Background(), m)
+			if want := cmp.Or(tc.want, maxSlots); m.slots.Places() != want {
+				t.Errorf("learned %d slots; want %d", m.slots.Places(), want)
+			}
+		})
 	}
 }
 

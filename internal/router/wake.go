@@ -117,6 +117,7 @@ func (r *Router) wake(m *model, w *wakeCall) (Hold, error) {
 		}
 		switch {
 		case err == nil:
+			r.learnSlots(ctx, m)
 			return h, nil
 		case api.CodeOf(err) == api.CodeResourceExhausted || errors.Is(err, errNoRoom):
 			noRoom = err
@@ -423,12 +424,9 @@ func (r *Router) waitHealthy(ctx context.Context, m *model) error {
 	t := time.NewTicker(healthPoll)
 	defer t.Stop()
 	for i := 0; ; i++ {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		req, err := r.serverRequest(ctx, url)
 		if err != nil {
 			return err
-		}
-		if k := r.cfg.ModelKey; k != "" {
-			req.Header.Set("Authorization", "Bearer "+k)
 		}
 		if resp, err := client.Do(req); err == nil {
 			resp.Body.Close()
@@ -447,6 +445,16 @@ func (r *Router) waitHealthy(ctx context.Context, m *model) error {
 		case <-t.C:
 		}
 	}
+}
+
+// serverRequest is a GET of url at a model's server, with the router's
+// model_key where it has one.
+func (r *Router) serverRequest(ctx context.Context, url string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err == nil && r.cfg.ModelKey != "" {
+		req.Header.Set("Authorization", "Bearer "+r.cfg.ModelKey)
+	}
+	return req, err
 }
 
 // exitedError explains an exit of m's process with the last lines of its log.
