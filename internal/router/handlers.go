@@ -156,6 +156,7 @@ type modelStatus struct {
 	Tier     api.Tier  `json:"tier,omitempty"`
 	InFlight int       `json:"in_flight"`
 	Queued   int       `json:"queued"` // of those, waiting for one of its slots
+	Slots    int       `json:"slots"`  // requests passed to its server at once; 0: no bound
 	Waiting  int       `json:"waiting"`
 	Held     bool      `json:"held"`
 	Waking   bool      `json:"waking"`
@@ -179,6 +180,9 @@ func (r *Router) running(w http.ResponseWriter, req *http.Request) {
 		r.mu.Unlock()
 		if m.slots != nil {
 			s.Queued = m.slots.Waiting()
+			if n := m.slots.Places(); n < maxSlots {
+				s.Slots = n
+			}
 		}
 		if p, ok := procs[n]; ok {
 			s.State, s.Tier = p.State, p.Tier

@@ -79,8 +79,14 @@ func TestRouterLearnsTheServersSlots(t *testing.T) {
 	const burst = 3
 	g := newRig(t, "1x24G")
 	g.startRouter(g.simModelArgs("alpha", modelMiB, []string{"-parallel", "1", "--token-delay", "0.02"}))
+	if s := g.runningModel("alpha"); s.Slots != 0 {
+		t.Errorf("before its server told a number, /running shows %d slots; want 0 (no bound)", s.Slots)
+	}
 	if status, body := g.chat("alpha"); status != 200 {
 		t.Fatalf("first request: %d %s", status, body)
+	}
+	if s := g.runningModel("alpha"); s.Slots != 1 {
+		t.Errorf("/running shows %d slots; want the server's 1", s.Slots)
 	}
 	_, lines := testutil.PythonAs(t, g.otherUser(), streams, g.port(), fmt.Sprint(burst))
 	g.awaitRunning("alpha", func(s runningModel) bool { return s.InFlight == burst && s.Queued == burst-1 })
@@ -95,6 +101,7 @@ func TestRouterLearnsTheServersSlots(t *testing.T) {
 type runningModel struct {
 	InFlight int `json:"in_flight"`
 	Queued   int `json:"queued"`
+	Slots    int `json:"slots"`
 }
 
 // port is the router's TCP port.
