@@ -7,11 +7,13 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -106,6 +108,12 @@ func BenchmarkFairness(b *testing.B) {
 			b.Logf("%-12s p50 %7.2f p99 %7.2f ms | p50 %7.2f p99 %7.2f ms | p50 %7.2f p99 %7.2f ms", op,
 				calm[op].P50, calm[op].P99, busy[op].P50, busy[op].P99, stormy[op].P50, stormy[op].P99)
 		}
+		for _, phase := range []struct {
+			name string
+			ops  map[string]victimOp
+		}{{"alone", calm}, {"burning", busy}, {"flooded", stormy}} {
+			b.Logf("the slowest freeze+thaw %s, in ms: %s", phase.name, msParts(phase.ops["freeze+thaw"].Slowest))
+		}
 		b.Logf("daemon alone: RSS %d MiB, %d fds, %v CPU, %v waiting for a CPU; flooded (%v): RSS %d MiB, %d fds, %v CPU, %v waiting for a CPU, left real time %.0f times since its start; the hostile's own load used %v CPU",
 			calmPeak.rss>>20, calmPeak.fds, calmPeak.cpu, calmPeak.delay, floodTook.Round(time.Second), floodPeak.rss>>20, floodPeak.fds, floodPeak.cpu, floodPeak.delay, rtExits, hostileCPU)
 		b.Logf("the machine's %d CPUs: %.1f busy on average alone (%.2f stolen by the hypervisor), %.1f burning (%.2f), %.1f flooded (%.2f)",
@@ -193,6 +201,8 @@ type victimOp struct {
 	P99 float64 `json:"p99_ms"`
 	// Times are the status calls' (-times).
 	Times [][2]int64 `json:"times"`
+	// Slowest is where the slowest call spent its time (freeze+thaw).
+	Slowest map[string]float64 `json:"slowest"`
 }
 
 // victimRuns counts the victim's runs, to name their files beside the trace.
@@ -631,4 +641,13 @@ func setQuota(b *testing.B, dir string, pct int) {
 	if err := os.WriteFile(filepath.Join(dir, "cpu.cfs_quota_us"), []byte(strconv.Itoa(quota)), 0); err != nil {
 		b.Fatalf("cpu quota of %s: %v", dir, err)
 	}
+}
+
+// msParts writes parts (name: ms) sorted by name.
+func msParts(parts map[string]float64) string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(parts)) {
+		out = append(out, fmt.Sprintf("%s %.1f", k, parts[k]))
+	}
+	return strings.Join(out, ", ")
 }

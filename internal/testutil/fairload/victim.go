@@ -30,6 +30,10 @@ type Op struct {
 	// Times holds each call's start and end on CLOCK_MONOTONIC, the
 	// clock of a Go execution trace's timestamps, in ns (-times).
 	Times [][2]int64 `json:"times,omitempty"`
+	// Slowest is where the slowest call spent its time, in ms, where the
+	// daemon tells it (freeze+thaw: each half as the client saw it, and
+	// the steps the daemon timed, "freeze.lock" and the like).
+	Slowest map[string]float64 `json:"slowest,omitempty"`
 }
 
 // victim runs the fixed workload of a well-behaved user and prints its
@@ -127,13 +131,31 @@ func victim(args []string) {
 	_, err = c.Run(ctx, api.RunParams{Name: "victim-gpu", Cmd: []string{*simjob, "--vram", "1000"}, Dir: "/", GPU: &api.GPURef{Index: 0}})
 	must(err)
 	must(followOnce(ctx, *socket, "victim-gpu", "simjob: allocated"))
-	ops = append(ops, timed("freeze+thaw", *swaps, 0, func(int) error {
-		if _, err := c.Freeze(ctx, api.FreezeParams{Name: "victim-gpu"}); err != nil {
+	var slowest map[string]float64
+	swap := timed("freeze+thaw", *swaps, 0, func(int) error {
+		parts := map[string]float64{}
+		t0 := time.Now()
+		froze, err := c.Freeze(ctx, api.FreezeParams{Name: "victim-gpu"})
+		if err != nil {
 			return err
 		}
-		_, err := c.Thaw(ctx, api.ThawParams{Name: "victim-gpu"})
+		t1 := time.Now()
+		thawed, err := c.Thaw(ctx, api.ThawParams{Name: "victim-gpu"})
+		parts["freeze"], parts["thaw"] = ms(t1.Sub(t0)), ms(time.Since(t1))
+		for half, res := range map[string]*api.CheckpointResult{"freeze": froze, "thaw": thawed} {
+			if res != nil {
+				for step, v := range res.MS {
+					parts[half+"."+step] = v
+				}
+			}
+		}
+		if slowest == nil || parts["freeze"]+parts["thaw"] > slowest["freeze"]+slowest["thaw"] {
+			slowest = parts
+		}
 		return err
-	}))
+	})
+	swap.Slowest = slowest
+	ops = append(ops, swap)
 	_, err = c.Run(ctx, api.RunParams{Name: "victim-talker", Cmd: []string{"sh", "-c", "echo hello; exec sleep 100000"}, Dir: "/"})
 	must(err)
 	ops = append(ops, timed("logs-f", *follows, 0, func(int) error { return followOnce(ctx, *socket, "victim-talker", "hello") }))
@@ -212,8 +234,11 @@ func (l *latencies) time(op func() error) {
 		fmt.Fprintf(os.Stderr, "fairload victim: %s: %v\n", l.name, err)
 		os.Exit(1)
 	}
-	l.ms = append(l.ms, float64(time.Since(t0).Microseconds())/1000)
+	l.ms = append(l.ms, ms(time.Since(t0)))
 }
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // op summarises the latencies gathered (none gathered: all zero).
 func (l *latencies) op() Op {
