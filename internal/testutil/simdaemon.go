@@ -50,7 +50,7 @@ func StartSimDaemon(t testing.TB, bins Binaries, dir, sim, group string, stderr 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		d.killProcesses()
+		d.killProcesses(t)
 		if err := d.Stop(StopGrace); err != nil {
 			t.Error(err)
 		}
@@ -59,8 +59,11 @@ func StartSimDaemon(t testing.TB, bins Binaries, dir, sim, group string, stderr 
 	return d
 }
 
-// killProcesses kills every managed process still alive.
-func (d *SimDaemon) killProcesses() {
+// killProcesses kills every managed process still alive, each named as
+// UID/NAME: names are per user, and a bare name two users share is
+// refused as ambiguous, which left both processes running. A kill
+// refused otherwise fails the test.
+func (d *SimDaemon) killProcesses(t testing.TB) {
 	ctx := context.Background()
 	c, err := api.Dial(ctx, d.Socket)
 	if err != nil {
@@ -72,8 +75,12 @@ func (d *SimDaemon) killProcesses() {
 		return
 	}
 	for _, p := range ps {
-		if p.State != api.StateExited {
-			_, _ = c.Kill(ctx, api.KillParams{Name: p.Name, Signal: "SIGKILL"})
+		if p.State == api.StateExited {
+			continue
+		}
+		ref := fmt.Sprintf("%d/%s", p.UID, p.Name)
+		if _, err := c.Kill(ctx, api.KillParams{Name: ref, Signal: "SIGKILL"}); err != nil && !api.IsConflict(err) && !api.IsNotFound(err) {
+			t.Errorf("cleanup: kill %s: %v", ref, err)
 		}
 	}
 }
