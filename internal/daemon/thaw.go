@@ -86,13 +86,15 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 	}
 
 	if !opts.admitted {
+		t := time.Now()
 		if err := d.sampler.refresh(ctx); err != nil {
 			return api.CheckpointResult{}, fmt.Errorf("%s %q: sample GPUs: %w", opts.op, rec.Name, err)
 		}
+		op.ms["sample"] = msSince(t)
 		if err := d.gpuView().lostError(fmt.Sprintf("%s %q", opts.op, rec.Name), sortedKeys(need)); err != nil {
 			return api.CheckpointResult{}, err
 		}
-		t := time.Now()
+		t = time.Now()
 		release, err := d.admit(opts.waitCtx, fmt.Sprintf("%s %q", opts.op, rec.Name), rec.Owner.UID, need, opts.wait)
 		if err != nil {
 			return api.CheckpointResult{}, err
@@ -180,9 +182,11 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 	}
 	// The restored memory must show in a sample before the reservation
 	// that stood for it is released.
+	t := time.Now()
 	if err := d.sampler.refresh(ctx); err != nil {
 		d.log.Warn("GPU sample after thaw", zap.Error(err))
 	}
+	op.ms["sample"] += msSince(t)
 	op.ms["total"] = msSince(start)
 	d.metrics.checkpointDone(opThaw, time.Since(start), mib<<20)
 	return d.result(rec, opts.op, op, mib), nil
