@@ -17,7 +17,8 @@ import (
 	"go.uber.org/zap"
 )
 
-// maxSlots bounds a model's slots setting.
+// maxSlots bounds a model's slots setting; as many places stand for no
+// bound while no number is known (New, learnSlots).
 const maxSlots = 65536
 
 // slotFlags are the flags by which model servers are told how many
