@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"go.uber.org/zap"
 )
@@ -98,8 +97,9 @@ const propsMax = 1 << 20
 // the config does not set m's slots: llama-server's GET /props answers
 // total_slots, "the total number of slots for process requests (defined by
 // --parallel option)" (tools/server README), whatever set it (-np, its
-// LLAMA_ARG_N_PARALLEL, its own auto, a wrapper's flags). A server that
-// answers none (vLLM has no /props) keeps the number read from its cmd.
+// LLAMA_ARG_N_PARALLEL, its own auto, a wrapper's flags). Where the
+// server answers none (vLLM has no /props), m keeps the number it had:
+// the one read from its cmd, or one its server told at an earlier wake.
 func (r *Router) learnSlots(ctx context.Context, m *model) {
 	if m.cfg.SlotsSet || m.slots == nil {
 		return
@@ -121,7 +121,7 @@ func (r *Router) propsSlots(ctx context.Context, m *model) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	resp, err := (&http.Client{Transport: m.transport, Timeout: 2 * time.Second}).Do(req)
+	resp, err := m.probeClient().Do(req)
 	if err != nil {
 		return 0, err
 	}

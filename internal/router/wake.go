@@ -420,7 +420,7 @@ const healthPoll = 50 * time.Millisecond
 // when the process exits (with the tail of its log).
 func (r *Router) waitHealthy(ctx context.Context, m *model) error {
 	url := fmt.Sprintf("http://127.0.0.1:%d%s", m.cfg.Port, m.cfg.Health)
-	client := &http.Client{Transport: m.transport, Timeout: 2 * time.Second}
+	client := m.probeClient()
 	t := time.NewTicker(healthPoll)
 	defer t.Stop()
 	for i := 0; ; i++ {
@@ -445,6 +445,12 @@ func (r *Router) waitHealthy(ctx context.Context, m *model) error {
 		case <-t.C:
 		}
 	}
+}
+
+// probeClient asks m's server what the router itself needs to know (its
+// health, its slots), each call within 2 s.
+func (m *model) probeClient() *http.Client {
+	return &http.Client{Transport: m.transport, Timeout: 2 * time.Second}
 }
 
 // serverRequest is a GET of url at a model's server, with the router's
