@@ -83,6 +83,7 @@ var allowed = map[string][]string{
 	"internal/retention":                 {"internal/fairshare"},
 	"internal/logbudget":                 {"internal/logfile", "internal/fairshare"},
 	"internal/fairshare":                 {},
+	"internal/ramtier":                   {"internal/fairshare", "internal/limits"},
 	"internal/netguard":                  {},
 	"internal/sockdiag":                  {},
 	"internal/tcpadmit":                  {"internal/limits", "internal/netguard", "internal/sockdiag"},

@@ -109,7 +109,10 @@ type Limits struct {
 	FillFraction   float64       // share of each GPU's memory a user's fillers may hold, 0..1
 	// DiskFraction is the share of the snapshot disk (--disk-budget, or
 	// the snapshot directory's filesystem) a user's snapshots may take, 0..1.
-	DiskFraction    float64
+	DiskFraction float64
+	// RAMFraction is the share of --ram-budget a user's frozen processes
+	// may hold in host RAM, 0..1.
+	RAMFraction     float64
 	KeepFinished    int           // exited processes and finished jobs kept per user (root included)
 	KeepFinishedFor time.Duration // and for how long after they ended (root included)
 	// KeepFinishedLogMiB is what the logs of a user's exited processes
@@ -244,6 +247,7 @@ func DefaultLimits() Limits {
 		LeaseMaxHold:            24 * time.Hour,
 		FillFraction:            0.5,
 		DiskFraction:            0.25,
+		RAMFraction:             0.5,
 		KeepFinished:            500,
 		KeepFinishedFor:         7 * 24 * time.Hour,
 		KeepFinishedLogMiB:      4 << 10,
@@ -326,6 +330,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.IntVar(&l.MaxPriority, "user-max-priority", l.MaxPriority, "highest job, lease and process priority a non-root user may set (root: up to 1000)")
 	fs.DurationVar(&l.LeaseMaxHold, "user-lease-max-hold", l.LeaseMaxHold, "a non-root user's granted lease is released after this long (0: held until released)")
 	fs.Float64Var(&l.FillFraction, "user-fill-fraction", l.FillFraction, "share of each GPU's memory one non-root user's filler may hold, 0..1 (0: no cap)")
+	fs.Float64Var(&l.RAMFraction, "user-ram-fraction", l.RAMFraction, "share of --ram-budget one non-root user's frozen processes may hold in host RAM, 0..1; past it their own are hibernated first (0: no cap)")
 	fs.Float64Var(&l.DiskFraction, "user-disk-fraction", l.DiskFraction, "share of the snapshot disk (--disk-budget, or where there is none the snapshot directory's filesystem) one non-root user's snapshots may take, 0..1 (0: no cap)")
 	fs.IntVar(&l.KeepFinished, "keep-finished", l.KeepFinished, "exited processes and finished jobs kept per user, newest first; older ones are removed (0: no count cap)")
 	fs.DurationVar(&l.KeepFinishedFor, "keep-finished-for", l.KeepFinishedFor, "exited processes and finished jobs are removed this long after they ended (0: no age cap)")
@@ -482,6 +487,9 @@ func (l Limits) validate() []error {
 	}
 	if !(l.FillFraction >= 0 && l.FillFraction <= 1) {
 		errs = append(errs, fmt.Errorf("--user-fill-fraction %v: must be 0..1", l.FillFraction))
+	}
+	if !(l.RAMFraction >= 0 && l.RAMFraction <= 1) {
+		errs = append(errs, fmt.Errorf("--user-ram-fraction %v: must be 0..1", l.RAMFraction))
 	}
 	if !(l.DiskFraction >= 0 && l.DiskFraction <= 1) {
 		errs = append(errs, fmt.Errorf("--user-disk-fraction %v: must be 0..1", l.DiskFraction))

@@ -3,43 +3,58 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strings"
 
 	"go.uber.org/zap"
 
+	"github.com/gpusched/gpusched/internal/limits"
 	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/internal/ramtier"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
-// makeRoom hibernates frozen processes, by policy, until need more MiB fit
-// the host RAM budget beside what frozen processes hold. Nothing is ever
-// killed: when nothing can be evicted the caller's freeze fails, saying why.
+// makeRoom hibernates frozen processes until need more MiB, parked by the
+// freeze of skip, fit its owner's share of the host RAM budget
+// (--user-ram-fraction), taking the owner's own first, and then the budget
+// itself, taking first from the users who hold more than their level
+// (ramtier.Order). Nothing is ever killed, and nothing is evicted where
+// eviction could not make the room: the freeze then fails, saying why.
 func (d *Daemon) makeRoom(ctx context.Context, what string, need uint64, skip proctable.Key) error {
 	budget := d.cfg.RAMBudgetMiB
 	if budget == 0 {
 		return nil
 	}
-	tried := map[proctable.Key]bool{skip: true}
-	for {
-		held := d.hostMiB(&skip)
-		if held+need <= budget {
+	owner := skip.UID
+	share := ramtier.Share(owner, budget, d.cfg.Limits.RAMFraction)
+	tried := map[proctable.Key]bool{}
+	for first := true; ; first = false {
+		recs, parked, pinned := d.parked(skip, tried)
+		held, mine := ramtier.Total(parked), ramtier.Held(parked, owner)
+		overShare := share > 0 && mine+need > share
+		if !overShare && held+need <= budget {
 			return nil
 		}
 		if d.criu == nil {
+			if overShare {
+				return d.overRAMShare(what, need, owner, mine, share, "the disk tier that could take them is off ("+d.criuErr.Error()+")")
+			}
 			return api.Errorf(api.CodeResourceExhausted, "%s needs %d MiB of host RAM; frozen processes hold %d MiB of the %d MiB --ram-budget and the disk tier that could take them is off (%v)",
 				what, need, held, budget, d.criuErr)
 		}
-		victims, pinned := d.victims(tried)
-		if len(victims) == 0 {
-			msg := fmt.Sprintf("%s needs %d MiB of host RAM; frozen processes hold %d MiB of the %d MiB --ram-budget and none can be hibernated to make room",
-				what, need, held, budget)
-			if len(pinned) > 0 {
-				msg += " (pinned: " + strings.Join(pinned, ", ") + ")"
-			}
-			return api.Errorf(api.CodeResourceExhausted, "%s", msg)
+		// Before the first eviction: none where they could not all make room.
+		ownLeft := mine - ramtier.Evictable(parked, owner, false)
+		if first && share > 0 && ownLeft+need > share || overShare && len(ramtier.Own(parked, owner)) == 0 {
+			return d.overRAMShare(what, need, owner, mine, share, "hibernating them could not make that room"+pinnedOf(pinned, owner))
 		}
-		v := victims[0]
+		order := ramtier.Order(parked, budget, owner, need)
+		if overShare {
+			order = ramtier.Own(parked, owner)
+		}
+		if first && held-ramtier.Evictable(parked, owner, true)+need > budget || len(order) == 0 {
+			return api.Errorf(api.CodeResourceExhausted, "%s needs %d MiB of host RAM; frozen processes hold %d MiB of the %d MiB --ram-budget and hibernating them could not make that room%s",
+				what, need, held, budget, pinnedOf(pinned, limits.Root))
+		}
+		v := recs[order[0]]
 		tried[v.Key()] = true
 		why := fmt.Sprintf("hibernated to make room in host RAM for %s", what)
 		if _, err := d.evict(ctx, v, hibernateOpts{why: why, freed: true}); err != nil {
@@ -48,28 +63,50 @@ func (d *Daemon) makeRoom(ctx context.Context, what string, need uint64, skip pr
 	}
 }
 
-// victims lists the frozen processes eviction may hibernate, in policy
-// order: lowest priority first, then least recently frozen. pinned names
-// the frozen ones it may not.
-func (d *Daemon) victims(skip map[proctable.Key]bool) (out []proctable.Record, pinned []string) {
-	for _, r := range d.table.View().Records {
-		if r.State != api.StateFrozen || skip[r.Key()] {
-			continue
+// flagRAMFraction is the share of --ram-budget one non-root user's frozen
+// processes may hold.
+const flagRAMFraction = "user-ram-fraction"
+
+// overRAMShare is the refusal of what, which would take owner's frozen
+// processes past their share of the host RAM budget; why says what
+// eviction could not do.
+func (d *Daemon) overRAMShare(what string, need uint64, owner uint32, mine, share uint64, why string) error {
+	return &limits.Exceeded{Flag: flagRAMFraction, Msg: fmt.Sprintf("%s needs %d MiB of host RAM; user %s's frozen processes hold %d MiB of the %d MiB they may (--%s %g of the %d MiB --ram-budget): %s",
+		what, need, d.names.name(owner), mine, share, flagRAMFraction, d.cfg.Limits.RAMFraction, d.cfg.RAMBudgetMiB, why)}
+}
+
+// pinnedOf names the pinned processes of uid (of everyone's where uid is
+// root) as the end of a refusal, or nothing where there are none.
+func pinnedOf(pinned []proctable.Record, uid uint32) string {
+	var names []string
+	for _, r := range pinned {
+		if uid == limits.Root || r.Owner.UID == uid {
+			names = append(names, r.Name)
 		}
-		if r.Policy.Pin {
-			pinned = append(pinned, r.Name)
-			continue
-		}
-		out = append(out, *r)
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.Policy.Priority != b.Policy.Priority {
-			return a.Policy.Priority < b.Policy.Priority
+	if len(names) == 0 {
+		return ""
+	}
+	return " (pinned: " + strings.Join(names, ", ") + ")"
+}
+
+// parked lists every process but skip whose GPU memory is in host RAM,
+// with its ramtier view: evictable where frozen, not pinned and not tried.
+// pinned are the frozen ones eviction may not take.
+func (d *Daemon) parked(skip proctable.Key, tried map[proctable.Key]bool) (recs []proctable.Record, parked []ramtier.Parked, pinned []proctable.Record) {
+	for _, r := range d.table.View().Records {
+		if !r.InHostRAM() || r.Key() == skip {
+			continue
 		}
-		return a.Checkpoint.FrozenAt.Before(b.Checkpoint.FrozenAt)
-	})
-	return out, pinned
+		frozen := r.State == api.StateFrozen
+		if frozen && r.Policy.Pin {
+			pinned = append(pinned, *r)
+		}
+		recs = append(recs, *r)
+		parked = append(parked, ramtier.Parked{Owner: r.Owner.UID, MiB: r.Checkpoint.MiB(), Priority: r.Policy.Priority,
+			FrozenAt: r.Checkpoint.FrozenAt, Evictable: frozen && !r.Policy.Pin && !tried[r.Key()]})
+	}
+	return recs, parked, pinned
 }
 
 // evict hibernates v with o if its lifecycle lock is free and it is still

@@ -1,7 +1,10 @@
 package daemon
 
 import (
+	"fmt"
+
 	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/internal/ramtier"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -20,8 +23,9 @@ func (d *Daemon) hostMiB(skip *proctable.Key) uint64 {
 }
 
 // beginFreeze records that rec is freezing procs, after checking that the
-// host RAM budget has room for them. The check and the record happen under
-// one lock, so concurrent freezes cannot overrun the budget together.
+// host RAM budget, and its owner's share of it, have room for them. The
+// check and the record happen under one lock, so concurrent freezes cannot
+// overrun either together.
 func (d *Daemon) beginFreeze(rec proctable.Record, procs []proctable.CheckpointProc, opts freezeOpts) (proctable.Record, error) {
 	budgeted := !opts.toDisk
 	d.ramMu.Lock()
@@ -34,6 +38,12 @@ func (d *Daemon) beginFreeze(rec proctable.Record, procs []proctable.CheckpointP
 			return rec, api.Errorf(api.CodeResourceExhausted,
 				"freeze %q needs %d MiB of host RAM; frozen processes hold %d MiB of the %d MiB --ram-budget: thaw, hibernate or kill one first",
 				rec.Name, need, held, budget)
+		}
+		if share := ramtier.Share(key.UID, budget, d.cfg.Limits.RAMFraction); share > 0 {
+			_, parked, _ := d.parked(key, nil)
+			if mine := ramtier.Held(parked, key.UID); mine+need > share {
+				return rec, d.overRAMShare(fmt.Sprintf("freeze %q", rec.Name), need, key.UID, mine, share, "thaw, hibernate or kill one first")
+			}
 		}
 	}
 	return d.table.Update(rec.Key(), func(r *proctable.Record) error {

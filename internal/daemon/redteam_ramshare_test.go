@@ -1,0 +1,93 @@
+package daemon
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/testutil"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// TestRedTeamRAMTierShares: one user cannot take the host RAM tier from
+// another. With a 1000 MiB --ram-budget and the default
+// --user-ram-fraction (0.5), a user who freezes past their 500 MiB has
+// their own least recently frozen process hibernated, not another user's
+// older one; a freeze larger than the share, or than the whole budget, is
+// refused before anything is evicted; and where the budget itself is short,
+// the user holding more than their level gives up room first, though
+// another's process was frozen before theirs.
+func TestRedTeamRAMTierShares(t *testing.T) {
+	hog := testutil.NewUser(t, "gsram1", "gsram")
+	other := testutil.NewUser(t, "gsram2", "gsram")
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group, c.RAMBudgetMiB = "gsram", 1000 })
+	runAs := func(u testutil.User, name string, vram int) {
+		t.Helper()
+		if _, errOut, code := h.ctlAs(u, "run", name, "--gpu", "0", "--", h.bins.SimJob, "--vram", fmt.Sprint(vram), "--host-mem", "1", "--tick", "0.02"); code != 0 {
+			t.Fatalf("run %s: %s", name, errOut)
+		}
+		h.followCount(name, "tick 3", 1)
+	}
+	freezeAs := func(u testutil.User, name string) (string, int) {
+		t.Helper()
+		_, errOut, code := h.ctlAs(u, "freeze", name)
+		return errOut, code
+	}
+	mustFreeze := func(u testutil.User, name string) {
+		t.Helper()
+		if errOut, code := freezeAs(u, name); code != 0 {
+			t.Fatalf("freeze %s: %s", name, errOut)
+		}
+	}
+	names := []string{"b1", "r1", "a1", "a2", "a3", "a4", "r2", "b2"}
+	states := func() string {
+		var s []string
+		for _, n := range names {
+			if p, err := h.client().Process(ctxT(t), n); err == nil {
+				s = append(s, n+"="+string(p.State))
+			}
+		}
+		return strings.Join(s, " ")
+	}
+	wantStates := func(when, want string) {
+		t.Helper()
+		if got := states(); got != want {
+			t.Fatalf("%s: %s, want %s", when, got, want)
+		}
+	}
+
+	runAs(other, "b1", 100)
+	mustFreeze(other, "b1") // the least recently frozen of all
+	h.memJob("r1", 300, 1)
+	if _, err := h.client().Freeze(ctxT(t), api.FreezeParams{Name: "r1"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"a1", "a2", "a3"} {
+		runAs(hog, n, 250)
+	}
+	mustFreeze(hog, "a1")
+	mustFreeze(hog, "a2")
+	// 750 MiB would pass the hog's 500: their own a1 goes, not b1.
+	mustFreeze(hog, "a3")
+	wantStates("after the hog's third freeze", "b1=frozen r1=frozen a1=hibernated a2=frozen a3=frozen")
+
+	// Larger than the share: refused, naming it, and nothing evicted.
+	runAs(hog, "a4", 700)
+	errOut, code := freezeAs(hog, "a4")
+	if code == 0 || !strings.Contains(errOut, "--user-ram-fraction 0.5") {
+		t.Fatalf("freeze of 700 MiB past a 500 MiB share: exit %d, %q", code, errOut)
+	}
+	// Larger than the budget, even for root: refused before any eviction.
+	h.memJob("r2", 1100, 1)
+	_, err := h.client().Freeze(ctxT(t), api.FreezeParams{Name: "r2"})
+	wantCode(t, err, api.CodeResourceExhausted)
+	wantStates("after the two refused freezes", "b1=frozen r1=frozen a1=hibernated a2=frozen a3=frozen a4=running r2=running")
+
+	// 1050 MiB would pass the budget. Root's 300 leave the users 700, a
+	// level of 450 each: the hog's 500 are over it, so their a2 goes, not
+	// b1, frozen first of all.
+	runAs(other, "b2", 150)
+	mustFreeze(other, "b2")
+	wantStates("after the other user's second freeze", "b1=frozen r1=frozen a1=hibernated a2=hibernated a3=frozen a4=running r2=running b2=frozen")
+}
