@@ -66,6 +66,7 @@ func TestValidate(t *testing.T) {
 		{[]string{"--max-cpu-per-user", "NaN"}, "--max-cpu-per-user NaN: must be 0 (no cap)"},
 		{[]string{"--log-disk-fraction", "1.5"}, "--log-disk-fraction 1.5: must be 0..1"},
 		{[]string{"--log-disk-fraction", "NaN"}, "--log-disk-fraction NaN: must be 0..1"},
+		{[]string{"--user-ram-fraction", "-0.1"}, "--user-ram-fraction -0.1: must be 0..1"},
 		{[]string{"--keep-finished-log-fraction", "-0.5"}, "--keep-finished-log-fraction -0.5: must be 0..1"},
 		{[]string{"--disk-keep-free", "2"}, "--disk-keep-free 2: must be 0..1"},
 		{[]string{"--realtime-priority", "100"}, "--realtime-priority 100: must be 0 (the fair class) or 1..99"},

@@ -44,7 +44,11 @@ func (d *Daemon) makeRoom(ctx context.Context, what string, need uint64, skip pr
 		// Before the first eviction: none where they could not all make room.
 		ownLeft := mine - ramtier.Evictable(parked, owner, false)
 		if first && share > 0 && ownLeft+need > share || overShare && len(ramtier.Own(parked, owner)) == 0 {
-			return d.overRAMShare(what, need, owner, mine, share, "hibernating them could not make that room"+pinnedOf(pinned, owner))
+			why := "hibernating them could not make that room" + pinnedOf(pinned, owner)
+			if need > share {
+				why = "this freeze alone needs more than that"
+			}
+			return d.overRAMShare(what, need, owner, mine, share, why)
 		}
 		order := ramtier.Order(parked, budget, owner, need)
 		if overShare {

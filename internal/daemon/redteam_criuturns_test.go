@@ -109,13 +109,13 @@ func TestEvictionWaitsForNoOnesCRIUTurn(t *testing.T) {
 }
 
 // evictableHarness is a disk-tier daemon (mods applied) with a 300 MiB
-// --ram-budget, where u, in group gscriu, has run "theirs" (256 MiB of GPU
+// --ram-budget, all of it a user's to hold (--user-ram-fraction 1), where u, in group gscriu, has run "theirs" (256 MiB of GPU
 // memory) and frozen it in RAM, and root runs "roots" as large: root's
 // freeze of it must evict the user's process. It returns the last tick of
 // the user's process.
 func evictableHarness(t *testing.T, u testutil.User, mods ...func(*config.Config)) (*ckptHarness, int) {
 	t.Helper()
-	h := newDiskHarness(t, config.DriverSim, append([]func(*config.Config){func(c *config.Config) { c.Group, c.RAMBudgetMiB = "gscriu", 300 }}, mods...)...)
+	h := newDiskHarness(t, config.DriverSim, append([]func(*config.Config){func(c *config.Config) { c.Group, c.RAMBudgetMiB, c.Limits.RAMFraction = "gscriu", 300, 1 }}, mods...)...)
 	if _, errOut, code := h.ctlAs(u, "run", "theirs", "--gpu", "0", "--", h.bins.SimJob, "--vram", "256", "--host-mem", "1", "--tick", "0.02"); code != 0 {
 		t.Fatalf("run theirs: %s", errOut)
 	}

@@ -27,7 +27,7 @@ func TestRedTeamStuckTreeHoldsUpNoOne(t *testing.T) {
 	}
 	u := testutil.NewUser(t, "gscriu9", "gscriu")
 	mnt, release := testutil.StallDir(t)
-	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group, c.RAMBudgetMiB = "gscriu", 300 })
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group, c.RAMBudgetMiB, c.Limits.RAMFraction = "gscriu", 300, 1 })
 	t.Cleanup(release) // first: the stalled lookup returns, and the tree can end
 	script := fmt.Sprintf("cat %s/stall/x & exec %s --vram 256 --host-mem 1 --tick 0.02", mnt, h.bins.SimJob)
 	if _, errOut, code := h.ctlAs(u, "run", "theirs", "--gpu", "0", "--dir", "/", "--", "sh", "-c", script); code != 0 {
