@@ -1,11 +1,14 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/limits"
+	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -90,4 +93,36 @@ func TestRedTeamRAMTierShares(t *testing.T) {
 	runAs(other, "b2", 150)
 	mustFreeze(other, "b2")
 	wantStates("after the other user's second freeze", "b1=frozen r1=frozen a1=hibernated a2=hibernated a3=frozen a4=running r2=running b2=frozen")
+}
+
+// TestFreezeRecordHeldToTheShare: the share is checked again where a
+// freeze is recorded, under the lock that orders freezes, so that two of a
+// user's freezes that each found room before either was recorded cannot
+// pass it together. The second record is refused: 300 MiB held and 300 more
+// would pass the 500 MiB share of a 1000 MiB budget.
+func TestFreezeRecordHeldToTheShare(t *testing.T) {
+	u := testutil.NewUser(t, "gsram3", "gsram")
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group, c.RAMBudgetMiB = "gsram", 1000 })
+	for _, n := range []string{"first", "second"} {
+		if _, errOut, code := h.ctlAs(u, "run", n, "--gpu", "0", "--", h.bins.SimJob, "--vram", "300", "--host-mem", "1", "--tick", "0.02"); code != 0 {
+			t.Fatalf("run %s: %s", n, errOut)
+		}
+		h.followCount(n, "tick 3", 1)
+	}
+	if _, errOut, code := h.ctlAs(u, "freeze", "first"); code != 0 {
+		t.Fatalf("freeze first: %s", errOut)
+	}
+	rec, ok := h.d.table.Get(proctable.Key{UID: u.UID, Name: "second"})
+	if !ok {
+		t.Fatal("no record of second")
+	}
+	procs := []proctable.CheckpointProc{{PID: rec.PID, Start: rec.PIDStart, VRAM: map[string]uint64{"GPU-0": 300}}}
+	_, err := h.d.beginFreeze(rec, procs, freezeOpts{})
+	var exceeded *limits.Exceeded
+	if !errors.As(err, &exceeded) || exceeded.Flag != "user-ram-fraction" {
+		t.Fatalf("second freeze recorded past the share: %v", err)
+	}
+	if p := h.proc("second"); p.State != api.StateRunning {
+		t.Fatalf("the refused record left second %s", p.State)
+	}
 }
