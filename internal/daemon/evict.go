@@ -34,29 +34,38 @@ func (d *Daemon) makeRoom(ctx context.Context, what string, need uint64, skip pr
 		if !overShare && held+need <= budget {
 			return nil
 		}
-		if d.criu == nil {
+		refuse := func(overShare bool, why string) error {
 			if overShare {
-				return d.overRAMShare(what, need, owner, mine, share, "the disk tier that could take them is off ("+d.criuErr.Error()+")")
+				return d.overRAMShare(what, need, owner, mine, share, why)
 			}
-			return api.Errorf(api.CodeResourceExhausted, "%s needs %d MiB of host RAM; frozen processes hold %d MiB of the %d MiB --ram-budget and the disk tier that could take them is off (%v)",
-				what, need, held, budget, d.criuErr)
+			return api.Errorf(api.CodeResourceExhausted, "%s needs %d MiB of host RAM; frozen processes hold %d MiB of the %d MiB --ram-budget: %s",
+				what, need, held, budget, why)
 		}
-		// Before the first eviction: none where they could not all make room.
-		ownLeft := mine - ramtier.Evictable(parked, owner, false)
-		if first && share > 0 && ownLeft+need > share || overShare && len(ramtier.Own(parked, owner)) == 0 {
-			why := "hibernating them could not make that room" + pinnedOf(pinned, owner)
-			if need > share {
-				why = "this freeze alone needs more than that"
+		couldNot := func(overShare bool) error {
+			whose := uint32(limits.Root)
+			if overShare {
+				whose = owner
 			}
-			return d.overRAMShare(what, need, owner, mine, share, why)
+			return refuse(overShare, "hibernating them could not make that room"+pinnedOf(pinned, whose))
+		}
+		// Nothing is evicted where evicting all that may be would not make room.
+		own, all := ramtier.Room(parked, owner)
+		switch {
+		case overShare && need > share:
+			return refuse(true, "this freeze alone needs more than that")
+		case d.criu == nil:
+			return refuse(overShare, fmt.Sprintf("the disk tier that could take them is off (%v)", d.criuErr))
+		case first && overShare && mine-own+need > share:
+			return couldNot(true)
+		case first && held-all+need > budget:
+			return couldNot(false)
 		}
 		order := ramtier.Order(parked, budget, owner, need)
 		if overShare {
 			order = ramtier.Own(parked, owner)
 		}
-		if first && held-ramtier.Evictable(parked, owner, true)+need > budget || len(order) == 0 {
-			return api.Errorf(api.CodeResourceExhausted, "%s needs %d MiB of host RAM; frozen processes hold %d MiB of the %d MiB --ram-budget and hibernating them could not make that room%s",
-				what, need, held, budget, pinnedOf(pinned, limits.Root))
+		if len(order) == 0 {
+			return couldNot(overShare)
 		}
 		v := recs[order[0]]
 		tried[v.Key()] = true

@@ -17,7 +17,8 @@ import (
 // another. With a 1000 MiB --ram-budget and the default
 // --user-ram-fraction (0.5), a user who freezes past their 500 MiB has
 // their own least recently frozen process hibernated, not another user's
-// older one; a freeze larger than the share, or than the whole budget, is
+// older one; a freeze larger than the share, or than the whole budget, or
+// one that needs more than the user's unpinned processes could free, is
 // refused before anything is evicted; and where the budget itself is short,
 // the user holding more than their level gives up room first, though
 // another's process was frozen before theirs.
@@ -43,7 +44,7 @@ func TestRedTeamRAMTierShares(t *testing.T) {
 			t.Fatalf("freeze %s: %s", name, errOut)
 		}
 	}
-	names := []string{"b1", "r1", "a1", "a2", "a3", "a4", "r2", "b2"}
+	names := []string{"b1", "r1", "a1", "a2", "a3", "a4", "a5", "r2", "b2"}
 	states := func() string {
 		var s []string
 		for _, n := range names {
@@ -86,13 +87,24 @@ func TestRedTeamRAMTierShares(t *testing.T) {
 	_, err := h.client().Freeze(ctxT(t), api.FreezeParams{Name: "r2"})
 	wantCode(t, err, api.CodeResourceExhausted)
 	wantStates("after the two refused freezes", "b1=frozen r1=frozen a1=hibernated a2=frozen a3=frozen a4=running r2=running")
+	// With a3 pinned by root, only a2's 250 could go: 300 more would still
+	// pass the share, so a2 stays.
+	pin := true
+	if _, err := h.client().Set(ctxT(t), api.SetParams{Name: "a3", Pin: &pin}); err != nil {
+		t.Fatal(err)
+	}
+	runAs(hog, "a5", 300)
+	if errOut, code := freezeAs(hog, "a5"); code == 0 || !strings.Contains(errOut, "(pinned: a3)") {
+		t.Fatalf("freeze of 300 MiB that only a pinned process could make room for: exit %d, %q", code, errOut)
+	}
+	wantStates("after the freeze refused for a pinned process", "b1=frozen r1=frozen a1=hibernated a2=frozen a3=frozen a4=running a5=running r2=running")
 
 	// 1050 MiB would pass the budget. Root's 300 leave the users 700, a
 	// level of 450 each: the hog's 500 are over it, so their a2 goes, not
 	// b1, frozen first of all.
 	runAs(other, "b2", 150)
 	mustFreeze(other, "b2")
-	wantStates("after the other user's second freeze", "b1=frozen r1=frozen a1=hibernated a2=hibernated a3=frozen a4=running r2=running b2=frozen")
+	wantStates("after the other user's second freeze", "b1=frozen r1=frozen a1=hibernated a2=hibernated a3=frozen a4=running a5=running r2=running b2=frozen")
 }
 
 // TestFreezeRecordHeldToTheShare: the share is checked again where a

@@ -41,10 +41,10 @@ func Held(parked []Parked, uid uint32) uint64 {
 // Total is what all of parked hold.
 func Total(parked []Parked) uint64 { return sum(parked, func(Parked) bool { return true }) }
 
-// Evictable is what eviction could free of uid's (of everyone's where
-// all): the MiB of the evictable ones.
-func Evictable(parked []Parked, uid uint32, all bool) uint64 {
-	return sum(parked, func(p Parked) bool { return p.Evictable && (all || p.Owner == uid) })
+// Room is what eviction could free: the MiB of uid's evictable processes,
+// and of all the evictable ones.
+func Room(parked []Parked, uid uint32) (own, all uint64) {
+	return sum(parked, func(p Parked) bool { return p.Evictable && p.Owner == uid }), sum(parked, func(p Parked) bool { return p.Evictable })
 }
 
 // Own is the indices of uid's evictable processes in policy order:

@@ -73,14 +73,15 @@ func TestOwnAndSums(t *testing.T) {
 	if got, want := Own(parked, 1001), []int{3, 0}; !slices.Equal(got, want) {
 		t.Errorf("Own = %v, want %v", got, want)
 	}
+	if own, all := Room(parked, 1001); own != 500 || all != 700 {
+		t.Errorf("Room = %d, %d; want 500, 700", own, all)
+	}
 	for _, c := range []struct {
 		what      string
 		got, want uint64
 	}{
 		{"Held", Held(parked, 1001), 550},
 		{"Total", Total(parked), 750},
-		{"Evictable of 1001", Evictable(parked, 1001, false), 500},
-		{"Evictable of all", Evictable(parked, 1001, true), 700},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %d, want %d", c.what, c.got, c.want)
