@@ -25,27 +25,7 @@ func TestFreezeTakesLateCUDAProcess(t *testing.T) {
 	for _, driver := range faultDrivers {
 		t.Run(driver, func(t *testing.T) {
 			h := newCkptHarness(t, driver)
-			gate := filepath.Join(h.dir, "lock-gate")
-			script := fmt.Sprintf(`%[1]s --vram 500 --tick 0.02 &
-(while [ ! -e %[2]s.waiting ]; do sleep 0.01; done; exec %[1]s --vram 300 --tick 0.02) &
-wait`, h.bins.SimJob, gate)
-			if _, err := h.client().Run(ctxT(t), api.RunParams{Name: "a", Dir: "/", GPU: &api.GPURef{Index: 0},
-				Cmd: []string{"sh", "-c", script}, Env: map[string]string{"PATH": "/usr/bin:/bin"}}); err != nil {
-				t.Fatal(err)
-			}
-			h.followCount("a", "simjob: allocated", 1)
-			h.faults(fmt.Sprintf(`{"lock": {"gate": %q, "times": 1}}`, gate))
-
-			done := make(chan error, 1)
-			go func() {
-				_, err := h.client().Freeze(context.Background(), api.FreezeParams{Name: "a"})
-				done <- err
-			}()
-			h.followCount("a", "simjob: allocated", 2) // the late one, while the lock waits
-			if err := os.WriteFile(gate, nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if err := <-done; err != nil {
+			if err := freezeWithLateProcess(h); err != nil {
 				t.Fatalf("freeze: %v", err)
 			}
 			states := h.cudaStates("a")
@@ -64,6 +44,55 @@ wait`, h.bins.SimJob, gate)
 			h.waitStopped("a", false)
 		})
 	}
+}
+
+// TestLateCUDAProcessCountsWholeTreeAgainstRAMBudget: the room a freeze
+// asks for a late process is the whole tree's, not the late process's
+// alone. With 600 MiB of --ram-budget and the disk tier off, the tree's
+// first 500 MiB fit and 500 plus the late 300 do not: the freeze is
+// refused and rolled back, both processes running with their memory, where
+// counting the late 300 alone left 800 MiB frozen past the budget.
+func TestLateCUDAProcessCountsWholeTreeAgainstRAMBudget(t *testing.T) {
+	for _, driver := range faultDrivers {
+		t.Run(driver, func(t *testing.T) {
+			h := newCkptHarness(t, driver, func(c *config.Config) { c.RAMBudgetMiB, c.CRIU = 600, "none" })
+			err := freezeWithLateProcess(h)
+			wantCode(t, err, api.CodeResourceExhausted)
+			if p := h.proc("a"); p.State != api.StateRunning || h.used(0) != 800 {
+				t.Fatalf("after the refused freeze: %s, GPU 0 used %d MiB; want running with 800", p.State, h.used(0))
+			}
+			if states := h.cudaStates("a"); len(states) != 2 || !allEqual(states, "running") {
+				t.Fatalf("after the refused freeze: driver states %v", states)
+			}
+		})
+	}
+}
+
+// freezeWithLateProcess runs "a", a tree of two CUDA processes of which the
+// second (300 MiB) makes its first allocation while a freeze is locking
+// the first (500 MiB), and returns that freeze's error.
+func freezeWithLateProcess(h *ckptHarness) error {
+	h.t.Helper()
+	gate := filepath.Join(h.dir, "lock-gate")
+	script := fmt.Sprintf(`%[1]s --vram 500 --tick 0.02 &
+(while [ ! -e %[2]s.waiting ]; do sleep 0.01; done; exec %[1]s --vram 300 --tick 0.02) &
+wait`, h.bins.SimJob, gate)
+	if _, err := h.client().Run(ctxT(h.t), api.RunParams{Name: "a", Dir: "/", GPU: &api.GPURef{Index: 0},
+		Cmd: []string{"sh", "-c", script}, Env: map[string]string{"PATH": "/usr/bin:/bin"}}); err != nil {
+		h.t.Fatal(err)
+	}
+	h.followCount("a", "simjob: allocated", 1)
+	h.faults(fmt.Sprintf(`{"lock": {"gate": %q, "times": 1}}`, gate))
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.client().Freeze(context.Background(), api.FreezeParams{Name: "a"})
+		done <- err
+	}()
+	h.followCount("a", "simjob: allocated", 2) // the late one, while the lock waits
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		h.t.Fatal(err)
+	}
+	return <-done
 }
 
 // TestInterruptedFreezeSettlesWholeTree is a daemon killed after a freeze

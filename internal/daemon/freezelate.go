@@ -52,7 +52,9 @@ func (d *Daemon) quiesce(ctx context.Context, rec proctable.Record, op *cudaOp, 
 		}
 		d.log.Info("freeze: CUDA processes started during the freeze", zap.String("name", rec.Name), zap.Ints("pids", pidsOf(late)))
 		if !opts.toDisk {
-			if err := d.makeRoom(ctx, fmt.Sprintf("freeze %q", rec.Name), (&proctable.Checkpoint{Procs: late}).MiB(), rec.Key()); err != nil {
+			// The room of the whole tree: makeRoom counts no process of rec's.
+			whole := rec.Checkpoint.MiB() + (&proctable.Checkpoint{Procs: late}).MiB()
+			if err := d.makeRoom(ctx, fmt.Sprintf("freeze %q", rec.Name), whole, rec.Key()); err != nil {
 				return rec, nil, err
 			}
 		}
