@@ -236,8 +236,11 @@ func (d *Daemon) restoreCopy(ctx context.Context, c *call, src proctable.Record,
 	if err == nil {
 		rec, err = d.table.CreateWithin(rec, d.admitProc(c.actor))
 	}
+	if err == nil { // it stays in host RAM where its GPU has no room
+		err = d.makeRoom(ctx, fmt.Sprintf("fork copy %q", name), rec.Checkpoint.MiB(), rec.Key())
+	}
 	if err == nil {
-		rec, err = d.restoreTree(ctx, rec, dir, false, callerCgroups(c, src.Owner))
+		rec, err = d.restoreTree(ctx, rec, dir, false, true, callerCgroups(c, src.Owner))
 	}
 	if err == nil {
 		_, err = d.thawLocked(ctx, rec, thawOpts{op: "fork", pairs: pairs, wait: wait, waitCtx: c.ctx})

@@ -57,7 +57,7 @@ func (d *Daemon) thawFromPageSource(ctx context.Context, rec proctable.Record, d
 		d.log.Warn("lazy-pages server did not start; restoring with CRIU's reads", zap.String("name", rec.Name), zap.Error(err))
 		return res, rec, false, nil
 	}
-	if rec, err = d.restoreTree(ctx, rec, dir, true, opts.caller); err != nil {
+	if rec, err = d.restoreTree(ctx, rec, dir, true, false, opts.caller); err != nil {
 		src.Close()
 		d.log.Warn("restore with our page source failed; restoring with CRIU's reads", zap.String("name", rec.Name), zap.Error(err))
 		cur, ok := d.table.Get(rec.Key())

@@ -22,38 +22,48 @@ func (d *Daemon) hostMiB(skip *proctable.Key) uint64 {
 	return sum
 }
 
-// beginFreeze records that rec is freezing procs, after checking that the
-// host RAM budget, and its owner's share of it, have room for them. The
-// check and the record happen under one lock, so concurrent freezes cannot
-// overrun either together.
+// beginFreeze records that rec is freezing procs, held to the host RAM
+// budget and its owner's share of it (holdInRAM).
 func (d *Daemon) beginFreeze(rec proctable.Record, procs []proctable.CheckpointProc, opts freezeOpts) (proctable.Record, error) {
-	budgeted := !opts.toDisk
+	cp := &proctable.Checkpoint{Procs: procs}
+	out, err := d.holdInRAM(fmt.Sprintf("freeze %q", rec.Name), rec.Key(), cp.MiB(), !opts.toDisk, func() (proctable.Record, error) {
+		return d.table.Update(rec.Key(), func(r *proctable.Record) error {
+			if r.ID != rec.ID {
+				return errReplaced
+			}
+			r.State, r.Checkpoint, r.Error = api.StateFreezing, cp, ""
+			if opts.preemptedBy != "" {
+				r.PreemptedBy, r.Note = opts.preemptedBy, opts.note
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return rec, err
+	}
+	return out, nil
+}
+
+// holdInRAM runs record, which marks key's process as holding need MiB of
+// GPU memory in host RAM, once the RAM budget and its owner's share of it
+// have room for them (where budgeted). The check and the record happen
+// under one lock, so that concurrent freezes and restores into RAM cannot
+// overrun either together.
+func (d *Daemon) holdInRAM(what string, key proctable.Key, need uint64, budgeted bool, record func() (proctable.Record, error)) (proctable.Record, error) {
 	d.ramMu.Lock()
 	defer d.ramMu.Unlock()
-	cp := &proctable.Checkpoint{Procs: procs}
 	if budget := d.cfg.RAMBudgetMiB; budget > 0 && budgeted {
-		key := rec.Key()
-		held, need := d.hostMiB(&key), cp.MiB()
-		if held+need > budget {
-			return rec, api.Errorf(api.CodeResourceExhausted,
-				"freeze %q needs %d MiB of host RAM; frozen processes hold %d MiB of the %d MiB --ram-budget: thaw, hibernate or kill one first",
-				rec.Name, need, held, budget)
+		if held := d.hostMiB(&key); held+need > budget {
+			return proctable.Record{}, api.Errorf(api.CodeResourceExhausted,
+				"%s needs %d MiB of host RAM; frozen processes hold %d MiB of the %d MiB --ram-budget: thaw, hibernate or kill one first",
+				what, need, held, budget)
 		}
 		if share := ramtier.Share(key.UID, budget, d.cfg.Limits.RAMFraction); share > 0 {
 			_, parked, _ := d.parked(key, nil)
 			if mine := ramtier.Held(parked, key.UID); mine+need > share {
-				return rec, d.overRAMShare(fmt.Sprintf("freeze %q", rec.Name), need, key.UID, mine, share, "thaw, hibernate or kill one first")
+				return proctable.Record{}, d.overRAMShare(what, need, key.UID, mine, share, "thaw, hibernate or kill one first")
 			}
 		}
 	}
-	return d.table.Update(rec.Key(), func(r *proctable.Record) error {
-		if r.ID != rec.ID {
-			return errReplaced
-		}
-		r.State, r.Checkpoint, r.Error = api.StateFreezing, cp, ""
-		if opts.preemptedBy != "" {
-			r.PreemptedBy, r.Note = opts.preemptedBy, opts.note
-		}
-		return nil
-	})
+	return record()
 }

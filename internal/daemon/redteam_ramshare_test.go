@@ -138,3 +138,60 @@ func TestFreezeRecordHeldToTheShare(t *testing.T) {
 		t.Fatalf("the refused record left second %s", p.State)
 	}
 }
+
+// TestRedTeamForkCopiesHeldToTheShare: a fork's copies whose GPU has no room
+// stay frozen in host RAM (protocol.md, fork), so each copy is held to the
+// budget and its owner's share as a freeze is. A user forks three copies of
+// a 300 MiB process onto a full GPU with a 500 MiB share: the first copy
+// stays frozen, the two past the share are refused (the fork holds the
+// first, so it cannot be hibernated for them) and leave nothing behind,
+// where all three had stayed, 900 MiB in RAM.
+func TestRedTeamForkCopiesHeldToTheShare(t *testing.T) {
+	u := testutil.NewUser(t, "gsram4", "gsram")
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group, c.RAMBudgetMiB = "gsram", 1000 })
+	h.jobs("full", 1, 3900) // GPU 1 has no room for a copy
+	if _, errOut, code := h.ctlAs(u, "run", "src", "--gpu", "0", "--", h.bins.SimJob, "--vram", "300", "--host-mem", "1", "--tick", "0.02"); code != 0 {
+		t.Fatalf("run src: %s", errOut)
+	}
+	h.followCount("src", "tick 3", 1)
+	_, errOut, code := h.ctlAs(u, "fork", "src", "--copies", "3", "--gpus", "1,1,1")
+	if code == 0 || !strings.Contains(errOut, "2 of 3 copies failed") || !strings.Contains(errOut, "--user-ram-fraction 0.5") {
+		t.Fatalf("fork of three copies past the share: exit %d, %q", code, errOut)
+	}
+	var states []string
+	for _, n := range []string{"src", "src-1", "src-2", "src-3"} {
+		state := "none"
+		if p, err := h.client().Process(ctxT(t), n); err == nil {
+			state = string(p.State)
+		}
+		states = append(states, n+"="+state)
+	}
+	if got, want := strings.Join(states, " "), "src=running src-1=frozen src-2=none src-3=none"; got != want {
+		t.Fatalf("after the fork: %s, want %s", got, want)
+	}
+	if st, err := h.client().Status(ctxT(t)); err != nil || st.HostMiB != 300 {
+		t.Fatalf("host RAM tier after the fork: %d MiB (%v), want 300", st.HostMiB, err)
+	}
+}
+
+// TestForkCopyMakesRoomInRAM: a copy that needs room in the RAM budget
+// hibernates another frozen process for it, as a freeze does. Root's
+// frozen "old" (600 MiB) and a first copy (300) fill 900 of 1000 MiB; the
+// second copy has "old" hibernated and stays frozen beside the first.
+func TestForkCopyMakesRoomInRAM(t *testing.T) {
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.RAMBudgetMiB = 1000 })
+	h.jobs("full", 1, 3900) // GPU 1 has no room for a copy
+	h.memJob("old", 600, 1)
+	h.freeze("old")
+	h.memJob("src", 300, 1)
+	if _, err := h.client().Fork(ctxT(t), api.ForkParams{Name: "src", Copies: 2, GPUs: []api.GPURef{{Index: 1}, {Index: 1}}}); err != nil {
+		t.Fatalf("fork: %v", err)
+	}
+	var states []string
+	for _, n := range []string{"old", "src-1", "src-2"} {
+		states = append(states, n+"="+string(h.proc(n).State))
+	}
+	if got, want := strings.Join(states, " "), "old=hibernated src-1=frozen src-2=frozen"; got != want {
+		t.Fatalf("after the fork: %s, want %s", got, want)
+	}
+}

@@ -61,7 +61,7 @@ func (d *Daemon) thawFromDisk(ctx context.Context, rec proctable.Record, opts th
 	}
 	if !done {
 		t = time.Now()
-		rec, err = d.restoreTree(ctx, rec, dir, false, opts.caller)
+		rec, err = d.restoreTree(ctx, rec, dir, false, false, opts.caller)
 		if err != nil {
 			return api.CheckpointResult{}, fmt.Errorf("%s: %w", what, err)
 		}
@@ -87,7 +87,7 @@ func (d *Daemon) thawFromDisk(ctx context.Context, rec proctable.Record, opts th
 // It waits for the owner's CRIU turn (criuDump) as a hibernated process,
 // and CRIU runs where criuPlaceFor says for caller (the cgroups of the
 // owner's calling process).
-func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir string, lazy bool, caller logreader.Cgroups) (proctable.Record, error) {
+func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir string, lazy, inRAM bool, caller logreader.Cgroups) (proctable.Record, error) {
 	release, err := d.criuTurns.Take(ctx, rec.Owner.UID)
 	if err != nil {
 		return rec, fmt.Errorf("restore: %w", err)
@@ -98,12 +98,14 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 		return rec, fmt.Errorf("restore: %w", err)
 	}
 	d.restoreWithTrees(rec, &place)
-	rec, err = d.table.Update(rec.Key(), func(r *proctable.Record) error {
-		if r.ID != rec.ID {
-			return errReplaced
-		}
-		r.State, r.Error = api.StateRestoring, ""
-		return nil
+	rec, err = d.holdInRAM(fmt.Sprintf("restore %q", rec.Name), rec.Key(), rec.Checkpoint.MiB(), inRAM, func() (proctable.Record, error) {
+		return d.table.Update(rec.Key(), func(r *proctable.Record) error {
+			if r.ID != rec.ID {
+				return errReplaced
+			}
+			r.State, r.Error = api.StateRestoring, ""
+			return nil
+		})
 	})
 	if err != nil {
 		return rec, err
