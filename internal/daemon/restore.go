@@ -86,7 +86,8 @@ func (d *Daemon) thawFromDisk(ctx context.Context, rec proctable.Record, opts th
 // serves its memory (see thawFromPageSource).
 // It waits for the owner's CRIU turn (criuDump) as a hibernated process,
 // and CRIU runs where criuPlaceFor says for caller (the cgroups of the
-// owner's calling process).
+// owner's calling process). With inRAM set the tree is to stay in host RAM
+// until thawed (a fork's copy): it is held to the RAM budget as a freeze is.
 func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir string, lazy, inRAM bool, caller logreader.Cgroups) (proctable.Record, error) {
 	release, err := d.criuTurns.Take(ctx, rec.Owner.UID)
 	if err != nil {
@@ -98,7 +99,7 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 		return rec, fmt.Errorf("restore: %w", err)
 	}
 	d.restoreWithTrees(rec, &place)
-	rec, err = d.holdInRAM(fmt.Sprintf("restore %q", rec.Name), rec.Key(), rec.Checkpoint.MiB(), inRAM, func() (proctable.Record, error) {
+	restoring, err := d.holdInRAM(fmt.Sprintf("restore %q", rec.Name), rec.Key(), rec.Checkpoint.MiB(), inRAM, func() (proctable.Record, error) {
 		return d.table.Update(rec.Key(), func(r *proctable.Record) error {
 			if r.ID != rec.ID {
 				return errReplaced
@@ -110,6 +111,7 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 	if err != nil {
 		return rec, err
 	}
+	rec = restoring
 	defer d.snaps.Foreground()()
 	rctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
 	if len(place.dirs) > 0 { // the owner may have made them, and freeze them
