@@ -81,6 +81,7 @@ func (d *Daemon) hibernate(c *call) (any, error) {
 func (d *Daemon) hibernateLocked(ctx context.Context, rec proctable.Record, o hibernateOpts) (api.HibernateResult, error) {
 	start := time.Now()
 	ms := map[string]float64{}
+	froze := rec.State == api.StateRunning
 	switch rec.State {
 	case api.StateRunning:
 		// A tree that does not fit even before its GPU memory joins it is
@@ -119,6 +120,9 @@ func (d *Daemon) hibernateLocked(ctx context.Context, rec proctable.Record, o hi
 	}
 	res, err := d.dump(ctx, rec, o)
 	if err != nil {
+		if froze {
+			err = d.thawBackPastRAM(ctx, rec.Key(), err)
+		}
 		return api.HibernateResult{}, err
 	}
 	for k, v := range res.MS {
@@ -161,7 +165,7 @@ func (d *Daemon) dumpImage(ctx context.Context, rec proctable.Record, o hibernat
 		return dumpedTree{}, fmt.Errorf("%s: the daemon is not watching this process", what)
 	}
 	if err := d.refuseUnrestorableFiles(rec.Name, rec.Checkpoint.Stopped); err != nil {
-		return dumpedTree{}, fmt.Errorf("%s: %w; the process stays frozen in RAM", what, err)
+		return dumpedTree{}, &frozenInRAM{fmt.Errorf("%s: %w", what, err)}
 	}
 	procs, carry, err := d.namespaced(rec)
 	if err != nil {
@@ -364,7 +368,38 @@ func (d *Daemon) dumpFailed(rec proctable.Record, rt *procRuntime, id, parent st
 	if err != nil {
 		return fmt.Errorf("%w (and recording it failed: %v)", cause, err)
 	}
-	return fmt.Errorf("%w; the process stays frozen in RAM", cause)
+	return &frozenInRAM{cause}
+}
+
+// frozenInRAM is the error of a hibernate whose dump failed and left the
+// process frozen in RAM.
+type frozenInRAM struct{ cause error }
+
+func (e *frozenInRAM) Error() string { return e.cause.Error() + "; the process stays frozen in RAM" }
+func (e *frozenInRAM) Unwrap() error { return e.cause }
+
+// thawBackPastRAM settles a process that a hibernate froze, as it ran, and
+// then failed to dump (err): it stays frozen in RAM only where the RAM
+// budget and its owner's share of it have room for it, as a freeze is held
+// to (the hibernate's own freeze, on its way to disk, was not); otherwise
+// it is thawed back to running, as it was.
+func (d *Daemon) thawBackPastRAM(ctx context.Context, key proctable.Key, err error) error {
+	var left *frozenInRAM
+	if !errors.As(err, &left) {
+		return err
+	}
+	rec, ok := d.table.Get(key)
+	if !ok || rec.State != api.StateFrozen {
+		return err
+	}
+	past := d.ramRoom(fmt.Sprintf("%q, frozen,", rec.Name), key, rec.Checkpoint.MiB(), "it is thawed back to running")
+	if past == nil {
+		return err
+	}
+	if _, terr := d.thawLocked(ctx, rec, thawOpts{op: "thaw", waitCtx: ctx}); terr != nil {
+		return fmt.Errorf("%w; %v, but that thaw failed: %v", err, past, terr)
+	}
+	return fmt.Errorf("%w; %v", left.cause, past)
 }
 
 // namespaced returns rec's checkpointed processes with their namespace

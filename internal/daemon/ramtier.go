@@ -52,18 +52,31 @@ func (d *Daemon) beginFreeze(rec proctable.Record, procs []proctable.CheckpointP
 func (d *Daemon) holdInRAM(what string, key proctable.Key, need uint64, budgeted bool, record func() (proctable.Record, error)) (proctable.Record, error) {
 	d.ramMu.Lock()
 	defer d.ramMu.Unlock()
-	if budget := d.cfg.RAMBudgetMiB; budget > 0 && budgeted {
-		if held := d.hostMiB(&key); held+need > budget {
-			return proctable.Record{}, api.Errorf(api.CodeResourceExhausted,
-				"%s needs %d MiB of host RAM; frozen processes hold %d MiB of the %d MiB --ram-budget: thaw, hibernate or kill one first",
-				what, need, held, budget)
-		}
-		if share := ramtier.Share(key.UID, budget, d.cfg.Limits.RAMFraction); share > 0 {
-			_, parked, _ := d.parked(key, nil)
-			if mine := ramtier.Held(parked, key.UID); mine+need > share {
-				return proctable.Record{}, d.overRAMShare(what, need, key.UID, mine, share, "thaw, hibernate or kill one first")
-			}
+	if budgeted {
+		if err := d.ramRoom(what, key, need, "thaw, hibernate or kill one first"); err != nil {
+			return proctable.Record{}, err
 		}
 	}
 	return record()
+}
+
+// ramRoom refuses need more MiB in host RAM for key's process (what) where
+// the RAM budget, or its owner's share of it, has no room for them besides
+// what the others hold; advice ends the refusal.
+func (d *Daemon) ramRoom(what string, key proctable.Key, need uint64, advice string) error {
+	budget := d.cfg.RAMBudgetMiB
+	if budget == 0 {
+		return nil
+	}
+	if held := d.hostMiB(&key); held+need > budget {
+		return api.Errorf(api.CodeResourceExhausted, "%s needs %d MiB of host RAM; frozen processes hold %d MiB of the %d MiB --ram-budget: %s",
+			what, need, held, budget, advice)
+	}
+	if share := ramtier.Share(key.UID, budget, d.cfg.Limits.RAMFraction); share > 0 {
+		_, parked, _ := d.parked(key, nil)
+		if mine := ramtier.Held(parked, key.UID); mine+need > share {
+			return d.overRAMShare(what, need, key.UID, mine, share, advice)
+		}
+	}
+	return nil
 }

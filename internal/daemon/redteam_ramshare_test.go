@@ -195,3 +195,31 @@ func TestForkCopyMakesRoomInRAM(t *testing.T) {
 		t.Fatalf("after the fork: %s, want %s", got, want)
 	}
 }
+
+// TestRedTeamFailedHibernateLeavesNothingPastTheShare: a hibernate's freeze
+// is on its way to disk and is held to no RAM budget, so a dump that fails
+// after it (here the snapshot filesystem, 16 MiB, fills) must not leave
+// the process frozen in RAM past its owner's share: a real user's 600 MiB
+// process, past their 500 MiB share, is thawed back to running with its
+// memory, where it stayed frozen.
+func TestRedTeamFailedHibernateLeavesNothingPastTheShare(t *testing.T) {
+	u := testutil.NewUser(t, "gsram5", "gsram")
+	snapDir := testutil.Tmpfs(t, "disk-full", "16m")
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) {
+		c.Group, c.RAMBudgetMiB, c.SnapshotDir = "gsram", 1000, snapDir
+		c.DiskKeepFree, c.Limits.DiskFraction = 0, 0 // the dump itself runs out of room
+	})
+	if _, errOut, code := h.ctlAs(u, "run", "big", "--gpu", "0", "--", h.bins.SimJob, "--vram", "600", "--host-mem", "64", "--tick", "0.02"); code != 0 {
+		t.Fatalf("run big: %s", errOut)
+	}
+	h.followCount("big", "tick 3", 1)
+	ticks := h.lastTick("big")
+	_, errOut, code := h.ctlAs(u, "hibernate", "big")
+	if code == 0 || !strings.Contains(errOut, "it is thawed back to running") {
+		t.Fatalf("hibernate into a full filesystem: exit %d, %q", code, errOut)
+	}
+	if p := h.proc("big"); p.State != api.StateRunning || h.used(0) != 600 {
+		t.Fatalf("after the failed hibernate: %s, GPU 0 used %d MiB; want running with 600", p.State, h.used(0))
+	}
+	h.verifyContinued("big", ticks)
+}
