@@ -13,11 +13,11 @@ import (
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
-// makeRoom hibernates frozen processes until need more MiB, parked by the
-// freeze of skip, fit its owner's share of the host RAM budget
-// (--user-ram-fraction), taking the owner's own first, and then the budget
-// itself, taking first from the users who hold more than their level
-// (ramtier.Order). Nothing is ever killed, and nothing is evicted where
+// makeRoom hibernates frozen processes until need MiB, all that skip's
+// freeze (or a fork copy's restore) parks, fit its owner's share of the
+// host RAM budget (--user-ram-fraction), taking the owner's own first, and
+// then the budget itself, taking first from the users who hold more than
+// their level (ramtier.Order). Nothing is ever killed, and nothing is evicted where
 // eviction could not make the room: the freeze then fails, saying why.
 func (d *Daemon) makeRoom(ctx context.Context, what string, need uint64, skip proctable.Key) error {
 	budget := d.cfg.RAMBudgetMiB

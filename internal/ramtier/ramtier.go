@@ -33,7 +33,7 @@ func Share(uid uint32, budget uint64, fraction float64) uint64 {
 	return max(1, uint64(fraction*float64(budget)))
 }
 
-// Held is what uid's processes of parked hold; Total is what all do.
+// Held is what uid's processes of parked hold.
 func Held(parked []Parked, uid uint32) uint64 {
 	return sum(parked, func(p Parked) bool { return p.Owner == uid })
 }
