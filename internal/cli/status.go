@@ -52,7 +52,11 @@ func writeOverview(w io.Writer, st *api.Status) error {
 	if st.RAMBudgetMiB > 0 {
 		budget = mib(st.RAMBudgetMiB)
 	}
-	fmt.Fprintf(t, "host ram:\t%s frozen (budget %s)\n", mib(st.HostMiB), budget)
+	yours := ""
+	if st.RAMShareMiB > 0 {
+		yours = fmt.Sprintf("; yours %s of %s", mib(st.CallerHostMiB), mib(st.RAMShareMiB))
+	}
+	fmt.Fprintf(t, "host ram:\t%s frozen (budget %s)%s\n", mib(st.HostMiB), budget, yours)
 	fmt.Fprintf(t, "disk tier:\t%s\n", diskTier(st))
 	if len(st.GPUs) == 0 {
 		fmt.Fprintf(t, "gpus:\tnone\n")
@@ -118,6 +122,9 @@ func diskTier(st *api.Status) string {
 	free := fmt.Sprintf(", %s free on its disk", bytesize(st.DiskFree))
 	if st.DiskKeepFree > 0 {
 		free += fmt.Sprintf(", %s of it kept free", bytesize(st.DiskKeepFree))
+	}
+	if st.DiskShare > 0 {
+		free += fmt.Sprintf("; yours %s of %s", bytesize(st.CallerDiskBytes), bytesize(st.DiskShare))
 	}
 	return "criu " + st.CRIU + ", " + snaps + free
 }

@@ -46,6 +46,26 @@ func TestStatusOverview(t *testing.T) {
 	}
 }
 
+// TestStatusShowsTheCallersShares: a user's status adds their own part of
+// each tier beside their share of it, where they have one.
+func TestStatusShowsTheCallersShares(t *testing.T) {
+	st := api.Status{Backend: "sim", Driver: "sim", HostMiB: 900, RAMBudgetMiB: 1000, CallerHostMiB: 300, RAMShareMiB: 500,
+		DiskBytes: 3 << 30, DiskFree: 90 << 30, CRIU: "4.2.1", CallerDiskBytes: 1 << 30, DiskShare: 25 << 30}
+	d := newFakeDaemon(t, map[string]handler{api.MethodStatus: answer(result(st))})
+	out, errOut, code := ctl(t, d, "status")
+	if code != 0 || errOut != "" {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	for _, w := range []string{
+		"host ram:    900 MiB frozen (budget 1000 MiB); yours 300 MiB of 500 MiB\n",
+		"90.0 GiB free on its disk; yours 1.0 GiB of 25.0 GiB\n",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("output lacks %q:\n%s", w, out)
+		}
+	}
+}
+
 func TestStatusProcess(t *testing.T) {
 	running := proc("train")
 	lost := exited("lost", api.Exit{Unknown: true, Reason: "daemon restarted"})

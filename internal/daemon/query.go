@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/internal/ramtier"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -57,8 +58,15 @@ func (d *Daemon) status(c *call) (any, error) {
 		DiskBytes: d.snaps.Bytes(), DiskBudget: d.cfg.DiskBudgetMiB << 20, CRIU: d.criuVersion(),
 		Fillers: d.fillersAPI(),
 	}
+	uid := c.actor.UID
+	if !c.actor.root() { // a user's own part of the tiers, and their shares
+		st.CallerHostMiB, st.RAMShareMiB = d.table.View().HostMiBOf(uid), ramtier.Share(uid, d.cfg.RAMBudgetMiB, d.cfg.Limits.RAMFraction)
+	}
 	if d.criu != nil {
 		st.DiskFree, st.DiskKeepFree, _ = d.snapshotDisk()
+		if !c.actor.root() {
+			st.CallerDiskBytes, st.DiskShare = d.snaps.BytesOf(uid), d.userDiskShare(uid)
+		}
 	}
 	// Counted by owner, so that a user's status costs what their own
 	// things do, however many another user holds.

@@ -73,10 +73,20 @@ func (d *Daemon) ramRoom(what string, key proctable.Key, need uint64, advice str
 			what, need, held, budget, advice)
 	}
 	if share := ramtier.Share(key.UID, budget, d.cfg.Limits.RAMFraction); share > 0 {
-		_, parked, _ := d.parked(key, nil)
-		if mine := ramtier.Held(parked, key.UID); mine+need > share {
+		if mine := d.ownHostMiB(key); mine+need > share {
 			return d.overRAMShare(what, need, key.UID, mine, share, advice)
 		}
 	}
 	return nil
+}
+
+// ownHostMiB is the GPU memory that key's owner's processes but key's park
+// in host RAM.
+func (d *Daemon) ownHostMiB(key proctable.Key) uint64 {
+	v := d.table.View()
+	mine := v.HostMiBOf(key.UID)
+	if r, ok := v.Get(key); ok && r.InHostRAM() {
+		mine -= r.Checkpoint.MiB()
+	}
+	return mine
 }

@@ -75,6 +75,15 @@ func TestRedTeamRAMTierShares(t *testing.T) {
 	// 750 MiB would pass the hog's 500: their own a1 goes, not b1.
 	mustFreeze(hog, "a3")
 	wantStates("after the hog's third freeze", "b1=frozen r1=frozen a1=hibernated a2=frozen a3=frozen")
+	// Each user's status shows their own part and share; root's the tier.
+	for _, c := range []struct {
+		u    testutil.User
+		want string
+	}{{hog, "host ram:    900 MiB frozen (budget 1000 MiB); yours 500 MiB of 500 MiB\n"}, {other, "; yours 100 MiB of 500 MiB\n"}} {
+		if out, errOut, code := h.ctlAs(c.u, "status"); code != 0 || !strings.Contains(out, c.want) {
+			t.Fatalf("%s's status: exit %d, %s%s; want %q", c.u.Name, code, out, errOut, c.want)
+		}
+	}
 
 	// Larger than the share: refused, naming it, and nothing evicted.
 	runAs(hog, "a4", 700)

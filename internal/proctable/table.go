@@ -25,6 +25,7 @@ type View struct {
 	Records []*Record                    // shared by every snapshot that holds them: read only
 	states  map[uint32]map[api.State]int // each owner's records by state
 	hostMiB uint64                       // GPU memory parked in host RAM, all records
+	ownHost map[uint32]uint64            // of it, each owner's
 }
 
 // States is how many records each owner has in each state; read only.
@@ -35,6 +36,9 @@ func (v *View) States() map[uint32]map[api.State]int { return v.states }
 // HostMiB is the GPU memory that the snapshot's records park in host RAM
 // (InHostRAM), summed when the snapshot was taken.
 func (v *View) HostMiB() uint64 { return v.hostMiB }
+
+// HostMiBOf is what of HostMiB uid's records park.
+func (v *View) HostMiBOf(uid uint32) uint64 { return v.ownHost[uid] }
 
 // Get finds a record by key in the snapshot.
 func (v *View) Get(k Key) (Record, bool) {

@@ -358,6 +358,23 @@ func TestViewHostMiB(t *testing.T) {
 	if got := tb.View().HostMiB(); got != 20 {
 		t.Errorf("after one freeze and one thaw: host MiB %d; want 20", got)
 	}
+	// Each owner's part: another owner's frozen record counts as theirs,
+	// and an earlier snapshot keeps its own counts.
+	before := tb.View()
+	other := Record{ID: "5", Name: "theirs", Owner: Owner{UID: 1000}, State: api.StateFrozen, Checkpoint: parked(300), Cmd: []string{"true"}}
+	if _, err := tb.Create(other); err != nil {
+		t.Fatal(err)
+	}
+	v := tb.View()
+	if got := [...]uint64{v.HostMiBOf(0), v.HostMiBOf(1000), v.HostMiB(), before.HostMiBOf(1000)}; got != [...]uint64{20, 300, 320, 0} {
+		t.Errorf("root's, uid 1000's, all and uid 1000's before: %v; want [20 300 320 0]", got)
+	}
+	if _, err := tb.Update(Key{UID: 1000, Name: "theirs"}, func(r *Record) error { r.State = api.StateHibernated; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := tb.View().HostMiBOf(1000); got != 0 {
+		t.Errorf("uid 1000's after their hibernate: %d MiB; want 0", got)
+	}
 }
 
 // TestNamesPerOwner: two owners' records of one name are two records. A

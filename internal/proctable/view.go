@@ -11,7 +11,7 @@ import (
 // under seq.
 func viewOf(recs []*Record, seq uint64) *View {
 	slices.SortFunc(recs, func(a, b *Record) int { return compareKeys(a.Key(), b.Key()) })
-	v := &View{Seq: seq, Records: recs, states: map[uint32]map[api.State]int{}}
+	v := &View{Seq: seq, Records: recs, states: map[uint32]map[api.State]int{}, ownHost: map[uint32]uint64{}}
 	for _, r := range recs {
 		v.count(r, 1)
 	}
@@ -53,7 +53,10 @@ func (v *View) with(c Change, seq uint64) *View {
 		recs = v.Records
 	}
 	// The counts are shared with v: the owners' that change are copied.
-	next := &View{Seq: seq, Records: recs, states: maps.Clone(v.states), hostMiB: v.hostMiB}
+	next := &View{Seq: seq, Records: recs, states: maps.Clone(v.states), hostMiB: v.hostMiB, ownHost: v.ownHost}
+	if c.Old != nil && c.Old.InHostRAM() || c.New != nil && c.New.InHostRAM() {
+		next.ownHost = maps.Clone(v.ownHost)
+	}
 	for _, r := range []*Record{c.Old, c.New} {
 		if r == nil {
 			continue
@@ -88,10 +91,15 @@ func (v *View) count(r *Record, d int) {
 		delete(v.states, r.Owner.UID)
 	}
 	if r.InHostRAM() {
+		mib := r.Checkpoint.MiB()
 		if d > 0 {
-			v.hostMiB += r.Checkpoint.MiB()
+			v.hostMiB += mib
+			v.ownHost[r.Owner.UID] += mib
 		} else {
-			v.hostMiB -= r.Checkpoint.MiB()
+			v.hostMiB -= mib
+			if v.ownHost[r.Owner.UID] -= mib; v.ownHost[r.Owner.UID] == 0 {
+				delete(v.ownHost, r.Owner.UID)
+			}
 		}
 	}
 }

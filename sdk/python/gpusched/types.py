@@ -386,7 +386,11 @@ class Status:
     ``--disk-budget`` in bytes (0: unlimited); ``disk_free``: bytes free on the snapshot
     directory's filesystem (0 with the disk tier off), ``disk_keep_free``: what of them
     ``--disk-keep-free`` keeps from dumps (0: none); ``criu``: the CRIU version behind the
-    disk tier ("" when it is off); ``jobs``: the jobs the caller may see, by state
+    disk tier ("" when it is off); for a non-root caller, ``caller_host_mib`` and
+    ``ram_share_mib``: the GPU memory their own processes park in host RAM and the most they
+    may (``--user-ram-fraction`` of the budget; 0: no cap), and ``caller_disk_bytes`` and
+    ``disk_share``: what their snapshots take and the most they may (``--user-disk-fraction``,
+    bytes); ``jobs``: the jobs the caller may see, by state
     (finished ones included); ``leases``: the leases the caller may see that are held;
     ``fillers``: every GPU's memory :class:`Filler` (anyone's), by GPU index;
     ``gpu_error``: the error of the last GPU sample when it failed (GPUs then show the
@@ -409,6 +413,10 @@ class Status:
     disk_free: int = 0
     disk_keep_free: int = 0
     criu: str = ""
+    caller_host_mib: int = 0
+    ram_share_mib: int = 0
+    caller_disk_bytes: int = 0
+    disk_share: int = 0
     jobs: Dict[str, int] = field(default_factory=dict)
     leases: int = 0
     fillers: List[Filler] = field(default_factory=list)
