@@ -180,22 +180,25 @@ type Hello struct {
 
 // Status is the daemon overview: what `status` without a name returns.
 type Status struct {
-	Version       string        `json:"version"`
-	Protocol      int           `json:"protocol"`
-	Backend       string        `json:"backend"`
-	StartedAt     time.Time     `json:"started_at"`
-	UptimeSeconds float64       `json:"uptime_seconds"`
-	Processes     int           `json:"processes"` // visible to the caller
-	States        map[State]int `json:"states"`    // visible processes by state
-	GPUs          []GPUSummary  `json:"gpus"`
-	HostMiB       uint64        `json:"host_mib"`       // GPU memory parked in host RAM, all processes
-	RAMBudgetMiB  uint64        `json:"ram_budget_mib"` // --ram-budget; 0 = unlimited
-	Driver        string        `json:"driver"`         // checkpoint driver: api, cli, sim or none
-	DiskBytes     uint64        `json:"disk_bytes"`     // snapshot images on disk, all processes
-	DiskBudget    uint64        `json:"disk_budget"`    // --disk-budget in bytes; 0 = unlimited
-	DiskFree      uint64        `json:"disk_free"`      // bytes free on the snapshot directory's filesystem; 0 when the disk tier is off
-	DiskKeepFree  uint64        `json:"disk_keep_free"` // of them, what --disk-keep-free keeps from dumps; 0 = none
-	CRIU          string        `json:"criu"`           // CRIU version, "" when the disk tier is off
+	Version       string           `json:"version"`
+	Protocol      int              `json:"protocol"`
+	Backend       string           `json:"backend"`
+	StartedAt     time.Time        `json:"started_at"`
+	UptimeSeconds float64          `json:"uptime_seconds"`
+	Processes     int              `json:"processes"` // visible to the caller
+	States        map[State]int    `json:"states"`    // visible processes by state
+	GPUs          []GPUSummary     `json:"gpus"`
+	HostMiB       uint64           `json:"host_mib"`       // GPU memory parked in host RAM, all processes
+	RAMBudgetMiB  uint64           `json:"ram_budget_mib"` // --ram-budget; 0 = unlimited
+	Driver        string           `json:"driver"`         // checkpoint driver: api, cli, sim or none
+	DiskBytes     uint64           `json:"disk_bytes"`     // snapshot images on disk, all processes
+	DiskBudget    uint64           `json:"disk_budget"`    // --disk-budget in bytes; 0 = unlimited
+	DiskFree      uint64           `json:"disk_free"`      // bytes free on the snapshot directory's filesystem; 0 when the disk tier is off
+	DiskKeepFree  uint64           `json:"disk_keep_free"` // of them, what --disk-keep-free keeps from dumps; 0 = none
+	CRIU          string           `json:"criu"`           // CRIU version, "" when the disk tier is off
+	Jobs          map[JobState]int `json:"jobs"`           // visible jobs by state (finished ones included)
+	Leases        int              `json:"leases"`         // visible leases held
+	Fillers       []Filler         `json:"fillers"`        // every GPU's filler, by GPU index
 	// CallerHostMiB is what the caller's own processes park in host RAM,
 	// and RAMShareMiB the most they may (--user-ram-fraction of
 	// --ram-budget); 0: no cap, as for root.
@@ -203,11 +206,8 @@ type Status struct {
 	RAMShareMiB   uint64 `json:"ram_share_mib,omitempty"`
 	// CallerDiskBytes is what the caller's snapshots take on disk, and
 	// DiskShare the most they may (--user-disk-fraction); 0: no cap.
-	CallerDiskBytes uint64           `json:"caller_disk_bytes,omitempty"`
-	DiskShare       uint64           `json:"disk_share,omitempty"`
-	Jobs            map[JobState]int `json:"jobs"`    // visible jobs by state (finished ones included)
-	Leases          int              `json:"leases"`  // visible leases held
-	Fillers         []Filler         `json:"fillers"` // every GPU's filler, by GPU index
+	CallerDiskBytes uint64 `json:"caller_disk_bytes,omitempty"`
+	DiskShare       uint64 `json:"disk_share,omitempty"`
 	// GPUError is the error of the last GPU sample when it failed: GPUs
 	// then show the last good sample, and the queue places nothing.
 	GPUError string `json:"gpu_error,omitempty"`
