@@ -26,13 +26,6 @@ func TestRedTeamRAMTierShares(t *testing.T) {
 	hog := testutil.NewUser(t, "gsram1", "gsram")
 	other := testutil.NewUser(t, "gsram2", "gsram")
 	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group, c.RAMBudgetMiB = "gsram", 1000 })
-	runAs := func(u testutil.User, name string, vram int) {
-		t.Helper()
-		if _, errOut, code := h.ctlAs(u, "run", name, "--gpu", "0", "--", h.bins.SimJob, "--vram", fmt.Sprint(vram), "--host-mem", "1", "--tick", "0.02"); code != 0 {
-			t.Fatalf("run %s: %s", name, errOut)
-		}
-		h.followCount(name, "tick 3", 1)
-	}
 	freezeAs := func(u testutil.User, name string) (string, int) {
 		t.Helper()
 		_, errOut, code := h.ctlAs(u, "freeze", name)
@@ -61,14 +54,14 @@ func TestRedTeamRAMTierShares(t *testing.T) {
 		}
 	}
 
-	runAs(other, "b1", 100)
+	h.simJobAs(other, "b1", 100, 1)
 	mustFreeze(other, "b1") // the least recently frozen of all
 	h.memJob("r1", 300, 1)
 	if _, err := h.client().Freeze(ctxT(t), api.FreezeParams{Name: "r1"}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"a1", "a2", "a3"} {
-		runAs(hog, n, 250)
+		h.simJobAs(hog, n, 250, 1)
 	}
 	mustFreeze(hog, "a1")
 	mustFreeze(hog, "a2")
@@ -86,7 +79,7 @@ func TestRedTeamRAMTierShares(t *testing.T) {
 	}
 
 	// Larger than the share: refused, naming it, and nothing evicted.
-	runAs(hog, "a4", 700)
+	h.simJobAs(hog, "a4", 700, 1)
 	errOut, code := freezeAs(hog, "a4")
 	if code == 0 || !strings.Contains(errOut, "--user-ram-fraction 0.5") {
 		t.Fatalf("freeze of 700 MiB past a 500 MiB share: exit %d, %q", code, errOut)
@@ -102,7 +95,7 @@ func TestRedTeamRAMTierShares(t *testing.T) {
 	if _, err := h.client().Set(ctxT(t), api.SetParams{Name: "a3", Pin: &pin}); err != nil {
 		t.Fatal(err)
 	}
-	runAs(hog, "a5", 300)
+	h.simJobAs(hog, "a5", 300, 1)
 	if errOut, code := freezeAs(hog, "a5"); code == 0 || !strings.Contains(errOut, "(pinned: a3)") {
 		t.Fatalf("freeze of 300 MiB that only a pinned process could make room for: exit %d, %q", code, errOut)
 	}
@@ -111,7 +104,7 @@ func TestRedTeamRAMTierShares(t *testing.T) {
 	// 1050 MiB would pass the budget. Root's 300 leave the users 700, a
 	// level of 450 each: the hog's 500 are over it, so their a2 goes, not
 	// b1, frozen first of all.
-	runAs(other, "b2", 150)
+	h.simJobAs(other, "b2", 150, 1)
 	mustFreeze(other, "b2")
 	wantStates("after the other user's second freeze", "b1=frozen r1=frozen a1=hibernated a2=hibernated a3=frozen a4=running a5=running r2=running b2=frozen")
 }
@@ -125,10 +118,7 @@ func TestFreezeRecordHeldToTheShare(t *testing.T) {
 	u := testutil.NewUser(t, "gsram3", "gsram")
 	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group, c.RAMBudgetMiB = "gsram", 1000 })
 	for _, n := range []string{"first", "second"} {
-		if _, errOut, code := h.ctlAs(u, "run", n, "--gpu", "0", "--", h.bins.SimJob, "--vram", "300", "--host-mem", "1", "--tick", "0.02"); code != 0 {
-			t.Fatalf("run %s: %s", n, errOut)
-		}
-		h.followCount(n, "tick 3", 1)
+		h.simJobAs(u, n, 300, 1)
 	}
 	if _, errOut, code := h.ctlAs(u, "freeze", "first"); code != 0 {
 		t.Fatalf("freeze first: %s", errOut)
@@ -159,10 +149,7 @@ func TestRedTeamForkCopiesHeldToTheShare(t *testing.T) {
 	u := testutil.NewUser(t, "gsram4", "gsram")
 	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group, c.RAMBudgetMiB = "gsram", 1000 })
 	h.jobs("full", 1, 3900) // GPU 1 has no room for a copy
-	if _, errOut, code := h.ctlAs(u, "run", "src", "--gpu", "0", "--", h.bins.SimJob, "--vram", "300", "--host-mem", "1", "--tick", "0.02"); code != 0 {
-		t.Fatalf("run src: %s", errOut)
-	}
-	h.followCount("src", "tick 3", 1)
+	h.simJobAs(u, "src", 300, 1)
 	_, errOut, code := h.ctlAs(u, "fork", "src", "--copies", "3", "--gpus", "1,1,1")
 	if code == 0 || !strings.Contains(errOut, "2 of 3 copies failed") || !strings.Contains(errOut, "--user-ram-fraction 0.5") {
 		t.Fatalf("fork of three copies past the share: exit %d, %q", code, errOut)
@@ -218,10 +205,7 @@ func TestRedTeamFailedHibernateLeavesNothingPastTheShare(t *testing.T) {
 		c.Group, c.RAMBudgetMiB, c.SnapshotDir = "gsram", 1000, snapDir
 		c.DiskKeepFree, c.Limits.DiskFraction = 0, 0 // the dump itself runs out of room
 	})
-	if _, errOut, code := h.ctlAs(u, "run", "big", "--gpu", "0", "--", h.bins.SimJob, "--vram", "600", "--host-mem", "64", "--tick", "0.02"); code != 0 {
-		t.Fatalf("run big: %s", errOut)
-	}
-	h.followCount("big", "tick 3", 1)
+	h.simJobAs(u, "big", 600, 64)
 	ticks := h.lastTick("big")
 	_, errOut, code := h.ctlAs(u, "hibernate", "big")
 	if code == 0 || !strings.Contains(errOut, "it is thawed back to running") {
@@ -231,4 +215,14 @@ func TestRedTeamFailedHibernateLeavesNothingPastTheShare(t *testing.T) {
 		t.Fatalf("after the failed hibernate: %s, GPU 0 used %d MiB; want running with 600", p.State, h.used(0))
 	}
 	h.verifyContinued("big", ticks)
+}
+
+// simJobAs runs, as u, a simulated job name holding vram MiB on GPU 0 and
+// hostMiB of patterned host memory, and waits until it ticks.
+func (h *ckptHarness) simJobAs(u testutil.User, name string, vram, hostMiB int) {
+	h.t.Helper()
+	if _, errOut, code := h.ctlAs(u, "run", name, "--gpu", "0", "--", h.bins.SimJob, "--vram", fmt.Sprint(vram), "--host-mem", fmt.Sprint(hostMiB), "--tick", "0.02"); code != 0 {
+		h.t.Fatalf("run %s as %s: %s", name, u.Name, errOut)
+	}
+	h.followCount(name, "tick 3", 1)
 }
