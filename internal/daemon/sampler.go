@@ -24,6 +24,7 @@ import (
 // gpuView is one immutable GPU sample with its usage attributed to managed
 // processes.
 type gpuView struct {
+	seq     uint64 // the sample's number, in the order samples began (0: none)
 	at      time.Time
 	devices []gpu.Device
 	procs   []gpu.ProcUsage
@@ -87,6 +88,12 @@ type sampler struct {
 	kicks    chan struct{}
 	onSample func()       // called after every new sample
 	lastTry  atomic.Int64 // unix nanoseconds when run last finished a round, failed or not
+	// begun numbers the samples as they begin; publishMu orders their
+	// views, so that a sample that began before another but ended after
+	// it never replaces it (refresh runs from the loop and from callers at
+	// once).
+	begun     atomic.Uint64
+	publishMu sync.Mutex
 
 	// knownPath keeps the devices seen (gpus.json in the state directory),
 	// so that a GPU lost while the daemon was down is still reported
@@ -208,25 +215,37 @@ func (s *sampler) idleFor(now time.Time, started time.Time) time.Duration {
 // last view that the new sample lacks, or lists with an error, stays in the
 // view, marked lost, with its last known memory.
 func (s *sampler) refresh(ctx context.Context) error {
+	seq := s.begun.Add(1)
 	smp, err := s.backend.Sample(ctx)
+	if err != nil && ctx.Err() != nil {
+		return err
+	}
+	logUntrusted(s.log, smp.Untrusted)
+	if s.publish(seq, smp, err) && s.onSample != nil {
+		s.onSample()
+	}
+	return err
+}
+
+// publish makes sample seq (or its error) the view, unless a sample that
+// began after it is out already; it reports whether it did.
+func (s *sampler) publish(seq uint64, smp gpu.Sample, err error) bool {
+	s.publishMu.Lock()
+	defer s.publishMu.Unlock()
 	prev := s.view.Load()
+	if prev.seq > seq {
+		return false
+	}
 	if err != nil {
-		if ctx.Err() != nil {
-			return err
-		}
 		v := *prev
-		v.stale, v.staleSince = err.Error(), time.Now()
+		v.seq, v.stale, v.staleSince = seq, err.Error(), time.Now()
 		if prev.stale != "" {
 			v.staleSince = prev.staleSince
 		}
 		s.view.Store(&v)
-		if s.onSample != nil {
-			s.onSample()
-		}
-		return err
+		return true
 	}
-	logUntrusted(s.log, smp.Untrusted)
-	v := &gpuView{at: time.Now(), procs: smp.Procs, driver: smp.Driver,
+	v := &gpuView{seq: seq, at: time.Now(), procs: smp.Procs, driver: smp.Driver,
 		index: map[string]int{}, usage: map[string]map[string]uint64{}, owner: map[int]string{}}
 	v.devices, v.lost = mergeLost(prev, smp.Devices)
 	sort.Slice(v.devices, func(i, j int) bool { return v.devices[i].Index < v.devices[j].Index })
@@ -252,10 +271,7 @@ func (s *sampler) refresh(ctx context.Context) error {
 		v.usage[id][p.UUID] += p.UsedMiB
 	}
 	s.view.Store(v)
-	if s.onSample != nil {
-		s.onSample()
-	}
-	return nil
+	return true
 }
 
 // rootOf walks from pid up its parents to a managed init.
