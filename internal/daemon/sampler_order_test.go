@@ -13,7 +13,8 @@ import (
 )
 
 // gatedGPUs is a GPU backend whose every sample waits for the test to hand
-// it its answer, so that samples can end in any order.
+// it its answer, so that samples can end in any order. It models when a
+// sample answers, not what NVML answers: the devices are the test's.
 type gatedGPUs struct{ asked chan chan gpu.Sample }
 
 func (g *gatedGPUs) Name() string { return "gated" }
