@@ -15,8 +15,9 @@ import (
 
 // makeRoom hibernates frozen processes until need MiB, all that skip's
 // freeze (or a fork copy's restore) parks, fit its owner's share of the
-// host RAM budget (--user-ram-fraction), taking the owner's own first, and
-// then the budget itself, taking first from the users who hold more than
+// host RAM budget (--user-ram-fraction) where any other user's frozen
+// processes are there too, taking the owner's own first, and then the
+// budget itself, taking first from the users who hold more than
 // their level (ramtier.Order). Nothing is ever killed, and nothing is evicted where
 // eviction could not make the room: the freeze then fails, saying why.
 func (d *Daemon) makeRoom(ctx context.Context, what string, need uint64, skip proctable.Key) error {
@@ -30,7 +31,7 @@ func (d *Daemon) makeRoom(ctx context.Context, what string, need uint64, skip pr
 	for first := true; ; first = false {
 		recs, parked, pinned := d.parked(skip, tried)
 		held, mine := ramtier.Total(parked), ramtier.Held(parked, owner)
-		overShare := share > 0 && mine+need > share
+		overShare := share > 0 && held > mine && mine+need > share // binding beside others only
 		if !overShare && held+need <= budget {
 			return nil
 		}

@@ -68,12 +68,14 @@ func (d *Daemon) ramRoom(what string, key proctable.Key, need uint64, advice str
 	if budget == 0 {
 		return nil
 	}
-	if held := d.hostMiB(&key); held+need > budget {
+	held := d.hostMiB(&key)
+	if held+need > budget {
 		return api.Errorf(api.CodeResourceExhausted, "%s needs %d MiB of host RAM; frozen processes hold %d MiB of the %d MiB --ram-budget: %s",
 			what, need, held, budget, advice)
 	}
 	if share := ramtier.Share(key.UID, budget, d.cfg.Limits.RAMFraction); share > 0 {
-		if mine := d.ownHostMiB(key); mine+need > share {
+		// The share binds beside other users' frozen processes only.
+		if mine := d.ownHostMiB(key); held > mine && mine+need > share {
 			return d.overRAMShare(what, need, key.UID, mine, share, advice)
 		}
 	}

@@ -113,10 +113,13 @@ func TestRedTeamRAMTierShares(t *testing.T) {
 // freeze is recorded, under the lock that orders freezes, so that two of a
 // user's freezes that each found room before either was recorded cannot
 // pass it together. The second record is refused: 300 MiB held and 300 more
-// would pass the 500 MiB share of a 1000 MiB budget.
+// would pass the 500 MiB share of a 1000 MiB budget, beside root's frozen
+// 50 MiB.
 func TestFreezeRecordHeldToTheShare(t *testing.T) {
 	u := testutil.NewUser(t, "gsram3", "gsram")
 	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group, c.RAMBudgetMiB = "gsram", 1000 })
+	h.memJob("roots", 50, 1)
+	h.freeze("roots") // the share binds beside another's frozen processes
 	for _, n := range []string{"first", "second"} {
 		h.simJobAs(u, n, 300, 1)
 	}
@@ -141,7 +144,8 @@ func TestFreezeRecordHeldToTheShare(t *testing.T) {
 // TestRedTeamForkCopiesHeldToTheShare: a fork's copies whose GPU has no room
 // stay frozen in host RAM (protocol.md, fork), so each copy is held to the
 // budget and its owner's share as a freeze is. A user forks three copies of
-// a 300 MiB process onto a full GPU with a 500 MiB share: the first copy
+// a 300 MiB process onto a full GPU with a 500 MiB share, root's 50 MiB
+// frozen beside them: the first copy
 // stays frozen, the two past the share are refused (the fork holds the
 // first, so it cannot be hibernated for them) and leave nothing behind,
 // where all three had stayed, 900 MiB in RAM.
@@ -149,6 +153,8 @@ func TestRedTeamForkCopiesHeldToTheShare(t *testing.T) {
 	u := testutil.NewUser(t, "gsram4", "gsram")
 	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group, c.RAMBudgetMiB = "gsram", 1000 })
 	h.jobs("full", 1, 3900) // GPU 1 has no room for a copy
+	h.memJob("roots", 50, 1)
+	h.freeze("roots")
 	h.simJobAs(u, "src", 300, 1)
 	_, errOut, code := h.ctlAs(u, "fork", "src", "--copies", "3", "--gpus", "1,1,1")
 	if code == 0 || !strings.Contains(errOut, "2 of 3 copies failed") || !strings.Contains(errOut, "--user-ram-fraction 0.5") {
@@ -165,8 +171,8 @@ func TestRedTeamForkCopiesHeldToTheShare(t *testing.T) {
 	if got, want := strings.Join(states, " "), "src=running src-1=frozen src-2=none src-3=none"; got != want {
 		t.Fatalf("after the fork: %s, want %s", got, want)
 	}
-	if st, err := h.client().Status(ctxT(t)); err != nil || st.HostMiB != 300 {
-		t.Fatalf("host RAM tier after the fork: %d MiB (%v), want 300", st.HostMiB, err)
+	if st, err := h.client().Status(ctxT(t)); err != nil || st.HostMiB != 350 {
+		t.Fatalf("host RAM tier after the fork: %d MiB (%v), want 350 (root's 50 and one copy)", st.HostMiB, err)
 	}
 }
 
@@ -196,8 +202,8 @@ func TestForkCopyMakesRoomInRAM(t *testing.T) {
 // is on its way to disk and is held to no RAM budget, so a dump that fails
 // after it (here the snapshot filesystem, 16 MiB, fills) must not leave
 // the process frozen in RAM past its owner's share: a real user's 600 MiB
-// process, past their 500 MiB share, is thawed back to running with its
-// memory, where it stayed frozen.
+// process, past their 500 MiB share beside root's frozen 50 MiB, is thawed
+// back to running with its memory, where it stayed frozen.
 func TestRedTeamFailedHibernateLeavesNothingPastTheShare(t *testing.T) {
 	u := testutil.NewUser(t, "gsram5", "gsram")
 	snapDir := testutil.Tmpfs(t, "disk-full", "16m")
@@ -205,6 +211,8 @@ func TestRedTeamFailedHibernateLeavesNothingPastTheShare(t *testing.T) {
 		c.Group, c.RAMBudgetMiB, c.SnapshotDir = "gsram", 1000, snapDir
 		c.DiskKeepFree, c.Limits.DiskFraction = 0, 0 // the dump itself runs out of room
 	})
+	h.memJob("roots", 50, 1)
+	h.freeze("roots")
 	h.simJobAs(u, "big", 600, 64)
 	ticks := h.lastTick("big")
 	_, errOut, code := h.ctlAs(u, "hibernate", "big")
@@ -225,4 +233,38 @@ func (h *ckptHarness) simJobAs(u testutil.User, name string, vram, hostMiB int) 
 		h.t.Fatalf("run %s as %s: %s", name, u.Name, errOut)
 	}
 	h.followCount(name, "tick 3", 1)
+}
+
+// TestRAMShareBindsBesideOthersOnly: a user alone in the host RAM tier may
+// use all of the budget (one researcher's models on their own box), and
+// the share binds once another user's frozen processes are there too. A
+// real user freezes two 300 MiB processes past their 500 MiB share while
+// no one else's are frozen; root then freezes 100 MiB, and the user's third
+// freeze has their own least recently frozen hibernated.
+func TestRAMShareBindsBesideOthersOnly(t *testing.T) {
+	u := testutil.NewUser(t, "gsram6", "gsram")
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group, c.RAMBudgetMiB = "gsram", 1000 })
+	for _, n := range []string{"u1", "u2", "u3"} {
+		h.simJobAs(u, n, 300, 1)
+	}
+	for _, n := range []string{"u1", "u2"} {
+		if _, errOut, code := h.ctlAs(u, "freeze", n); code != 0 {
+			t.Fatalf("freeze %s while alone in the tier: %s", n, errOut)
+		}
+	}
+	if p1, p2 := h.proc("u1"), h.proc("u2"); p1.State != api.StateFrozen || p2.State != api.StateFrozen {
+		t.Fatalf("the user's two freezes while alone in the tier: %s, %s; want both frozen", p1.State, p2.State)
+	}
+	h.memJob("roots", 100, 1)
+	h.freeze("roots")
+	if _, errOut, code := h.ctlAs(u, "freeze", "u3"); code != 0 {
+		t.Fatalf("freeze u3: %s", errOut)
+	}
+	var states []string
+	for _, n := range []string{"u1", "u2", "u3", "roots"} {
+		states = append(states, n+"="+string(h.proc(n).State))
+	}
+	if got, want := strings.Join(states, " "), "u1=hibernated u2=hibernated u3=frozen roots=frozen"; got != want {
+		t.Fatalf("after the user's third freeze beside root's: %s, want %s", got, want)
+	}
 }
