@@ -330,7 +330,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.IntVar(&l.MaxPriority, "user-max-priority", l.MaxPriority, "highest job, lease and process priority a non-root user may set (root: up to 1000)")
 	fs.DurationVar(&l.LeaseMaxHold, "user-lease-max-hold", l.LeaseMaxHold, "a non-root user's granted lease is released after this long (0: held until released)")
 	fs.Float64Var(&l.FillFraction, "user-fill-fraction", l.FillFraction, "share of each GPU's memory one non-root user's filler may hold, 0..1 (0: no cap)")
-	fs.Float64Var(&l.RAMFraction, "user-ram-fraction", l.RAMFraction, "share of --ram-budget one non-root user's frozen processes may hold in host RAM, 0..1; past it their own are hibernated first (0: no cap)")
+	fs.Float64Var(&l.RAMFraction, "user-ram-fraction", l.RAMFraction, "share of --ram-budget one non-root user's frozen processes may hold in host RAM beside other users' frozen processes, 0..1; past it their own are hibernated first (0: no cap)")
 	fs.Float64Var(&l.DiskFraction, "user-disk-fraction", l.DiskFraction, "share of the snapshot disk (--disk-budget, or where there is none the snapshot directory's filesystem) one non-root user's snapshots may take, 0..1 (0: no cap)")
 	fs.IntVar(&l.KeepFinished, "keep-finished", l.KeepFinished, "exited processes and finished jobs kept per user, newest first; older ones are removed (0: no count cap)")
 	fs.DurationVar(&l.KeepFinishedFor, "keep-finished-for", l.KeepFinishedFor, "exited processes and finished jobs are removed this long after they ended (0: no age cap)")
