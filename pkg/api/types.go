@@ -200,8 +200,9 @@ type Status struct {
 	Leases        int              `json:"leases"`         // visible leases held
 	Fillers       []Filler         `json:"fillers"`        // every GPU's filler, by GPU index
 	// CallerHostMiB is what the caller's own processes park in host RAM,
-	// and RAMShareMiB the most they may (--user-ram-fraction of
-	// --ram-budget); 0: no cap, as for root.
+	// and RAMShareMiB the most they may beside other users' frozen
+	// processes (--user-ram-fraction of --ram-budget); 0: no cap, as for
+	// root.
 	CallerHostMiB uint64 `json:"caller_host_mib,omitempty"`
 	RAMShareMiB   uint64 `json:"ram_share_mib,omitempty"`
 	// CallerDiskBytes is what the caller's snapshots take on disk, and

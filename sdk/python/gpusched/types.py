@@ -388,7 +388,8 @@ class Status:
     ``--disk-keep-free`` keeps from dumps (0: none); ``criu``: the CRIU version behind the
     disk tier ("" when it is off); for a non-root caller, ``caller_host_mib`` and
     ``ram_share_mib``: the GPU memory their own processes park in host RAM and the most they
-    may (``--user-ram-fraction`` of the budget; 0: no cap), and ``caller_disk_bytes`` and
+    may beside other users' frozen processes (``--user-ram-fraction`` of the budget; 0: no
+    cap), and ``caller_disk_bytes`` and
     ``disk_share``: what their snapshots take and the most they may (``--user-disk-fraction``,
     bytes); ``jobs``: the jobs the caller may see, by state
     (finished ones included); ``leases``: the leases the caller may see that are held;
