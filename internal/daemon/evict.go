@@ -31,7 +31,7 @@ func (d *Daemon) makeRoom(ctx context.Context, what string, need uint64, skip pr
 	for first := true; ; first = false {
 		recs, parked, pinned := d.parked(skip, tried)
 		held, mine := ramtier.Total(parked), ramtier.Held(parked, owner)
-		overShare := share > 0 && held > mine && mine+need > share // binding beside others only
+		overShare := ramtier.OverShare(share, held, mine, need)
 		if !overShare && held+need <= budget {
 			return nil
 		}

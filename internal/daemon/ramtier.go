@@ -73,11 +73,9 @@ func (d *Daemon) ramRoom(what string, key proctable.Key, need uint64, advice str
 		return api.Errorf(api.CodeResourceExhausted, "%s needs %d MiB of host RAM; frozen processes hold %d MiB of the %d MiB --ram-budget: %s",
 			what, need, held, budget, advice)
 	}
-	if share := ramtier.Share(key.UID, budget, d.cfg.Limits.RAMFraction); share > 0 {
-		// The share binds beside other users' frozen processes only.
-		if mine := d.ownHostMiB(key); held > mine && mine+need > share {
-			return d.overRAMShare(what, need, key.UID, mine, share, advice)
-		}
+	share := ramtier.Share(key.UID, budget, d.cfg.Limits.RAMFraction)
+	if mine := d.ownHostMiB(key); ramtier.OverShare(share, held, mine, need) {
+		return d.overRAMShare(what, need, key.UID, mine, share, advice)
 	}
 	return nil
 }

@@ -33,6 +33,16 @@ func Share(uid uint32, budget uint64, fraction float64) uint64 {
 	return max(1, uint64(fraction*float64(budget)))
 }
 
+// OverShare reports whether need more MiB take a user past their share,
+// where their processes hold mine of the held all processes hold (the
+// freezing one's aside). The share binds only beside other users'
+// processes (held > mine): a user alone in the tier may use all of the
+// budget, and the level (Order) takes the excess first once others need
+// room.
+func OverShare(share, held, mine, need uint64) bool {
+	return share > 0 && held > mine && mine+need > share
+}
+
 // Held is what uid's processes of parked hold.
 func Held(parked []Parked, uid uint32) uint64 {
 	return sum(parked, func(p Parked) bool { return p.Owner == uid })

@@ -26,6 +26,23 @@ func TestShare(t *testing.T) {
 	}
 }
 
+func TestOverShare(t *testing.T) {
+	for _, c := range []struct {
+		share, held, mine, need uint64
+		want                    bool
+	}{
+		{500, 600, 400, 200, true},  // past the share beside another's 200
+		{500, 600, 300, 200, false}, // just within it
+		{500, 600, 600, 200, false}, // alone in the tier: no share binds
+		{0, 600, 400, 200, false},   // no cap (root, no budget, fraction 0)
+		{500, 100, 0, 600, true},    // one freeze larger than the share, beside another's
+	} {
+		if got := OverShare(c.share, c.held, c.mine, c.need); got != c.want {
+			t.Errorf("OverShare(%d, %d, %d, %d) = %v, want %v", c.share, c.held, c.mine, c.need, got, c.want)
+		}
+	}
+}
+
 // p is a parked process of owner, frozen at minute at, evictable.
 func p(owner uint32, mib uint64, prio, at int) Parked {
 	return Parked{Owner: owner, MiB: mib, Priority: prio, FrozenAt: time.Unix(int64(at)*60, 0), Evictable: true}
