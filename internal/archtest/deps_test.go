@@ -84,6 +84,7 @@ var allowed = map[string][]string{
 	"internal/logbudget":                 {"internal/logfile", "internal/fairshare"},
 	"internal/fairshare":                 {},
 	"internal/ramtier":                   {"internal/fairshare", "internal/limits"},
+	"internal/thawqueue":                 {},
 	"internal/netguard":                  {},
 	"internal/sockdiag":                  {},
 	"internal/tcpadmit":                  {"internal/limits", "internal/netguard", "internal/sockdiag"},

@@ -67,7 +67,7 @@ type Config struct {
 	JobMarginMiB   uint64        // headroom a job needs beyond its declaration
 	SpikeBuffer    float64       // fraction added to observed peaks (externals, jobs past their declaration)
 	AgingStep      time.Duration // a waiting job gains one priority per step; 0 = no aging
-	StarveAfter    time.Duration // a job blocked this long stops smaller ones backfilling its GPUs; 0 = never
+	StarveAfter    time.Duration // a job or waiting thaw blocked this long stops smaller ones backfilling its GPUs; 0 = never
 	JobKillGrace   time.Duration // TERM -> KILL grace when a job times out or is cancelled
 	MinFreeMiB     uint64        // health: skip GPUs with less free memory
 	MaxUtilPercent int           // health: skip busier GPUs; 0 = off
@@ -306,7 +306,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.Var(mibFlag{&c.JobMarginMiB}, "job-margin", "GPU headroom a queued job needs beyond its declaration, e.g. 512M")
 	fs.Float64Var(&c.SpikeBuffer, "spike-buffer", c.SpikeBuffer, "fraction added to observed peaks of external processes and of jobs past their declaration")
 	fs.DurationVar(&c.AgingStep, "aging-step", c.AgingStep, "a waiting job gains one priority level per this much waiting (0: no aging)")
-	fs.DurationVar(&c.StarveAfter, "starve-after", c.StarveAfter, "a job blocked this long keeps smaller jobs off the GPUs it waits for (0: never)")
+	fs.DurationVar(&c.StarveAfter, "starve-after", c.StarveAfter, "a job blocked this long keeps smaller jobs off the GPUs it waits for, a waiting thaw other thaws (0: never)")
 	fs.DurationVar(&c.JobKillGrace, "job-kill-grace", c.JobKillGrace, "time between SIGTERM and SIGKILL when a job times out or is cancelled")
 	fs.Var(mibFlag{&c.MinFreeMiB}, "min-free", "health filter: place nothing on a GPU with less free memory, e.g. 1G")
 	fs.IntVar(&c.MaxUtilPercent, "max-util", c.MaxUtilPercent, "health filter: place nothing on a GPU busier than this percent (0: off)")

@@ -30,6 +30,7 @@ import (
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/internal/sandbox"
 	"github.com/gpusched/gpusched/internal/store"
+	"github.com/gpusched/gpusched/internal/thawqueue"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -64,7 +65,7 @@ type Daemon struct {
 	criuErr    error      // why criu is nil
 	snaps      *checkpoint.Snapshots
 	incomplete []string // snapshot directories without metadata found at boot
-	admission  *admission
+	thaws      *thawqueue.Queue
 	ramMu      sync.Mutex // host RAM budget checks
 	events     *broker
 	sampler    *sampler
@@ -117,11 +118,12 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, events: newBroker(), procs: newRuntimes(), admission: newAdmission(),
+	d := &Daemon{cfg: cfg, events: newBroker(), procs: newRuntimes(),
 		sched: newScheduler(), leases: newLeaseSet(), fillers: newFillerSet(), activator: activate.New(), startedAt: time.Now(), ready: make(chan struct{}), retain: make(chan struct{}, 1),
 		conns:    newConnSet(cfg.MaxConns, cfg.Limits.ConnsPerUser),
 		logWatch: logfile.NewWatcher(), streamCap: limits.NewSlots(cfg.Limits.StreamsPerUser, "max-streams-per-user", "streaming calls in progress"),
 		turns: limits.NewTurns(turnsPerUser(cfg.Limits.TurnsPerUser)), criuTurns: limits.NewTurns(1), checks: newCallerChecks(), bulk: bulkgate.ForProcs().Metered(limits.NewCPUShare(cfg.Limits.CPUPerUser))}
+	d.thaws = thawqueue.New(d.thawGPUs, cfg.ThawMarginMiB, cfg.StarveAfter)
 	for _, o := range opts {
 		o(d)
 	}

@@ -157,7 +157,7 @@ func TestThawAdmission(t *testing.T) {
 		_, err := h.client().Thaw(ctxT(t), api.ThawParams{Name: "big", Timeout: api.Duration(time.Minute)})
 		done <- err
 	}()
-	waitFor(t, func() bool { return h.d.admission.waiting() > 0 })
+	waitFor(t, func() bool { return h.d.thaws.Waiting() > 0 })
 	if p := h.proc("big"); p.State != api.StateFrozen {
 		t.Fatalf("waiting thaw changed the state to %s", p.State)
 	}

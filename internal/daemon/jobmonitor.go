@@ -117,7 +117,7 @@ func jobEvent(j *jobqueue.Job) api.Job {
 // again, running jobs' peaks are updated, and placement runs if the sample
 // shows a change.
 func (d *Daemon) onSample() {
-	d.admission.notify()
+	d.thaws.Sampled()
 	d.observe(d.gpuView())
 	d.sched.sampled()
 	d.fillers.kick()

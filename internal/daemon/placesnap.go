@@ -139,7 +139,7 @@ func (d *Daemon) placementInput(now time.Time, buf []placement.Job) (placement.S
 		add(f.rec.UUID, placement.Occupant{Kind: placement.Filler, ID: "filler:" + f.rec.UUID, Name: "the filler of " + f.rec.Owner.User,
 			UsedMiB: d.fillerHeld(f, gv), Owner: f.rec.Owner.User})
 	}
-	for uuid, mib := range d.admission.held() {
+	for uuid, mib := range d.thaws.Held() {
 		add(uuid, placement.Occupant{Kind: placement.Reservation, ID: "thaw-admission", Name: "thaws in progress", DeclaredMiB: mib})
 	}
 

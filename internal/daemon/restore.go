@@ -41,7 +41,7 @@ func (d *Daemon) thawFromDisk(ctx context.Context, rec proctable.Record, opts th
 		return api.CheckpointResult{}, fmt.Errorf("%s: sample GPUs: %w", what, err)
 	}
 	t := time.Now()
-	release, err := d.admit(opts.waitCtx, what, rec.Owner.UID, need, opts.wait)
+	release, err := d.admit(opts.waitCtx, what, rec, need, opts.wait)
 	if err != nil {
 		return api.CheckpointResult{}, err
 	}

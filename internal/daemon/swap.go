@@ -86,7 +86,7 @@ func (d *Daemon) swapPair(c *call, p api.SwapParams) (api.SwapResult, error) {
 	if err := d.sampler.refresh(ctx); err != nil {
 		return api.SwapResult{}, fmt.Errorf("swap: sample GPUs: %w", err)
 	}
-	if d.admission.fits(d.gpuView(), on.Checkpoint.VRAM(), d.cfg.ThawMarginMiB, d.yieldTo(on.Owner.UID)) {
+	if d.thaws.Fits(thawRequest(on, on.Checkpoint.VRAM())) {
 		res.Concurrent = true
 		var wg sync.WaitGroup
 		wg.Add(1)

@@ -95,7 +95,7 @@ func (d *Daemon) thawLocked(ctx context.Context, rec proctable.Record, opts thaw
 			return api.CheckpointResult{}, err
 		}
 		t = time.Now()
-		release, err := d.admit(opts.waitCtx, fmt.Sprintf("%s %q", opts.op, rec.Name), rec.Owner.UID, need, opts.wait)
+		release, err := d.admit(opts.waitCtx, fmt.Sprintf("%s %q", opts.op, rec.Name), rec, need, opts.wait)
 		if err != nil {
 			return api.CheckpointResult{}, err
 		}

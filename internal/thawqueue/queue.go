@@ -1,0 +1,315 @@
+// Package thawqueue admits thaws to GPU memory. It holds what admitted
+// thaws will take until their memory shows in a GPU sample, so that two
+// thaws never count the same free memory, and it serves the thaws that
+// wait for memory in turn: priority (descending), then round-robin between
+// owners (each owner's k-th waiting thaw, by arrival, in round k; within a
+// round, owners admitted least recently first), then arrival. So one
+// owner's many waiting thaws let each other owner's through one for one,
+// whoever came first. Each time memory may have freed (a new sample) and
+// each time a thaw arrives, the waiting thaws are walked in that order and
+// every one that fits is admitted, its memory counted before the next is
+// looked at; one that does not fit lets later, smaller ones through
+// (backfill) until it has waited holdAfter, when it holds its GPUs: no
+// later thaw, waiting or not, is admitted there before it.
+package thawqueue
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// GPUs is the latest GPU sample, as the queue reads it.
+type GPUs interface {
+	// Device is a GPU's total and used MiB and its index; ok is false when
+	// the sample lacks it.
+	Device(uuid string) (totalMiB, usedMiB uint64, index int, ok bool)
+	// Yield is the MiB uid's own filler on the GPU would hand over to a
+	// thaw of uid's.
+	Yield(uuid string, uid uint32) uint64
+}
+
+// Request is one thaw's claim.
+type Request struct {
+	UID      uint32
+	Owner    string // for humans, in a held GPU's sentence
+	Priority int
+	Need     map[string]uint64 // MiB per GPU UUID
+}
+
+// Queue admits thaws. Its zero value is not usable; see New.
+type Queue struct {
+	look      func() GPUs
+	margin    uint64
+	holdAfter time.Duration
+	now       func() time.Time
+
+	mu       sync.Mutex
+	reserved map[string]uint64 // GPU UUID -> MiB held by admitted thaws
+	waiting  []*waiter         // by arrival
+	seq      uint64
+	admitted uint64            // thaws admitted so far
+	served   map[uint32]uint64 // owner with thaws waiting -> admitted when their last was
+}
+
+// New returns a queue reading the latest sample through look, asking
+// margin MiB free beyond each thaw's need; a thaw that has waited
+// holdAfter holds its GPUs (0: never).
+func New(look func() GPUs, margin uint64, holdAfter time.Duration) *Queue {
+	return &Queue{look: look, margin: margin, holdAfter: holdAfter, now: time.Now, reserved: map[string]uint64{}, served: map[uint32]uint64{}}
+}
+
+// waiter is one thaw in the walk: waiting, or arrived and being looked at.
+type waiter struct {
+	req   Request
+	seq   uint64
+	since time.Time
+	ready chan struct{} // closed once admitted or failed
+	done  bool          // admitted (err nil) or failed
+	err   error         // a GPU missing from the sample
+	short string        // why it did not fit at the last walk
+}
+
+// Admit reserves r.Need once every GPU has it free beyond the margin and
+// no thaw ahead holds the GPU, counting what r.UID's fillers would hand
+// over as free. With wait 0 it answers at once; otherwise it waits up to
+// wait, in turn, until ctx ends. The returned func releases the
+// reservation. Its errors are *NoRoom, *Missing, ctx's, or ErrExpired
+// (wrapped in *NoRoom's Expired).
+func (q *Queue) Admit(ctx context.Context, r Request, wait time.Duration) (func(), error) {
+	q.mu.Lock()
+	q.seq++
+	w := &waiter{req: r, seq: q.seq, since: q.now(), ready: make(chan struct{})}
+	q.waiting = append(q.waiting, w)
+	q.walk()
+	if w.done || wait == 0 {
+		defer q.mu.Unlock()
+		return q.outcome(w, false)
+	}
+	q.mu.Unlock()
+
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	expired := false
+	select {
+	case <-w.ready:
+	case <-t.C:
+		expired = true
+	case <-ctx.Done():
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !w.done && !expired {
+		q.drop(w)
+		return nil, ctx.Err()
+	}
+	return q.outcome(w, expired)
+}
+
+// outcome ends w's wait: its release when admitted, else why not. Callers
+// hold q.mu.
+func (q *Queue) outcome(w *waiter, expired bool) (func(), error) {
+	if !w.done {
+		q.drop(w)
+		return nil, &NoRoom{Why: w.short, Expired: expired}
+	}
+	if w.err != nil {
+		return nil, w.err
+	}
+	var once sync.Once
+	return func() { once.Do(func() { q.release(w.req.Need) }) }, nil
+}
+
+// drop takes w out of the walk. Callers hold q.mu.
+func (q *Queue) drop(w *waiter) {
+	if i := slices.Index(q.waiting, w); i >= 0 {
+		q.waiting = slices.Delete(q.waiting, i, i+1)
+		q.forgetServed()
+	}
+}
+
+// Sampled walks the waiting thaws again: memory may have freed.
+func (q *Queue) Sampled() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.waiting) > 0 {
+		q.walk()
+	}
+}
+
+// walk admits, in turn, every waiting thaw that fits, and fails those
+// whose GPU is missing; they leave the walk. Callers hold q.mu.
+func (q *Queue) walk() {
+	gpus := q.look()
+	now := q.now()
+	held := map[string]*waiter{} // GPU UUID -> the thaw that holds it
+	left := q.waiting[:0]
+	for _, w := range q.inTurn() {
+		short, err := q.shortfall(gpus, w.req, held)
+		switch {
+		case err != nil:
+			w.done, w.err = true, err
+		case short == "":
+			w.done = true
+			q.admitted++
+			q.served[w.req.UID] = q.admitted
+			for uuid, mib := range w.req.Need {
+				q.reserved[uuid] += mib
+			}
+		default:
+			w.short = short
+			if q.holdAfter > 0 && now.Sub(w.since) >= q.holdAfter {
+				for uuid := range w.req.Need {
+					if held[uuid] == nil {
+						held[uuid] = w
+					}
+				}
+			}
+		}
+		if w.done {
+			close(w.ready)
+			continue
+		}
+		left = append(left, w)
+	}
+	clear(q.waiting[len(left):])
+	q.waiting = left
+	slices.SortFunc(q.waiting, func(a, b *waiter) int { return cmp.Compare(a.seq, b.seq) })
+	q.forgetServed()
+}
+
+// forgetServed forgets when owners with no thaw waiting were last
+// admitted. Callers hold q.mu.
+func (q *Queue) forgetServed() {
+	if len(q.served) == 0 {
+		return
+	}
+	waiting := map[uint32]bool{}
+	for _, w := range q.waiting {
+		waiting[w.req.UID] = true
+	}
+	maps.DeleteFunc(q.served, func(uid uint32, _ uint64) bool { return !waiting[uid] })
+}
+
+// inTurn is the waiting thaws in the order they are served: priority,
+// descending, then round-robin between owners (the owner admitted least
+// recently first within a round), then arrival.
+func (q *Queue) inTurn() []*waiter {
+	type turn struct {
+		w     *waiter
+		round int
+	}
+	turns := make([]turn, len(q.waiting))
+	rounds := map[[2]int64]int{} // (priority, uid) -> waiters seen so far
+	for i, w := range q.waiting {
+		k := [2]int64{int64(w.req.Priority), int64(w.req.UID)}
+		turns[i] = turn{w: w, round: rounds[k]}
+		rounds[k]++
+	}
+	slices.SortStableFunc(turns, func(a, b turn) int {
+		if c := cmp.Compare(b.w.req.Priority, a.w.req.Priority); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.round, b.round); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(q.served[a.w.req.UID], q.served[b.w.req.UID]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.w.seq, b.w.seq)
+	})
+	out := make([]*waiter, len(turns))
+	for i, t := range turns {
+		out[i] = t.w
+	}
+	return out
+}
+
+// shortfall describes the GPUs (by index) that lack room for r, or are
+// held for another thaw, or "" when all have it. A GPU missing from the
+// sample is a *Missing error.
+func (q *Queue) shortfall(gpus GPUs, r Request, held map[string]*waiter) (string, error) {
+	var shorts []string
+	for _, uuid := range slices.Sorted(maps.Keys(r.Need)) {
+		total, used, index, ok := gpus.Device(uuid)
+		if !ok {
+			return "", &Missing{UUID: uuid}
+		}
+		if h := held[uuid]; h != nil {
+			shorts = append(shorts, fmt.Sprintf("GPU %d is held for a thaw of %s's waiting since %s", index, h.req.Owner, h.since.Format(time.TimeOnly)))
+			continue
+		}
+		avail := sub(total, used+q.reserved[uuid]) + gpus.Yield(uuid, r.UID)
+		if r.Need[uuid]+q.margin > avail {
+			shorts = append(shorts, fmt.Sprintf("GPU %d needs %d MiB plus a %d MiB margin, %d MiB free", index, r.Need[uuid], q.margin, avail))
+		}
+	}
+	return strings.Join(shorts, "; "), nil
+}
+
+// Fits reports whether r fits now, as a thaw arriving would, without
+// reserving it.
+func (q *Queue) Fits(r Request) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	short, err := q.shortfall(q.look(), r, q.holds())
+	return err == nil && short == ""
+}
+
+// holds is what waiting thaws hold now, as a walk would find them.
+// Callers hold q.mu.
+func (q *Queue) holds() map[string]*waiter {
+	held := map[string]*waiter{}
+	if q.holdAfter == 0 {
+		return held
+	}
+	now := q.now()
+	for _, w := range q.inTurn() {
+		if now.Sub(w.since) < q.holdAfter {
+			continue
+		}
+		for uuid := range w.req.Need {
+			if held[uuid] == nil {
+				held[uuid] = w
+			}
+		}
+	}
+	return held
+}
+
+func (q *Queue) release(need map[string]uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for uuid, mib := range need {
+		q.reserved[uuid] -= mib
+		if q.reserved[uuid] == 0 {
+			delete(q.reserved, uuid)
+		}
+	}
+}
+
+// Held is what admitted thaws hold per GPU UUID until they finish.
+func (q *Queue) Held() map[string]uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return maps.Clone(q.reserved)
+}
+
+// Waiting is the number of thaws waiting for memory.
+func (q *Queue) Waiting() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.waiting)
+}
+
+func sub(a, b uint64) uint64 {
+	if b > a {
+		return 0
+	}
+	return a - b
+}
