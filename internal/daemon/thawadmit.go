@@ -36,20 +36,72 @@ func (d *Daemon) admit(ctx context.Context, what string, rec proctable.Record, n
 
 // thawRequest is a thaw of rec's needing need, as the thaw queue takes it.
 func thawRequest(rec proctable.Record, need map[string]uint64) thawqueue.Request {
-	return thawqueue.Request{UID: rec.Owner.UID, Owner: rec.Owner.User, Priority: rec.Policy.Priority, Need: need}
+	return thawqueue.Request{UID: rec.Owner.UID, Owner: rec.Owner.User, Proc: rec.ID, Priority: rec.Policy.Priority, Need: need}
 }
 
-// thawGPUs is the latest GPU sample as the thaw queue reads it.
+// thawGPUs is the latest GPU sample as the thaw queue reads it, with the
+// memory promised on each GPU and not used yet: what each granted lease
+// holds there (the whole GPU without an amount) and each starting or
+// running job's declaration (the whole GPU when undeclared), less what
+// they use. Placement charges both whole (docs/queue.md); a thaw that
+// took that memory would leave the lease's holder, or the job, short.
 type thawGPUs struct {
-	d  *Daemon
-	gv *gpuView
+	d        *Daemon
+	gv       *gpuView
+	promised map[string]uint64            // GPU UUID -> MiB
+	own      map[string]map[string]uint64 // process ID -> its job's part of promised
 }
 
-func (d *Daemon) thawGPUs() thawqueue.GPUs { return thawGPUs{d: d, gv: d.gpuView()} }
+func (d *Daemon) thawGPUs() thawqueue.GPUs {
+	g := thawGPUs{d: d, gv: d.gpuView(), promised: map[string]uint64{}, own: map[string]map[string]uint64{}}
+	for _, l := range d.leases.granted() {
+		for _, uuid := range l.uuids {
+			g.promised[uuid] += free(g.declared(uuid, l.mib), l.used[uuid])
+		}
+	}
+	tv := d.table.View()
+	for _, j := range d.jobs.Active() {
+		a := j.Current()
+		if a == nil || j.State != api.JobStarting && j.State != api.JobRunning {
+			continue
+		}
+		if r, ok := tv.Get(jobProcKey(j)); ok && r.ID == j.Proc && !usingGPU(r.State) {
+			continue // frozen (preempted), being thawed (admitted already) or ended
+		}
+		for _, uuid := range a.GPUs {
+			mib := free(g.declared(uuid, j.VRAMMiB), g.gv.usage[j.Proc][uuid])
+			g.promised[uuid] += mib
+			if g.own[j.Proc] == nil {
+				g.own[j.Proc] = map[string]uint64{}
+			}
+			g.own[j.Proc][uuid] += mib
+		}
+	}
+	return g
+}
+
+// usingGPU reports whether a job's process in state s holds its
+// declaration on its GPUs.
+func usingGPU(s api.State) bool {
+	return s == api.StateStarting || s == api.StateRunning || s == api.StateFreezing
+}
+
+// declared is mib, or the whole GPU when 0.
+func (g thawGPUs) declared(uuid string, mib uint64) uint64 {
+	if mib > 0 {
+		return mib
+	}
+	dev, _ := g.gv.device(uuid)
+	return dev.TotalMiB
+}
 
 func (g thawGPUs) Device(uuid string) (totalMiB, usedMiB uint64, index int, ok bool) {
 	dev, ok := g.gv.device(uuid)
 	return dev.TotalMiB, dev.UsedMiB, dev.Index, ok
+}
+
+func (g thawGPUs) Held(uuid string, r thawqueue.Request) uint64 {
+	return g.promised[uuid] - g.own[r.Proc][uuid]
 }
 
 func (g thawGPUs) Yield(uuid string, uid uint32) uint64 { return g.d.fillerYield(uuid, uid) }

@@ -29,6 +29,10 @@ type GPUs interface {
 	// Device is a GPU's total and used MiB and its index; ok is false when
 	// the sample lacks it.
 	Device(uuid string) (totalMiB, usedMiB uint64, index int, ok bool)
+	// Held is the MiB of the GPU that others hold and have not used yet
+	// (leases, jobs' declarations), which a thaw r may not have; r's own
+	// process's part is left out.
+	Held(uuid string, r Request) uint64
 	// Yield is the MiB uid's own filler on the GPU would hand over to a
 	// thaw of uid's.
 	Yield(uuid string, uid uint32) uint64
@@ -38,6 +42,7 @@ type GPUs interface {
 type Request struct {
 	UID      uint32
 	Owner    string // for humans, in a held GPU's sentence
+	Proc     string // the process thawed, whose own holds do not count against it
 	Priority int
 	Need     map[string]uint64 // MiB per GPU UUID
 }
@@ -244,9 +249,14 @@ func (q *Queue) shortfall(gpus GPUs, r Request, held map[string]*waiter) (string
 			shorts = append(shorts, fmt.Sprintf("GPU %d is held for a thaw of %s's waiting since %s", index, h.req.Owner, h.since.Format(time.TimeOnly)))
 			continue
 		}
-		avail := sub(total, used+q.reserved[uuid]) + gpus.Yield(uuid, r.UID)
+		promised := gpus.Held(uuid, r)
+		avail := sub(total, used+promised+q.reserved[uuid]) + gpus.Yield(uuid, r.UID)
 		if r.Need[uuid]+q.margin > avail {
-			shorts = append(shorts, fmt.Sprintf("GPU %d needs %d MiB plus a %d MiB margin, %d MiB free", index, r.Need[uuid], q.margin, avail))
+			short := fmt.Sprintf("GPU %d needs %d MiB plus a %d MiB margin, %d MiB free", index, r.Need[uuid], q.margin, avail)
+			if promised > 0 {
+				short += fmt.Sprintf(" (%d MiB more is held by leases and jobs that have not used it yet)", promised)
+			}
+			shorts = append(shorts, short)
 		}
 	}
 	return strings.Join(shorts, "; "), nil

@@ -15,10 +15,11 @@ type gpus struct {
 	total map[string]uint64
 	used  map[string]uint64
 	yield map[uint32]uint64 // per uid, on every GPU
+	held  map[string]uint64 // per process ID, on every GPU
 }
 
 func newGPUs(uuids ...string) *gpus {
-	g := &gpus{total: map[string]uint64{}, used: map[string]uint64{}, yield: map[uint32]uint64{}}
+	g := &gpus{total: map[string]uint64{}, used: map[string]uint64{}, yield: map[uint32]uint64{}, held: map[string]uint64{}}
 	for _, u := range uuids {
 		g.total[u] = 4096
 	}
@@ -36,6 +37,18 @@ func (g *gpus) Yield(uuid string, uid uint32) uint64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.yield[uid]
+}
+
+func (g *gpus) Held(uuid string, r Request) uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var n uint64
+	for proc, mib := range g.held {
+		if proc != r.Proc {
+			n += mib
+		}
+	}
+	return n
 }
 
 func (g *gpus) set(uuid string, used uint64) {
@@ -261,5 +274,23 @@ func TestOneWalkAlternatesOwners(t *testing.T) {
 	}
 	if !got["hog1"] || !got["victim"] || q.Waiting() != 2 {
 		t.Fatalf("admitted %v with %d left waiting; want hog1 and victim", got, q.Waiting())
+	}
+}
+
+// TestHeldMemoryIsNotFree: memory others hold and have not used yet (a
+// lease's, a starting job's) is not free to a thaw, except the thawed
+// process's own.
+func TestHeldMemoryIsNotFree(t *testing.T) {
+	g := newGPUs("A")
+	g.set("A", 1000)
+	g.held["lease"] = 2000 // 1096 free beside it
+	g.held["job"] = 500    // 596
+	q := newQueue(g, 0)
+	_, err := q.Admit(context.Background(), Request{UID: 1001, Proc: "p", Need: need("A", 1000)}, 0)
+	if want := "GPU 0 needs 1000 MiB plus a 100 MiB margin, 596 MiB free (2500 MiB more is held by leases and jobs that have not used it yet)"; err == nil || err.Error() != want {
+		t.Fatalf("a thaw into held memory: %v, want %q", err, want)
+	}
+	if _, err := q.Admit(context.Background(), Request{UID: 1001, Proc: "job", Need: need("A", 900)}, 0); err != nil {
+		t.Fatalf("the job's own process's thaw into its own hold: %v", err)
 	}
 }
