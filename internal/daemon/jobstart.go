@@ -14,6 +14,7 @@ import (
 	"github.com/gpusched/gpusched/internal/jobqueue"
 	"github.com/gpusched/gpusched/internal/placement"
 	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/internal/thawqueue"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -25,7 +26,8 @@ import (
 // returns how long it took from the bulk gate's grant, which paces the
 // next pass (passPace).
 func (d *Daemon) schedulePass(ctx context.Context) (took time.Duration) {
-	plan, room, granted, ok := d.plan(ctx)
+	plan, room, granted, resumeThaws, ok := d.plan(ctx)
+	defer resumeThaws()
 	defer func() {
 		d.reconcileJobs()
 		if !granted.IsZero() {
@@ -49,12 +51,17 @@ func (d *Daemon) schedulePass(ctx context.Context) (took time.Duration) {
 	for _, w := range plan.Infeasible {
 		d.infeasible(w)
 	}
+	thawsFit := false // placement kept room for a waiting thaw
 	for _, s := range plan.Starts {
 		switch {
 		case strings.HasPrefix(s.JobID, thawPrefix):
 			d.resumePreempted(ctx, strings.TrimPrefix(s.JobID, thawPrefix))
 		case strings.HasPrefix(s.JobID, leasePrefix):
-			d.leases.grant(strings.TrimPrefix(s.JobID, leasePrefix), s.GPUs)
+			if user := d.leases.grant(strings.TrimPrefix(s.JobID, leasePrefix), s.GPUs); user != "" {
+				d.sched.serve(user)
+			}
+		case strings.HasPrefix(s.JobID, waitPrefix):
+			thawsFit = true
 		default:
 			if j, ok := d.jobs.Get(s.JobID); ok && !room.take(j.Owner.UID) {
 				continue // its owner reached the cap in this pass: held from the next one
@@ -62,28 +69,40 @@ func (d *Daemon) schedulePass(ctx context.Context) (took time.Duration) {
 			d.launch(ctx, s)
 		}
 	}
+	resumeThaws() // the starts are recorded: thaws count them
+	if thawsFit {
+		d.thaws.Sampled() // placement kept room for a waiting thaw: the queue looks again
+	}
 	return
 }
 
 // plan places the queue, the costly part of a pass (its time grows with
 // the queue), as bulk work, once the bulk gate granted it a slot (at
 // granted; zero when the pass ended first). When the last GPU sample
-// failed it records why everything waits instead, and ok is false.
-func (d *Daemon) plan(ctx context.Context) (plan placement.Plan, room *procRoom, granted time.Time, ok bool) {
+// failed it records why everything waits instead, and ok is false. No
+// thaw is admitted from the snapshot on until resumeThaws (never nil) is
+// called, once the plan's starts are recorded: a thaw admitted meanwhile
+// could take the memory placement gives a job, and the job's the thaw's.
+func (d *Daemon) plan(ctx context.Context) (plan placement.Plan, room *procRoom, granted time.Time, resumeThaws func(), ok bool) {
+	resumeThaws = func() {}
 	slot, err := d.bulk.Enter(ctx, passUID)
 	if err != nil {
-		return plan, nil, granted, false
+		return plan, nil, granted, resumeThaws, false
 	}
 	defer slot.Leave()
 	granted = time.Now()
-	snap, queue, room := d.placementInput(time.Now(), d.sched.queue)
+	var held map[string]uint64
+	var waiting []thawqueue.Waiter
+	held, waiting, resumeThaws = d.thaws.Pause()
+	snap, queue, room := d.placementInput(time.Now(), d.sched.queue, held, waiting)
 	d.sched.queue = queue
 	if waits, stale := staleWaits(d.gpuView(), queue); stale {
+		resumeThaws()
 		d.sched.reasons.Store(&waitReasons{waits: waits})
 		d.leases.setReasons(waits)
-		return plan, nil, granted, false
+		return plan, nil, granted, resumeThaws, false
 	}
-	return placement.Place(snap, queue), room, granted, true
+	return placement.Place(snap, queue), room, granted, resumeThaws, true
 }
 
 // infeasible ends a request that can never fit.
@@ -92,7 +111,7 @@ func (d *Daemon) infeasible(w placement.Wait) {
 		d.leases.refuse(strings.TrimPrefix(w.JobID, leasePrefix), w.Detail)
 		return
 	}
-	if strings.HasPrefix(w.JobID, thawPrefix) {
+	if strings.HasPrefix(w.JobID, thawPrefix) || strings.HasPrefix(w.JobID, waitPrefix) {
 		return
 	}
 	_, err := d.jobs.Update(w.JobID, func(j *jobqueue.Job) error {
@@ -133,6 +152,7 @@ func (d *Daemon) launch(ctx context.Context, s placement.Start) {
 		return
 	}
 	d.metrics.queueWaited(since, j.Current().StartedAt)
+	d.sched.serve(j.Owner.User)
 	d.bg.Add(1)
 	go func() {
 		defer d.bg.Done()

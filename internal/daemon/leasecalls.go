@@ -45,11 +45,7 @@ func (d *Daemon) acquire(c *call, _ *eventStream) (any, error) {
 		}
 		l.only = uuids
 	}
-	var last uint64
-	if v := d.jobs.View(); len(v) > 0 {
-		last = v[len(v)-1].Seq
-	}
-	if err := d.leases.add(l, last, d.admitLease(c.actor)); err != nil {
+	if err := d.leases.add(l, d.lastJobSeq(), d.admitLease(c.actor)); err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	d.sched.kick()

@@ -108,19 +108,21 @@ func (s *leaseSet) watchHealth() bool {
 	return false
 }
 
-// grant hands a pending lease its GPUs.
-func (s *leaseSet) grant(id string, uuids []string) {
+// grant hands a pending lease its GPUs, and returns its user ("" when it
+// is no longer pending).
+func (s *leaseSet) grant(id string, uuids []string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l, ok := s.pending[id]
 	if !ok {
-		return
+		return ""
 	}
 	delete(s.pending, id)
 	l.uuids, l.at, l.reason = uuids, time.Now(), ""
 	l.used, l.peak = map[string]uint64{}, map[string]uint64{}
 	s.held[id] = l
 	notify(l.wake)
+	return l.user
 }
 
 // refuse ends a pending lease that can never be granted.

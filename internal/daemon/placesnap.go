@@ -10,6 +10,7 @@ import (
 	"github.com/gpusched/gpusched/internal/jobqueue"
 	"github.com/gpusched/gpusched/internal/placement"
 	"github.com/gpusched/gpusched/internal/proctable"
+	"github.com/gpusched/gpusched/internal/thawqueue"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -20,12 +21,12 @@ const (
 )
 
 // placementInput builds one pass's immutable snapshot and queue from the
-// latest GPU sample, the process table, the jobs, the leases and the thaws
-// admitted but not yet seen on the GPUs. The queue leaves out the jobs of
+// latest GPU sample, the process table, the jobs, the leases, the thaws
+// admitted but not yet seen on the GPUs and those waiting for memory. The queue leaves out the jobs of
 // users at --max-procs-per-user: room says why they wait, and counts the
 // pass's starts against the cap. The queue is built in buf's array when it
 // is large enough.
-func (d *Daemon) placementInput(now time.Time, buf []placement.Job) (placement.Snapshot, []placement.Job, *procRoom) {
+func (d *Daemon) placementInput(now time.Time, buf []placement.Job, thawsHeld map[string]uint64, thawsWaiting []thawqueue.Waiter) (placement.Snapshot, []placement.Job, *procRoom) {
 	gv := d.gpuView()
 	tv := d.table.View()
 	jobs := d.jobs.View()
@@ -127,9 +128,24 @@ func (d *Daemon) placementInput(now time.Time, buf []placement.Job) (placement.S
 		add(pu.UUID, placement.Occupant{Kind: placement.External, ID: "pid:" + strconv.Itoa(pu.PID),
 			Name: fmt.Sprintf("pid %d", pu.PID), UsedMiB: pu.UsedMiB, PeakMiB: d.sched.extPeaks[pu.PID][pu.UUID]})
 	}
+	served := map[string]placement.Served{}
+	for user, at := range d.sched.served {
+		served[user] = placement.Served{Last: at}
+	}
 	d.sched.mu.Unlock()
 	held, asked := d.leases.snapshot()
+	running := func(user string) {
+		s := served[user]
+		s.Running++
+		served[user] = s
+	}
+	for _, j := range jobs {
+		if j.State == api.JobStarting || j.State == api.JobRunning {
+			running(j.Owner.User)
+		}
+	}
 	for _, l := range held {
+		running(l.user)
 		for _, uuid := range l.uuids {
 			add(uuid, placement.Occupant{Kind: placement.Lease, ID: leasePrefix + l.id, Name: "lease " + l.id,
 				UsedMiB: l.used[uuid], PeakMiB: l.peak[uuid], DeclaredMiB: l.mib, Exclusive: l.mib == 0, Priority: l.priority})
@@ -139,7 +155,7 @@ func (d *Daemon) placementInput(now time.Time, buf []placement.Job) (placement.S
 		add(f.rec.UUID, placement.Occupant{Kind: placement.Filler, ID: "filler:" + f.rec.UUID, Name: "the filler of " + f.rec.Owner.User,
 			UsedMiB: d.fillerHeld(f, gv), Owner: f.rec.Owner.User})
 	}
-	for uuid, mib := range d.thaws.Held() {
+	for uuid, mib := range thawsHeld {
 		add(uuid, placement.Occupant{Kind: placement.Reservation, ID: "thaw-admission", Name: "thaws in progress", DeclaredMiB: mib})
 	}
 
@@ -153,7 +169,8 @@ func (d *Daemon) placementInput(now time.Time, buf []placement.Job) (placement.S
 	}
 	queue = append(queue, d.preemptedQueue(tv, active)...)
 	queue = append(queue, asked...)
-	return placement.Snapshot{Now: now, GPUs: gpus, Options: d.placementOptions(gv)}, queue, room
+	queue = append(queue, waitingThaws(thawsWaiting)...)
+	return placement.Snapshot{Now: now, GPUs: gpus, Options: d.placementOptions(gv), Served: served}, queue, room
 }
 
 // seqShift makes room below each job's sequence number for the leases

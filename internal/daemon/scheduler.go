@@ -31,14 +31,24 @@ type scheduler struct {
 	launching map[string]bool              // job ids whose attempt is being started
 	resuming  map[string]bool              // keys (String) of preempted processes being thawed back
 	timers    map[string]*time.Timer       // job id -> timeout of its current attempt
+	served    map[string]time.Time         // user -> when a job or lease of theirs last started, or a thaw was admitted
 }
 
 func newScheduler() *scheduler {
 	s := &scheduler{kicks: make(chan struct{}, 1), peaks: map[string]map[string]uint64{},
 		extPeaks: map[int]map[string]uint64{}, warned: map[string]bool{}, launching: map[string]bool{},
-		resuming: map[string]bool{}, timers: map[string]*time.Timer{}}
+		resuming: map[string]bool{}, timers: map[string]*time.Timer{}, served: map[string]time.Time{}}
 	s.reasons.Store(&waitReasons{})
 	return s
+}
+
+// serve records that user was given something now: a job or a lease of
+// theirs started, or a thaw admitted. Placement's round-robin puts the
+// user given something least recently first.
+func (s *scheduler) serve(user string) {
+	s.mu.Lock()
+	s.served[user] = time.Now()
+	s.mu.Unlock()
 }
 
 // kick asks for a placement pass now, something having changed; kicks

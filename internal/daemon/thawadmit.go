@@ -17,7 +17,9 @@ import (
 // once; otherwise it waits up to wait for memory to free. The returned
 // func releases the reservation.
 func (d *Daemon) admit(ctx context.Context, what string, rec proctable.Record, need map[string]uint64, wait time.Duration) (func(), error) {
-	release, err := d.thaws.Admit(ctx, thawRequest(rec, need), wait)
+	r := thawRequest(rec, need)
+	r.Line = d.lastJobSeq()
+	release, err := d.thaws.Admit(ctx, r, wait)
 	var missing *thawqueue.Missing
 	var noRoom *thawqueue.NoRoom
 	switch {
@@ -30,6 +32,7 @@ func (d *Daemon) admit(ctx context.Context, what string, rec proctable.Record, n
 	case err != nil:
 		return nil, err
 	}
+	d.sched.serve(rec.Owner.User)
 	handedOver := d.handOver(context.WithoutCancel(ctx), rec.Owner.UID, need)
 	return func() { handedOver(); release() }, nil
 }

@@ -24,7 +24,12 @@
 // Stages, per job, in placement order:
 //  1. Order: effective priority (Priority + one per AgingStep waited)
 //     descending; at equal effective priority round-robin between owners
-//     (an owner's k-th job goes in round k); then Seq.
+//     (an owner's k-th job goes in round k plus what the owner runs already,
+//     Snapshot.Served; within a round the owner started least recently
+//     first); then Seq. Without what owners were served, a queue that frees
+//     room for one job at a time would start one owner's jobs, submitted
+//     first, pass after pass: each is in the first round again once the one
+//     before it ends.
 //  2. Feasibility: against capacity = Total - charges of permanent
 //     occupants, on the GPUs of its Only list that are not banned. A job
 //     that can never fit goes to Plan.Infeasible and preempts nothing.

@@ -10,7 +10,7 @@ import (
 // cheap sorting.
 type ranked struct {
 	eff   int // effective priority: base plus aging
-	round int // its owner's k-th job at this effective priority
+	round int // its owner's running requests plus k, for its k-th job at this effective priority
 	seq   uint64
 	i     int // position in the queue
 	owner int // interned Owner
@@ -18,21 +18,28 @@ type ranked struct {
 
 // order returns the queue in placement order: effective priority
 // descending, then round-robin between owners (each owner's k-th job, in
-// Seq order, goes in round k), then Seq (then ID, should two share a Seq).
-// The input order does not matter.
-func order(queue []Job, now time.Time, step time.Duration) []*Job {
+// Seq order, goes in round k plus the owner's running requests; within a
+// round the owner started least recently first), then Seq (then ID,
+// should two share a Seq). The input order does not matter.
+func order(queue []Job, served map[string]Served, now time.Time, step time.Duration) []*Job {
 	rs := make([]ranked, len(queue))
 	owners := map[string]int{}
+	var names []string
 	for i := range queue {
 		o, ok := owners[queue[i].Owner]
 		if !ok {
 			o = len(owners)
 			owners[queue[i].Owner] = o
+			names = append(names, queue[i].Owner)
 		}
 		rs[i] = ranked{eff: effective(&queue[i], now, step), seq: queue[i].Seq, i: i, owner: o}
 	}
 	sortRanked(rs, queue)
-	rounds := make([]int, len(owners)) // per owner, in the current group
+	first := make([]int, len(owners)) // per owner: its running requests, its first round
+	for o, name := range names {
+		first[o] = max(served[name].Running, 0)
+	}
+	rounds := slices.Clone(first) // per owner, in the current group
 	var tmp []ranked
 	for lo, hi := 0, 0; lo < len(rs); lo = hi {
 		last := 0
@@ -42,15 +49,36 @@ func order(queue []Job, now time.Time, step time.Duration) []*Job {
 			last = max(last, rs[hi].round)
 		}
 		for _, r := range rs[lo:hi] {
-			rounds[r.owner] = 0
+			rounds[r.owner] = first[r.owner]
 		}
 		tmp = byRound(rs[lo:hi], last, tmp)
+		leastRecentFirst(rs[lo:hi], names, served)
 	}
 	out := make([]*Job, len(rs))
 	for k, r := range rs {
 		out[k] = &queue[r.i]
 	}
 	return out
+}
+
+// leastRecentFirst orders each round of rs (sorted by round, then Seq) by
+// when its owner was last started, least recently (or never) first,
+// keeping Seq order between owners started at the same time.
+func leastRecentFirst(rs []ranked, names []string, served map[string]Served) {
+	if len(served) == 0 {
+		return
+	}
+	last := make([]time.Time, len(names))
+	for o, name := range names {
+		last[o] = served[name].Last
+	}
+	for lo, hi := 0, 0; lo < len(rs); lo = hi {
+		for hi = lo + 1; hi < len(rs) && rs[hi].round == rs[lo].round; hi++ {
+		}
+		if hi-lo > 1 {
+			slices.SortStableFunc(rs[lo:hi], func(a, b ranked) int { return last[a.owner].Compare(last[b.owner]) })
+		}
+	}
 }
 
 // sortRanked sorts rs by effective priority, descending, then Seq, then

@@ -12,7 +12,8 @@ import (
 // TestOrderTheSameInAnyInputOrder: a queue given in Seq order (sorted by
 // counting on the effective priority) and the same queue shuffled (sorted
 // by comparison) come out in the same order, for queues of narrow and of
-// far-apart priorities, with and without shared Seqs.
+// far-apart priorities, with and without shared Seqs, with and without
+// what each owner was served already.
 func TestOrderTheSameInAnyInputOrder(t *testing.T) {
 	now := time.Date(2026, 11, 27, 12, 0, 0, 0, time.UTC)
 	r := rand.New(rand.NewPCG(7, 11))
@@ -33,6 +34,13 @@ func TestOrderTheSameInAnyInputOrder(t *testing.T) {
 				QueuedAt: now.Add(-time.Duration(r.IntN(600)) * time.Minute),
 			}
 		}
+		var served map[string]Served
+		if trial%2 == 1 {
+			served = map[string]Served{}
+			for o := range 4 {
+				served["u"+strconv.Itoa(o)] = Served{Running: r.IntN(3), Last: now.Add(-time.Duration(r.IntN(3)) * time.Minute)}
+			}
+		}
 		ids := func(js []*Job) []string {
 			out := make([]string, len(js))
 			for k, j := range js {
@@ -40,10 +48,10 @@ func TestOrderTheSameInAnyInputOrder(t *testing.T) {
 			}
 			return out
 		}
-		inSeq := ids(order(queue, now, 10*time.Minute))
+		inSeq := ids(order(queue, served, now, 10*time.Minute))
 		shuffled := slices.Clone(queue)
 		r.Shuffle(len(shuffled), func(a, b int) { shuffled[a], shuffled[b] = shuffled[b], shuffled[a] })
-		if got := ids(order(shuffled, now, 10*time.Minute)); !slices.Equal(got, inSeq) {
+		if got := ids(order(shuffled, served, now, 10*time.Minute)); !slices.Equal(got, inSeq) {
 			t.Fatalf("trial %d (%d jobs, spread %d): in Seq order %v, shuffled %v", trial, n, spread, inSeq, got)
 		}
 	}

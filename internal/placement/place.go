@@ -22,7 +22,7 @@ func Place(snap Snapshot, queue []Job) Plan {
 		shapes: map[shapeKey]*shape{},
 	}
 	plan := Plan{Starts: []Start{}, Waits: make([]Wait, 0, len(queue)), Infeasible: []Wait{}}
-	for _, j := range order(queue, snap.Now, snap.Options.AgingStep) {
+	for _, j := range order(queue, snap.Served, snap.Now, snap.Options.AgingStep) {
 		p.look(j)
 		s := p.shape(j)
 		if s.infeasible != "" {

@@ -75,6 +75,7 @@ func TestPlace(t *testing.T) {
 		opts   func(*placement.Options)
 		gpus   []placement.GPU
 		queue  []placement.Job
+		served map[string]placement.Served
 		want   []string
 		detail map[string]string // job ID -> the exact Detail
 	}{
@@ -359,6 +360,36 @@ func TestPlace(t *testing.T) {
 			want: []string{"start a1 GPU-0", "start b1 GPU-0", "start c1 GPU-0", "start a2 GPU-0", "start b2 GPU-0", "start a3 GPU-0"},
 		},
 		{
+			// Room for one: by Seq alone alice's next would go first, pass
+			// after pass, and bob's one job wait behind all of hers.
+			name: "round-robin: the user running fewer first",
+			gpus: []placement.GPU{dev(0, 4096, 0)},
+			queue: []placement.Job{
+				job("a2", 2000, 1, owner("alice")), job("a3", 2000, 1, owner("alice")),
+				job("b1", 2000, 1, owner("bob")),
+			},
+			served: map[string]placement.Served{"alice": {Running: 1}},
+			want:   []string{"start b1 GPU-0", "wait a2 no_memory", "wait a3 no_memory"},
+		},
+		{
+			name: "round-robin: within a round the user started least recently first",
+			gpus: []placement.GPU{dev(0, 4096, 0)},
+			queue: []placement.Job{
+				job("a2", 2000, 1, owner("alice")), job("b2", 2000, 1, owner("bob")), job("c1", 2000, 1, owner("carol")),
+			},
+			served: map[string]placement.Served{"alice": {Last: now.Add(-time.Minute)}, "bob": {Last: now.Add(-time.Hour)}},
+			want:   []string{"start c1 GPU-0", "wait b2 no_memory", "wait a2 no_memory"},
+		},
+		{
+			name: "round-robin: then bob, started before alice",
+			gpus: []placement.GPU{dev(0, 8192, 0)},
+			queue: []placement.Job{
+				job("a2", 3000, 1, owner("alice")), job("b2", 3000, 1, owner("bob")),
+			},
+			served: map[string]placement.Served{"alice": {Last: now.Add(-time.Minute)}, "bob": {Last: now.Add(-time.Hour)}},
+			want:   []string{"start b2 GPU-0", "start a2 GPU-0"},
+		},
+		{
 			name: "equal Seq: by ID",
 			gpus: []placement.GPU{dev(0, 80000, 0)},
 			queue: []placement.Job{
@@ -485,7 +516,7 @@ func TestPlace(t *testing.T) {
 					queue[i].Seq = uint64(i + 1)
 				}
 			}
-			plan := placement.Place(placement.Snapshot{Now: now, GPUs: c.gpus, Options: opts}, queue)
+			plan := placement.Place(placement.Snapshot{Now: now, GPUs: c.gpus, Options: opts, Served: c.served}, queue)
 			if got := render(plan); !slices.Equal(got, c.want) {
 				t.Errorf("plan:\n got  %q\n want %q", got, c.want)
 			}

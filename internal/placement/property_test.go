@@ -92,7 +92,14 @@ func genWorld(t *rapid.T) (placement.Snapshot, []placement.Job) {
 			j.MaxTempC = rapid.SampledFrom([]int{0, 60}).Draw(t, "jmaxTemp")
 		}
 	}
-	return placement.Snapshot{Now: now, GPUs: gpus, Options: opts}, queue
+	served := map[string]placement.Served{}
+	for _, o := range []string{"a", "b", "c"} {
+		if rapid.Bool().Draw(t, "served") {
+			served[o] = placement.Served{Running: rapid.IntRange(0, 3).Draw(t, "running"),
+				Last: now.Add(-time.Duration(rapid.IntRange(0, 3).Draw(t, "lastStart")) * time.Minute)}
+		}
+	}
+	return placement.Snapshot{Now: now, GPUs: gpus, Options: opts, Served: served}, queue
 }
 
 // refCharge restates the charging rules.

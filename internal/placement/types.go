@@ -8,6 +8,18 @@ type Snapshot struct {
 	Now     time.Time // the pass's clock, for aging; Place reads no other
 	GPUs    []GPU     // any order; Place sorts by Index
 	Options Options
+	// Served is what each owner (by Job.Owner) has been given already, for
+	// the round-robin between owners; an owner not in it has nothing.
+	Served map[string]Served
+}
+
+// Served is what one owner has been given: Running requests placed before
+// (jobs, leases) put the owner's first queued job in round Running, and
+// within a round the owner started least recently (Last; zero: never)
+// goes first.
+type Served struct {
+	Running int
+	Last    time.Time
 }
 
 // GPU is one device with what occupies it.

@@ -43,6 +43,7 @@ type Request struct {
 	UID      uint32
 	Owner    string // for humans, in a held GPU's sentence
 	Proc     string // the process thawed, whose own holds do not count against it
+	Line     uint64 // its place in the caller's own line, kept for Waiters
 	Priority int
 	Need     map[string]uint64 // MiB per GPU UUID
 }
@@ -52,6 +53,7 @@ type Queue struct {
 	look      func() GPUs
 	margin    uint64
 	holdAfter time.Duration
+	waits     func()
 	now       func() time.Time
 
 	mu       sync.Mutex
@@ -64,9 +66,10 @@ type Queue struct {
 
 // New returns a queue reading the latest sample through look, asking
 // margin MiB free beyond each thaw's need; a thaw that has waited
-// holdAfter holds its GPUs (0: never).
-func New(look func() GPUs, margin uint64, holdAfter time.Duration) *Queue {
-	return &Queue{look: look, margin: margin, holdAfter: holdAfter, now: time.Now, reserved: map[string]uint64{}, served: map[uint32]uint64{}}
+// holdAfter holds its GPUs (0: never). waits, when not nil, is called
+// each time a thaw begins to wait.
+func New(look func() GPUs, margin uint64, holdAfter time.Duration, waits func()) *Queue {
+	return &Queue{look: look, margin: margin, holdAfter: holdAfter, waits: waits, now: time.Now, reserved: map[string]uint64{}, served: map[uint32]uint64{}}
 }
 
 // waiter is one thaw in the walk: waiting, or arrived and being looked at.
@@ -97,6 +100,9 @@ func (q *Queue) Admit(ctx context.Context, r Request, wait time.Duration) (func(
 		return q.outcome(w, false)
 	}
 	q.mu.Unlock()
+	if q.waits != nil {
+		q.waits()
+	}
 
 	t := time.NewTimer(wait)
 	defer t.Stop()
@@ -315,6 +321,29 @@ func (q *Queue) Waiting() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.waiting)
+}
+
+// Waiter is a thaw waiting for memory, as Pause lists it.
+type Waiter struct {
+	Request
+	Seq   uint64 // arrival, unique
+	Since time.Time
+}
+
+// Pause stops admissions until resume is called, for a caller that places
+// other work on the GPUs against what thaws hold: it returns what admitted
+// thaws hold (as Held) and the thaws waiting, by arrival, and no thaw is
+// admitted, or begins to wait, until the caller has recorded what it
+// placed and resumes.
+func (q *Queue) Pause() (held map[string]uint64, waiting []Waiter, resume func()) {
+	q.mu.Lock()
+	waiting = make([]Waiter, len(q.waiting))
+	for i, w := range q.waiting {
+		waiting[i] = Waiter{Request: w.req, Seq: w.seq, Since: w.since}
+		waiting[i].Need = maps.Clone(w.req.Need)
+	}
+	var once sync.Once
+	return maps.Clone(q.reserved), waiting, func() { once.Do(q.mu.Unlock) }
 }
 
 func sub(a, b uint64) uint64 {

@@ -58,7 +58,7 @@ func (g *gpus) set(uuid string, used uint64) {
 }
 
 func newQueue(g *gpus, hold time.Duration) *Queue {
-	return New(func() GPUs { return g }, 100, hold)
+	return New(func() GPUs { return g }, 100, hold, nil)
 }
 
 // outcome is one Admit's answer.
