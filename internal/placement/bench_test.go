@@ -51,7 +51,11 @@ func benchWorld(n int) (placement.Snapshot, []placement.Job) {
 			VRAMMiB:  sizes[r.IntN(len(sizes))],
 		}
 	}
-	return placement.Snapshot{Now: now, GPUs: gpus, Options: placement.DefaultOptions()}, queue
+	served := map[string]placement.Served{}
+	for u := range 5 {
+		served[fmt.Sprintf("user%d", u)] = placement.Served{Running: u % 3, Last: now.Add(-time.Duration(u) * time.Minute)}
+	}
+	return placement.Snapshot{Now: now, GPUs: gpus, Options: placement.DefaultOptions(), Served: served}, queue
 }
 
 func BenchmarkPlace10kJobs8GPUs(b *testing.B) {
