@@ -44,10 +44,14 @@ func thawRequest(rec proctable.Record, need map[string]uint64) thawqueue.Request
 
 // thawGPUs is the latest GPU sample as the thaw queue reads it, with the
 // memory promised on each GPU and not used yet: what each granted lease
-// holds there (the whole GPU without an amount) and each starting or
-// running job's declaration (the whole GPU when undeclared), less what
-// they use. Placement charges both whole (docs/queue.md); a thaw that
-// took that memory would leave the lease's holder, or the job, short.
+// holds there (its min_free) and each starting or running job's
+// declaration, less what they use. Placement charges both whole
+// (docs/queue.md); a thaw that took that memory would leave the lease's
+// holder, or the job, short. A lease or job that declared nothing was
+// given whole idle GPUs, which frozen processes parked there leave idle:
+// it promises nothing to their thaws (a user's exclusive lease taking the
+// GPU another froze on would otherwise keep them from thawing back for as
+// long as it is held).
 type thawGPUs struct {
 	d        *Daemon
 	gv       *gpuView
@@ -59,20 +63,20 @@ func (d *Daemon) thawGPUs() thawqueue.GPUs {
 	g := thawGPUs{d: d, gv: d.gpuView(), promised: map[string]uint64{}, own: map[string]map[string]uint64{}}
 	for _, l := range d.leases.granted() {
 		for _, uuid := range l.uuids {
-			g.promised[uuid] += free(g.declared(uuid, l.mib), l.used[uuid])
+			g.promised[uuid] += free(l.mib, l.used[uuid])
 		}
 	}
 	tv := d.table.View()
 	for _, j := range d.jobs.Active() {
 		a := j.Current()
-		if a == nil || j.State != api.JobStarting && j.State != api.JobRunning {
+		if a == nil || j.VRAMMiB == 0 || j.State != api.JobStarting && j.State != api.JobRunning {
 			continue
 		}
 		if r, ok := tv.Get(jobProcKey(j)); ok && r.ID == j.Proc && !usingGPU(r.State) {
 			continue // frozen (preempted), being thawed (admitted already) or ended
 		}
 		for _, uuid := range a.GPUs {
-			mib := free(g.declared(uuid, j.VRAMMiB), g.gv.usage[j.Proc][uuid])
+			mib := free(j.VRAMMiB, g.gv.usage[j.Proc][uuid])
 			g.promised[uuid] += mib
 			if g.own[j.Proc] == nil {
 				g.own[j.Proc] = map[string]uint64{}
@@ -87,15 +91,6 @@ func (d *Daemon) thawGPUs() thawqueue.GPUs {
 // declaration on its GPUs.
 func usingGPU(s api.State) bool {
 	return s == api.StateStarting || s == api.StateRunning || s == api.StateFreezing
-}
-
-// declared is mib, or the whole GPU when 0.
-func (g thawGPUs) declared(uuid string, mib uint64) uint64 {
-	if mib > 0 {
-		return mib
-	}
-	dev, _ := g.gv.device(uuid)
-	return dev.TotalMiB
 }
 
 func (g thawGPUs) Device(uuid string) (totalMiB, usedMiB uint64, index int, ok bool) {
