@@ -41,7 +41,9 @@ func newAcquireCmd(a *app) *cobra.Command {
 most --max-util utilization, --max-power draw and --max-temp temperature, only among --gpu-ids),
 waiting up to --timeout for them (0: fail at once when none fit). Until the
 lease ends, the daemon places nothing on what it holds: --min-free on each
-GPU, or without it the whole GPUs. The lease lives as long as this command's
+GPU, or without it the whole GPUs (but a process frozen on such a GPU may
+thaw back beside a lease without --min-free: declare the memory to keep it
+from thaws too). The lease lives as long as this command's
 connection to the daemon, so it never outlives this command; a non-root
 user's lease is released by the daemon after --user-lease-max-hold (the lease
 printed says when).
