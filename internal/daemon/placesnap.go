@@ -22,7 +22,8 @@ const (
 
 // placementInput builds one pass's immutable snapshot and queue from the
 // latest GPU sample, the process table, the jobs, the leases, the thaws
-// admitted but not yet seen on the GPUs and those waiting for memory. The queue leaves out the jobs of
+// admitted but not yet seen on the GPUs (thawsHeld) and those waiting for
+// memory, and what each user was served. The queue leaves out the jobs of
 // users at --max-procs-per-user: room says why they wait, and counts the
 // pass's starts against the cap. The queue is built in buf's array when it
 // is large enough.

@@ -43,7 +43,7 @@ type Request struct {
 	UID      uint32
 	Owner    string // for humans, in a held GPU's sentence
 	Proc     string // the process thawed, whose own holds do not count against it
-	Line     uint64 // its place in the caller's own line, kept for Waiters
+	Line     uint64 // its place in the caller's own line, kept for Pause's list
 	Priority int
 	Need     map[string]uint64 // MiB per GPU UUID
 }
@@ -87,8 +87,8 @@ type waiter struct {
 // no thaw ahead holds the GPU, counting what r.UID's fillers would hand
 // over as free. With wait 0 it answers at once; otherwise it waits up to
 // wait, in turn, until ctx ends. The returned func releases the
-// reservation. Its errors are *NoRoom, *Missing, ctx's, or ErrExpired
-// (wrapped in *NoRoom's Expired).
+// reservation. Its errors are *NoRoom (Expired once it waited all of
+// wait), *Missing, or ctx's.
 func (q *Queue) Admit(ctx context.Context, r Request, wait time.Duration) (func(), error) {
 	q.mu.Lock()
 	q.seq++
@@ -174,13 +174,7 @@ func (q *Queue) walk() {
 			}
 		default:
 			w.short = short
-			if q.holdAfter > 0 && now.Sub(w.since) >= q.holdAfter {
-				for uuid := range w.req.Need {
-					if held[uuid] == nil {
-						held[uuid] = w
-					}
-				}
-			}
+			q.hold(held, w, now)
 		}
 		if w.done {
 			close(w.ready)
@@ -277,25 +271,27 @@ func (q *Queue) Fits(r Request) bool {
 	return err == nil && short == ""
 }
 
-// holds is what waiting thaws hold now, as a walk would find them.
-// Callers hold q.mu.
+// holds is what waiting thaws hold now, none admitted. Callers hold q.mu.
 func (q *Queue) holds() map[string]*waiter {
 	held := map[string]*waiter{}
-	if q.holdAfter == 0 {
-		return held
-	}
 	now := q.now()
 	for _, w := range q.inTurn() {
-		if now.Sub(w.since) < q.holdAfter {
-			continue
-		}
-		for uuid := range w.req.Need {
-			if held[uuid] == nil {
-				held[uuid] = w
-			}
-		}
+		q.hold(held, w, now)
 	}
 	return held
+}
+
+// hold records in held the GPUs w holds, not held already, once it has
+// waited holdAfter.
+func (q *Queue) hold(held map[string]*waiter, w *waiter, now time.Time) {
+	if q.holdAfter == 0 || now.Sub(w.since) < q.holdAfter {
+		return
+	}
+	for uuid := range w.req.Need {
+		if held[uuid] == nil {
+			held[uuid] = w
+		}
+	}
 }
 
 func (q *Queue) release(need map[string]uint64) {
@@ -307,13 +303,6 @@ func (q *Queue) release(need map[string]uint64) {
 			delete(q.reserved, uuid)
 		}
 	}
-}
-
-// Held is what admitted thaws hold per GPU UUID until they finish.
-func (q *Queue) Held() map[string]uint64 {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return maps.Clone(q.reserved)
 }
 
 // Waiting is the number of thaws waiting for memory.
@@ -331,10 +320,10 @@ type Waiter struct {
 }
 
 // Pause stops admissions until resume is called, for a caller that places
-// other work on the GPUs against what thaws hold: it returns what admitted
-// thaws hold (as Held) and the thaws waiting, by arrival, and no thaw is
-// admitted, or begins to wait, until the caller has recorded what it
-// placed and resumes.
+// other work on the GPUs against what thaws hold. It returns what admitted
+// thaws hold per GPU UUID until they finish and the thaws waiting, by
+// arrival; no thaw is admitted, or begins to wait, until the caller has
+// recorded what it placed and resumes.
 func (q *Queue) Pause() (held map[string]uint64, waiting []Waiter, resume func()) {
 	q.mu.Lock()
 	waiting = make([]Waiter, len(q.waiting))

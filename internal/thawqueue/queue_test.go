@@ -87,6 +87,13 @@ func arrive(t *testing.T, q *Queue, name string, r Request, wait time.Duration, 
 
 func need(uuid string, mib uint64) map[string]uint64 { return map[string]uint64{uuid: mib} }
 
+// held is what q's admitted thaws hold.
+func held(q *Queue) map[string]uint64 {
+	h, _, resume := q.Pause()
+	resume()
+	return h
+}
+
 // TestWaitingThawsServedInTurn: when memory frees for one thaw at a time,
 // the waiting thaws are admitted by priority, then round-robin between
 // owners, then arrival, however many one owner has waiting.
@@ -121,7 +128,7 @@ func TestWaitingThawsServedInTurn(t *testing.T) {
 	if got := strings.Join(order, " "); got != want {
 		t.Fatalf("admitted in the order %q, want %q", got, want)
 	}
-	if got := q.Held()["A"]; got != 3500 {
+	if got := held(q)["A"]; got != 3500 {
 		t.Fatalf("held %d MiB, want 3500", got)
 	}
 }
@@ -209,8 +216,8 @@ func TestThawsNotAdmitted(t *testing.T) {
 	if o := <-out; !errors.As(o.err, &missing) || missing.UUID != "A" {
 		t.Fatalf("GPU lost: %v", o.err)
 	}
-	if q.Waiting() != 0 || len(q.Held()) != 0 || len(q.served) != 0 {
-		t.Fatalf("left behind: %d waiting, %v held, %v served", q.Waiting(), q.Held(), q.served)
+	if q.Waiting() != 0 || len(held(q)) != 0 || len(q.served) != 0 {
+		t.Fatalf("left behind: %d waiting, %v held, %v served", q.Waiting(), held(q), q.served)
 	}
 }
 
@@ -238,8 +245,8 @@ func TestAdmittedThawsHoldTheirMemory(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if len(admitted) != 2 || q.Held()["A"] != 1800 {
-		t.Fatalf("%d of 8 thaws of 900 MiB admitted into 2096 MiB, %d held; want 2", len(admitted), q.Held()["A"])
+	if len(admitted) != 2 || held(q)["A"] != 1800 {
+		t.Fatalf("%d of 8 thaws of 900 MiB admitted into 2096 MiB, %d held; want 2", len(admitted), held(q)["A"])
 	}
 	if q.Fits(Request{UID: 1001, Need: need("A", 200)}) {
 		t.Fatal("296 MiB free fits 200 plus a 100 margin")
@@ -249,7 +256,7 @@ func TestAdmittedThawsHoldTheirMemory(t *testing.T) {
 	}
 	admitted[0]()
 	admitted[0]()
-	if got := q.Held()["A"]; got != 900 {
+	if got := held(q)["A"]; got != 900 {
 		t.Fatalf("after one release (called twice) %d MiB held, want 900", got)
 	}
 }
