@@ -46,12 +46,12 @@ func (d *Daemon) schedulePass(ctx context.Context) (took time.Duration) {
 			room.waiting[uid] = w
 		}
 	}
-	d.sched.reasons.Store(&waitReasons{waits: plan.Waits, byOwner: room.waiting})
+	started := startedWaits(plan)
+	d.sched.reasons.Store(&waitReasons{waits: plan.Waits, byOwner: room.waiting, reserved: plan.Reserved, started: started})
 	d.leases.setReasons(plan.Waits)
 	for _, w := range plan.Infeasible {
 		d.infeasible(w)
 	}
-	thawsFit := false // placement kept room for a waiting thaw
 	for _, s := range plan.Starts {
 		switch {
 		case strings.HasPrefix(s.JobID, thawPrefix):
@@ -61,7 +61,7 @@ func (d *Daemon) schedulePass(ctx context.Context) (took time.Duration) {
 				d.sched.serve(user)
 			}
 		case strings.HasPrefix(s.JobID, waitPrefix):
-			thawsFit = true
+			// the thaw queue admits it (below)
 		default:
 			if j, ok := d.jobs.Get(s.JobID); ok && !room.take(j.Owner.UID) {
 				continue // its owner reached the cap in this pass: held from the next one
@@ -70,7 +70,7 @@ func (d *Daemon) schedulePass(ctx context.Context) (took time.Duration) {
 		}
 	}
 	resumeThaws() // the starts are recorded: thaws count them
-	if thawsFit {
+	if len(started) > 0 {
 		d.thaws.Sampled() // placement kept room for a waiting thaw: the queue looks again
 	}
 	return

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/simgpu"
 	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -141,4 +142,35 @@ func TestRedTeamLongWaitingThawHoldsItsGPU(t *testing.T) {
 	if p := h.proc("big"); p.State != api.StateRunning {
 		t.Fatalf("big is %s after its thaw", p.State)
 	}
+}
+
+// TestRedTeamThawsLeaveAStarvingJobItsGPU: a GPU placement holds for a
+// queued job starving past --starve-after takes no thaw of another
+// user's, however free: before, each thaw that fitted went in, and a
+// stream of them kept the big job waiting for as long as they came.
+func TestRedTeamThawsLeaveAStarvingJobItsGPU(t *testing.T) {
+	queued := testutil.NewUser(t, "gsturn7", "gsturn")
+	thawer := testutil.NewUser(t, "gsturn8", "gsturn")
+	h := newCkptHarness(t, config.DriverSim, func(c *config.Config) {
+		c.Sim, c.Group, c.ThawMarginMiB, c.StarveAfter = "1x4G", "gsturn", 100, 300*time.Millisecond
+	})
+	h.simJobAs(thawer, "m", 1000, 1)
+	if _, errOut, code := h.ctlAs(thawer, "freeze", "m"); code != 0 {
+		t.Fatalf("freeze m: %s", errOut)
+	}
+	h.jobs("sq", 0, 2000) // the big job waits behind it: 3000+512 MiB needed, 2096 free
+	if _, errOut, code := h.ctlAs(queued, "submit", "--name", "big", "--vram", "3000", "--", h.bins.SimJob, "--vram", "3000"); code != 0 {
+		t.Fatalf("submit big: %s", errOut)
+	}
+	uuid := simgpu.DeviceUUID(0)
+	waitFor(t, func() bool { return h.d.sched.reasons.Load().reserved[uuid] != "" })
+
+	_, errOut, code := h.ctlAs(thawer, "thaw", "m")
+	if code == 0 || !strings.Contains(errOut, "GPU 0 is held for starving job") || !strings.Contains(errOut, "(big of gsturn7)") {
+		t.Fatalf("a thaw onto the GPU held for the starving job: exit %d, %q; want it refused naming the job", code, errOut)
+	}
+	if _, err := h.client().Kill(ctxT(t), api.KillParams{Name: "sq"}); err != nil {
+		t.Fatal(err)
+	}
+	h.waitJobState("big", api.JobRunning)
 }

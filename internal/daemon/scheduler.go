@@ -71,8 +71,10 @@ func (s *scheduler) wake() {
 
 // waitReasons is why the queued requests waited in a pass.
 type waitReasons struct {
-	waits   []placement.Wait          // a job's or a lease's own, as the pass gave them
-	byOwner map[uint32]placement.Wait // all the queued jobs of a user at their process cap
+	waits    []placement.Wait          // a job's or a lease's own, as the pass gave them
+	byOwner  map[uint32]placement.Wait // all the queued jobs of a user at their process cap
+	reserved map[string]string         // GPU UUID -> the starving request holding it (Plan.Reserved)
+	started  map[string]bool           // waiting thaws (placement IDs) the pass kept room for
 
 	// byID indexes waits, built at the first lookup: a pass over 10,000
 	// queued jobs spent a fifth of its time building it for every pass.

@@ -3,6 +3,8 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gpusched/gpusched/internal/proctable"
@@ -57,10 +59,14 @@ type thawGPUs struct {
 	gv       *gpuView
 	promised map[string]uint64            // GPU UUID -> MiB
 	own      map[string]map[string]uint64 // process ID -> its job's part of promised
+	reserved map[string]string            // GPU UUID -> the starving request placement holds it for
+	started  map[string]bool              // waiting thaws placement kept room for
 }
 
 func (d *Daemon) thawGPUs() thawqueue.GPUs {
-	g := thawGPUs{d: d, gv: d.gpuView(), promised: map[string]uint64{}, own: map[string]map[string]uint64{}}
+	last := d.sched.reasons.Load()
+	g := thawGPUs{d: d, gv: d.gpuView(), promised: map[string]uint64{}, own: map[string]map[string]uint64{},
+		reserved: last.reserved, started: last.started}
 	for _, l := range d.leases.granted() {
 		for _, uuid := range l.uuids {
 			g.promised[uuid] += free(l.mib, l.used[uuid])
@@ -96,6 +102,31 @@ func usingGPU(s api.State) bool {
 func (g thawGPUs) Device(uuid string) (totalMiB, usedMiB uint64, index int, ok bool) {
 	dev, ok := g.gv.device(uuid)
 	return dev.TotalMiB, dev.UsedMiB, dev.Index, ok
+}
+
+// Reserved names the starving queued job (or preempted process waiting to
+// be thawed back, or lease asked for) that placement holds uuid for, where
+// it is not r's own and placement did not keep room for r (the seq-th
+// thaw, waiting) ahead of it in the pass. A waiting thaw's hold is the
+// thaw queue's own.
+func (g thawGPUs) Reserved(uuid string, r thawqueue.Request, seq uint64) string {
+	id := g.reserved[uuid]
+	switch {
+	case id == "", strings.HasPrefix(id, waitPrefix), g.started[waitID(seq)]:
+		return ""
+	case strings.HasPrefix(id, thawPrefix):
+		key, _ := proctable.ParseKey(strings.TrimPrefix(id, thawPrefix))
+		if rec, ok := g.d.table.Get(key); ok && rec.ID != r.Proc {
+			return fmt.Sprintf("the thaw back of %s, preempted and starving", key)
+		}
+		return ""
+	case strings.HasPrefix(id, leasePrefix):
+		return fmt.Sprintf("a starving lease (%s)", strings.TrimPrefix(id, leasePrefix))
+	}
+	if j, ok := g.d.jobs.Get(id); ok && j.Proc != r.Proc {
+		return fmt.Sprintf("starving job %s (%s of %s)", id, j.Name, j.Owner.User)
+	}
+	return ""
 }
 
 func (g thawGPUs) Held(uuid string, r thawqueue.Request) uint64 {

@@ -41,6 +41,14 @@ func Place(snap Snapshot, queue []Job) Plan {
 			p.reserve(j)
 		}
 	}
+	for i := range p.gpus {
+		if g := &p.gpus[i]; g.reservedBy != "" {
+			if plan.Reserved == nil {
+				plan.Reserved = map[string]string{}
+			}
+			plan.Reserved[g.uuid] = g.reservedBy
+		}
+	}
 	return plan
 }
 

@@ -2,6 +2,7 @@ package placement_test
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"reflect"
 	"slices"
@@ -71,13 +72,14 @@ func render(p placement.Plan) []string {
 
 func TestPlace(t *testing.T) {
 	cases := []struct {
-		name   string
-		opts   func(*placement.Options)
-		gpus   []placement.GPU
-		queue  []placement.Job
-		served map[string]placement.Served
-		want   []string
-		detail map[string]string // job ID -> the exact Detail
+		name     string
+		opts     func(*placement.Options)
+		gpus     []placement.GPU
+		queue    []placement.Job
+		served   map[string]placement.Served
+		want     []string
+		detail   map[string]string // job ID -> the exact Detail
+		reserved map[string]string // Plan.Reserved, where set
 	}{
 		{
 			name:  "packs two jobs on one GPU",
@@ -336,8 +338,9 @@ func TestPlace(t *testing.T) {
 				job("big", 30000, 1, age(time.Hour)),
 				job("s1", 6000, 1), job("s2", 6000, 1), job("s3", 6000, 1),
 			},
-			want:   []string{"start s1 GPU-1", "start s2 GPU-1", "wait big no_memory", "wait s3 reserved"},
-			detail: map[string]string{"s3": "needs 6000+512 MiB on 1 GPU; room held for starving jobs: GPU 0 for big"},
+			want:     []string{"start s1 GPU-1", "start s2 GPU-1", "wait big no_memory", "wait s3 reserved"},
+			detail:   map[string]string{"s3": "needs 6000+512 MiB on 1 GPU; room held for starving jobs: GPU 0 for big"},
+			reserved: map[string]string{"GPU-0": "big"},
 		},
 		{
 			name: "starvation off: backfill fills the best fit",
@@ -519,6 +522,9 @@ func TestPlace(t *testing.T) {
 			plan := placement.Place(placement.Snapshot{Now: now, GPUs: c.gpus, Options: opts, Served: c.served}, queue)
 			if got := render(plan); !slices.Equal(got, c.want) {
 				t.Errorf("plan:\n got  %q\n want %q", got, c.want)
+			}
+			if c.reserved != nil && !maps.Equal(plan.Reserved, c.reserved) {
+				t.Errorf("reserved %v, want %v", plan.Reserved, c.reserved)
 			}
 			for _, w := range slices.Concat(plan.Waits, plan.Infeasible) {
 				if d, ok := c.detail[w.JobID]; ok && w.Detail != d {

@@ -161,8 +161,11 @@ type Wait struct {
 
 // Plan is the outcome of one pass: every job is in exactly one of Starts,
 // Waits and Infeasible, each in placement order. The lists are never nil.
+// Reserved maps each GPU (UUID) held for a starving job to that job's ID
+// (nil when none is held).
 type Plan struct {
 	Starts     []Start
 	Waits      []Wait
 	Infeasible []Wait
+	Reserved   map[string]string
 }

@@ -36,6 +36,10 @@ type GPUs interface {
 	// Yield is the MiB uid's own filler on the GPU would hand over to a
 	// thaw of uid's.
 	Yield(uuid string, uid uint32) uint64
+	// Reserved names the queued work, starving for the GPU, that holds it
+	// against a thaw r, the seq-th to arrive (0: one only asked about; ""
+	// when nothing does, it is r's own, or r may go first).
+	Reserved(uuid string, r Request, seq uint64) string
 }
 
 // Request is one thaw's claim.
@@ -161,7 +165,7 @@ func (q *Queue) walk() {
 	held := map[string]*waiter{} // GPU UUID -> the thaw that holds it
 	left := q.waiting[:0]
 	for _, w := range q.inTurn() {
-		short, err := q.shortfall(gpus, w.req, held)
+		short, err := q.shortfall(gpus, w.req, w.seq, held)
 		switch {
 		case err != nil:
 			w.done, w.err = true, err
@@ -235,10 +239,11 @@ func (q *Queue) inTurn() []*waiter {
 	return out
 }
 
-// shortfall describes the GPUs (by index) that lack room for r, or are
-// held for another thaw, or "" when all have it. A GPU missing from the
-// sample is a *Missing error.
-func (q *Queue) shortfall(gpus GPUs, r Request, held map[string]*waiter) (string, error) {
+// shortfall describes the GPUs (by index) that lack room for r (the
+// seq-th thaw to arrive), or are held for another thaw or for starving
+// queued work, or "" when all have it. A GPU missing from the sample is a
+// *Missing error.
+func (q *Queue) shortfall(gpus GPUs, r Request, seq uint64, held map[string]*waiter) (string, error) {
 	var shorts []string
 	for _, uuid := range slices.Sorted(maps.Keys(r.Need)) {
 		total, used, index, ok := gpus.Device(uuid)
@@ -247,6 +252,10 @@ func (q *Queue) shortfall(gpus GPUs, r Request, held map[string]*waiter) (string
 		}
 		if h := held[uuid]; h != nil {
 			shorts = append(shorts, fmt.Sprintf("GPU %d is held for a thaw of %s's waiting since %s", index, h.req.Owner, h.since.Format(time.TimeOnly)))
+			continue
+		}
+		if who := gpus.Reserved(uuid, r, seq); who != "" {
+			shorts = append(shorts, fmt.Sprintf("GPU %d is held for %s", index, who))
 			continue
 		}
 		promised := gpus.Held(uuid, r)
@@ -267,7 +276,7 @@ func (q *Queue) shortfall(gpus GPUs, r Request, held map[string]*waiter) (string
 func (q *Queue) Fits(r Request) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	short, err := q.shortfall(q.look(), r, q.holds())
+	short, err := q.shortfall(q.look(), r, 0, q.holds())
 	return err == nil && short == ""
 }
 

@@ -16,10 +16,11 @@ type gpus struct {
 	used  map[string]uint64
 	yield map[uint32]uint64 // per uid, on every GPU
 	held  map[string]uint64 // per process ID, on every GPU
+	saved map[string]string // GPU UUID -> the starving work placement holds it for
 }
 
 func newGPUs(uuids ...string) *gpus {
-	g := &gpus{total: map[string]uint64{}, used: map[string]uint64{}, yield: map[uint32]uint64{}, held: map[string]uint64{}}
+	g := &gpus{total: map[string]uint64{}, used: map[string]uint64{}, yield: map[uint32]uint64{}, held: map[string]uint64{}, saved: map[string]string{}}
 	for _, u := range uuids {
 		g.total[u] = 4096
 	}
@@ -49,6 +50,12 @@ func (g *gpus) Held(uuid string, r Request) uint64 {
 		}
 	}
 	return n
+}
+
+func (g *gpus) Reserved(uuid string, r Request, seq uint64) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.saved[uuid]
 }
 
 func (g *gpus) set(uuid string, used uint64) {
@@ -299,5 +306,24 @@ func TestHeldMemoryIsNotFree(t *testing.T) {
 	}
 	if _, err := q.Admit(context.Background(), Request{UID: 1001, Proc: "job", Need: need("A", 900)}, 0); err != nil {
 		t.Fatalf("the job's own process's thaw into its own hold: %v", err)
+	}
+}
+
+// TestGPUHeldForStarvingWork: a GPU placement holds for starving queued
+// work admits no thaw, however free, and the refusal names what holds it.
+func TestGPUHeldForStarvingWork(t *testing.T) {
+	g := newGPUs("A", "B")
+	g.saved["A"] = "starving job j1 (train of alice)"
+	q := newQueue(g, 0)
+	r := Request{UID: 1002, Owner: "bob", Need: need("A", 500)}
+	_, err := q.Admit(context.Background(), r, 0)
+	if want := "GPU 0 is held for starving job j1 (train of alice)"; err == nil || err.Error() != want {
+		t.Fatalf("a thaw onto a GPU held for a starving job: %v, want %q", err, want)
+	}
+	if q.Fits(r) {
+		t.Fatal("Fits says a GPU held for a starving job has room")
+	}
+	if _, err := q.Admit(context.Background(), Request{UID: 1002, Need: need("B", 500)}, 0); err != nil {
+		t.Fatalf("a thaw onto another GPU: %v", err)
 	}
 }
