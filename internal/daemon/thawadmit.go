@@ -53,7 +53,8 @@ func thawRequest(rec proctable.Record, need map[string]uint64) thawqueue.Request
 // given whole idle GPUs, which frozen processes parked there leave idle:
 // it promises nothing to their thaws (a user's exclusive lease taking the
 // GPU another froze on would otherwise keep them from thawing back for as
-// long as it is held).
+// long as it is held). And the GPUs placement's last pass held for
+// starving work (Reserved).
 type thawGPUs struct {
 	d        *Daemon
 	gv       *gpuView
