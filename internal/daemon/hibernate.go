@@ -388,15 +388,14 @@ func (d *Daemon) thawBackPastRAM(ctx context.Context, key proctable.Key, err err
 	if !errors.As(err, &left) {
 		return err
 	}
-	rec, ok := d.table.Get(key)
-	if !ok || rec.State != api.StateFrozen {
+	past, terr := d.undoPastRAM(key, "it is thawed back to running", func(rec proctable.Record) error {
+		_, err := d.thawLocked(ctx, rec, thawOpts{op: "thaw", waitCtx: ctx})
 		return err
-	}
-	past := d.ramRoom(fmt.Sprintf("%q, frozen,", rec.Name), key, rec.Checkpoint.MiB(), "it is thawed back to running")
-	if past == nil {
+	})
+	switch {
+	case past == nil:
 		return err
-	}
-	if _, terr := d.thawLocked(ctx, rec, thawOpts{op: "thaw", waitCtx: ctx}); terr != nil {
+	case terr != nil:
 		return fmt.Errorf("%w; %v, but that thaw failed: %v", err, past, terr)
 	}
 	return fmt.Errorf("%w; %v", left.cause, past)

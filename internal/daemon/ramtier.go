@@ -80,6 +80,23 @@ func (d *Daemon) ramRoom(what string, key proctable.Key, need uint64, advice str
 	return nil
 }
 
+// undoPastRAM settles key's process, which an operation left frozen in
+// host RAM where nothing held it to the budget: it stays only where the RAM
+// budget and its owner's share have room for it, as a freeze is held to;
+// otherwise undo takes it out. past is the refusal a freeze would have met
+// there, ending in advice (nil: it stays, or it is not frozen); uerr is
+// undo's failure.
+func (d *Daemon) undoPastRAM(key proctable.Key, advice string, undo func(proctable.Record) error) (past, uerr error) {
+	rec, ok := d.table.Get(key)
+	if !ok || rec.State != api.StateFrozen {
+		return nil, nil
+	}
+	if past = d.ramRoom(fmt.Sprintf("%q, frozen,", rec.Name), key, rec.Checkpoint.MiB(), advice); past == nil {
+		return nil, nil
+	}
+	return past, undo(rec)
+}
+
 // ownHostMiB is the GPU memory that key's owner's processes but key's park
 // in host RAM.
 func (d *Daemon) ownHostMiB(key proctable.Key) uint64 {

@@ -268,3 +268,31 @@ func TestRAMShareBindsBesideOthersOnly(t *testing.T) {
 		t.Fatalf("after the user's third freeze beside root's: %s, want %s", got, want)
 	}
 }
+
+// TestRedTeamFailedThawFromDiskLeavesNothingPastTheShare: a thaw from disk
+// whose restore went through but whose thaw failed (the driver's restore,
+// here) left the process frozen in host RAM, where the restore held it to
+// no budget: a user could park any number that way. Now it is hibernated
+// again where the budget or the user's share has no room for it, and the
+// next thaw brings it back.
+func TestRedTeamFailedThawFromDiskLeavesNothingPastTheShare(t *testing.T) {
+	u := testutil.NewUser(t, "gsram7", "gsram")
+	h := newDiskHarness(t, config.DriverCLI, func(c *config.Config) { c.Group, c.RAMBudgetMiB = "gsram", 1000 })
+	h.memJob("roots", 100, 1)
+	h.freeze("roots") // beside root's, the user's share binds: 500 MiB
+	h.simJobAs(u, "big", 600, 1)
+	if _, errOut, code := h.ctlAs(u, "hibernate", "big"); code != 0 {
+		t.Fatalf("hibernate big: %s", errOut)
+	}
+	h.faults(`{"restore": {"error": "CUDA_ERROR_UNKNOWN", "times": 1}}`)
+	_, errOut, code := h.ctlAs(u, "thaw", "big")
+	if p := h.proc("big"); code == 0 || p.State != api.StateHibernated || !strings.Contains(errOut, "it is hibernated again") {
+		t.Fatalf("a thaw from disk failing after its restore: exit %d, %q, the process %s; want it refused and hibernated again", code, errOut, p.State)
+	}
+	if _, errOut, code := h.ctlAs(u, "thaw", "big"); code != 0 {
+		t.Fatalf("the next thaw: %s", errOut)
+	}
+	if p := h.proc("big"); p.State != api.StateRunning {
+		t.Fatalf("big is %s after the next thaw", p.State)
+	}
+}

@@ -22,8 +22,30 @@ import (
 // first, then CRIU restores the tree into a fresh PID namespace (frozen, as
 // it was dumped), the daemon re-adopts it as the same process, and the
 // RAM thaw puts its memory back on the GPUs. A failed restore leaves it
-// hibernated with the snapshot intact.
+// hibernated with the snapshot intact. A thaw that fails after the restore
+// leaves it frozen in host RAM, where the restore held it to no budget: it
+// is hibernated again where the RAM budget or its owner's share has no
+// room for it.
 func (d *Daemon) thawFromDisk(ctx context.Context, rec proctable.Record, opts thawOpts) (api.CheckpointResult, error) {
+	res, err := d.restoreAndThaw(ctx, rec, opts)
+	if err == nil {
+		return res, nil
+	}
+	past, herr := d.undoPastRAM(rec.Key(), "it is hibernated again", func(rec proctable.Record) error {
+		_, err := d.hibernateLocked(ctx, rec, hibernateOpts{why: "hibernated again: its thaw from disk failed, and host RAM had no room for it", freed: true})
+		return err
+	})
+	switch {
+	case past == nil:
+		return res, err
+	case herr != nil:
+		return res, fmt.Errorf("%w; %v, but that hibernate failed: %v", err, past, herr)
+	}
+	return res, fmt.Errorf("%w; %v", err, past)
+}
+
+// restoreAndThaw is thawFromDisk but for what it does after a failed thaw.
+func (d *Daemon) restoreAndThaw(ctx context.Context, rec proctable.Record, opts thawOpts) (api.CheckpointResult, error) {
 	start := time.Now()
 	what := fmt.Sprintf("%s %q", opts.op, rec.Name)
 	if err := d.needCRIU(); err != nil {
