@@ -123,7 +123,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 		conns:    newConnSet(cfg.MaxConns, cfg.Limits.ConnsPerUser),
 		logWatch: logfile.NewWatcher(), streamCap: limits.NewSlots(cfg.Limits.StreamsPerUser, "max-streams-per-user", "streaming calls in progress"),
 		turns: limits.NewTurns(turnsPerUser(cfg.Limits.TurnsPerUser)), criuTurns: limits.NewTurns(1), checks: newCallerChecks(), bulk: bulkgate.ForProcs().Metered(limits.NewCPUShare(cfg.Limits.CPUPerUser))}
-	d.thaws = thawqueue.New(d.thawGPUs, cfg.ThawMarginMiB, cfg.StarveAfter, d.sched.kick)
+	d.thaws = thawqueue.New(d.thawGPUs, cfg.ThawMarginMiB, cfg.StarveAfter, d.sched.kick, d.sched)
 	for _, o := range opts {
 		o(d)
 	}

@@ -58,7 +58,7 @@ func (d *Daemon) schedulePass(ctx context.Context) (took time.Duration) {
 			d.resumePreempted(ctx, strings.TrimPrefix(s.JobID, thawPrefix))
 		case strings.HasPrefix(s.JobID, leasePrefix):
 			if user := d.leases.grant(strings.TrimPrefix(s.JobID, leasePrefix), s.GPUs); user != "" {
-				d.sched.serve(user)
+				d.sched.Serve(user)
 			}
 		case strings.HasPrefix(s.JobID, waitPrefix):
 			// the thaw queue admits it (below)
@@ -152,7 +152,7 @@ func (d *Daemon) launch(ctx context.Context, s placement.Start) {
 		return
 	}
 	d.metrics.queueWaited(since, j.Current().StartedAt)
-	d.sched.serve(j.Owner.User)
+	d.sched.Serve(j.Owner.User)
 	d.bg.Add(1)
 	go func() {
 		defer d.bg.Done()

@@ -42,13 +42,20 @@ func newScheduler() *scheduler {
 	return s
 }
 
-// serve records that user was given something now: a job or a lease of
-// theirs started, or a thaw admitted. Placement's round-robin puts the
-// user given something least recently first.
-func (s *scheduler) serve(user string) {
+// Serve records that user was given something now: a job or a lease of
+// theirs started, or a thaw admitted. Placement's round-robin, and the
+// thaw queue's, put the user given something least recently first.
+func (s *scheduler) Serve(user string) {
 	s.mu.Lock()
 	s.served[user] = time.Now()
 	s.mu.Unlock()
+}
+
+// Last is when user was last given something (zero: never).
+func (s *scheduler) Last(user string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.served[user]
 }
 
 // kick asks for a placement pass now, something having changed; kicks

@@ -34,7 +34,6 @@ func (d *Daemon) admit(ctx context.Context, what string, rec proctable.Record, n
 	case err != nil:
 		return nil, err
 	}
-	d.sched.serve(rec.Owner.User)
 	handedOver := d.handOver(context.WithoutCancel(ctx), rec.Owner.UID, need)
 	return func() { handedOver(); release() }, nil
 }

@@ -3,7 +3,8 @@
 // thaws never count the same free memory, and it serves the thaws that
 // wait for memory in turn: priority (descending), then round-robin between
 // owners (each owner's k-th waiting thaw, by arrival, in round k; within a
-// round, owners admitted least recently first), then arrival. So one
+// round, the owner served least recently first, as the caller's Served
+// says, thaws admitted and the caller's other work counted), then arrival. So one
 // owner's many waiting thaws let each other owner's through one for one,
 // whoever came first. Each time memory may have freed (a new sample) and
 // each time a thaw arrives, the waiting thaws are walked in that order and
@@ -42,6 +43,14 @@ type GPUs interface {
 	Reserved(uuid string, r Request, seq uint64) string
 }
 
+// Served is when each owner was last given room on the GPUs, kept by the
+// caller with its other work (placement's jobs and leases), so that one
+// order holds between owners. The queue records each thaw it admits.
+type Served interface {
+	Last(owner string) time.Time // zero: never
+	Serve(owner string)
+}
+
 // Request is one thaw's claim.
 type Request struct {
 	UID      uint32
@@ -58,22 +67,21 @@ type Queue struct {
 	margin    uint64
 	holdAfter time.Duration
 	waits     func()
+	served    Served
 	now       func() time.Time
 
 	mu       sync.Mutex
 	reserved map[string]uint64 // GPU UUID -> MiB held by admitted thaws
 	waiting  []*waiter         // by arrival
 	seq      uint64
-	admitted uint64            // thaws admitted so far
-	served   map[uint32]uint64 // owner with thaws waiting -> admitted when their last was
 }
 
 // New returns a queue reading the latest sample through look, asking
 // margin MiB free beyond each thaw's need; a thaw that has waited
 // holdAfter holds its GPUs (0: never). waits, when not nil, is called
-// each time a thaw begins to wait.
-func New(look func() GPUs, margin uint64, holdAfter time.Duration, waits func()) *Queue {
-	return &Queue{look: look, margin: margin, holdAfter: holdAfter, waits: waits, now: time.Now, reserved: map[string]uint64{}, served: map[uint32]uint64{}}
+// each time a thaw begins to wait; served orders owners within a round.
+func New(look func() GPUs, margin uint64, holdAfter time.Duration, waits func(), served Served) *Queue {
+	return &Queue{look: look, margin: margin, holdAfter: holdAfter, waits: waits, served: served, now: time.Now, reserved: map[string]uint64{}}
 }
 
 // waiter is one thaw in the walk: waiting, or arrived and being looked at.
@@ -144,7 +152,6 @@ func (q *Queue) outcome(w *waiter, expired bool) (func(), error) {
 func (q *Queue) drop(w *waiter) {
 	if i := slices.Index(q.waiting, w); i >= 0 {
 		q.waiting = slices.Delete(q.waiting, i, i+1)
-		q.forgetServed()
 	}
 }
 
@@ -171,8 +178,7 @@ func (q *Queue) walk() {
 			w.done, w.err = true, err
 		case short == "":
 			w.done = true
-			q.admitted++
-			q.served[w.req.UID] = q.admitted
+			q.served.Serve(w.req.Owner)
 			for uuid, mib := range w.req.Need {
 				q.reserved[uuid] += mib
 			}
@@ -189,35 +195,28 @@ func (q *Queue) walk() {
 	clear(q.waiting[len(left):])
 	q.waiting = left
 	slices.SortFunc(q.waiting, func(a, b *waiter) int { return cmp.Compare(a.seq, b.seq) })
-	q.forgetServed()
-}
-
-// forgetServed forgets when owners with no thaw waiting were last
-// admitted. Callers hold q.mu.
-func (q *Queue) forgetServed() {
-	if len(q.served) == 0 {
-		return
-	}
-	waiting := map[uint32]bool{}
-	for _, w := range q.waiting {
-		waiting[w.req.UID] = true
-	}
-	maps.DeleteFunc(q.served, func(uid uint32, _ uint64) bool { return !waiting[uid] })
 }
 
 // inTurn is the waiting thaws in the order they are served: priority,
-// descending, then round-robin between owners (the owner admitted least
+// descending, then round-robin between owners (the owner served least
 // recently first within a round), then arrival.
 func (q *Queue) inTurn() []*waiter {
 	type turn struct {
 		w     *waiter
 		round int
+		last  time.Time // its owner's last service
 	}
 	turns := make([]turn, len(q.waiting))
 	rounds := map[[2]int64]int{} // (priority, uid) -> waiters seen so far
+	last := map[string]time.Time{}
 	for i, w := range q.waiting {
 		k := [2]int64{int64(w.req.Priority), int64(w.req.UID)}
-		turns[i] = turn{w: w, round: rounds[k]}
+		at, ok := last[w.req.Owner]
+		if !ok {
+			at = q.served.Last(w.req.Owner)
+			last[w.req.Owner] = at
+		}
+		turns[i] = turn{w: w, round: rounds[k], last: at}
 		rounds[k]++
 	}
 	slices.SortStableFunc(turns, func(a, b turn) int {
@@ -227,7 +226,7 @@ func (q *Queue) inTurn() []*waiter {
 		if c := cmp.Compare(a.round, b.round); c != 0 {
 			return c
 		}
-		if c := cmp.Compare(q.served[a.w.req.UID], q.served[b.w.req.UID]); c != 0 {
+		if c := a.last.Compare(b.last); c != 0 {
 			return c
 		}
 		return cmp.Compare(a.w.seq, b.w.seq)

@@ -65,7 +65,28 @@ func (g *gpus) set(uuid string, used uint64) {
 }
 
 func newQueue(g *gpus, hold time.Duration) *Queue {
-	return New(func() GPUs { return g }, 100, hold, nil)
+	return New(func() GPUs { return g }, 100, hold, nil, &served{last: map[string]time.Time{}})
+}
+
+// served stands in for the caller's record of service: each Serve a tick
+// later than the one before.
+type served struct {
+	mu   sync.Mutex
+	n    int
+	last map[string]time.Time
+}
+
+func (s *served) Last(owner string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.last[owner]
+}
+
+func (s *served) Serve(owner string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n++
+	s.last[owner] = time.Unix(0, 0).Add(time.Duration(s.n))
 }
 
 // outcome is one Admit's answer.
@@ -223,8 +244,8 @@ func TestThawsNotAdmitted(t *testing.T) {
 	if o := <-out; !errors.As(o.err, &missing) || missing.UUID != "A" {
 		t.Fatalf("GPU lost: %v", o.err)
 	}
-	if q.Waiting() != 0 || len(held(q)) != 0 || len(q.served) != 0 {
-		t.Fatalf("left behind: %d waiting, %v held, %v served", q.Waiting(), held(q), q.served)
+	if q.Waiting() != 0 || len(held(q)) != 0 {
+		t.Fatalf("left behind: %d waiting, %v held", q.Waiting(), held(q))
 	}
 }
 
@@ -325,5 +346,23 @@ func TestGPUHeldForStarvingWork(t *testing.T) {
 	}
 	if _, err := q.Admit(context.Background(), Request{UID: 1002, Need: need("B", 500)}, 0); err != nil {
 		t.Fatalf("a thaw onto another GPU: %v", err)
+	}
+}
+
+// TestOwnersServedElsewhereGoLater: within a round, the owner the caller
+// served last, with a thaw or with its other work (a job started), goes
+// after the others, whoever asked first.
+func TestOwnersServedElsewhereGoLater(t *testing.T) {
+	g := newGPUs("A")
+	g.set("A", 4096)
+	q := newQueue(g, 0)
+	q.served.Serve("alice") // a job of hers just started
+	out := make(chan outcome, 2)
+	arrive(t, q, "alice's", Request{UID: 1001, Owner: "alice", Need: need("A", 500)}, time.Minute, out)
+	arrive(t, q, "bob's", Request{UID: 1002, Owner: "bob", Need: need("A", 500)}, time.Minute, out)
+	g.set("A", 4096-700) // room for one
+	q.Sampled()
+	if o := <-out; o.name != "bob's" || o.err != nil {
+		t.Fatalf("first admitted %s (%v), want bob's", o.name, o.err)
 	}
 }
