@@ -4,9 +4,9 @@
 // wait for memory in turn: priority (descending), then round-robin between
 // owners (each owner's k-th waiting thaw, by arrival, in round k; within a
 // round, the owner served least recently first, as the caller's Served
-// says, thaws admitted and the caller's other work counted), then arrival. So one
-// owner's many waiting thaws let each other owner's through one for one,
-// whoever came first. Each time memory may have freed (a new sample) and
+// says, thaws admitted and the caller's other work counted), then arrival.
+// So one owner's many waiting thaws let each other owner's through one for
+// one, whoever came first. Each time memory may have freed (a new sample) and
 // each time a thaw arrives, the waiting thaws are walked in that order and
 // every one that fits is admitted, its memory counted before the next is
 // looked at; one that does not fit lets later, smaller ones through
