@@ -361,6 +361,7 @@ func TestStatusDoesNotWaitOnAFillerBeingDriven(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { unix.Kill(f.PID, unix.SIGCONT) })
+	waitFor(t, func() bool { return allThreadsStopped(t, f.PID) })
 	refilled := make(chan error, 1)
 	go func() {
 		_, err := h.client().Fill(ctxT(t), api.FillParams{GPU: &api.GPURef{Index: 0}, MiB: api.VRAM{MiB: 16384}})
@@ -396,6 +397,29 @@ func TestStatusDoesNotWaitOnAFillerBeingDriven(t *testing.T) {
 	if g := h.filler(0); g.TargetMiB != 16384 {
 		t.Fatalf("after the change: %+v", g)
 	}
+}
+
+// allThreadsStopped reports whether every thread of pid is stopped (T).
+// Until then SIGSTOP is only pending: a thread woken by it from a read of
+// its pipe still takes what arrived meanwhile before it stops (pipe_read
+// looks for data before signals), which took the change sent next in CI
+// on a loaded machine.
+func allThreadsStopped(t *testing.T, pid int) bool {
+	t.Helper()
+	tasks, err := os.ReadDir(procfs.Path(pid, "/task"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		tid, err := strconv.Atoi(task.Name())
+		if err != nil {
+			continue
+		}
+		if st, err := procfs.ReadStat(tid); err != nil || st.State != 'T' {
+			return false
+		}
+	}
+	return true
 }
 
 // unreadBytes is how many bytes wait unread in the sockets and pipes pid
