@@ -399,29 +399,6 @@ func TestStatusDoesNotWaitOnAFillerBeingDriven(t *testing.T) {
 	}
 }
 
-// allThreadsStopped reports whether every thread of pid is stopped (T).
-// Until then SIGSTOP is only pending: a thread woken by it from a read of
-// its pipe still takes what arrived meanwhile before it stops (pipe_read
-// looks for data before signals), which took the change sent next in CI
-// on a loaded machine.
-func allThreadsStopped(t *testing.T, pid int) bool {
-	t.Helper()
-	tasks, err := os.ReadDir(procfs.Path(pid, "/task"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, task := range tasks {
-		tid, err := strconv.Atoi(task.Name())
-		if err != nil {
-			continue
-		}
-		if st, err := procfs.ReadStat(tid); err != nil || st.State != 'T' {
-			return false
-		}
-	}
-	return true
-}
-
 // unreadBytes is how many bytes wait unread in the sockets and pipes pid
 // holds (a filler helper's requests come on its standard input).
 func unreadBytes(t *testing.T, pid int) int {

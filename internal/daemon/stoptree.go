@@ -23,7 +23,7 @@ const stopWait = time.Second
 func (d *Daemon) stopTree(initPID int, uid uint32) ([]proctable.ProcRef, error) {
 	var stopped []proctable.ProcRef
 	var err error
-	if berr := d.gpus.BetweenCalls(uid, func() { stopped, err = sigstopTree(initPID) }); berr != nil {
+	if berr := d.gpus.BetweenCalls(uid, func() { stopped, err = sigstopTree(initPID, stopWait) }); berr != nil {
 		return nil, berr
 	}
 	return stopped, err
@@ -32,9 +32,10 @@ func (d *Daemon) stopTree(initPID int, uid uint32) ([]proctable.ProcRef, error) 
 // sigstopTree stops every process of the tree under initPID with SIGSTOP and
 // returns them, so that continueTree resumes exactly those without listing
 // the tree again. It returns once each of them has stopped (SIGSTOP takes
-// effect asynchronously), listing the tree again for children forked in
-// between, so that nothing of the tree runs on after it returns.
-func sigstopTree(initPID int) ([]proctable.ProcRef, error) {
+// effect asynchronously; each round waits at most limit), listing the tree again
+// for children forked in between, so that nothing of the tree runs on
+// after it returns.
+func sigstopTree(initPID int, limit time.Duration) ([]proctable.ProcRef, error) {
 	var stopped []proctable.ProcRef
 	signalled := map[int]bool{}
 	for range stopRounds {
@@ -62,28 +63,41 @@ func sigstopTree(initPID int) ([]proctable.ProcRef, error) {
 		if len(fresh) == 0 {
 			return stopped, nil
 		}
-		if err := waitStopped(fresh, stopWait); err != nil {
+		if err := waitStopped(fresh, limit); err != nil {
 			return stopped, err
 		}
 	}
 	return stopped, nil
 }
 
-// waitStopped polls /proc until every process of refs is stopped or gone.
-// Nothing reports another process's stop as an event (waitid does only to
-// its parent), and a signalled process stops within microseconds.
+// waitStopped polls /proc until every thread of every process of refs is
+// stopped or gone. A process's state there is its first thread's; each
+// other thread stops on its own way back to user space, and one that the
+// signal woke from a wait first takes what came meanwhile (pipe_read and
+// flock look for their data or lock before signals): a simulated process's
+// thread waiting for its user's lock took it and stopped holding it. Nothing
+// reports another process's stop as an event (waitid does only to its
+// parent), and a signalled thread stops within microseconds.
 func waitStopped(refs []proctable.ProcRef, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
 	for _, ref := range refs {
-		for {
-			st, err := procfs.ReadStat(ref.PID)
-			if err != nil || st.StartTime != ref.Start || st.State == 'T' || st.State == 't' || st.State == 'Z' || st.State == 'X' {
-				break
+		if st, err := procfs.ReadStat(ref.PID); err != nil || st.StartTime != ref.Start {
+			continue // gone, or its pid is another's (a first thread gone before the others is not)
+		}
+		err := procfs.EachThreadOf(ref.PID, func(tid int) error {
+			for {
+				st, err := procfs.ReadStat(tid)
+				if err != nil || st.State == 'T' || st.State == 't' || st.State == 'Z' || st.State == 'X' {
+					return nil
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("pid %d (thread %d) has not stopped %v after SIGSTOP (state %c)", ref.PID, tid, limit, st.State)
+				}
+				time.Sleep(100 * time.Microsecond)
 			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("pid %d has not stopped %v after SIGSTOP (state %c)", ref.PID, limit, st.State)
-			}
-			time.Sleep(100 * time.Microsecond)
+		})
+		if err != nil && !errors.Is(err, procfs.ErrGone) {
+			return err
 		}
 	}
 	return nil
