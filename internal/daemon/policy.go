@@ -200,7 +200,7 @@ func (d *Daemon) idleFreeze(ctx context.Context, r proctable.Record, idleFor tim
 }
 
 // idleTracker remembers, per running process, since when its GPU memory
-// has not changed and its GPUs have shown no utilization.
+// has not changed and it has kept its GPUs busy in no sample.
 type idleTracker map[string]idleMark
 
 type idleMark struct {
@@ -213,11 +213,7 @@ func (t idleTracker) observe(r proctable.Record, view *gpuView, now time.Time) t
 	p := toAPI(r, view)
 	busy := false
 	for _, g := range p.GPUs {
-		for _, dv := range view.devices {
-			if dv.UUID == g.UUID && dv.UtilPercent != nil && *dv.UtilPercent > 0 {
-				busy = true
-			}
-		}
+		busy = busy || view.busy(r.ID, g.UUID)
 	}
 	m, ok := t[r.ID]
 	if !ok || busy || m.vram != p.VRAMMiB {
@@ -225,4 +221,31 @@ func (t idleTracker) observe(r proctable.Record, view *gpuView, now time.Time) t
 		t[r.ID] = m
 	}
 	return m.since
+}
+
+// busy reports whether record id's processes kept GPU uuid busy in the
+// view: by their own utilization where the backend tells each process's
+// apart, otherwise (or where id holds nothing there) by the whole GPU's,
+// anyone's work counting as theirs.
+func (v *gpuView) busy(id, uuid string) bool {
+	own, told := false, false
+	for _, pu := range v.procs {
+		if pu.UUID != uuid || v.owner[pu.PID] != id {
+			continue
+		}
+		if pu.UtilPercent == nil {
+			told = false
+			break
+		}
+		own, told = own || *pu.UtilPercent > 0, true
+	}
+	if told {
+		return own
+	}
+	for _, dv := range v.devices {
+		if dv.UUID == uuid && dv.UtilPercent != nil && *dv.UtilPercent > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -175,7 +175,7 @@ func (d *Daemon) listGPUs(c *call) (any, error) {
 			if pu.UUID != dv.UUID {
 				continue
 			}
-			gp := api.GPUProcess{PID: pu.PID, UsedMiB: pu.UsedMiB}
+			gp := api.GPUProcess{PID: pu.PID, UsedMiB: pu.UsedMiB, UtilPercent: pu.UtilPercent}
 			if r, ok := names[gv.owner[pu.PID]]; ok && c.actor.owns(r.Owner.UID) {
 				gp.Managed = r.Name
 			}

@@ -18,6 +18,7 @@ const notAvailable = math.MaxUint64
 type NVML struct {
 	lib    nvml.Interface
 	driver string // driver version, read once at start; "" when unknown
+	util   processUtil
 }
 
 // NewNVML loads and initialises NVML. Without a driver it fails with an error
@@ -29,7 +30,7 @@ func NewNVML() (*NVML, error) {
 func newNVML(lib nvml.Interface) (*NVML, error) {
 	switch ret := lib.Init(); ret {
 	case nvml.SUCCESS:
-		n := &NVML{lib: lib}
+		n := &NVML{lib: lib, util: processUtil{seen: map[string]uint64{}}}
 		if v, ret := lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
 			n.driver = v
 		}
@@ -64,7 +65,7 @@ func (n *NVML) Sample(ctx context.Context) (Sample, error) {
 		if err := ctx.Err(); err != nil {
 			return Sample{}, err
 		}
-		dev, procs, err := n.device(i)
+		dev, procs, h, err := n.device(i)
 		switch {
 		case dev.UUID == "":
 			continue // unidentifiable: the daemon reports it missing
@@ -72,6 +73,7 @@ func (n *NVML) Sample(ctx context.Context) (Sample, error) {
 			s.Devices = append(s.Devices, Device{Index: i, UUID: dev.UUID, Name: dev.Name, TotalMiB: dev.TotalMiB, Err: err.Error()})
 			continue
 		}
+		n.util.fill(h, dev.UUID, procs)
 		s.Devices = append(s.Devices, dev)
 		s.Procs = append(s.Procs, procs...)
 	}
@@ -85,21 +87,21 @@ func (n *NVML) Sample(ctx context.Context) (Sample, error) {
 	return s, nil
 }
 
-// device reads device i and its processes.
-func (n *NVML) device(i int) (Device, []ProcUsage, error) {
+// device reads device i, with its handle, and its processes.
+func (n *NVML) device(i int) (Device, []ProcUsage, nvml.Device, error) {
 	h, ret := n.lib.DeviceGetHandleByIndex(i)
 	if ret != nvml.SUCCESS {
-		return Device{}, nil, fmt.Errorf("handle: %w", ret)
+		return Device{}, nil, nil, fmt.Errorf("handle: %w", ret)
 	}
 	d := Device{Index: i}
 	uuid, ret := h.GetUUID()
 	if ret != nvml.SUCCESS {
-		return Device{}, nil, fmt.Errorf("uuid: %w", ret)
+		return Device{}, nil, nil, fmt.Errorf("uuid: %w", ret)
 	}
 	// From here on an error keeps the identity, so the device is listed
 	// with the error.
-	fail := func(err error) (Device, []ProcUsage, error) {
-		return Device{Index: i, UUID: uuid, Name: d.Name}, nil, err
+	fail := func(err error) (Device, []ProcUsage, nvml.Device, error) {
+		return Device{Index: i, UUID: uuid, Name: d.Name}, nil, nil, err
 	}
 	d.UUID = uuid
 	if d.Name, ret = h.GetName(); ret != nvml.SUCCESS {
@@ -153,7 +155,7 @@ func (n *NVML) device(i int) (Device, []ProcUsage, error) {
 	if err != nil {
 		return fail(err)
 	}
-	return d, procs, nil
+	return d, procs, h, nil
 }
 
 // processes lists the compute and graphics processes on a device. A process

@@ -68,6 +68,12 @@ type fakeDevice struct {
 	gfxRet    nvml.Return
 	mig       int
 	migRet    nvml.Return
+	// procUtil are the driver's per-process utilization samples, and
+	// procUtilRet what their query answers other than by NVML's rules
+	// (procutil.go): set, it is returned with no samples.
+	procUtil    []nvml.ProcessUtilizationSample
+	procUtilRet nvml.Return
+	lastSeen    []uint64 // the lastSeenTimeStamp of each query
 }
 
 func (d *fakeDevice) GetMigMode() (int, int, nvml.Return) {
@@ -89,6 +95,22 @@ func (d *fakeDevice) GetTemperature(sensor nvml.TemperatureSensors) (uint32, nvm
 		return 0, nvml.ERROR_INVALID_ARGUMENT
 	}
 	return d.tempC, d.tempRet
+}
+func (d *fakeDevice) GetProcessUtilization(lastSeen uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+	d.lastSeen = append(d.lastSeen, lastSeen)
+	if d.procUtilRet != nvml.SUCCESS {
+		return nil, d.procUtilRet
+	}
+	var out []nvml.ProcessUtilizationSample
+	for _, s := range d.procUtil {
+		if s.TimeStamp > lastSeen {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, nvml.ERROR_NOT_FOUND
+	}
+	return out, nvml.SUCCESS
 }
 func (d *fakeDevice) GetComputeRunningProcesses() ([]nvml.ProcessInfo, nvml.Return) {
 	return d.compute, nvml.SUCCESS
@@ -157,8 +179,8 @@ func TestNVMLSample(t *testing.T) {
 	if s.Driver != "550.54.15" {
 		t.Errorf("driver = %q", s.Driver)
 	}
-	want := "[{100 GPU-aaaa 0} {200 GPU-aaaa 3000} {300 GPU-bbbb 512}]"
-	if got := fmt.Sprint(s.Procs); got != want {
+	want := "[100 on GPU-aaaa: 0 MiB, 0% | 200 on GPU-aaaa: 3000 MiB, 0% | 300 on GPU-bbbb: 512 MiB, 0%]"
+	if got := procsString(s.Procs); got != want {
 		t.Errorf("procs = %s, want %s", got, want)
 	}
 	if err := n.Close(); err != nil || lib.shutdown != 1 {
@@ -261,5 +283,58 @@ func TestNVMLMigMode(t *testing.T) {
 		if d := s.Devices[i]; d.MIG != want || d.Err != "" {
 			t.Errorf("device %d = %+v, want MIG %v", i, d, want)
 		}
+	}
+}
+
+// procsString shows procs as "PID on UUID: N MiB, U%" (U "?" when
+// unknown), joined by " | " in brackets.
+func procsString(procs []ProcUsage) string {
+	parts := make([]string, 0, len(procs))
+	for _, p := range procs {
+		util := "?"
+		if p.UtilPercent != nil {
+			util = fmt.Sprint(*p.UtilPercent, "%")
+		}
+		parts = append(parts, fmt.Sprintf("%d on %s: %d MiB, %s", p.PID, p.UUID, p.UsedMiB, util))
+	}
+	return "[" + strings.Join(parts, " | ") + "]"
+}
+
+// TestNVMLProcessUtilization: each process's own utilization is the
+// highest figure of its samples since the last read of its device (one
+// with none was idle, which NVML answers as NOT_FOUND), a value past 100
+// counts as 100, and a device that cannot tell leaves it unknown.
+func TestNVMLProcessUtilization(t *testing.T) {
+	busy := &fakeDevice{uuid: "GPU-aaaa", mem: nvml.Memory{Total: 81559 * mib},
+		compute: []nvml.ProcessInfo{{Pid: 100, UsedGpuMemory: mib}, {Pid: 200, UsedGpuMemory: mib}, {Pid: 300, UsedGpuMemory: mib}},
+		procUtil: []nvml.ProcessUtilizationSample{
+			{Pid: 200, TimeStamp: 10, SmUtil: 40},
+			{Pid: 200, TimeStamp: 20, MemUtil: 5},
+			{Pid: 300, TimeStamp: 15, SmUtil: 2147483632},
+		}}
+	old := &fakeDevice{uuid: "GPU-bbbb", mem: nvml.Memory{Total: 1024 * mib}, procUtilRet: nvml.ERROR_NOT_SUPPORTED,
+		compute: []nvml.ProcessInfo{{Pid: 400, UsedGpuMemory: mib}}}
+	n, err := newNVML(&fakeLib{devices: []*fakeDevice{busy, old}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{
+		"[100 on GPU-aaaa: 1 MiB, 0% | 200 on GPU-aaaa: 1 MiB, 40% | 300 on GPU-aaaa: 1 MiB, 100% | 400 on GPU-bbbb: 1 MiB, ?]",
+		"[100 on GPU-aaaa: 1 MiB, 0% | 200 on GPU-aaaa: 1 MiB, 0% | 300 on GPU-aaaa: 1 MiB, 0% | 400 on GPU-bbbb: 1 MiB, ?]",
+		"[100 on GPU-aaaa: 1 MiB, 7% | 200 on GPU-aaaa: 1 MiB, 0% | 300 on GPU-aaaa: 1 MiB, 0% | 400 on GPU-bbbb: 1 MiB, ?]",
+	} {
+		if i == 2 {
+			busy.procUtil = append(busy.procUtil, nvml.ProcessUtilizationSample{Pid: 100, TimeStamp: 25, SmUtil: 7})
+		}
+		s, err := n.Sample(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := procsString(s.Procs); got != want {
+			t.Errorf("sample %d: %s, want %s", i, got, want)
+		}
+	}
+	if want := "[0 20 20]"; fmt.Sprint(busy.lastSeen) != want {
+		t.Errorf("lastSeenTimeStamp of each query: %v, want %s", busy.lastSeen, want)
 	}
 }

@@ -23,11 +23,16 @@ type Device struct {
 	Err string
 }
 
-// ProcUsage is one process's memory on one device, by host pid.
+// ProcUsage is one process's memory on one device, by host pid, and how
+// busy it kept the device.
 type ProcUsage struct {
 	PID     int
 	UUID    string
 	UsedMiB uint64
+	// UtilPercent is the process's own utilization of the device since the
+	// last sample, the highest of its SM, memory, encoder and decoder
+	// figures (0..100); nil when the backend cannot tell processes apart.
+	UtilPercent *int
 }
 
 // Sample is the state of all GPUs at one moment. A backend fails the whole

@@ -90,7 +90,7 @@ func (s *Sim) Sample(ctx context.Context) (Sample, error) {
 		}
 	}
 	for i, p := range snap.Procs {
-		out.Procs[i] = ProcUsage{PID: p.PID, UUID: p.UUID, UsedMiB: p.UsedMiB}
+		out.Procs[i] = ProcUsage{PID: p.PID, UUID: p.UUID, UsedMiB: p.UsedMiB, UtilPercent: &p.UtilPercent}
 	}
 	out.Untrusted = s.fresh(snap.Untrusted)
 	return out, nil

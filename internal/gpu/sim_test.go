@@ -72,7 +72,7 @@ func TestSimSample(t *testing.T) {
 	if d := s.Devices[1]; d.Index != 1 || d.UUID != simgpu.DeviceUUID(1) || d.Name != simgpu.DefaultName || d.UtilPercent != nil || d.PowerWatts != nil {
 		t.Errorf("device 1 = %+v", d)
 	}
-	if want := fmt.Sprint([]ProcUsage{{PID: pid, UUID: simgpu.DeviceUUID(1), UsedMiB: 3000}}); fmt.Sprint(s.Procs) != want {
+	if want := fmt.Sprintf("[%d on %s: 3000 MiB, 0%%]", pid, simgpu.DeviceUUID(1)); procsString(s.Procs) != want {
 		t.Errorf("procs = %v, want %s", s.Procs, want)
 	}
 

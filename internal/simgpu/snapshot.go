@@ -6,11 +6,17 @@ import (
 	"sort"
 )
 
-// ProcUsage is one live process's memory on one device.
+// ProcUsage is one live process's memory on one device, and how busy it
+// keeps it.
 type ProcUsage struct {
 	PID     int // host pid
 	UUID    string
 	UsedMiB uint64
+	// UtilPercent is what the process declared with SetUtil while it runs;
+	// 0 when it declared nothing or is locked or checkpointed (it does no
+	// work), as NVML's per-process utilization has no sample for a process
+	// that did none.
+	UtilPercent int
 }
 
 // DeviceUsage is a device with its used memory as NVML reports it (the
@@ -88,7 +94,7 @@ func (r *Registry) Snapshot() (Snapshot, error) {
 	for pid, rec := range s.live {
 		for uuid, n := range rec.Usage {
 			if _, ok := r.byUUID[uuid]; ok && n > 0 && !hidden[uuid] {
-				snap.Procs = append(snap.Procs, ProcUsage{PID: pid, UUID: uuid, UsedMiB: n})
+				snap.Procs = append(snap.Procs, ProcUsage{PID: pid, UUID: uuid, UsedMiB: n, UtilPercent: rec.working()})
 			}
 		}
 	}

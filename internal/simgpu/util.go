@@ -30,10 +30,17 @@ func (s *scanResult) util(uuid string) (percent int, ok bool) {
 	for _, rec := range s.live {
 		if rec.Util > 0 && rec.Usage[uuid] > 0 {
 			ok = true
-			if rec.CUDA == "" {
-				percent += rec.Util
-			}
+			percent += rec.working()
 		}
 	}
 	return min(percent, 100), ok
+}
+
+// working is how busy the process keeps each device it holds memory on:
+// what it declared, while it runs.
+func (r record) working() int {
+	if r.CUDA != "" {
+		return 0
+	}
+	return r.Util
 }

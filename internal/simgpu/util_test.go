@@ -69,3 +69,42 @@ func TestSetUtilIsTheDevicesUtilization(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotTellsEachProcessesUtilization: each process's usage carries
+// its own utilization, 0 where it declared none or is locked, whatever
+// the device's.
+func TestSnapshotTellsEachProcessesUtilization(t *testing.T) {
+	reg := newTestRegistry(t, 1, 4096)
+	pid, st := self(t)
+	gpu0 := DeviceUUID(0)
+	procUtil := func() int {
+		t.Helper()
+		snap, err := reg.Snapshot()
+		if err != nil || len(snap.Procs) != 1 {
+			t.Fatalf("snapshot: %+v, %v; want one process", snap.Procs, err)
+		}
+		return snap.Procs[0].UtilPercent
+	}
+	if err := reg.Allocate(pid, st, gpu0, 1024); err != nil {
+		t.Fatal(err)
+	}
+	if got := procUtil(); got != 0 {
+		t.Fatalf("a process that declared nothing: %d%%", got)
+	}
+	if err := reg.SetUtil(pid, st, 60); err != nil {
+		t.Fatal(err)
+	}
+	five := 5
+	if err := reg.SetMetrics(gpu0, Metrics{UtilPercent: &five}); err != nil {
+		t.Fatal(err)
+	}
+	if got := procUtil(); got != 60 {
+		t.Fatalf("a process keeping its GPU 60%% busy, the device set to 5%%: %d%%", got)
+	}
+	if err := reg.LockProcess(pid); err != nil {
+		t.Fatal(err)
+	}
+	if got := procUtil(); got != 0 {
+		t.Fatalf("a locked process: %d%%", got)
+	}
+}

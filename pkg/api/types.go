@@ -119,7 +119,11 @@ type Policy struct {
 type GPUProcess struct {
 	PID     int    `json:"pid"`
 	UsedMiB uint64 `json:"used_mib"`
-	Managed string `json:"managed,omitempty"` // managed process name, "" when external
+	// UtilPercent is how busy the process kept the GPU since the last
+	// sample (its highest of SM, memory, encoder and decoder utilization);
+	// absent where the GPU cannot tell processes apart.
+	UtilPercent *int   `json:"util_percent,omitempty"`
+	Managed     string `json:"managed,omitempty"` // managed process name, "" when external
 }
 
 // GPU is one device as the backend last sampled it.

@@ -283,10 +283,13 @@ class Process:
 
 @dataclass(frozen=True)
 class GPUProcess:
-    """A process holding memory on a GPU; ``managed`` is its managed name, "" if external."""
+    """A process holding memory on a GPU; ``managed`` is its managed name, "" if external;
+    ``util_percent`` how busy it kept the GPU since the last sample, None where the GPU cannot
+    tell processes apart."""
 
     pid: int = 0
     used_mib: int = 0
+    util_percent: Optional[int] = None
     managed: str = ""
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
