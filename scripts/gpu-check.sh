@@ -26,6 +26,9 @@ Checks gpusched on a real NVIDIA GPU, phase by phase:
              then frozen (cgroup.freeze): the daemon's freeze and thaw fail
              at once, then pass once thawed; what cuda-checkpoint's
              get-state, lock, checkpoint, restore and unlock do meanwhile
+  util       a busy and an idle 0.25 GiB workload on one GPU: each one's own
+             utilization as gpus shows it (NVML's per-process samples), and
+             the idle policy freezing the idle one only
 Every run ends by writing the report (report.md) from what is done so far.
 
   --out DIR      results directory (default gpu-check-results): state.tsv,
@@ -61,7 +64,7 @@ die() { say "$*"; exit 1; }
 bad() { printf 'gpu-check: %s\n' "$*" >&2; exit 2; } # usage errors: before anything is written
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-PHASES=(preflight api cli filler hibernate frozen)
+PHASES=(preflight api cli filler hibernate frozen util)
 # At most 8: what a device call brings back from $OUT.
 RESULT_FILES=(state.tsv moves.tsv filler.tsv hibernate.tsv frozen.tsv progress.log logs.tar.gz report.md)
 OUTDIR=gpu-check-results FROM="" PHASE_ARG=all BUDGET=540 BUNDLE=$ROOT/.gpu-check
@@ -294,16 +297,18 @@ verify() {
 	[[ $line == "VERIFY OK "* ]] || { note "$1: $line"; return 1; }
 }
 
-# start_workload NAME GB: the workload as a managed process on GPU $GPU,
-# until READY; prints its host pid as the daemon knows it (the CUDA
-# process: the tree's /proc is its own PID namespace's, so the workload
-# cannot know it).
+# start_workload NAME GB [busy]: the workload as a managed process on GPU
+# $GPU, until READY (busy: computing without pause from then on); prints
+# its host pid as the daemon knows it (the CUDA process: the tree's /proc
+# is its own PID namespace's, so the workload cannot know it).
 start_workload() {
 	local cmd line pid
 	if ((DRY)); then
 		cmd=("$SIMJOB" --gpu-check --vram "$(awk -v g="$2" 'BEGIN {printf "%d", g * 1024}')" --host-mem 16)
+		[[ -z ${3:-} ]] || cmd+=(--util 60)
 	else
 		cmd=("$PY" "$WORKLOAD" --gb "$2")
+		[[ -z ${3:-} ]] || cmd+=(--busy)
 	fi
 	"${RUNAS[@]}" "$RUNCTL" --socket "$SOCK" run "$1" --gpu "$GPU" -- "${cmd[@]}" >/dev/null || return 1
 	line=$(wait_line "$1" '^READY ' 1 $((90 + 5 * ${2%.*}))) || return 1
@@ -812,6 +817,43 @@ phase_frozen() {
 }
 
 # report: report.md from the state and the result files, also on stdout.
+# phase_util: a busy and an idle workload on GPU $GPU: each one's own
+# utilization as gpus shows it, then both given the idle policy, which
+# must freeze the idle one and leave the busy one running.
+phase_util() {
+	local busy=gc-util-busy idle=gc-util-idle ok=0 u ub ui st end=$((SECONDS + 30))
+	(($(left) >= 120)) || return 4
+	[[ " ${FACT[drivers]} " == *" api "* ]] || { note "util: skipped: no api driver (see preflight)"; return 3; }
+	start_daemon util api || return 1
+	if start_workload "$busy" 0.25 busy >/dev/null && start_workload "$idle" 0.25 >/dev/null; then
+		sleep 3 # a few of the daemon's GPU samples (one a second) of each at work or idle
+		u=$(ctl --json gpus | jq_py "g = [g for g in r['gpus'] if g['index'] == $GPU][0]
+p = {x.get('managed'): x.get('util_percent', 'unknown') for x in g['processes']}
+print(p.get('$busy', 'absent'), p.get('$idle', 'absent'), g.get('util_percent', 'unknown'))") || u="- - -"
+		read -r ub ui _ <<<"$u"
+		set_fact proc_util "$u"
+		say "util: busy $ub%, idle $ui%, GPU ${u##* }%"
+		[[ $ub =~ ^[0-9]+$ && $ub -gt 0 && $ui == 0 ]] || { note "util: busy $ub%, idle $ui% (want above 0, and 0)"; ok=1; }
+		ctl set "$busy" --idle 2s >/dev/null && ctl set "$idle" --idle 2s >/dev/null || { note "util: set --idle failed"; ok=1; }
+		st=running
+		while ((SECONDS < end)) && [[ $st == running ]]; do
+			sleep 0.5
+			st=$(ctl --json status "$idle" | jq_py 'print(r["state"])') || st=-
+		done
+		u="idle $st, busy $(ctl --json status "$busy" | jq_py 'print(r["state"])' || echo -)"
+		set_fact idle_policy "$u"
+		say "util: after --idle 2s on both: $u"
+		[[ $u == "idle frozen, busy running" ]] || { note "util: after --idle 2s on both: $u (want idle frozen, busy running)"; ok=1; }
+	else
+		note "util: a workload did not start (logs.tar.gz: logs/util/)"
+		ok=1
+	fi
+	ctl kill "$busy" --grace 10s >/dev/null 2>&1 || true
+	ctl kill "$idle" --grace 10s >/dev/null 2>&1 || true
+	stop_daemon
+	return "$ok"
+}
+
 report() {
 	local phases=() p s
 	for p in "${PHASES[@]}"; do
@@ -857,6 +899,11 @@ if fact.get("cli_cost_ms"):
           "(lock, checkpoint, restore, unlock), the api driver none" % fact["cli_cost_ms"])
 if fact.get("uvm_mapped"):
     print("- the workload (no managed memory) maps /dev/nvidia-uvm: %s" % fact["uvm_mapped"])
+if fact.get("proc_util"):
+    print("- util phase, each process's own utilization (gpus' util_percent): busy workload %s%%, idle workload %s%%, the GPU %s%%"
+          % tuple((fact["proc_util"].split() + ["-"] * 3)[:3]))
+if fact.get("idle_policy"):
+    print("- util phase, --idle 2s on both: %s" % fact["idle_policy"])
 print("- %s freeze/thaw rounds per size; phases: %s" % (rounds, "; ".join(phases)))
 for n in notes:
     print("- note: " + n)
@@ -918,6 +965,7 @@ for p in "${RUN[@]}"; do
 	filler) phase_filler || rc=$? ;;
 	hibernate) phase_hibernate || rc=$? ;;
 	frozen) phase_frozen || rc=$? ;;
+	util) phase_util || rc=$? ;;
 	esac
 	case $rc in
 	0) mark "$p" ok $((SECONDS - t)) ;;

@@ -3,11 +3,13 @@
 
 Allocates --gb GiB on the GPU as 256 MiB float32 tensors, each filled with a
 deterministic pattern computed on the GPU, prints "READY <pid> <gb>" and then
-idles. On SIGUSR1 it recomputes every tensor's pattern and compares, printing
-"VERIFY OK <n> tensors" or "VERIFY FAIL tensor <i>". SIGTERM ends it with
-status 0. All CUDA work happens in the main thread: the signal handlers only
-set flags, which the loop checks every 50 ms. The dry run's stand-in,
-gpusched-simjob --gpu-check, speaks the same protocol: change both together.
+idles (with --busy: multiplies 2048x2048 matrices without pause). On SIGUSR1
+it recomputes every tensor's pattern and compares, printing "VERIFY OK <n>
+tensors" or "VERIFY FAIL tensor <i>". SIGTERM ends it with status 0. All CUDA
+work happens in the main thread: the signal handlers only set flags, which
+the loop checks every 50 ms (every few ms with --busy). The dry run's
+stand-in, gpusched-simjob --gpu-check, speaks the same protocol (--busy is
+its --util 60): change both together.
 """
 
 import argparse
@@ -57,6 +59,7 @@ def verify(tensors):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gb", type=float, required=True, help="GiB to allocate (multiple of 0.25)")
+    ap.add_argument("--busy", action="store_true", help="keep the GPU busy once READY (the util phase)")
     args = ap.parse_args()
     n = max(1, round(args.gb * 1024 / TENSOR_MIB))
 
@@ -74,11 +77,17 @@ def main():
     print("READY %d %g" % (os.getpid(), args.gb), flush=True)  # the pid in its own PID namespace
 
     global verify_requested
+    work = torch.ones(2048, 2048, device=device) if args.busy else None
     while not stop_requested:
         if verify_requested:
             verify_requested = False
             print(verify(tensors), flush=True)
-        time.sleep(0.05)
+        if work is None:
+            time.sleep(0.05)
+            continue
+        for _ in range(20):  # a few ms of work a round, so that the flags are seen
+            torch.mm(work, work)
+        torch.cuda.synchronize()
     print("stopping on SIGTERM", flush=True)
     return 0
 
