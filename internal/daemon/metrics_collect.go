@@ -39,6 +39,7 @@ type stateCollector struct {
 	gpuPower    *prometheus.Desc
 	gpuTemp     *prometheus.Desc
 	procVRAM    *prometheus.Desc
+	procUtil    *prometheus.Desc
 	jobVRAM     *prometheus.Desc
 	procs       *prometheus.Desc
 	jobs        *prometheus.Desc
@@ -61,6 +62,7 @@ func newStateCollector(d *Daemon) *stateCollector {
 		gpuPower:    desc("gpu_power_watts", "GPU power draw from the last sample, where the backend measures it.", gpu...),
 		gpuTemp:     desc("gpu_temperature_celsius", "GPU core temperature from the last sample, where the backend measures it.", gpu...),
 		procVRAM:    desc("process_vram_bytes", "GPU memory a live managed process's tree holds, over all its GPUs, from the last GPU sample; job is the queued job it is an attempt of, or empty.", "name", "user", "job"),
+		procUtil:    desc("process_gpu_utilization_ratio", "How busy a live managed process's tree kept a GPU it holds memory on (0..1, its processes' own utilization summed), from the last sample, where the backend tells each process's apart.", "name", "user", "job", "gpu", "uuid"),
 		jobVRAM:     desc("job_vram_bytes", "GPU memory the current attempt of an active job (starting, running or preempted) holds, over all its GPUs, from the last GPU sample.", "job", "name", "user"),
 		procs:       desc("processes", "Managed processes by state (exited ones are kept until removed).", "state"),
 		jobs:        desc("jobs", "Jobs by state (finished ones are kept in the queue's history).", "state"),
@@ -72,7 +74,7 @@ func newStateCollector(d *Daemon) *stateCollector {
 // Describe sends every metric's descriptor.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.buildInfo, c.gpuTotal, c.gpuUsed, c.gpuReserved, c.gpuUtil, c.gpuPower,
-		c.gpuTemp, c.procVRAM, c.jobVRAM, c.procs, c.jobs, c.queueDepth, c.leases} {
+		c.gpuTemp, c.procVRAM, c.procUtil, c.jobVRAM, c.procs, c.jobs, c.queueDepth, c.leases} {
 		ch <- d
 	}
 }
@@ -105,6 +107,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		if onGPU(r.State) {
 			vram[r.ID] = sumMiB(gv.usage[r.ID])
+			for uuid := range gv.usage[r.ID] {
+				idx, listed := gv.index[uuid]
+				if u, ok := gv.ownUtil(r.ID, uuid); ok && listed {
+					gauge(c.procUtil, float64(u)/100, r.Name, r.Owner.User, r.Job, strconv.Itoa(idx), uuid)
+				}
+			}
 		}
 		gauge(c.procVRAM, float64(vram[r.ID]*bytesPerMiB), r.Name, r.Owner.User, r.Job)
 	}

@@ -137,7 +137,7 @@ func TestMetricsScrape(t *testing.T) {
 	if _, err := h.client().Thaw(ctx, api.ThawParams{Name: "train"}); err != nil {
 		t.Fatal(err)
 	}
-	job := h.submit(api.JobSpec{Name: "eval", Cmd: h.simjob("--vram", "500", "--tick", "0.02"), VRAM: api.VRAM{MiB: 1024}})
+	job := h.submit(api.JobSpec{Name: "eval", Cmd: h.simjob("--vram", "500", "--tick", "0.02", "--util", "30"), VRAM: api.VRAM{MiB: 1024}})
 	h.waitRunning("eval")
 	_, err := h.client().Freeze(ctx, api.FreezeParams{Name: "nope"})
 	wantCode(t, err, api.CodeNotFound)
@@ -179,6 +179,9 @@ func TestMetricsScrape(t *testing.T) {
 
 	wantEq(t, "train's VRAM", f.gauge(t, "gpusched_process_vram_bytes", labels{"name": "train", "user": train.User, "job": ""}), 1000<<20)
 	wantEq(t, "eval's VRAM", f.gauge(t, "gpusched_process_vram_bytes", labels{"name": "eval", "user": job.User, "job": job.ID}), 500<<20)
+	evalGPU := strconv.Itoa(h.proc("eval").GPUs[0].Index)
+	wantEq(t, "eval's own utilization", f.gauge(t, "gpusched_process_gpu_utilization_ratio", labels{"name": "eval", "job": job.ID, "gpu": evalGPU}), 0.3)
+	wantEq(t, "train's own utilization", f.gauge(t, "gpusched_process_gpu_utilization_ratio", labels{"name": "train", "gpu": "0"}), 0)
 	wantEq(t, "job eval's VRAM", f.gauge(t, "gpusched_job_vram_bytes", labels{"job": job.ID, "name": "eval", "user": job.User}), 500<<20)
 	wantEq(t, "processes{running}", f.gauge(t, "gpusched_processes", labels{"state": "running"}), 2)
 	wantEq(t, "processes{frozen}", f.gauge(t, "gpusched_processes", labels{"state": "frozen"}), 0)

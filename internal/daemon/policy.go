@@ -228,19 +228,8 @@ func (t idleTracker) observe(r proctable.Record, view *gpuView, now time.Time) t
 // apart, otherwise (or where id holds nothing there) by the whole GPU's,
 // anyone's work counting as theirs.
 func (v *gpuView) busy(id, uuid string) bool {
-	own, told := false, false
-	for _, pu := range v.procs {
-		if pu.UUID != uuid || v.owner[pu.PID] != id {
-			continue
-		}
-		if pu.UtilPercent == nil {
-			told = false
-			break
-		}
-		own, told = own || *pu.UtilPercent > 0, true
-	}
-	if told {
-		return own
+	if u, ok := v.ownUtil(id, uuid); ok {
+		return u > 0
 	}
 	for _, dv := range v.devices {
 		if dv.UUID == uuid && dv.UtilPercent != nil && *dv.UtilPercent > 0 {
@@ -248,4 +237,21 @@ func (v *gpuView) busy(id, uuid string) bool {
 		}
 	}
 	return false
+}
+
+// ownUtil is how busy record id's processes kept GPU uuid, the sum of
+// their own figures (at most 100), and whether the view tells: id holds
+// memory there and each of its processes there has a figure.
+func (v *gpuView) ownUtil(id, uuid string) (int, bool) {
+	sum, told := 0, false
+	for _, pu := range v.procs {
+		if pu.UUID != uuid || v.owner[pu.PID] != id {
+			continue
+		}
+		if pu.UtilPercent == nil {
+			return 0, false
+		}
+		sum, told = sum+*pu.UtilPercent, true
+	}
+	return min(sum, 100), told
 }
