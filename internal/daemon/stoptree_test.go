@@ -1,9 +1,8 @@
 package daemon
 
 import (
-	"bufio"
+	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpusched/gpusched/internal/procfs"
+	"github.com/gpusched/gpusched/internal/testutil"
 )
 
 // v1Freezer is cgroup v1's freezer, which holds threads one by one.
@@ -25,31 +25,22 @@ func TestStopTreeWaitsForEveryThread(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(v1Freezer, "tasks")); err != nil {
 		t.Skip("needs cgroup v1's freezer, which holds one thread of a process")
 	}
-	cmd := exec.Command("/usr/bin/python3", "-c", `import threading, time
+	// Root's process: the stop is the same for every user's.
+	_, out := testutil.PythonAs(t, testutil.User{}, `import os, threading, time
 def second():
-    print(threading.get_native_id(), flush=True)
+    print(os.getpid(), threading.get_native_id(), flush=True)
     time.sleep(3600)
 threading.Thread(target=second, daemon=True).start()
 time.sleep(3600)`)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	var pid, tid int
+	if !out.Scan() {
+		t.Fatalf("the process printed nothing: %v", out.Err())
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		t.Fatal(err)
-	}
-	tid, err := strconv.Atoi(strings.TrimSpace(line))
-	if err != nil {
-		t.Fatal(err)
+	if _, err := fmt.Sscan(out.Text(), &pid, &tid); err != nil {
+		t.Fatalf("%q: %v", out.Text(), err)
 	}
 
 	thaw := freezeThread(t, tid)
-	pid := cmd.Process.Pid
 	stopped := make(chan error, 1)
 	go func() {
 		_, err := sigstopTree(pid, time.Minute)
