@@ -32,9 +32,9 @@ func (d *Daemon) stopTree(initPID int, uid uint32) ([]proctable.ProcRef, error) 
 // sigstopTree stops every process of the tree under initPID with SIGSTOP and
 // returns them, so that continueTree resumes exactly those without listing
 // the tree again. It returns once each of them has stopped (SIGSTOP takes
-// effect asynchronously; each round waits at most limit), listing the tree again
-// for children forked in between, so that nothing of the tree runs on
-// after it returns.
+// effect asynchronously; each round waits at most limit), listing the tree
+// again for children forked in between, so that nothing of the tree runs
+// on after it returns.
 func sigstopTree(initPID int, limit time.Duration) ([]proctable.ProcRef, error) {
 	var stopped []proctable.ProcRef
 	signalled := map[int]bool{}
@@ -75,7 +75,7 @@ func sigstopTree(initPID int, limit time.Duration) ([]proctable.ProcRef, error) 
 // other thread stops on its own way back to user space, and one that the
 // signal woke from a wait first takes what came meanwhile (pipe_read and
 // flock look for their data or lock before signals): a simulated process's
-// thread waiting for its user's lock took it and stopped holding it. Nothing
+// thread waiting for its user's lock could take it and stop holding it. Nothing
 // reports another process's stop as an event (waitid does only to its
 // parent), and a signalled thread stops within microseconds.
 func waitStopped(refs []proctable.ProcRef, limit time.Duration) error {
