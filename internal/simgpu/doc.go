@@ -32,7 +32,9 @@
 //	                 and "util", how busy it keeps the devices it holds
 //	                 memory on (percent, set with SetUtil: a device's
 //	                 utilization is the sum of its running processes', once
-//	                 one declared any, unless metrics.json sets it)
+//	                 one declared any, unless metrics.json sets it; each
+//	                 process's own is in Snapshot's Procs, as NVML's
+//	                 per-process samples give it)
 //	locks/<uid>      flock(LOCK_EX) around every change to uid's records, so
 //	                 that one user's calls and the daemon's checkpoints of
 //	                 that user's processes never interleave
