@@ -834,7 +834,10 @@ print(p.get('$busy', 'absent'), p.get('$idle', 'absent'), g.get('util_percent', 
 		set_fact proc_util "$u"
 		say "util: busy $ub%, idle $ui%, GPU ${u##* }%"
 		[[ $ub =~ ^[0-9]+$ && $ub -gt 0 && $ui == 0 ]] || { note "util: busy $ub%, idle $ui% (want above 0, and 0)"; ok=1; }
-		ctl set "$busy" --idle 2s >/dev/null && ctl set "$idle" --idle 2s >/dev/null || { note "util: set --idle failed"; ok=1; }
+		if ! ctl set "$busy" --idle 2s >/dev/null || ! ctl set "$idle" --idle 2s >/dev/null; then
+			note "util: set --idle failed"
+			ok=1
+		fi
 		st=running
 		while ((SECONDS < end)) && [[ $st == running ]]; do
 			sleep 0.5

@@ -63,8 +63,9 @@ run 0 --from "$B/results" --out "$T/o2"
 for p in preflight api cli filler hibernate frozen util; do [[ $(st "$T/o2" "$p") == ok ]] || fail "call 2: $p is $(st "$T/o2" "$p")"; done
 # The util phase: the busy workload's own utilization (simjob --util 60),
 # the idle one's 0, the GPU's 60; the idle policy freezes the idle one only.
-grep -q $'^fact\tproc_util\t60 0 60$' "$T/o2/state.tsv" && grep -q $'^fact\tidle_policy\tidle frozen, busy running$' "$T/o2/state.tsv" ||
+if ! grep -q $'^fact\tproc_util\t60 0 60$' "$T/o2/state.tsv" || ! grep -q $'^fact\tidle_policy\tidle frozen, busy running$' "$T/o2/state.tsv"; then
 	fail "call 2: the util phase's facts $(grep -E 'proc_util|idle_policy' "$T/o2/state.tsv")"
+fi
 (($(rows "$T/o2/state.tsv" $'^phase\tapi\tstarted') == 1)) || fail "call 2 ran the api phase again"
 (($(rows "$T/o2/moves.tsv" $'^cli\t.*\tok\t') == 2)) || fail "call 2: cli rows $(cat "$T/o2/moves.tsv")"
 (($(rows "$T/o2/hibernate.tsv" $'^api\t1\t[0-9.]+\t[1-9][0-9]*\t[0-9.]+\tok$') == 1)) ||

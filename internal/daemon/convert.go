@@ -71,7 +71,7 @@ func toAPI(r proctable.Record, gv *gpuView) api.Process {
 		if !ok {
 			idx = -1
 		}
-		p.GPUs = append(p.GPUs, api.ProcessGPU{Index: idx, UUID: uuid, UsedMiB: usage[uuid]})
+		p.GPUs = append(p.GPUs, api.ProcessGPU{Index: idx, UUID: uuid, UsedMiB: usage[uuid], UtilPercent: gv.ownUtilOf(r, uuid)})
 		p.VRAMMiB += usage[uuid]
 	}
 	// Memory on a GPU the process was not given (it should not happen, but
@@ -84,7 +84,7 @@ func toAPI(r proctable.Record, gv *gpuView) api.Process {
 		if !ok {
 			idx = -1
 		}
-		p.GPUs = append(p.GPUs, api.ProcessGPU{Index: idx, UUID: uuid, UsedMiB: mib})
+		p.GPUs = append(p.GPUs, api.ProcessGPU{Index: idx, UUID: uuid, UsedMiB: mib, UtilPercent: gv.ownUtilOf(r, uuid)})
 		p.VRAMMiB += mib
 	}
 	return p

@@ -47,7 +47,8 @@ func TestIdlePolicyUnderSim(t *testing.T) {
 // process's utilization apart (NVML's per-process samples; the simulated
 // GPU's per-process figures), an idle job is frozen beside a busy one on
 // the same GPU, which the GPU's own utilization would have kept running
-// for good; the busy one stays. The GPU listing shows each one's figure.
+// for good; the busy one stays. The GPU listing and status show each
+// one's figure.
 func TestIdlePolicyFreezesTheIdleOneOfAGPU(t *testing.T) {
 	h := newCkptHarness(t, config.DriverSim)
 	c := h.client()
@@ -74,6 +75,9 @@ func TestIdlePolicyFreezesTheIdleOneOfAGPU(t *testing.T) {
 	}
 	if fmt.Sprint(utils) != "map[busy:60 idle:0]" || gpus[0].UtilPercent == nil || *gpus[0].UtilPercent != 60 {
 		t.Fatalf("GPU 0 at %v, its processes %v; want 60%%, busy 60%% and idle 0%%", gpus[0].UtilPercent, utils)
+	}
+	if g := h.proc("busy").GPUs; len(g) != 1 || g[0].UtilPercent == nil || *g[0].UtilPercent != 60 {
+		t.Fatalf("status busy: GPUs %+v, want GPU 0 at 60%%", g)
 	}
 	// busy gets its idle policy first, and the shorter one, and the policy
 	// looks at processes by name, one after the other: were it taken for

@@ -222,36 +222,3 @@ func (t idleTracker) observe(r proctable.Record, view *gpuView, now time.Time) t
 	}
 	return m.since
 }
-
-// busy reports whether record id's processes kept GPU uuid busy in the
-// view: by their own utilization where the backend tells each process's
-// apart, otherwise (or where id holds nothing there) by the whole GPU's,
-// anyone's work counting as theirs.
-func (v *gpuView) busy(id, uuid string) bool {
-	if u, ok := v.ownUtil(id, uuid); ok {
-		return u > 0
-	}
-	for _, dv := range v.devices {
-		if dv.UUID == uuid && dv.UtilPercent != nil && *dv.UtilPercent > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// ownUtil is how busy record id's processes kept GPU uuid, the sum of
-// their own figures (at most 100), and whether the view tells: id holds
-// memory there and each of its processes there has a figure.
-func (v *gpuView) ownUtil(id, uuid string) (int, bool) {
-	sum, told := 0, false
-	for _, pu := range v.procs {
-		if pu.UUID != uuid || v.owner[pu.PID] != id {
-			continue
-		}
-		if pu.UtilPercent == nil {
-			return 0, false
-		}
-		sum, told = sum+*pu.UtilPercent, true
-	}
-	return min(sum, 100), told
-}

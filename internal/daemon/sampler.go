@@ -31,7 +31,11 @@ type gpuView struct {
 	driver  string                       // the GPU driver's version
 	index   map[string]int               // uuid -> device index
 	usage   map[string]map[string]uint64 // record id -> uuid -> MiB, over its whole tree
-	owner   map[int]string               // GPU pid -> record id
+	// util is, by record id and uuid, its tree's processes' own
+	// utilization summed (at most 100), or -1 where one of them has no
+	// figure (the backend cannot tell processes apart).
+	util  map[string]map[string]int
+	owner map[int]string // GPU pid -> record id
 	// stale is why this view is not fresh: the error of the last sample,
 	// which failed as a whole (the view is then the last good sample's);
 	// "" when the last sample succeeded. staleSince is when sampling
@@ -246,7 +250,7 @@ func (s *sampler) publish(seq uint64, smp gpu.Sample, err error) bool {
 		return true
 	}
 	v := &gpuView{seq: seq, at: time.Now(), procs: smp.Procs, driver: smp.Driver,
-		index: map[string]int{}, usage: map[string]map[string]uint64{}, owner: map[int]string{}}
+		index: map[string]int{}, usage: map[string]map[string]uint64{}, util: map[string]map[string]int{}, owner: map[int]string{}}
 	v.devices, v.lost = mergeLost(prev, smp.Devices)
 	sort.Slice(v.devices, func(i, j int) bool { return v.devices[i].Index < v.devices[j].Index })
 	s.saveKnown(v)
@@ -264,14 +268,26 @@ func (s *sampler) publish(seq uint64, smp gpu.Sample, err error) bool {
 		if !ok {
 			continue
 		}
-		v.owner[p.PID] = id
-		if v.usage[id] == nil {
-			v.usage[id] = map[string]uint64{}
-		}
-		v.usage[id][p.UUID] += p.UsedMiB
+		v.attribute(id, p)
 	}
 	s.view.Store(v)
 	return true
+}
+
+// attribute counts GPU process p as record id's: its memory and its
+// utilization in id's tree's.
+func (v *gpuView) attribute(id string, p gpu.ProcUsage) {
+	v.owner[p.PID] = id
+	if v.usage[id] == nil {
+		v.usage[id], v.util[id] = map[string]uint64{}, map[string]int{}
+	}
+	v.usage[id][p.UUID] += p.UsedMiB
+	switch u, seen := v.util[id][p.UUID]; {
+	case p.UtilPercent == nil || seen && u < 0:
+		v.util[id][p.UUID] = -1
+	default:
+		v.util[id][p.UUID] = min(u+*p.UtilPercent, 100)
+	}
 }
 
 // rootOf walks from pid up its parents to a managed init.

@@ -59,6 +59,11 @@ type ProcessGPU struct {
 	Index   int    `json:"index"`
 	UUID    string `json:"uuid"`
 	UsedMiB uint64 `json:"used_mib"`
+	// UtilPercent is how busy the tree kept this GPU since the last
+	// sample, its processes' own utilization summed (at most 100); absent
+	// where the GPU cannot tell processes apart or the tree holds nothing
+	// there.
+	UtilPercent *int `json:"util_percent,omitempty"`
 }
 
 // Process is one managed process tree.

@@ -167,11 +167,13 @@ class Identity:
 
 @dataclass(frozen=True)
 class ProcessGPU:
-    """One GPU visible to a managed process and the memory its whole tree uses there."""
+    """One GPU visible to a managed process, the memory its whole tree uses there and, where
+    the GPU tells processes apart, how busy the tree kept it (``util_percent``, else None)."""
 
     index: int = 0
     uuid: str = ""
     used_mib: int = 0
+    util_percent: Optional[int] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod

@@ -13,8 +13,12 @@ import (
 func TestBusyByOwnUtilizationWhereKnown(t *testing.T) {
 	pct := func(n int) *int { return &n }
 	view := func(gpuUtil *int, procs ...gpu.ProcUsage) *gpuView {
-		return &gpuView{devices: []gpu.Device{{UUID: "GPU-0", UtilPercent: gpuUtil}},
-			procs: procs, owner: map[int]string{10: "a", 11: "a", 20: "b"}}
+		v := &gpuView{devices: []gpu.Device{{UUID: "GPU-0", UtilPercent: gpuUtil}}, procs: procs,
+			usage: map[string]map[string]uint64{}, util: map[string]map[string]int{}, owner: map[int]string{}}
+		for _, p := range procs {
+			v.attribute(map[int]string{10: "a", 11: "a", 20: "b"}[p.PID], p)
+		}
+		return v
 	}
 	for _, tc := range []struct {
 		what string
