@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -79,6 +80,10 @@ func (h *ckptHarness) begin() {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	// A simulated process stopped holding its user's lock fails the test
+	// that looks, naming the user, rather than holding it until go test's
+	// timeout (one run hung 17 minutes so).
+	reg.SetLockWait(30 * time.Second)
 	h.reg = reg
 }
 
@@ -170,7 +175,10 @@ func (h *ckptHarness) cudaStates(name string) []string {
 	h.t.Helper()
 	var out []string
 	for _, pid := range h.cudaPIDs(name) {
-		st, _ := h.reg.CheckpointState(pid)
+		st, err := h.reg.CheckpointState(pid)
+		if errors.Is(err, simgpu.ErrLockHeld) {
+			h.t.Fatalf("the CUDA state of %s's process %d: %v", name, pid, err)
+		}
 		out = append(out, st)
 	}
 	return out
