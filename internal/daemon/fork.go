@@ -169,6 +169,7 @@ func (d *Daemon) dumpForFork(ctx context.Context, src proctable.Record, caller l
 	if len(stopped) == 0 {
 		var err error
 		if stopped, err = d.stopTree(src.InitPID, src.Owner.UID); err != nil {
+			_ = continueTree(stopped) // as it was: nothing records them stopped
 			return forkSource{}, err
 		}
 		defer func() { _ = continueTree(stopped) }()

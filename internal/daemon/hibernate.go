@@ -109,6 +109,7 @@ func (d *Daemon) hibernateLocked(ctx context.Context, rec proctable.Record, o hi
 		// Frozen without SIGSTOP: the image must be of a still tree.
 		stopped, err := d.stopTree(rec.InitPID, rec.Owner.UID)
 		if err != nil {
+			_ = continueTree(stopped) // as it was: nothing records them stopped
 			return api.HibernateResult{}, fmt.Errorf("hibernate %q: stop tree: %w", rec.Name, err)
 		}
 		if rec, err = d.table.Update(rec.Key(), func(r *proctable.Record) error {

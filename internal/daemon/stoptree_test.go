@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/testutil"
+	"github.com/gpusched/gpusched/pkg/api"
 )
 
 // v1Freezer is cgroup v1's freezer, which holds threads one by one.
@@ -61,6 +63,57 @@ time.sleep(3600)`)
 	}
 	if !allThreadsStopped(t, pid) {
 		t.Fatalf("the stop returned with a thread of pid %d not stopped", pid)
+	}
+}
+
+// TestFailedStopLeavesNothingStopped: a hibernate or fork of a tree frozen
+// without its stop stops the tree first; where that stop fails (a thread
+// held past its second, here by the freezer), the processes it had
+// stopped are continued: nothing records them stopped, so nothing would
+// continue them, and a thaw would refuse them as stopped by someone else.
+func TestFailedStopLeavesNothingStopped(t *testing.T) {
+	if _, err := os.Stat(filepath.Join(v1Freezer, "tasks")); err != nil {
+		t.Skip("needs cgroup v1's freezer, which holds one thread of a process")
+	}
+	for _, op := range []string{"hibernate", "fork"} {
+		t.Run(op, func(t *testing.T) {
+			h := newDiskHarness(t, config.DriverSim)
+			c := h.client()
+			h.memJob("a", 256, 16)
+			noStop := false
+			if _, err := c.Freeze(ctxT(t), api.FreezeParams{Name: "a", Stop: &noStop}); err != nil {
+				t.Fatal(err)
+			}
+			pid := h.proc("a").PID
+			tasks, err := os.ReadDir(procfs.Path(pid, "/task"))
+			if err != nil || len(tasks) < 2 {
+				t.Fatalf("threads of pid %d: %d (%v), want a second", pid, len(tasks), err)
+			}
+			tid, _ := strconv.Atoi(tasks[len(tasks)-1].Name())
+			thaw := freezeThread(t, tid)
+			switch op {
+			case "hibernate":
+				_, err = c.Hibernate(ctxT(t), api.HibernateParams{Name: "a"})
+			case "fork":
+				_, err = c.Fork(ctxT(t), api.ForkParams{Name: "a", Copies: 1})
+			}
+			if err == nil || !strings.Contains(err.Error(), "has not stopped") {
+				t.Fatalf("%s with a thread held from its stop: %v, want the stop's failure", op, err)
+			}
+			thaw()
+			tree, err := procfs.TreeOf(h.proc("a").InitPID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range tree {
+				if st, err := procfs.ReadStat(p); err == nil && st.State == 'T' {
+					t.Fatalf("after the failed %s, pid %d of the tree is left stopped", op, p)
+				}
+			}
+			if _, err := c.Thaw(ctxT(t), api.ThawParams{Name: "a"}); err != nil {
+				t.Fatalf("thaw after the failed %s: %v", op, err)
+			}
+		})
 	}
 }
 
