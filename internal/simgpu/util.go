@@ -37,10 +37,11 @@ func (s *scanResult) util(uuid string) (percent int, ok bool) {
 }
 
 // working is how busy the process keeps each device it holds memory on:
-// what it declared, while it runs.
+// what it declared, while it runs, held to 0..100 (the record is its
+// user's file: SetUtil's check binds only callers that use it).
 func (r record) working() int {
 	if r.CUDA != "" {
 		return 0
 	}
-	return r.Util
+	return min(max(r.Util, 0), 100)
 }

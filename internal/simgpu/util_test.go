@@ -108,3 +108,28 @@ func TestSnapshotTellsEachProcessesUtilization(t *testing.T) {
 		t.Fatalf("a locked process: %d%%", got)
 	}
 }
+
+// TestForgedUtilizationIsHeldToAPercent: a record written past SetUtil
+// (a user's own file) counts as 0 to 100 for its process and its device
+// (below 0: as if it declared none).
+func TestForgedUtilizationIsHeldToAPercent(t *testing.T) {
+	reg := newTestRegistry(t, 1, 4096)
+	pid, st := self(t)
+	if err := reg.ensureUser(0); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ forged, want, device int }{{-50, 0, -1}, {1 << 40, 100, 100}} { // device -1: none declared
+		rec := newRecord(pid, st)
+		rec.Usage[DeviceUUID(0)], rec.Util = 1024, tc.forged
+		if err := reg.writeRecord(0, rec); err != nil {
+			t.Fatal(err)
+		}
+		snap := snapshot(t, reg)
+		if len(snap.Procs) != 1 || snap.Procs[0].UtilPercent != tc.want {
+			t.Errorf("util %d written: the process at %+v, want %d%%", tc.forged, snap.Procs, tc.want)
+		}
+		if got := utils(t, reg)[0]; got != tc.device {
+			t.Errorf("util %d written: the device at %d%%, want %d (-1: unknown)", tc.forged, got, tc.device)
+		}
+	}
+}
