@@ -18,7 +18,7 @@ func proc(name string) api.Process {
 		UID: 1000, GID: 1000, User: "alice",
 		Cmd: []string{"python", "train.py", "--tag", "a b"}, Dir: "/home/alice/exp",
 		GPUs: []api.ProcessGPU{
-			{Index: 0, UUID: "GPU-aaaa", UsedMiB: 12288},
+			{Index: 0, UUID: "GPU-aaaa", UsedMiB: 12288, UtilPercent: intp(35)},
 			{Index: 1, UUID: "GPU-bbbb", UsedMiB: 512},
 		},
 		VRAMMiB:   12800,

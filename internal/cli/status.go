@@ -206,7 +206,11 @@ func writeProcess(w io.Writer, p *api.Process) error {
 		if i == 0 {
 			key = "gpus:"
 		}
-		fmt.Fprintf(t, "%s\t%d %s %s\n", key, g.Index, g.UUID, mib(g.UsedMiB))
+		util := ""
+		if g.UtilPercent != nil {
+			util = fmt.Sprintf(", util %d%%", *g.UtilPercent)
+		}
+		fmt.Fprintf(t, "%s\t%d %s %s%s\n", key, g.Index, g.UUID, mib(g.UsedMiB), util)
 	}
 	fmt.Fprintf(t, "vram:\t%s\n", mib(p.VRAMMiB))
 	fmt.Fprintf(t, "log:\t%s\n", p.Log)

@@ -82,7 +82,7 @@ func TestStatusProcess(t *testing.T) {
 			"user:      alice (uid 1000, gid 1000)\n",
 			"cmd:       python train.py --tag 'a b'\n",
 			"dir:       /home/alice/exp\n",
-			"gpus:      0 GPU-aaaa 12.0 GiB\n           1 GPU-bbbb 512 MiB\n",
+			"gpus:      0 GPU-aaaa 12.0 GiB, util 35%\n           1 GPU-bbbb 512 MiB\n",
 			"vram:      12.5 GiB\n",
 			"log:       /var/log/gpusched/train.log\n",
 			" (1h31m ago)\nstarted:   ",
