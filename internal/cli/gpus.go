@@ -12,7 +12,8 @@ import (
 
 // newGPUsCmd builds `gpus`.
 func newGPUsCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	var procs bool
+	cmd := &cobra.Command{
 		Use:   "gpus",
 		Short: "List the GPUs with their memory, load, health, leases and frozen memory",
 		Long: `List the GPUs as the daemon last sampled them, by index.
@@ -23,16 +24,43 @@ thresholds (--ban-gpu, --min-free, --max-util, --max-power, --max-temp), and
 the reasons follow the table: no job or lease is placed on such a GPU.
 LEASES are the ids of your leases holding the GPU (everyone's for root),
 FROZEN the GPU memory of processes frozen off it, parked in host RAM, and
-PROCS the number of processes holding memory on it, managed or not; --json
-lists them.`,
+PROCS the number of processes holding memory on it, managed or not; --procs
+lists them after the table (--json too): each one's pid, its managed process
+("-" for one the daemon did not start), its memory, and its own utilization
+where the GPU tells processes apart.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var res api.GPUsResult
 			return a.call(cmd.Context(), api.MethodGPUs, nil, &res, func() error {
-				return writeGPUs(a.stdout, res.GPUs)
+				if err := writeGPUs(a.stdout, res.GPUs); err != nil || !procs {
+					return err
+				}
+				return writeGPUProcesses(a.stdout, res.GPUs)
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&procs, "procs", false, "list the processes holding memory on each GPU")
+	return cmd
+}
+
+// writeGPUProcesses lists the processes holding memory on each GPU, by
+// GPU, as the daemon last sampled them, after a blank line.
+func writeGPUProcesses(w io.Writer, gpus []api.GPU) error {
+	if _, err := fmt.Fprintln(w); err != nil {
+		return err
+	}
+	t := newTable(w)
+	fmt.Fprintf(t, "GPU\tPID\tMANAGED\tMEMORY\tUTIL\n")
+	for _, g := range gpus {
+		for _, p := range g.Processes {
+			util := "-"
+			if p.UtilPercent != nil {
+				util = strconv.Itoa(*p.UtilPercent) + "%"
+			}
+			fmt.Fprintf(t, "%d\t%d\t%s\t%s\t%s\n", g.Index, p.PID, orDash(p.Managed), mib(p.UsedMiB), util)
+		}
+	}
+	return t.Flush()
 }
 
 // writeGPUs prints the GPU table in the order given, then why the unhealthy

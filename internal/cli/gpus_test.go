@@ -38,6 +38,34 @@ func TestGPUsTable(t *testing.T) {
 	}
 }
 
+// TestGPUsProcs: --procs lists each GPU's processes after the table, a
+// figure the GPU does not give as "-".
+func TestGPUsProcs(t *testing.T) {
+	gpus := []api.GPU{
+		{Index: 0, Name: "H100", TotalMiB: 81920, UsedMiB: 12800, Healthy: true,
+			Processes: []api.GPUProcess{{PID: 4242, UsedMiB: 12288, UtilPercent: intp(87), Managed: "train"}, {PID: 99, UsedMiB: 512, UtilPercent: intp(0)}}},
+		{Index: 1, Name: "H100", TotalMiB: 81920, Healthy: true, Processes: []api.GPUProcess{}},
+		{Index: 2, Name: "H100", TotalMiB: 81920, UsedMiB: 2048, Healthy: true,
+			Processes: []api.GPUProcess{{PID: 4343, UsedMiB: 2048, Managed: "eval"}}},
+	}
+	d := newFakeDaemon(t, map[string]handler{api.MethodGPUs: answer(result(api.GPUsResult{GPUs: gpus}))})
+	out, errOut, code := ctl(t, d, "gpus", "--procs")
+	if code != 0 || errOut != "" {
+		t.Fatalf("code %d, stderr %q", code, errOut)
+	}
+	want := "\n" +
+		"GPU  PID   MANAGED  MEMORY    UTIL\n" +
+		"0    4242  train    12.0 GiB  87%\n" +
+		"0    99    -        512 MiB   0%\n" +
+		"2    4343  eval     2.0 GiB   -\n"
+	if !strings.HasSuffix(out, want) {
+		t.Errorf("got\n%s\nwant it to end with\n%s", out, want)
+	}
+	if out, _, _ := ctl(t, d, "gpus"); strings.Contains(out, "PID") {
+		t.Errorf("without --procs the processes are listed:\n%s", out)
+	}
+}
+
 // TestGPUsTableEmpty: no GPUs is a header alone.
 func TestGPUsTableEmpty(t *testing.T) {
 	d := newFakeDaemon(t, map[string]handler{api.MethodGPUs: answer(result(api.GPUsResult{GPUs: []api.GPU{}}))})
