@@ -316,6 +316,9 @@ func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent
 			return checkpoint.PageStats{}, fmt.Errorf("criu dump of pid %d: %w", rec.InitPID, err)
 		}
 	}
+	if err := d.takeTreeFiles(rec, dir); err != nil {
+		return checkpoint.PageStats{}, fmt.Errorf("criu dump of pid %d: %w", rec.InitPID, err)
+	}
 	pso := checkpoint.PageServerOptions{Path: d.helperPath, Dir: dir, Parent: parentDir, Cgroups: place.dirs, CPUs: place.cpus}
 	if room, ok := d.dumpRoom(rec.Owner.UID); ok {
 		pso.Limit = max(1, room)

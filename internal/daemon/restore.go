@@ -146,6 +146,9 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 		if err := place.goHome(pid); err != nil {
 			return err
 		}
+		if err := d.checkTreeFiles(rec, pid, dir); err != nil {
+			return err
+		}
 		return d.carryIn(rec, pid, dir)
 	}, MountsLeftOut: func(mountpoints []string) {
 		note = "restored without the mounts at " + strings.Join(mountpoints, ", ") + ": gone from the host"
@@ -221,7 +224,7 @@ func (d *Daemon) adoptRestored(rec proctable.Record, initPID int, note string) (
 // relocate finds rec's checkpointed processes in the tree restored at
 // initPID by their namespace pids and lists the whole (stopped) tree.
 func (d *Daemon) relocate(rec proctable.Record, initPID int) ([]proctable.CheckpointProc, []proctable.ProcRef, error) {
-	byNS, stopped, err := restoredTree(initPID)
+	byNS, stopped, err := treeByNS(initPID)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -253,7 +256,7 @@ func (d *Daemon) carryIn(rec proctable.Record, initPID int, dir string) error {
 	if !ok {
 		return errors.New("the snapshot holds simulated CUDA state but the GPUs are not simulated")
 	}
-	byNS, _, err := restoredTree(initPID)
+	byNS, _, err := treeByNS(initPID)
 	if err != nil {
 		return err
 	}
@@ -273,9 +276,9 @@ func (d *Daemon) carryIn(rec proctable.Record, initPID int, dir string) error {
 	return nil
 }
 
-// restoredTree maps the namespace pids of the tree at initPID to their
-// host pids, and lists the tree.
-func restoredTree(initPID int) (map[int]proctable.ProcRef, []proctable.ProcRef, error) {
+// treeByNS maps the namespace pids of the tree at initPID to their host
+// pids, and lists the tree.
+func treeByNS(initPID int) (map[int]proctable.ProcRef, []proctable.ProcRef, error) {
 	tree, err := procfs.ScanTree()
 	if err != nil {
 		return nil, nil, err

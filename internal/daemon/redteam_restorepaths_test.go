@@ -1,0 +1,161 @@
+package daemon
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/testutil"
+	"github.com/gpusched/gpusched/internal/treefiles"
+	"github.com/gpusched/gpusched/pkg/api"
+)
+
+// reader prints the file it holds open, read from its start, every 50 ms,
+// after each change of its content, as "read <content>".
+const reader = `
+import sys, time
+f = open(sys.argv[1], sys.argv[2])
+last = None
+while True:
+    f.seek(0)
+    s = f.read()
+    if s != last:
+        print("read " + s, flush=True)
+        last = s
+    time.sleep(0.05)
+`
+
+// TestRedTeamRestorePathsPointedElsewhere: CRIU reopens, as root, the files
+// a tree holds by the paths they had at its dump, checking only their size
+// and mode. A real unprivileged user hibernates a process that holds a file
+// of theirs open for reading and one for writing, then points both paths
+// at root-only files of the same size and mode (a directory of theirs
+// swapped for one of symlinks). The thaw must fail before the process runs,
+// the process staying hibernated with its snapshot, and so must it for a
+// snapshot without the record of its files (as one dumped before there
+// were records); no byte of the secret reaches the user and the root file
+// keeps its content. With the paths put back, the thaw goes through and
+// the process reads its own file again.
+func TestRedTeamRestorePathsPointedElsewhere(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("needs /usr/bin/python3, which every user may run")
+	}
+	owner := testutil.NewUser(t, "gspath1", "gspath")
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group = "gspath" })
+
+	home := filepath.Join(testutil.ShortDir(t), "home")
+	work := filepath.Join(home, "work")
+	for _, d := range []string{home, work} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(d, int(owner.UID), int(owner.GID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const secret, original = "TOP-SECRET root only 0123456789", "root's file, as it was written."
+	rootDir := filepath.Join(testutil.ShortDir(t), "root-only")
+	if err := os.Mkdir(rootDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	secretPath, targetPath := filepath.Join(rootDir, "secret"), filepath.Join(rootDir, "target")
+	for path, content := range map[string]string{secretPath: secret, targetPath: original} {
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The owner's decoys: the size and mode of root's files (stat of a
+	// file says both to anyone who may look it up).
+	decoy := strings.Repeat("A", len(secret))
+	for name, size := range map[string]int{"in": len(secret), "out": len(original)} {
+		p := filepath.Join(work, name)
+		if err := os.WriteFile(p, []byte(strings.Repeat("A", size)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, int(owner.UID), int(owner.GID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script := filepath.Join(home, "reader.py")
+	if err := os.WriteFile(script, []byte(reader), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctl := func(args ...string) (string, int) {
+		t.Helper()
+		out, errOut, code := h.ctlAs(owner, args...)
+		return out + errOut, code
+	}
+	if out, code := ctl("run", "rd", "--dir", home, "--", "/usr/bin/python3", script, filepath.Join(work, "in"), "r"); code != 0 {
+		t.Fatal(out)
+	}
+	if out, code := ctl("run", "wr", "--dir", home, "--", "/usr/bin/python3", script, filepath.Join(work, "out"), "r+"); code != 0 {
+		t.Fatal(out)
+	}
+	h.followCount("rd", "read "+decoy, 1)
+	h.followCount("wr", "read AAAA", 1)
+	for _, name := range []string{"rd", "wr"} {
+		if out, code := ctl("hibernate", name); code != 0 {
+			t.Fatalf("hibernate %s: %s", name, out)
+		}
+	}
+
+	// As the owner: the directory aside, one of symlinks in its place.
+	kept := filepath.Join(home, "work.kept")
+	if err := os.Rename(work, kept); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for link, target := range map[string]string{"in": secretPath, "out": targetPath} {
+		if err := os.Symlink(target, filepath.Join(work, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{"rd", "wr"} {
+		out, code := ctl("thaw", name)
+		if code == 0 || !strings.Contains(out, "pointed elsewhere") {
+			t.Fatalf("thaw %s with its path pointed at root's file: exit %d: %s", name, code, out)
+		}
+		if p := h.proc(name); p.State != api.StateHibernated || p.Snapshot == "" {
+			t.Fatalf("after the refused thaw %s is %s (snapshot %q)", name, p.State, p.Snapshot)
+		}
+	}
+	// A snapshot without the record of its files (dumped before there was
+	// one): what the restored process holds must be what its owner may
+	// open as it holds it.
+	for _, name := range []string{"rd", "wr"} {
+		if err := os.Remove(filepath.Join(h.cfg.Snapshots(), h.proc(name).Snapshot, treefiles.FileName)); err != nil {
+			t.Fatal(err)
+		}
+		out, code := ctl("thaw", name)
+		if code == 0 || !strings.Contains(out, "which its owner may not read") {
+			t.Fatalf("thaw %s of a snapshot without its record, its path pointed at root's file: exit %d: %s", name, code, out)
+		}
+	}
+	if logs := strings.Join(mustLogs(t, h, "rd"), "\n"); strings.Contains(logs, "SECRET") {
+		t.Fatalf("the secret reached the owner's log:\n%s", logs)
+	}
+	if b, err := os.ReadFile(targetPath); err != nil || string(b) != original {
+		t.Fatalf("root's file now holds %q (%v)", b, err)
+	}
+
+	// The paths put back: the same thaws go through.
+	if err := os.RemoveAll(work); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(kept, work); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"rd", "wr"} {
+		if out, code := ctl("thaw", name); code != 0 {
+			t.Fatalf("thaw %s with its paths back: %s", name, out)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(work, "in"), []byte(strings.Repeat("B", len(secret))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.followCount("rd", "read BBBB", 1)
+}
