@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -19,6 +20,15 @@ const (
 	maxJobPriority   = 1000
 )
 
+// onlyDefaults reports whether s, given beside a submission's jobs, sets
+// no field but env and dir (each job's defaults): any other would be
+// dropped unseen, a root caller's user among them (the jobs then ran as
+// root).
+func onlyDefaults(s api.JobSpec) bool {
+	s.Env, s.Dir = nil, ""
+	return reflect.DeepEqual(s, api.JobSpec{})
+}
+
 // submit queues one job or a batch: all of them, or none when any is
 // invalid. Jobs run as the caller (root may name a user). It is bulk work,
 // in one of the caller's turns: a batch writes a record a job (a thousand
@@ -31,7 +41,7 @@ func (d *Daemon) submit(c *call) (any, error) {
 	}
 	specs := p.Jobs
 	switch {
-	case len(p.Jobs) > 0 && (len(p.Cmd) > 0 || p.Name != ""):
+	case len(p.Jobs) > 0 && !onlyDefaults(p.JobSpec):
 		return nil, invalidf("submit: give one job's fields or jobs, not both (only env and dir may go with jobs, as their defaults)")
 	case len(p.Jobs) == 0:
 		specs = []api.JobSpec{p.JobSpec}

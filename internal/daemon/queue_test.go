@@ -103,6 +103,10 @@ func TestQueueInfeasibleAndBadInput(t *testing.T) {
 		{JobSpec: api.JobSpec{Name: "nodir", Cmd: []string{"true"}, Dir: "relative"}},
 		{JobSpec: api.JobSpec{Name: "nocmd", Cmd: []string{"/no/such/binary"}, Dir: "/"}},
 		{JobSpec: api.JobSpec{Name: "gpus", Cmd: []string{"true"}, Dir: "/", GPUs: -1}},
+		// A field of one job's beside a batch, which the batch's jobs
+		// would not have had: root's user (they ran as root), a priority.
+		{JobSpec: api.JobSpec{User: "nobody", Dir: "/"}, Jobs: []api.JobSpec{{Name: "as-whom", Cmd: []string{"true"}}}},
+		{JobSpec: api.JobSpec{Priority: 5}, Jobs: []api.JobSpec{{Name: "prio", Cmd: []string{"true"}, Dir: "/"}}},
 	} {
 		_, err := c.Submit(ctxT(t), bad)
 		wantCode(t, err, api.CodeInvalidArgument)

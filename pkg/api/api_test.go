@@ -53,6 +53,12 @@ func TestDuration(t *testing.T) {
 		{`-1`, 0, false},
 		{`"-1s"`, 0, false},
 		{`true`, 0, false},
+		// Past what time.Duration holds: they wrapped to a negative one
+		// (a job's timeout at once, a kill's grace none).
+		{`1e308`, 0, false},
+		{`9.3e9`, 0, false},
+		{`9.2e9`, 9200000000 * time.Second, true},
+		{`"9999999999h"`, 0, false},
 	}
 	for _, tt := range tests {
 		var d Duration

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 )
@@ -78,6 +79,10 @@ func (d Duration) MarshalJSON() ([]byte, error) {
 	return json.Marshal(time.Duration(d).String())
 }
 
+// maxDurationSeconds is the first number of seconds a Duration cannot
+// hold (time.Duration's nanoseconds past int64).
+const maxDurationSeconds = float64(math.MaxInt64) / float64(time.Second)
+
 // UnmarshalJSON accepts seconds (number) or a duration string.
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	b = bytes.TrimSpace(b)
@@ -102,6 +107,9 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	}
 	if secs < 0 {
 		return fmt.Errorf("duration %v is negative", secs)
+	}
+	if secs >= maxDurationSeconds {
+		return fmt.Errorf("duration %v s is too long: at most %.0f s (292 years)", secs, maxDurationSeconds)
 	}
 	*d = Duration(secs * float64(time.Second))
 	return nil
