@@ -15,6 +15,7 @@ import (
 	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/internal/sandbox"
+	"github.com/gpusched/gpusched/internal/treefiles"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -142,12 +143,13 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 		defer stop()
 	}
 	var note string
+	var filesErr error // the restored tree's files refused (checkTreeFiles)
 	ro := checkpoint.RestoreOpts{Dir: dir, Lazy: lazy, Cgroups: place.dirs, CPUs: place.cpus, OOMScoreAdj: rec.OOMScoreAdj, Restored: func(pid int) error {
 		if err := place.goHome(pid); err != nil {
 			return err
 		}
-		if err := d.checkTreeFiles(rec, pid, dir); err != nil {
-			return err
+		if filesErr = d.checkTreeFiles(rec, pid, dir); filesErr != nil {
+			return filesErr
 		}
 		return d.carryIn(rec, pid, dir)
 	}, MountsLeftOut: func(mountpoints []string) {
@@ -156,6 +158,12 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 	}}
 	pid, err := d.criu.Restore(rctx, ro)
 	cancel()
+	switch {
+	case errors.Is(filesErr, treefiles.ErrDenied):
+		err = deniedf("%v", filesErr)
+	case errors.Is(filesErr, treefiles.ErrMoved):
+		err = conflictf("%v", filesErr)
+	}
 	if err == nil {
 		var out proctable.Record
 		if out, err = d.adoptRestored(rec, pid, note); err == nil {

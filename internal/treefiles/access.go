@@ -62,7 +62,7 @@ func checkHeld(files []held, asOwner func(func() error) error) error {
 		for i, f := range check {
 			err := unix.Faccessat2(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fds[i]), f.mode, unix.AT_EACCESS)
 			if err != nil {
-				return fmt.Errorf("holds %s at %s, which its owner may not %s (%v): a path it had was pointed elsewhere", f.path, f.key, accessWords(f.mode), err)
+				return fmt.Errorf("holds %s at %s, which its owner may not %s (%v): %w", f.path, f.key, accessWords(f.mode), err, ErrDenied)
 			}
 		}
 		return nil

@@ -31,6 +31,14 @@ import (
 // mappings of files by path, all processes together.
 const MaxEntries = 1 << 18
 
+// ErrMoved is Check's error for a file that is not the one the process
+// held; ErrDenied CheckAccess's for one its owner may not have. Both say
+// that a path the process had was pointed elsewhere (the same words).
+var (
+	ErrMoved  = errors.New("a path it had was pointed elsewhere")
+	ErrDenied = errors.New("a path it had was pointed elsewhere")
+)
+
 // ErrTooMany is Take's error for a tree holding more than MaxEntries.
 var ErrTooMany = fmt.Errorf("the tree holds more than %d files and file mappings by path", MaxEntries)
 
@@ -176,7 +184,7 @@ func compare(was, now []Identity, sameBoot bool) error {
 			continue // CRIU's own until the tree runs (its root, its log)
 		}
 		if !same(w, got, sameBoot) {
-			return fmt.Errorf("holds %s at %s, where it held another file when it was dumped: a path it had was pointed elsewhere", got.path, got.Key)
+			return fmt.Errorf("holds %s at %s, where it held another file when it was dumped: %w", got.path, got.Key, ErrMoved)
 		}
 		delete(links, got.Key)
 	}
@@ -200,7 +208,7 @@ func compareMaps(was, now []Identity, sameBoot bool) error {
 		overlaps := false
 		for j := i; j < len(was) && was[j].Start < got.End; j++ {
 			if !same(was[j], got, sameBoot) {
-				return fmt.Errorf("maps %s at %s, where it mapped another file when it was dumped: a path it had was pointed elsewhere", got.path, got.Key)
+				return fmt.Errorf("maps %s at %s, where it mapped another file when it was dumped: %w", got.path, got.Key, ErrMoved)
 			}
 			overlaps = true
 		}
