@@ -114,7 +114,11 @@ func (d *Daemon) fillTarget(what, uuid string, ratio float64, size api.VRAM) (ui
 	case math.IsNaN(ratio) || ratio <= 0 || ratio > 1:
 		return 0, invalidf("%s: ratio %v must be more than 0 and at most 1", what, ratio)
 	}
-	return uint64(ratio * float64(dev.TotalMiB)), nil
+	target := uint64(ratio * float64(dev.TotalMiB))
+	if target == 0 { // it would hold nothing, and take the GPU's one filler
+		return 0, invalidf("%s: ratio %v of GPU %d's %d MiB is less than 1 MiB", what, ratio, dev.Index, dev.TotalMiB)
+	}
+	return target, nil
 }
 
 // unfill releases a GPU's filler.

@@ -253,6 +253,7 @@ func TestFillerBadInput(t *testing.T) {
 		{api.FillParams{Ratio: 0.5}, api.CodeInvalidArgument},
 		{api.FillParams{GPU: &api.GPURef{Index: 0}, Ratio: 1.5}, api.CodeInvalidArgument},
 		{api.FillParams{GPU: &api.GPURef{Index: 0}, Ratio: -0.5}, api.CodeInvalidArgument},
+		{api.FillParams{GPU: &api.GPURef{Index: 0}, Ratio: 1e-300}, api.CodeInvalidArgument}, // 0 MiB, the GPU's one filler taken
 		{api.FillParams{GPU: &api.GPURef{Index: 0}, Ratio: 0.5, MiB: api.VRAM{MiB: 1024}}, api.CodeInvalidArgument},
 		{api.FillParams{GPU: &api.GPURef{Index: 0}, MiB: api.VRAM{MiB: 30000}}, api.CodeInvalidArgument},
 		{api.FillParams{GPU: &api.GPURef{Index: 0}, MiB: api.VRAM{Auto: true}}, api.CodeInvalidArgument},
