@@ -242,3 +242,22 @@ func TestCheckAccessAsTheOwner(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckSkipsProcessesThatHeldNothing: a process that held no file by
+// path (a zombie: its files are gone) need not be in the restored tree, where
+// it is gone by the time the tree is checked; one that held files must be.
+func TestCheckSkipsProcessesThatHeldNothing(t *testing.T) {
+	dir := t.TempDir()
+	pid := holder(t, create(t, filepath.Join(dir, "f"), "x"), dir)
+	table, err := Take([]Proc{{PID: pid, NSPID: 1}}, "b", noneOwn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table.Procs[2] = nil // the zombie
+	if err := Check(table, map[int]int{1: pid}, "b", noneOwn); err != nil {
+		t.Fatalf("a process that held nothing is looked for: %v", err)
+	}
+	if err := Check(table, map[int]int{}, "b", noneOwn); err == nil || !strings.Contains(err.Error(), "lacks its process 1") {
+		t.Fatalf("a process that held files is not looked for: %v", err)
+	}
+}
