@@ -134,6 +134,12 @@ type DumpOpts struct {
 	// CPUs are the tree's own (cpuaffinity.Caller's list), where the
 	// worker runs: "" for every CPU the daemon gives users.
 	CPUs string
+	// Dumped, when set, is called at CRIU's post-dump notification, the
+	// images written and the tree still seized (criu/cr-dump.c,
+	// cr_dump_finish runs the script before it lets the tree go): what
+	// the tree holds then is what the images hold, whoever sent it
+	// SIGCONT before CRIU seized it. An error fails the dump.
+	Dumped func() error
 }
 
 // Leave is what a dump does with the tree it imaged.
@@ -191,7 +197,12 @@ func (c *CRIU) Dump(ctx context.Context, o DumpOpts) error {
 	}
 	err := withDir(o.Dir, func(fd int) error {
 		return c.do(ctx, worker{as: o.As, cgroups: o.Cgroups, cpus: o.CPUs}, extra, func(w *swrk) error {
-			_, err := w.call(&rpc.CriuReq{Type: rpc.CriuReqType_DUMP.Enum(), Opts: dumpRPC(o, fd)}, nil)
+			_, err := w.call(&rpc.CriuReq{Type: rpc.CriuReqType_DUMP.Enum(), Opts: dumpRPC(o, fd)}, func(n *rpc.CriuNotify) error {
+				if n.GetScript() != "post-dump" || o.Dumped == nil {
+					return nil
+				}
+				return o.Dumped()
+			})
 			return err
 		})
 	})

@@ -316,9 +316,6 @@ func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent
 			return checkpoint.PageStats{}, fmt.Errorf("criu dump of pid %d: %w", rec.InitPID, err)
 		}
 	}
-	if err := d.takeTreeFiles(rec, dir); err != nil {
-		return checkpoint.PageStats{}, fmt.Errorf("criu dump of pid %d: %w", rec.InitPID, err)
-	}
 	pso := checkpoint.PageServerOptions{Path: d.helperPath, Dir: dir, Parent: parentDir, Cgroups: place.dirs, CPUs: place.cpus}
 	if room, ok := d.dumpRoom(rec.Owner.UID); ok {
 		pso.Limit = max(1, room)
@@ -334,7 +331,8 @@ func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent
 	}
 	clearProcMount(d.sandboxHome(rec.ID))
 	err = d.criu.Dump(ctx, checkpoint.DumpOpts{Dir: dir, PID: rec.InitPID, Leave: leave, As: as,
-		PageServer: ps.TakeCRIUEnd(), Cgroups: place.dirs, CPUs: place.cpus})
+		PageServer: ps.TakeCRIUEnd(), Cgroups: place.dirs, CPUs: place.cpus,
+		Dumped: func() error { return d.takeTreeFiles(rec, dir) }})
 	if err != nil {
 		ps.Close() // CRIU may never have connected
 	}

@@ -61,7 +61,10 @@ func TestRedTeamRestorePathsPointedElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	secretPath, targetPath := filepath.Join(rootDir, "secret"), filepath.Join(rootDir, "target")
-	for path, content := range map[string]string{secretPath: secret, targetPath: original} {
+	// A file of root's in the daemon's own log directory, as root's own
+	// process's log would be.
+	rootLog := filepath.Join(h.cfg.LogDir, "rootlog.log")
+	for path, content := range map[string]string{secretPath: secret, targetPath: original, rootLog: secret} {
 		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +72,7 @@ func TestRedTeamRestorePathsPointedElsewhere(t *testing.T) {
 	// The owner's decoys: the size and mode of root's files (stat of a
 	// file says both to anyone who may look it up).
 	decoy := strings.Repeat("A", len(secret))
-	for name, size := range map[string]int{"in": len(secret), "out": len(original)} {
+	for name, size := range map[string]int{"in": len(secret), "out": len(original), "x (deleted)": len(secret), "log": len(secret)} {
 		p := filepath.Join(work, name)
 		if err := os.WriteFile(p, []byte(strings.Repeat("A", size)), 0o600); err != nil {
 			t.Fatal(err)
@@ -93,9 +96,20 @@ func TestRedTeamRestorePathsPointedElsewhere(t *testing.T) {
 	if out, code := ctl("run", "wr", "--dir", home, "--", "/usr/bin/python3", script, filepath.Join(work, "out"), "r+"); code != 0 {
 		t.Fatal(out)
 	}
+	// A file whose own name ends as /proc shows a deleted one's, and one
+	// whose path will lead into the daemon's own directories.
+	if out, code := ctl("run", "dl", "--dir", home, "--", "/usr/bin/python3", script, filepath.Join(work, "x (deleted)"), "r"); code != 0 {
+		t.Fatal(out)
+	}
+	if out, code := ctl("run", "lg", "--dir", home, "--", "/usr/bin/python3", script, filepath.Join(work, "log"), "r"); code != 0 {
+		t.Fatal(out)
+	}
 	h.followCount("rd", "read "+decoy, 1)
 	h.followCount("wr", "read AAAA", 1)
-	for _, name := range []string{"rd", "wr"} {
+	h.followCount("dl", "read "+decoy, 1)
+	h.followCount("lg", "read "+decoy, 1)
+	names := []string{"rd", "wr", "dl", "lg"}
+	for _, name := range names {
 		if out, code := ctl("hibernate", name); code != 0 {
 			t.Fatalf("hibernate %s: %s", name, out)
 		}
@@ -109,12 +123,12 @@ func TestRedTeamRestorePathsPointedElsewhere(t *testing.T) {
 	if err := os.Mkdir(work, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for link, target := range map[string]string{"in": secretPath, "out": targetPath} {
+	for link, target := range map[string]string{"in": secretPath, "out": targetPath, "x (deleted)": secretPath, "log": rootLog} {
 		if err := os.Symlink(target, filepath.Join(work, link)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, name := range []string{"rd", "wr"} {
+	for _, name := range names {
 		out, code := ctl("thaw", name)
 		if code == 0 || !strings.Contains(out, "pointed elsewhere") || !strings.Contains(out, "(conflict)") {
 			t.Fatalf("thaw %s with its path pointed at root's file: exit %d: %s", name, code, out)
@@ -126,7 +140,7 @@ func TestRedTeamRestorePathsPointedElsewhere(t *testing.T) {
 	// A snapshot without the record of its files (dumped before there was
 	// one): what the restored process holds must be what its owner may
 	// open as it holds it.
-	for _, name := range []string{"rd", "wr"} {
+	for _, name := range names {
 		if err := os.Remove(filepath.Join(h.cfg.Snapshots(), h.proc(name).Snapshot, treefiles.FileName)); err != nil {
 			t.Fatal(err)
 		}
@@ -135,8 +149,10 @@ func TestRedTeamRestorePathsPointedElsewhere(t *testing.T) {
 			t.Fatalf("thaw %s of a snapshot without its record, its path pointed at root's file: exit %d: %s", name, code, out)
 		}
 	}
-	if logs := strings.Join(mustLogs(t, h, "rd"), "\n"); strings.Contains(logs, "SECRET") {
-		t.Fatalf("the secret reached the owner's log:\n%s", logs)
+	for _, name := range []string{"rd", "dl", "lg"} {
+		if logs := strings.Join(mustLogs(t, h, name), "\n"); strings.Contains(logs, "SECRET") {
+			t.Fatalf("the secret reached %s's log:\n%s", name, logs)
+		}
 	}
 	if b, err := os.ReadFile(targetPath); err != nil || string(b) != original {
 		t.Fatalf("root's file now holds %q (%v)", b, err)
@@ -149,7 +165,7 @@ func TestRedTeamRestorePathsPointedElsewhere(t *testing.T) {
 	if err := os.Rename(kept, work); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"rd", "wr"} {
+	for _, name := range names {
 		if out, code := ctl("thaw", name); code != 0 {
 			t.Fatalf("thaw %s with its paths back: %s", name, out)
 		}

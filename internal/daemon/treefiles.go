@@ -6,15 +6,16 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/internal/sandbox"
 	"github.com/gpusched/gpusched/internal/treefiles"
 )
 
-// takeTreeFiles records, before a dump of rec's (stopped) tree into dir,
-// which files its processes hold by path, for checkTreeFiles to hold the
-// restore of that image to (treefiles: CRIU reopens them by path, as
-// root).
+// takeTreeFiles records, as CRIU ends a dump of rec's tree into dir (the
+// tree seized: checkpoint.DumpOpts.Dumped), which files its processes
+// hold by path, for checkTreeFiles to hold the restore of that image to
+// (treefiles: CRIU reopens them by path, as root).
 func (d *Daemon) takeTreeFiles(rec proctable.Record, dir string) error {
 	byNS, _, err := treeByNS(rec.InitPID)
 	if err != nil {
@@ -51,7 +52,7 @@ func (d *Daemon) checkTreeFiles(rec proctable.Record, initPID int, dir string) e
 		pids[ns] = ref.PID
 	}
 	if t.Procs != nil {
-		if err := treefiles.Check(t, pids, d.bootID, d.givenFile); err != nil {
+		if err := treefiles.Check(t, pids, d.bootID); err != nil {
 			return err
 		}
 	}
@@ -59,7 +60,10 @@ func (d *Daemon) checkTreeFiles(rec proctable.Record, initPID int, dir string) e
 		return nil
 	}
 	cred := sandbox.Cred{UID: rec.Owner.UID, GID: rec.Owner.GID, Groups: rec.Owner.Groups}
-	return treefiles.CheckAccess(pids, d.givenFile, func(fn func() error) error { return sandbox.AsCaller(cred, fn) })
+	// What the daemon gave the tree, and what CRIU's restore keeps open in
+	// its processes until they run (its images and its log).
+	given := []string{rec.LogPath, rec.StatusPath, d.sandboxHome(rec.ID), d.helperPath, dir, filepath.Join(dir, checkpoint.RestoreLog)}
+	return treefiles.CheckAccess(pids, given, func(fn func() error) error { return sandbox.AsCaller(cred, fn) })
 }
 
 // givenFile reports whether path is one the daemon gave a tree: in a

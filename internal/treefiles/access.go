@@ -3,6 +3,7 @@ package treefiles
 import (
 	"fmt"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -18,18 +19,27 @@ type held struct {
 }
 
 // CheckAccess reports the first file a restored process holds by path,
-// own files aside, that its owner may not have as the process holds it:
-// read or written by its descriptors (as their flags say), mapped shared
-// and writable, searched as its working or root directory, executed. The
-// check is the kernel's own: asOwner runs its func on a thread with the
-// owner's file credentials (sandbox.AsCaller), which asks faccessat2
-// (AT_EACCESS) of each file through a descriptor this process opened to it
-// (O_PATH): the file's mode, owner, ACLs and security modules decide, not
-// the path to it (a file its owner may read in a directory they may not
-// enter passes). restored maps namespace pids to host pids.
-func CheckAccess(restored map[int]int, own func(path string) bool, asOwner func(func() error) error) error {
+// the given ones aside (by identity: the files the caller gave the tree,
+// its log and the like), that its owner may not have as the process holds
+// it: read or written by its descriptors (as their flags say), mapped
+// shared and writable, searched as its working or root directory,
+// executed. The check is the kernel's own: asOwner runs its func on a
+// thread with the owner's file credentials (sandbox.AsCaller), which asks
+// faccessat2 (AT_EACCESS) of each file through a descriptor this process
+// opened to it (O_PATH): the file's mode, owner, ACLs and security modules
+// decide, not the path to it (a file its owner may read in a directory
+// they may not enter passes). The tree's own processes' files in its
+// /proc (/proc/N/…, root's until CRIU sets the tree's credentials) pass.
+// restored maps namespace pids to host pids.
+func CheckAccess(restored map[int]int, given []string, asOwner func(func() error) error) error {
+	skip := map[[2]uint64]bool{}
+	for _, path := range given {
+		if id, err := identify("", path); err == nil {
+			skip[[2]uint64{id.Dev, id.Ino}] = true
+		}
+	}
 	for ns, pid := range restored {
-		files, err := heldBy(pid, own)
+		files, err := heldBy(pid, skip)
 		if err != nil {
 			return fmt.Errorf("restored process %d: %w", ns, err)
 		}
@@ -39,6 +49,9 @@ func CheckAccess(restored map[int]int, own func(path string) bool, asOwner func(
 	}
 	return nil
 }
+
+// ownProc matches a path in a tree's own /proc: its processes' files.
+var ownProc = regexp.MustCompile(`^/proc/[0-9]+/`)
 
 // checkHeld opens each of files O_PATH and asks, as the owner, for its
 // access.
@@ -70,12 +83,15 @@ func checkHeld(files []held, asOwner func(func() error) error) error {
 }
 
 // heldBy lists what process pid holds by path, with the access it holds
-// it with.
-func heldBy(pid int, own func(path string) bool) ([]held, error) {
+// it with, but files whose identity skip holds.
+func heldBy(pid int, skip map[[2]uint64]bool) ([]held, error) {
 	var out []held
 	add := func(h held) error {
-		if !byPath(h.path) || own(h.path) || h.mode == 0 {
+		if !strings.HasPrefix(h.path, "/") || ownProc.MatchString(h.path) || h.mode == 0 {
 			return nil
+		}
+		if id, err := identify("", h.link); err != nil || skip[[2]uint64{id.Dev, id.Ino}] {
+			return nil // gone meanwhile, or given
 		}
 		if len(out) == MaxEntries {
 			return ErrTooMany

@@ -32,6 +32,7 @@ func eachMapping(pid int, fn func(id Identity, path string) error) error {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 4096), maxMapsLine)
+	base := "/proc/" + strconv.Itoa(pid) + "/map_files/"
 	for sc.Scan() {
 		m, ok, err := parseMapping(sc.Text())
 		if err != nil {
@@ -39,6 +40,13 @@ func eachMapping(pid int, fn func(id Identity, path string) error) error {
 		}
 		if !ok {
 			continue
+		}
+		// The mapped file itself, where /proc lets this process look
+		// (CAP_SYS_ADMIN): whether it is deleted, which maps tells only
+		// by a " (deleted)" that a file's own name may end with.
+		m.id.nlink = 1
+		if id, err := identify(m.id.Key, fmt.Sprintf("%s%x-%x", base, m.id.Start, m.id.End)); err == nil {
+			m.id.Type, m.id.Dev, m.id.Ino, m.id.nlink = id.Type, id.Dev, id.Ino, id.nlink
 		}
 		if err := fn(m.id, m.path); err != nil {
 			return err

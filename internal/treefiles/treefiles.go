@@ -39,6 +39,9 @@ var (
 	ErrDenied = errors.New("a path it had was pointed elsewhere")
 )
 
+// ErrDeletedDir is Take's error for a tree holding a deleted directory.
+var ErrDeletedDir = errors.New("the tree holds a deleted directory, which a restore would make again at its path")
+
 // ErrTooMany is Take's error for a tree holding more than MaxEntries.
 var ErrTooMany = fmt.Errorf("the tree holds more than %d files and file mappings by path", MaxEntries)
 
@@ -61,8 +64,11 @@ type Identity struct {
 	Start uint64 `json:"s,omitempty"`
 	End   uint64 `json:"e,omitempty"`
 	path  string // where it was found, for errors
+	// Path is a kernel file's path (kernelPath), by which it is known.
+	Path string `json:"p,omitempty"`
 	// shared and writable are a mapping's (MAP_SHARED, PROT_WRITE).
 	shared, writable bool
+	nlink            uint32 // its links: 0 once deleted
 }
 
 // isMapping reports whether the identity is a file mapping's.
@@ -81,17 +87,28 @@ var placeLinks = []string{"cwd", "root", "exe"}
 // Take records the files procs hold by path, leaving out files deleted
 // (CRIU restores those from the image) and those own says are the
 // caller's own (in directories only root reaches, which no user can point
-// elsewhere). The processes must be stopped. It reads what /proc shows of
-// each file without asking its file system (statx's AT_STATX_DONT_SYNC),
-// so a stalled FUSE server of the owner's cannot hold it.
+// elsewhere). A deleted directory held (a working directory removed) is
+// ErrDeletedDir: CRIU would make it again at its path, as root. The
+// kernel's files (under /proc and /sys) are known by their path, as the
+// kernel resolves it. The processes must be stopped. It reads what /proc
+// shows of each file without asking its file system (statx's
+// AT_STATX_DONT_SYNC), so a stalled FUSE server of the owner's cannot hold
+// it.
 func Take(procs []Proc, boot string, own func(path string) bool) (Table, error) {
 	t := Table{Boot: boot, Procs: map[int][]Identity{}}
 	n := 0
 	for _, p := range procs {
 		var ids []Identity
 		keep := func(id Identity, path string) error {
-			if !byPath(path) || own(path) {
-				return nil // the caller's
+			switch {
+			case !strings.HasPrefix(path, "/") || own(path):
+				return nil // a socket, a pipe, an anonymous file; the caller's
+			case id.nlink == 0 && id.Type == unix.S_IFDIR:
+				return fmt.Errorf("%w: %s (%s)", ErrDeletedDir, strings.TrimSuffix(path, " (deleted)"), id.Key)
+			case id.nlink == 0:
+				return nil // deleted: CRIU restores it from the image
+			case kernelPath(path):
+				id.Path = path
 			}
 			id.path = path
 			if n++; n > MaxEntries {
@@ -102,7 +119,7 @@ func Take(procs []Proc, boot string, own func(path string) bool) (Table, error) 
 		}
 		err := eachLink(p.PID, func(key, link string) error {
 			path, err := os.Readlink(link)
-			if err != nil || !byPath(path) {
+			if err != nil {
 				return nil // gone meanwhile
 			}
 			id, err := identify(key, link)
@@ -122,25 +139,21 @@ func Take(procs []Proc, boot string, own func(path string) bool) (Table, error) 
 	return t, nil
 }
 
-// byPath reports whether a link's or mapping's path names a file CRIU
-// reopens by a path its owner may point elsewhere: not a socket, pipe or
-// anonymous file ("socket:[N]", "anon_inode:…", "[heap]"), nor a deleted
-// one (restored from the image), nor one of the tree's own /proc or of
-// /sys (the kernel's paths, resolved already: no link of a user's is in
-// them, and their inodes are made anew).
-func byPath(path string) bool {
-	return strings.HasPrefix(path, "/") && !strings.HasSuffix(path, " (deleted)") &&
-		!strings.HasPrefix(path, "/proc/") && !strings.HasPrefix(path, "/sys/")
+// kernelPath reports whether path is under /proc or /sys, whose inodes
+// the kernel makes anew: such a file is known by its path, which the
+// kernel resolved (no link of a user's is in it).
+func kernelPath(path string) bool {
+	return strings.HasPrefix(path, "/proc/") || strings.HasPrefix(path, "/sys/")
 }
 
-// Check reports the first file a restored process holds by path, own
-// files aside, that is not the one Take recorded there: restored maps
+// Check reports the first file a restored process holds by path that is
+// not the one Take recorded there: restored maps
 // each process of the tree (by namespace pid) to its host pid. (What the
 // restored processes hold that Take did not see is CRIU's own until they
 // run: Take's tree was stopped, and CRIU imaged what it saw.) Across
 // boots a file is known by its inode and type (device numbers may
 // change), a device file by its device.
-func Check(t Table, restored map[int]int, boot string, own func(path string) bool) error {
+func Check(t Table, restored map[int]int, boot string) error {
 	for ns, ids := range t.Procs {
 		if len(ids) == 0 {
 			continue // held none (a zombie holds none, and is gone by now)
@@ -149,7 +162,9 @@ func Check(t Table, restored map[int]int, boot string, own func(path string) boo
 		if !ok {
 			return fmt.Errorf("restored tree lacks its process %d", ns)
 		}
-		held, err := Take([]Proc{{PID: pid, NSPID: ns}}, boot, own)
+		// Nothing left out: a path that led to a file of the caller's
+		// own, or of the kernel's, is another file all the same.
+		held, err := Take([]Proc{{PID: pid, NSPID: ns}}, boot, func(string) bool { return false })
 		if err != nil {
 			return fmt.Errorf("restored process %d: %w", ns, err)
 		}
@@ -191,7 +206,7 @@ func compare(was, now []Identity, sameBoot bool) error {
 		delete(links, got.Key)
 	}
 	for key := range links {
-		return fmt.Errorf("lacks the file it held at %s when it was dumped", key)
+		return fmt.Errorf("lacks the file it held at %s when it was dumped: %w", key, ErrMoved)
 	}
 	return compareMaps(wasMaps, nowMaps, sameBoot)
 }
@@ -203,7 +218,7 @@ func compareMaps(was, now []Identity, sameBoot bool) error {
 	for _, got := range now {
 		for i < len(was) && was[i].End <= got.Start {
 			if !covered(was[i], now) {
-				return fmt.Errorf("lacks the file it mapped at %s when it was dumped", was[i].Key)
+				return fmt.Errorf("lacks the file it mapped at %s when it was dumped: %w", was[i].Key, ErrMoved)
 			}
 			i++
 		}
@@ -220,7 +235,7 @@ func compareMaps(was, now []Identity, sameBoot bool) error {
 	}
 	for ; i < len(was); i++ {
 		if !covered(was[i], now) {
-			return fmt.Errorf("lacks the file it mapped at %s when it was dumped", was[i].Key)
+			return fmt.Errorf("lacks the file it mapped at %s when it was dumped: %w", was[i].Key, ErrMoved)
 		}
 	}
 	return nil
@@ -237,6 +252,8 @@ func same(want, got Identity, sameBoot bool) bool {
 	switch {
 	case want.Type != got.Type:
 		return false
+	case want.Path != "" || got.Path != "":
+		return want.Path == got.Path
 	case want.Type == unix.S_IFCHR || want.Type == unix.S_IFBLK:
 		return want.Rdev == got.Rdev
 	default:
@@ -247,10 +264,10 @@ func same(want, got Identity, sameBoot bool) bool {
 // identify reads the identity of the file a /proc link leads to.
 func identify(key, link string) (Identity, error) {
 	var st unix.Statx_t
-	if err := unix.Statx(unix.AT_FDCWD, link, unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE|unix.STATX_INO, &st); err != nil {
+	if err := unix.Statx(unix.AT_FDCWD, link, unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE|unix.STATX_INO|unix.STATX_NLINK, &st); err != nil {
 		return Identity{}, err
 	}
-	id := Identity{Key: key, Type: uint32(st.Mode) & unix.S_IFMT, Dev: unix.Mkdev(st.Dev_major, st.Dev_minor), Ino: st.Ino}
+	id := Identity{Key: key, Type: uint32(st.Mode) & unix.S_IFMT, Dev: unix.Mkdev(st.Dev_major, st.Dev_minor), Ino: st.Ino, nlink: st.Nlink}
 	if id.Type == unix.S_IFCHR || id.Type == unix.S_IFBLK {
 		id.Rdev = unix.Mkdev(st.Rdev_major, st.Rdev_minor)
 	}

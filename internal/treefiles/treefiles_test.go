@@ -2,6 +2,7 @@ package treefiles
 
 import (
 	"bufio"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,7 +77,7 @@ func TestCheckRefusesAnotherFileAtThePath(t *testing.T) {
 	if !recorded(table, 7, "fd/3") || !recorded(table, 7, "cwd") || !recorded(table, 7, "exe") {
 		t.Fatalf("the table lacks the descriptor, the working directory or the executable: %+v", table.Procs[7])
 	}
-	if err := Check(table, map[int]int{7: was}, "boot-1", noneOwn); err != nil {
+	if err := Check(table, map[int]int{7: was}, "boot-1"); err != nil {
 		t.Fatalf("the same process fails the check: %v", err)
 	}
 
@@ -86,7 +87,7 @@ func TestCheckRefusesAnotherFileAtThePath(t *testing.T) {
 	}
 	other := create(t, filepath.Join(dir, "f"), "BBBB")
 	now := holder(t, other, dir)
-	err = Check(table, map[int]int{7: now}, "boot-1", noneOwn)
+	err = Check(table, map[int]int{7: now}, "boot-1")
 	if err == nil || !strings.Contains(err.Error(), "fd/3") || !strings.Contains(err.Error(), "pointed elsewhere") {
 		t.Fatalf("another file at descriptor 3 passes the check: %v", err)
 	}
@@ -236,7 +237,7 @@ func TestCheckAccessAsTheOwner(t *testing.T) {
 		{"readable, written", open("pub-rw", 0o644, os.O_RDWR), "may not read and write"},
 	} {
 		pid := holder(t, tt.f, dir)
-		err := CheckAccess(map[int]int{1: pid}, noneOwn, asOwner)
+		err := CheckAccess(map[int]int{1: pid}, nil, asOwner)
 		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "fd/3")) {
 			t.Errorf("%s: %v", tt.name, err)
 		}
@@ -254,10 +255,38 @@ func TestCheckSkipsProcessesThatHeldNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	table.Procs[2] = nil // the zombie
-	if err := Check(table, map[int]int{1: pid}, "b", noneOwn); err != nil {
+	if err := Check(table, map[int]int{1: pid}, "b"); err != nil {
 		t.Fatalf("a process that held nothing is looked for: %v", err)
 	}
-	if err := Check(table, map[int]int{}, "b", noneOwn); err == nil || !strings.Contains(err.Error(), "lacks its process 1") {
+	if err := Check(table, map[int]int{}, "b"); err == nil || !strings.Contains(err.Error(), "lacks its process 1") {
 		t.Fatalf("a process that held files is not looked for: %v", err)
+	}
+}
+
+// TestTakeKnowsDeletedByLinksNotName: a file whose own name ends in
+// " (deleted)", as /proc shows a deleted one's, is recorded (CRIU reopens
+// it by its path); a deleted working directory fails the take (CRIU would
+// make it again at its path, as root).
+func TestTakeKnowsDeletedByLinksNotName(t *testing.T) {
+	dir := t.TempDir()
+	f := create(t, filepath.Join(dir, "x (deleted)"), "x")
+	pid := holder(t, f, dir)
+	table, err := Take([]Proc{{PID: pid, NSPID: 1}}, "b", noneOwn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !recorded(table, 1, "fd/3") {
+		t.Fatalf("a file named like a deleted one is not recorded: %+v", table.Procs[1])
+	}
+	gone := filepath.Join(dir, "gone")
+	if err := os.Mkdir(gone, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pid = holder(t, f, gone)
+	if err := os.Remove(gone); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Take([]Proc{{PID: pid, NSPID: 1}}, "b", noneOwn); !errors.Is(err, ErrDeletedDir) {
+		t.Fatalf("a deleted working directory: %v", err)
 	}
 }
