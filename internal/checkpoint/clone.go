@@ -16,7 +16,8 @@ const filesImage = "files.img"
 // CloneImage makes dst (which must not exist) an image of the same tree as
 // src whose regular files open at a path of reopen are reopened at the
 // path it maps to: a fork gives each copy its own log. Everything else is
-// hard-linked, so a clone costs no copy of the memory pages.
+// hard-linked, so a clone costs no copy of the memory pages; the clone's
+// sums are its own (writeSums).
 func CloneImage(src, dst string, reopen map[string]string) error {
 	if err := os.Mkdir(dst, 0o700); err != nil {
 		return fmt.Errorf("clone image: %w", err)
@@ -42,7 +43,7 @@ func CloneImage(src, dst string, reopen map[string]string) error {
 			return fmt.Errorf("clone image %s: %w", e.Name(), err)
 		}
 	}
-	return nil
+	return writeSums(dst)
 }
 
 // rewriteFiles copies a files image, renaming the regular files of reopen.

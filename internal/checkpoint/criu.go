@@ -221,10 +221,16 @@ func (c *CRIU) Dump(ctx context.Context, o DumpOpts) error {
 // restorable without it first (forgetCUDAPlugin), and one whose mounts
 // are gone from the host without them (leaveOutVanishedMounts).
 func (c *CRIU) Restore(ctx context.Context, o RestoreOpts) (int, error) {
+	if err := checkSums(o.Dir); err != nil {
+		return 0, &CRIUError{Op: "restore", Dir: o.Dir, Err: ErrFailed, Cause: err}
+	}
 	if err := forgetCUDAPlugin(o.Dir); err != nil {
 		return 0, &CRIUError{Op: "restore", Dir: o.Dir, Err: ErrFailed, Cause: err}
 	}
 	gone, err := leaveOutVanishedMounts(o.Dir)
+	if err == nil {
+		err = writeSums(o.Dir) // what the two changed
+	}
 	if err != nil {
 		return 0, &CRIUError{Op: "restore", Dir: o.Dir, Err: ErrFailed, Cause: err}
 	}
@@ -391,7 +397,8 @@ func ended(ctx context.Context) error {
 
 // sealImages makes the files CRIU wrote into an images directory root's
 // and private to root (CRIU writes them 0644, and as the tree's owner when
-// it ran as that owner); the directory itself is root's and 0700 already.
+// it ran as that owner), and records their sums (writeSums); the
+// directory itself is root's and 0700 already.
 func sealImages(dir string) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -409,7 +416,7 @@ func sealImages(dir string) error {
 			return fmt.Errorf("images %s: %w", dir, err)
 		}
 	}
-	return nil
+	return writeSums(dir)
 }
 
 // opError wraps a failed CRIU operation with the Error lines of its log.

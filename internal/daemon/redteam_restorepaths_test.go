@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/internal/treefiles"
@@ -137,12 +138,14 @@ func TestRedTeamRestorePathsPointedElsewhere(t *testing.T) {
 			t.Fatalf("after the refused thaw %s is %s (snapshot %q)", name, p.State, p.Snapshot)
 		}
 	}
-	// A snapshot without the record of its files (dumped before there was
-	// one): what the restored process holds must be what its owner may
-	// open as it holds it.
+	// A snapshot without the record of its files nor its images' sums
+	// (dumped before there were): what the restored process holds must be
+	// what its owner may open as it holds it.
 	for _, name := range names {
-		if err := os.Remove(filepath.Join(h.cfg.Snapshots(), h.proc(name).Snapshot, treefiles.FileName)); err != nil {
-			t.Fatal(err)
+		for _, record := range []string{treefiles.FileName, checkpoint.SumsFile} {
+			if err := os.Remove(filepath.Join(h.cfg.Snapshots(), h.proc(name).Snapshot, record)); err != nil {
+				t.Fatal(err)
+			}
 		}
 		out, code := ctl("thaw", name)
 		if code == 0 || !strings.Contains(out, "which its owner may not read") || !strings.Contains(out, "(permission_denied)") {
@@ -174,4 +177,33 @@ func TestRedTeamRestorePathsPointedElsewhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.followCount("rd", "read BBBB", 1)
+
+	// An image rewritten after the dump (as through a descriptor to it a
+	// process might get): the restore refuses it, and takes it back as it
+	// was.
+	if out, code := ctl("hibernate", "rd"); code != 0 {
+		t.Fatal(out)
+	}
+	cores, err := filepath.Glob(filepath.Join(h.cfg.Snapshots(), h.proc("rd").Snapshot, "core-*.img"))
+	if err != nil || len(cores) == 0 {
+		t.Fatalf("no core image: %v", err)
+	}
+	was, err := os.ReadFile(cores[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := append([]byte(nil), was...)
+	changed[len(changed)-1] ^= 1
+	if err := os.WriteFile(cores[0], changed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := ctl("thaw", "rd"); code == 0 || !strings.Contains(out, "changed since they were written") {
+		t.Fatalf("thaw of a rewritten image: exit %d: %s", code, out)
+	}
+	if err := os.WriteFile(cores[0], was, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := ctl("thaw", "rd"); code != 0 {
+		t.Fatalf("thaw of the image as it was: %s", out)
+	}
 }
