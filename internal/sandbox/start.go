@@ -85,6 +85,16 @@ func Start(ctx context.Context, s Spec) (*Started, error) {
 	if err != nil {
 		return nil, fmt.Errorf("handshake socketpair: %w", err)
 	}
+	// Our end non-blocking, so that os.NewFile makes it pollable and the
+	// handshake's deadline holds: the supervisor runs as the caller, who
+	// may stop it (SIGSTOP) before it answers, and a blocking read waited
+	// for good, the start, the caller's kill of it and the daemon's
+	// shutdown with it.
+	if err := unix.SetNonblock(fds[0], true); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, fmt.Errorf("handshake socketpair: %w", err)
+	}
 	ours := os.NewFile(uintptr(fds[0]), "supervisor-sync")
 	theirs := os.NewFile(uintptr(fds[1]), "supervisor-sync-child")
 	defer ours.Close()

@@ -177,6 +177,36 @@ func TestStartMissingCommand(t *testing.T) {
 	}
 }
 
+// TestSilentSupervisorFailsAtTheDeadline: a supervisor that never answers
+// the handshake (its caller stopped it, as any caller may) fails the
+// start at the call's deadline, and is killed. The read was blocking, its
+// deadline ignored: the start, the caller's kill of it and the daemon's
+// shutdown waited for good.
+func TestSilentSupervisorFailsAtTheDeadline(t *testing.T) {
+	tr := newTree(t)
+	silent := filepath.Join(tr.dir, "silent")
+	if err := os.WriteFile(silent, []byte("#!/bin/sh\nexec sleep 600\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	s := tr.spec("true")
+	s.SupervisorPath = silent
+	c, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := Start(c, s)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a silent supervisor started")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the start still waits on a silent supervisor 30 s past its deadline")
+	}
+}
+
 func TestRecordFailureStartsNothing(t *testing.T) {
 	tr := newTree(t)
 	marker := filepath.Join(tr.dir, "ran")
