@@ -73,10 +73,12 @@ func Enforce(path string, maxBytes int64, keep int) (rotated bool, err error) {
 }
 
 // copyFile copies src, from its start to its end at the time of copying, to
-// a new file at dst, replacing dst atomically and durably.
+// a new file at dst, replacing dst atomically and durably. What an earlier
+// copy to dst left (its writer killed mid-copy) goes first.
 func copyFile(src *os.File, dst string) error {
 	dir := filepath.Dir(dst)
-	tmp, err := os.CreateTemp(dir, filepath.Base(dst)+".*.tmp") // mode 0600
+	removeCopies(dst)
+	tmp, err := os.CreateTemp(dir, filepath.Base(dst)+copyPattern) // mode 0600
 	if err != nil {
 		return err
 	}
@@ -128,5 +130,19 @@ func checkKeep(path string, keep int) error {
 func Remove(path string, keep int) {
 	for i := 0; i <= keep; i++ {
 		os.Remove(rotatedPath(path, i))
+	}
+	removeCopies(rotatedPath(path, 1))
+}
+
+// copyPattern names copyFile's temporary copies, after their
+// destination's name.
+const copyPattern = ".*.tmp"
+
+// removeCopies removes the temporary copies to dst that copyFile left
+// (its writer, the tree's supervisor, killed mid-copy: its owner may).
+func removeCopies(dst string) {
+	stale, _ := filepath.Glob(dst + copyPattern)
+	for _, p := range stale {
+		os.Remove(p)
 	}
 }

@@ -191,3 +191,34 @@ func TestBytesAndRemoveTakeTheRotatedCopies(t *testing.T) {
 		}
 	}
 }
+
+// TestStaleCopiesGo: a copy a killed rotation left (NAME.log.1.N.tmp, the
+// supervisor killed mid-copy by its owner) goes at the log's next rotation
+// and with the log; nothing else counted it, and it stayed for good.
+func TestStaleCopiesGo(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "job@1001.log")
+	stale := path + ".1.2690207075.tmp"
+	other := filepath.Join(dir, "other@1001.log.1.1.tmp")
+	for _, p := range []string{path, stale, other} {
+		if err := os.WriteFile(p, []byte("x\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := Rotate(path, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("the stale copy stays after a rotation: %v", err)
+	}
+	if _, err := os.Stat(other); err != nil {
+		t.Fatalf("another log's copy went: %v", err)
+	}
+	if err := os.WriteFile(stale, []byte("x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	Remove(path, 1)
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Fatalf("the stale copy stays after the log is removed: %v", err)
+	}
+}
