@@ -78,3 +78,37 @@ func TestSnapshotRefusesSpecialFiles(t *testing.T) {
 		})
 	}
 }
+
+// TestUsedSaturates: forged usages whose sum passes 2^64 count as all of
+// it, not wrapped round to little (the allocator then handed a user
+// memory another user held).
+func TestUsedSaturates(t *testing.T) {
+	s := newScanResult()
+	uuid := DeviceUUID(0)
+	s.live[1] = record{Usage: map[string]uint64{uuid: 1<<64 - 1}}
+	s.live[2] = record{Usage: map[string]uint64{uuid: 1<<64 - 20000 + 1}}
+	if got := s.used(uuid); got != 1<<64-1 {
+		t.Fatalf("used %d, want 2^64-1", got)
+	}
+}
+
+// TestRecordOfManyLinksIsRefusedUnread: a record file with more than one
+// link is a user's copy (the daemon writes each whole and renames it into
+// place), refused from its metadata: thousands of links to one large file
+// had each scan read every one.
+func TestRecordOfManyLinksIsRefusedUnread(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "1.json")
+	if err := os.WriteFile(path, []byte(`{"pid":1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := readRecord(path); err != nil {
+		t.Fatalf("a record of one link: %v", err)
+	}
+	if err := os.Link(path, filepath.Join(dir, "2.json")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := readRecord(path); !errors.Is(err, errBadRecord) || !strings.Contains(err.Error(), "2 links") {
+		t.Fatalf("a record of two links: %v", err)
+	}
+}

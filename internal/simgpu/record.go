@@ -18,8 +18,9 @@ import (
 )
 
 const (
-	// maxRecordSize bounds what is read from a record file.
-	maxRecordSize = 64 << 10
+	// maxRecordSize bounds what is read from a record file (one of a
+	// process on 16 GPUs takes about 3 KiB).
+	maxRecordSize = 16 << 10
 	// maxStateSize bounds what is read from gpus.json, metrics.json and
 	// faults.json.
 	maxStateSize = 1 << 20
@@ -120,8 +121,15 @@ func readRecord(path string) (record, uint32, error) {
 	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return record{}, 0, err
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
 		return record{}, 0, fmt.Errorf("%s: %w: not a regular file", path, errBadRecord)
+	case st.Nlink != 1:
+		// Records are written whole and renamed into place: one of many
+		// links is a user's copy, each costing a read a scan.
+		return record{}, 0, fmt.Errorf("%s: %w: %d links", path, errBadRecord, st.Nlink)
+	case st.Size > maxRecordSize:
+		return record{}, 0, fmt.Errorf("%s: %w: larger than %d bytes", path, errBadRecord, maxRecordSize)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, maxRecordSize+1))
 	if err != nil {

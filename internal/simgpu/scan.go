@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -42,11 +43,18 @@ func (s *scanResult) untidy() map[uint32]bool {
 	return out
 }
 
-// used returns the live device usage on uuid.
+// used returns the live device usage on uuid. The sum saturates: records
+// are their users' own files, and a forged 2^64-1 wrapped it round to
+// little (the simulated allocator then handed out memory another user
+// held).
 func (s *scanResult) used(uuid string) uint64 {
 	var sum uint64
 	for _, rec := range s.live {
-		sum += rec.Usage[uuid]
+		u := rec.Usage[uuid]
+		if sum+u < sum {
+			return math.MaxUint64
+		}
+		sum += u
 	}
 	return sum
 }
