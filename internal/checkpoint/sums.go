@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -48,6 +49,9 @@ func writeSums(dir string) error {
 	b, err := json.Marshal(sums)
 	if err != nil {
 		return err
+	}
+	if was, err := os.ReadFile(filepath.Join(dir, SumsFile)); err == nil && bytes.Equal(was, b) {
+		return nil // as it was: a snapshot a restore read is left untouched
 	}
 	tmp := filepath.Join(dir, SumsFile+".tmp")
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
