@@ -195,13 +195,15 @@ func (c *CRIU) Dump(ctx context.Context, o DumpOpts) error {
 		defer o.PageServer.Close()
 		extra = append(extra, o.PageServer)
 	}
+	var hookErr error
 	err := withDir(o.Dir, func(fd int) error {
 		return c.do(ctx, worker{as: o.As, cgroups: o.Cgroups, cpus: o.CPUs}, extra, func(w *swrk) error {
 			_, err := w.call(&rpc.CriuReq{Type: rpc.CriuReqType_DUMP.Enum(), Opts: dumpRPC(o, fd)}, func(n *rpc.CriuNotify) error {
 				if n.GetScript() != "post-dump" || o.Dumped == nil {
 					return nil
 				}
-				return o.Dumped()
+				hookErr = o.Dumped()
+				return hookErr
 			})
 			return err
 		})
@@ -209,7 +211,10 @@ func (c *CRIU) Dump(ctx context.Context, o DumpOpts) error {
 	if err == nil {
 		err = sealImages(o.Dir)
 	}
-	if err != nil {
+	switch {
+	case hookErr != nil: // the caller's refusal, not CRIU's: its log says only that a script failed
+		return fmt.Errorf("criu dump of pid %d: %w", o.PID, hookErr)
+	case err != nil:
 		return c.opError("dump", o.PID, o.Dir, DumpLog, err)
 	}
 	return nil

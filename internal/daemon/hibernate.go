@@ -332,7 +332,12 @@ func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent
 	clearProcMount(d.sandboxHome(rec.ID))
 	err = d.criu.Dump(ctx, checkpoint.DumpOpts{Dir: dir, PID: rec.InitPID, Leave: leave, As: as,
 		PageServer: ps.TakeCRIUEnd(), Cgroups: place.dirs, CPUs: place.cpus,
-		Dumped: func() error { return d.takeTreeFiles(rec, dir) }})
+		Dumped: func() error {
+			if err := d.takeTreeFiles(rec, dir); err != nil {
+				return conflictf("%v", err) // the tree's doing, not the daemon's
+			}
+			return nil
+		}})
 	if err != nil {
 		ps.Close() // CRIU may never have connected
 	}

@@ -207,3 +207,59 @@ func TestRedTeamRestorePathsPointedElsewhere(t *testing.T) {
 		t.Fatalf("thaw of the image as it was: %s", out)
 	}
 }
+
+// TestRedTeamDumpRefusesWhatARestoreWouldReopenUnseen: a tree whose restore
+// would have CRIU, as root, reopen a path where no check of the restored
+// tree can see the result is not dumped: descriptors in flight in a socket
+// (SCM_RIGHTS; the process receives them once it runs), and a named pipe
+// (CRIU writes what was queued in it through its path before the tree is
+// checked). The hibernate fails naming why; the process is not lost.
+func TestRedTeamDumpRefusesWhatARestoreWouldReopenUnseen(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("needs /usr/bin/python3, which every user may run")
+	}
+	owner := testutil.NewUser(t, "gspath2", "gspath")
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group = "gspath" })
+	home := filepath.Join(testutil.ShortDir(t), "home")
+	if err := os.Mkdir(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(home, int(owner.UID), int(owner.GID)); err != nil {
+		t.Fatal(err)
+	}
+	scripts := map[string]string{
+		"inflight": `import socket, time
+a, b = socket.socketpair(socket.AF_UNIX)
+f = open("/etc/hostname")
+socket.send_fds(a, [b"x"], [f.fileno()])
+f.close()
+print("ready", flush=True)
+time.sleep(600)
+`,
+		"fifo": `import os, time
+p = os.path.join(os.getcwd(), "pipe")
+os.mkfifo(p)
+fd = os.open(p, os.O_RDWR)
+os.write(fd, b"queued")
+print("ready", flush=True)
+time.sleep(600)
+`,
+	}
+	for name, want := range map[string]string{"inflight": "in flight in a socket", "fifo": "named pipe"} {
+		script := filepath.Join(home, name+".py")
+		if err := os.WriteFile(script, []byte(scripts[name]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, errOut, code := h.ctlAs(owner, "run", name, "--dir", home, "--", "/usr/bin/python3", script); code != 0 {
+			t.Fatal(errOut)
+		}
+		h.followCount(name, "ready", 1)
+		_, errOut, code := h.ctlAs(owner, "hibernate", name)
+		if code == 0 || !strings.Contains(errOut, want) {
+			t.Fatalf("hibernate %s: exit %d: %s", name, code, errOut)
+		}
+		if p := h.proc(name); p.State == api.StateHibernated || p.State == api.StateExited {
+			t.Fatalf("after the refused hibernate %s is %s", name, p.State)
+		}
+	}
+}

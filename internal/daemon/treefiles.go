@@ -29,6 +29,9 @@ func (d *Daemon) takeTreeFiles(rec proctable.Record, dir string) error {
 	if err != nil {
 		return fmt.Errorf("files of the tree: %w", err)
 	}
+	if err := checkpoint.RightsInFlight(dir); err != nil {
+		return err
+	}
 	return treefiles.Save(dir, t)
 }
 
@@ -51,8 +54,11 @@ func (d *Daemon) checkTreeFiles(rec proctable.Record, initPID int, dir string) e
 	for ns, ref := range byNS {
 		pids[ns] = ref.PID
 	}
+	// What the daemon gave the tree, and what CRIU's restore keeps open in
+	// its processes until they run (its images and its log).
+	given := []string{rec.LogPath, rec.StatusPath, d.sandboxHome(rec.ID), d.helperPath, dir, filepath.Join(dir, checkpoint.RestoreLog)}
 	if t.Procs != nil {
-		if err := treefiles.Check(t, pids, d.bootID); err != nil {
+		if err := treefiles.Check(t, pids, d.bootID, given); err != nil {
 			return err
 		}
 	}
@@ -60,9 +66,6 @@ func (d *Daemon) checkTreeFiles(rec proctable.Record, initPID int, dir string) e
 		return nil
 	}
 	cred := sandbox.Cred{UID: rec.Owner.UID, GID: rec.Owner.GID, Groups: rec.Owner.Groups}
-	// What the daemon gave the tree, and what CRIU's restore keeps open in
-	// its processes until they run (its images and its log).
-	given := []string{rec.LogPath, rec.StatusPath, d.sandboxHome(rec.ID), d.helperPath, dir, filepath.Join(dir, checkpoint.RestoreLog)}
 	return treefiles.CheckAccess(pids, given, func(fn func() error) error { return sandbox.AsCaller(cred, fn) })
 }
 

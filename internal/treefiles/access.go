@@ -32,12 +32,7 @@ type held struct {
 // /proc (/proc/N/…, root's until CRIU sets the tree's credentials) pass.
 // restored maps namespace pids to host pids.
 func CheckAccess(restored map[int]int, given []string, asOwner func(func() error) error) error {
-	skip := map[[2]uint64]bool{}
-	for _, path := range given {
-		if id, err := identify("", path); err == nil {
-			skip[[2]uint64{id.Dev, id.Ino}] = true
-		}
-	}
+	skip := identities(given)
 	for ns, pid := range restored {
 		files, err := heldBy(pid, skip)
 		if err != nil {

@@ -42,6 +42,11 @@ var (
 // ErrDeletedDir is Take's error for a tree holding a deleted directory.
 var ErrDeletedDir = errors.New("the tree holds a deleted directory, which a restore would make again at its path")
 
+// ErrNamedPipe is Take's error for a tree holding a named pipe: CRIU
+// reopens it by its path, as root, and writes what was queued in it there
+// before anything can look.
+var ErrNamedPipe = errors.New("the tree holds a named pipe, which a restore would reopen by its path and write into")
+
 // ErrTooMany is Take's error for a tree holding more than MaxEntries.
 var ErrTooMany = fmt.Errorf("the tree holds more than %d files and file mappings by path", MaxEntries)
 
@@ -105,6 +110,8 @@ func Take(procs []Proc, boot string, own func(path string) bool) (Table, error) 
 				return nil // a socket, a pipe, an anonymous file; the caller's
 			case id.nlink == 0 && id.Type == unix.S_IFDIR:
 				return fmt.Errorf("%w: %s (%s)", ErrDeletedDir, strings.TrimSuffix(path, " (deleted)"), id.Key)
+			case id.Type == unix.S_IFIFO:
+				return fmt.Errorf("%w: %s (%s)", ErrNamedPipe, path, id.Key)
 			case id.nlink == 0:
 				return nil // deleted: CRIU restores it from the image
 			case kernelPath(path):
@@ -153,7 +160,8 @@ func kernelPath(path string) bool {
 // run: Take's tree was stopped, and CRIU imaged what it saw.) Across
 // boots a file is known by its inode and type (device numbers may
 // change), a device file by its device.
-func Check(t Table, restored map[int]int, boot string) error {
+func Check(t Table, restored map[int]int, boot string, given []string) error {
+	known := identities(given)
 	for ns, ids := range t.Procs {
 		if len(ids) == 0 {
 			continue // held none (a zombie holds none, and is gone by now)
@@ -168,7 +176,7 @@ func Check(t Table, restored map[int]int, boot string) error {
 		if err != nil {
 			return fmt.Errorf("restored process %d: %w", ns, err)
 		}
-		if err := compare(ids, held.Procs[ns], t.Boot == boot); err != nil {
+		if err := compare(ids, held.Procs[ns], t.Boot == boot, known); err != nil {
 			return fmt.Errorf("restored process %d %w", ns, err)
 		}
 	}
@@ -181,7 +189,7 @@ func Check(t Table, restored map[int]int, boot string) error {
 // the same files mapped (a restore may map as one what the kernel kept as
 // two mappings of one file, or the reverse). Both lists are in the order
 // Take makes them, the mappings by address.
-func compare(was, now []Identity, sameBoot bool) error {
+func compare(was, now []Identity, sameBoot bool, known map[[2]uint64]bool) error {
 	links := map[string]Identity{}
 	var wasMaps, nowMaps []Identity
 	for _, id := range was {
@@ -198,7 +206,10 @@ func compare(was, now []Identity, sameBoot bool) error {
 		}
 		w, ok := links[got.Key]
 		if !ok {
-			continue // CRIU's own until the tree runs (its root, its log)
+			if known[[2]uint64{got.Dev, got.Ino}] || got.path == "/" || got.path == "/proc" || remade(got) {
+				continue // CRIU's own until the tree runs: its images and log, the tree's root and proc
+			}
+			return fmt.Errorf("holds %s at %s, which it did not hold when it was dumped: %w", got.path, got.Key, ErrMoved)
 		}
 		if !same(w, got, sameBoot) {
 			return fmt.Errorf("holds %s at %s, where it held another file when it was dumped: %w", got.path, got.Key, ErrMoved)
@@ -208,12 +219,31 @@ func compare(was, now []Identity, sameBoot bool) error {
 	for key := range links {
 		return fmt.Errorf("lacks the file it held at %s when it was dumped: %w", key, ErrMoved)
 	}
-	return compareMaps(wasMaps, nowMaps, sameBoot)
+	return compareMaps(wasMaps, nowMaps, sameBoot, known)
+}
+
+// remade reports whether what a restored process holds is a file deleted
+// when the tree was dumped, which CRIU made again from the image and
+// unlinked: its dentry is unlinked, though CRIU may still hold a link of
+// its own until the tree runs. (A file of root's whose own name ends so,
+// reached by a path pointed elsewhere in the dump's last milliseconds, is
+// the one way past, and no such file is known.)
+func remade(id Identity) bool { return strings.HasSuffix(id.path, " (deleted)") }
+
+// identities are the device and inode of each of paths that exists.
+func identities(paths []string) map[[2]uint64]bool {
+	known := map[[2]uint64]bool{}
+	for _, p := range paths {
+		if id, err := identify("", p); err == nil {
+			known[[2]uint64{id.Dev, id.Ino}] = true
+		}
+	}
+	return known
 }
 
 // compareMaps checks that each address mapped in was maps the same file
 // in now, ranges sorted by address.
-func compareMaps(was, now []Identity, sameBoot bool) error {
+func compareMaps(was, now []Identity, sameBoot bool, known map[[2]uint64]bool) error {
 	i := 0
 	for _, got := range now {
 		for i < len(was) && was[i].End <= got.Start {
@@ -222,12 +252,17 @@ func compareMaps(was, now []Identity, sameBoot bool) error {
 			}
 			i++
 		}
-		// A mapping over no recorded one is of a file deleted when the
-		// tree was dumped, which CRIU made again from the image.
+		overlaps := false
 		for j := i; j < len(was) && was[j].Start < got.End; j++ {
 			if !same(was[j], got, sameBoot) {
 				return fmt.Errorf("maps %s at %s, where it mapped another file when it was dumped: %w", got.path, got.Key, ErrMoved)
 			}
+			overlaps = true
+		}
+		// A file deleted when the tree was dumped, which CRIU made again
+		// from the image, is deleted again by now and not in now.
+		if !overlaps && !known[[2]uint64{got.Dev, got.Ino}] && !remade(got) {
+			return fmt.Errorf("maps %s at %s, where it mapped no file when it was dumped: %w", got.path, got.Key, ErrMoved)
 		}
 	}
 	for ; i < len(was); i++ {
