@@ -9,10 +9,12 @@
 // tree's owner may, between a hibernate and its thaw (or during a fork's
 // dump), point such a path at another file, a symlink from their own
 // directory to /etc/shadow with a decoy of its size and mode first: root
-// then opened /etc/shadow for their process. Take records, before a dump,
-// the identity of every file the tree holds by a path; Check compares,
-// once CRIU has restored the tree and before it runs (CRIU's post-restore
-// notification), every one with what the restored processes hold.
+// then opened /etc/shadow for their process. Take records, as a dump ends
+// (CRIU's post-dump notification, the tree still seized), the identity of
+// every file the tree holds by a path; Check compares, once CRIU has
+// restored the tree and before it runs (CRIU's post-restore
+// notification), every one with what the restored processes hold, and
+// CheckAccess asks whether the owner may have each as it is held.
 package treefiles
 
 import (
