@@ -131,6 +131,9 @@ func Take(procs []Proc, boot string, own func(path string) bool) (Table, error) 
 			if err != nil {
 				return nil // gone meanwhile
 			}
+			if watchLinks[path] {
+				return keepWatches(p.PID, key, &ids, &n)
+			}
 			id, err := identify(key, link)
 			if err != nil {
 				return nil
@@ -146,6 +149,23 @@ func Take(procs []Proc, boot string, own func(path string) bool) (Table, error) 
 		t.Procs[p.NSPID] = ids
 	}
 	return t, nil
+}
+
+// keepWatches adds to ids the watches of process pid's inotify or
+// fanotify descriptor key (watchesOf).
+func keepWatches(pid int, key string, ids *[]Identity, n *int) error {
+	ws, err := watchesOf(key, "/proc/"+strconv.Itoa(pid)+"/fdinfo/"+strings.TrimPrefix(key, "fd/"))
+	if err != nil {
+		return nil // closed meanwhile
+	}
+	for _, w := range ws {
+		if *n++; *n > MaxEntries {
+			return ErrTooMany
+		}
+		w.path = "a watch of " + key
+		*ids = append(*ids, w)
+	}
+	return nil
 }
 
 // kernelPath reports whether path is under /proc or /sys, whose inodes

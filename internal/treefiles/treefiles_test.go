@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpusched/gpusched/internal/sandbox"
 	"github.com/gpusched/gpusched/internal/testutil"
 )
@@ -315,5 +317,40 @@ func TestCompareRefusesWhatWasNotHeld(t *testing.T) {
 	}
 	if err := compare(was, extra("/", 2), true, nil); err != nil {
 		t.Errorf("the tree's root: %v", err)
+	}
+}
+
+// TestCheckRefusesAWatchOfAnotherFile: CRIU re-adds an inotify watch by the
+// path it had, as root: a watch now on another directory (the watched
+// path pointed at one of root's) fails the check; the same watch passes.
+func TestCheckRefusesAWatchOfAnotherFile(t *testing.T) {
+	watch := func(dir string) *os.File {
+		t.Helper()
+		fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_ALL_EVENTS); err != nil {
+			t.Fatal(err)
+		}
+		f := os.NewFile(uintptr(fd), "inotify")
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	mine, roots := t.TempDir(), t.TempDir()
+	was := holder(t, watch(mine), mine)
+	table, err := Take([]Proc{{PID: was, NSPID: 1}}, "b", noneOwn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !recorded(table, 1, "fd/3/wd/1") {
+		t.Fatalf("the watch is not recorded: %+v", table.Procs[1])
+	}
+	if err := Check(table, map[int]int{1: was}, "b", nil); err != nil {
+		t.Fatalf("the same watch: %v", err)
+	}
+	now := holder(t, watch(roots), mine)
+	if err := Check(table, map[int]int{1: now}, "b", nil); !errors.Is(err, ErrMoved) || !strings.Contains(err.Error(), "fd/3/wd/1") {
+		t.Fatalf("a watch of another directory: %v", err)
 	}
 }
