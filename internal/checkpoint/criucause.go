@@ -1,5 +1,10 @@
 package checkpoint
 
+import (
+	"errors"
+	"strings"
+)
+
 // criuCause is an Error line of CRIU's dump log that means the tree holds
 // something CRIU cannot image, and what to tell the caller instead.
 type criuCause struct {
@@ -31,4 +36,22 @@ func unimageableWhy(lines []string) string {
 		}
 	}
 	return ""
+}
+
+// FileChanged reports whether err is a restore CRIU failed on its own
+// check of a file the tree held (criu/files-reg.c: "File %s has bad size
+// %lu (expect %lu)", "bad mode", "bad build-ID"): its lines tell the size
+// and mode of whatever the path now leads to, which the tree's owner may
+// not be allowed to know.
+func FileChanged(err error) bool {
+	var ce *CRIUError
+	if !errors.As(err, &ce) {
+		return false
+	}
+	for _, l := range ce.Lines {
+		if strings.Contains(l, " has bad size ") || strings.Contains(l, " has bad mode ") || strings.Contains(l, " has bad build-ID") {
+			return true
+		}
+	}
+	return false
 }

@@ -163,6 +163,11 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 		err = deniedf("%v", filesErr)
 	case errors.Is(filesErr, treefiles.ErrMoved):
 		err = conflictf("%v", filesErr)
+	case rec.Owner.UID != 0 && checkpoint.FileChanged(err):
+		// CRIU's lines give the size and mode of what the path leads to
+		// now, perhaps a file of root's its owner may not look at.
+		d.log.Warn("restore refused by CRIU's check of a file", zap.String("name", rec.Name), zap.Error(err))
+		err = conflictf("a file the tree held is not the one it held when it was dumped (CRIU found another size or mode at its path): a path it had was pointed elsewhere, or the file changed")
 	}
 	if err == nil {
 		var out proctable.Record
