@@ -48,9 +48,27 @@ func CheckAccess(restored map[int]int, given []string, asOwner func(func() error
 // ownProc matches a path in a tree's own /proc: its processes' files.
 var ownProc = regexp.MustCompile(`^/proc/[0-9]+/`)
 
-// checkHeld opens each of files O_PATH and asks, as the owner, for its
-// access.
+// checkBatch bounds the descriptors checkHeld holds open at once: a
+// user's tree may hold a quarter of a million files, and the daemon's
+// descriptors serve every user.
+const checkBatch = 512
+
+// checkHeld asks, as the owner, for each of files' access, a batch at a
+// time (checkBatchOf).
 func checkHeld(files []held, asOwner func(func() error) error) error {
+	for len(files) > 0 {
+		n := min(len(files), checkBatch)
+		if err := checkBatchOf(files[:n], asOwner); err != nil {
+			return err
+		}
+		files = files[n:]
+	}
+	return nil
+}
+
+// checkBatchOf opens each of files O_PATH and asks, as the owner, for its
+// access.
+func checkBatchOf(files []held, asOwner func(func() error) error) error {
 	fds := make([]int, 0, len(files))
 	defer func() {
 		for _, fd := range fds {

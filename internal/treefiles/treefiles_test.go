@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -352,5 +353,27 @@ func TestCheckRefusesAWatchOfAnotherFile(t *testing.T) {
 	now := holder(t, watch(roots), mine)
 	if err := Check(table, map[int]int{1: now}, "b", nil); !errors.Is(err, ErrMoved) || !strings.Contains(err.Error(), "fd/3/wd/1") {
 		t.Fatalf("a watch of another directory: %v", err)
+	}
+}
+
+// TestCheckHeldInBatches: the files are checked a batch at a time, so no
+// more than checkBatch descriptors are open at once, and a refusal in a
+// later batch is still found.
+func TestCheckHeldInBatches(t *testing.T) {
+	var files []held
+	for i := range checkBatch*2 + 1 {
+		files = append(files, held{key: "fd/" + strconv.Itoa(i), path: "/", link: "/", mode: unix.R_OK})
+	}
+	calls := 0
+	asOwner := func(fn func() error) error { calls++; return fn() }
+	if err := checkHeld(files, asOwner); err != nil || calls != 3 {
+		t.Fatalf("%d files: %d batches, %v", len(files), calls, err)
+	}
+	files[len(files)-1].mode = unix.W_OK
+	denyAll := func(fn func() error) error {
+		return sandbox.AsCaller(sandbox.Cred{UID: 65534, GID: 65534, Groups: []uint32{}}, fn)
+	}
+	if err := checkHeld(files, denyAll); !errors.Is(err, ErrDenied) {
+		t.Fatalf("a refusal in the last batch: %v", err)
 	}
 }
