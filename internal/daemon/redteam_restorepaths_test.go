@@ -1,11 +1,15 @@
 package daemon
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/checkpoint-restore/go-criu/v7/crit"
+	"github.com/checkpoint-restore/go-criu/v7/crit/images/fdinfo"
 
 	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/config"
@@ -221,7 +225,12 @@ func TestRedTeamRestorePathsPointedElsewhere(t *testing.T) {
 // tree can see the result is not dumped: descriptors in flight in a socket
 // (SCM_RIGHTS; the process receives them once it runs), and a named pipe
 // (CRIU writes what was queued in it through its path before the tree is
-// checked). The hibernate fails naming why; the process is not lost.
+// checked), and a Unix socket bound to a path (CRIU unlinks whatever socket
+// is at the path and binds the tree's there, as root: root's own socket,
+// once the user pointed the path's directory at it). Nor is one connected
+// to a listener outside the tree that has not accepted it, which no
+// restore could connect again. The hibernate fails naming why; the
+// process is not lost.
 func TestRedTeamDumpRefusesWhatARestoreWouldReopenUnseen(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		t.Skip("needs /usr/bin/python3, which every user may run")
@@ -235,7 +244,29 @@ func TestRedTeamDumpRefusesWhatARestoreWouldReopenUnseen(t *testing.T) {
 	if err := os.Chown(home, int(owner.UID), int(owner.GID)); err != nil {
 		t.Fatal(err)
 	}
+	outside := filepath.Join(testutil.ShortDir(t), "outside.sock")
+	l, err := net.Listen("unix", outside) // never accepts
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if err := os.Chmod(outside, 0o777); err != nil {
+		t.Fatal(err)
+	}
 	scripts := map[string]string{
+		"pathsock": `import os, socket, time
+s = socket.socket(socket.AF_UNIX)
+s.bind(os.path.join(os.getcwd(), "s"))
+s.listen()
+print("ready", flush=True)
+time.sleep(600)
+`,
+		"outside": `import socket, time
+c = socket.socket(socket.AF_UNIX)
+c.connect("` + outside + `")
+print("ready", flush=True)
+time.sleep(600)
+`,
 		"inflight": `import socket, time
 a, b = socket.socketpair(socket.AF_UNIX)
 f = open("/etc/hostname")
@@ -253,7 +284,8 @@ print("ready", flush=True)
 time.sleep(600)
 `,
 	}
-	for name, want := range map[string]string{"inflight": "in flight in a socket", "fifo": "named pipe"} {
+	for name, want := range map[string]string{"inflight": "in flight in a socket", "fifo": "named pipe",
+		"pathsock": "bound to a path", "outside": "connected to one outside it"} {
 		script := filepath.Join(home, name+".py")
 		if err := os.WriteFile(script, []byte(scripts[name]), 0o644); err != nil {
 			t.Fatal(err)
@@ -269,5 +301,97 @@ time.sleep(600)
 		if p := h.proc(name); p.State == api.StateHibernated || p.State == api.StateExited {
 			t.Fatalf("after the refused hibernate %s is %s", name, p.State)
 		}
+	}
+}
+
+// TestRedTeamThawRefusesASocketPathOfAnOldSnapshot: a user's snapshot
+// dumped before trees holding a socket bound to a path were refused (made
+// here from one holding an abstract socket, its name rewritten to the path
+// of root's listening socket and its sums and record removed, as a
+// snapshot of then had none) is not restored: CRIU would unlink root's
+// socket and bind the user's in its place, as root, before any check of
+// the restored tree. The thaw is refused as a conflict and root's socket
+// is the one it was; the process stays hibernated with its snapshot.
+func TestRedTeamThawRefusesASocketPathOfAnOldSnapshot(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("needs /usr/bin/python3, which every user may run")
+	}
+	owner := testutil.NewUser(t, "gspath3", "gspath")
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group = "gspath" })
+	rootSock := filepath.Join(testutil.ShortDir(t), "root.sock")
+	l, err := net.Listen("unix", rootSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	was, err := os.Stat(rootSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(testutil.ShortDir(t), "abstract.py")
+	if err := os.WriteFile(script, []byte(`import socket, time
+s = socket.socket(socket.AF_UNIX)
+s.bind("\0gs-oldsnap-sock")
+s.listen()
+print("ready", flush=True)
+time.sleep(600)
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := h.ctlAs(owner, "run", "old", "--", "/usr/bin/python3", script); code != 0 {
+		t.Fatal(errOut)
+	}
+	h.followCount("old", "ready", 1)
+	if _, errOut, code := h.ctlAs(owner, "hibernate", "old"); code != 0 {
+		t.Fatal(errOut)
+	}
+	snap := filepath.Join(h.cfg.Snapshots(), h.proc("old").Snapshot)
+	renameSocket(t, filepath.Join(snap, "files.img"), "\x00gs-oldsnap-sock", rootSock)
+	for _, record := range []string{treefiles.FileName, checkpoint.SumsFile} {
+		if err := os.Remove(filepath.Join(snap, record)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, errOut, code := h.ctlAs(owner, "thaw", "old")
+	if code == 0 || !strings.Contains(errOut, "bound to a path") || !strings.Contains(errOut, "(conflict)") {
+		t.Fatalf("thaw of an old snapshot binding root's socket path: exit %d: %s", code, errOut)
+	}
+	if now, err := os.Stat(rootSock); err != nil || !os.SameFile(was, now) {
+		t.Fatalf("root's socket after the refused thaw: %v (the same: %v)", err, err == nil && os.SameFile(was, now))
+	}
+	if p := h.proc("old"); p.State != api.StateHibernated || p.Snapshot == "" {
+		t.Fatalf("after the refused thaw old is %s (snapshot %q)", p.State, p.Snapshot)
+	}
+}
+
+// renameSocket rewrites the images' files.img so that the Unix socket
+// bound to name is bound to to instead.
+func renameSocket(t *testing.T, files, name, to string) {
+	t.Helper()
+	in, err := os.Open(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := crit.New(in, nil, "", false, false).Decode(&fdinfo.FileEntry{})
+	in.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range img.Entries {
+		if fe, ok := e.Message.(*fdinfo.FileEntry); ok && fe.Usk != nil && string(fe.Usk.GetName()) == name {
+			fe.Usk.Name, found = []byte(to), true
+		}
+	}
+	if !found {
+		t.Fatalf("no socket bound to %q in %s", name, files)
+	}
+	out, err := os.Create(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if err := crit.New(nil, out, "", false, false).Encode(img); err != nil {
+		t.Fatal(err)
 	}
 }

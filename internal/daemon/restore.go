@@ -136,6 +136,12 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 	}
 	rec = restoring
 	defer d.snaps.Foreground()()
+	// What a restore would do as root before the check of Restored can
+	// run; a snapshot dumped before its dump was refused for it is
+	// refused here.
+	if err := checkpoint.CheckImages(dir, rec.Owner.UID != 0); err != nil {
+		return rec, d.restoreFailed(rec, conflictf("%v", err))
+	}
 	rctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
 	if len(place.dirs) > 0 { // the owner may have made them, and freeze them
 		var stop context.CancelFunc
@@ -176,6 +182,12 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 		}
 		killAndReap(pid)
 	}
+	return rec, d.restoreFailed(rec, err)
+}
+
+// restoreFailed records rec hibernated again after a failed restore, its
+// snapshot kept, and returns the error to answer.
+func (d *Daemon) restoreFailed(rec proctable.Record, err error) error {
 	err = fmt.Errorf("restore: %w", err)
 	if _, uerr := d.table.Update(rec.Key(), func(r *proctable.Record) error {
 		r.State, r.Error = api.StateHibernated, err.Error()
@@ -184,7 +196,7 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 		d.log.Error("record failed restore", zap.String("name", rec.Name), zap.Error(uerr))
 	}
 	d.log.Warn("restore from disk failed; the snapshot is kept", zap.String("name", rec.Name), zap.String("snapshot", rec.Snapshot), zap.Error(err))
-	return rec, fmt.Errorf("%w; the process stays hibernated and snapshot %s is intact", err, rec.Snapshot)
+	return fmt.Errorf("%w; the process stays hibernated and snapshot %s is intact", err, rec.Snapshot)
 }
 
 // adoptRestored makes the tree CRIU restored at initPID the managed

@@ -29,7 +29,7 @@ func (d *Daemon) takeTreeFiles(rec proctable.Record, dir string) error {
 	if err != nil {
 		return fmt.Errorf("files of the tree: %w", err)
 	}
-	if err := checkpoint.RightsInFlight(dir); err != nil {
+	if err := checkpoint.CheckImages(dir, rec.Owner.UID != 0); err != nil {
 		return err
 	}
 	return treefiles.Save(dir, t)
