@@ -59,9 +59,15 @@ func (d *Daemon) thawFromPageSource(ctx context.Context, rec proctable.Record, d
 	}
 	if rec, err = d.restoreTree(ctx, rec, dir, true, false, opts.caller); err != nil {
 		src.Close()
-		d.log.Warn("restore with our page source failed; restoring with CRIU's reads", zap.String("name", rec.Name), zap.Error(err))
 		cur, ok := d.table.Get(rec.Key())
-		return res, cur, !ok || cur.ID != saved.ID, err
+		if refused := errors.Is(err, ErrConflict) || errors.Is(err, ErrPermission); refused || !ok || cur.ID != saved.ID {
+			// A refusal of what the tree holds is the answer: another
+			// restore of the same images would only meet it again, or
+			// pass where the owner changed paths meanwhile.
+			return res, cur, true, err
+		}
+		d.log.Warn("restore with our page source failed; restoring with CRIU's reads", zap.String("name", rec.Name), zap.Error(err))
+		return res, cur, false, err
 	}
 	restoreMS := msSince(t)
 	// Until every page is in, an end of the tree (one that met a page the

@@ -10,6 +10,10 @@ import (
 
 	"github.com/checkpoint-restore/go-criu/v7/crit"
 	"github.com/checkpoint-restore/go-criu/v7/crit/images/fdinfo"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/config"
@@ -310,14 +314,22 @@ time.sleep(600)
 // of root's listening socket and its sums and record removed, as a
 // snapshot of then had none) is not restored: CRIU would unlink root's
 // socket and bind the user's in its place, as root, before any check of
-// the restored tree. The thaw is refused as a conflict and root's socket
-// is the one it was; the process stays hibernated with its snapshot.
+// the restored tree. The thaw is refused as a conflict, once: a refusal
+// of what the tree holds is not retried by another way of restoring (a
+// second restore of the same images would pass where the owner put the
+// paths back meanwhile). Root's socket is the one it was; the process
+// stays hibernated with its snapshot.
 func TestRedTeamThawRefusesASocketPathOfAnOldSnapshot(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		t.Skip("needs /usr/bin/python3, which every user may run")
 	}
 	owner := testutil.NewUser(t, "gspath3", "gspath")
-	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group = "gspath" })
+	h := prepareCkpt(t, config.DriverSim, func(c *config.Config) {
+		c.Group, c.CRIU, c.StreamRestore = "gspath", testutil.CRIU(t), true
+	})
+	core, warnings := observer.New(zap.WarnLevel)
+	h.opts = append(h.opts, WithLogger(zap.New(zapcore.NewTee(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Core(), core))))
+	h.begin()
 	rootSock := filepath.Join(testutil.ShortDir(t), "root.sock")
 	l, err := net.Listen("unix", rootSock)
 	if err != nil {
@@ -361,6 +373,9 @@ time.sleep(600)
 	}
 	if p := h.proc("old"); p.State != api.StateHibernated || p.Snapshot == "" {
 		t.Fatalf("after the refused thaw old is %s (snapshot %q)", p.State, p.Snapshot)
+	}
+	if n := warnings.FilterMessage("restore from disk failed; the snapshot is kept").Len(); n != 1 {
+		t.Fatalf("the refused thaw tried %d restores; want 1", n)
 	}
 }
 
