@@ -29,7 +29,12 @@ func CloneImage(src, dst string, reopen map[string]string) error {
 	for _, e := range ents {
 		from, to := filepath.Join(src, e.Name()), filepath.Join(dst, e.Name())
 		switch {
+		case e.Name() == filesImage+dumpedMountsSuffix: // src's restore is staging its ghosts (stageGhosts)
+			continue
 		case e.Name() == filesImage:
+			if _, err := os.Lstat(from + dumpedMountsSuffix); err == nil {
+				from += dumpedMountsSuffix // as dumped
+			}
 			err = rewriteFiles(from, to, reopen)
 		case e.Type()&os.ModeSymlink != 0:
 			var target string

@@ -226,6 +226,9 @@ func (c *CRIU) Dump(ctx context.Context, o DumpOpts) error {
 // restorable without it first (forgetCUDAPlugin), and one whose mounts
 // are gone from the host without them (leaveOutVanishedMounts).
 func (c *CRIU) Restore(ctx context.Context, o RestoreOpts) (int, error) {
+	if err := unstageGhosts(o.Dir); err != nil { // a restore the daemon died in left it so
+		return 0, &CRIUError{Op: "restore", Dir: o.Dir, Err: ErrFailed, Cause: err}
+	}
 	if err := checkSums(o.Dir); err != nil {
 		return 0, &CRIUError{Op: "restore", Dir: o.Dir, Err: ErrFailed, Cause: err}
 	}
@@ -242,6 +245,11 @@ func (c *CRIU) Restore(ctx context.Context, o RestoreOpts) (int, error) {
 	if len(gone) > 0 && o.MountsLeftOut != nil {
 		o.MountsLeftOut(gone)
 	}
+	unstage, err := stageGhosts(o.Dir)
+	if err != nil {
+		return 0, &CRIUError{Op: "restore", Dir: o.Dir, Err: ErrFailed, Cause: err}
+	}
+	defer unstage()
 	pid := 0
 	var hookErr error
 	err = withDir(o.Dir, func(fd int) error {

@@ -44,12 +44,21 @@ var (
 //     where user is set (the tree is not root's);
 //   - cannot connect a socket to a peer it did not image: the restore fails
 //     ("Peer %d unresolved", criu/sk-unix.c), so the dump would leave a
-//     process no thaw brings back.
+//     process no thaw brings back;
+//   - makes a deleted file it holds again by its path, unless a directory
+//     only root may change can stage it on its mount (ghostStages).
 func CheckImages(dir string, user bool) error {
 	if err := rightsInFlight(dir); err != nil {
 		return err
 	}
-	return unixSockets(dir, user)
+	if err := unixSockets(dir, user); err != nil {
+		return err
+	}
+	ghosts, _, err := ghostsOf(dir)
+	if err == nil && len(ghosts) > 0 {
+		_, err = ghostStages(dir, ghosts)
+	}
+	return err
 }
 
 // openImage opens the image name in dir; ok is false where there is none.

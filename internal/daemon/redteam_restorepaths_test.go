@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/config"
@@ -409,4 +410,89 @@ func renameSocket(t *testing.T, files, name, to string) {
 	if err := crit.New(nil, out, "", false, false).Encode(img); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestRedTeamThawMakesDeletedFilesAwayFromTheirPath: CRIU makes a file the
+// tree held after deleting it again by its old path, as root, linking and
+// unlinking there (red team H1: with a lease on CRIU's copy holding its
+// open, an owner who then pointed the directory at one of root's had root
+// unlink a file of root's by name, or leave theirs there). A real user's
+// process holds a deleted file of theirs; after the hibernate its
+// directory is swapped for a symlink to a root-only one holding a file of
+// that name. The thaw goes through, the process reads its file's content,
+// and nothing is made in, or removed from, root's directory.
+func TestRedTeamThawMakesDeletedFilesAwayFromTheirPath(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("needs /usr/bin/python3, which every user may run")
+	}
+	owner := testutil.NewUser(t, "gspath4", "gspath")
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group = "gspath" })
+	home := filepath.Join(testutil.ShortDir(t), "home")
+	d := filepath.Join(home, "d")
+	for _, dir := range []string{home, d} {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, int(owner.UID), int(owner.GID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rootDir := filepath.Join(testutil.ShortDir(t), "root-only")
+	if err := os.Mkdir(rootDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rootFile := filepath.Join(rootDir, "victim")
+	if err := os.WriteFile(rootFile, []byte("root's own"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(home, "deleted.py")
+	if err := os.WriteFile(script, []byte(`import os, signal, sys
+f = open(sys.argv[1], "w+")
+f.write("the user's own")
+f.flush()
+os.unlink(sys.argv[1])
+def read(*_):
+    f.seek(0)
+    print("read " + f.read(), flush=True)
+signal.signal(signal.SIGUSR1, read)
+read()
+while True:
+    signal.pause()
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := h.ctlAs(owner, "run", "del", "--dir", home, "--", "/usr/bin/python3", script, filepath.Join(d, "victim")); code != 0 {
+		t.Fatal(errOut)
+	}
+	h.followCount("del", "read the user's own", 1)
+	if _, errOut, code := h.ctlAs(owner, "hibernate", "del"); code != 0 {
+		t.Fatal(errOut)
+	}
+	if err := os.Rename(d, d+".kept"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(rootDir, d); err != nil {
+		t.Fatal(err)
+	}
+	in, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(in)
+	if _, err := unix.InotifyAddWatch(in, rootDir, unix.IN_CREATE|unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_MOVED_TO|unix.IN_ATTRIB); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := h.ctlAs(owner, "thaw", "del"); code != 0 {
+		t.Fatalf("thaw: %s", errOut)
+	}
+	if n, _ := unix.Read(in, make([]byte, 4096)); n > 0 {
+		t.Fatal("the thaw made or removed files in root's directory, where the deleted file's path was pointed")
+	}
+	if b, err := os.ReadFile(rootFile); err != nil || string(b) != "root's own" {
+		t.Fatalf("root's file: %q, %v", b, err)
+	}
+	if _, errOut, code := h.ctlAs(owner, "kill", "--signal", "USR1", "del"); code != 0 {
+		t.Fatal(errOut)
+	}
+	h.followCount("del", "read the user's own", 2)
 }

@@ -1,0 +1,121 @@
+package checkpoint
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/testutil"
+)
+
+// TestRestoreStagesGhosts: a tree holding a file it deleted, whose
+// directory is then swapped for a symlink to another (as an owner would
+// point it at one of root's), is restored with its file's content, and
+// CRIU makes nothing in, and removes nothing from, the directory the path
+// now leads to: the ghost is made again in a stage of root's. Without
+// the stage CRIU makes "victim.cr.1.ghost" there and links and unlinks by
+// the path (red team H1: root's file of that name unlinked). A tree
+// restored twice finds its files image as dumped each time.
+func TestRestoreStagesGhosts(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("needs /usr/bin/python3")
+	}
+	c := newTestCRIU(t)
+	work := t.TempDir()
+	d, elsewhere := filepath.Join(work, "d"), filepath.Join(work, "elsewhere")
+	for _, dir := range []string{d, elsewhere} {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rootFile := filepath.Join(elsewhere, "victim")
+	if err := os.WriteFile(rootFile, []byte("root's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(work, "job.log")
+	cmd := exec.Command("/usr/bin/python3", "-c", `import os, signal, sys
+p = sys.argv[1]
+f = open(p, "w+")
+f.write("hello")
+f.flush()
+os.unlink(p)
+def read(*_):
+    f.seek(0)
+    print("read " + f.read(), flush=True)
+signal.signal(signal.SIGUSR1, read)
+read()
+while True:
+    signal.pause()
+`, filepath.Join(d, "victim"))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	testutil.InTree(cmd, log)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitLog(t, log, "read hello\n")
+	dir := imagesDir(t)
+	if err := c.Dump(context.Background(), DumpOpts{Dir: dir, PID: cmd.Process.Pid}); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	files, err := os.ReadFile(filepath.Join(dir, filesImage))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(d, d+".kept"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, d); err != nil {
+		t.Fatal(err)
+	}
+	in, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(in)
+	if _, err := unix.InotifyAddWatch(in, elsewhere, unix.IN_CREATE|unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_MOVED_TO|unix.IN_ATTRIB); err != nil {
+		t.Fatal(err)
+	}
+	for round := 1; round <= 2; round++ {
+		pid, err := c.Restore(context.Background(), RestoreOpts{Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Kill(pid, unix.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		waitLog(t, log, strings.Repeat("read hello\n", round+1))
+		_ = unix.Kill(pid, unix.SIGKILL)
+		_, _ = unix.Wait4(pid, nil, 0, nil)
+		buf := make([]byte, 4096)
+		if n, _ := unix.Read(in, buf); n > 0 {
+			var names []string
+			for off := 0; off+unix.SizeofInotifyEvent <= n; {
+				ev := (*unix.InotifyEvent)(unsafePointer(&buf[off]))
+				name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
+				names = append(names, name)
+				off += unix.SizeofInotifyEvent + int(ev.Len)
+			}
+			t.Fatalf("restore %d acted in the directory the path was pointed at: %v", round, names)
+		}
+		if b, err := os.ReadFile(rootFile); err != nil || string(b) != "root's" {
+			t.Fatalf("the file the path now leads to: %q, %v", b, err)
+		}
+		if now, err := os.ReadFile(filepath.Join(dir, filesImage)); err != nil || string(now) != string(files) {
+			t.Fatalf("restore %d left the files image changed (%v)", round, err)
+		}
+		if left, _ := filepath.Glob(filepath.Join(dir, ".gpusched-ghosts-*")); len(left) > 0 {
+			t.Fatalf("restore %d left its stage: %v", round, left)
+		}
+	}
+}
+
+func unsafePointer(b *byte) unsafe.Pointer { return unsafe.Pointer(b) }
