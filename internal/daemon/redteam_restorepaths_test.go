@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -495,4 +496,79 @@ while True:
 		t.Fatal(errOut)
 	}
 	h.followCount("del", "read the user's own", 2)
+}
+
+// TestRedTeamThawGivesSocketsBackToTheOwner: CRIU makes a restored tree's
+// sockets as root's and binds them with SO_REUSEPORT on (red team H2: a
+// user's listener, thawed while root's SO_REUSEPORT service listened on
+// its port, took every connection meant for root's). A real user's
+// listener is hibernated and root listens on its port with SO_REUSEPORT:
+// the thaw is refused as a conflict naming the port, and root's listener
+// keeps its connections. With root's listener gone the thaw goes through
+// and the listener is the user's (its uid in /proc/net/tcp; root's it
+// was before).
+func TestRedTeamThawGivesSocketsBackToTheOwner(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("needs /usr/bin/python3, which every user may run")
+	}
+	owner := testutil.NewUser(t, "gspath5", "gspath")
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) { c.Group = "gspath" })
+	script := filepath.Join(testutil.ShortDir(t), "listen.py")
+	if err := os.WriteFile(script, []byte(`import socket, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen()
+print("port %d" % s.getsockname()[1], flush=True)
+time.sleep(600)
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := h.ctlAs(owner, "run", "srv", "--", "/usr/bin/python3", script); code != 0 {
+		t.Fatal(errOut)
+	}
+	h.followCount("srv", "port ", 1)
+	var port int
+	for _, l := range mustLogs(t, h, "srv") {
+		if p, ok := strings.CutPrefix(l, "port "); ok {
+			port, _ = strconv.Atoi(strings.TrimSpace(p))
+		}
+	}
+	if _, errOut, code := h.ctlAs(owner, "hibernate", "srv"); code != 0 {
+		t.Fatal(errOut)
+	}
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(fd, 8); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := h.ctlAs(owner, "thaw", "srv")
+	if code == 0 || !strings.Contains(errOut, "port "+strconv.Itoa(port)) || !strings.Contains(errOut, "(conflict)") {
+		unix.Close(fd)
+		t.Fatalf("thaw of a listener on the port of root's: exit %d: %s", code, errOut)
+	}
+	unix.Close(fd)
+	if _, errOut, code := h.ctlAs(owner, "thaw", "srv"); code != 0 {
+		t.Fatalf("thaw with root's listener gone: %s", errOut)
+	}
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid := ""
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 9 && f[1] == fmt.Sprintf("0100007F:%04X", port) && f[3] == "0A" {
+			uid = f[7]
+		}
+	}
+	if uid != strconv.Itoa(int(owner.UID)) {
+		t.Fatalf("the thawed listener's uid: %q, want the owner's %d", uid, owner.UID)
+	}
 }

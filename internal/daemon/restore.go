@@ -16,6 +16,7 @@ import (
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/internal/sandbox"
 	"github.com/gpusched/gpusched/internal/treefiles"
+	"github.com/gpusched/gpusched/internal/treesockets"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -167,7 +168,7 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 	switch {
 	case errors.Is(filesErr, treefiles.ErrDenied):
 		err = deniedf("%v", filesErr)
-	case errors.Is(filesErr, treefiles.ErrMoved):
+	case errors.Is(filesErr, treefiles.ErrMoved), errors.Is(filesErr, treesockets.ErrShared):
 		err = conflictf("%v", filesErr)
 	case rec.Owner.UID != 0 && checkpoint.FileChanged(err):
 		// CRIU's lines give the size and mode of what the path leads to

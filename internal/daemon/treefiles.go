@@ -3,13 +3,16 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/internal/sandbox"
 	"github.com/gpusched/gpusched/internal/treefiles"
+	"github.com/gpusched/gpusched/internal/treesockets"
 )
 
 // takeTreeFiles records, as CRIU ends a dump of rec's tree into dir (the
@@ -40,7 +43,8 @@ func (d *Daemon) takeTreeFiles(rec proctable.Record, dir string) error {
 // path than it held when dumped (treefiles.Check, where the image has a
 // record: those dumped before 2026-11-29 have none), or, for a user's
 // tree, one its owner may not have as the process holds it
-// (treefiles.CheckAccess).
+// (treefiles.CheckAccess); a user's tree then has its sockets, which CRIU
+// made as root's, given back (treesockets.Own).
 func (d *Daemon) checkTreeFiles(rec proctable.Record, initPID int, dir string) error {
 	t, err := treefiles.Load(dir)
 	if err != nil && !errors.Is(err, treefiles.ErrNone) {
@@ -66,7 +70,10 @@ func (d *Daemon) checkTreeFiles(rec proctable.Record, initPID int, dir string) e
 		return nil
 	}
 	cred := sandbox.Cred{UID: rec.Owner.UID, GID: rec.Owner.GID, Groups: rec.Owner.Groups}
-	return treefiles.CheckAccess(pids, given, func(fn func() error) error { return sandbox.AsCaller(cred, fn) })
+	if err := treefiles.CheckAccess(pids, given, func(fn func() error) error { return sandbox.AsCaller(cred, fn) }); err != nil {
+		return err
+	}
+	return treesockets.Own(slices.Collect(maps.Values(pids)), rec.Owner.UID, rec.Owner.GID)
 }
 
 // givenFile reports whether path is one the daemon gave a tree: in a

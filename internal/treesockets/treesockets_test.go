@@ -1,0 +1,139 @@
+package treesockets
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// listener is a TCP listener on 127.0.0.1:port (0: any free port) with
+// SO_REUSEPORT on, as CRIU binds a restored one.
+func listener(t *testing.T, port int) *os.File {
+	t.Helper()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(fd, 8); err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fd), "listener")
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+func portOf(t *testing.T, f *os.File) int {
+	t.Helper()
+	sa, err := unix.Getsockname(int(f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sa.(*unix.SockaddrInet4).Port
+}
+
+// holder starts a process holding files (closed here) from its fd 3 on.
+func holder(t *testing.T, files ...*os.File) int {
+	t.Helper()
+	cmd := exec.Command("sleep", "600")
+	cmd.ExtraFiles = files
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	for _, f := range files {
+		f.Close()
+	}
+	return cmd.Process.Pid
+}
+
+// tableUID is the uid /proc/net/tcp gives the socket listening on port.
+func tableUID(t *testing.T, port int) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(l)
+		if len(f) > 9 && strings.HasSuffix(f[1], fmt.Sprintf(":%04X", port)) && f[3] == "0A" {
+			return f[7]
+		}
+	}
+	t.Fatalf("nothing listens on port %d", port)
+	return ""
+}
+
+// TestOwnGivesSocketsToTheOwner: sockets a process holds, made by root
+// (as CRIU makes a restored tree's), become the owner's: a listener's
+// uid in /proc/net/tcp, and a socket kept unbound can no longer join a
+// SO_REUSEPORT group of root's (red team H2: one kept through a thaw and
+// bound later took half of root's connections).
+func TestOwnGivesSocketsToTheOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	l := listener(t, 0)
+	port := portOf(t, l)
+	rootsPort := portOf(t, listener(t, 0)) // root's service, SO_REUSEPORT
+	spare, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := holder(t, l, os.NewFile(uintptr(spare), "spare"))
+	if uid := tableUID(t, port); uid != "0" {
+		t.Fatalf("before: uid %s", uid)
+	}
+	if err := Own([]int{pid}, 4242, 4242); err != nil {
+		t.Fatal(err)
+	}
+	if uid := tableUID(t, port); uid != "4242" {
+		t.Fatalf("after Own: uid %s, want 4242", uid)
+	}
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pidfd)
+	fd, err := unix.PidfdGetfd(pidfd, 4, 0) // the spare socket
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: rootsPort, Addr: [4]byte{127, 0, 0, 1}}); !errors.Is(err, unix.EADDRINUSE) {
+		t.Fatalf("the spare socket's SO_REUSEPORT bind to root's port: %v, want EADDRINUSE", err)
+	}
+}
+
+// TestOwnRefusesAPortShared: a tree's listener bound to the port of a
+// listener outside it (as CRIU's forced SO_REUSEPORT let it join root's)
+// is refused with ErrShared; one on a port of its own is not.
+func TestOwnRefusesAPortShared(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	outside := listener(t, 0)
+	port := portOf(t, outside)
+	pid := holder(t, listener(t, port))
+	if err := Own([]int{pid}, 4242, 4242); !errors.Is(err, ErrShared) || !strings.Contains(err.Error(), "port "+strconv.Itoa(port)) {
+		t.Fatalf("Own: %v, want ErrShared naming port %d", err, port)
+	}
+	alone := holder(t, listener(t, 0))
+	if err := Own([]int{alone}, 4242, 4242); err != nil {
+		t.Fatalf("a listener of its own port: %v", err)
+	}
+}
