@@ -23,12 +23,29 @@ import (
 // the stage CRIU makes "victim.cr.1.ghost" there and links and unlinks by
 // the path (red team H1: root's file of that name unlinked). A tree
 // restored twice finds its files image as dumped each time.
+// The file is held on the images' own mount (staged in the images
+// directory) and on /dev/shm's tmpfs (staged at that mount's top).
 func TestRestoreStagesGhosts(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		t.Skip("needs /usr/bin/python3")
 	}
+	t.Run("images' mount", func(t *testing.T) { restoreStagesGhosts(t, t.TempDir()) })
+	t.Run("a mount of its own", func(t *testing.T) {
+		var shm, tmp unix.Stat_t
+		if unix.Stat("/dev/shm", &shm) != nil || unix.Stat(t.TempDir(), &tmp) != nil || shm.Dev == tmp.Dev {
+			t.Skip("needs /dev/shm on a mount of its own")
+		}
+		work, err := os.MkdirTemp("/dev/shm", "gs-ghosts-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(work) })
+		restoreStagesGhosts(t, work)
+	})
+}
+
+func restoreStagesGhosts(t *testing.T, work string) {
 	c := newTestCRIU(t)
-	work := t.TempDir()
 	d, elsewhere := filepath.Join(work, "d"), filepath.Join(work, "elsewhere")
 	for _, dir := range []string{d, elsewhere} {
 		if err := os.Mkdir(dir, 0o755); err != nil {
@@ -112,7 +129,9 @@ while True:
 		if now, err := os.ReadFile(filepath.Join(dir, filesImage)); err != nil || string(now) != string(files) {
 			t.Fatalf("restore %d left the files image changed (%v)", round, err)
 		}
-		if left, _ := filepath.Glob(filepath.Join(dir, ".gpusched-ghosts-*")); len(left) > 0 {
+		left, _ := filepath.Glob(filepath.Join(dir, ".gpusched-ghosts-*"))
+		shmLeft, _ := filepath.Glob("/dev/shm/.gpusched-ghosts-*")
+		if left = append(left, shmLeft...); len(left) > 0 {
 			t.Fatalf("restore %d left its stage: %v", round, left)
 		}
 	}
