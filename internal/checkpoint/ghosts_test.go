@@ -8,7 +8,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -29,7 +28,7 @@ func TestRestoreStagesGhosts(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		t.Skip("needs /usr/bin/python3")
 	}
-	t.Run("images' mount", func(t *testing.T) { restoreStagesGhosts(t, t.TempDir()) })
+	t.Run("images' mount", func(t *testing.T) { restoreStagesGhosts(t, t.TempDir(), false) })
 	t.Run("a mount of its own", func(t *testing.T) {
 		var shm, tmp unix.Stat_t
 		if unix.Stat("/dev/shm", &shm) != nil || unix.Stat(t.TempDir(), &tmp) != nil || shm.Dev == tmp.Dev {
@@ -40,11 +39,11 @@ func TestRestoreStagesGhosts(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { os.RemoveAll(work) })
-		restoreStagesGhosts(t, work)
+		restoreStagesGhosts(t, work, true)
 	})
 }
 
-func restoreStagesGhosts(t *testing.T, work string) {
+func restoreStagesGhosts(t *testing.T, work string, atMountTop bool) {
 	c := newTestCRIU(t)
 	d, elsewhere := filepath.Join(work, "d"), filepath.Join(work, "elsewhere")
 	for _, dir := range []string{d, elsewhere} {
@@ -57,20 +56,7 @@ func restoreStagesGhosts(t *testing.T, work string) {
 		t.Fatal(err)
 	}
 	log := filepath.Join(work, "job.log")
-	cmd := exec.Command("/usr/bin/python3", "-c", `import os, signal, sys
-p = sys.argv[1]
-f = open(p, "w+")
-f.write("hello")
-f.flush()
-os.unlink(p)
-def read(*_):
-    f.seek(0)
-    print("read " + f.read(), flush=True)
-signal.signal(signal.SIGUSR1, read)
-read()
-while True:
-    signal.pause()
-`, filepath.Join(d, "victim"))
+	cmd := exec.Command("/usr/bin/python3", "-c", testutil.DeletedFileHolder, filepath.Join(d, "victim"), "hello")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	testutil.InTree(cmd, log)
 	if err := cmd.Start(); err != nil {
@@ -93,14 +79,11 @@ while True:
 	if err := os.Symlink(elsewhere, d); err != nil {
 		t.Fatal(err)
 	}
-	in, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
-	if err != nil {
-		t.Fatal(err)
+	stage := stagedAt(t, dir)
+	if want := dir + "/"; atMountTop && !strings.HasPrefix(stage, "/dev/shm/.gpusched-ghosts-") || !atMountTop && !strings.HasPrefix(stage, want) {
+		t.Fatalf("staged at %s (want it at the mount's top: %v)", stage, atMountTop)
 	}
-	defer unix.Close(in)
-	if _, err := unix.InotifyAddWatch(in, elsewhere, unix.IN_CREATE|unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_MOVED_TO|unix.IN_ATTRIB); err != nil {
-		t.Fatal(err)
-	}
+	seen := testutil.WatchDir(t, elsewhere)
 	for round := 1; round <= 2; round++ {
 		pid, err := c.Restore(context.Background(), RestoreOpts{Dir: dir})
 		if err != nil {
@@ -112,15 +95,7 @@ while True:
 		waitLog(t, log, strings.Repeat("read hello\n", round+1))
 		_ = unix.Kill(pid, unix.SIGKILL)
 		_, _ = unix.Wait4(pid, nil, 0, nil)
-		buf := make([]byte, 4096)
-		if n, _ := unix.Read(in, buf); n > 0 {
-			var names []string
-			for off := 0; off+unix.SizeofInotifyEvent <= n; {
-				ev := (*unix.InotifyEvent)(unsafePointer(&buf[off]))
-				name := strings.TrimRight(string(buf[off+unix.SizeofInotifyEvent:off+unix.SizeofInotifyEvent+int(ev.Len)]), "\x00")
-				names = append(names, name)
-				off += unix.SizeofInotifyEvent + int(ev.Len)
-			}
+		if names := seen(); len(names) > 0 {
 			t.Fatalf("restore %d acted in the directory the path was pointed at: %v", round, names)
 		}
 		if b, err := os.ReadFile(rootFile); err != nil || string(b) != "root's" {
@@ -129,12 +104,40 @@ while True:
 		if now, err := os.ReadFile(filepath.Join(dir, filesImage)); err != nil || string(now) != string(files) {
 			t.Fatalf("restore %d left the files image changed (%v)", round, err)
 		}
-		left, _ := filepath.Glob(filepath.Join(dir, ".gpusched-ghosts-*"))
-		shmLeft, _ := filepath.Glob("/dev/shm/.gpusched-ghosts-*")
-		if left = append(left, shmLeft...); len(left) > 0 {
+		if left, _ := filepath.Glob(filepath.Join(dir, ".gpusched-ghosts-*")); len(left) > 0 {
 			t.Fatalf("restore %d left its stage: %v", round, left)
 		}
 	}
 }
 
-func unsafePointer(b *byte) unsafe.Pointer { return unsafe.Pointer(b) }
+// stagedAt stages dir's ghosts as a restore does, checks the stage is a
+// directory only root may enter, undoes it and checks the stage gone and
+// the files image as dumped, and returns where the stage was.
+func stagedAt(t *testing.T, dir string) string {
+	t.Helper()
+	dumped, err := os.ReadFile(filepath.Join(dir, filesImage))
+	if err != nil {
+		t.Fatal(err)
+	}
+	undo, err := stageGhosts(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ghosts, _, err := ghostsOf(dir)
+	if err != nil || len(ghosts) != 1 {
+		t.Fatalf("ghosts: %d, %v", len(ghosts), err)
+	}
+	stage := filepath.Dir(ghosts[0].reg.Reg.GetName())
+	var st unix.Stat_t
+	if err := unix.Lstat(stage, &st); err != nil || st.Mode != unix.S_IFDIR|0o700 || st.Uid != 0 {
+		t.Fatalf("stage %s: mode %o uid %d (%v)", stage, st.Mode, st.Uid, err)
+	}
+	undo()
+	if _, err := os.Lstat(stage); !os.IsNotExist(err) {
+		t.Fatalf("stage %s after undo: %v", stage, err)
+	}
+	if now, err := os.ReadFile(filepath.Join(dir, filesImage)); err != nil || string(now) != string(dumped) {
+		t.Fatalf("files image after undo: changed (%v)", err)
+	}
+	return stage
+}

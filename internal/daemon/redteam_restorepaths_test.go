@@ -15,7 +15,6 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
-	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/checkpoint"
 	"github.com/gpusched/gpusched/internal/config"
@@ -447,22 +446,10 @@ func TestRedTeamThawMakesDeletedFilesAwayFromTheirPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	script := filepath.Join(home, "deleted.py")
-	if err := os.WriteFile(script, []byte(`import os, signal, sys
-f = open(sys.argv[1], "w+")
-f.write("the user's own")
-f.flush()
-os.unlink(sys.argv[1])
-def read(*_):
-    f.seek(0)
-    print("read " + f.read(), flush=True)
-signal.signal(signal.SIGUSR1, read)
-read()
-while True:
-    signal.pause()
-`), 0o644); err != nil {
+	if err := os.WriteFile(script, []byte(testutil.DeletedFileHolder), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, errOut, code := h.ctlAs(owner, "run", "del", "--dir", home, "--", "/usr/bin/python3", script, filepath.Join(d, "victim")); code != 0 {
+	if _, errOut, code := h.ctlAs(owner, "run", "del", "--dir", home, "--", "/usr/bin/python3", script, filepath.Join(d, "victim"), "the user's own"); code != 0 {
 		t.Fatal(errOut)
 	}
 	h.followCount("del", "read the user's own", 1)
@@ -475,19 +462,12 @@ while True:
 	if err := os.Symlink(rootDir, d); err != nil {
 		t.Fatal(err)
 	}
-	in, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(in)
-	if _, err := unix.InotifyAddWatch(in, rootDir, unix.IN_CREATE|unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_MOVED_TO|unix.IN_ATTRIB); err != nil {
-		t.Fatal(err)
-	}
+	seen := testutil.WatchDir(t, rootDir)
 	if _, errOut, code := h.ctlAs(owner, "thaw", "del"); code != 0 {
 		t.Fatalf("thaw: %s", errOut)
 	}
-	if n, _ := unix.Read(in, make([]byte, 4096)); n > 0 {
-		t.Fatal("the thaw made or removed files in root's directory, where the deleted file's path was pointed")
+	if names := seen(); len(names) > 0 {
+		t.Fatalf("the thaw made or removed %v in root's directory, where the deleted file's path was pointed", names)
 	}
 	if b, err := os.ReadFile(rootFile); err != nil || string(b) != "root's own" {
 		t.Fatalf("root's file: %q, %v", b, err)
@@ -536,25 +516,12 @@ time.sleep(600)
 	if _, errOut, code := h.ctlAs(owner, "hibernate", "srv"); code != 0 {
 		t.Fatal(errOut)
 	}
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Listen(fd, 8); err != nil {
-		t.Fatal(err)
-	}
+	roots, _ := testutil.ReusePortListener(t, port)
 	_, errOut, code := h.ctlAs(owner, "thaw", "srv")
 	if code == 0 || !strings.Contains(errOut, "port "+strconv.Itoa(port)) || !strings.Contains(errOut, "(conflict)") {
-		unix.Close(fd)
 		t.Fatalf("thaw of a listener on the port of root's: exit %d: %s", code, errOut)
 	}
-	unix.Close(fd)
+	roots.Close()
 	if _, errOut, code := h.ctlAs(owner, "thaw", "srv"); code != 0 {
 		t.Fatalf("thaw with root's listener gone: %s", errOut)
 	}

@@ -6,6 +6,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // InotifyInstances is how many inotify instances this process holds: its
@@ -39,4 +42,35 @@ func InotifyLimit(t testing.TB) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// WatchDir watches dir for entries made, removed, moved or changed in
+// mode or owner, until t ends; the function it returns says which names
+// such events named so far.
+func WatchDir(t testing.TB, dir string) func() []string {
+	t.Helper()
+	in, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(in) })
+	if _, err := unix.InotifyAddWatch(in, dir, unix.IN_CREATE|unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_MOVED_TO|unix.IN_ATTRIB); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	return func() []string {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := unix.Read(in, buf)
+			if err != nil || n <= 0 {
+				return names
+			}
+			for off := 0; off+unix.SizeofInotifyEvent <= n; {
+				ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+				start := off + unix.SizeofInotifyEvent
+				names = append(names, strings.TrimRight(string(buf[start:start+int(ev.Len)]), "\x00"))
+				off = start + int(ev.Len)
+			}
+		}
+	}
 }

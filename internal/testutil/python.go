@@ -43,3 +43,20 @@ func PythonCmdAs(u User, script string, args ...string) *exec.Cmd {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: u.Groups()}}
 	return cmd
 }
+
+// DeletedFileHolder is a Python script that writes its second argument
+// into the file at its first, deletes the file, keeps it open and prints
+// "read <content>" at once and at each SIGUSR1.
+const DeletedFileHolder = `import os, signal, sys
+f = open(sys.argv[1], "w+")
+f.write(sys.argv[2])
+f.flush()
+os.unlink(sys.argv[1])
+def read(*_):
+    f.seek(0)
+    print("read " + f.read(), flush=True)
+signal.signal(signal.SIGUSR1, read)
+read()
+while True:
+    signal.pause()
+`

@@ -11,38 +11,9 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/testutil"
 )
-
-// listener is a TCP listener on 127.0.0.1:port (0: any free port) with
-// SO_REUSEPORT on, as CRIU binds a restored one.
-func listener(t *testing.T, port int) *os.File {
-	t.Helper()
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Listen(fd, 8); err != nil {
-		t.Fatal(err)
-	}
-	f := os.NewFile(uintptr(fd), "listener")
-	t.Cleanup(func() { f.Close() })
-	return f
-}
-
-func portOf(t *testing.T, f *os.File) int {
-	t.Helper()
-	sa, err := unix.Getsockname(int(f.Fd()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sa.(*unix.SockaddrInet4).Port
-}
 
 // holder starts a process holding files (closed here) from its fd 3 on.
 func holder(t *testing.T, files ...*os.File) int {
@@ -86,9 +57,8 @@ func TestOwnGivesSocketsToTheOwner(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	l := listener(t, 0)
-	port := portOf(t, l)
-	rootsPort := portOf(t, listener(t, 0)) // root's service, SO_REUSEPORT
+	l, port := testutil.ReusePortListener(t, 0)
+	_, rootsPort := testutil.ReusePortListener(t, 0) // root's service
 	spare, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -126,13 +96,14 @@ func TestOwnRefusesAPortShared(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	outside := listener(t, 0)
-	port := portOf(t, outside)
-	pid := holder(t, listener(t, port))
+	_, port := testutil.ReusePortListener(t, 0) // outside the tree
+	inside, _ := testutil.ReusePortListener(t, port)
+	pid := holder(t, inside)
 	if err := Own([]int{pid}, 4242, 4242); !errors.Is(err, ErrShared) || !strings.Contains(err.Error(), "port "+strconv.Itoa(port)) {
 		t.Fatalf("Own: %v, want ErrShared naming port %d", err, port)
 	}
-	alone := holder(t, listener(t, 0))
+	own, _ := testutil.ReusePortListener(t, 0)
+	alone := holder(t, own)
 	if err := Own([]int{alone}, 4242, 4242); err != nil {
 		t.Fatalf("a listener of its own port: %v", err)
 	}
