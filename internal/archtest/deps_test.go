@@ -74,7 +74,7 @@ var allowed = map[string][]string{
 	"internal/sandbox":                   {"internal/procfs", "internal/logfile", "internal/rlimit", "internal/oomscore", "internal/cpuaffinity"},
 	"internal/rlimit":                    {"internal/procfs"},
 	"internal/oomscore":                  {"internal/procfs"},
-	"internal/checkpoint":                {"internal/procfs", "internal/store", "pkg/api", "internal/simgpu", "internal/execx", "internal/criuimg", "internal/cgroup", "internal/cpuaffinity", "internal/oomscore"},
+	"internal/checkpoint":                {"internal/procfs", "internal/store", "pkg/api", "internal/simgpu", "internal/execx", "internal/criuimg", "internal/cgroup", "internal/cpuaffinity", "internal/oomscore", "internal/treesockets"},
 	"internal/execx":                     {"internal/cpuaffinity"},
 	"internal/mps":                       {"internal/execx"},
 	"internal/mps/mpstest":               {},

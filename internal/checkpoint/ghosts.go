@@ -180,8 +180,9 @@ func rootOnly(path string) bool {
 // stageGhosts rewrites dir's files image so that CRIU makes each ghost
 // again in a fresh directory of root's (0700) on its mount, named by its
 // file id, and returns what undoes it once the restore is over: the image
-// as dumped back (kept beside it meanwhile, so that a daemon that died
-// during the restore finds it: unstageGhosts) and the directories gone.
+// as dumped back and the directories gone (unstageGhosts; the image as
+// dumped and the stages' list are kept beside it meanwhile, so that the
+// next restore undoes what one the daemon died in left).
 // A restored process sees such a file under that name, deleted.
 func stageGhosts(dir string) (undo func(), err error) {
 	ghosts, files, err := ghostsOf(dir)
@@ -192,22 +193,19 @@ func stageGhosts(dir string) (undo func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	var made []string
-	undo = func() {
-		_ = unstageGhosts(dir)
-		for _, s := range made {
-			_ = os.RemoveAll(s)
-		}
-	}
+	undo = func() { _ = unstageGhosts(dir) }
 	stages := map[uint32]string{}
+	var made []string
 	for id, parent := range parents {
-		s, err := makeStage(parent)
+		s, err := makeStage(dir, parent, made)
+		if s != "" {
+			made = append(made, s)
+			stages[id] = s
+		}
 		if err != nil {
 			undo()
 			return nil, err
 		}
-		made = append(made, s)
-		stages[id] = s
 	}
 	for _, g := range ghosts {
 		g.reg.Reg.Name = ptr(filepath.Join(stages[g.mount.GetMntId()], strconv.FormatUint(uint64(g.reg.Reg.GetId()), 10)))
@@ -224,24 +222,46 @@ func stageGhosts(dir string) (undo func(), err error) {
 	return undo, nil
 }
 
-// unstageGhosts puts dir's files image as dumped back, where a restore
-// staged its ghosts.
+// stagesFile lists, in the images directory, the stages a restore made
+// (one path a line), for the next restore to remove what one the daemon
+// died in left.
+const stagesFile = "gpusched-ghost-stages"
+
+// stagePrefix begins the name of every stage.
+const stagePrefix = ".gpusched-ghosts-"
+
+// unstageGhosts puts dir's files image as dumped back and removes the
+// stages of its ghosts, where a restore staged them.
 func unstageGhosts(dir string) error {
 	path := filepath.Join(dir, filesImage)
 	err := os.Rename(path+dumpedMountsSuffix, path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		err = nil
 	}
-	return err
+	b, rerr := os.ReadFile(filepath.Join(dir, stagesFile))
+	if errors.Is(rerr, fs.ErrNotExist) {
+		return err
+	}
+	for _, s := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(filepath.Base(s), stagePrefix) && filepath.IsAbs(s) {
+			_ = os.RemoveAll(s)
+		}
+	}
+	return errors.Join(err, rerr, os.Remove(filepath.Join(dir, stagesFile)))
 }
 
-// makeStage makes a fresh directory of root's, 0700, in parent.
-func makeStage(parent string) (string, error) {
+// makeStage makes a fresh directory of root's, 0700, in parent, listing
+// it after those made before in dir's stagesFile first.
+func makeStage(dir, parent string, made []string) (string, error) {
 	b := make([]byte, 8)
 	if _, err := rand.Read(b); err != nil {
 		return "", err
 	}
-	s := filepath.Join(parent, ".gpusched-ghosts-"+hex.EncodeToString(b))
+	s := filepath.Join(parent, stagePrefix+hex.EncodeToString(b))
+	list := strings.Join(append(made, s), "\n")
+	if err := os.WriteFile(filepath.Join(dir, stagesFile), []byte(list), 0o600); err != nil {
+		return "", fmt.Errorf("ghost stage: %w", err)
+	}
 	if err := os.Mkdir(s, 0o700); err != nil {
 		return "", fmt.Errorf("ghost stage: %w", err)
 	}

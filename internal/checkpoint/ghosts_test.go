@@ -111,16 +111,16 @@ func restoreStagesGhosts(t *testing.T, work string, atMountTop bool) {
 }
 
 // stagedAt stages dir's ghosts as a restore does, checks the stage is a
-// directory only root may enter, undoes it and checks the stage gone and
-// the files image as dumped, and returns where the stage was.
+// directory only root may enter, undoes it as the next restore does after
+// a daemon died in one (unstageGhosts) and checks the stage gone and the
+// files image as dumped, and returns where the stage was.
 func stagedAt(t *testing.T, dir string) string {
 	t.Helper()
 	dumped, err := os.ReadFile(filepath.Join(dir, filesImage))
 	if err != nil {
 		t.Fatal(err)
 	}
-	undo, err := stageGhosts(dir)
-	if err != nil {
+	if _, err := stageGhosts(dir); err != nil {
 		t.Fatal(err)
 	}
 	ghosts, _, err := ghostsOf(dir)
@@ -132,12 +132,17 @@ func stagedAt(t *testing.T, dir string) string {
 	if err := unix.Lstat(stage, &st); err != nil || st.Mode != unix.S_IFDIR|0o700 || st.Uid != 0 {
 		t.Fatalf("stage %s: mode %o uid %d (%v)", stage, st.Mode, st.Uid, err)
 	}
-	undo()
+	if err := unstageGhosts(dir); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := os.Lstat(stage); !os.IsNotExist(err) {
 		t.Fatalf("stage %s after undo: %v", stage, err)
 	}
 	if now, err := os.ReadFile(filepath.Join(dir, filesImage)); err != nil || string(now) != string(dumped) {
 		t.Fatalf("files image after undo: changed (%v)", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, stagesFile)); !os.IsNotExist(err) {
+		t.Fatalf("the stages' list after undo: %v", err)
 	}
 	return stage
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/checkpoint-restore/go-criu/v7/crit/images/fdinfo"
 	"github.com/checkpoint-restore/go-criu/v7/crit/images/sk-packet"
 	"golang.org/x/sys/unix"
+
+	"github.com/gpusched/gpusched/internal/treesockets"
 )
 
 // The image of a dump CheckImages reads beside filesImage: the packets queued in a tree's
@@ -130,3 +132,45 @@ func unixSockets(dir string, user bool) error {
 	}
 	return nil
 }
+
+// IP protocols whose bound sockets CRIU binds again (criu/sk-inet.c), by
+// the names of their /proc/net tables.
+var inetProtos = map[uint32]string{unix.IPPROTO_TCP: "tcp", unix.IPPROTO_UDP: "udp", unix.IPPROTO_UDPLITE: "udplite"}
+
+// InetBinds lists the ports the tree imaged in dir has its network
+// sockets listen on (TCP) or bound to (UDP, UDP-Lite), which its restore
+// binds again as root's with SO_REUSEPORT on (criu/sk-inet.c,
+// open_inet_sk).
+func InetBinds(dir string) ([]treesockets.Bound, error) {
+	f, ok, err := openImage(dir, filesImage)
+	if !ok {
+		return nil, err
+	}
+	defer f.Close()
+	img, err := crit.New(f, nil, "", false, false).Decode(&fdinfo.FileEntry{})
+	if err != nil {
+		return nil, fmt.Errorf("images %s: %s: %w", dir, filesImage, err)
+	}
+	var binds []treesockets.Bound
+	for _, e := range img.Entries {
+		fe, ok := e.Message.(*fdinfo.FileEntry)
+		if !ok || fe.GetType() != fdinfo.FdTypes_INETSK || fe.Isk == nil {
+			continue
+		}
+		sk := fe.Isk
+		proto, ok := inetProtos[sk.GetProto()]
+		if !ok || sk.GetSrcPort() == 0 || proto == "tcp" && sk.GetState() != tcpListen {
+			continue
+		}
+		addr, ok := treesockets.WordsAddr(sk.GetSrcAddr())
+		if !ok {
+			return nil, fmt.Errorf("images %s: socket %d: an address of %d words", dir, sk.GetIno(), len(sk.GetSrcAddr()))
+		}
+		binds = append(binds, treesockets.Bound{Proto: proto, Addr: addr, Port: uint16(sk.GetSrcPort())})
+	}
+	return binds, nil
+}
+
+// tcpListen is TCP_LISTEN (include/net/tcp_states.h), as CRIU images a
+// socket's state.
+const tcpListen = 10

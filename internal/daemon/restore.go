@@ -16,7 +16,6 @@ import (
 	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/internal/sandbox"
 	"github.com/gpusched/gpusched/internal/treefiles"
-	"github.com/gpusched/gpusched/internal/treesockets"
 	"github.com/gpusched/gpusched/pkg/api"
 )
 
@@ -137,10 +136,7 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 	}
 	rec = restoring
 	defer d.snaps.Foreground()()
-	// What a restore would do as root before the check of Restored can
-	// run; a snapshot dumped before its dump was refused for it is
-	// refused here.
-	if err := checkpoint.CheckImages(dir, rec.Owner.UID != 0); err != nil {
+	if err := vetImages(rec, dir); err != nil {
 		return rec, d.restoreFailed(rec, conflictf("%v", err))
 	}
 	rctx, cancel := context.WithTimeout(ctx, d.cfg.CRIUTimeout)
@@ -168,7 +164,7 @@ func (d *Daemon) restoreTree(ctx context.Context, rec proctable.Record, dir stri
 	switch {
 	case errors.Is(filesErr, treefiles.ErrDenied):
 		err = deniedf("%v", filesErr)
-	case errors.Is(filesErr, treefiles.ErrMoved), errors.Is(filesErr, treesockets.ErrShared):
+	case filesErr != nil: // what the restored tree holds, refused: no other restore of it either
 		err = conflictf("%v", filesErr)
 	case rec.Owner.UID != 0 && checkpoint.FileChanged(err):
 		// CRIU's lines give the size and mode of what the path leads to

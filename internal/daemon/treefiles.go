@@ -91,3 +91,21 @@ func (d *Daemon) givenFile(path string) bool {
 	}
 	return false
 }
+
+// vetImages fails where a restore of rec's tree from dir would act as root
+// before checkTreeFiles can look: what checkpoint.CheckImages refuses (a
+// snapshot dumped before its dump was refused for it), and, for a user's
+// tree, a port its network sockets bind that a socket of the host's holds
+// now (CRIU binds them as root's, with SO_REUSEPORT: taking that socket's
+// traffic until the check after the restore refuses it, for as long as the
+// owner can hold the restore up).
+func vetImages(rec proctable.Record, dir string) error {
+	if err := checkpoint.CheckImages(dir, rec.Owner.UID != 0); err != nil || rec.Owner.UID == 0 {
+		return err
+	}
+	binds, err := checkpoint.InetBinds(dir)
+	if err != nil {
+		return err
+	}
+	return treesockets.Taken(binds)
+}

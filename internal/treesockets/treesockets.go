@@ -17,9 +17,13 @@ package treesockets
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
+	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -116,49 +120,83 @@ func socketInode(link string) (uint64, bool) {
 	return ino, err == nil
 }
 
-// A bound is a listening TCP or bound UDP socket of the host's tables.
-type bound struct {
-	proto string // "tcp" or "udp"
-	addr  string // hex, as the table writes it; all zeros for any address
-	port  uint64
-	inode uint64
+// Bound is a listening TCP or bound UDP (or UDP-Lite) socket's port.
+type Bound struct {
+	Proto string     // "tcp", "udp" or "udplite", as /proc/net names its tables
+	Addr  netip.Addr // unmapped: an IPv4-mapped IPv6 address is the IPv4 one
+	Port  uint16
+}
+
+// overlaps reports whether b and o would share a port: the same protocol
+// and port, on the same address or either on any.
+func (b Bound) overlaps(o Bound) bool {
+	return b.Proto == o.Proto && b.Port == o.Port && (b.Addr == o.Addr || b.Addr.IsUnspecified() || o.Addr.IsUnspecified())
+}
+
+// tables are the /proc/net tables of bound sockets and their protocols.
+var tables = map[string]string{"tcp": "tcp", "tcp6": "tcp", "udp": "udp", "udp6": "udp", "udplite": "udplite", "udplite6": "udplite"}
+
+// Taken fails with ErrShared where a port of binds (a tree's, before its
+// restore binds them) is held by a socket of the host's now.
+func Taken(binds []Bound) error {
+	if len(binds) == 0 {
+		return nil
+	}
+	return eachTable(func(x Bound, inode uint64) error {
+		for _, b := range binds {
+			if b.overlaps(x) {
+				return fmt.Errorf("a %s socket of the tree bound to port %d %w (socket %d): a restore would bind it as root's, where it takes that socket's traffic", b.Proto, b.Port, ErrShared, inode)
+			}
+		}
+		return nil
+	})
 }
 
 // shared fails with ErrShared where a socket of tree (by inode) and one
-// outside it are bound to the same port of the same protocol, on the same
-// address or one of them on any.
+// outside it share a port.
 func shared(tree map[uint64]bool) error {
-	var ours, others []bound
-	for _, table := range []string{"tcp", "tcp6", "udp", "udp6"} {
-		err := eachBound("/proc/self/net/"+table, strings.TrimSuffix(table, "6"), func(b bound) {
-			if tree[b.inode] {
-				ours = append(ours, b)
-			} else {
-				others = append(others, b)
-			}
-		})
-		if err != nil {
-			return err
+	var ours []Bound
+	type other struct {
+		Bound
+		inode uint64
+	}
+	var others []other
+	if err := eachTable(func(b Bound, inode uint64) error {
+		if tree[inode] {
+			ours = append(ours, b)
+		} else {
+			others = append(others, other{b, inode})
 		}
+		return nil
+	}); err != nil {
+		return err
 	}
 	for _, o := range ours {
 		for _, x := range others {
-			if o.proto == x.proto && o.port == x.port && (o.addr == x.addr || anyAddr(o.addr) || anyAddr(x.addr)) {
-				return fmt.Errorf("a %s socket of the tree bound to port %d %w (socket %d): a restore binds it as root's, where it takes that socket's traffic", o.proto, o.port, ErrShared, x.inode)
+			if o.overlaps(x.Bound) {
+				return fmt.Errorf("a %s socket of the tree bound to port %d %w (socket %d): a restore binds it as root's, where it takes that socket's traffic", o.Proto, o.Port, ErrShared, x.inode)
 			}
 		}
 	}
 	return nil
 }
 
-func anyAddr(hex string) bool { return strings.Trim(hex, "0") == "" }
+// eachTable calls fn with each socket of the host's tables that listens
+// (TCP's state 0A) or is bound to a port (UDP's, UDP-Lite's), and its
+// inode, until fn fails.
+func eachTable(fn func(Bound, uint64) error) error {
+	for _, name := range slices.Sorted(maps.Keys(tables)) {
+		if err := eachBound("/proc/self/net/"+name, tables[name], fn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
-// eachBound calls fn for each socket of the table at path that listens (a
-// TCP table's state 0A) or is bound to a port (a UDP table's).
-func eachBound(path, proto string, fn func(bound)) error {
+func eachBound(path, proto string, fn func(Bound, uint64) error) error {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil // no IPv6
+		return nil // no IPv6, no UDP-Lite
 	}
 	if err != nil {
 		return err
@@ -169,22 +207,52 @@ func eachBound(path, proto string, fn func(bound)) error {
 	sc.Scan() // the header
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) < 10 {
+		if len(fields) < 10 || proto == "tcp" && fields[3] != "0A" {
 			continue
 		}
-		addr, portHex, ok := strings.Cut(fields[1], ":")
+		addrHex, portHex, ok := strings.Cut(fields[1], ":")
 		if !ok {
 			continue
 		}
+		addr, ok := tableAddr(addrHex)
 		port, err1 := strconv.ParseUint(portHex, 16, 16)
 		inode, err2 := strconv.ParseUint(fields[9], 10, 64)
-		if err1 != nil || err2 != nil || port == 0 || inode == 0 {
+		if !ok || err1 != nil || err2 != nil || port == 0 || inode == 0 {
 			continue
 		}
-		if proto == "tcp" && fields[3] != "0A" {
-			continue
+		if err := fn(Bound{Proto: proto, Addr: addr, Port: uint16(port)}, inode); err != nil {
+			return err
 		}
-		fn(bound{proto: proto, addr: addr, port: port, inode: inode})
 	}
 	return sc.Err()
+}
+
+// tableAddr parses a /proc/net table's address: its 32-bit words in
+// hexadecimal as the host reads them (the words of the address in network
+// order), 8 digits for IPv4, 32 for IPv6.
+func tableAddr(hex string) (netip.Addr, bool) {
+	if len(hex) != 8 && len(hex) != 32 {
+		return netip.Addr{}, false
+	}
+	words := make([]uint32, len(hex)/8)
+	for i := range words {
+		w, err := strconv.ParseUint(hex[i*8:i*8+8], 16, 32)
+		if err != nil {
+			return netip.Addr{}, false
+		}
+		words[i] = uint32(w)
+	}
+	return WordsAddr(words)
+}
+
+// WordsAddr is the address whose network-order 32-bit words a host read
+// as words (as /proc/net prints them and CRIU images them): one for IPv4,
+// four for IPv6; unmapped.
+func WordsAddr(words []uint32) (netip.Addr, bool) {
+	b := make([]byte, 0, 16)
+	for _, w := range words {
+		b = binary.NativeEndian.AppendUint32(b, w)
+	}
+	a, ok := netip.AddrFromSlice(b)
+	return a.Unmap(), ok
 }

@@ -3,6 +3,7 @@ package treesockets
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strconv"
@@ -106,5 +107,57 @@ func TestOwnRefusesAPortShared(t *testing.T) {
 	alone := holder(t, own)
 	if err := Own([]int{alone}, 4242, 4242); err != nil {
 		t.Fatalf("a listener of its own port: %v", err)
+	}
+}
+
+// TestTakenSeesEveryTableAndMappedAddresses: a port held by a UDP-Lite
+// socket (a table of its own, red team J1) and one held on 127.0.0.1
+// against an IPv4-mapped IPv6 bind of the same (J2) are taken; a free port
+// is not.
+func TestTakenSeesEveryTableAndMappedAddresses(t *testing.T) {
+	lite, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.IPPROTO_UDPLITE)
+	if err != nil {
+		t.Skipf("no UDP-Lite: %v", err)
+	}
+	defer unix.Close(lite)
+	if err := unix.Bind(lite, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := unix.Getsockname(lite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	litePort := uint16(sa.(*unix.SockaddrInet4).Port)
+	six, err := unix.Socket(unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Skipf("no IPv6: %v", err)
+	}
+	defer unix.Close(six)
+	if err := unix.Bind(six, &unix.SockaddrInet6{Addr: netip.MustParseAddr("::ffff:127.0.0.1").As16()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(six, 1); err != nil {
+		t.Fatal(err)
+	}
+	sa6, err := unix.Getsockname(six)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mappedPort := uint16(sa6.(*unix.SockaddrInet6).Port)
+	loop := netip.MustParseAddr("127.0.0.1")
+	for _, b := range []Bound{
+		{Proto: "udplite", Addr: loop, Port: litePort},
+		{Proto: "tcp", Addr: loop, Port: mappedPort},
+		{Proto: "tcp", Addr: netip.IPv6Unspecified(), Port: mappedPort},
+	} {
+		if err := Taken([]Bound{b}); !errors.Is(err, ErrShared) {
+			t.Errorf("Taken(%+v): %v, want ErrShared", b, err)
+		}
+	}
+	if err := Taken([]Bound{{Proto: "udp", Addr: loop, Port: litePort}}); err != nil {
+		t.Errorf("UDP on UDP-Lite's port: %v", err)
+	}
+	if a, ok := WordsAddr([]uint32{0, 0, 0xffff0000, 0x0100007f}); !ok || a != loop {
+		t.Errorf("the words of ::ffff:127.0.0.1: %v, %v", a, ok)
 	}
 }
