@@ -211,15 +211,8 @@ func opOf(s api.State) string {
 func (d *Daemon) markExited(rec proctable.Record, exit api.Exit, log *zap.Logger) {
 	d.removeSandboxHome(rec.ID)
 	d.removeCPU(rec)
-	_, err := d.table.Update(rec.Key(), func(r *proctable.Record) error {
-		r.State, r.Exit, r.ExitedAt = api.StateExited, &exit, time.Now()
-		return nil
-	})
-	if err != nil {
-		log.Error("record exit found at start", zap.Error(err))
-		return
-	}
 	log.Info("process ended while the daemon was away", zap.Any("exit", exit))
+	d.keepExit(rec, exit, log)
 }
 
 // isChild reports whether pid is this daemon's child (a daemon restarted

@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest"
 	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/config"
@@ -162,5 +165,52 @@ func TestStateDiskFull(t *testing.T) {
 	h.submit(api.JobSpec{Name: "j", Cmd: []string{"true"}, VRAM: api.VRAM{MiB: 10}})
 	if j := h.waitJob("j"); j.State != api.JobDone {
 		t.Fatalf("job j with space again: %+v", j)
+	}
+}
+
+// TestExitRecordedOnceTheStateDiskHasRoom: a process that exits while the
+// state directory is full is recorded exited once the directory has room
+// again. Before, its record stayed running for good (a red-team pass,
+// 2026-11-29): `wait` never returned, `kill` answered that the daemon was
+// not watching it, its name and its owner's process slot stayed taken,
+// until a restart.
+func TestExitRecordedOnceTheStateDiskHasRoom(t *testing.T) {
+	stateDir := testutil.Tmpfs(t, "state-exit-full", "2m")
+	h := prepareCkpt(t, config.DriverSim, func(c *config.Config) { c.StateDir = stateDir })
+	refused := make(chan struct{}, 1)
+	core := zapcore.RegisterHooks(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Core(), func(e zapcore.Entry) error {
+		if strings.HasPrefix(e.Message, "record exit") {
+			select {
+			case refused <- struct{}{}:
+			default:
+			}
+		}
+		return nil
+	})
+	h.opts = append(h.opts, WithLogger(zap.New(core)))
+	h.begin()
+	c := h.client()
+	gate := filepath.Join(t.TempDir(), "go")
+	if _, err := c.Run(ctxT(t), api.RunParams{Name: "short", Dir: "/", Cmd: []string{"sh", "-c", "while [ ! -e " + gate + " ]; do sleep 0.05; done"}}); err != nil {
+		t.Fatal(err)
+	}
+	ballast := fillDisk(t, stateDir)
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-refused:
+	case <-ctxT(t).Done():
+		t.Fatal("the exit was recorded on a full state directory, or never seen")
+	}
+	if p := h.proc("short"); p.State != api.StateRunning {
+		t.Fatalf("with the exit unrecorded the record says %s", p.State)
+	}
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.Wait(ctxT(t), api.WaitParams{Name: "short"}, nil)
+	if err != nil || p.State != api.StateExited || p.Exit == nil || p.Exit.Code == nil || *p.Exit.Code != 0 {
+		t.Fatalf("wait once the state directory has room: %+v, %v", p, err)
 	}
 }

@@ -42,16 +42,7 @@ func (d *Daemon) watch(rec proctable.Record, rt *procRuntime) {
 func (d *Daemon) recordExit(rec proctable.Record, rt *procRuntime) {
 	exit := rt.exit
 	d.removeSandboxHome(rec.ID) // before the exit is visible: nothing runs in it any more
-	_, err := d.table.Update(rec.Key(), func(r *proctable.Record) error {
-		if r.ID != rec.ID {
-			return errReplaced
-		}
-		r.State, r.Exit, r.ExitedAt = api.StateExited, &exit, time.Now()
-		return nil
-	})
-	if err != nil && !errors.Is(err, errReplaced) {
-		d.log.Error("record exit", zap.String("name", rec.Name), zap.Error(err))
-	}
+	d.keepExit(rec, exit, d.log.With(zap.String("name", rec.Name)))
 	d.dropSnapshots(rec.ID)
 	d.procs.remove(rt)
 	select {
@@ -62,6 +53,54 @@ func (d *Daemon) recordExit(rec proctable.Record, rt *procRuntime) {
 	rt.pidfd.Close()
 	d.sampler.kick()
 	d.log.Info("process exited", zap.String("name", rec.Name), zap.Int("init_pid", rec.InitPID), zap.Any("exit", exit))
+}
+
+// keepExit records rec exited with exit, now, or, where the state
+// directory refuses it (a full disk), as soon as it takes it (retryExit).
+func (d *Daemon) keepExit(rec proctable.Record, exit api.Exit, log *zap.Logger) {
+	at := time.Now()
+	if err := d.storeExit(rec, exit, at); err != nil && !settled(err) {
+		log.Error("record exit; trying again until the state directory takes it", zap.Error(err))
+		go d.retryExit(rec, exit, at, log)
+	}
+}
+
+// storeExit records rec exited, with exit, at at.
+func (d *Daemon) storeExit(rec proctable.Record, exit api.Exit, at time.Time) error {
+	_, err := d.table.Update(rec.Key(), func(r *proctable.Record) error {
+		if r.ID != rec.ID {
+			return errReplaced
+		}
+		r.State, r.Exit, r.ExitedAt = api.StateExited, &exit, at
+		return nil
+	})
+	return err
+}
+
+// settled reports whether storeExit's err means no later try can record
+// the exit: the record replaced, removed, or no longer one that can exit.
+func settled(err error) bool {
+	var te *proctable.TransitionError
+	return errors.Is(err, errReplaced) || errors.Is(err, proctable.ErrNotFound) || errors.As(err, &te)
+}
+
+// Spacing of retryExit's tries.
+const exitRetryMin, exitRetryMax = 250 * time.Millisecond, 5 * time.Second
+
+// retryExit tries storeExit again, twice as long apart each time up to
+// exitRetryMax, until it succeeds or cannot, or the daemon stops: an exit
+// the state directory refused (a full disk) would otherwise leave the
+// process running in every answer, not waitable, not killable, its name
+// and its owner's process slot taken, until a restart (a red-team pass
+// showed it, 2026-11-29). Until then the record says running.
+func (d *Daemon) retryExit(rec proctable.Record, exit api.Exit, at time.Time, log *zap.Logger) {
+	for wait := exitRetryMin; !d.stopping.Load(); wait = min(2*wait, exitRetryMax) {
+		time.Sleep(wait)
+		if err := d.storeExit(rec, exit, at); err == nil || settled(err) {
+			log.Info("exit recorded at last", zap.NamedError("settled", err))
+			return
+		}
+	}
 }
 
 // awaitEnd waits until rt's watcher has seen its killed tree end, at most
