@@ -45,7 +45,7 @@ func (d *Daemon) acquire(c *call, _ *eventStream) (any, error) {
 		}
 		l.only = uuids
 	}
-	if err := d.leases.add(l, d.lastJobSeq(), d.admitLease(c.actor)); err != nil {
+	if err := d.leases.add(l, d.lastJobSeq(), d.admitLease(c.actor, l)); err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	d.sched.kick()

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"fmt"
+	"slices"
 
 	"go.uber.org/zap"
 
@@ -10,22 +11,81 @@ import (
 
 // The per-user caps on GPU leases: --max-leases-per-user, the leases one
 // non-root user may hold or wait for at once (acquire is refused past it),
-// and --user-lease-max-hold, how long such a user's granted lease is held
-// before the daemon releases it (its connection stays).
+// --user-lease-fraction, the share of all GPUs' memory they may hold or
+// wait for together, and --user-lease-max-hold, how long such a user's
+// granted lease is held before the daemon releases it (its connection
+// stays).
 const (
-	flagLeases    = "max-leases-per-user"
-	flagLeaseHold = "user-lease-max-hold"
+	flagLeases        = "max-leases-per-user"
+	flagLeaseFraction = "user-lease-fraction"
+	flagLeaseHold     = "user-lease-max-hold"
 )
 
-// admitLease is the admission a's acquire passes when its lease is
-// queued: nil (none) for root.
-func (d *Daemon) admitLease(a actor) func(leases int) error {
+// admitLease is the admission a's acquire of l passes when it is queued,
+// given the leases a holds or waits for already: nil (none) for root.
+func (d *Daemon) admitLease(a actor, l *lease) func(mine []*lease) error {
 	if a.root() {
 		return nil
 	}
-	return func(leases int) error {
-		return limits.Check(a.UID, a.User, leases, d.cfg.Limits.LeasesPerUser, flagLeases, "GPU leases held or waited for")
+	return func(mine []*lease) error {
+		if err := limits.Check(a.UID, a.User, len(mine), d.cfg.Limits.LeasesPerUser, flagLeases, "GPU leases held or waited for"); err != nil {
+			return err
+		}
+		return d.checkLeaseShare(a, l, mine)
 	}
+}
+
+// checkLeaseShare refuses l where, with mine, a's leases would hold more
+// than --user-lease-fraction of all GPUs' memory: one user's leases held
+// every GPU for --user-lease-max-hold, again at once after it, and every
+// other user's jobs waited (a red-team pass, 2026-11-29).
+func (d *Daemon) checkLeaseShare(a actor, l *lease, mine []*lease) error {
+	frac := d.cfg.Limits.LeaseFraction
+	view := d.gpuView()
+	if frac <= 0 || frac >= 1 || len(view.devices) == 0 {
+		return nil
+	}
+	var all uint64
+	for _, dev := range view.devices {
+		all += dev.TotalMiB
+	}
+	held := leaseMiB(view, l)
+	for _, o := range mine {
+		held += leaseMiB(view, o)
+	}
+	capMiB := uint64(frac * float64(all))
+	if held <= capMiB {
+		return nil
+	}
+	return &limits.Exceeded{Flag: flagLeaseFraction, Msg: fmt.Sprintf("acquire: user %s's leases would hold %d MiB of the GPUs' %d MiB (a lease without min_free holds its GPUs whole); --%s %v lets a user's leases hold at most %d MiB",
+		a.User, held, all, flagLeaseFraction, frac, capMiB)}
+}
+
+// leaseMiB is the GPU memory l holds, or would once granted: min_free on
+// each of its GPUs, or, without one, its GPUs whole (the largest it may be
+// granted while it waits).
+func leaseMiB(view *gpuView, l *lease) uint64 {
+	switch {
+	case l.mib > 0 && len(l.uuids) > 0: // granted
+		return l.mib * uint64(len(l.uuids))
+	case l.mib > 0:
+		return l.mib * uint64(l.count)
+	case len(l.uuids) > 0:
+		var n uint64
+		for _, u := range l.uuids {
+			if dev, ok := view.device(u); ok {
+				n += dev.TotalMiB
+			}
+		}
+		return n
+	}
+	var largest uint64
+	for _, dev := range view.devices {
+		if len(l.only) == 0 || slices.Contains(l.only, dev.UUID) {
+			largest = max(largest, dev.TotalMiB)
+		}
+	}
+	return largest * uint64(l.count)
 }
 
 // limitHold arranges for a's granted lease id to be released once held

@@ -56,21 +56,21 @@ func newLeaseSet() *leaseSet {
 }
 
 // add queues l, giving it an id and its place in line (after the jobs
-// submitted so far), once admit (nil: always) accepts the number of leases
-// l's user holds or waits for; its error refuses l.
-func (s *leaseSet) add(l *lease, lastJobSeq uint64, admit func(leases int) error) error {
+// submitted so far), once admit (nil: always) accepts the leases l's user
+// holds or waits for already; its error refuses l.
+func (s *leaseSet) add(l *lease, lastJobSeq uint64, admit func(mine []*lease) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if admit != nil {
-		n := 0
+		var mine []*lease
 		for _, m := range []map[string]*lease{s.pending, s.held} {
 			for _, o := range m {
 				if o.uid == l.uid {
-					n++
+					mine = append(mine, o)
 				}
 			}
 		}
-		if err := admit(n); err != nil {
+		if err := admit(mine); err != nil {
 			return err
 		}
 	}

@@ -134,3 +134,33 @@ func TestQuotaLeaseMaxHold(t *testing.T) {
 		t.Errorf("held leases %v; want only root's %s", held, rootLease.ID)
 	}
 }
+
+// TestQuotaLeaseFraction: a user's leases hold at most
+// --user-lease-fraction of all GPUs' memory together, a lease without
+// min_free counting its GPUs whole (one user's exclusive lease of every
+// GPU kept every other user's jobs waiting for --user-lease-max-hold, and
+// again after it: a red-team pass). Past it acquire is refused
+// (resource_exhausted naming the user and the flag) and nothing is
+// queued; another user has a share of their own, and root none.
+func TestQuotaLeaseFraction(t *testing.T) {
+	alice, bob := testutil.NewUser(t, quoAlice, quoGroup), testutil.NewUser(t, quoBob, quoGroup)
+	h := newHarness(t, func(c *config.Config) { c.Group = quoGroup })
+	if err := h.d.sampler.refresh(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	gpus := h.d.gpuView().devices
+	if len(gpus) != 2 || gpus[0].TotalMiB != gpus[1].TotalMiB {
+		t.Fatalf("want two simulated GPUs of one size: %+v", gpus)
+	}
+	whole := gpus[0].TotalMiB
+	rc := h.rawAsUser(alice)
+	wantRawExhausted(t, "alice's lease of both GPUs", rc.call(api.MethodAcquire, api.AcquireParams{GPUs: 2}), quoAlice, "user-lease-fraction")
+	wantRawExhausted(t, "alice's lease of most of each GPU", rc.call(api.MethodAcquire, api.AcquireParams{GPUs: 2, MinFree: api.VRAM{MiB: whole * 9 / 10}}), quoAlice, "user-lease-fraction")
+	if n := len(h.d.leases.granted()); n != 0 {
+		t.Fatalf("%d leases held after refused acquires", n)
+	}
+	leaseResult(t, "alice's lease of one GPU", rc.call(api.MethodAcquire, api.AcquireParams{GPUs: 1}))
+	wantRawExhausted(t, "alice's lease past her share", rc.call(api.MethodAcquire, smallLease), quoAlice, "user-lease-fraction")
+	leaseResult(t, "bob's lease of half the other GPU", h.rawAsUser(bob).call(api.MethodAcquire, api.AcquireParams{MinFree: api.VRAM{MiB: whole / 2}}))
+	leaseResult(t, "root's lease of the rest", h.raw().call(api.MethodAcquire, api.AcquireParams{MinFree: api.VRAM{MiB: whole / 4}}))
+}
