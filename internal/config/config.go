@@ -108,6 +108,7 @@ type Limits struct {
 	LeaseMaxHold   time.Duration // a user's granted lease is released after this long
 	FillFraction   float64       // share of each GPU's memory a user's fillers may hold, 0..1
 	LeaseFraction  float64       // share of all GPUs' memory a user's leases may hold or wait for, 0..1
+	TasksFraction  float64       // share of the trees' tasks in the daemon's cgroups one user's trees may hold, 0..1
 	// DiskFraction is the share of the snapshot disk (--disk-budget, or
 	// the snapshot directory's filesystem) a user's snapshots may take, 0..1.
 	DiskFraction float64
@@ -248,6 +249,7 @@ func DefaultLimits() Limits {
 		LeaseMaxHold:            24 * time.Hour,
 		FillFraction:            0.5,
 		LeaseFraction:           0.5,
+		TasksFraction:           0.5,
 		DiskFraction:            0.25,
 		RAMFraction:             0.5,
 		KeepFinished:            500,
@@ -332,6 +334,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.IntVar(&l.MaxPriority, "user-max-priority", l.MaxPriority, "highest job, lease and process priority a non-root user may set (root: up to 1000)")
 	fs.DurationVar(&l.LeaseMaxHold, "user-lease-max-hold", l.LeaseMaxHold, "a non-root user's granted lease is released after this long (0: held until released)")
 	fs.Float64Var(&l.FillFraction, "user-fill-fraction", l.FillFraction, "share of each GPU's memory one non-root user's filler may hold, 0..1 (0: no cap)")
+	fs.Float64Var(&l.TasksFraction, "user-tasks-fraction", l.TasksFraction, "share of the tasks (processes and threads) the managed trees in the daemon's cgroups may hold that one non-root user's trees may hold, where trees are moved into a cgroup v1 pids hierarchy, 0..1 (0 or 1: no share of their own)")
 	fs.Float64Var(&l.LeaseFraction, "user-lease-fraction", l.LeaseFraction, "share of all GPUs' memory one non-root user's leases may hold or wait for together, a lease without min_free counting its GPUs whole, 0..1 (0 or 1: no cap)")
 	fs.Float64Var(&l.RAMFraction, "user-ram-fraction", l.RAMFraction, "share of --ram-budget one non-root user's frozen processes may hold in host RAM beside other users' frozen processes, 0..1; past it their own are hibernated first (0: no cap)")
 	fs.Float64Var(&l.DiskFraction, "user-disk-fraction", l.DiskFraction, "share of the snapshot disk (--disk-budget, or where there is none the snapshot directory's filesystem) one non-root user's snapshots may take, 0..1 (0: no cap)")
@@ -487,6 +490,9 @@ func (l Limits) validate() []error {
 	}
 	if !(l.CPUPerUser == 0 || l.CPUPerUser >= 0.0001 && l.CPUPerUser <= 1024) {
 		errs = append(errs, fmt.Errorf("--max-cpu-per-user %v: must be 0 (no cap) or 0.0001..1024 (a share of one CPU)", l.CPUPerUser))
+	}
+	if !(l.TasksFraction >= 0 && l.TasksFraction <= 1) {
+		errs = append(errs, fmt.Errorf("--user-tasks-fraction %v: must be 0..1", l.TasksFraction))
 	}
 	if !(l.LeaseFraction >= 0 && l.LeaseFraction <= 1) {
 		errs = append(errs, fmt.Errorf("--user-lease-fraction %v: must be 0..1", l.LeaseFraction))

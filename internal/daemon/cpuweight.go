@@ -109,7 +109,7 @@ func (d *Daemon) placeInit(rec proctable.Record, initPID int) error {
 		if err := d.trees.Refresh(); err != nil {
 			d.log.Warn("the managed trees' pids.max not set again", zap.Error(err))
 		}
-		if err := d.trees.Place(initPID); err != nil {
+		if err := d.trees.Place(initPID, rec.Owner.UID); err != nil {
 			return fmt.Errorf("run %q: the managed trees' pids cgroup: %w", rec.Name, err)
 		}
 	}
@@ -134,7 +134,7 @@ func (d *Daemon) placeTree(rec proctable.Record, procs []proctable.ProcRef) {
 		return
 	}
 	if d.trees != nil {
-		d.placeEach(rec, procs, d.trees.Place, "the tree is not wholly in the managed trees' pids cgroup; the rest may take the tasks kept for the daemon")
+		d.placeEach(rec, procs, func(pid int) error { return d.trees.Place(pid, rec.Owner.UID) }, "the tree is not wholly in the managed trees' pids cgroup; the rest may take the tasks kept for the daemon")
 	}
 	if d.cpu.groups != nil {
 		d.placeEach(rec, procs, func(pid int) error { return d.cpu.groups.Place(rec.ID, pid, rec.Nice) },

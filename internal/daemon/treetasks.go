@@ -11,9 +11,9 @@ import (
 // taking the tasks it keeps for itself (--daemon-tasks): the Go runtime
 // aborts when it cannot start a thread, and a tree outlives the daemon.
 type treeTasks interface {
-	Refresh() error // the trees' limit again, from what the daemon's cgroup may hold now
-	Place(pid int) error
-	Join() string // where a restore's CRIU runs so that its tree is born with the trees; "": nowhere
+	Refresh() error                  // the trees' limit again, from what the daemon's cgroup may hold now
+	Place(pid int, uid uint32) error // with uid's trees
+	Join(uid uint32) string          // where a restore's CRIU runs so that uid's tree is born with their trees; "": nowhere
 }
 
 // setupTreeTasks finds and sets up the trees' pids cgroup, once cpu.weight
@@ -35,6 +35,7 @@ func (d *Daemon) setupTreeTasks() {
 	}
 	r, err := taskreserve.Detect(d.cfg.DaemonTasks, parent, taskreserve.HostPaths())
 	if err == nil {
+		r.ShareByUser(d.cfg.Limits.TasksFraction)
 		err = r.Setup()
 	}
 	if err != nil {
@@ -54,7 +55,7 @@ func (d *Daemon) restoreWithTrees(rec proctable.Record, place *criuPlace) {
 	if d.trees == nil || d.userCgroupOf(rec.Owner, rec.ID) != "" {
 		return
 	}
-	if dir := d.trees.Join(); dir != "" {
+	if dir := d.trees.Join(rec.Owner.UID); dir != "" {
 		place.dirs = append(place.dirs, dir)
 	}
 }

@@ -36,8 +36,12 @@ while True:
 
 // TestTreesLeaveTheDaemonItsTasks: a real user's tree that forks for ever
 // in the daemon's cgroup (limited to 200 tasks, as systemd's TasksMax=
-// limits the unit's) is held to the trees' 136 (--daemon-tasks 64): the
-// daemon's own cgroup refuses no fork, and the daemon, which the Go runtime aborts when it cannot start a
+// limits the unit's) is held to the trees' 136 (--daemon-tasks 64), and
+// to its user's half of them (--user-tasks-fraction 0.5): the daemon's
+// own cgroup refuses no fork, another user's run starts (before the
+// user's share, one user's loop took every task of the trees and every
+// other user's run, thaw and fork failed: a red-team pass), and the
+// daemon, which the Go runtime aborts when it cannot start a
 // thread, still runs, and a daemon started after it, with the tree still
 // forking, starts, adopts it and answers. Without the reserve the tree
 // takes every task and each daemon started after it aborts
@@ -46,7 +50,7 @@ while True:
 // v2 host the trees' parent cgroup is cgroup.Manager's, covered by
 // internal/taskreserve and internal/cgroup.
 func TestTreesLeaveTheDaemonItsTasks(t *testing.T) {
-	u := testutil.NewUser(t, "gstasks1", "gstasks")
+	u, other := testutil.NewUser(t, "gstasks1", "gstasks"), testutil.NewUser(t, "gstasks3", "gstasks")
 	h := prepareHarness(t, func(c *config.Config) { c.Group = u.Group })
 	own, trees, start := daemonInPidsCgroup(t, h)
 	// Started under a limit of 300, lowered to 200 as systemctl
@@ -68,9 +72,17 @@ func TestTreesLeaveTheDaemonItsTasks(t *testing.T) {
 	if got := readTrimmed(t, filepath.Join(trees, "pids.max")); got != "136" {
 		t.Fatalf("the trees' pids.max %s, want 136: the daemon's 200, as lowered, less 64", got)
 	}
-	if events := readTrimmed(t, filepath.Join(trees, "pids.events")); events == "max 0" {
-		t.Fatalf("the bomb is full but its cgroup refused nothing: %q", events)
+	users := filepath.Join(trees, fmt.Sprintf("u%d", u.UID))
+	if got := readTrimmed(t, filepath.Join(users, "pids.max")); got != "68" {
+		t.Fatalf("the user's pids.max %s, want 68: half the trees' 136", got)
 	}
+	if events := readTrimmed(t, filepath.Join(users, "pids.events")); events == "max 0" {
+		t.Fatalf("the bomb is full but its user's cgroup refused nothing: %q", events)
+	}
+	if _, errOut, code := h.ctlAs(other, "run", "others", "--dir", "/", "--", "sh", "-c", "sleep 0 & wait; echo forked"); code != 0 {
+		t.Fatalf("another user's run with the first user's share full: %s", errOut)
+	}
+	h.followUntil("others", "forked")
 	if events := readTrimmed(t, filepath.Join(own, "pids.events")); events != "max 0" {
 		t.Fatalf("the daemon's cgroup refused forks: %q", events)
 	}
@@ -94,7 +106,8 @@ func TestTreesLeaveTheDaemonItsTasks(t *testing.T) {
 }
 
 // TestRestoreBornWithTheTrees: the CRIU that restores a real user's
-// hibernated tree of 80 sleepers runs in the trees' pids cgroup, so that
+// hibernated tree of 40 sleepers runs in its user's cgroup below the
+// trees' pids cgroup, so that
 // with the trees full (the user's own fork loop) the thaw fails cleanly,
 // the process hibernated and its snapshot kept, and the daemon's own
 // cgroup refuses no fork: restored into it, the tree would have taken the
@@ -105,7 +118,7 @@ func TestRestoreBornWithTheTrees(t *testing.T) {
 	h := prepareHarness(t, func(c *config.Config) { c.Group, c.CRIU = u.Group, testutil.CRIU(t) })
 	own, trees, start := daemonInPidsCgroup(t, h)
 	start()
-	many := `for i in $(seq 80); do sleep 1000 & done; echo up; wait`
+	many := `for i in $(seq 40); do sleep 1000 & done; echo up; wait`
 	if _, errOut, code := h.ctlAs(u, "run", "many", "--dir", "/", "--", "sh", "-c", many); code != 0 {
 		t.Fatalf("run: %s", errOut)
 	}
@@ -138,8 +151,9 @@ func TestRestoreBornWithTheTrees(t *testing.T) {
 		t.Fatalf("thawed: %+v, %v", p, err)
 	}
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", p.PID))
-	if err != nil || !strings.Contains(string(data), ":pids:"+strings.TrimPrefix(trees, testutil.CgroupV1Mount(t, "pids"))+"\n") {
-		t.Fatalf("the thawed process's cgroups: %q, %v; want the trees' pids cgroup %s", data, err, trees)
+	users := filepath.Join(trees, fmt.Sprintf("u%d", u.UID))
+	if err != nil || !strings.Contains(string(data), ":pids:"+strings.TrimPrefix(users, testutil.CgroupV1Mount(t, "pids"))+"\n") {
+		t.Fatalf("the thawed process's cgroups: %q, %v; want its user's below the trees' pids cgroup, %s", data, err, users)
 	}
 }
 
@@ -154,7 +168,10 @@ func daemonInPidsCgroup(t *testing.T, h *harness) (own, trees string, start func
 		t.Fatal(err)
 	}
 	trees = filepath.Join(own, taskreserve.TreesGroup)
-	t.Cleanup(func() { removeCgroupsOf(t, trees, own) })
+	t.Cleanup(func() {
+		users, _ := filepath.Glob(filepath.Join(trees, "u*"))
+		removeCgroupsOf(t, append(users, trees, own)...)
+	})
 	if err := os.WriteFile(filepath.Join(own, "pids.max"), []byte("200"), 0); err != nil {
 		t.Fatal(err)
 	}

@@ -82,7 +82,7 @@ func TestSetupLeavesTheReserve(t *testing.T) {
 				t.Fatal(err)
 			}
 			want := filepath.Join(mnt, "system.slice", "d.service", TreesGroup)
-			if r.Dir() != want || r.Join() != want || r.Max() != tc.wantMax || r.Limit() != tc.wantLim {
+			if r.Dir() != want || r.Join(0) != want || r.Max() != tc.wantMax || r.Limit() != tc.wantLim {
 				t.Fatalf("trees in %s at most %d of %d; want %s, %d of %d", r.Dir(), r.Max(), r.Limit(), want, tc.wantMax, tc.wantLim)
 			}
 			if got := read(t, filepath.Join(want, "pids.max")); got != strconv.FormatInt(tc.wantMax, 10) {
@@ -100,6 +100,51 @@ func TestSetupLeavesTheReserve(t *testing.T) {
 				t.Fatalf("after the limit fell to 90: pids.max %q (%d of %d), want 45, half", got, r.Max(), r.Limit())
 			}
 		})
+	}
+}
+
+// TestUsersShareTheTrees: with ShareByUser each non-root user's trees go
+// in a cgroup of their own below the trees', at most that share of the
+// trees' tasks, which follows the trees' limit; root's stay in the trees'
+// own; the restore of a user's tree joins the user's.
+func TestUsersShareTheTrees(t *testing.T) {
+	dir, p := fakeHost(t, 32768, 190000, "")
+	mnt := filepath.Join(dir, "pids")
+	write(t, p.MountInfo, "36 25 0:31 / "+mnt+" rw,relatime shared:14 - cgroup cgroup rw,pids\n")
+	write(t, p.Self, "8:pids:/d.service\n0::/\n")
+	own := filepath.Join(mnt, "d.service")
+	write(t, filepath.Join(own, "pids.max"), "1000")
+	r, err := Detect(100, "", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.ShareByUser(0.5)
+	if err := r.Setup(); err != nil {
+		t.Fatal(err)
+	}
+	trees := filepath.Join(own, TreesGroup)
+	if err := r.Place(41, 1001); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Place(42, 0); err != nil {
+		t.Fatal(err)
+	}
+	user := filepath.Join(trees, "u1001")
+	if got := read(t, filepath.Join(user, "pids.max")); got != "450" {
+		t.Fatalf("user 1001's pids.max %q, want 450: half the trees' 900", got)
+	}
+	if read(t, filepath.Join(user, "cgroup.procs")) != "41" || read(t, filepath.Join(trees, "cgroup.procs")) != "42" {
+		t.Fatal("a user's process not in their cgroup, or root's not in the trees'")
+	}
+	if r.Join(1001) != user || r.Join(0) != trees {
+		t.Fatalf("restores join %s and %s; want %s and %s", r.Join(1001), r.Join(0), user, trees)
+	}
+	write(t, filepath.Join(own, "pids.max"), "500")
+	if err := r.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, filepath.Join(user, "pids.max")); got != "200" {
+		t.Fatalf("after the limit fell to 500: user 1001's pids.max %q, want 200, half the trees' 400", got)
 	}
 }
 
@@ -126,10 +171,10 @@ func TestDetectOnCgroupV2(t *testing.T) {
 	if err := r.Setup(); err != nil {
 		t.Fatal(err)
 	}
-	if r.Dir() != procs || r.Join() != "" || read(t, filepath.Join(procs, "pids.max")) != "4403" {
+	if r.Dir() != procs || r.Join(0) != "" || read(t, filepath.Join(procs, "pids.max")) != "4403" {
 		t.Fatalf("trees in %s, pids.max %s; want %s, 4403", r.Dir(), read(t, filepath.Join(procs, "pids.max")), procs)
 	}
-	if err := r.Place(os.Getpid()); err != nil || read(t, filepath.Join(procs, "cgroup.procs")) != "" {
+	if err := r.Place(os.Getpid(), 1001); err != nil || read(t, filepath.Join(procs, "cgroup.procs")) != "" {
 		t.Fatalf("place on cgroup v2: %v; want nothing moved (the tree's own cgroup is below)", err)
 	}
 }
@@ -202,7 +247,7 @@ func TestTreesHeldBelowTheDaemon(t *testing.T) {
 			}
 		}
 	})
-	if err := r.Place(cmd.Process.Pid); err != nil {
+	if err := r.Place(cmd.Process.Pid, 0); err != nil {
 		t.Fatal(err)
 	}
 	stdin.Write([]byte("go\n"))
