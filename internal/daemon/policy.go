@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -30,10 +31,18 @@ const (
 )
 
 // policyState is what the policy loop keeps between ticks: since when each
-// running process has been idle, and the failure streaks of its actions.
+// running process has been idle, the failure streaks of its actions, and
+// whose actions run. Each user's actions run one at a time, beside other
+// users': one user's ttl hibernate of a tree of 800 processes held every
+// other user's idle freeze for 14 s while the loop ran actions in turn (a
+// red-team pass, 2026-11-29).
 type policyState struct {
-	idle  idleTracker
-	retry *backoff.Set[policyKey, policySubject]
+	idle idleTracker // the loop's own
+
+	mu      sync.Mutex
+	retry   *backoff.Set[policyKey, policySubject]
+	running map[uint32]bool // owners with an action running
+	actions sync.WaitGroup
 }
 
 // policyKey is one action on one process record.
@@ -51,8 +60,11 @@ type policySubject struct {
 }
 
 func newPolicyState() *policyState {
-	return &policyState{idle: idleTracker{}, retry: backoff.New[policyKey, policySubject](policyRetryMin, policyRetryMax)}
+	return &policyState{idle: idleTracker{}, retry: backoff.New[policyKey, policySubject](policyRetryMin, policyRetryMax), running: map[uint32]bool{}}
 }
+
+// wait returns once no action runs.
+func (st *policyState) wait() { st.actions.Wait() }
 
 func subjectOf(r proctable.Record) policySubject {
 	s := policySubject{state: r.State, policy: r.Policy}
@@ -69,6 +81,7 @@ func (d *Daemon) runPolicies(ctx context.Context) {
 	t := time.NewTicker(policyTick)
 	defer t.Stop()
 	st := newPolicyState()
+	defer st.wait()
 	for {
 		select {
 		case <-ctx.Done():
@@ -79,9 +92,10 @@ func (d *Daemon) runPolicies(ctx context.Context) {
 	}
 }
 
-// applyPolicies is one tick of the policy loop at now. An action that
-// failed waits out its backoff, so that one failing process costs a try
-// now and then, not one per tick.
+// applyPolicies is one tick of the policy loop at now: it starts the
+// actions due (tryPolicy) and returns. An action that failed waits out its
+// backoff, so that one failing process costs a try now and then, not one
+// per tick.
 func (d *Daemon) applyPolicies(ctx context.Context, now time.Time, st *policyState) {
 	view := d.gpuView()
 	subjects := map[string]policySubject{}
@@ -96,10 +110,9 @@ func (d *Daemon) applyPolicies(ctx context.Context, now time.Time, st *policySta
 			})
 		case r.State == api.StateRunning && r.Policy.Idle > 0 && !r.MPSClient(): // MPS clients cannot be frozen
 			if since := st.idle.observe(r, view, now); now.Sub(since) >= time.Duration(r.Policy.Idle) {
-				d.tryPolicy(st, now, r, actionIdle, func() (bool, error) {
+				if d.tryPolicy(st, now, r, actionIdle, func() (bool, error) { return d.idleFreeze(ctx, r, now.Sub(since)) }) {
 					delete(st.idle, r.ID)
-					return d.idleFreeze(ctx, r, now.Sub(since))
-				})
+				}
 			}
 		}
 	}
@@ -108,20 +121,39 @@ func (d *Daemon) applyPolicies(ctx context.Context, now time.Time, st *policySta
 			delete(st.idle, id)
 		}
 	}
+	st.mu.Lock()
 	st.retry.Retain(func(k policyKey, s policySubject) bool { return subjects[k.id] == s })
+	st.mu.Unlock()
 }
 
-// tryPolicy runs action on r unless an earlier failure's backoff holds it
-// back. try reports whether it acted (it does not when the process is busy
-// or has changed). The first failure of a streak is logged, published as a
+// tryPolicy starts action on r, unless an earlier failure's backoff holds
+// it back or an action of r's owner runs, and reports whether it started.
+// try reports whether it acted (it does not when the process is busy or
+// has changed). The first failure of a streak is logged, published as a
 // process event with a warning and noted on the process; later ones only
 // lengthen the wait.
-func (d *Daemon) tryPolicy(st *policyState, now time.Time, r proctable.Record, action string, try func() (bool, error)) {
+func (d *Daemon) tryPolicy(st *policyState, now time.Time, r proctable.Record, action string, try func() (bool, error)) bool {
 	key, subject := policyKey{id: r.ID, action: action}, subjectOf(r)
-	if !st.retry.Ready(key, subject, now) {
-		return
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.running[r.Owner.UID] || !st.retry.Ready(key, subject, now) {
+		return false
 	}
-	tried, err := try()
+	st.running[r.Owner.UID] = true
+	st.actions.Add(1)
+	go func() {
+		defer st.actions.Done()
+		tried, err := try()
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		delete(st.running, r.Owner.UID)
+		d.policyDone(st, now, r, key, subject, action, tried, err)
+	}()
+	return true
+}
+
+// policyDone records how action on r went; the caller holds st.mu.
+func (d *Daemon) policyDone(st *policyState, now time.Time, r proctable.Record, key policyKey, subject policySubject, action string, tried bool, err error) {
 	switch {
 	case !tried:
 	case err == nil:

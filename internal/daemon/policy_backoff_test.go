@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/proctable"
 	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -49,6 +50,7 @@ func TestFailingPolicyBacksOff(t *testing.T) {
 	st := newPolicyState()
 	for i := range 40 {
 		h.d.applyPolicies(ctxT(t), due.Add(time.Duration(i)*policyTick), st)
+		st.wait()
 	}
 	p := h.proc("job")
 	if p.State != api.StateFrozen || !strings.Contains(p.Note, "ttl policy: hibernate failed") {
@@ -132,4 +134,36 @@ func (l *eventLog) until(state api.State) []api.Event {
 			l.t.Fatalf("no %s event in 60s; got %d events", state, len(out))
 		}
 	}
+}
+
+// TestPolicyActionsRunBesideOtherUsers: a user's policy action that takes
+// long (a ttl hibernate of a large tree) holds back only that user's next
+// action, not another user's, which runs meanwhile: the loop ran them in
+// turn, and one user's 14 s dump held another's idle freeze for as long
+// (a red-team pass).
+func TestPolicyActionsRunBesideOtherUsers(t *testing.T) {
+	d := &Daemon{log: zaptest.NewLogger(t)}
+	st := newPolicyState()
+	now := time.Now()
+	rec := func(id string, uid uint32) proctable.Record {
+		return proctable.Record{ID: id, Name: id, Owner: proctable.Owner{UID: uid}}
+	}
+	release := make(chan struct{})
+	if !d.tryPolicy(st, now, rec("a1", 1001), actionTTL, func() (bool, error) { <-release; return true, nil }) {
+		t.Fatal("the first user's action did not start")
+	}
+	if d.tryPolicy(st, now, rec("a2", 1001), actionIdle, func() (bool, error) { return true, nil }) {
+		t.Fatal("the same user's second action started beside the first")
+	}
+	ran := make(chan struct{})
+	if !d.tryPolicy(st, now, rec("b1", 1002), actionIdle, func() (bool, error) { close(ran); return true, nil }) {
+		t.Fatal("another user's action waited for the first user's")
+	}
+	<-ran // while the first user's action still runs
+	close(release)
+	st.wait()
+	if !d.tryPolicy(st, now, rec("a2", 1001), actionIdle, func() (bool, error) { return true, nil }) {
+		t.Fatal("the first user's next action did not start once the first ended")
+	}
+	st.wait()
 }
