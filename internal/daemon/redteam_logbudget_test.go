@@ -160,3 +160,51 @@ func wantCutsOf(t *testing.T, warnings *observer.ObservedLogs, setting, user str
 		}
 	}
 }
+
+// TestRedTeamLogKeepFree: with the log directory's filesystem filled by
+// other data to less than --log-keep-free free (a tmpfs of 8 MiB, a
+// quarter kept free), the live logs of all users are cut by the
+// shortfall, the user who holds the most first: alice's log is emptied
+// and says why, bob's, within his share, is left alone. Before, the logs
+// within their fractions filled a filesystem shared with the state
+// directory, and every user's run and submit failed (a red-team pass).
+func TestRedTeamLogKeepFree(t *testing.T) {
+	const mib = 1 << 20
+	alice, bob := testutil.NewUser(t, "gslogk-a", "gslogk"), testutil.NewUser(t, "gslogk-b", "gslogk")
+	h := prepareHarness(t, func(c *config.Config) {
+		c.Group = alice.Group
+		c.LogMaxBytes, c.LogKeep = 4*mib, 1
+		c.Limits.LogMiBPerUser, c.Limits.LogDiskFraction, c.Limits.LogKeepFree = 1024, 0, 0.25
+		c.LogDir = testutil.Tmpfs(t, "log-keep-free", "8m")
+	})
+	core, warnings := observer.New(zap.WarnLevel)
+	h.opts = append(h.opts, WithLogger(zap.New(zapcore.NewTee(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).Core(), core))))
+	h.start()
+	write := func(n int) []string {
+		return []string{"sh", "-c", "yes | head -c " + strconv.Itoa(n) + "; exec sleep 100000"}
+	}
+	h.mustCtl(alice, append([]string{"run", "--dir", "/", "a", "--"}, write(3*mib)...)...)
+	h.mustCtl(bob, append([]string{"run", "--dir", "/", "b", "--"}, write(mib)...)...)
+	procs := map[string]*api.Process{}
+	for _, name := range []string{"a", "b"} {
+		p, err := h.client().Process(ctxT(t), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		procs[name] = p
+		pid := strconv.Itoa(p.PID)
+		waitFor(t, func() bool {
+			comm, _ := os.ReadFile("/proc/" + pid + "/comm")
+			return string(comm) == "sleep\n"
+		})
+	}
+	fillDisk(t, h.cfg.LogDir)
+	waitFor(t, func() bool { return logfile.Bytes(procs["a"].Log, h.cfg.LogKeep) < 3*mib })
+	if n := logfile.Bytes(procs["b"].Log, h.cfg.LogKeep); n != mib {
+		t.Errorf("bob's logs hold %d bytes, want the %d written: only the user who holds the most is cut", n, mib)
+	}
+	if out := h.mustCtl(alice, "logs", "--lines", "-1", "a"); !strings.Contains(out, "over the daemon's --log-keep-free") {
+		t.Errorf("alice's log does not say why it was emptied:\n%.300s", out)
+	}
+	wantCutsOf(t, warnings, "--log-keep-free", alice.Name)
+}
