@@ -46,8 +46,8 @@ type Keeper struct {
 	// the most first, those within their share not at all.
 	Together func(held int64) (int64, string)
 	Every    time.Duration
-	Live     func() []Log // the logs held to the budget, every user's
-	Reports  func(Report) // told of each user's cuts
+	Live            func() []Log // the logs held to the budget, every user's
+	Reports         func(Report) // told of each user's cuts
 }
 
 // Run checks once per Every until ctx ends.

@@ -72,7 +72,7 @@ func TestPassCutsUsersTogether(t *testing.T) {
 	var reports []Report
 	k := Keeper{Budget: 10000, Keep: 1, Setting: "--max-log-bytes-per-user",
 		Together: func(int64) (int64, string) { return together, "--log-disk-fraction" },
-		Live:     func() []Log { return logs }, Reports: func(r Report) { reports = append(reports, r) }}
+		Live: func() []Log { return logs }, Reports: func(r Report) { reports = append(reports, r) }}
 	k.Pass()
 
 	slices.SortFunc(reports, func(a, b Report) int { return strings.Compare(a.User, b.User) })
