@@ -126,9 +126,6 @@ type Limits struct {
 	// LogDiskFraction is the share of the log directory's filesystem the
 	// logs of all non-root users' live processes may hold together, 0..1.
 	LogDiskFraction float64
-	// LogKeepFree is the share of the log directory's filesystem kept
-	// free of the live logs of non-root users, 0..1.
-	LogKeepFree float64
 	// KeepFinishedLogFraction is the share of the log directory's
 	// filesystem the logs of all users' exited processes kept may hold
 	// together, 0..1 (root included).
@@ -260,7 +257,6 @@ func DefaultLimits() Limits {
 		KeepFinishedLogMiB:      4 << 10,
 		LogMiBPerUser:           8 << 10,
 		LogDiskFraction:         0.25,
-		LogKeepFree:             0.05,
 		KeepFinishedLogFraction: 0.25,
 	}
 }
@@ -345,7 +341,6 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.IntVar(&l.KeepFinished, "keep-finished", l.KeepFinished, "exited processes and finished jobs kept per user, newest first; older ones are removed (0: no count cap)")
 	fs.DurationVar(&l.KeepFinishedFor, "keep-finished-for", l.KeepFinishedFor, "exited processes and finished jobs are removed this long after they ended (0: no age cap)")
 	fs.Var(mibFlag{&l.LogMiBPerUser}, "max-log-bytes-per-user", "what the logs of one non-root user's live processes may hold on disk together, e.g. 8G, checked each second; past it their rotated copies are removed, the oldest first, then their largest logs emptied (0: no cap)")
-	fs.Float64Var(&l.LogKeepFree, "log-keep-free", l.LogKeepFree, "share of the log directory's filesystem kept free of the logs of non-root users' live processes, 0..1, checked each second: where less of it is free to users, those logs together are cut by the shortfall, the users who hold the most first (0: none)")
 	fs.Float64Var(&l.LogDiskFraction, "log-disk-fraction", l.LogDiskFraction, "share of the log directory's filesystem the logs of all non-root users' live processes may hold together, 0..1, checked each second; past it the users who hold the most are cut to equal shares, as by --max-log-bytes-per-user (0: no cap)")
 	fs.Var(mibFlag{&l.KeepFinishedLogMiB}, "keep-finished-log-bytes", "what the logs of one user's exited processes kept may hold on disk together, e.g. 4G; past it the oldest are removed with their logs (0: no cap)")
 	fs.Float64Var(&l.KeepFinishedLogFraction, "keep-finished-log-fraction", l.KeepFinishedLogFraction, "share of the log directory's filesystem the logs of all users' exited processes kept may hold together, 0..1; past it the users who hold the most lose their oldest first, to equal shares, as by --keep-finished-log-bytes (0: no cap)")
@@ -510,9 +505,6 @@ func (l Limits) validate() []error {
 	}
 	if !(l.DiskFraction >= 0 && l.DiskFraction <= 1) {
 		errs = append(errs, fmt.Errorf("--user-disk-fraction %v: must be 0..1", l.DiskFraction))
-	}
-	if !(l.LogKeepFree >= 0 && l.LogKeepFree <= 1) {
-		errs = append(errs, fmt.Errorf("--log-keep-free %v: must be 0..1", l.LogKeepFree))
 	}
 	if !(l.LogDiskFraction >= 0 && l.LogDiskFraction <= 1) {
 		errs = append(errs, fmt.Errorf("--log-disk-fraction %v: must be 0..1", l.LogDiskFraction))

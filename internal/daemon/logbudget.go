@@ -20,7 +20,7 @@ const logBudgetEvery = time.Second
 // until ctx ends. Root's are the operator's, held only by --log-max-bytes.
 func (d *Daemon) runLogBudget(ctx context.Context) {
 	l := d.cfg.Limits
-	if l.LogMiBPerUser == 0 && l.LogDiskFraction == 0 && l.LogKeepFree == 0 {
+	if l.LogMiBPerUser == 0 && l.LogDiskFraction == 0 {
 		return
 	}
 	k := logbudget.Keeper{
@@ -35,36 +35,11 @@ func (d *Daemon) runLogBudget(ctx context.Context) {
 				zap.Int("rotated_copies_removed", len(r.Removed)), zap.Strings("emptied", r.Emptied), zap.Error(r.Err))
 		},
 	}
-	if l.LogDiskFraction > 0 || l.LogKeepFree > 0 {
-		k.Together = d.liveLogsRoom(l.LogDiskFraction, l.LogKeepFree)
+	if l.LogDiskFraction > 0 {
+		k.Together = d.logDirShare(l.LogDiskFraction, "--log-disk-fraction")
+		k.TogetherSetting = "--log-disk-fraction"
 	}
 	k.Run(ctx)
-}
-
-// liveLogsRoom is what the live logs of all users may hold together, given
-// what they hold, and the setting that says so: fraction of the log
-// directory's filesystem (--log-disk-fraction; 0: no cap), and, where less
-// than keepFree of it is free to users (--log-keep-free), what they hold
-// less the shortfall. Within their fractions the logs filled a filesystem
-// shared with the state directory, and every user's run and submit failed
-// (a red-team pass, 2026-11-29).
-func (d *Daemon) liveLogsRoom(fraction, keepFree float64) func(held int64) (int64, string) {
-	share := func() int64 { return 0 }
-	if fraction > 0 {
-		share = d.logDirShare(fraction, "--log-disk-fraction")
-	}
-	return func(held int64) (int64, string) {
-		room, setting := share(), "--log-disk-fraction"
-		var st unix.Statfs_t
-		if keepFree <= 0 || unix.Statfs(d.cfg.LogDir, &st) != nil {
-			return room, setting
-		}
-		short := int64(keepFree*float64(st.Blocks)*float64(st.Frsize)) - int64(st.Bavail)*st.Frsize
-		if floor := max(held-short, 1); short > 0 && (room <= 0 || floor < room) {
-			return floor, "--log-keep-free"
-		}
-		return room, setting
-	}
 }
 
 // logDirShare reads, at each call, fraction of the log directory's

@@ -25,7 +25,7 @@ func BenchmarkPass(b *testing.B) {
 			logs = append(logs, Log{UID: uint32(1000 + u), User: fmt.Sprint("u", u), Name: fmt.Sprint("p", p), Path: path})
 		}
 	}
-	k := Keeper{Budget: 8 << 30, Keep: 1, Together: func(int64) (int64, string) { return 1 << 40, "--log-disk-fraction" }, Live: func() []Log { return logs }, Reports: func(Report) { b.Fatal("cut within the budget") }}
+	k := Keeper{Budget: 8 << 30, Keep: 1, Together: func() int64 { return 1 << 40 }, Live: func() []Log { return logs }, Reports: func(Report) { b.Fatal("cut within the budget") }}
 	b.ReportAllocs()
 	for b.Loop() {
 		k.Pass()

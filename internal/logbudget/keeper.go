@@ -40,12 +40,12 @@ type Keeper struct {
 	Keep    int    // rotated copies of each log (--log-keep)
 	Setting string // the budget's name, for the line left in an emptied log
 	// Together, when set, is what the live logs of all users may hold
-	// together, given what they hold, and the setting that says so, read
-	// at each pass (0: no cap then). Past it each user is cut to an equal
-	// share (fairshare.Level) where that is below Budget: those who hold
-	// the most first, those within their share not at all.
-	Together func(held int64) (int64, string)
-	Every    time.Duration
+	// together, read at each pass (0: no cap then). Past it each user is
+	// cut to an equal share (fairshare.Level) where that is below Budget: those who
+	// hold the most first, those within their share not at all.
+	Together        func() int64
+	TogetherSetting string
+	Every           time.Duration
 	Live            func() []Log // the logs held to the budget, every user's
 	Reports         func(Report) // told of each user's cuts
 }
@@ -97,13 +97,13 @@ func (k Keeper) Pass() {
 	if budget <= 0 {
 		budget = math.MaxInt64
 	}
-	level, together, setting, all := k.level(budget, byUser)
+	level, together, all := k.level(budget, byUser)
 	for _, u := range byUser {
 		switch {
 		case u.held > level && level < budget:
 			note := fmt.Sprintf("gpusched: this log was emptied: the logs of all users' live processes held %d bytes, over the daemon's %s (%d); %s's held %d, cut to their share (%d)\n",
-				all, setting, together, u.user, u.held, level)
-			k.cut(u, logs, Report{User: u.user, Held: u.held, Over: setting, Budget: level}, note)
+				all, k.TogetherSetting, together, u.user, u.held, level)
+			k.cut(u, logs, Report{User: u.user, Held: u.held, Over: k.TogetherSetting, Budget: level}, note)
 		case u.held > budget:
 			note := fmt.Sprintf("gpusched: this log was emptied: the logs of %s's live processes held %d bytes, over the daemon's %s (%d)\n",
 				u.user, u.held, k.Setting, budget)
@@ -113,22 +113,21 @@ func (k Keeper) Pass() {
 }
 
 // level is each user's share of what all may hold together (fairshare.Level of what
-// each will hold within budget), what that is and the setting that says
-// so, and what all hold now: math.MaxInt64 as the share where there is no
-// cap or all are within it.
-func (k Keeper) level(budget int64, byUser map[uint32]*userLogs) (level, together int64, setting string, all int64) {
+// each will hold within budget), what that is, and what all hold now:
+// math.MaxInt64 as the share where there is no cap or all are within it.
+func (k Keeper) level(budget int64, byUser map[uint32]*userLogs) (level, together, all int64) {
 	if k.Together == nil {
-		return math.MaxInt64, 0, "", 0
+		return math.MaxInt64, 0, 0
+	}
+	if together = k.Together(); together <= 0 {
+		return math.MaxInt64, 0, 0
 	}
 	held := make([]int64, 0, len(byUser))
 	for _, u := range byUser {
 		held = append(held, min(u.held, budget))
 		all += u.held
 	}
-	if together, setting = k.Together(all); together <= 0 {
-		return math.MaxInt64, 0, "", all
-	}
-	return fairshare.Level(together, held), together, setting, all
+	return fairshare.Level(together, held), together, all
 }
 
 // cut removes or empties what Select picks of u's files (read again: a

@@ -71,7 +71,7 @@ func TestPassCutsUsersTogether(t *testing.T) {
 	together := int64(7000) // a share of 3000 each for bob and carol
 	var reports []Report
 	k := Keeper{Budget: 10000, Keep: 1, Setting: "--max-log-bytes-per-user",
-		Together: func(int64) (int64, string) { return together, "--log-disk-fraction" },
+		Together: func() int64 { return together }, TogetherSetting: "--log-disk-fraction",
 		Live: func() []Log { return logs }, Reports: func(r Report) { reports = append(reports, r) }}
 	k.Pass()
 
