@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"fmt"
+	"math"
+	"math/bits"
 	"slices"
 
 	"go.uber.org/zap"
@@ -51,7 +53,7 @@ func (d *Daemon) checkLeaseShare(a actor, l *lease, mine []*lease) error {
 	}
 	held := leaseMiB(view, l)
 	for _, o := range mine {
-		held += leaseMiB(view, o)
+		held = satAdd(held, leaseMiB(view, o))
 	}
 	capMiB := uint64(frac * float64(all))
 	if held <= capMiB {
@@ -67,9 +69,9 @@ func (d *Daemon) checkLeaseShare(a actor, l *lease, mine []*lease) error {
 func leaseMiB(view *gpuView, l *lease) uint64 {
 	switch {
 	case l.mib > 0 && len(l.uuids) > 0: // granted
-		return l.mib * uint64(len(l.uuids))
+		return satMul(l.mib, uint64(len(l.uuids)))
 	case l.mib > 0:
-		return l.mib * uint64(l.count)
+		return satMul(l.mib, uint64(l.count))
 	case len(l.uuids) > 0:
 		var n uint64
 		for _, u := range l.uuids {
@@ -85,7 +87,25 @@ func leaseMiB(view *gpuView, l *lease) uint64 {
 			largest = max(largest, dev.TotalMiB)
 		}
 	}
-	return largest * uint64(l.count)
+	return satMul(largest, uint64(l.count))
+}
+
+// satMul and satAdd are a*b and a+b, at most math.MaxUint64: a lease's
+// min_free times its gpus wrapped round to a size within the share (a
+// red-team pass; placement refused that lease, but the share must not
+// count on it).
+func satMul(a, b uint64) uint64 {
+	if hi, lo := bits.Mul64(a, b); hi == 0 {
+		return lo
+	}
+	return math.MaxUint64
+}
+
+func satAdd(a, b uint64) uint64 {
+	if s, carry := bits.Add64(a, b, 0); carry == 0 {
+		return s
+	}
+	return math.MaxUint64
 }
 
 // limitHold arranges for a's granted lease id to be released once held

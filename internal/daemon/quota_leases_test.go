@@ -156,6 +156,8 @@ func TestQuotaLeaseFraction(t *testing.T) {
 	rc := h.rawAsUser(alice)
 	wantRawExhausted(t, "alice's lease of both GPUs", rc.call(api.MethodAcquire, api.AcquireParams{GPUs: 2}), quoAlice, "user-lease-fraction")
 	wantRawExhausted(t, "alice's lease of most of each GPU", rc.call(api.MethodAcquire, api.AcquireParams{GPUs: 2, MinFree: api.VRAM{MiB: whole * 9 / 10}}), quoAlice, "user-lease-fraction")
+	// min_free times gpus past 2^64 MiB, which wrapped round to 0 (red team K7).
+	wantRawExhausted(t, "alice's lease of a size that wraps", rc.call(api.MethodAcquire, api.AcquireParams{GPUs: 1 << 20, MinFree: api.VRAM{MiB: 1 << 44}}), quoAlice, "user-lease-fraction")
 	if n := len(h.d.leases.granted()); n != 0 {
 		t.Fatalf("%d leases held after refused acquires", n)
 	}
