@@ -53,10 +53,11 @@ type Snapshots struct {
 	dir      string
 	mu       sync.Mutex
 	m        map[string]SnapshotMeta
-	retiring uint64        // bytes of retired snapshots not yet removed (Retire)
-	trash    []retired     // removals not yet started, in order
-	drained  chan struct{} // while the remover runs: closed when it ends
-	stop     chan struct{} // closed by Stop: the remover skips what is left
+	retiring uint64            // bytes of retired snapshots not yet removed (Retire)
+	writing  map[uint32]uint64 // by owner, what dumps in flight are expected to write (Writing)
+	trash    []retired         // removals not yet started, in order
+	drained  chan struct{}     // while the remover runs: closed when it ends
+	stop     chan struct{}     // closed by Stop: the remover skips what is left
 	stopOnce sync.Once
 	busy     int           // Foreground work in flight
 	wake     chan struct{} // closed and replaced when busy drops to 0 or hurry rises
@@ -231,11 +232,46 @@ func (s *Snapshots) Chain(id string) []string {
 	return out
 }
 
-// BytesOf is the disk space uid's complete snapshots take.
-func (s *Snapshots) BytesOf(uid uint32) uint64 {
+// Writing counts bytes, what a dump of uid's tree now starting is expected
+// to write, in Bytes, BytesOf and InFlight until done is called: dumps at
+// once were each held to the same free room, and together wrote past
+// --disk-keep-free and a user's share (a red-team pass, 2026-11-29).
+func (s *Snapshots) Writing(uid uint32, bytes uint64) (done func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.writing == nil {
+		s.writing = map[uint32]uint64{}
+	}
+	s.writing[uid] += bytes
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.writing[uid] -= bytes; s.writing[uid] == 0 {
+				delete(s.writing, uid)
+			}
+		})
+	}
+}
+
+// InFlight is what all dumps in flight are expected to write (Writing).
+func (s *Snapshots) InFlight() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var sum uint64
+	for _, b := range s.writing {
+		sum += b
+	}
+	return sum
+}
+
+// BytesOf is the disk space uid's complete snapshots take, and its dumps in
+// flight are expected to write.
+func (s *Snapshots) BytesOf(uid uint32) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sum := s.writing[uid]
 	for _, m := range s.m {
 		if m.UID == uid {
 			sum += m.Bytes
@@ -245,11 +281,14 @@ func (s *Snapshots) BytesOf(uid uint32) uint64 {
 }
 
 // Bytes is the disk space all complete snapshots take, with the retired
-// ones not yet removed.
+// ones not yet removed, and dumps in flight are expected to write.
 func (s *Snapshots) Bytes() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sum := s.retiring
+	for _, b := range s.writing {
+		sum += b
+	}
 	for _, m := range s.m {
 		sum += m.Bytes
 	}

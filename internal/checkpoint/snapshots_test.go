@@ -82,3 +82,29 @@ func TestOpenEmptiesTrash(t *testing.T) {
 		t.Fatalf("the trash's leftover: %v", err)
 	}
 }
+
+// TestSnapshotsCountDumpsInFlight: what a dump in flight is expected to
+// write counts in Bytes, its owner's BytesOf and InFlight until it is done,
+// once however often done is called.
+func TestSnapshotsCountDumpsInFlight(t *testing.T) {
+	s, _, err := OpenSnapshots(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := s.Writing(1001, 100)
+	second := s.Writing(1001, 50)
+	third := s.Writing(1002, 7)
+	if s.Bytes() != 157 || s.BytesOf(1001) != 150 || s.BytesOf(1002) != 7 || s.InFlight() != 157 {
+		t.Fatalf("three in flight: %d, %d, %d, %d", s.Bytes(), s.BytesOf(1001), s.BytesOf(1002), s.InFlight())
+	}
+	first()
+	first()
+	third()
+	if s.Bytes() != 50 || s.BytesOf(1001) != 50 || s.BytesOf(1002) != 0 || s.InFlight() != 50 {
+		t.Fatalf("one left: %d, %d, %d, %d", s.Bytes(), s.BytesOf(1001), s.BytesOf(1002), s.InFlight())
+	}
+	second()
+	if s.InFlight() != 0 {
+		t.Fatalf("none left: %d", s.InFlight())
+	}
+}

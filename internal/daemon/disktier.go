@@ -151,7 +151,7 @@ func (d *Daemon) diskRoom(what string, owner proctable.Owner, est uint64) error 
 	}
 	budget := d.cfg.DiskBudgetMiB << 20
 	overBudget := func() bool { return budget > 0 && d.snaps.Bytes()+est > budget }
-	overFloor := func() bool { room, _, _, ok := d.diskAboveFloor(); return ok && est > room }
+	overFloor := func() bool { room, _, _, ok := d.diskAboveFloor(); return ok && est+d.snaps.InFlight() > room }
 	if overBudget() || overFloor() {
 		ctx, cancel := context.WithTimeout(context.Background(), reclaimTimeout)
 		if err := d.snaps.Reclaim(ctx); err != nil {
@@ -163,7 +163,7 @@ func (d *Daemon) diskRoom(what string, owner proctable.Owner, est uint64) error 
 		return api.Errorf(api.CodeResourceExhausted, "%s needs about %d MiB of disk; snapshots take %d MiB of the %d MiB --disk-budget: delete snapshots or kill hibernated processes",
 			what, est>>20, d.snaps.Bytes()>>20, budget>>20)
 	}
-	if room, free, floor, ok := d.diskAboveFloor(); ok && est > room {
+	if room, free, floor, ok := d.diskAboveFloor(); ok && est+d.snaps.InFlight() > room {
 		return api.Errorf(api.CodeResourceExhausted, "%s needs about %d MiB of disk; the filesystem of %s has %d MiB free and keeps %d MiB of it free (--%s %g): delete snapshots or kill hibernated processes",
 			what, est>>20, d.cfg.Snapshots(), free>>20, floor>>20, flagDiskKeepFree, d.cfg.DiskKeepFree)
 	}
@@ -233,15 +233,19 @@ func (d *Daemon) diskShareOf() string {
 }
 
 // dumpRoom is what a dump of uid's tree may write: what is left of the
-// disk budget, of uid's share and of the filesystem above --disk-keep-free,
-// the smallest; ok false where none bounds it.
+// disk budget, of uid's share and of the filesystem above --disk-keep-free
+// (less what dumps in flight will write yet), the smallest; ok false where
+// none bounds it. Called before the dump counts itself in flight.
 func (d *Daemon) dumpRoom(uid uint32) (room uint64, ok bool) {
 	left := func(cap, used uint64) uint64 { return cap - min(cap, used) }
 	if budget := d.cfg.DiskBudgetMiB << 20; budget > 0 {
 		room, ok = left(budget, d.snaps.Bytes()), true
 	}
-	if above, _, _, floored := d.diskAboveFloor(); floored && (!ok || above < room) {
-		room, ok = above, true
+	if above, _, _, floored := d.diskAboveFloor(); floored {
+		above -= min(above, d.snaps.InFlight()) // what dumps in flight will write yet
+		if !ok || above < room {
+			room, ok = above, true
+		}
 	}
 	if share := d.userDiskShare(uid); share > 0 {
 		if mine := left(share, d.snaps.BytesOf(uid)); !ok || mine < room {

@@ -237,3 +237,32 @@ func TestDiskBudgetWaitsForRetiredImages(t *testing.T) {
 		t.Fatalf("snapshots after three full hibernates: %+v; want only %s", snaps.Snapshots, last.Snapshot)
 	}
 }
+
+// TestDumpsInFlightShareTheRoom: a hibernate that fits the room above
+// --disk-keep-free alone is refused while another dump in flight is to
+// write the rest of it, and goes through once that one is done: dumps at
+// once were each held to the same free room, and together wrote past the
+// floor to ENOSPC (a red-team pass). The other dump is counted as the
+// daemon counts its own (Snapshots.Writing).
+func TestDumpsInFlightShareTheRoom(t *testing.T) {
+	u := testutil.NewUser(t, "gsflight1", "gsflight")
+	snapDir := testutil.Tmpfs(t, "dumps-in-flight", "256m")
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) {
+		c.Group, c.SnapshotDir, c.DiskKeepFree = "gsflight", snapDir, 0.5
+		c.Limits.DiskFraction = 0
+	})
+	if _, errOut, code := h.ctlAs(u, "run", "mid", "--gpu", "0", "--", h.bins.SimJob, "--vram", "64", "--host-mem", "80", "--tick", "0.02"); code != 0 {
+		t.Fatalf("run mid: %s", errOut)
+	}
+	h.followCount("mid", "tick 3", 1)
+	done := h.d.snaps.Writing(0, 80<<20) // another dump of about as much, in flight
+	_, errOut, code := h.ctlAs(u, "hibernate", "mid")
+	if want := "(--disk-keep-free 0.5)"; code == 0 || !strings.Contains(errOut, want) {
+		done()
+		t.Fatalf("a hibernate beside a dump in flight, past the floor together: exit %d, %q; want a refusal naming %s", code, errOut, want)
+	}
+	done()
+	if _, errOut, code := h.ctlAs(u, "hibernate", "mid"); code != 0 {
+		t.Fatalf("the hibernate once the other dump is done: %s", errOut)
+	}
+}

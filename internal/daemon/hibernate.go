@@ -320,6 +320,7 @@ func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent
 	if room, ok := d.dumpRoom(rec.Owner.UID); ok {
 		pso.Limit = max(1, room)
 	}
+	defer d.snaps.Writing(rec.Owner.UID, treeBytes(rec.InitPID))()
 	ps, err := checkpoint.StartPageServerProcess(ctx, pso)
 	if err != nil {
 		return checkpoint.PageStats{}, err
