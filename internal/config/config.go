@@ -96,6 +96,7 @@ type Config struct {
 // is held only to the retention limits. A cap of 0 turns it off.
 type Limits struct {
 	ConnsPerUser   int           // client connections open at once
+	LineMiBPerUser uint64        // request lines longer than the read buffer gathered at once, each counted as api.MaxLineBytes
 	MetricsConns   int           // connections to --metrics-addr one local user holds open
 	StreamsPerUser int           // streaming calls (logs -f, events, wait, job wait, acquire) at once
 	TurnsPerUser   int           // quick calls (lists, logs) answered at once; 0 = half the daemon's CPUs
@@ -238,6 +239,7 @@ func Default() Config {
 func DefaultLimits() Limits {
 	return Limits{
 		ConnsPerUser:            256,
+		LineMiBPerUser:          32,
 		MetricsConns:            4,
 		CPUPerUser:              0.1,
 		StreamsPerUser:          64,
@@ -322,6 +324,7 @@ func (c *Config) bind(fs *flag.FlagSet) {
 	fs.StringVar(&c.MPSControl, "mps-control", c.MPSControl, "NVIDIA MPS control binary for mps_threads and mps_mem_limit (default: nvidia-cuda-mps-control on PATH)")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "serve Prometheus metrics at http://ADDR/metrics: host:port, or a port alone for 127.0.0.1 (default: off)")
 	l := &c.Limits
+	fs.Var(mibFlag{&l.LineMiBPerUser}, "max-request-bytes-per-user", "memory one user's request lines being read may hold at once, e.g. 32M, each line over 4 KiB counted as the longest one (1 MiB); past it a long line is read and refused, resource_exhausted (0: no cap)")
 	fs.IntVar(&l.ConnsPerUser, "max-conns-per-user", l.ConnsPerUser, "most client connections one non-root user may hold open (0: only --max-conns applies)")
 	fs.IntVar(&l.MetricsConns, "max-metrics-conns-per-user", l.MetricsConns, "most connections to --metrics-addr one non-root local user may hold open; more are closed at once (0: only the endpoint's 32, less root's reserve of 8, apply)")
 	fs.IntVar(&l.StreamsPerUser, "max-streams-per-user", l.StreamsPerUser, "most streaming calls (logs, events, wait, job wait, acquire until granted) one non-root user may run at once (0: no cap)")

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpusched/gpusched/internal/config"
 	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -101,7 +103,7 @@ func TestAbuseOversizeLines(t *testing.T) {
 	// A line over 256 MiB without a newline allocates about one line's
 	// worth, not the input's.
 	const endless = 256 << 20
-	r := newLineReader(io.MultiReader(io.LimitReader(repeatReader('x'), endless), strings.NewReader("\n{}\n")))
+	r := newLineReader(io.MultiReader(io.LimitReader(repeatReader('x'), endless), strings.NewReader("\n{}\n")), nil)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	_, err := r.next()
@@ -306,5 +308,56 @@ func TestAbuseSquattedSocket(t *testing.T) {
 	}
 	if fi, err := os.Lstat(h.cfg.Socket); err != nil || !fi.IsDir() {
 		t.Fatalf("directory at the socket path was touched: %v", err)
+	}
+}
+
+// TestAbuseLongLinesHeldPerUser: a real user's connections in the middle
+// of long request lines hold at most --max-request-bytes-per-user of the
+// daemon's memory (1 MiB here: one line at a time). Before, each of a
+// user's 256 connections could hold a partial line of 1 MiB for the line
+// timeout (a red-team pass: 250 of them took the daemon from 25 to 351 MB,
+// and every user could do as much). The first connection's line, read
+// past the read buffer (its writes fit a 4 KiB send buffer only as the
+// daemon reads), holds the budget: a second long line of the user's is
+// read through and refused, resource_exhausted naming the setting, on a
+// connection that goes on serving; another user's is not; and once the
+// first line ends, the user's next long line is read.
+func TestAbuseLongLinesHeldPerUser(t *testing.T) {
+	alice, bob := testutil.NewUser(t, "gslines-a", "gslines"), testutil.NewUser(t, "gslines-b", "gslines")
+	h := newHarness(t, func(c *config.Config) { c.Group, c.Limits.LineMiBPerUser = alice.Group, 1 })
+	conns := h.rawsAsUser(alice, 2)
+	first, second := conns[0], conns[1]
+	if err := first.c.(*net.UnixConn).SetWriteBuffer(4096); err != nil {
+		t.Fatal(err)
+	}
+	long := `{"id":1,"method":"ps","params":{"x":"` + strings.Repeat("a", 200<<10) + `"}}`
+	half := len(long) / 2
+	if _, err := first.c.Write([]byte(long[:half])); err != nil { // returns once the daemon has read most of it
+		t.Fatal(err)
+	}
+	second.send(long)
+	if resp := second.recv(); resp["ok"] == true || resp["code"] != string(api.CodeResourceExhausted) || !strings.Contains(fmt.Sprint(resp["error"]), "--max-request-bytes-per-user") {
+		t.Fatalf("a second long line of the user's at once: %v; want resource_exhausted naming --max-request-bytes-per-user", resp)
+	}
+	if resp := second.call(api.MethodPS, api.PSParams{}); resp["ok"] != true {
+		t.Fatalf("a short call on the refused line's connection: %v", resp)
+	}
+	other := h.rawAsUser(bob)
+	other.send(long)
+	if resp := other.recv(); resp["code"] == string(api.CodeResourceExhausted) {
+		t.Fatalf("another user's long line: %v", resp)
+	}
+	first.send(long[half:])
+	if resp := first.recv(); resp["code"] == string(api.CodeResourceExhausted) {
+		t.Fatalf("the first long line, once whole: %v", resp)
+	}
+	// The daemon gives a line's budget back as it reads the next line on
+	// that connection: one more call there has it given back.
+	if resp := first.call(api.MethodPS, api.PSParams{}); resp["ok"] != true {
+		t.Fatalf("a short call after the long line: %v", resp)
+	}
+	second.send(long)
+	if resp := second.recv(); resp["code"] == string(api.CodeResourceExhausted) {
+		t.Fatalf("the user's long line once the first ended: %v", resp)
 	}
 }

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"math"
 	"net"
 	"sync"
 
@@ -26,12 +27,31 @@ var errConnsFull = &codedError{code: api.CodeUnavailable, msg: "too many connect
 // (netguard.Acceptor), then tracked.
 type connSet struct {
 	counts *limits.Conns
+	lines  *limits.Bytes // long request lines being gathered (lineReader); nil: no cap
 	mu     sync.Mutex
 	m      map[net.Conn]uint32 // tracked connection → its peer's uid
 }
 
-func newConnSet(max, perUser int) *connSet {
-	return &connSet{counts: limits.NewConns(max, rootReserve, perUser), m: map[net.Conn]uint32{}}
+// newConnSet admits max connections, perUser of a user's, whose long
+// request lines hold at most lineBytesPerUser of a user's at once (0: no
+// cap): 256 connections of one user, each in the middle of a line of
+// 1 MiB, held 256 MiB of the daemon's memory for the line timeout, and
+// every user as much (a red-team pass, 2026-11-29).
+func newConnSet(max, perUser int, lineBytesPerUser int64) *connSet {
+	s := &connSet{counts: limits.NewConns(max, rootReserve, perUser), m: map[net.Conn]uint32{}}
+	if lineBytesPerUser > 0 {
+		s.lines = limits.NewBytes(math.MaxInt64, lineBytesPerUser)
+	}
+	return s
+}
+
+// longLine holds what one of uid's long request lines may take
+// (api.MaxLineBytes), or refuses it with ErrBytesFull.
+func (s *connSet) longLine(uid uint32) (release func(), err error) {
+	if s.lines == nil {
+		return func() {}, nil
+	}
+	return s.lines.Take(uid, api.MaxLineBytes)
 }
 
 // admit counts a new connection of uid, or refuses it: an

@@ -120,7 +120,7 @@ func New(cfg config.Config, opts ...Option) (*Daemon, error) {
 	}
 	d := &Daemon{cfg: cfg, events: newBroker(), procs: newRuntimes(),
 		sched: newScheduler(), leases: newLeaseSet(), fillers: newFillerSet(), activator: activate.New(), startedAt: time.Now(), ready: make(chan struct{}), retain: make(chan struct{}, 1),
-		conns:    newConnSet(cfg.MaxConns, cfg.Limits.ConnsPerUser),
+		conns:    newConnSet(cfg.MaxConns, cfg.Limits.ConnsPerUser, int64(cfg.Limits.LineMiBPerUser)<<20),
 		logWatch: logfile.NewWatcher(), streamCap: limits.NewSlots(cfg.Limits.StreamsPerUser, "max-streams-per-user", "streaming calls in progress"),
 		turns: limits.NewTurns(turnsPerUser(cfg.Limits.TurnsPerUser)), criuTurns: limits.NewTurns(1), checks: newCallerChecks(), bulk: bulkgate.ForProcs().Metered(limits.NewCPUShare(cfg.Limits.CPUPerUser))}
 	d.thaws = thawqueue.New(d.thawGPUs, cfg.ThawMarginMiB, cfg.StarveAfter, d.sched.kick, d.sched)

@@ -83,7 +83,7 @@ func FuzzReadRequest(f *testing.F) {
 	d := &Daemon{}
 	d.methods = d.methodTable()
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r := newLineReader(bytes.NewReader(data))
+		r := newLineReader(bytes.NewReader(data), nil)
 		for {
 			line, err := r.next()
 			var tooLong *lineTooLong

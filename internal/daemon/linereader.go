@@ -31,19 +31,32 @@ func (e *lineTooLong) Error() string {
 	return "request line too long: over " + itoa(api.MaxLineBytes) + " bytes"
 }
 
+// linesOverBudget is a long request line refused by its user's budget of
+// lines being gathered (--max-request-bytes-per-user); it was skipped.
+type linesOverBudget struct{}
+
+func (linesOverBudget) Error() string {
+	return "request line refused: your connections' long request lines being read hold --max-request-bytes-per-user; send fewer at once"
+}
+
 // lineReader reads a connection's request lines.
 type lineReader struct {
 	r    *bufio.Reader
 	long *[]byte // the pooled buffer the last line was gathered in; nil if none
+	// hold holds what a long line may take of its user's budget
+	// (connSet.longLine) while it is gathered and used; nil: no budget.
+	hold func() (release func(), err error)
+	held func() // what the last line holds, given back by release
 }
 
-func newLineReader(rd io.Reader) *lineReader {
-	return &lineReader{r: bufio.NewReaderSize(rd, lineBufferBytes)}
+func newLineReader(rd io.Reader, hold func() (func(), error)) *lineReader {
+	return &lineReader{r: bufio.NewReaderSize(rd, lineBufferBytes), hold: hold}
 }
 
 // next returns the next line without its newline; it is valid until the
 // next call of next or release. A line longer than api.MaxLineBytes is
-// consumed and reported as *lineTooLong.
+// consumed and reported as *lineTooLong, one longer than the read buffer
+// that its user's budget refuses as linesOverBudget.
 func (lr *lineReader) next() ([]byte, error) {
 	lr.release()
 	line, err := lr.r.ReadSlice('\n')
@@ -55,6 +68,13 @@ func (lr *lineReader) next() ([]byte, error) {
 			return line, nil // last line without newline
 		}
 		return nil, err
+	}
+	if lr.hold != nil {
+		held, err := lr.hold()
+		if err != nil {
+			return nil, lr.skip()
+		}
+		lr.held = held
 	}
 	lr.long = longLines.Get().(*[]byte)
 	buf := append((*lr.long)[:0], line...)
@@ -83,11 +103,30 @@ func (lr *lineReader) next() ([]byte, error) {
 	}
 }
 
-// release gives the buffer of the last line back to longLines; the line
-// must not be used after it.
+// skip consumes the rest of a refused line and says why: linesOverBudget,
+// or the read's own error.
+func (lr *lineReader) skip() error {
+	for {
+		_, err := lr.r.ReadSlice('\n')
+		switch {
+		case errors.Is(err, bufio.ErrBufferFull):
+		case err == nil:
+			return linesOverBudget{}
+		default:
+			return err
+		}
+	}
+}
+
+// release gives the buffer of the last line back to longLines, and what it
+// held of its user's budget back; the line must not be used after it.
 func (lr *lineReader) release() {
 	if lr.long != nil {
 		longLines.Put(lr.long)
 		lr.long = nil
+	}
+	if lr.held != nil {
+		lr.held()
+		lr.held = nil
 	}
 }

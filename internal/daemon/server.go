@@ -164,7 +164,7 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 	traceConn(ctx, a.UID)
 	scope := &connScope{}
 	defer scope.close()
-	r := newLineReader(&stallReader{c: c})
+	r := newLineReader(&stallReader{c: c}, func() (func(), error) { return d.conns.longLine(a.UID) })
 	defer r.release()
 	var stream *activeStream
 	for {
@@ -175,7 +175,7 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 			switch {
 			case stalled:
 				stream.cancel() // the peer is broken; nobody reads the rest
-			case err != nil && !errors.As(err, &tooLong):
+			case err != nil && !errors.As(err, &tooLong) && !errors.As(err, new(linesOverBudget)):
 				close(stream.eof)
 				stream.peerClosedWrite(c)
 			}
@@ -186,6 +186,12 @@ func (d *Daemon) serveConn(ctx context.Context, c *net.UnixConn) {
 		case errors.As(err, &tooLong):
 			d.metrics.request(methodUnknown, string(api.CodeTooLarge))
 			if w.response(nil, nil, &api.Error{Code: api.CodeTooLarge, Message: tooLong.Error()}) != nil {
+				return
+			}
+			continue
+		case errors.As(err, new(linesOverBudget)):
+			d.metrics.request(methodUnknown, string(api.CodeResourceExhausted))
+			if w.response(nil, nil, &api.Error{Code: api.CodeResourceExhausted, Message: err.Error()}) != nil {
 				return
 			}
 			continue

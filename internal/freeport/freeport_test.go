@@ -2,8 +2,12 @@ package freeport
 
 import (
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // Pick gives ports below the kernel's ephemeral range, each once, that a
@@ -32,4 +36,27 @@ func TestPickBelowTheEphemeralRange(t *testing.T) {
 		t.Fatal(err)
 	}
 	ln.Close()
+}
+
+// TestPickClaimsAcrossProcesses: a port Pick gave is claimed for this
+// process's life: another process (the claim's lock taken here as
+// another's would be) is not given it, though nothing listens on it.
+func TestPickClaimsAcrossProcesses(t *testing.T) {
+	p, err := Pick()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(claimsDir, strconv.Itoa(p)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// flock locks belong to the open file: this second open is another
+	// holder, as another process's would be.
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err == nil {
+		t.Fatalf("port %d's claim could be taken by another holder while this process holds it", p)
+	}
+	if claim(p) {
+		t.Fatalf("port %d claimed twice", p)
+	}
 }
