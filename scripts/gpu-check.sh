@@ -839,7 +839,8 @@ print(p.get('$busy', 'absent'), p.get('$idle', 'absent'), g.get('util_percent', 
 			ok=1
 		fi
 		st=running
-		while ((SECONDS < end)) && [[ $st == running ]]; do
+		# freezing is on its way: the policy's freeze runs beside the loop
+		while ((SECONDS < end)) && [[ $st == running || $st == freezing ]]; do
 			sleep 0.5
 			st=$(ctl --json status "$idle" | jq_py 'print(r["state"])') || st=-
 		done
