@@ -55,6 +55,7 @@ type Snapshots struct {
 	m        map[string]SnapshotMeta
 	retiring uint64            // bytes of retired snapshots not yet removed (Retire)
 	writing  map[uint32]uint64 // by owner, what dumps in flight are expected to write (Writing)
+	admitMu  sync.Mutex        // one Admit at a time: no two dumps find the same room
 	trash    []retired         // removals not yet started, in order
 	drained  chan struct{}     // while the remover runs: closed when it ends
 	stop     chan struct{}     // closed by Stop: the remover skips what is left
@@ -253,6 +254,18 @@ func (s *Snapshots) Writing(uid uint32, bytes uint64) (done func()) {
 			}
 		})
 	}
+}
+
+// Admit counts a dump of uid's tree expected to write bytes in flight
+// (Writing) once fits, called with no other dump being admitted, accepts
+// it; fits' error refuses it.
+func (s *Snapshots) Admit(uid uint32, bytes uint64, fits func() error) (done func(), err error) {
+	s.admitMu.Lock()
+	defer s.admitMu.Unlock()
+	if err := fits(); err != nil {
+		return nil, err
+	}
+	return s.Writing(uid, bytes), nil
 }
 
 // InFlight is what all dumps in flight are expected to write (Writing).

@@ -107,4 +107,13 @@ func TestSnapshotsCountDumpsInFlight(t *testing.T) {
 	if s.InFlight() != 0 {
 		t.Fatalf("none left: %d", s.InFlight())
 	}
+	// Admit counts a dump only once fits accepts it.
+	if _, err := s.Admit(1001, 10, func() error { return errors.New("no room") }); err == nil || s.InFlight() != 0 {
+		t.Fatalf("a refused admission: %v, %d in flight", err, s.InFlight())
+	}
+	done, err := s.Admit(1001, 10, func() error { return nil })
+	if err != nil || s.InFlight() != 10 {
+		t.Fatalf("an admission: %v, %d in flight", err, s.InFlight())
+	}
+	done()
 }

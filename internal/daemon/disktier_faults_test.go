@@ -7,7 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpusched/gpusched/internal/config"
+	"github.com/gpusched/gpusched/internal/procfs"
 	"github.com/gpusched/gpusched/internal/testutil"
 	"github.com/gpusched/gpusched/pkg/api"
 )
@@ -264,5 +267,133 @@ func TestDumpsInFlightShareTheRoom(t *testing.T) {
 	done()
 	if _, errOut, code := h.ctlAs(u, "hibernate", "mid"); code != 0 {
 		t.Fatalf("the hibernate once the other dump is done: %s", errOut)
+	}
+}
+
+// TestDumpCountsDeletedFiles: the deleted files a tree holds, which CRIU
+// copies into the image beside the page server, count in what its dump
+// needs: a real user's process of little memory holding two deleted files
+// of 40 MiB is refused past the user's share of 64 MiB (before, a user's
+// three deleted files of 250 MiB hibernated at three times their share,
+// and five filled the disk: a red-team pass). With one of them closed it
+// hibernates.
+func TestDumpCountsDeletedFiles(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("needs /usr/bin/python3")
+	}
+	u := testutil.NewUser(t, "gsghostb1", "gsghostb")
+	snapDir := testutil.Tmpfs(t, "dump-deleted-files", "256m")
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) {
+		c.Group, c.SnapshotDir, c.DiskKeepFree = "gsghostb", snapDir, 0
+		c.Limits.DiskFraction = 0.25
+	})
+	work := filepath.Join(testutil.ShortDir(t), "work")
+	if err := os.Mkdir(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(work, int(u.UID), int(u.GID)); err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(work, "ghosts.py")
+	if err := os.WriteFile(script, []byte(`import os, signal
+files = []
+for i in range(2):
+    p = "ghost%d" % i
+    f = open(p, "wb+")
+    f.write(b"g" * (40 << 20))
+    f.flush()
+    os.unlink(p)
+    files.append(f)
+def close_one(*_):
+    files.pop().close()
+    print("closed", flush=True)
+signal.signal(signal.SIGUSR1, close_one)
+print("ready", flush=True)
+while True:
+    signal.pause()
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := h.ctlAs(u, "run", "ghosts", "--dir", work, "--", "/usr/bin/python3", script); code != 0 {
+		t.Fatal(errOut)
+	}
+	h.followCount("ghosts", "ready", 1)
+	_, errOut, code := h.ctlAs(u, "hibernate", "ghosts")
+	if code == 0 || !strings.Contains(errOut, "--user-disk-fraction") {
+		t.Fatalf("a hibernate of 80 MiB of deleted files past a share of 64 MiB: exit %d, %q; want a refusal naming --user-disk-fraction", code, errOut)
+	}
+	if p := h.proc("ghosts"); p.State != api.StateRunning {
+		t.Fatalf("the refused process is %s, want running", p.State)
+	}
+	if _, errOut, code := h.ctlAs(u, "kill", "--signal", "USR1", "ghosts"); code != 0 {
+		t.Fatal(errOut)
+	}
+	h.followCount("ghosts", "closed", 1)
+	if _, errOut, code := h.ctlAs(u, "hibernate", "ghosts"); code != 0 {
+		t.Fatalf("the hibernate with one deleted file of 40 MiB, within the share: %s", errOut)
+	}
+}
+
+// TestDumpMeasuredAgainAtItsTurn: a hibernate admitted while its tree was
+// small, that waits for its owner's CRIU turn while the owner lets the
+// stopped tree run on and grow past their share, is measured again when
+// its turn comes and refused: before, the grown tree's size was counted in
+// flight as it was, holding everyone else's room for as long as its owner
+// kept its CRIU stopped (a red-team pass: every other user's hibernate
+// refused for --criu-timeout).
+func TestDumpMeasuredAgainAtItsTurn(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("needs /usr/bin/python3")
+	}
+	u := testutil.NewUser(t, "gsturn1", "gsturn")
+	snapDir := testutil.Tmpfs(t, "dump-measured-again", "256m")
+	h := newDiskHarness(t, config.DriverSim, func(c *config.Config) {
+		c.Group, c.SnapshotDir, c.DiskKeepFree = "gsturn", snapDir, 0
+		c.Limits.DiskFraction = 0.25 // 64 MiB
+	})
+	script := filepath.Join(testutil.ShortDir(t), "grow.py")
+	if err := os.WriteFile(script, []byte(`import signal
+held = []
+def grow(*_):
+    held.append(bytearray(b"x" * (100 << 20)))
+    print("grown", flush=True)
+signal.signal(signal.SIGUSR1, grow)
+print("ready", flush=True)
+while True:
+    signal.pause()
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := h.ctlAs(u, "run", "grow", "--", "/usr/bin/python3", script); code != 0 {
+		t.Fatal(errOut)
+	}
+	h.followCount("grow", "ready", 1)
+	release, err := h.d.criuTurns.Take(ctxT(t), u.UID) // the owner's turn, held as by another dump of theirs
+	if err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan string, 1)
+	go func() {
+		_, errOut, _ := h.ctlAs(u, "hibernate", "grow")
+		answered <- errOut
+	}()
+	waitFor(t, func() bool { return h.proc("grow").State == api.StateHibernating })
+	pid := h.proc("grow").PID
+	waitFor(t, func() bool { st, err := procfs.ReadStat(pid); return err == nil && st.State == 'T' }) // stopped for its dump
+	if err := unix.Kill(pid, unix.SIGCONT); err != nil {                                              // as its owner may
+		t.Fatal(err)
+	}
+	if err := unix.Kill(pid, unix.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	// Its supervisor, stopped with the tree, passes on no output: the growth
+	// is seen in its memory.
+	waitFor(t, func() bool { return residentBytes([]int{pid}) > 100<<20 })
+	if err := unix.Kill(pid, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if errOut := <-answered; !strings.Contains(errOut, "--user-disk-fraction") {
+		t.Fatalf("the hibernate of the grown tree: %q; want a refusal naming --user-disk-fraction", errOut)
 	}
 }

@@ -181,7 +181,7 @@ func (d *Daemon) dumpForFork(ctx context.Context, src proctable.Record, caller l
 	if err != nil {
 		return forkSource{}, err
 	}
-	if err := d.diskRoom("the fork image", src.Owner, treeBytes(src.InitPID)); err != nil {
+	if err := d.diskRoom("the fork image", src.Owner, dumpTotal(src.InitPID)); err != nil {
 		return forkSource{}, err
 	}
 	img := forkSource{SnapshotMeta: checkpoint.SnapshotMeta{ID: uuid.NewString()}, procs: procs}

@@ -86,7 +86,7 @@ func (d *Daemon) hibernateLocked(ctx context.Context, rec proctable.Record, o hi
 	case api.StateRunning:
 		// A tree that does not fit even before its GPU memory joins it is
 		// refused as it runs, not frozen first.
-		if err := d.diskRoom(fmt.Sprintf("hibernate %q", rec.Name), rec.Owner, treeBytes(rec.InitPID)); err != nil {
+		if err := d.diskRoom(fmt.Sprintf("hibernate %q", rec.Name), rec.Owner, dumpTotal(rec.InitPID)); err != nil {
 			return api.HibernateResult{}, err
 		}
 		t := time.Now()
@@ -172,7 +172,7 @@ func (d *Daemon) dumpImage(ctx context.Context, rec proctable.Record, o hibernat
 	if err != nil {
 		return dumpedTree{}, fmt.Errorf("%s: %w", what, err)
 	}
-	if err := d.diskRoom(what, rec.Owner, treeBytes(rec.InitPID)); err != nil {
+	if err := d.diskRoom(what, rec.Owner, dumpTotal(rec.InitPID)); err != nil {
 		return dumpedTree{}, err
 	}
 	parent := d.parentFor(rec, o.full)
@@ -317,10 +317,22 @@ func (d *Daemon) criuDump(ctx context.Context, rec proctable.Record, dir, parent
 		}
 	}
 	pso := checkpoint.PageServerOptions{Path: d.helperPath, Dir: dir, Parent: parentDir, Cgroups: place.dirs, CPUs: place.cpus}
-	if room, ok := d.dumpRoom(rec.Owner.UID); ok {
-		pso.Limit = max(1, room)
+	// Measured again now, after the owner's turn (the tree may have grown
+	// since the hibernate was admitted), and counted in flight until the
+	// dump ends: dumps at once do not find the same room.
+	pages, files := dumpBytes(rec.InitPID)
+	done, err := d.snaps.Admit(rec.Owner.UID, pages+files, func() error {
+		return d.diskRoom(fmt.Sprintf("the dump of %q", rec.Name), rec.Owner, pages+files)
+	})
+	if err != nil {
+		return checkpoint.PageStats{}, err
 	}
-	defer d.snaps.Writing(rec.Owner.UID, treeBytes(rec.InitPID))()
+	defer done()
+	if room, ok := d.dumpRoom(rec.Owner.UID); ok {
+		// What is left with this dump counted, and its pages: its deleted
+		// files CRIU writes beside the page server.
+		pso.Limit = max(1, room+pages)
+	}
 	ps, err := checkpoint.StartPageServerProcess(ctx, pso)
 	if err != nil {
 		return checkpoint.PageStats{}, err
