@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,9 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/checkpoint-restore/go-criu/v7/crit/images/fdinfo"
+	"github.com/checkpoint-restore/go-criu/v7/crit/images/mnt"
+	"github.com/checkpoint-restore/go-criu/v7/crit/images/regfile"
 	"golang.org/x/sys/unix"
 
 	"github.com/gpusched/gpusched/internal/testutil"
@@ -145,4 +149,33 @@ func stagedAt(t *testing.T, dir string) string {
 		t.Fatalf("the stages' list after undo: %v", err)
 	}
 	return stage
+}
+
+// TestGhostStagesRefuseAMountAUserControls: a ghost on a mount whose top
+// is a user's directory (as a user's own FUSE mount would be), with the
+// images elsewhere, has no stage: ErrNoGhostStage, and nothing is made.
+func TestGhostStagesRefuseAMountAUserControls(t *testing.T) {
+	top := t.TempDir()
+	if err := os.Chown(top, 1001, 1001); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(top, &st); err != nil {
+		t.Fatal(err)
+	}
+	m := &mnt.MntEntry{MntId: ptr(uint32(7)), Mountpoint: ptr("." + top), RootDev: ptr(uint32(unix.Major(st.Dev))<<20 | uint32(unix.Minor(st.Dev)))}
+	g := ghost{reg: &fdinfo.FileEntry{Reg: &regfile.RegFileEntry{Id: ptr(uint32(3)), Name: ptr(filepath.Join(top, "x"))}}, mount: m}
+	images := imagesDir(t)
+	if _, err := ghostStages(images, []ghost{g}); !errors.Is(err, ErrNoGhostStage) {
+		t.Fatalf("a ghost on a user's mount: %v, want ErrNoGhostStage", err)
+	}
+	if left, _ := os.ReadDir(top); len(left) != 0 {
+		t.Fatalf("made %v", left)
+	}
+	if err := os.Chown(top, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if parents, err := ghostStages(images, []ghost{g}); err != nil || parents[7] == "" {
+		t.Fatalf("the same mount, root's: %v, %v", parents, err)
+	}
 }
